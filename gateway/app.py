@@ -1,0 +1,95 @@
+"""The app factory: ``create_app(config)`` returns the Litestar app of the data port.
+
+    >>> app = create_app(load_config("cachegate.yaml"))
+    >>> uvicorn.run(app, host="127.0.0.1", port=8080)
+
+The runtime (backends, caches, models) is opened in the app's lifespan and closed with it. When
+an admin port is configured, ``create_admin_app(runtime)`` serves /metrics and /admin/* there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from litestar import Litestar, Request, Response
+from litestar.datastructures import State
+from litestar.exceptions import HTTPException
+
+from .admin import admin_routes
+from .api import error_response, routes
+from .config import Config
+from .errors import APIError
+from .runtime import LocalFactory, Runtime
+
+__all__ = ["create_admin_app", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+def create_app(
+    config: Config,
+    *,
+    runtime: Runtime | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
+    local_factory: LocalFactory | None = None,
+) -> Litestar:
+    """The data-port app; serves the admin routes too unless ``server.admin_port`` is set."""
+    runtime = runtime or Runtime.build(config, transport=transport, local_factory=local_factory)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await runtime.start()
+        try:
+            yield
+        finally:
+            await runtime.close()
+
+    handlers: list[Any] = list(routes)
+    if config.server.admin_port is None:
+        handlers += admin_routes
+    return _litestar(handlers, runtime, config, lifespan=[lifespan])
+
+
+def create_admin_app(runtime: Runtime) -> Litestar:
+    """The admin-port app (shares the runtime; its lifespan belongs to the data app)."""
+    return _litestar(list(admin_routes), runtime, runtime.config, lifespan=[])
+
+
+def _litestar(
+    handlers: list[Any], runtime: Runtime, config: Config, lifespan: list[Any]
+) -> Litestar:
+    return Litestar(
+        route_handlers=handlers,
+        state=State({"runtime": runtime}),
+        lifespan=lifespan,
+        request_max_body_size=config.server.max_body_bytes,
+        exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        openapi_config=None,
+        logging_config=None,
+    )
+
+
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    if status == 404:
+        error = APIError(
+            404, f"Unknown route: {request.method} {request.url.path}", code="not_found"
+        )
+    elif status == 405:
+        error = APIError(405, f"Method {request.method} is not allowed on {request.url.path}.")
+    elif status == 413:
+        error = APIError(413, "The request body is too large.", code="request_too_large")
+    else:
+        error = APIError(status, str(exc.detail))
+    return error_response(error)
+
+
+def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(
+        APIError(500, "The gateway had an internal error.", code="internal_error")
+    )

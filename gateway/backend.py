@@ -1,0 +1,49 @@
+"""What the pipeline needs from a model backend (an upstream API or the local model)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .requests import GatewayRequest
+
+__all__ = ["Backend", "BackendStream", "StreamEvent"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One server-sent event of a response stream."""
+
+    raw: bytes  # the event exactly as it goes to the client: b"data: ...\n\n"
+    chunk: dict[str, Any] | None  # the parsed chunk (None for [DONE] and comments)
+    done: bool = False  # the ``data: [DONE]`` terminator
+    error: bool = False  # an ``{"error": ...}`` event: the answer failed mid-stream
+
+
+class BackendStream(Protocol):
+    """An opened stream: the backend accepted the request (status 200 is decided)."""
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class Backend(Protocol):
+    """A model behind the gateway. Errors before the first byte raise ``APIError``."""
+
+    name: str
+
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None
+    ) -> dict[str, Any]: ...
+
+    async def open_stream(
+        self, request: GatewayRequest, auth: str | None = None
+    ) -> BackendStream: ...
+
+    def describe(self) -> dict[str, Any]: ...  # the /v1/models entry
+
+    async def ready(self) -> bool: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,198 @@
+"""The ``cachegate`` command line.
+
+cachegate serve [--config FILE] [--host HOST] [--port PORT]   run the gateway
+cachegate config check FILE                                   validate a config file
+cachegate config show [FILE]                                  print the effective config
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Coroutine, Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from .config import Config, ConfigError, default_config, dump_config, load_config
+
+__all__ = ["main"]
+
+log = logging.getLogger("cachegate")
+
+_DESCRIPTION = """\
+cachegate: a caching gateway for LLM applications.
+
+Point any OpenAI SDK at http://HOST:PORT/v1. Each request passes the response cache
+(exact, then semantic match), then runs on the bundled local model (reusing prompt-prefix
+KV tensors) or is forwarded to an OpenAI-compatible upstream. Without --config, the gateway
+serves the bundled SmolLM2-135M-Instruct model with embedded caches in ./data.
+"""
+
+_EPILOG = """\
+examples:
+  cachegate serve                                  bundled local model on 127.0.0.1:8080
+  cachegate serve --config cachegate.yaml --port 9000
+  cachegate config check cachegate.yaml            exit status 0 when the file is valid
+
+configuration reference: docs/configuration.md
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    code: int = args.func(args)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cachegate",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the gateway (OpenAI-compatible API on --host:--port)",
+        description="Run the gateway: response cache + local model / upstream forwarding.",
+    )
+    _serving_options(serve)
+    serve.set_defaults(func=_serve)
+
+    config = commands.add_parser("config", help="check or show a configuration file")
+    config_commands = config.add_subparsers(title="config commands", metavar="ACTION")
+    check = config_commands.add_parser(
+        "check", help="validate FILE; print the effective configuration or the errors"
+    )
+    check.add_argument("file", help="YAML configuration file")
+    check.set_defaults(func=_config_check)
+    show = config_commands.add_parser("show", help="print the effective configuration")
+    show.add_argument("file", nargs="?", help="YAML configuration file (default: built-in)")
+    show.set_defaults(func=_config_check)
+    return parser
+
+
+def _serving_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
+    parser.add_argument("--host", help="address to bind (overrides server.host)")
+    parser.add_argument("--port", type=int, help="port to bind (overrides server.port)")
+
+
+def _load(path: str | None) -> Config:
+    return load_config(path) if path else default_config()
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.file)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(dump_config(config))
+    return 0
+
+
+def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
+    server = config.server
+    if args.host:
+        server = msgspec.structs.replace(server, host=args.host)
+    if args.port is not None:
+        server = msgspec.structs.replace(server, port=args.port)
+    return msgspec.structs.replace(config, server=server)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        config = _with_overrides(_load(args.config), args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _setup_logging(config.server.log_level)
+    from .app import create_admin_app, create_app
+    from .runtime import Runtime
+
+    runtime = Runtime.build(config)
+    app = create_app(config, runtime=runtime)
+    admin = create_admin_app(runtime) if config.server.admin_port is not None else None
+    log.info(
+        "cachegate serving %s on http://%s:%d/v1",
+        ", ".join(config.models),
+        config.server.host,
+        config.server.port,
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        _run(_run_servers(config, app, admin))
+    return 0
+
+
+async def _run_servers(config: Config, app: object, admin: object | None) -> None:
+    import uvicorn
+
+    def server_config(application: object, port: int) -> uvicorn.Config:
+        return uvicorn.Config(
+            application,  # type: ignore[arg-type]
+            host=config.server.host,
+            port=port,
+            log_level=config.server.log_level,
+            access_log=config.server.log_level == "debug",
+            http="httptools",
+            loop="none",
+            timeout_graceful_shutdown=int(config.server.shutdown_timeout),
+        )
+
+    main_server = uvicorn.Server(server_config(app, config.server.port))
+    if admin is None or config.server.admin_port is None:
+        await main_server.serve()
+        return
+    admin_server = _uvicorn_server()(server_config(admin, config.server.admin_port))
+    admin_task = asyncio.create_task(admin_server.serve())
+    try:
+        await main_server.serve()
+    finally:
+        admin_server.should_exit = True
+        await admin_task
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _uvicorn_server() -> type:
+    import uvicorn
+
+    class NoSignals(uvicorn.Server):
+        """A second server in the same loop: the first one owns the signal handlers."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return NoSignals
+
+
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (faster sockets), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(coro)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

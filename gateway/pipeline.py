@@ -1,0 +1,204 @@
+"""The request pipeline: one walk through the tiers, in order.
+
+    response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE)
+        │ miss
+    route by model name ──► backend (local model with its prefix KV cache, or an upstream)
+        │
+    store the answer, only when it is complete and successful
+
+HTTP lives in api.py; this module turns a ``GatewayRequest`` into a ``Reply``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from semantic.cache import Lookup, ResponseCache
+from semantic.keys import CacheKey, chat_key, completion_key
+
+from .backend import Backend, BackendStream
+from .errors import APIError, sse_error
+from .requests import GatewayRequest
+from .sse import Assembler, fresh_identity, replay
+
+__all__ = ["CacheState", "Pipeline", "Reply"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+CacheState = Literal["exact", "semantic", "miss", "bypass", "refresh"]
+Watch = Callable[[Awaitable[T]], Awaitable[T]]
+
+#: Finish reasons of a complete answer; anything else (content_filter, error, null) is not stored.
+_COMPLETE = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the HTTP layer sends: a JSON body or an SSE stream, plus headers."""
+
+    cache: CacheState
+    headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    stream: AsyncIterator[bytes] | None = None
+    #: Completion tokens answered without running a model (cache hits).
+    saved_tokens: int = 0
+
+
+class Pipeline:
+    """Walks a request through the response cache and its model backend."""
+
+    def __init__(
+        self,
+        backends: Mapping[str, Backend],
+        cache: ResponseCache | None,
+        *,
+        context_turns: int | None = None,
+        semantic_thresholds: Mapping[str, float] | None = None,
+    ) -> None:
+        self.backends = backends
+        self.cache = cache
+        self._context_turns = context_turns
+        self._thresholds = dict(semantic_thresholds or {})
+
+    async def handle(
+        self, request: GatewayRequest, *, auth: str | None = None, watch: Watch[Any] | None = None
+    ) -> Reply:
+        """Answer ``request``; ``watch`` wraps the backend call (e.g. cancel on disconnect)."""
+        backend = self.backends.get(request.model)
+        if backend is None:
+            raise APIError(
+                404,
+                f"The model `{request.model}` does not exist or you do not have access to it.",
+                param="model",
+                code="model_not_found",
+            )
+        control = request.control
+        key: CacheKey | None = None
+        state: CacheState = "bypass"
+        if self.cache is not None and not (control.no_cache and control.no_store):
+            key = self._key(request)
+            if control.no_cache:
+                state = "refresh"
+            else:
+                found = await self.cache.lookup(
+                    key, max_age=control.max_age, threshold=self._threshold(request)
+                )
+                if found.entry is not None:
+                    return self._replay(request, found)
+                state = "miss"
+        store_key = None if control.no_store else key
+
+        if request.stream:
+            opened = backend.open_stream(request, auth)
+            stream = await (watch(opened) if watch else opened)
+            return Reply(state, stream=self._relay(request, stream, store_key))
+
+        pending = backend.complete(request, auth)
+        response = await (watch(pending) if watch else pending)
+        if store_key is not None and _complete(response):
+            await self._store(request, store_key, response)
+        return Reply(state, body=response)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _key(self, request: GatewayRequest) -> CacheKey:
+        ns = request.control.namespace
+        if request.kind == "chat":
+            return chat_key(request.tenant, ns, request.model, request.body, self._context_turns)
+        return completion_key(request.tenant, ns, request.model, request.body)
+
+    def _threshold(self, request: GatewayRequest) -> float | None:
+        if request.control.threshold is not None:
+            return request.control.threshold
+        return self._thresholds.get(request.model)
+
+    def _replay(self, request: GatewayRequest, found: Lookup) -> Reply:
+        assert found.entry is not None
+        stored = found.entry.response
+        headers = {"x-cache-age": str(int(found.age or 0))}
+        if found.kind == "semantic":
+            headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
+        usage = stored.get("usage") or {}
+        saved = int(usage.get("completion_tokens") or 0)
+        kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
+        if request.stream:
+            events = replay(stored, kind=request.kind, include_usage=request.include_usage)
+            return Reply(kind, headers, stream=_aiter(events), saved_tokens=saved)
+        rid, created = fresh_identity(request.kind)
+        return Reply(
+            kind, headers, body={**stored, "id": rid, "created": created}, saved_tokens=saved
+        )
+
+    async def _store(
+        self, request: GatewayRequest, key: CacheKey, response: dict[str, Any]
+    ) -> None:
+        assert self.cache is not None
+        try:
+            await self.cache.store(
+                key,
+                response,
+                model=request.model,
+                tenant=request.tenant,
+                namespace=request.control.namespace,
+                ttl=request.control.ttl,
+            )
+        except Exception:  # the answer is good; a cache write failure must not lose it
+            log.exception("storing a response failed")
+
+    async def _relay(
+        self, request: GatewayRequest, stream: BackendStream, key: CacheKey | None
+    ) -> AsyncIterator[bytes]:
+        """Pass events through as they arrive; store the assembled answer if it completed.
+
+        NOTE: the answer is stored before ``[DONE]`` is sent, so a client that disconnects
+        right after the last token still leaves a complete answer in the cache, while a stream
+        that breaks before ``[DONE]`` (either side) never stores anything.
+        """
+        assembler = Assembler(request.kind) if key is not None else None
+        try:
+            async for event in stream:
+                if event.error:
+                    yield event.raw
+                    return
+                if event.done:
+                    result = assembler.result() if assembler else None
+                    if key is not None and result is not None and _complete(result):
+                        await self._store(request, key, result)
+                    yield event.raw
+                    return
+                chunk = event.chunk
+                if chunk is not None:
+                    if assembler is not None:
+                        assembler.add(chunk)
+                    if not request.include_usage and _usage_only(chunk):
+                        continue
+                yield event.raw
+            yield sse_error(
+                APIError(
+                    502, "The model's stream ended before it completed.", code="stream_incomplete"
+                )
+            )
+        except APIError as exc:
+            yield sse_error(exc)
+        finally:
+            await stream.aclose()
+
+
+def _complete(response: dict[str, Any]) -> bool:
+    choices = response.get("choices")
+    if "error" in response or not isinstance(choices, list) or not choices:
+        return False
+    return all(isinstance(c, dict) and c.get("finish_reason") in _COMPLETE for c in choices)
+
+
+def _usage_only(chunk: dict[str, Any]) -> bool:
+    return not chunk.get("choices") and chunk.get("usage") is not None
+
+
+async def _aiter(events: Any) -> AsyncIterator[bytes]:
+    for event in events:
+        yield event

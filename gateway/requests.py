@@ -1,0 +1,237 @@
+"""Request parsing and validation: raw HTTP body + headers → ``GatewayRequest``.
+
+Only the fields cachegate reasons about are type-checked; every other field is kept as sent and
+forwarded upstream untouched (it still takes part in the cache scope, see semantic.keys).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from .errors import APIError
+
+__all__ = ["CacheControl", "GatewayRequest", "parse_cache_control", "parse_request"]
+
+Kind = Literal["chat", "completion"]
+
+_Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
+_TopP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+_Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
+_N = Annotated[int, msgspec.Meta(ge=1, le=128)]
+_MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
+_Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)]
+
+
+class _StreamOptions(msgspec.Struct):
+    include_usage: bool | None = None
+
+
+class _Message(msgspec.Struct):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class _Sampling(msgspec.Struct):
+    model: str
+    stream: bool | None = None
+    stream_options: _StreamOptions | None = None
+    temperature: _Temperature | None = None
+    top_p: _TopP | None = None
+    n: _N | None = None
+    max_tokens: _MaxTokens | None = None
+    stop: _Stop | None = None
+    seed: int | None = None
+    presence_penalty: _Penalty | None = None
+    frequency_penalty: _Penalty | None = None
+    user: str | None = None
+
+
+class _ChatBody(_Sampling):
+    messages: Annotated[list[_Message], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=list
+    )
+    max_completion_tokens: _MaxTokens | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+
+
+class _CompletionBody(_Sampling):
+    prompt: str | list[str | int | list[int]] = ""
+    logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheControl:
+    """Per-request cache controls, from headers or the body's ``cache`` object."""
+
+    no_cache: bool = False  # do not read the cache (still store the fresh answer)
+    no_store: bool = False  # do not store the answer
+    namespace: str = ""  # a separate cache partition inside the tenant
+    threshold: float | None = None  # semantic threshold for this request
+    ttl: float | None = None  # seconds the stored answer stays servable
+    max_age: float | None = None  # serve only answers stored at most this many seconds ago
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRequest:
+    """A validated request, ready for the pipeline."""
+
+    kind: Kind
+    model: str
+    #: The JSON body as received minus the ``cache`` extension; forwarded upstream as is.
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    tenant: str
+    control: CacheControl
+
+
+def parse_request(
+    kind: Kind, raw: bytes, headers: Mapping[str, str], tenant: str
+) -> GatewayRequest:
+    """Decode and validate a request body; raises APIError(400) with ``param`` on bad input."""
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise APIError(
+            400,
+            "We could not parse the JSON body of your request. The request body must be valid JSON.",
+            code="invalid_json",
+        ) from None
+    if not isinstance(body, dict):
+        raise APIError(400, "The request body must be a JSON object.", code="invalid_type")
+    if "model" not in body:
+        raise APIError(400, "You must provide a model parameter.", param="model", code="missing")
+    if kind == "chat" and "messages" not in body:
+        raise APIError(
+            400, "Missing required parameter: 'messages'.", param="messages", code="missing"
+        )
+    if kind == "completion" and "prompt" not in body:
+        raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing")
+
+    extension = body.pop("cache", None)
+    spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
+    try:
+        parsed = msgspec.convert(body, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        param, message = _explain(exc)
+        raise APIError(400, message, param=param, code="invalid_value") from None
+    if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
+        raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
+
+    control = parse_cache_control(headers, extension)
+    include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+    return GatewayRequest(
+        kind=kind,
+        model=parsed.model,
+        body=body,
+        stream=bool(parsed.stream),
+        include_usage=include_usage,
+        tenant=tenant,
+        control=control,
+    )
+
+
+def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> CacheControl:
+    """Merge ``cache-control`` / ``x-cache-*`` headers with the body's ``cache`` object.
+
+    >>> parse_cache_control({"cache-control": "no-store", "x-cache-ttl": "60"})
+    CacheControl(no_cache=False, no_store=True, namespace='', threshold=None, ttl=60.0, max_age=None)
+    """
+    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+    no_cache = "no-cache" in directives
+    no_store = "no-store" in directives
+    max_age = None
+    for directive in directives:
+        if directive.startswith("max-age="):
+            max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
+    namespace = headers.get("x-cache-namespace", "")
+    threshold = _number(headers.get("x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
+    ttl = _number(headers.get("x-cache-ttl"), "x-cache-ttl", 0.0, None)
+
+    if extension is not None:
+        if not isinstance(extension, dict):
+            raise APIError(400, "'cache' must be an object.", param="cache", code="invalid_type")
+        for key, value in extension.items():
+            name = key.replace("_", "-")
+            if name in ("no-cache", "no-store"):
+                if not isinstance(value, bool):
+                    raise APIError(400, f"'cache.{key}' must be a boolean.", param=f"cache.{key}")
+                no_cache = no_cache or (name == "no-cache" and value)
+                no_store = no_store or (name == "no-store" and value)
+            elif name == "namespace":
+                if not isinstance(value, str):
+                    raise APIError(
+                        400, "'cache.namespace' must be a string.", param="cache.namespace"
+                    )
+                namespace = value
+            elif name in ("threshold", "ttl", "max-age"):
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    raise APIError(400, f"'cache.{key}' must be a number.", param=f"cache.{key}")
+                if name == "threshold":
+                    threshold = _number(value, "cache.threshold", 0.0, 1.0)
+                elif name == "ttl":
+                    ttl = _number(value, "cache.ttl", 0.0, None)
+                else:
+                    max_age = _number(value, f"cache.{key}", 0.0, None, allow_zero=True)
+            else:
+                raise APIError(400, f"Unknown cache option '{key}'.", param=f"cache.{key}")
+    if len(namespace) > 128 or not _NAMESPACE.fullmatch(namespace):
+        raise APIError(
+            400,
+            "The cache namespace must be at most 128 letters, digits or '._:-' characters.",
+            param="x-cache-namespace",
+        )
+    return CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
+
+
+def _number(
+    value: Any, param: str, low: float, high: float | None, *, allow_zero: bool = False
+) -> float | None:
+    """A number in [low, high]; with no upper bound it must be > 0 (>= 0 with allow_zero)."""
+    if value is None:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise APIError(400, f"'{param}' must be a number.", param=param) from None
+    if high is not None:
+        inside, bound = low <= number <= high, f"between {low:g} and {high:g}"
+    elif allow_zero:
+        inside, bound = number >= 0, "at least 0"
+    else:
+        inside, bound = number > 0, "greater than 0"
+    if not inside or number != number:  # NaN is never inside
+        raise APIError(400, f"'{param}' must be {bound}, got {value}.", param=param)
+    return number
+
+
+def _explain(exc: msgspec.ValidationError) -> tuple[str | None, str]:
+    message = str(exc)
+    match = re.search(r" - at `\$\.?(.*)`$", message)
+    if not match:
+        return None, f"Invalid request: {message}"
+    param = match.group(1) or None
+    what = message[: match.start()]
+    return param, f"Invalid value for '{param}': {what[:1].lower()}{what[1:]}."

@@ -1,0 +1,151 @@
+"""The gateway's live parts, built from the config and opened/closed by the app's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from semantic.cache import CacheSettings, ResponseCache
+from semantic.store import DiskStore
+
+from .backend import Backend
+from .config import Config, LocalModelConfig, OpenAIModelConfig
+from .errors import APIError
+from .metrics import Metrics
+from .pipeline import Pipeline
+from .upstream import UpstreamBackend
+
+__all__ = ["Runtime"]
+
+log = logging.getLogger(__name__)
+
+#: Builds the backend of a ``local`` model (set by gateway.local when it is importable).
+LocalFactory = Callable[[str, LocalModelConfig, Config], Backend]
+
+
+@dataclass
+class Runtime:
+    """Everything a request needs: config, backends, response cache, pipeline, metrics."""
+
+    config: Config
+    backends: dict[str, Backend]
+    cache: ResponseCache | None
+    pipeline: Pipeline
+    metrics: Metrics
+    started: float = field(default_factory=time.time)
+    _tenants: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        config: Config,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        local_factory: LocalFactory | None = None,
+        response_cache: bool = True,
+    ) -> Runtime:
+        """Wire the parts together (nothing is opened or loaded until ``start``)."""
+        metrics = Metrics()
+        backends: dict[str, Backend] = {}
+        for name, model in config.models.items():
+            if isinstance(model, OpenAIModelConfig):
+                backends[name] = UpstreamBackend(
+                    name,
+                    model,
+                    forward_client_auth=not config.auth.keys,
+                    transport=transport,
+                    on_retry=metrics.on_retry,
+                )
+            else:
+                if local_factory is None:
+                    from .local import LocalBackend
+
+                    local_factory = LocalBackend.from_config
+                backends[name] = local_factory(name, model, config)
+
+        cache: ResponseCache | None = None
+        if response_cache and config.cache.enabled:
+            store = DiskStore(
+                Path(config.data_dir) / "response-cache", max_entries=config.cache.max_entries
+            )
+            cache = ResponseCache(
+                store, CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl)
+            )
+            metrics.gauges("cachegate_cache", "Response cache", lambda: _flat(cache.stats()))
+
+        thresholds = {
+            name: m.semantic_threshold
+            for name, m in config.models.items()
+            if m.semantic_threshold is not None
+        }
+        pipeline = Pipeline(
+            backends,
+            cache,
+            context_turns=config.cache.semantic.context_turns,
+            semantic_thresholds=thresholds,
+        )
+        tenants = {k.key: k.tenant for k in config.auth.keys}
+        return cls(config, backends, cache, pipeline, metrics, _tenants=tenants)
+
+    async def start(self) -> None:
+        Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
+        if self.cache is not None:
+            await self.cache.start()
+        for backend in self.backends.values():
+            start = getattr(backend, "start", None)
+            if start is not None:
+                await start()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
+        if self.cache is not None:
+            await self.cache.close()
+
+    def authenticate(self, authorization: str | None) -> str:
+        """The tenant of a request; raises 401 when keys are configured and this one is not."""
+        if not self._tenants:
+            return "default"
+        token = ""
+        if authorization and authorization[:7].lower() == "bearer ":
+            token = authorization[7:].strip()
+        tenant = self._tenants.get(token)
+        if tenant is None:
+            raise APIError(
+                401,
+                "Incorrect API key provided." if token else "You didn't provide an API key.",
+                code="invalid_api_key",
+            )
+        return tenant
+
+    async def readiness(self) -> dict[str, Any]:
+        models = {name: await b.ready() for name, b in self.backends.items()}
+        return {"ready": all(models.values()), "models": models, "cache": self.cache is not None}
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "uptime_s": round(time.time() - self.started, 1),
+            "models": list(self.backends),
+            "cache": self.cache.stats() if self.cache is not None else None,
+        }
+        for name, backend in self.backends.items():
+            backend_stats = getattr(backend, "stats", None)
+            if backend_stats is not None:
+                out.setdefault("backends", {})[name] = backend_stats()
+        return out
+
+
+def _flat(stats: dict[str, Any], prefix: str = "") -> dict[str, float]:
+    out: dict[str, float] = {}
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}_"))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            out[f"{prefix}{key}"] = value
+    return out

@@ -1,0 +1,221 @@
+"""Server-sent events: parse an upstream stream, assemble it into one response, replay a response.
+
+Streams are OpenAI-shaped: ``data: {chunk}\\n\\n`` events, then ``data: [DONE]\\n\\n``.
+
+* ``SSEParser`` splits a byte stream into events as bytes arrive (no buffering past one event).
+* ``Assembler`` folds chunks into the complete ``chat.completion`` / ``text_completion`` object
+  that the cache stores; ``result()`` is None unless every choice finished.
+* ``replay`` turns a stored object back into chunks, so a cache hit streams like a fresh answer.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+
+__all__ = ["DONE", "Assembler", "SSEParser", "encode_event", "fresh_identity", "replay"]
+
+DONE = b"data: [DONE]\n\n"
+_encode = msgspec.json.Encoder().encode
+
+
+def encode_event(obj: Any) -> bytes:
+    return b"data: " + _encode(obj) + b"\n\n"
+
+
+class SSEParser:
+    """Incremental SSE parser: ``feed(bytes)`` returns the complete events' data fields.
+
+    >>> p = SSEParser()
+    >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
+    ([b'{"a":1}'], [b'[DONE]'])
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self._buffer += data
+        if b"\r" in self._buffer:
+            # A trailing CR may be the first half of CRLF: normalise it once the next byte is in.
+            held = b"\r" if self._buffer.endswith(b"\r") else b""
+            body = self._buffer[: len(self._buffer) - len(held)]
+            self._buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
+        events: list[bytes] = []
+        while True:
+            end = self._buffer.find(b"\n\n")
+            if end < 0:
+                return events
+            block, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
+            lines = [
+                line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+            ]
+            if lines:
+                events.append(b"\n".join(lines))
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes of an event that has not ended yet."""
+        return self._buffer
+
+
+class Assembler:
+    """Folds stream chunks into the complete response object they describe."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "chat" or "completion"
+        self._head: dict[str, Any] = {}
+        self._choices: dict[int, dict[str, Any]] = {}
+        self._usage: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> None:
+        if not self._head:
+            self._head = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint")}
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for delta_choice in chunk.get("choices") or ():
+            index = delta_choice.get("index", 0)
+            choice = self._choices.setdefault(index, _empty_choice(self.kind, index))
+            if self.kind == "chat":
+                _merge_delta(choice["message"], delta_choice.get("delta") or {})
+            else:
+                choice["text"] += delta_choice.get("text") or ""
+            logprobs = delta_choice.get("logprobs")
+            if logprobs:
+                _merge_logprobs(choice, logprobs)
+            if delta_choice.get("finish_reason"):
+                choice["finish_reason"] = delta_choice["finish_reason"]
+
+    def result(self) -> dict[str, Any] | None:
+        """The complete object, or None when a choice never finished (a cut stream)."""
+        if not self._choices or any(c["finish_reason"] is None for c in self._choices.values()):
+            return None
+        obj: dict[str, Any] = {
+            "id": self._head.get("id"),
+            "object": "chat.completion" if self.kind == "chat" else "text_completion",
+            "created": self._head.get("created"),
+            "model": self._head.get("model"),
+            "choices": [self._choices[i] for i in sorted(self._choices)],
+        }
+        if self._head.get("system_fingerprint"):
+            obj["system_fingerprint"] = self._head["system_fingerprint"]
+        if self._usage is not None:
+            obj["usage"] = self._usage
+        return obj
+
+
+def fresh_identity(kind: str) -> tuple[str, int]:
+    """A new response id and creation time (a replayed answer is a new response)."""
+    prefix = "chatcmpl-" if kind == "chat" else "cmpl-"
+    return prefix + secrets.token_hex(12), int(time.time())
+
+
+def replay(response: dict[str, Any], *, kind: str, include_usage: bool) -> Iterator[bytes]:
+    """Stream a stored response as SSE events, ending with ``data: [DONE]``."""
+    rid, created = fresh_identity(kind)
+    head = {
+        "id": rid,
+        "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+        "created": created,
+        "model": response.get("model"),
+    }
+    if response.get("system_fingerprint"):
+        head["system_fingerprint"] = response["system_fingerprint"]
+    for choice in response.get("choices") or ():
+        index = choice.get("index", 0)
+        if kind == "chat":
+            for delta in _chat_deltas(choice.get("message") or {}):
+                yield encode_event({**head, "choices": [_delta_choice(index, delta, None)]})
+            last: dict[str, Any] = _delta_choice(index, {}, choice.get("finish_reason"))
+        else:
+            last = {
+                "index": index,
+                "text": choice.get("text", ""),
+                "logprobs": choice.get("logprobs"),
+                "finish_reason": choice.get("finish_reason"),
+            }
+        if kind == "chat" and choice.get("logprobs") is not None:
+            last["logprobs"] = choice["logprobs"]
+        yield encode_event({**head, "choices": [last]})
+    if include_usage:
+        yield encode_event({**head, "choices": [], "usage": response.get("usage")})
+    yield DONE
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _empty_choice(kind: str, index: int) -> dict[str, Any]:
+    if kind == "chat":
+        return {
+            "index": index,
+            "message": {"role": "assistant", "content": None},
+            "logprobs": None,
+            "finish_reason": None,
+        }
+    return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
+
+
+def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+    for field, value in delta.items():
+        if value is None:
+            continue
+        if field == "role":
+            message["role"] = value
+        elif field in ("content", "refusal", "reasoning_content"):
+            message[field] = (message.get(field) or "") + value
+        elif field == "tool_calls":
+            calls = message.setdefault("tool_calls", [])
+            for part in value:
+                _merge_tool_call(calls, part)
+        elif field == "function_call":
+            call = message.setdefault("function_call", {"name": "", "arguments": ""})
+            call["name"] += value.get("name") or ""
+            call["arguments"] += value.get("arguments") or ""
+        else:
+            message[field] = value
+
+
+def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
+    index = part.get("index", len(calls))
+    while len(calls) <= index:
+        calls.append({"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
+    call = calls[index]
+    if part.get("id"):
+        call["id"] = part["id"]
+    if part.get("type"):
+        call["type"] = part["type"]
+    function = part.get("function") or {}
+    call["function"]["name"] += function.get("name") or ""
+    call["function"]["arguments"] += function.get("arguments") or ""
+
+
+def _merge_logprobs(choice: dict[str, Any], logprobs: dict[str, Any]) -> None:
+    merged = choice["logprobs"] or {}
+    for field, value in logprobs.items():
+        if isinstance(value, list):
+            merged[field] = (merged.get(field) or []) + value
+        else:
+            merged[field] = value
+    choice["logprobs"] = merged
+
+
+def _chat_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield {"role": message.get("role", "assistant"), "content": ""}
+    if message.get("content"):
+        yield {"content": message["content"]}
+    if message.get("refusal"):
+        yield {"refusal": message["refusal"]}
+    for index, call in enumerate(message.get("tool_calls") or ()):
+        yield {"tool_calls": [{"index": index, **call}]}
+    if message.get("function_call"):
+        yield {"function_call": message["function_call"]}
+
+
+def _delta_choice(index: int, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}

@@ -1,0 +1,273 @@
+"""Forwarding to an OpenAI-compatible upstream (OpenAI, vLLM, SGLang, a cachegate worker).
+
+One pooled ``httpx.AsyncClient`` per upstream. Retries (connect errors, 429, 5xx) happen only
+before the first response byte, with exponential backoff and jitter, honouring ``Retry-After``.
+Streams are passed through event by event as they arrive; closing a stream (the client went
+away) closes the upstream connection, which cancels the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import msgspec
+
+from .backend import StreamEvent
+from .config import OpenAIModelConfig
+from .errors import APIError
+from .requests import GatewayRequest
+from .sse import SSEParser
+
+__all__ = ["UpstreamBackend", "UpstreamStream"]
+
+log = logging.getLogger(__name__)
+_decode = msgspec.json.decode
+_encode = msgspec.json.encode
+
+
+class UpstreamBackend:
+    """A configured model served by an OpenAI-compatible HTTP API."""
+
+    def __init__(
+        self,
+        name: str,
+        config: OpenAIModelConfig,
+        *,
+        forward_client_auth: bool,
+        transport: httpx.AsyncBaseTransport | None = None,
+        on_retry: Any = None,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self._forward_client_auth = forward_client_auth
+        self._on_retry = on_retry
+        t = config.timeout
+        self._client = httpx.AsyncClient(
+            base_url=config.base_url.rstrip("/") + "/",
+            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
+            limits=httpx.Limits(
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+            ),
+            transport=transport,
+        )
+
+    # -- Backend ---------------------------------------------------------------------------
+
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+        response = await self._send(request, stream=False, auth=auth)
+        try:
+            raw = await response.aread()
+        except httpx.TimeoutException:
+            raise _timeout(self.name) from None
+        except httpx.TransportError as exc:
+            raise _broken(self.name, exc) from None
+        finally:
+            await response.aclose()
+        try:
+            body = _decode(raw)
+        except msgspec.DecodeError:
+            raise APIError(502, f"Upstream for model '{self.name}' sent invalid JSON.") from None
+        if not isinstance(body, dict):
+            raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
+        return body
+
+    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
+        response = await self._send(request, stream=True, auth=auth)
+        return UpstreamStream(self.name, response)
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.name, "object": "model", "created": 0, "owned_by": "upstream"}
+
+    async def ready(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _payload(self, request: GatewayRequest, stream: bool) -> bytes:
+        body = dict(request.body)
+        body["model"] = self.config.upstream_model or request.model
+        if stream:
+            # NOTE: usage is always asked for, so an assembled stream can be cached with its
+            # usage; the pipeline drops the usage chunk when the client did not ask for it.
+            body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
+        return _encode(body)
+
+    def _headers(self, auth: str | None) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "application/json"}
+        if self.config.api_key:
+            headers["authorization"] = f"Bearer {self.config.api_key}"
+        elif auth and self._forward_client_auth:
+            headers["authorization"] = auth
+        return headers
+
+    async def _send(
+        self, request: GatewayRequest, *, stream: bool, auth: str | None
+    ) -> httpx.Response:
+        path = "chat/completions" if request.kind == "chat" else "completions"
+        payload = self._payload(request, stream)
+        headers = self._headers(auth)
+        if stream:
+            headers["accept"] = "text/event-stream"
+        attempts = self.config.max_retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                built = self._client.build_request("POST", path, content=payload, headers=headers)
+                response = await self._client.send(built, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # Nothing reached the upstream yet, so a retry cannot run the request twice.
+                if last:
+                    if isinstance(exc, httpx.ConnectTimeout):
+                        raise _timeout(self.name) from None
+                    raise _unreachable(self.name, exc) from None
+                await self._backoff(attempt, None, f"connect error: {exc!r}")
+                continue
+            except httpx.TimeoutException:
+                raise _timeout(self.name) from None
+            except httpx.TransportError as exc:
+                raise _broken(self.name, exc) from None
+            if response.status_code < 400:
+                return response
+            retryable = response.status_code == 429 or response.status_code >= 500
+            wait = _retry_after(response.headers.get("retry-after"))
+            if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
+                await response.aclose()
+                await self._backoff(attempt, wait, f"HTTP {response.status_code}")
+                continue
+            raise await _upstream_error(self.name, response)
+        raise AssertionError("unreachable")
+
+    async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
+        delay = retry_after
+        if delay is None:
+            base = self.config.retry_backoff * (2**attempt)
+            delay = base * (0.5 + random.random() / 2)
+        log.info("upstream %s: %s, retry %d in %.2fs", self.name, why, attempt + 1, delay)
+        if self._on_retry is not None:
+            self._on_retry(self.name, why)
+        await asyncio.sleep(min(delay, self.config.max_retry_wait))
+
+
+class UpstreamStream:
+    """Events of an upstream SSE response, as they arrive."""
+
+    def __init__(self, name: str, response: httpx.Response) -> None:
+        self._name = name
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        parser = SSEParser()
+        try:
+            async for data in self._response.aiter_bytes():
+                for event in parser.feed(data):
+                    yield _event(event)
+        except httpx.TimeoutException:
+            raise _timeout(self._name) from None
+        except httpx.TransportError as exc:
+            raise _broken(self._name, exc) from None
+        finally:
+            await self._response.aclose()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _event(data: bytes) -> StreamEvent:
+    raw = b"data: " + data + b"\n\n"
+    if data == b"[DONE]":
+        return StreamEvent(raw, None, done=True)
+    try:
+        chunk = _decode(data)
+    except msgspec.DecodeError:
+        return StreamEvent(raw, None, error=True)
+    if not isinstance(chunk, dict) or "error" in chunk:
+        return StreamEvent(raw, chunk if isinstance(chunk, dict) else None, error=True)
+    return StreamEvent(raw, chunk)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+async def _upstream_error(name: str, response: httpx.Response) -> APIError:
+    status = response.status_code
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError:
+        raw = b""
+    finally:
+        await response.aclose()
+    try:
+        body = _decode(raw)
+        error = body.get("error") if isinstance(body, dict) else None
+    except msgspec.DecodeError:
+        error = None
+    message = ""
+    fields: dict[str, Any] = {}
+    if isinstance(error, dict):
+        message = str(error.get("message") or "")
+        fields = {k: error.get(k) for k in ("type", "param", "code")}
+    elif isinstance(error, str):
+        message = error
+    if not message:
+        message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
+    if status >= 500:
+        return _failure(
+            502,
+            "upstream_error",
+            f"Upstream for model '{name}' failed with HTTP {status}: {message}",
+        )
+    headers = {}
+    if status == 429 and response.headers.get("retry-after"):
+        headers["retry-after"] = response.headers["retry-after"]
+    return APIError(
+        status,
+        message,
+        type=fields.get("type"),
+        param=fields.get("param"),
+        code=fields.get("code"),
+        headers=headers,
+    )
+
+
+def _timeout(name: str) -> APIError:
+    return _failure(504, "upstream_timeout", f"Upstream for model '{name}' timed out.")
+
+
+def _unreachable(name: str, exc: Exception) -> APIError:
+    return _failure(
+        502, "upstream_unreachable", f"Upstream for model '{name}' is unreachable: {exc}"
+    )
+
+
+def _broken(name: str, exc: Exception) -> APIError:
+    return _failure(502, "upstream_error", f"Upstream for model '{name}' broke off: {exc!r}")
+
+
+def _failure(status: int, code: str, message: str) -> APIError:
+    return APIError(status, message, type="upstream_error", code=code)

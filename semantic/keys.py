@@ -1,0 +1,145 @@
+"""Response-cache keys: what must match exactly (scope) and what may match by meaning (question).
+
+A cached answer may be served only to a request that would have produced an equivalent answer.
+So a request splits into:
+
+* **scope** — tenant, namespace, endpoint, model, every output-changing parameter (all body
+  fields except the few listed in ``NON_SCOPE_FIELDS``, unknown ones included), the system
+  prompt, and the conversation before the last user turn;
+* **question** — the text of the last user message, the only part compared by embedding.
+
+``exact`` hashes both; the semantic tier searches only among entries of the same ``scope``.
+
+>>> k1 = chat_key("acme", "", "gpt-4o", {"messages": [{"role": "user", "content": "Hi"}]})
+>>> k2 = chat_key("acme", "", "gpt-4o", {"messages": [{"role": "user", "content": "Hi"}],
+...                                      "temperature": 0.2})
+>>> k1.scope == k2.scope, k1.question == k2.question
+(False, True)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+__all__ = ["NON_SCOPE_FIELDS", "CacheKey", "chat_key", "completion_key", "entry_id"]
+
+#: Body fields that never change the answer's content. Everything else is part of the scope,
+#: including fields cachegate does not know: an unknown field might change the answer, so two
+#: requests that differ in it must not share an entry.
+NON_SCOPE_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "cache",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    """Where an answer lives in the response cache."""
+
+    #: Hex digest of everything that must match exactly (semantic lookups stay inside it).
+    scope: str
+    #: The last user message's text; compared by meaning. Empty when the request has none.
+    question: str
+    #: Hex digest of the full request (scope with the whole conversation, plus the question).
+    exact: str
+    #: False when only an exact hit is safe (no trailing user text, images, legacy prompts).
+    semantic: bool
+
+
+def chat_key(
+    tenant: str,
+    namespace: str,
+    model: str,
+    body: dict[str, Any],
+    context_turns: int | None = None,
+) -> CacheKey:
+    """The key of a chat completion request.
+
+    ``context_turns`` limits how many messages before the last user turn belong to the *semantic*
+    scope (None: all). The exact key always covers the whole conversation.
+    """
+    messages: list[dict[str, Any]] = body.get("messages") or []
+    params = _params(tenant, namespace, "chat", model, body)
+    last = messages[-1] if messages else {}
+    question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
+    semantic = text_only and bool(question.strip())
+    if semantic:
+        earlier = messages[:-1]
+        system = [m for m in earlier if m.get("role") in ("system", "developer")]
+        turns = [m for m in earlier if m.get("role") not in ("system", "developer")]
+        if context_turns is not None:
+            turns = turns[len(turns) - context_turns :] if context_turns else []
+        # The last message's fields other than its text (e.g. "name") belong to the scope.
+        extra = {k: v for k, v in last.items() if k != "content"}
+        scope = _digest([params, system, turns, extra])
+        exact = _digest([params, messages[:-1], extra, question])
+    else:
+        scope = _digest([params, messages])
+        exact = _digest([params, messages, ""])
+    return CacheKey(
+        scope=scope, question=question if semantic else "", exact=exact, semantic=semantic
+    )
+
+
+def completion_key(tenant: str, namespace: str, model: str, body: dict[str, Any]) -> CacheKey:
+    """The key of a legacy completion request: exact match only (a raw prompt has no turns)."""
+    params = _params(tenant, namespace, "completion", model, body)
+    scope = _digest([params, body.get("prompt")])
+    return CacheKey(scope=scope, question="", exact=_digest([scope]), semantic=False)
+
+
+def entry_id(exact: str) -> int:
+    """A stable positive int64 id for an entry (vector-index id), the same on every replica."""
+    return int(exact[:15], 16)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, Any]) -> list[Any]:
+    fields = {k: v for k, v in body.items() if k not in NON_SCOPE_FIELDS}
+    return [tenant, namespace, kind, model, fields]
+
+
+def _canonical(value: Any) -> Any:
+    # 1 and 1.0 mean the same to every API: hash them the same.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def _text(content: Any) -> tuple[str, bool]:
+    """(text, text_only) of a message's content (a string or a list of parts)."""
+    if isinstance(content, str):
+        return content, True
+    if isinstance(content, list):
+        texts = [
+            p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text"
+        ]
+        return "\n".join(texts), len(texts) == len(content)
+    return "", False
+
+
+def _digest(parts: list[Any]) -> str:
+    return hashlib.sha256(_encoder.encode(_canonical(parts))).hexdigest()

@@ -1,0 +1,195 @@
+"""Entry stores: where cached answers live (embedded diskcache here; Redis in semantic.redis_store).
+
+A store holds ``Entry`` objects keyed by their int64 id (``keys.entry_id(exact)``), enforces a
+maximum entry count with least-recently-used eviction and per-entry expiry, and tells its caller
+which ids it dropped so the vector index can follow.
+
+>>> store = DiskStore("/tmp/cachegate-doc", max_entries=1000)
+>>> evicted = await store.put(entry)          # [] until the store is full
+>>> await store.get(entry.id)                 # the entry, or None once expired
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import diskcache
+import msgspec
+
+__all__ = ["DiskStore", "Entry", "EntryStore"]
+
+
+class Entry(msgspec.Struct, kw_only=True):
+    """One cached answer."""
+
+    id: int
+    exact: str  # keys.CacheKey.exact
+    scope: str  # keys.CacheKey.scope
+    question: str  # the last user message ("" for exact-only entries)
+    model: str
+    tenant: str
+    namespace: str
+    #: The complete response object (chat.completion / text_completion) as first served.
+    response: dict[str, Any]
+    created: float  # unix time
+    expires: float | None  # unix time, None: never
+    #: float32 embedding of ``question`` (so the index can be rebuilt without the model).
+    vector: bytes | None = None
+    hits: int = 0
+
+    def expired(self, now: float) -> bool:
+        return self.expires is not None and now >= self.expires
+
+
+class EntryStore(Protocol):
+    """What ResponseCache needs from a store. Every method is safe on the event loop."""
+
+    async def get(self, entry_id: int) -> Entry | None: ...
+    async def put(self, entry: Entry) -> list[int]: ...  # returns the ids evicted for room
+    async def delete(self, ids: list[int]) -> None: ...
+    async def record_hit(self, entry_id: int) -> None: ...
+    async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
+    async def flush(self, namespace: str | None = None) -> list[int]: ...
+    def entries(self) -> Iterator[Entry]: ...  # every live entry (start-up restore)
+    def __len__(self) -> int: ...
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class _Meta:
+    expires: float | None
+    namespace: str
+    hits: int
+    dirty: bool = False
+
+
+class DiskStore:
+    """Entries in a diskcache directory; survives restarts.
+
+    NOTE: diskcache's own eviction is off: it would drop entries without telling the vector
+    index. LRU order and hit counts are kept in memory (rebuilt at start from the stored entries)
+    and hit counts are written back by ``sync()``, never on the hit path.
+    """
+
+    def __init__(self, directory: str | Path, *, max_entries: int) -> None:
+        self._cache = diskcache.Cache(
+            str(directory), eviction_policy="none", size_limit=2**62, cull_limit=0
+        )
+        self._max_entries = max_entries
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder = msgspec.msgpack.Decoder(Entry)
+        self._meta: OrderedDict[int, _Meta] = OrderedDict()
+        self._restore_meta()
+
+    # -- EntryStore ------------------------------------------------------------------------
+
+    async def get(self, entry_id: int) -> Entry | None:
+        meta = self._meta.get(entry_id)
+        if meta is None:
+            return None
+        raw = self._cache.get(entry_id)
+        if raw is None:  # expired inside diskcache, or removed by another process
+            self._meta.pop(entry_id, None)
+            return None
+        entry = self._decoder.decode(raw)
+        entry.hits = meta.hits
+        return entry
+
+    async def put(self, entry: Entry) -> list[int]:
+        expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
+        self._cache.set(entry.id, self._encoder.encode(entry), expire=expire)
+        self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits)
+        self._meta.move_to_end(entry.id)
+        evicted: list[int] = []
+        while len(self._meta) > self._max_entries:
+            oldest, _ = self._meta.popitem(last=False)
+            self._cache.delete(oldest)
+            evicted.append(oldest)
+        return evicted
+
+    async def delete(self, ids: list[int]) -> None:
+        for entry_id in ids:
+            self._meta.pop(entry_id, None)
+            self._cache.delete(entry_id)
+
+    async def record_hit(self, entry_id: int) -> None:
+        meta = self._meta.get(entry_id)
+        if meta is not None:
+            meta.hits += 1
+            meta.dirty = True
+            self._meta.move_to_end(entry_id)
+
+    async def sweep(self) -> list[int]:
+        now = time.time()
+        gone = [i for i, m in self._meta.items() if m.expires is not None and now >= m.expires]
+        await self.delete(gone)
+        self._cache.expire()
+        self.sync()
+        return gone
+
+    async def flush(self, namespace: str | None = None) -> list[int]:
+        ids = [i for i, m in self._meta.items() if namespace is None or m.namespace == namespace]
+        if namespace is None:
+            self._cache.clear()
+            self._meta.clear()
+        else:
+            await self.delete(ids)
+        return ids
+
+    def entries(self) -> Iterator[Entry]:
+        now = time.time()
+        for entry_id in list(self._meta):
+            raw = self._cache.get(entry_id)
+            if raw is None:
+                continue
+            entry = self._decoder.decode(raw)
+            if not entry.expired(now):
+                entry.hits = self._meta[entry_id].hits
+                yield entry
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    async def close(self) -> None:
+        self.sync()
+        self._cache.close()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Write changed hit counts back into the stored entries."""
+        for entry_id, meta in self._meta.items():
+            if not meta.dirty:
+                continue
+            raw = self._cache.get(entry_id)
+            if raw is not None:
+                entry = self._decoder.decode(raw)
+                entry.hits = meta.hits
+                expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
+                self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
+            meta.dirty = False
+
+    def _restore_meta(self) -> None:
+        now = time.time()
+        found: list[tuple[float, int, _Meta]] = []
+        for key in self._cache.iterkeys():
+            raw = self._cache.get(key)
+            if not isinstance(key, int) or raw is None:
+                continue
+            try:
+                entry = self._decoder.decode(raw)
+            except msgspec.DecodeError:
+                self._cache.delete(key)  # written by an incompatible version: drop it
+                continue
+            if entry.expired(now):
+                self._cache.delete(key)
+                continue
+            found.append((entry.created, key, _Meta(entry.expires, entry.namespace, entry.hits)))
+        # Oldest first, so the least recently stored entries are evicted first after a restart.
+        for _, key, meta in sorted(found, key=lambda t: t[0]):
+            self._meta[key] = meta

@@ -1,0 +1,94 @@
+"""Shared fixtures: a fake OpenAI-compatible upstream and live gateways on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from gateway.config import Config, load_config_text
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def upstream_server() -> Iterator[ThreadedServer]:
+    server = ThreadedServer(FakeUpstream()).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def upstream(upstream_server: ThreadedServer) -> FakeUpstream:
+    """The fake upstream, with its counters reset for this test."""
+    app: FakeUpstream = upstream_server.app
+    app.reset()
+    return app
+
+
+class Gateway:
+    """A gateway app served by uvicorn in a thread, and an httpx client for it."""
+
+    def __init__(self, config: Config, **kwargs: Any) -> None:
+        self.config = config
+        self.app = create_app(config, **kwargs)
+        self.server = ThreadedServer(self.app, lifespan="on").start()
+        self.url = self.server.url
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+
+    @property
+    def runtime(self) -> Any:
+        return self.app.state.runtime
+
+    def chat(self, content: str = "hello", **body: Any) -> httpx.Response:
+        headers = body.pop("headers", None)
+        payload = {
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": content}],
+            **body,
+        }
+        return self.http.post("/v1/chat/completions", json=payload, headers=headers)
+
+    def stop(self) -> None:
+        self.http.close()
+        self.server.stop()
+
+
+@pytest.fixture
+def make_gateway(
+    upstream_server: ThreadedServer, tmp_path: Path
+) -> Iterator[Callable[..., Gateway]]:
+    """Build a gateway whose model ``fake-model`` is the fake upstream; extra YAML is merged in."""
+    started: list[Gateway] = []
+
+    def make(extra_yaml: str = "", model_yaml: str = "", **kwargs: Any) -> Gateway:
+        text = f"""
+data_dir: {tmp_path / f"data{len(started)}"}
+models:
+  fake-model:
+    backend: openai
+    base_url: {upstream_server.url}/v1
+    api_key: sk-test
+    retry_backoff: 0.01
+{_indent(model_yaml, 4)}
+{extra_yaml}
+"""
+        gateway = Gateway(load_config_text(text), **kwargs)
+        started.append(gateway)
+        return gateway
+
+    yield make
+    for gateway in started:
+        gateway.stop()
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + line for line in text.strip("\n").splitlines())

@@ -1,0 +1,195 @@
+"""End to end: the official openai SDK → `cachegate serve` (a real process) → fake upstream."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.conftest import ServeProcess
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+
+@pytest.fixture
+def gateway(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> ServeProcess:
+    return serve(f"""
+data_dir: {tmp_path / "data"}
+models:
+  fake-model:
+    backend: openai
+    base_url: {upstream_server.url}/v1
+    api_key: sk-upstream
+    retry_backoff: 0.01
+""")
+
+
+def client(gateway: ServeProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-anything", max_retries=0)
+
+
+def ask(c: openai.OpenAI, question: str, **kwargs: Any) -> Any:
+    return c.chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": question}], **kwargs
+    )
+
+
+def test_sync_exact_hit_never_reaches_upstream(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    c = client(gateway)
+    first = ask(c, "What is the tallest mountain?")
+    second = ask(c, "What is the tallest mountain?")
+    assert first.headers["x-cache"] == "miss" and second.headers["x-cache"] == "exact"
+    a, b = first.parse(), second.parse()
+    assert a.choices[0].message.content == b.choices[0].message.content
+    assert b.usage is not None and b.usage.completion_tokens > 0
+    assert upstream.stats["chat"] == 1
+
+
+def test_sync_streaming_hit_and_usage(gateway: ServeProcess, upstream: FakeUpstream) -> None:
+    c = client(gateway)
+    streamed = "".join(
+        chunk.choices[0].delta.content or ""
+        for chunk in c.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "Stream a poem"}], stream=True
+        )
+        if chunk.choices
+    )
+    assert streamed.startswith("answer #")
+    with c.chat.completions.with_streaming_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "Stream a poem"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    ) as raw:
+        assert raw.headers["x-cache"] == "exact"
+        chunks = list(raw.parse())
+    replayed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert replayed == streamed
+    assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+    assert upstream.stats["chat"] == 1
+
+
+def test_no_cache_and_changed_parameters_reach_upstream(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    c = client(gateway)
+    ask(c, "Name a colour")
+    assert (
+        ask(c, "Name a colour", extra_headers={"cache-control": "no-cache"}).headers["x-cache"]
+        == "refresh"
+    )
+    assert (
+        ask(c, "Name a colour", extra_body={"cache": {"no-cache": True}}).headers["x-cache"]
+        == "refresh"
+    )
+    assert ask(c, "Name a colour", temperature=0.1).headers["x-cache"] == "miss"
+    assert ask(c, "Name a colour", max_tokens=3).headers["x-cache"] == "miss"
+    tool = {"type": "function", "function": {"name": "pick", "parameters": {"type": "object"}}}
+    assert ask(c, "Name a colour", tools=[tool]).headers["x-cache"] == "miss"
+    system = c.chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[
+            {"role": "system", "content": "Answer in French."},
+            {"role": "user", "content": "Name a colour"},
+        ],
+    )
+    assert system.headers["x-cache"] == "miss"
+    earlier = c.chat.completions.with_raw_response.create(
+        model="fake-model",
+        messages=[
+            {"role": "user", "content": "I like the sea."},
+            {"role": "assistant", "content": "Nice."},
+            {"role": "user", "content": "Name a colour"},
+        ],
+    )
+    assert earlier.headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 8
+
+
+def test_broken_upstream_stream_is_not_cached(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    c = client(gateway)
+    with pytest.raises(openai.APIError):
+        for _ in c.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "break"}],
+            stream=True,
+            extra_body={"fake": {"break_after": 2}},
+        ):
+            pass
+    assert upstream.stats["streams_broken"] == 1
+    again = ask(c, "break", extra_body={"fake": {"break_after": 2}})  # non-streaming: completes
+    assert again.headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 2
+
+
+def test_errors_are_openai_errors(gateway: ServeProcess, upstream: FakeUpstream) -> None:
+    c = client(gateway)
+    with pytest.raises(openai.NotFoundError) as missing:
+        c.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as bad:
+        c.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "x"}], temperature=5
+        )
+    assert bad.value.param == "temperature"
+    with pytest.raises(openai.InternalServerError) as upstream_down:
+        ask(c, "x", extra_body={"fake": {"status": 500}})
+    assert upstream_down.value.status_code == 502
+    assert [m.id for m in c.models.list()] == ["fake-model"]
+
+
+def test_async_client_concurrent_and_streaming(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    async def run() -> None:
+        c = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk-anything", max_retries=0)
+        questions = [f"question {i}" for i in range(8)]
+        first = await asyncio.gather(*(
+            c.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": q}])
+            for q in questions
+        ))  # fmt: skip
+        second = await asyncio.gather(*(
+            c.chat.completions.with_raw_response.create(model="fake-model", messages=[{"role": "user", "content": q}])
+            for q in questions
+        ))  # fmt: skip
+        assert all(r.headers["x-cache"] == "exact" for r in second)
+        assert [r.parse().choices[0].message.content for r in second] == [
+            r.choices[0].message.content for r in first
+        ]
+        stream = await c.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "question 3"}], stream=True
+        )
+        text = "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
+        assert text == first[3].choices[0].message.content
+        completion = await c.completions.create(model="fake-model", prompt="Say hi", max_tokens=4)
+        assert completion.choices[0].text.startswith("answer #")
+        await c.close()
+
+    asyncio.run(run())
+    assert upstream.stats["chat"] == 8 and upstream.stats["completions"] == 1
+
+
+def test_bad_config_fails_at_start_with_key_path(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.e2e.conftest import CACHEGATE
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server:\n  port: eighty\n")
+    result = subprocess.run(
+        [CACHEGATE, "serve", "--config", str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert f"{bad}: server.port: expected `int`, got `str`" in result.stderr
+    check = subprocess.run(
+        [CACHEGATE, "config", "check", str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert check.returncode == 1 and "server.port" in check.stderr

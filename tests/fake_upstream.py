@@ -1,0 +1,356 @@
+"""A small OpenAI-compatible upstream for tests and benchmarks, which counts what it receives.
+
+Answers are deterministic in the request, plus a serial number, so a test can tell a fresh answer
+(new number) from a cached one (same number)::
+
+    "answer #7 to: What is 2+2? [temperature=0.2 max_tokens=None]"
+
+A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends via
+``extra_body={"fake": {...}}``; the gateway forwards unknown fields untouched):
+
+    delay          seconds before the response starts
+    chunk_delay    seconds between stream events
+    status         answer with this HTTP error status (``fail_times``: only the first N times
+                   this exact body is seen; ``retry_after``: a Retry-After header)
+    break_after    cut the connection after this many stream events (no [DONE])
+    error_event    send an ``{"error": ...}`` event after this many stream events
+    invalid_json   answer 200 with a body that is not JSON
+    finish_reason  finish reason to report (e.g. "content_filter")
+    tool_call      answer with a call of this function name
+    content        answer with this text
+    chunks         number of content pieces a stream is split into (default 4)
+
+Run standalone: ``python -m tests.fake_upstream --port 9999``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import msgspec
+
+_encode = msgspec.json.encode
+_decode = msgspec.json.decode
+
+
+class FakeUpstream:
+    """The ASGI app. ``stats`` counts requests by endpoint and how streams ended."""
+
+    def __init__(self) -> None:
+        self.stats: Counter[str] = Counter()
+        self.last_body: dict[str, Any] = {}
+        self.last_headers: dict[str, str] = {}
+        self._seen: Counter[str] = Counter()
+        self._serial = 0
+
+    def reset(self) -> None:
+        self.stats.clear()
+        self._seen.clear()
+        self.last_body = {}
+        self.last_headers = {}
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path, method = scope["path"], scope["method"]
+        if method == "GET" and path == "/_stats":
+            return await _json(send, 200, dict(self.stats))
+        if method == "POST" and path == "/_reset":
+            self.reset()
+            return await _json(send, 200, {"ok": True})
+        if method == "GET" and path.endswith("/models"):
+            return await _json(
+                send, 200, {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+            )
+        if method != "POST" or not path.endswith(("/chat/completions", "/completions")):
+            return await _json(
+                send, 404, {"error": {"message": "no such route", "type": "invalid_request_error"}}
+            )
+
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        body = _decode(raw)
+        kind = "chat" if path.endswith("/chat/completions") else "completions"
+        self.stats["requests"] += 1
+        self.stats[kind] += 1
+        self.last_body = body
+        self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+        fake = body.get("fake") or {}
+        self._seen[hashlib.sha256(raw).hexdigest()] += 1
+        attempt = self._seen[hashlib.sha256(raw).hexdigest()]
+
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            await self._respond(kind, body, fake, attempt, disconnected, send)
+        finally:
+            watcher.cancel()
+
+    async def _respond(
+        self, kind: str, body: dict[str, Any], fake: dict[str, Any], attempt: int,
+        disconnected: asyncio.Event, send: Any,
+    ) -> None:  # fmt: skip
+        if fake.get("delay"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(disconnected.wait(), fake["delay"])
+            if disconnected.is_set():
+                self.stats["cancelled"] += 1
+                return
+        if fake.get("status") and attempt <= fake.get("fail_times", 10**9):
+            self.stats["errors"] += 1
+            headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
+            message = {"message": f"fake failure {fake['status']}", "type": "server_error"}
+            return await _json(send, fake["status"], {"error": message}, headers)
+        if fake.get("invalid_json"):
+            return await _raw(send, 200, b"{not json", "application/json")
+
+        self._serial += 1
+        answer = self._answer(kind, body, fake)
+        if not body.get("stream"):
+            return await _json(send, 200, answer)
+        await self._stream(kind, body, fake, answer, disconnected, send)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _answer(self, kind: str, body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
+        question = body["messages"][-1].get("content") if kind == "chat" else body.get("prompt")
+        text = fake.get("content") or (
+            f"answer #{self._serial} to: {question} "
+            f"[temperature={body.get('temperature')} max_tokens={body.get('max_tokens')}]"
+        )
+        finish = fake.get("finish_reason", "stop")
+        n = body.get("n") or 1
+        usage = {
+            "prompt_tokens": 11,
+            "completion_tokens": len(text.split()),
+            "total_tokens": 11 + len(text.split()),
+        }
+        created = int(time.time())
+        if kind == "completions":
+            choices = [
+                {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
+                for i in range(n)
+            ]
+            return {"id": f"cmpl-{self._serial}", "object": "text_completion", "created": created,
+                    "model": body["model"], "choices": choices, "usage": usage}  # fmt: skip
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if fake.get("tool_call"):
+            message = {"role": "assistant", "content": None, "tool_calls": [{
+                "id": f"call_{self._serial}", "type": "function",
+                "function": {"name": fake["tool_call"], "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
+            finish = "tool_calls"
+        choices = [
+            {"index": i, "message": message, "logprobs": None, "finish_reason": finish}
+            for i in range(n)
+        ]
+        return {"id": f"chatcmpl-{self._serial}", "object": "chat.completion", "created": created,
+                "model": body["model"], "system_fingerprint": "fp_fake", "choices": choices,
+                "usage": usage}  # fmt: skip
+
+    async def _stream(
+        self, kind: str, body: dict[str, Any], fake: dict[str, Any], answer: dict[str, Any],
+        disconnected: asyncio.Event, send: Any,
+    ) -> None:  # fmt: skip
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        events = list(_chunks(kind, answer, fake.get("chunks", 4)))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**_head(kind, answer), "choices": [], "usage": answer["usage"]})
+        for i, event in enumerate(events):
+            if disconnected.is_set():
+                self.stats["streams_cancelled"] += 1
+                return
+            if fake.get("break_after") is not None and i >= fake["break_after"]:
+                self.stats["streams_broken"] += 1
+                raise ConnectionAbortedError("fake upstream cut the stream")
+            if fake.get("error_event") is not None and i >= fake["error_event"]:
+                error = {"error": {"message": "fake mid-stream failure", "type": "server_error"}}
+                await send(
+                    {
+                        "type": "http.response.body",
+                        "body": b"data: " + _encode(error) + b"\n\n",
+                        "more_body": False,
+                    }
+                )
+                self.stats["streams_errored"] += 1
+                return
+            chunk = b"data: " + _encode(event) + b"\n\n"
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if fake.get("chunk_delay"):
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(disconnected.wait(), fake["chunk_delay"])
+        if disconnected.is_set():
+            self.stats["streams_cancelled"] += 1
+            return
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        self.stats["streams_completed"] += 1
+
+
+def _head(kind: str, answer: dict[str, Any]) -> dict[str, Any]:
+    obj = "chat.completion.chunk" if kind == "chat" else "text_completion"
+    return {
+        "id": answer["id"],
+        "object": obj,
+        "created": answer["created"],
+        "model": answer["model"],
+    }
+
+
+def _chunks(kind: str, answer: dict[str, Any], pieces: int) -> Any:
+    head = _head(kind, answer)
+    for choice in answer["choices"]:
+        index = choice["index"]
+        if kind == "completions":
+            text = choice["text"]
+            for part in _split(text, pieces):
+                yield {
+                    **head,
+                    "choices": [
+                        {"index": index, "text": part, "logprobs": None, "finish_reason": None}
+                    ],
+                }
+            yield {
+                **head,
+                "choices": [
+                    {
+                        "index": index,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": choice["finish_reason"],
+                    }
+                ],
+            }
+            continue
+        message = choice["message"]
+        yield {
+            **head,
+            "choices": [
+                {
+                    "index": index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "finish_reason": None,
+                }
+            ],
+        }
+        for part in _split(message.get("content") or "", pieces):
+            yield {
+                **head,
+                "choices": [{"index": index, "delta": {"content": part}, "finish_reason": None}],
+            }
+        for t, call in enumerate(message.get("tool_calls") or ()):
+            first = {
+                "index": t,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            yield {
+                **head,
+                "choices": [
+                    {"index": index, "delta": {"tool_calls": [first]}, "finish_reason": None}
+                ],
+            }
+            for part in _split(call["function"]["arguments"], 2):
+                more = {"index": t, "function": {"arguments": part}}
+                yield {
+                    **head,
+                    "choices": [
+                        {"index": index, "delta": {"tool_calls": [more]}, "finish_reason": None}
+                    ],
+                }
+        yield {
+            **head,
+            "choices": [{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}],
+        }
+
+
+def _split(text: str, pieces: int) -> list[str]:
+    if not text:
+        return []
+    size = max(1, -(-len(text) // max(pieces, 1)))
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+async def _json(send: Any, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    await _raw(send, status, _encode(obj), "application/json", headers)
+
+
+async def _raw(
+    send: Any, status: int, body: bytes, media: str, headers: dict[str, str] | None = None
+) -> None:
+    hdrs = [(b"content-type", media.encode()), (b"content-length", str(len(body)).encode())]
+    hdrs += [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+class ThreadedServer:
+    """Runs an ASGI app with uvicorn on 127.0.0.1 in a background thread (tests, benchmarks)."""
+
+    def __init__(self, app: Any, port: int = 0, lifespan: str = "off") -> None:
+        import socket
+
+        import uvicorn
+
+        self.app = app
+        self._socket = socket.socket()
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", port))
+        self.port = self._socket.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, log_level="warning", http="httptools", lifespan=lifespan, access_log=False
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, daemon=True, name="fake-upstream")
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve(sockets=[self._socket]))
+
+    def start(self) -> ThreadedServer:
+        self._thread.start()
+        deadline = time.time() + 10
+        while not self._server.started:
+            if time.time() > deadline:
+                raise RuntimeError("fake upstream did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9999)
+    args = parser.parse_args()
+    uvicorn.run(FakeUpstream(), host=args.host, port=args.port, http="httptools", log_level="warning",
+                access_log=False)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

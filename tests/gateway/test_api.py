@@ -1,0 +1,552 @@
+"""The HTTP API over real HTTP on 127.0.0.1, against the fake upstream."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream
+
+
+def content(response: httpx.Response) -> str:
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def sse_chunks(text: str) -> list[Any]:
+    events = [line[6:] for line in text.split("\n") if line.startswith("data: ")]
+    return [e if e == "[DONE]" else json.loads(e) for e in events]
+
+
+def streamed_text(text: str) -> str:
+    out = ""
+    for chunk in sse_chunks(text):
+        if isinstance(chunk, dict) and chunk.get("choices"):
+            out += chunk["choices"][0].get("delta", {}).get("content") or ""
+    return out
+
+
+# -- caching --------------------------------------------------------------------------------
+
+
+def test_second_identical_request_is_an_exact_hit(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    first = gw.chat("What is the capital of France?")
+    second = gw.chat("What is the capital of France?")
+    assert first.status_code == second.status_code == 200
+    assert first.headers["x-cache"] == "miss"
+    assert second.headers["x-cache"] == "exact"
+    assert content(first) == content(second)
+    assert first.json()["id"] != second.json()["id"]  # a replay is a new response
+    assert int(second.headers["x-cache-age"]) >= 0
+    assert upstream.stats["chat"] == 1
+
+
+def test_output_changing_parameters_miss(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    base = [{"role": "user", "content": "Tell me a joke"}]
+    variants: list[dict[str, Any]] = [
+        {"messages": base},
+        {"messages": base, "temperature": 0.3},
+        {"messages": base, "max_tokens": 12},
+        {"messages": base, "stop": ["\n"]},
+        {"messages": base, "seed": 7},
+        {
+            "messages": base,
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+        },
+        {"messages": base, "response_format": {"type": "json_object"}},
+        {"messages": base, "some_new_provider_field": True},
+        {"messages": [{"role": "system", "content": "Be terse."}, *base]},
+        {
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                *base,
+            ]
+        },
+    ]
+    for body in variants:
+        response = gw.http.post("/v1/chat/completions", json={"model": "fake-model", **body})
+        assert response.headers["x-cache"] == "miss", body
+    assert upstream.stats["chat"] == len(variants)
+    for body in variants:  # and each is now an exact hit of its own
+        response = gw.http.post("/v1/chat/completions", json={"model": "fake-model", **body})
+        assert response.headers["x-cache"] == "exact", body
+    assert upstream.stats["chat"] == len(variants)
+
+
+def test_equivalent_numbers_share_an_entry(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    assert gw.chat("q", temperature=1).headers["x-cache"] == "miss"
+    assert gw.chat("q", temperature=1.0).headers["x-cache"] == "exact"
+    assert gw.chat("q", temperature=1, stream=False).headers["x-cache"] == "exact"
+
+
+def test_no_cache_reaches_upstream_and_refreshes(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    first = content(gw.chat("q1"))
+    fresh = gw.chat("q1", headers={"cache-control": "no-cache"})
+    assert fresh.headers["x-cache"] == "refresh"
+    assert content(fresh) != first  # a new answer (new serial number)
+    assert upstream.stats["chat"] == 2
+    # the refreshed answer replaced the old one
+    assert content(gw.chat("q1")) == content(fresh)
+
+
+def test_no_store_and_body_extension(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    assert gw.chat("q2", headers={"cache-control": "no-store"}).headers["x-cache"] == "miss"
+    assert gw.chat("q2", cache={"no-store": True}).headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 2
+    both = gw.chat("q2", cache={"no-cache": True, "no-store": True})
+    assert both.headers["x-cache"] == "bypass"
+    # the "cache" extension is not forwarded upstream
+    assert "cache" not in upstream.last_body
+    assert gw.chat("q2").headers["x-cache"] == "miss"
+    assert gw.chat("q2").headers["x-cache"] == "exact"
+
+
+def test_namespaces_are_isolated(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("q3", headers={"x-cache-namespace": "team-a"})
+    assert gw.chat("q3", headers={"x-cache-namespace": "team-b"}).headers["x-cache"] == "miss"
+    assert gw.chat("q3", cache={"namespace": "team-a"}).headers["x-cache"] == "exact"
+    assert gw.chat("q3").headers["x-cache"] == "miss"
+
+
+def test_ttl_and_max_age(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("short-lived", headers={"x-cache-ttl": "0.3"})
+    assert gw.chat("short-lived").headers["x-cache"] == "exact"
+    time.sleep(0.4)
+    assert gw.chat("short-lived").headers["x-cache"] == "miss"
+    gw.chat("aged")
+    time.sleep(0.3)
+    assert gw.chat("aged", headers={"cache-control": "max-age=0"}).headers["x-cache"] == "miss"
+    assert gw.chat("aged", headers={"cache-control": "max-age=60"}).headers["x-cache"] == "exact"
+
+
+def test_tenants_from_api_keys_are_isolated(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(
+        "auth:\n  keys:\n    - {key: key-a, tenant: a}\n    - {key: key-b, tenant: b}\n"
+    )
+    assert gw.chat("q4").status_code == 401
+    assert gw.chat("q4", headers={"authorization": "Bearer wrong"}).status_code == 401
+    assert gw.chat("q4", headers={"authorization": "Bearer key-a"}).headers["x-cache"] == "miss"
+    assert gw.chat("q4", headers={"authorization": "Bearer key-b"}).headers["x-cache"] == "miss"
+    assert gw.chat("q4", headers={"authorization": "Bearer key-a"}).headers["x-cache"] == "exact"
+    # the gateway's own key never goes upstream: the configured upstream key does
+    assert upstream.last_headers["authorization"] == "Bearer sk-test"
+
+
+def test_cache_disabled_bypasses(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("cache:\n  enabled: false\n")
+    assert gw.chat("q5").headers["x-cache"] == "bypass"
+    assert gw.chat("q5").headers["x-cache"] == "bypass"
+    assert upstream.stats["chat"] == 2
+
+
+def test_unknown_fields_and_model_name_are_forwarded(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway(model_yaml="upstream_model: real-name")
+    gw.chat("q6", logit_bias={"50256": -100}, x_vendor={"a": [1, 2]})
+    assert upstream.last_body["logit_bias"] == {"50256": -100}
+    assert upstream.last_body["x_vendor"] == {"a": [1, 2]}
+    assert upstream.last_body["model"] == "real-name"
+
+
+def test_incomplete_answers_are_not_cached(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("filtered", fake={"finish_reason": "content_filter"})
+    assert (
+        gw.chat("filtered", fake={"finish_reason": "content_filter"}).headers["x-cache"] == "miss"
+    )
+    assert upstream.stats["chat"] == 2
+
+
+def test_completions_endpoint_caches_exactly(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    body = {"model": "fake-model", "prompt": "Once upon a time", "max_tokens": 5}
+    first = gw.http.post("/v1/completions", json=body)
+    second = gw.http.post("/v1/completions", json=body)
+    assert first.headers["x-cache"] == "miss" and second.headers["x-cache"] == "exact"
+    assert first.json()["choices"][0]["text"] == second.json()["choices"][0]["text"]
+    assert second.json()["object"] == "text_completion"
+    stream = gw.http.post("/v1/completions", json={**body, "stream": True})
+    assert stream.headers["x-cache"] == "exact"
+    text = "".join(c["choices"][0]["text"] for c in sse_chunks(stream.text)[:-1] if c["choices"])
+    assert text == first.json()["choices"][0]["text"]
+    assert upstream.stats["completions"] == 1
+
+
+# -- streaming ------------------------------------------------------------------------------
+
+
+def test_stream_is_cached_and_replayed(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    first = gw.chat("stream me", stream=True)
+    assert first.headers["content-type"].startswith("text/event-stream")
+    assert first.headers["x-cache"] == "miss"
+    assert sse_chunks(first.text)[-1] == "[DONE]"
+    # the client did not ask for usage: the usage chunk the gateway asked for is dropped
+    assert all(c == "[DONE]" or c["choices"] for c in sse_chunks(first.text))
+    replayed = gw.chat("stream me", stream=True, stream_options={"include_usage": True})
+    assert replayed.headers["x-cache"] == "exact"
+    chunks = sse_chunks(replayed.text)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[-2]["choices"] == [] and chunks[-2]["usage"]["completion_tokens"] > 0
+    assert streamed_text(replayed.text) == streamed_text(first.text)
+    # a non-streaming request is answered from the streamed entry too
+    plain = gw.chat("stream me")
+    assert plain.headers["x-cache"] == "exact"
+    assert content(plain) == streamed_text(first.text)
+    assert plain.json()["choices"][0]["finish_reason"] == "stop"
+    assert upstream.stats["chat"] == 1
+
+
+def test_streamed_tool_calls_are_assembled(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("weather?", stream=True, fake={"tool_call": "get_weather"})
+    hit = gw.chat("weather?", fake={"tool_call": "get_weather"})
+    assert hit.headers["x-cache"] == "exact"
+    choice = hit.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    call = choice["message"]["tool_calls"][0]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert call["id"].startswith("call_")
+
+
+def test_broken_stream_is_reported_and_not_cached(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    broken = gw.chat("cut", stream=True, fake={"break_after": 2})
+    assert broken.status_code == 200
+    last = sse_chunks(broken.text)[-1]
+    assert isinstance(last, dict) and "error" in last
+    assert "[DONE]" not in sse_chunks(broken.text)
+    again = gw.chat("cut", stream=True, fake={"break_after": 2})
+    assert again.headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 2
+
+
+def test_error_event_mid_stream_is_forwarded_not_cached(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    failed = gw.chat("err", stream=True, fake={"error_event": 2})
+    assert sse_chunks(failed.text)[-1]["error"]["message"] == "fake mid-stream failure"
+    assert gw.chat("err", stream=True, fake={"error_event": 2}).headers["x-cache"] == "miss"
+
+
+def test_stream_passes_events_through_as_they_arrive(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    body = {"model": "fake-model", "stream": True, "fake": {"chunk_delay": 0.3, "chunks": 3},
+            "messages": [{"role": "user", "content": "slowly"}]}  # fmt: skip
+    started = time.perf_counter()
+    with gw.http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        first_line = next(lines)
+        first_at = time.perf_counter() - started
+        rest = list(lines)
+    total = time.perf_counter() - started
+    assert first_line.startswith("data: ")
+    assert total > 1.0  # five events, 0.3 s apart
+    assert first_at < total / 2  # not buffered until the end
+    assert rest[-2] == "data: [DONE]"
+
+
+def test_client_disconnect_cancels_upstream_stream(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    body = {"model": "fake-model", "stream": True, "fake": {"chunk_delay": 0.2, "chunks": 20},
+            "messages": [{"role": "user", "content": "long"}]}  # fmt: skip
+    with gw.http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        next(lines)
+        next(lines)
+    _wait_for(lambda: upstream.stats["streams_cancelled"] == 1)
+    assert upstream.stats["streams_completed"] == 0
+    assert (
+        gw.chat(
+            "long",
+            stream=True,
+            fake={"chunk_delay": 0.2, "chunks": 20},
+            headers={"cache-control": "no-store"},
+        ).headers["x-cache"]
+        == "miss"
+    )
+
+
+def test_client_disconnect_cancels_upstream_request(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    with pytest.raises(httpx.ReadTimeout):
+        gw.http.post(
+            "/v1/chat/completions",
+            json={
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "slow"}],
+                "fake": {"delay": 5},
+            },
+            timeout=0.5,
+        )
+    _wait_for(lambda: upstream.stats["cancelled"] == 1, timeout=3)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "temperature": "hot",
+            },
+            "temperature",
+        ),
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "temperature": 3,
+            },
+            "temperature",
+        ),
+        (
+            {"model": "fake-model", "messages": [{"role": "wizard", "content": "x"}]},
+            "messages[0].role",
+        ),
+        ({"model": "fake-model", "messages": []}, "messages"),
+        ({"model": "fake-model", "messages": "hi"}, "messages"),
+        ({"model": "fake-model"}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": "fake-model", "messages": [{"role": "user", "content": "x"}], "n": 0}, "n"),
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "stop": ["a", "b", "c", "d", "e"],
+            },
+            "stop",
+        ),
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "stream": "yes",
+            },
+            "stream",
+        ),
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "cache": {"threshold": 2},
+            },
+            "cache.threshold",
+        ),
+        (
+            {
+                "model": "fake-model",
+                "messages": [{"role": "user", "content": "x"}],
+                "cache": {"bogus": 1},
+            },
+            "cache.bogus",
+        ),
+    ],
+)
+def test_invalid_fields_get_400_with_param(
+    make_gateway: Any, upstream: FakeUpstream, body: Any, param: str
+) -> None:
+    gw = make_gateway()
+    response = gw.http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["param"] == param
+    assert error["message"]
+    assert upstream.stats["requests"] == 0
+
+
+def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.http.post(
+        "/v1/chat/completions", content=b'{"model": ', headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    assert gw.http.post("/v1/chat/completions", content=b"[1, 2]").status_code == 400
+    assert (
+        gw.chat("x", headers={"x-cache-threshold": "high"}).json()["error"]["param"]
+        == "x-cache-threshold"
+    )
+    assert gw.chat("x", headers={"x-cache-ttl": "-5"}).status_code == 400
+    assert gw.chat("x", headers={"x-cache-namespace": "a b"}).status_code == 400
+    assert upstream.stats["requests"] == 0
+
+
+def test_unknown_model_is_404(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.http.post(
+        "/v1/chat/completions",
+        json={"model": "gpt-9", "messages": [{"role": "user", "content": "x"}]},
+    )
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "model_not_found"
+
+
+def test_oversized_body_is_413(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("server:\n  max_body_bytes: 2000\n")
+    response = gw.chat("x" * 5000)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "request_too_large"
+    assert gw.chat("small").status_code == 200
+
+
+def test_unknown_route_and_method(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    assert gw.http.get("/v2/nothing").json()["error"]["code"] == "not_found"
+    response = gw.http.get("/v1/chat/completions")
+    assert response.status_code == 405 and "error" in response.json()
+
+
+def test_upstream_5xx_is_retried_then_succeeds(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.chat("flaky", fake={"status": 503, "fail_times": 2})
+    assert response.status_code == 200
+    assert upstream.stats["errors"] == 2 and upstream.stats["chat"] == 3
+    metrics = gw.http.get("/metrics").text
+    assert 'cachegate_upstream_retries_total{model="fake-model",why="HTTP 503"} 2.0' in metrics
+
+
+def test_upstream_5xx_exhausted_is_502_and_not_cached(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    response = gw.chat("down", fake={"status": 500})
+    assert response.status_code == 502
+    assert "HTTP 500" in response.json()["error"]["message"]
+    assert upstream.stats["chat"] == 3  # first try + max_retries (2)
+    stream = gw.chat("down", stream=True, fake={"status": 500})
+    assert stream.status_code == 502 and stream.json()["error"]["type"] == "upstream_error"
+    assert upstream.stats["chat"] == 6
+
+
+def test_upstream_429_honours_retry_after(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(model_yaml="max_retry_wait: 1")
+    started = time.perf_counter()
+    assert (
+        gw.chat("limited", fake={"status": 429, "fail_times": 1, "retry_after": 0.5}).status_code
+        == 200
+    )
+    assert time.perf_counter() - started >= 0.5
+    # a Retry-After longer than max_retry_wait is handed to the client instead of waited for
+    response = gw.chat("limited2", fake={"status": 429, "retry_after": 30})
+    assert response.status_code == 429
+    assert response.headers["retry-after"] == "30"
+    assert response.json()["error"]["message"] == "fake failure 429"
+
+
+def test_upstream_4xx_passes_through(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.chat("bad", fake={"status": 400})
+    assert response.status_code == 400
+    assert response.json()["error"]["message"] == "fake failure 400"
+    assert upstream.stats["chat"] == 1  # 4xx is not retried
+
+
+def test_upstream_timeout_is_504(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(model_yaml="timeout: {read: 0.3}")
+    response = gw.chat("slow", fake={"delay": 2})
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "upstream_timeout"
+    assert gw.chat("slow", fake={"delay": 2}).status_code == 504  # nothing was cached
+
+
+def test_upstream_unreachable_is_502(tmp_path: Any) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+models:
+  fake-model: {{backend: openai, base_url: "http://127.0.0.1:{port}/v1", retry_backoff: 0.01}}
+""")
+    gw = Gateway(config)
+    try:
+        response = gw.chat("anyone?")
+        assert response.status_code == 502
+        assert response.json()["error"]["code"] == "upstream_unreachable"
+    finally:
+        gw.stop()
+
+
+def test_upstream_invalid_json_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.chat("garbled", fake={"invalid_json": True})
+    assert response.status_code == 502
+
+
+# -- other routes ---------------------------------------------------------------------------
+
+
+def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    models = gw.http.get("/v1/models").json()
+    assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["fake-model"]
+    assert gw.http.get("/v1/models/fake-model").json()["id"] == "fake-model"
+    assert gw.http.get("/healthz").json() == {"status": "ok"}
+    assert gw.http.get("/readyz").status_code == 200
+    gw.chat("a", headers={"x-cache-namespace": "ns1"})
+    gw.chat("b", headers={"x-cache-namespace": "ns2"})
+    gw.chat("b", headers={"x-cache-namespace": "ns2"})
+    stats = gw.http.get("/admin/stats").json()
+    assert stats["cache"]["entries"] == 2 and stats["cache"]["hits"]["exact"] == 1
+    flushed = gw.http.post("/admin/cache/flush", json={"namespace": "ns1"}).json()
+    assert flushed["flushed"] == 1
+    assert gw.chat("b", headers={"x-cache-namespace": "ns2"}).headers["x-cache"] == "exact"
+    assert gw.chat("a", headers={"x-cache-namespace": "ns1"}).headers["x-cache"] == "miss"
+    assert gw.http.post("/admin/cache/flush").json()["flushed"] == 2
+    assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
+    metrics = gw.http.get("/metrics").text
+    assert (
+        'cachegate_requests_total{cache="exact",model="fake-model",route="/v1/chat/completions",status="200"}'
+        in metrics
+    )
+    assert "cachegate_cache_entries 0.0" in metrics
+    assert "<title>cachegate</title>" in gw.http.get("/dashboard").text
+
+
+def test_admin_key_and_separate_port(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("admin:\n  api_key: secret\n")
+    assert gw.http.get("/admin/stats").status_code == 401
+    assert gw.http.get("/metrics", headers={"authorization": "Bearer nope"}).status_code == 401
+    assert (
+        gw.http.get("/admin/stats", headers={"authorization": "Bearer secret"}).status_code == 200
+    )
+    assert gw.http.get("/dashboard?key=secret").status_code == 200
+
+
+def _wait_for(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        if time.time() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)

@@ -1,0 +1,150 @@
+"""Configuration: YAML → typed frozen objects, with clear errors; `cachegate config check`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from gateway.config import (
+    BUNDLED_MODEL_NAME,
+    ConfigError,
+    LocalModelConfig,
+    OpenAIModelConfig,
+    default_config,
+    dump_config,
+    load_config,
+    load_config_text,
+)
+
+EXAMPLE = Path(__file__).parents[2] / "config.example.yaml"
+
+
+def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-example")
+    config = load_config(EXAMPLE)
+    assert any(
+        isinstance(m, OpenAIModelConfig) and m.api_key == "sk-example"
+        for m in config.models.values()
+    )
+    assert Path(config.data_dir).is_absolute()
+
+
+def test_defaults_serve_the_bundled_model() -> None:
+    config = default_config()
+    assert list(config.models) == [BUNDLED_MODEL_NAME]
+    assert load_config_text("server: {port: 9000}").models == config.models
+
+
+def test_config_is_frozen() -> None:
+    config = load_config_text("")
+    with pytest.raises(AttributeError):
+        config.server.port = 1  # type: ignore[misc]
+
+
+def test_env_expansion_and_typing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CG_PORT", "9123")
+    monkeypatch.setenv("CG_KEY", "sk-live")
+    config = load_config_text("""
+server: {port: "${CG_PORT}"}
+models:
+  m: {backend: openai, base_url: "${CG_BASE:-http://localhost:8000/v1}", api_key: "${CG_KEY}"}
+""")
+    assert config.server.port == 9123
+    model = config.models["m"]
+    assert isinstance(model, OpenAIModelConfig)
+    assert model.base_url == "http://localhost:8000/v1" and model.api_key == "sk-live"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("server: {port: eighty}", "f.yaml: server.port: expected `int`, got `str`"),
+        ("server: {port: 70000}", "f.yaml: server.port: expected `int` <= 65535"),
+        ("server: {prot: 1}", "f.yaml: server: object contains unknown field `prot`"),
+        (
+            "models: {gpt: {backend: openai}}",
+            "f.yaml: models.gpt: object missing required field `base_url`",
+        ),
+        ("models: {gpt: {backend: magic}}", "f.yaml: models.gpt.backend: invalid value 'magic'"),
+        (
+            "models: {x: {backend: openai, base_url: u, timeout: {read: 0}}}",
+            "f.yaml: models.x.timeout.read: expected `float` > 0.0",
+        ),
+        (
+            "models: {x: {backend: openai, base_url: '${CG_UNSET_VAR}'}}",
+            "f.yaml: models.x.base_url: environment variable CG_UNSET_VAR is not set",
+        ),
+        (
+            "cache: {semantic: {threshold: 1.2}}",
+            "f.yaml: cache.semantic.threshold: expected `float` <= 1.0",
+        ),
+        ("cache: {backend: memcached}", "f.yaml: cache.backend: invalid enum value 'memcached'"),
+        ("models: {}", "f.yaml: models: expected a mapping"),
+        ("- a list", "f.yaml: the top level must be a mapping"),
+        ("server: [", "f.yaml: invalid YAML"),
+        (
+            "auth: {keys: [{key: k, tenant: a}, {key: k, tenant: b}]}",
+            "auth.keys[1]: the same key is listed twice",
+        ),
+    ],
+)
+def test_errors_name_file_key_and_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config_text(text, source="f.yaml")
+    assert message in str(error.value)
+
+
+def test_zero_and_one_are_valid_thresholds() -> None:
+    assert load_config_text("cache: {semantic: {threshold: 0}}").cache.semantic.threshold == 0
+    assert load_config_text("cache: {semantic: {threshold: 1}}").cache.semantic.threshold == 1
+
+
+def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
+    (tmp_path / "models" / "mine").mkdir(parents=True)
+    path = tmp_path / "cachegate.yaml"
+    path.write_text("data_dir: ./state\nmodels:\n  mine: {backend: local, source: ./models/mine}\n")
+    config = load_config(path)
+    assert config.data_dir == str(tmp_path / "state")
+    model = config.models["mine"]
+    assert isinstance(model, LocalModelConfig) and model.source == str(tmp_path / "models" / "mine")
+
+
+def test_dump_redacts_secrets() -> None:
+    config = load_config_text("models: {m: {backend: openai, base_url: u, api_key: sk-secret}}")
+    text = dump_config(config)
+    assert "sk-secret" not in text and "'***'" in text
+    assert msgspec.structs.asdict(config.models["m"])["api_key"] == "sk-secret"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_cli_config_check(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("server: {port: 9001}\n")
+    result = run_cli("config", "check", str(good))
+    assert result.returncode == 0, result.stderr
+    assert "port: 9001" in result.stdout and BUNDLED_MODEL_NAME in result.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cache:\n  ttl: soon\n")
+    result = run_cli("config", "check", str(bad))
+    assert result.returncode == 1
+    assert f"{bad}: cache.ttl: expected `float | null`, got `str`" in result.stderr
+    missing = run_cli("config", "check", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def test_cli_help_explains() -> None:
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for word in ("serve", "config", "OpenAI", "--config"):
+        assert word in result.stdout
+    serve_help = run_cli("serve", "--help")
+    assert "--port" in serve_help.stdout and "--host" in serve_help.stdout

@@ -1,0 +1,87 @@
+"""Cache keys: scope (exact match) and question (semantic match)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from semantic.keys import chat_key, completion_key, entry_id
+
+
+def body(*messages: tuple[str, Any], **params: Any) -> dict[str, Any]:
+    return {"messages": [{"role": r, "content": c} for r, c in messages], **params}
+
+
+Q = ("user", "What is the capital of France?")
+
+
+def test_question_is_the_last_user_message() -> None:
+    key = chat_key("t", "", "m", body(("system", "Be brief."), Q))
+    assert key.question == Q[1] and key.semantic
+
+
+def test_output_changing_parameters_change_the_scope_only() -> None:
+    base = chat_key("t", "", "m", body(Q))
+    for params in ({"temperature": 0.5}, {"top_p": 0.9}, {"max_tokens": 5}, {"stop": ["x"]}, {"seed": 1},
+                   {"n": 2}, {"tools": [{"type": "function"}]}, {"tool_choice": "auto"},
+                   {"response_format": {"type": "json_object"}}, {"unknown_vendor_flag": True}):  # fmt: skip
+        other = chat_key("t", "", "m", body(Q, **params))
+        assert other.scope != base.scope and other.exact != base.exact, params
+        assert other.question == base.question
+
+
+def test_fields_that_do_not_change_the_answer_are_ignored() -> None:
+    base = chat_key("t", "", "m", body(Q))
+    same = chat_key("t", "", "m", body(Q, stream=True, stream_options={"include_usage": True}, user="u1",
+                                       metadata={"a": "b"}, cache={"ttl": 5}))  # fmt: skip
+    assert same == base
+
+
+def test_tenant_namespace_model_system_prompt_and_history_change_the_scope() -> None:
+    base = chat_key("t", "", "m", body(Q))
+    variants = [
+        chat_key("t2", "", "m", body(Q)),
+        chat_key("t", "ns", "m", body(Q)),
+        chat_key("t", "", "m2", body(Q)),
+        chat_key("t", "", "m", body(("system", "Answer in French."), Q)),
+        chat_key("t", "", "m", body(("user", "Hi"), ("assistant", "Hello"), Q)),
+    ]
+    assert len({v.scope for v in variants} | {base.scope}) == len(variants) + 1
+
+
+def test_context_turns_limits_the_semantic_scope_not_the_exact_key() -> None:
+    history_a = body(("user", "A?"), ("assistant", "a"), ("user", "B?"), ("assistant", "b"), Q)
+    history_b = body(("user", "Z?"), ("assistant", "z"), ("user", "B?"), ("assistant", "b"), Q)
+    a2, b2 = chat_key("t", "", "m", history_a, 2), chat_key("t", "", "m", history_b, 2)
+    assert a2.scope == b2.scope and a2.exact != b2.exact
+    assert chat_key("t", "", "m", history_a).scope != chat_key("t", "", "m", history_b).scope
+    assert chat_key("t", "", "m", history_a, 0).scope == chat_key("t", "", "m", body(Q), 0).scope
+
+
+def test_requests_without_trailing_user_text_are_exact_only() -> None:
+    tool_turn = {
+        "messages": [
+            {"role": "user", "content": "w?"},
+            {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+        ]
+    }
+    image = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this"},
+                                                       {"type": "image_url", "image_url": {"url": "data:..."}}]}]}  # fmt: skip
+    for b in (tool_turn, image):
+        key = chat_key("t", "", "m", b)
+        assert not key.semantic and key.question == ""
+    other_image = {"messages": [{"role": "user", "content": [{"type": "text", "text": "what is this"},
+                                                             {"type": "image_url", "image_url": {"url": "data:2"}}]}]}  # fmt: skip
+    assert chat_key("t", "", "m", image).exact != chat_key("t", "", "m", other_image).exact
+
+
+def test_integral_floats_hash_like_ints() -> None:
+    assert chat_key("t", "", "m", body(Q, temperature=1)) == chat_key(
+        "t", "", "m", body(Q, temperature=1.0)
+    )
+
+
+def test_completion_keys_and_entry_ids() -> None:
+    a = completion_key("t", "", "m", {"prompt": "Once", "max_tokens": 3})
+    b = completion_key("t", "", "m", {"prompt": "Once", "max_tokens": 4})
+    assert a.exact != b.exact and not a.semantic
+    assert 0 < entry_id(a.exact) < 2**63 and entry_id(a.exact) == entry_id(a.exact)

@@ -1,0 +1,71 @@
+"""The embedded entry store: persistence, LRU eviction, expiry, namespaces."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from semantic.keys import entry_id
+from semantic.store import DiskStore, Entry
+
+
+def entry(n: int, *, namespace: str = "", expires: float | None = None) -> Entry:
+    exact = hashlib.sha256(str(n).encode()).hexdigest()
+    return Entry(id=entry_id(exact), exact=exact, scope="s", question=f"q{n}", model="m", tenant="t",
+                 namespace=namespace, response={"n": n}, created=time.time() + n * 1e-3, expires=expires)  # fmt: skip
+
+
+async def test_put_get_and_restart(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    e = entry(1)
+    assert await store.put(e) == []
+    got = await store.get(e.id)
+    assert got is not None and got.response == {"n": 1}
+    await store.record_hit(e.id)
+    await store.record_hit(e.id)
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=10)
+    again = await reopened.get(e.id)
+    assert again is not None and again.hits == 2
+    assert [x.id for x in reopened.entries()] == [e.id]
+    await reopened.close()
+
+
+async def test_lru_eviction_reports_evicted_ids(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=3)
+    entries = [entry(i) for i in range(3)]
+    for e in entries:
+        await store.put(e)
+    await store.record_hit(entries[0].id)  # 0 is now the most recently used
+    evicted = await store.put(entry(3))
+    assert evicted == [entries[1].id]
+    assert await store.get(entries[1].id) is None
+    assert await store.get(entries[0].id) is not None
+    assert len(store) == 3
+    await store.close()
+
+
+async def test_expiry_and_sweep(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    short = entry(1, expires=time.time() + 0.2)
+    keep = entry(2)
+    await store.put(short)
+    await store.put(keep)
+    time.sleep(0.3)
+    assert await store.get(short.id) is None
+    assert await store.sweep() == [] or len(store) == 1
+    assert len(store) == 1
+    await store.close()
+
+
+async def test_flush_all_or_one_namespace(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    a, b, c = entry(1, namespace="a"), entry(2, namespace="b"), entry(3, namespace="a")
+    for e in (a, b, c):
+        await store.put(e)
+    assert sorted(await store.flush("a")) == sorted([a.id, c.id])
+    assert await store.get(b.id) is not None and await store.get(a.id) is None
+    assert await store.flush() == [b.id]
+    assert len(store) == 0
+    await store.close()
