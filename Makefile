@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run worker test lint check bench clean
+.PHONY: install run worker test lint check bench clean services
 
 install: $(STAMP)
 
@@ -36,7 +36,15 @@ run: $(STAMP)
 worker: $(STAMP)
 	$(VENV)/bin/cachegate worker $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-test: $(STAMP)
+# The tests start their own redis-server processes (Debian's package), installed here if missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+services:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server (Debian package)"; \
+	  $(SUDO) apt-get install -y -q redis-server >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q redis-server >/dev/null; }; }
+
+test: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from semantic.cache import CacheSettings, ResponseCache
-from semantic.store import DiskStore
+from semantic.store import DiskStore, EntryStore
 
 from .backend import Backend
 from .config import Config, LocalModelConfig, OpenAIModelConfig
@@ -72,9 +72,7 @@ class Runtime:
 
         cache: ResponseCache | None = None
         if response_cache and config.cache.enabled:
-            store = DiskStore(
-                Path(config.data_dir) / "response-cache", max_entries=config.cache.max_entries
-            )
+            store = _entry_store(config)
             cache = ResponseCache(
                 store, CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl)
             )
@@ -139,6 +137,20 @@ class Runtime:
             if backend_stats is not None:
                 out.setdefault("backends", {})[name] = backend_stats()
         return out
+
+
+def _entry_store(config: Config) -> EntryStore:
+    cache = config.cache
+    if cache.backend == "redis":
+        from semantic.redis_store import RedisStore
+
+        return RedisStore(
+            cache.redis.url,
+            max_entries=cache.max_entries,
+            key_prefix=cache.redis.key_prefix,
+            timeout=cache.redis.timeout,
+        )
+    return DiskStore(Path(config.data_dir) / "response-cache", max_entries=cache.max_entries)
 
 
 def _flat(stats: dict[str, Any], prefix: str = "") -> dict[str, float]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import diskcache
 import msgspec
 
-__all__ = ["DiskStore", "Entry", "EntryStore"]
+__all__ = ["DiskStore", "Entry", "EntryStore", "StoreListener"]
 
 
 class Entry(msgspec.Struct, kw_only=True):
@@ -46,6 +46,14 @@ class Entry(msgspec.Struct, kw_only=True):
         return self.expires is not None and now >= self.expires
 
 
+class StoreListener(Protocol):
+    """Told about changes made elsewhere (another replica), so a local index can follow."""
+
+    def on_put(self, entry_id: int, scope: str, vector: bytes | None) -> None: ...
+    def on_delete(self, ids: list[int]) -> None: ...
+    async def on_reset(self) -> None: ...  # state was lost: reload everything from entries()
+
+
 class EntryStore(Protocol):
     """What ResponseCache needs from a store. Every method is safe on the event loop."""
 
@@ -55,8 +63,9 @@ class EntryStore(Protocol):
     async def record_hit(self, entry_id: int) -> None: ...
     async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
     async def flush(self, namespace: str | None = None) -> list[int]: ...
-    def entries(self) -> Iterator[Entry]: ...  # every live entry (start-up restore)
-    def __len__(self) -> int: ...
+    def entries(self) -> AsyncIterator[Entry]: ...  # every live entry (start-up restore)
+    async def follow(self, listener: StoreListener) -> None: ...  # runs until cancelled
+    def __len__(self) -> int: ...  # entries (may lag a little for shared stores)
     async def close(self) -> None: ...
 
 
@@ -141,7 +150,14 @@ class DiskStore:
             await self.delete(ids)
         return ids
 
-    def entries(self) -> Iterator[Entry]:
+    async def entries(self) -> AsyncIterator[Entry]:
+        for entry in self._live_entries():
+            yield entry
+
+    async def follow(self, listener: StoreListener) -> None:
+        """Nothing to follow: this process is the only writer of its directory."""
+
+    def _live_entries(self) -> Iterator[Entry]:
         now = time.time()
         for entry_id in list(self._meta):
             raw = self._cache.get(entry_id)

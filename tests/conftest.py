@@ -92,3 +92,84 @@ models:
 
 def _indent(text: str, n: int) -> str:
     return "\n".join(" " * n + line for line in text.strip("\n").splitlines())
+
+
+class RedisServer:
+    """A real ``redis-server`` (Debian's package) on a free port, for the tests that share a cache.
+
+    ``make test`` and ``.ci/run`` install redis-server when it is missing; a missing binary is a
+    failure here, never a skip.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import shutil
+        import socket
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed (make test installs it: apt-get install redis-server)"
+            )
+        self.binary = binary
+        self.directory = directory
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = int(s.getsockname()[1])
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: Any = None
+
+    def start(self) -> RedisServer:
+        import subprocess
+        import time
+
+        import redis
+
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port)
+        deadline = time.time() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def flushall(self) -> None:
+        import redis
+
+        client = redis.Redis(port=self.port)
+        client.flushall()
+        client.close()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()

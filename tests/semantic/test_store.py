@@ -28,7 +28,7 @@ async def test_put_get_and_restart(tmp_path: Path) -> None:
     reopened = DiskStore(tmp_path, max_entries=10)
     again = await reopened.get(e.id)
     assert again is not None and again.hits == 2
-    assert [x.id for x in reopened.entries()] == [e.id]
+    assert [x.id async for x in reopened.entries()] == [e.id]
     await reopened.close()
 
 

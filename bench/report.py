@@ -1,0 +1,76 @@
+"""Shared helpers for benchmarks: percentiles, result files, and docs/benchmarks.md sections.
+
+Each benchmark owns one section of docs/benchmarks.md, between ``<!-- bench:NAME -->`` and
+``<!-- /bench:NAME -->``; running a benchmark rewrites only its own section, so the page always
+shows the latest run of each, with the command that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+DOC = ROOT / "docs" / "benchmarks.md"
+
+_HEADER = """# Benchmarks
+
+Every figure on this page was produced by the command shown in its section, on the machine
+described there. Ratios are measured side by side in the same run (the machine is shared and
+noisy), so compare ratios rather than absolute times. `make bench` reruns everything.
+"""
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def machine() -> str:
+    cpus = os.cpu_count() or 0
+    return f"{platform.machine()}, {cpus} CPU cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+
+
+def save_json(name: str, data: Any) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2, default=str))
+    return path
+
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def update_section(name: str, markdown: str) -> None:
+    """Replace (or append) this benchmark's section of docs/benchmarks.md."""
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    text = DOC.read_text() if DOC.exists() else _HEADER
+    block = f"<!-- bench:{name} -->\n{markdown.strip()}\n<!-- /bench:{name} -->"
+    pattern = re.compile(
+        rf"<!-- bench:{re.escape(name)} -->.*?<!-- /bench:{re.escape(name)} -->", re.S
+    )
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block + "\n"
+    )
+    DOC.write_text(text)
