@@ -1,0 +1,391 @@
+"""Unit tests for prefix.RadixCache: match, insert, split, lock, eviction, TTL, flush."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from prefix import KVSpan, Match, RadixCache, RadixKey, RadixStats
+from tests.prefix.prefix_fakes import FakeSpan, covered, served, span
+
+NS = "m|tenant:a"
+BPT = 4  # bytes per token of the default fake span
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def key(tokens: list[int] | tuple[int, ...], ns: str = NS) -> RadixKey:
+    return RadixKey(ns, tokens)
+
+
+def put(cache: RadixCache, tokens: list[int], ns: str = NS, **span_kw: int) -> int:
+    return cache.insert(key(tokens, ns), span(tokens, **span_kw))
+
+
+def check(cache: RadixCache) -> RadixStats:
+    cache._check_invariants()
+    stats = cache.stats
+    assert stats.bytes <= stats.max_bytes
+    assert stats.tokens == stats.inserted_tokens - stats.evicted_tokens - stats.flushed_tokens
+    return stats
+
+
+# -- match / insert / split -------------------------------------------------------------
+
+
+def test_fake_span_satisfies_the_protocol() -> None:
+    assert isinstance(span([1, 2]), KVSpan)
+
+
+def test_empty_cache_misses() -> None:
+    cache = RadixCache(1000)
+    m = cache.match(key([1, 2, 3]))
+    assert m == Match(0, ())
+    assert cache.stats.queried_tokens == 3 and cache.stats.hit_tokens == 0
+    cache.lock(m)  # locking a miss is a no-op
+    cache.unlock(m)
+
+
+def test_match_serves_at_most_n_minus_1_tokens() -> None:
+    cache = RadixCache(1000)
+    assert put(cache, [1, 2, 3, 4]) == 4
+    m = cache.match(key([1, 2, 3, 4]))
+    assert m.n_cached == 3
+    assert covered(m) == (1, 2, 3, 4)  # the whole node comes back; the caller uses 3
+    assert served(m) == (1, 2, 3)
+    assert cache.match(key([1])).n_cached == 0
+    assert cache.match(key([])).n_cached == 0
+    assert cache.match(key([1, 2, 3, 4, 5, 6])).n_cached == 4
+
+
+def test_match_ending_inside_a_node_returns_the_node() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4, 5])
+    m = cache.match(key([1, 2, 3, 9, 9]))
+    assert m.n_cached == 3 and covered(m) == (1, 2, 3, 4, 5)
+    assert cache.stats.nodes == 1  # matching never splits
+
+
+def test_insert_stores_only_new_tokens_and_extends_a_leaf() -> None:
+    cache = RadixCache(1000)
+    assert put(cache, [1, 2, 3]) == 3
+    assert put(cache, [1, 2, 3, 4, 5]) == 2
+    m = cache.match(key([1, 2, 3, 4, 5, 6]))
+    assert m.n_cached == 5
+    assert [s.tokens for s in m.spans if isinstance(s, FakeSpan)] == [(1, 2, 3), (4, 5)]
+    stats = check(cache)
+    assert (stats.nodes, stats.tokens, stats.bytes, stats.inserted_tokens) == (2, 5, 5 * BPT, 5)
+
+
+def test_inserting_a_cached_prefix_stores_nothing_and_does_not_split() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4])
+    assert put(cache, [1, 2]) == 0
+    assert put(cache, [1, 2, 3, 4]) == 0
+    assert check(cache).nodes == 1
+
+
+def test_divergence_splits_the_node_via_slice() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4])
+    assert put(cache, [1, 2, 9]) == 1
+    stats = check(cache)
+    assert (stats.nodes, stats.tokens, stats.bytes) == (3, 5, 5 * BPT)
+    m = cache.match(key([1, 2, 3, 4, 7]))
+    assert m.n_cached == 4 and [len(s) for s in m.spans] == [2, 2]
+    assert served(m) == (1, 2, 3, 4)
+    m = cache.match(key([1, 2, 9, 9]))
+    assert m.n_cached == 3 and served(m) == (1, 2, 9)
+    m = cache.match(key([1, 5]))
+    assert m.n_cached == 1 and covered(m) == (1, 2)
+
+
+def test_split_with_per_span_overhead_is_accounted() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4], overhead=10)
+    put(cache, [1, 2, 9], overhead=10)  # the split adds one span's overhead
+    assert check(cache).bytes == 5 * BPT + 3 * 10
+
+
+def test_stored_values_are_copies_made_by_slice() -> None:
+    cache = RadixCache(1000)
+    kv = span([1, 2, 3])
+    cache.insert(key([1, 2, 3]), kv)
+    (stored,) = cache.match(key([1, 2, 3, 4])).spans
+    assert stored is not kv and stored == kv
+
+
+def test_namespaces_never_share_nodes() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3], ns="a")
+    assert cache.match(key([1, 2, 3, 4], ns="b")).n_cached == 0
+    assert put(cache, [1, 2, 3], ns="b") == 3
+    assert cache.tokens_by_namespace() == {"a": 3, "b": 3}
+    assert check(cache).namespaces == 2
+
+
+def test_key_copies_tokens() -> None:
+    tokens = [1, 2, 3]
+    k = RadixKey(NS, tokens)
+    tokens.append(4)
+    assert k.tokens == (1, 2, 3)
+
+
+def test_key_accepts_arrays() -> None:
+    np = pytest.importorskip("numpy")
+    k = RadixKey(NS, np.array([1, 2, 3], dtype=np.int64))
+    assert k.tokens == (1, 2, 3) and all(type(t) is int for t in k.tokens)
+    cache = RadixCache(1000)
+    cache.insert(k, span([1, 2, 3]))
+    assert cache.match(key([1, 2, 3, 4])).n_cached == 3
+
+
+def test_insert_rejects_kv_of_the_wrong_length() -> None:
+    with pytest.raises(ValueError, match="covers 2 tokens"):
+        RadixCache(1000).insert(key([1, 2, 3]), span([1, 2]))
+
+
+def test_bad_config_is_rejected() -> None:
+    with pytest.raises(ValueError):
+        RadixCache(-1)
+    with pytest.raises(ValueError):
+        RadixCache(10, ttl_s=0)
+
+
+# -- eviction ---------------------------------------------------------------------------
+
+
+def test_eviction_is_lru_over_leaves() -> None:
+    clock = Clock()
+    cache = RadixCache(8 * BPT, clock=clock)
+    put(cache, [1, 1, 1, 1])
+    clock.now = 1
+    put(cache, [2, 2, 2, 2])
+    clock.now = 2
+    cache.match(key([1, 1, 1, 1]))  # [1...] is now the most recent
+    clock.now = 3
+    assert put(cache, [3, 3, 3, 3]) == 4
+    assert cache.match(key([2, 2, 2, 2, 2])).n_cached == 0
+    assert cache.match(key([1, 1, 1, 1, 1])).n_cached == 4
+    stats = check(cache)
+    assert (stats.evictions, stats.evicted_tokens) == (1, 4)
+
+
+def test_eviction_takes_children_before_their_parent() -> None:
+    clock = Clock()
+    cache = RadixCache(1000, clock=clock)
+    put(cache, [1, 2])
+    clock.now = 1
+    put(cache, [1, 2, 3])
+    clock.now = 2
+    put(cache, [5])
+    # the parent [1, 2] is as old as its child [3]; the child goes first
+    assert cache.evict(1) == BPT
+    assert cache.match(key([1, 2, 3, 4])).n_cached == 2
+    clock.now = 3
+    assert cache.evict(BPT) == BPT  # [5] is now the LRU leaf
+    assert cache.match(key([5, 5])).n_cached == 0
+    assert cache.evict(10**6) == 2 * BPT
+    assert check(cache).nodes == 0
+
+
+def test_insert_that_cannot_fit_stores_the_prefix_that_fits() -> None:
+    cache = RadixCache(5 * BPT)
+    assert put(cache, [1, 2, 3, 4, 5, 6, 7]) == 5
+    assert served(cache.match(key([1, 2, 3, 4, 5, 6, 7]))) == (1, 2, 3, 4, 5)
+    assert check(cache).bytes == 5 * BPT
+
+
+def test_insert_that_cannot_fit_with_overhead_stores_the_longest_prefix() -> None:
+    cache = RadixCache(5 * BPT + 3)
+    assert put(cache, [1, 2, 3, 4, 5, 6, 7], overhead=3) == 5
+    cache.flush()
+    assert put(cache, [1, 2, 3, 4, 5, 6, 7], overhead=10) == 3
+
+
+def test_zero_budget_stores_nothing() -> None:
+    cache = RadixCache(0)
+    assert put(cache, [1, 2, 3]) == 0
+    stats = check(cache)
+    assert (stats.nodes, stats.bytes, stats.namespaces) == (0, 0, 0)
+
+
+def test_insert_does_not_evict_its_own_path() -> None:
+    cache = RadixCache(6 * BPT)
+    put(cache, [1, 2, 3, 4])
+    assert put(cache, [1, 2, 3, 4, 5, 6, 7, 8]) == 2  # room for 2 of 4; [1..4] stays
+    assert served(cache.match(key([1, 2, 3, 4, 5, 6, 7]))) == (1, 2, 3, 4, 5, 6)
+
+
+def test_split_that_would_overflow_the_budget_is_not_done() -> None:
+    cache = RadixCache(4 * BPT + 10 + 3)
+    put(cache, [1, 2, 3, 4], overhead=10)  # 26 of 29 bytes
+    # splitting costs another 10 bytes of overhead, which cannot be freed: nothing stored
+    assert put(cache, [1, 2, 9], overhead=10) == 0
+    stats = check(cache)
+    assert (stats.nodes, stats.bytes) == (1, 26)
+
+
+# -- locks ------------------------------------------------------------------------------
+
+
+def test_locked_paths_are_not_evicted_or_flushed() -> None:
+    cache = RadixCache(8 * BPT)
+    put(cache, [1, 1, 1, 1])
+    put(cache, [1, 1, 2, 2])  # splits: [1 1] -> [1 1], [2 2]
+    m = cache.match(key([1, 1, 1, 1, 1]))
+    with cache.hold(m) as held:
+        assert held is m
+        assert check(cache).locked_bytes == 4 * BPT
+        assert cache.evict(10**6) == 2 * BPT  # only [2 2] could go
+        assert cache.flush() == 0
+        assert put(cache, [3, 3, 3, 3, 3]) == 4  # fills the budget, evicts nothing locked
+        assert served(cache.match(key([1, 1, 1, 1, 1]))) == (1, 1, 1, 1)
+    assert check(cache).locked_bytes == 0
+    assert cache.flush() == 8 * BPT
+
+
+def test_locks_are_counted() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3])
+    m1 = cache.match(key([1, 2, 3, 4]))
+    m2 = cache.match(key([1, 2, 5]))
+    cache.lock(m1)
+    cache.lock(m2)
+    cache.unlock(m1)
+    assert cache.flush() == 0
+    cache.unlock(m2)
+    with pytest.raises(RuntimeError, match="without a matching lock"):
+        cache.unlock(m2)
+    assert cache.flush() == 3 * BPT
+
+
+def test_splitting_a_locked_node_keeps_both_halves_locked() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4])
+    m = cache.match(key([1, 2, 3, 4, 5]))
+    cache.lock(m)
+    put(cache, [1, 2, 9])
+    assert check(cache).locked_bytes == 4 * BPT
+    assert cache.evict(10**6) == BPT  # only the new leaf [9]
+    cache.unlock(m)
+    assert check(cache).locked_bytes == 0
+    assert cache.evict(10**6) == 4 * BPT
+
+
+def test_locking_an_evicted_match_is_harmless() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2])
+    put(cache, [1, 2, 3, 4])
+    m = cache.match(key([1, 2, 3, 4, 5]))
+    cache.evict(2 * BPT)  # the leaf [3 4] goes; m still owns its spans
+    assert served(m) == (1, 2, 3, 4)
+    put(cache, [1, 2, 3, 4])  # a new [3 4] node, not the one m refers to
+    with cache.hold(m):  # pins what is left of m's path: [1 2]
+        assert check(cache).locked_bytes == 2 * BPT
+    assert check(cache).locked_bytes == 0
+
+
+# -- TTL --------------------------------------------------------------------------------
+
+
+def test_ttl_expires_unused_nodes_leaf_first() -> None:
+    clock = Clock()
+    cache = RadixCache(1000, ttl_s=10, clock=clock)
+    put(cache, [1, 2])
+    clock.now = 5
+    put(cache, [1, 2, 3])  # refreshes [1 2] too
+    put(cache, [7, 7])
+    clock.now = 12
+    cache.match(key([7, 7, 7]))
+    clock.now = 15
+    assert cache.evict_expired() == 3 * BPT
+    stats = check(cache)
+    assert (stats.tokens, stats.expired_tokens, stats.evictions) == (2, 3, 2)
+    clock.now = 22
+    assert cache.match(key([7, 7, 7])).n_cached == 0  # expired lazily
+    assert check(cache).nodes == 0
+
+
+def test_ttl_spares_locked_nodes() -> None:
+    clock = Clock()
+    cache = RadixCache(1000, ttl_s=10, clock=clock)
+    put(cache, [1, 2, 3])
+    m = cache.match(key([1, 2, 3, 4]))
+    cache.lock(m)
+    clock.now = 100
+    assert cache.evict_expired() == 0
+    cache.unlock(m)
+    assert cache.evict_expired() == 3 * BPT
+
+
+# -- flush and stats --------------------------------------------------------------------
+
+
+def test_flush_one_namespace_or_all() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3], ns="a")
+    put(cache, [1, 2, 4], ns="a")
+    put(cache, [1, 2], ns="b")
+    assert cache.flush("a") == 4 * BPT
+    assert cache.tokens_by_namespace() == {"b": 2}
+    assert cache.flush() == 2 * BPT
+    stats = check(cache)
+    assert (stats.nodes, stats.tokens, stats.bytes, stats.flushed_tokens) == (0, 0, 0, 6)
+
+
+def test_stats_count_queries_and_hits() -> None:
+    cache = RadixCache(1000)
+    put(cache, [1, 2, 3, 4])
+    cache.match(key([1, 2, 3, 4]))
+    cache.match(key([9, 9]))
+    stats = check(cache)
+    assert (stats.queries, stats.hits, stats.queried_tokens, stats.hit_tokens) == (2, 1, 6, 3)
+    assert stats.hit_rate == pytest.approx(0.5)
+    assert RadixCache(1).stats.hit_rate == 0.0
+
+
+# -- threads ----------------------------------------------------------------------------
+
+
+def test_concurrent_use_keeps_the_invariants() -> None:
+    cache = RadixCache(300)
+    errors: list[BaseException] = []
+
+    def engine(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(400):
+                tokens = [rng.randrange(3) for _ in range(rng.randrange(1, 12))]
+                k = key(tokens, ns=f"ns{rng.randrange(2)}")
+                with cache.hold(cache.match(k)) as m:
+                    assert served(m) == tuple(tokens[: m.n_cached])
+                    cache.insert(k, span(tokens))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def admin() -> None:
+        try:
+            for i in range(200):
+                assert cache.stats.bytes <= 300
+                if i % 20 == 0:
+                    cache.flush("ns0" if i % 40 else None)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=engine, args=(s,)) for s in range(4)]
+    threads.append(threading.Thread(target=admin))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert check(cache).locked_bytes == 0

@@ -1,0 +1,332 @@
+"""Property tests: RadixCache against a brute-force reference model.
+
+The model keeps no tree. It stores segments (the cache's nodes, each as the full token
+path from its namespace's root plus where the segment starts on it) in a flat dict and
+answers every question by scanning: which prefixes are stored, which segments are
+leaves, which leaf is least recently used, who holds which lock. Random programs of
+inserts, matches, locks, evictions, clock jumps and flushes over a 3-token alphabet
+(so that prefixes collide and nodes split) must give exactly the same answers, spans,
+byte counts and stats as the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from prefix import Match, RadixCache, RadixKey
+from tests.prefix.prefix_fakes import FakeSpan, covered, span
+
+NAMESPACES = ("a", "b")
+token_lists = st.lists(st.integers(0, 2), max_size=10)
+
+
+@dataclass
+class Seg:
+    """One node: it holds `path[start:]`, the tail of the path from its root."""
+
+    id: int
+    ns: str
+    path: tuple[int, ...]
+    start: int
+    last: float
+    nbytes: int
+
+    def holds(self, ns: str, prefix: tuple[int, ...]) -> bool:
+        """Whether the last token of `prefix` is stored in this segment."""
+        n = len(prefix)
+        return ns == self.ns and self.start < n <= len(self.path) and self.path[:n] == prefix
+
+
+@dataclass
+class Model:
+    max_bytes: int
+    ttl_s: float | None
+    bytes_per_token: int
+    overhead: int
+    segs: dict[int, Seg] = field(default_factory=dict)
+    handles: dict[int, set[int]] = field(default_factory=dict)  # match -> segment ids
+    locks: list[int] = field(default_factory=list)  # handles locked, with repeats
+    next_id: int = 0
+    counters: dict[str, int] = field(default_factory=dict)
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id
+
+    def nbytes(self, n_tokens: int) -> int:
+        return n_tokens * self.bytes_per_token + self.overhead
+
+    def lock_count(self, seg: Seg) -> int:
+        return sum(seg.id in self.handles[h] for h in self.locks)
+
+    def is_leaf(self, seg: Seg) -> bool:
+        n = len(seg.path)
+        return not any(
+            s.ns == seg.ns and s.start == n and s.path[:n] == seg.path for s in self.segs.values()
+        )
+
+    def stored_len(self, ns: str, tokens: tuple[int, ...], limit: int) -> int:
+        n = 0
+        while n < limit and any(s.holds(ns, tokens[: n + 1]) for s in self.segs.values()):
+            n += 1
+        return n
+
+    def path_segs(self, ns: str, tokens: tuple[int, ...], n: int) -> list[Seg]:
+        """Segments holding tokens[:1] .. tokens[:n], root first."""
+        segs = [s for s in self.segs.values() if s.holds(ns, tokens[: s.start + 1])]
+        return sorted((s for s in segs if s.start < n), key=lambda s: s.start)
+
+    def remove(self, victims: list[Seg], reason: str) -> int:
+        if victims:
+            event(f"removed: {reason}")
+        for seg in victims:
+            del self.segs[seg.id]
+            self.count(f"{reason}_tokens", len(seg.path) - seg.start)
+            self.count("evictions" if reason != "flushed" else "flushes")
+        return sum(seg.nbytes for seg in victims)
+
+    def expire(self, now: float) -> int:
+        if self.ttl_s is None:
+            return 0
+        ttl = self.ttl_s
+        victims = [s for s in self.segs.values() if now - s.last >= ttl and not self.lock_count(s)]
+        return self.remove(victims, "expired")
+
+    def evict(self, n_bytes: int) -> int:
+        freed = 0
+        while freed < n_bytes:
+            leaves = [s for s in self.segs.values() if self.is_leaf(s) and not self.lock_count(s)]
+            if not leaves:
+                break
+            freed += self.remove([min(leaves, key=lambda s: s.last)], "evicted")
+        return freed
+
+    def match(self, ns: str, tokens: tuple[int, ...], now: float) -> tuple[int, list[Seg]]:
+        self.expire(now)
+        self.count("queries")
+        self.count("queried_tokens", len(tokens))
+        n = self.stored_len(ns, tokens, len(tokens) - 1)
+        segs = self.path_segs(ns, tokens, n)
+        for seg in segs:
+            seg.last = now
+        self.count("hits", n > 0)
+        self.count("hit_tokens", n)
+        return n, segs
+
+    def insert(self, ns: str, tokens: tuple[int, ...], now: float) -> int:
+        self.expire(now)
+        n = len(tokens)
+        start = self.stored_len(ns, tokens, n)
+        path = self.path_segs(ns, tokens, start)
+        if start == n:
+            for seg in path:
+                seg.last = now
+            return 0
+        tmp = self.new_id()  # the insert locks its own path while it makes room
+        self.handles[tmp] = {s.id for s in path}
+        self.locks.append(tmp)
+        cut = path[-1] if path and len(path[-1].path) > start else None
+        extra = self.overhead if cut else 0  # a split makes one more span
+        self.evict(self.bytes() + extra + self.nbytes(n - start) - self.max_bytes)
+        self.locks.remove(tmp)
+        room = self.max_bytes - self.bytes() - extra
+        stored = max((m for m in range(n - start + 1) if self.nbytes(m) <= room), default=0)
+        event("insert: " + ("all" if stored == n - start else "some" if stored else "none"))
+        if stored == 0:
+            return 0
+        if cut is not None:
+            event(f"split, overhead {self.overhead}")
+            upper = Seg(self.new_id(), ns, tokens[:start], cut.start, now, 0)
+            upper.nbytes = self.nbytes(start - cut.start)
+            cut.start = start
+            cut.nbytes = self.nbytes(len(cut.path) - start)
+            self.segs[upper.id] = upper
+            for ids in self.handles.values():
+                if cut.id in ids:
+                    ids.add(upper.id)
+        leaf = Seg(self.new_id(), ns, tokens[: start + stored], start, now, self.nbytes(stored))
+        self.segs[leaf.id] = leaf
+        for seg in self.path_segs(ns, tokens, start + stored):
+            seg.last = now
+        self.count("inserted_tokens", stored)
+        return stored
+
+    def flush(self, ns: str | None) -> int:
+        victims = [
+            s for s in self.segs.values() if not self.lock_count(s) and (ns is None or s.ns == ns)
+        ]
+        return self.remove(victims, "flushed")
+
+    def bytes(self) -> int:
+        return sum(s.nbytes for s in self.segs.values())
+
+
+class RadixMachine(RuleBasedStateMachine):
+    matches = Bundle("matches")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.locked: list[tuple[Match, int]] = []
+        self.prompts: list[tuple[str, tuple[int, ...]]] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def tick(self) -> float:
+        # a distinct time per operation, so the least recently used leaf is unique
+        self.now += 1
+        return self.now
+
+    @initialize(
+        max_bytes=st.integers(0, 160),
+        ttl_s=st.none() | st.integers(3, 40).map(float),
+        bytes_per_token=st.integers(1, 4),
+        overhead=st.sampled_from([0, 1, 5]),
+        n_warm=st.integers(0, 8),
+        data=st.data(),
+    )
+    def setup(
+        self,
+        max_bytes: int,
+        ttl_s: float | None,
+        bytes_per_token: int,
+        overhead: int,
+        n_warm: int,
+        data: st.DataObject,
+    ) -> None:
+        self.cache = RadixCache(max_bytes, ttl_s=ttl_s, clock=self.clock)
+        self.model = Model(max_bytes, ttl_s, bytes_per_token, overhead)
+        for _ in range(n_warm):  # most runs are short: start them with a populated tree
+            self.insert(data)
+
+    def span(self, tokens: tuple[int, ...]) -> FakeSpan:
+        return span(tokens, self.model.bytes_per_token, self.model.overhead)
+
+    def draw_prompt(self, data: st.DataObject) -> tuple[str, tuple[int, ...]]:
+        """A fresh prompt, or (mostly) one that shares a prefix with an earlier prompt."""
+        if self.prompts and data.draw(st.integers(0, 3), label="derived") > 0:
+            ns, base = data.draw(st.sampled_from(self.prompts))
+            keep = data.draw(st.integers(0, len(base)))
+            tail = data.draw(st.lists(st.integers(0, 2), max_size=5))
+            prompt = ns, base[:keep] + tuple(tail)
+        else:
+            prompt = data.draw(st.sampled_from(NAMESPACES)), tuple(data.draw(token_lists))
+        self.prompts.append(prompt)
+        return prompt
+
+    @rule(data=st.data())
+    def insert(self, data: st.DataObject) -> None:
+        ns, t = self.draw_prompt(data)
+        now = self.tick()
+        assert self.cache.insert(RadixKey(ns, t), self.span(t)) == self.model.insert(ns, t, now)
+
+    @rule(target=matches, data=st.data())
+    def match(self, data: st.DataObject) -> tuple[Match, int]:
+        ns, t = self.draw_prompt(data)
+        now = self.tick()
+        got = self.cache.match(RadixKey(ns, t))
+        n, segs = self.model.match(ns, t, now)
+        assert got.n_cached == n
+        assert covered(got)[:n] == t[:n]
+        spans = [s.tokens for s in got.spans if isinstance(s, FakeSpan)]
+        assert spans == [seg.path[seg.start :] for seg in segs]
+        handle = self.model.new_id()
+        self.model.handles[handle] = {seg.id for seg in segs}
+        return got, handle
+
+    @rule(m=matches)
+    def lock(self, m: tuple[Match, int]) -> None:
+        if not self.model.handles[m[1]] <= self.model.segs.keys():
+            event("lock: partly evicted path")
+        self.cache.lock(m[0])
+        self.model.locks.append(m[1])
+        self.locked.append(m)
+
+    @precondition(lambda self: self.locked)
+    @rule(data=st.data())
+    def unlock(self, data: st.DataObject) -> None:
+        m = self.locked.pop(data.draw(st.integers(0, len(self.locked) - 1)))
+        self.cache.unlock(m[0])
+        self.model.locks.remove(m[1])
+
+    @rule(data=st.data(), m=consumes(matches))
+    def request(self, data: st.DataObject, m: tuple[Match, int]) -> None:
+        """Like the engine: hold an (older) match while inserting."""
+        with self.cache.hold(m[0]):
+            self.model.locks.append(m[1])
+            self.insert(data)
+            self.model.locks.remove(m[1])
+
+    @rule(dt=st.integers(1, 30))
+    def advance_clock(self, dt: int) -> None:
+        self.now += dt
+
+    @rule(n_bytes=st.integers(0, 60))
+    def evict(self, n_bytes: int) -> None:
+        self.tick()
+        assert self.cache.evict(n_bytes) == self.model.evict(n_bytes)
+
+    @rule()
+    def evict_expired(self) -> None:
+        now = self.tick()
+        assert self.cache.evict_expired() == self.model.expire(now)
+
+    @rule(ns=st.none() | st.sampled_from(NAMESPACES))
+    def flush(self, ns: str | None) -> None:
+        self.tick()
+        assert self.cache.flush(ns) == self.model.flush(ns)
+
+    @invariant()
+    def agrees_with_model(self) -> None:
+        if not hasattr(self, "cache"):
+            return
+        self.cache._check_invariants()
+        model, c = self.model, self.model.counters
+        stats = self.cache.stats
+        assert stats.bytes == model.bytes() <= stats.max_bytes
+        assert stats.nodes == len(model.segs)
+        assert stats.tokens == sum(len(s.path) - s.start for s in model.segs.values())
+        locked = [s for s in model.segs.values() if model.lock_count(s)]
+        assert stats.locked_bytes == sum(s.nbytes for s in locked)
+        expected = {
+            "queries": c.get("queries", 0),
+            "hits": c.get("hits", 0),
+            "queried_tokens": c.get("queried_tokens", 0),
+            "hit_tokens": c.get("hit_tokens", 0),
+            "inserted_tokens": c.get("inserted_tokens", 0),
+            "evicted_tokens": c.get("evicted_tokens", 0) + c.get("expired_tokens", 0),
+            "expired_tokens": c.get("expired_tokens", 0),
+            "flushed_tokens": c.get("flushed_tokens", 0),
+            "evictions": c.get("evictions", 0),
+        }
+        assert {name: getattr(stats, name) for name in expected} == expected
+        by_ns: dict[str, int] = {}
+        for s in model.segs.values():
+            by_ns[s.ns] = by_ns.get(s.ns, 0) + len(s.path) - s.start
+        assert self.cache.tokens_by_namespace() == by_ns
+        assert stats.namespaces == len(by_ns)
+
+
+RadixMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_radix_cache_matches_the_model = RadixMachine.TestCase
