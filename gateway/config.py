@@ -37,6 +37,7 @@ __all__ = [
     "ModelConfig",
     "OpenAIModelConfig",
     "RedisConfig",
+    "RoutingConfig",
     "SemanticCacheConfig",
     "ServerConfig",
     "TimeoutConfig",
@@ -99,10 +100,30 @@ class TimeoutConfig(_Base, frozen=True):
     pool: Seconds = 10.0
 
 
+class RoutingConfig(_Base, frozen=True):
+    """How requests spread over a model's ``replicas``."""
+
+    #: prefix: to the replica most likely to hold the prompt's prefix KV (falls back to
+    #: least_loaded); round_robin; least_loaded (fewest requests in flight).
+    policy: Literal["prefix", "round_robin", "least_loaded"] = "prefix"
+    #: Share of the prompt a replica must already hold to be preferred.
+    min_match: Fraction = 0.5
+    #: Requests in flight above the least-loaded replica at which prefix affinity yields.
+    max_imbalance: NonNegativeInt = 4
+    #: Prompt bytes the router remembers per gateway (LRU beyond).
+    tree_bytes: PositiveInt = 64 * 1024 * 1024
+    #: Seconds a replica that failed to answer is avoided.
+    down_for: Seconds = 10.0
+
+
 class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
     """A model served by an OpenAI-compatible HTTP API (OpenAI, vLLM, SGLang, a cachegate worker)."""
 
-    base_url: str
+    #: The API's base URL, e.g. https://api.openai.com/v1 (or use ``replicas``).
+    base_url: str | None = None
+    #: Several base URLs serving the same model; requests are spread by ``routing``.
+    replicas: tuple[str, ...] = ()
+    routing: RoutingConfig = RoutingConfig()
     api_key: str | None = None
     #: Model name sent upstream; defaults to the configured name.
     upstream_model: str | None = None
@@ -116,6 +137,14 @@ class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
     max_connections: PositiveInt = 256
     #: Semantic threshold for this model (overrides cache.semantic.threshold).
     semantic_threshold: Fraction | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.base_url) == bool(self.replicas):
+            raise ValueError("set either base_url or replicas (a list of base URLs)")
+
+    @property
+    def urls(self) -> tuple[str, ...]:
+        return self.replicas or (self.base_url or "",)
 
 
 class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):

@@ -20,7 +20,7 @@ from .config import Config, LocalModelConfig, OpenAIModelConfig
 from .errors import APIError
 from .metrics import Metrics
 from .pipeline import Pipeline
-from .upstream import UpstreamBackend
+from .upstream import ReplicatedBackend, UpstreamBackend
 
 __all__ = ["Runtime"]
 
@@ -56,12 +56,15 @@ class Runtime:
         backends: dict[str, Backend] = {}
         for name, model in config.models.items():
             if isinstance(model, OpenAIModelConfig):
-                backends[name] = UpstreamBackend(
-                    name,
-                    model,
-                    forward_client_auth=not config.auth.keys,
-                    transport=transport,
-                    on_retry=metrics.on_retry,
+                options: dict[str, Any] = {
+                    "forward_client_auth": not config.auth.keys,
+                    "transport": transport,
+                    "on_retry": metrics.on_retry,
+                }
+                backends[name] = (
+                    ReplicatedBackend(name, model, **options)
+                    if len(model.replicas) > 1
+                    else UpstreamBackend(name, model, **options)
                 )
             else:
                 if local_factory is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import functools
 import logging
 import random
 import time
@@ -19,13 +20,14 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import StreamEvent
+from .backend import BackendStream, StreamEvent
 from .config import OpenAIModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
+from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
 
-__all__ = ["UpstreamBackend", "UpstreamStream"]
+__all__ = ["ReplicatedBackend", "UpstreamBackend", "UpstreamStream"]
 
 log = logging.getLogger(__name__)
 _decode = msgspec.json.decode
@@ -41,6 +43,7 @@ class UpstreamBackend:
         config: OpenAIModelConfig,
         *,
         forward_client_auth: bool,
+        base_url: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_retry: Any = None,
     ) -> None:
@@ -50,7 +53,7 @@ class UpstreamBackend:
         self._on_retry = on_retry
         t = config.timeout
         self._client = httpx.AsyncClient(
-            base_url=config.base_url.rstrip("/") + "/",
+            base_url=(base_url or config.urls[0]).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             limits=httpx.Limits(
                 max_connections=config.max_connections,
@@ -157,6 +160,99 @@ class UpstreamBackend:
         if self._on_retry is not None:
             self._on_retry(self.name, why)
         await asyncio.sleep(min(delay, self.config.max_retry_wait))
+
+
+class ReplicatedBackend:
+    """One model served by several replicas, chosen per request by a ``PrefixRouter``.
+
+    A replica that cannot be reached is avoided for ``routing.down_for`` seconds and the request
+    goes to the next choice, so one dead worker costs a failed connect, not an error.
+    """
+
+    def __init__(self, name: str, config: OpenAIModelConfig, **client_options: Any) -> None:
+        self.name = name
+        self.config = config
+        r = config.routing
+        self.router = PrefixRouter(
+            list(config.replicas),
+            policy=r.policy,
+            min_match=r.min_match,
+            max_imbalance=r.max_imbalance,
+            tree_bytes=r.tree_bytes,
+        )
+        self._replicas = [
+            UpstreamBackend(name, config, base_url=url, **client_options) for url in config.replicas
+        ]
+
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+        return await self._routed(request, lambda b: b.complete(request, auth), stream=False)
+
+    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
+        stream: BackendStream = await self._routed(
+            request, lambda b: b.open_stream(request, auth), stream=True
+        )
+        return stream
+
+    def describe(self) -> dict[str, Any]:
+        return self._replicas[0].describe()
+
+    async def ready(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        await asyncio.gather(*(r.close() for r in self._replicas))
+
+    def stats(self) -> dict[str, Any]:
+        return {"routing": self.router.stats()}
+
+    async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
+        prompt = prompt_text(request.body)
+        tried: set[int] = set()
+        while True:
+            route = self.router.choose(prompt, exclude=frozenset(tried))
+            try:
+                result = await call(self._replicas[route.replica])
+            except APIError as exc:
+                self.router.release(route.replica)
+                tried.add(route.replica)
+                if exc.code != "upstream_unreachable" or len(tried) == len(self._replicas):
+                    raise
+                self.router.mark_down(route.replica, self.config.routing.down_for)
+                continue
+            except BaseException:
+                self.router.release(route.replica)
+                raise
+            if not stream:
+                self.router.release(route.replica)
+                return result
+            return _Released(result, functools.partial(self.router.release, route.replica))
+
+
+class _Released:
+    """A stream that tells the router when it is over (ended, broken or closed)."""
+
+    def __init__(self, inner: BackendStream, release: Any) -> None:
+        self._inner = inner
+        self._release = release
+        self._done = False
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        try:
+            async for event in self._inner:
+                yield event
+        finally:
+            self._finish()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self._done:
+            self._done = True
+            self._release()
 
 
 class UpstreamStream:

@@ -67,7 +67,7 @@ models:
         ("server: {prot: 1}", "f.yaml: server: object contains unknown field `prot`"),
         (
             "models: {gpt: {backend: openai}}",
-            "f.yaml: models.gpt: object missing required field `base_url`",
+            "f.yaml: models.gpt: set either base_url or replicas",
         ),
         ("models: {gpt: {backend: magic}}", "f.yaml: models.gpt.backend: invalid value 'magic'"),
         (

@@ -1,0 +1,174 @@
+"""Prefix-affinity routing over several replicas of one model (cachegate workers, vLLM, SGLang).
+
+Each replica keeps its own prefix KV cache, so a prompt is cheapest on the replica that served
+its prefix last. The router remembers, per replica, an approximate prefix tree of the prompts it
+sent there (prompt text as UTF-8 bytes, as SGLang's router does with characters) and sends a
+request to the replica holding the longest prefix of it — unless that match is too short
+(``min_match`` of the prompt) or that replica is too busy (``max_imbalance`` more requests in
+flight than the least-loaded one), in which case the least-loaded replica gets it.
+
+The trees are a ``prefix.RadixCache`` whose spans are byte counts, with a byte budget and
+LRU eviction: what the router remembers ages like what the replicas' caches hold.
+
+    >>> router = PrefixRouter(["http://w1:8081/v1", "http://w2:8081/v1"])
+    >>> pick = router.choose("system: You are ...\\nuser: hi")     # Route(replica=0, matched=0)
+    >>> router.release(pick.replica)                                 # when the request ends
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prefix import Match, RadixCache, RadixKey
+
+__all__ = ["PrefixRouter", "Route", "prompt_text"]
+
+Policy = Literal["prefix", "round_robin", "least_loaded"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a request goes and why."""
+
+    replica: int  # index into the replica list
+    matched: int  # prompt bytes the chosen replica is believed to hold
+    reason: Literal["prefix", "least_loaded", "round_robin"]
+
+
+class PrefixRouter:
+    """Chooses a replica per request; counts requests in flight per replica."""
+
+    def __init__(
+        self,
+        replicas: list[str],
+        *,
+        policy: Policy = "prefix",
+        min_match: float = 0.5,
+        max_imbalance: int = 4,
+        tree_bytes: int = 64 * 1024 * 1024,
+    ) -> None:
+        if not replicas:
+            raise ValueError("a router needs at least one replica")
+        self.replicas = list(replicas)
+        self.policy = policy
+        self._min_match = min_match
+        self._max_imbalance = max_imbalance
+        self._trees = RadixCache(max_bytes=tree_bytes)
+        self._in_flight = [0] * len(replicas)
+        self._rotation = itertools.cycle(range(len(replicas)))
+        self._down_until = [0.0] * len(replicas)
+        self._lock = threading.Lock()
+        self.counts = {"prefix": 0, "least_loaded": 0, "round_robin": 0}
+
+    def choose(self, prompt: str, exclude: frozenset[int] = frozenset()) -> Route:
+        """Pick a replica for ``prompt`` (never one in ``exclude``) and count it in flight."""
+        # A sentinel 0 ends the key: match() serves at most n-1, and the prompt is all of it.
+        tokens = (*prompt.encode("utf-8", "surrogatepass"), 0)
+        with self._lock:
+            candidates = [i for i in range(len(self.replicas)) if i not in exclude]
+            if not candidates:
+                raise ValueError("every replica is excluded")
+            now = time.monotonic()
+            healthy = [i for i in candidates if self._down_until[i] <= now] or candidates
+            route = self._pick(tokens, healthy)
+            self._in_flight[route.replica] += 1
+            self.counts[route.reason] += 1
+            if self.policy == "prefix":
+                self._trees.insert(
+                    RadixKey(self.replicas[route.replica], tokens), _Bytes(len(tokens))
+                )
+            return route
+
+    def release(self, replica: int) -> None:
+        with self._lock:
+            self._in_flight[replica] -= 1
+
+    def mark_down(self, replica: int, seconds: float) -> None:
+        """The replica failed before answering: avoid it for a while, forget its prefixes."""
+        with self._lock:
+            self._down_until[replica] = time.monotonic() + seconds
+            self._trees.flush(self.replicas[replica])
+
+    def stats(self) -> dict[str, Any]:
+        now = time.monotonic()
+        with self._lock:
+            return {
+                "policy": self.policy,
+                "replicas": [
+                    {
+                        "url": url,
+                        "in_flight": self._in_flight[i],
+                        "down": self._down_until[i] > now,
+                        "remembered_bytes": self._trees.tokens_by_namespace().get(url, 0),
+                    }
+                    for i, url in enumerate(self.replicas)
+                ],
+                "routed": dict(self.counts),
+            }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _pick(self, tokens: tuple[int, ...], candidates: list[int]) -> Route:
+        least = min(self._in_flight[i] for i in candidates)
+        if self.policy == "round_robin":
+            while True:
+                i = next(self._rotation)
+                if i in candidates:
+                    return Route(i, 0, "round_robin")
+        if self.policy == "prefix":
+            matches: list[tuple[int, int]] = []
+            for i in candidates:
+                found: Match = self._trees.match(RadixKey(self.replicas[i], tokens))
+                matches.append((found.n_cached, i))
+            matched, best = max(matches, key=lambda m: (m[0], -self._in_flight[m[1]]))
+            prompt_bytes = len(tokens) - 1
+            good_match = matched > 0 and matched >= self._min_match * prompt_bytes
+            if good_match and self._in_flight[best] - least <= self._max_imbalance:
+                return Route(best, matched, "prefix")
+        # least loaded; among equals, rotate so idle replicas share the work
+        idle = [i for i in candidates if self._in_flight[i] == least]
+        for _ in range(len(self.replicas)):
+            i = next(self._rotation)
+            if i in idle:
+                return Route(i, 0, "least_loaded")
+        return Route(idle[0], 0, "least_loaded")
+
+
+class _Bytes:
+    """A span that is only a length: the router remembers which prefixes, not their KV."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        return self.n
+
+    def slice(self, start: int, stop: int) -> _Bytes:
+        return _Bytes(stop - start)
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text a replica's prefix cache sees first: messages in order, or the raw prompt."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts: list[str] = []
+        for message in messages:
+            if not isinstance(message, dict):
+                continue
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            parts.append(f"{message.get('role')}\x1f{content or ''}\x1e")
+        return "".join(parts)
+    prompt = body.get("prompt")
+    return prompt if isinstance(prompt, str) else str(prompt)

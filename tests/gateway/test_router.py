@@ -1,0 +1,143 @@
+"""Prefix-affinity routing over replicas: the policy, and through the API with two upstreams."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from gateway.config import load_config_text
+from gateway.router import PrefixRouter, prompt_text
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+SYSTEM_A = "system\x1fYou are a support agent for ACME Corp. Be polite and precise.\x1e"
+SYSTEM_B = "system\x1fYou translate English into French, word for word.\x1e"
+
+
+def test_same_prefix_goes_to_the_same_replica() -> None:
+    router = PrefixRouter(["r0", "r1", "r2"], min_match=0.5)
+    first_a = router.choose(SYSTEM_A + "user\x1fhi\x1e")
+    router.release(first_a.replica)
+    first_b = router.choose(SYSTEM_B + "user\x1fhello\x1e")
+    router.release(first_b.replica)
+    assert first_a.replica != first_b.replica  # idle replicas share new prefixes
+    for user in ("where is my order", "refund please", "hi again"):
+        route = router.choose(SYSTEM_A + f"user\x1f{user}\x1e")
+        router.release(route.replica)
+        assert route.replica == first_a.replica and route.reason == "prefix"
+        assert route.matched >= len(SYSTEM_A)
+
+
+def test_short_matches_and_busy_replicas_fall_back_to_least_loaded() -> None:
+    router = PrefixRouter(["r0", "r1"], min_match=0.9, max_imbalance=1)
+    a = router.choose(SYSTEM_A + "user\x1fq1\x1e")
+    router.release(a.replica)
+    # shares the system prompt but is much longer: below min_match, so least loaded
+    long_user = "user\x1f" + "x" * 500 + "\x1e"
+    assert router.choose(SYSTEM_A + long_user).reason == "least_loaded"
+    router = PrefixRouter(["r0", "r1"], min_match=0.1, max_imbalance=1)
+    first = router.choose(SYSTEM_A + "user\x1fq\x1e")  # stays in flight
+    second = router.choose(SYSTEM_A + "user\x1fq2\x1e")  # imbalance 1: still affinity
+    assert second.replica == first.replica and second.reason == "prefix"
+    third = router.choose(SYSTEM_A + "user\x1fq3\x1e")  # imbalance would be 2: least loaded
+    assert third.replica != first.replica and third.reason == "least_loaded"
+    assert router.stats()["replicas"][first.replica]["in_flight"] == 2
+
+
+def test_round_robin_exclusion_and_down_replicas() -> None:
+    router = PrefixRouter(["r0", "r1", "r2"], policy="round_robin")
+    picks = [router.choose("same prompt").replica for _ in range(6)]
+    assert sorted(picks) == [0, 0, 1, 1, 2, 2]
+    router = PrefixRouter(["r0", "r1"])
+    assert router.choose("p", exclude=frozenset({0})).replica == 1
+    router.mark_down(1, 60)
+    assert {router.choose(f"p{i}").replica for i in range(4)} == {0}
+    assert router.stats()["replicas"][1]["down"]
+
+
+def test_prompt_text_orders_messages() -> None:
+    body = {
+        "messages": [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": [{"type": "text", "text": "U"}]},
+        ]
+    }
+    assert prompt_text(body) == "system\x1fS\x1euser\x1fU\x1e"
+    assert prompt_text({"prompt": "Once"}) == "Once"
+
+
+def test_replicas_through_the_api(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{enabled: false}}
+models:
+  fake-model:
+    backend: openai
+    replicas: ["{upstream_server.url}/v1", "{second.url}/v1", "{dead}"]
+    max_retries: 0
+    routing: {{min_match: 0.3}}
+""")
+    gw = Gateway(config)
+    try:
+        system = {"role": "system", "content": "You are the ACME support bot. " * 5}
+        for i in range(6):
+            body = {
+                "model": "fake-model",
+                "messages": [system, {"role": "user", "content": f"question {i}"}],
+            }
+            assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+        counts = sorted([upstream.stats["chat"], second.app.stats["chat"]])
+        assert counts == [0, 6]  # one live replica served the whole shared-prefix conversation
+        other = {"role": "system", "content": "Translate to German, please. " * 5}
+        for i in range(4):
+            body = {
+                "model": "fake-model",
+                "messages": [other, {"role": "user", "content": f"q{i}"}],
+                "stream": True,
+            }
+            assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+        assert upstream.stats["chat"] + second.app.stats["chat"] == 10
+        assert (
+            upstream.stats["chat"] > 0 and second.app.stats["chat"] > 0
+        )  # the new prefix went elsewhere
+        stats = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"]
+        assert [r["in_flight"] for r in stats["replicas"]] == [0, 0, 0]
+    finally:
+        gw.stop()
+        second.stop()
+
+
+def test_dead_replica_fails_over(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{enabled: false}}
+models:
+  fake-model:
+    backend: openai
+    replicas: ["{dead}", "{upstream_server.url}/v1"]
+    max_retries: 0
+    routing: {{policy: round_robin}}
+""")
+    gw = Gateway(config)
+    try:
+        for i in range(4):
+            assert gw.chat(f"q{i}").status_code == 200
+            assert gw.chat(f"s{i}", stream=True).status_code == 200
+        assert upstream.stats["chat"] == 8
+        replicas = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"][
+            "replicas"
+        ]
+        assert replicas[0]["down"] and not replicas[1]["down"]
+    finally:
+        gw.stop()
