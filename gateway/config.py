@@ -180,7 +180,8 @@ class ExactCacheConfig(_Base, frozen=True):
 class SemanticCacheConfig(_Base, frozen=True):
     enabled: bool = True
     #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
-    threshold: Fraction = 0.9
+    #: 0.8 is tuned together with the guard; without the guard, 0.9 or more is advisable.
+    threshold: Fraction = 0.8
     #: Run the precision guard after the threshold (rejects negations, changed numbers, ...).
     guard: bool = True
     #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.

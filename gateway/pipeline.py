@@ -78,6 +78,7 @@ class Pipeline:
             )
         control = request.control
         key: CacheKey | None = None
+        vector: Any = None  # the question's embedding: computed once, for lookup and store
         state: CacheState = "bypass"
         if self.cache is not None and not (control.no_cache and control.no_store):
             key = self._key(request)
@@ -89,18 +90,18 @@ class Pipeline:
                 )
                 if found.entry is not None:
                     return self._replay(request, found)
-                state = "miss"
-        store_key = None if control.no_store else key
+                state, vector = "miss", found.vector
+        save = None if control.no_store or key is None else _Save(key, vector)
 
         if request.stream:
             opened = backend.open_stream(request, auth)
             stream = await (watch(opened) if watch else opened)
-            return Reply(state, stream=self._relay(request, stream, store_key))
+            return Reply(state, stream=self._relay(request, stream, save))
 
         pending = backend.complete(request, auth)
         response = await (watch(pending) if watch else pending)
-        if store_key is not None and _complete(response):
-            await self._store(request, store_key, response)
+        if save is not None and _complete(response):
+            await self._store(request, save, response)
         return Reply(state, body=response)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -133,24 +134,23 @@ class Pipeline:
             kind, headers, body={**stored, "id": rid, "created": created}, saved_tokens=saved
         )
 
-    async def _store(
-        self, request: GatewayRequest, key: CacheKey, response: dict[str, Any]
-    ) -> None:
+    async def _store(self, request: GatewayRequest, save: _Save, response: dict[str, Any]) -> None:
         assert self.cache is not None
         try:
             await self.cache.store(
-                key,
+                save.key,
                 response,
                 model=request.model,
                 tenant=request.tenant,
                 namespace=request.control.namespace,
                 ttl=request.control.ttl,
+                vector=save.vector,
             )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
 
     async def _relay(
-        self, request: GatewayRequest, stream: BackendStream, key: CacheKey | None
+        self, request: GatewayRequest, stream: BackendStream, save: _Save | None
     ) -> AsyncIterator[bytes]:
         """Pass events through as they arrive; store the assembled answer if it completed.
 
@@ -158,7 +158,7 @@ class Pipeline:
         right after the last token still leaves a complete answer in the cache, while a stream
         that breaks before ``[DONE]`` (either side) never stores anything.
         """
-        assembler = Assembler(request.kind) if key is not None else None
+        assembler = Assembler(request.kind) if save is not None else None
         try:
             async for event in stream:
                 if event.error:
@@ -166,8 +166,8 @@ class Pipeline:
                     return
                 if event.done:
                     result = assembler.result() if assembler else None
-                    if key is not None and result is not None and _complete(result):
-                        await self._store(request, key, result)
+                    if save is not None and result is not None and _complete(result):
+                        await self._store(request, save, result)
                     yield event.raw
                     return
                 chunk = event.chunk
@@ -186,6 +186,14 @@ class Pipeline:
             yield sse_error(exc)
         finally:
             await stream.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class _Save:
+    """Where a fresh answer goes: its key, and the question's embedding if already computed."""
+
+    key: CacheKey
+    vector: Any
 
 
 def _complete(response: dict[str, Any]) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from semantic.cache import CacheSettings, ResponseCache
+from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.store import DiskStore, EntryStore
 
 from .backend import Backend
@@ -77,7 +77,9 @@ class Runtime:
         if response_cache and config.cache.enabled:
             store = _entry_store(config)
             cache = ResponseCache(
-                store, CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl)
+                store,
+                CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
+                _semantic_settings(config),
             )
             metrics.gauges("cachegate_cache", "Response cache", lambda: _flat(cache.stats()))
 
@@ -127,7 +129,8 @@ class Runtime:
 
     async def readiness(self) -> dict[str, Any]:
         models = {name: await b.ready() for name, b in self.backends.items()}
-        return {"ready": all(models.values()), "models": models, "cache": self.cache is not None}
+        cache = self.cache is None or self.cache.ready
+        return {"ready": all(models.values()) and cache, "models": models, "cache": cache}
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -140,6 +143,22 @@ class Runtime:
             if backend_stats is not None:
                 out.setdefault("backends", {})[name] = backend_stats()
         return out
+
+
+def _semantic_settings(config: Config) -> SemanticSettings | None:
+    semantic = config.cache.semantic
+    if not semantic.enabled:
+        return None
+    index_path = None
+    if config.cache.backend == "disk":  # a shared (Redis) store rebuilds the index from Redis
+        index_path = Path(config.data_dir) / "response-cache" / "vector-index.npz"
+    return SemanticSettings(
+        threshold=semantic.threshold,
+        guard=semantic.guard,
+        embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
+        hnsw_threshold=semantic.hnsw_threshold,
+        index_path=index_path,
+    )
 
 
 def _entry_store(config: Config) -> EntryStore:

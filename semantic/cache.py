@@ -1,10 +1,19 @@
 """The response cache (tier 1): exact lookup, then semantic lookup, and storing answers.
 
-    >>> cache = ResponseCache(DiskStore(path, max_entries=100_000), CacheSettings())
+    >>> cache = ResponseCache(DiskStore(path, max_entries=100_000), CacheSettings(),
+    ...                       SemanticSettings(threshold=0.8))
+    >>> await cache.start()                          # loads the embedder, restores the index
     >>> found = await cache.lookup(key)              # Lookup(kind="exact"|"semantic"|"miss", ...)
     >>> if found.entry is None:
     ...     response = run_the_model()
-    ...     await cache.store(key, response, model=..., tenant=..., namespace=...)
+    ...     await cache.store(key, response, model=..., tenant=..., namespace=...,
+    ...                       vector=found.vector)   # reuse the lookup's embedding
+
+A semantic hit needs three things: the nearest stored question *of the same scope* (scope is
+an exact-match key: tenant, model, parameters, system prompt, earlier turns), a cosine
+similarity at or above the threshold, and the precision guard's agreement (it rejects what
+embeddings blur: changed numbers, negations, other named entities, ...). The threshold trades
+hit rate for precision; docs/configuration.md shows the trade-off measured on Quora pairs.
 
 The cache knows nothing about HTTP or models: it is given a ``CacheKey`` (see keys.py) and
 the complete response object, and gives back stored response objects.
@@ -18,16 +27,29 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
 
 from .keys import CacheKey, entry_id
 from .store import Entry, EntryStore
 
-__all__ = ["CacheSettings", "Lookup", "ResponseCache"]
+if TYPE_CHECKING:
+    from .embedder import Embedder
+    from .guard import Guard
+    from .index import VectorIndex
+
+__all__ = ["CacheSettings", "Lookup", "ResponseCache", "SemanticSettings"]
 
 log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
+
+#: Nearest neighbours checked per semantic lookup (the best may fail the guard).
+_CANDIDATES = 4
+#: Similarities are float32 dot products: identical texts give 0.99999994, not 1.
+_EPSILON = 1e-5
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +62,20 @@ class CacheSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class SemanticSettings:
+    """The semantic tier (``cache.semantic`` in YAML)."""
+
+    #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
+    threshold: float = 0.8
+    guard: bool = True
+    #: sentence-transformers model directory; None: the bundled all-MiniLM-L6-v2.
+    embedding_model: str | None = None
+    hnsw_threshold: int = 50_000
+    #: Where the vector index is saved (restarts load it); None: rebuilt from the store.
+    index_path: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Lookup:
     """The result of a lookup: a hit (exact or semantic) or a miss."""
 
@@ -49,39 +85,69 @@ class Lookup:
     similarity: float | None = None
     #: Seconds since the entry was stored.
     age: float | None = None
+    #: The question's embedding, when one was computed (pass it to ``store``).
+    vector: np.ndarray | None = None
 
 
 @dataclass(slots=True)
 class _Counters:
     lookups: int = 0
     hits: Counter[str] = field(default_factory=Counter)
+    rejections: Counter[str] = field(default_factory=Counter)
     stores: int = 0
     evictions: int = 0
     expirations: int = 0
 
 
 class ResponseCache:
-    """Exact (and, when configured, semantic) response cache over an EntryStore."""
+    """Exact and semantic response cache over an EntryStore (disk or Redis)."""
 
-    def __init__(self, store: EntryStore, settings: CacheSettings) -> None:
+    def __init__(
+        self,
+        store: EntryStore,
+        settings: CacheSettings,
+        semantic: SemanticSettings | None = None,
+    ) -> None:
         self._store = store
         self._settings = settings
+        self._semantic = semantic
         self._counters = _Counters()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._ready = asyncio.Event()
+        self._loaded = asyncio.Event()  # the index holds the store's entries
+        self._failed: BaseException | None = None
+        self.embedder: Embedder | None = None
+        self.index: VectorIndex | None = None
+        self.guard: Guard | None = None
 
     # -- public ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the periodic sweep of expired entries."""
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep_forever(), name="cache-sweeper")
+        """Start loading the semantic parts (in the background) and the expiry sweeps."""
+        self._tasks.append(asyncio.create_task(self._sweep_forever(), name="cache-sweeper"))
+        if self._semantic is None:
+            self._ready.set()
+        else:
+            self._tasks.append(asyncio.create_task(self._load_semantic(), name="cache-loader"))
+
+    @property
+    def ready(self) -> bool:
+        """False while the embedding model loads and the vector index is restored."""
+        return self._ready.is_set() and self._failed is None
 
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
-            self._sweeper = None
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.index is not None and self._semantic and self._semantic.index_path:
+            try:
+                await asyncio.to_thread(self.index.save, self._semantic.index_path)
+            except Exception:
+                log.exception("saving the vector index failed (it is rebuilt at the next start)")
+        if self.embedder is not None:
+            self.embedder.close()
         await self._store.close()
 
     async def lookup(
@@ -96,11 +162,13 @@ class ResponseCache:
         now = time.time()
         if self._settings.exact:
             entry = await self._store.get(entry_id(key.exact))
-            if entry is not None and entry.exact == key.exact and self._fresh(entry, now, max_age):
+            if entry is not None and entry.exact == key.exact and _fresh(entry, now, max_age):
                 await self._store.record_hit(entry.id)
                 self._counters.hits["exact"] += 1
                 return Lookup("exact", entry, 1.0, now - entry.created)
-        return Lookup("miss")
+        if not (key.semantic and await self._semantic_ready()):
+            return Lookup("miss")
+        return await self._lookup_semantic(key, now, max_age, threshold)
 
     async def store(
         self,
@@ -111,10 +179,14 @@ class ResponseCache:
         tenant: str,
         namespace: str,
         ttl: float | None = None,
+        vector: np.ndarray | None = None,
     ) -> Entry:
         """Store a complete, successful answer. ``ttl`` overrides the configured one."""
         now = time.time()
         ttl = self._settings.ttl if ttl is None else ttl
+        if key.semantic and vector is None and await self._semantic_ready():
+            assert self.embedder is not None
+            vector = await self.embedder.embed(key.question)
         entry = Entry(
             id=entry_id(key.exact),
             exact=key.exact,
@@ -126,40 +198,169 @@ class ResponseCache:
             response=response,
             created=now,
             expires=None if ttl is None else now + ttl,
+            vector=None if vector is None else np.asarray(vector, dtype=np.float32).tobytes(),
         )
         evicted = await self._store.put(entry)
+        if self.index is not None and vector is not None:
+            self.index.add(entry.id, entry.scope, vector)
+        self.on_delete(evicted)
         self._counters.stores += 1
         self._counters.evictions += len(evicted)
         return entry
 
     async def flush(self, namespace: str | None = None) -> int:
         """Drop every entry (or those of one namespace); returns how many."""
-        return len(await self._store.flush(namespace))
+        ids = await self._store.flush(namespace)
+        self.on_delete(ids)
+        return len(ids)
 
     def stats(self) -> dict[str, Any]:
         c = self._counters
-        return {
+        out: dict[str, Any] = {
             "entries": len(self._store),
             "lookups": c.lookups,
             "hits": {"exact": c.hits["exact"], "semantic": c.hits["semantic"]},
+            "guard_rejections": sum(c.rejections.values()),
+            "guard_rejections_by_reason": dict(c.rejections),
             "stores": c.stores,
             "evictions": c.evictions,
             "expirations": c.expirations,
+            "semantic_ready": self.ready if self._semantic else None,
         }
+        if self.index is not None:
+            index = self.index.stats()
+            out["index"] = {
+                "entries": index.entries,
+                "scopes": index.scopes,
+                "hnsw_scopes": index.hnsw_scopes,
+            }
+        return out
+
+    # -- StoreListener: changes made by other replicas (Redis) -----------------------------
+
+    def on_put(self, entry_id: int, scope: str, vector: bytes | None) -> None:
+        if self.index is not None and vector:
+            self.index.add(entry_id, scope, np.frombuffer(vector, dtype=np.float32))
+
+    def on_delete(self, ids: list[int]) -> None:
+        if self.index is not None:
+            for i in ids:
+                self.index.remove(i)
+
+    async def on_reset(self) -> None:
+        """Reload the whole index from the store (start-up, or after missing events)."""
+        items = [(e.id, e.scope, _vector(e)) async for e in self._store.entries() if e.vector]
+        if self.index is not None:
+            await asyncio.to_thread(self.index.rebuild, items)
+            log.info("vector index loaded from the store: %d entries", len(items))
+        self._loaded.set()
 
     # -- helpers ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _fresh(entry: Entry, now: float, max_age: float | None) -> bool:
-        if entry.expired(now):
+    async def _lookup_semantic(
+        self, key: CacheKey, now: float, max_age: float | None, threshold: float | None
+    ) -> Lookup:
+        assert self.embedder is not None and self.index is not None and self._semantic is not None
+        vector = await self.embedder.embed(key.question)
+        limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
+        for hit in self.index.search(key.scope, vector, k=_CANDIDATES):
+            if hit.similarity < limit:
+                break
+            entry = await self._store.get(hit.id)
+            if entry is None or entry.scope != key.scope:  # expired or evicted elsewhere
+                self.index.remove(hit.id)
+                continue
+            if not _fresh(entry, now, max_age):
+                continue
+            if self.guard is not None:
+                verdict = self.guard.check(
+                    key.question, vector, entry.question, _vector(entry), hit.similarity
+                )
+                if not verdict.accept:
+                    self._counters.rejections[verdict.reason] += 1
+                    continue
+            await self._store.record_hit(entry.id)
+            self._counters.hits["semantic"] += 1
+            return Lookup("semantic", entry, hit.similarity, now - entry.created, vector)
+        return Lookup("miss", vector=vector)
+
+    async def _semantic_ready(self) -> bool:
+        """Wait for the semantic parts if they are still loading; False when off or broken."""
+        if self._semantic is None or self._failed is not None:
             return False
-        return max_age is None or now - entry.created <= max_age
+        await self._ready.wait()
+        return self._failed is None and self.index is not None
+
+    async def _load_semantic(self) -> None:
+        assert self._semantic is not None
+        settings = self._semantic
+        try:
+            from .embedder import Embedder
+            from .guard import Guard, GuardConfig
+            from .index import IndexFileError, VectorIndex
+
+            self.embedder = await asyncio.to_thread(Embedder, settings.embedding_model)
+            self.guard = (
+                Guard(GuardConfig(enabled=settings.guard), embedding_model=self.embedder.model_name)
+                if settings.guard
+                else None
+            )
+            options: dict[str, Any] = {"hnsw_threshold": settings.hnsw_threshold}
+            index: VectorIndex | None = None
+            if settings.index_path is not None and settings.index_path.exists():
+                try:
+                    index = await asyncio.to_thread(
+                        VectorIndex.load, settings.index_path, **options
+                    )
+                except IndexFileError as exc:
+                    log.warning("%s; rebuilding it from the entry store", exc)
+            if index is not None and index.dim == self.embedder.dim:
+                self.index = index
+                await self._reconcile()
+            else:
+                self.index = VectorIndex(self.embedder.dim, **options)
+                if not self._store.shared:
+                    await self.on_reset()
+            self._tasks.append(asyncio.create_task(self._store.follow(self), name="cache-follower"))
+            if self._store.shared:
+                # NOTE: a shared store's follower loads the index itself (after noting where the
+                # change stream stands, so nothing written meanwhile is lost). Do not wait for
+                # it forever: with Redis down the gateway serves with an empty index and the
+                # follower fills it when Redis returns.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._loaded.wait(), timeout=10)
+        except Exception as exc:
+            self._failed = exc
+            log.exception("the semantic cache could not start; serving exact hits only")
+        finally:
+            self._ready.set()
+
+    async def _reconcile(self) -> None:
+        """Make a loaded index agree with the store, the source of truth."""
+        assert self.index is not None
+        stored, indexed = await self._store.ids(), self.index.ids()
+        self.on_delete(sorted(indexed - stored))
+        for missing in stored - indexed:
+            entry = await self._store.get(missing)
+            if entry is not None and entry.vector:
+                self.index.add(entry.id, entry.scope, _vector(entry))
 
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self._settings.sweep_interval)
             try:
                 gone = await self._store.sweep()
+                self.on_delete(gone)
                 self._counters.expirations += len(gone)
             except Exception:  # a failed sweep must not stop later ones
                 log.exception("cache sweep failed")
+
+
+def _fresh(entry: Entry, now: float, max_age: float | None) -> bool:
+    if entry.expired(now):
+        return False
+    return max_age is None or now - entry.created <= max_age
+
+
+def _vector(entry: Entry) -> np.ndarray:
+    return np.frombuffer(entry.vector or b"", dtype=np.float32)

@@ -39,6 +39,7 @@ T = TypeVar("T")
 
 _STREAM_MAXLEN = 200_000  # events kept; a replica further behind than this reloads everything
 _BATCH = 500
+_BLOCK_MS = 1000  # how long one XREAD of the follower waits for news
 
 
 class StoreUnavailable(Exception):
@@ -47,6 +48,8 @@ class StoreUnavailable(Exception):
 
 class RedisStore:
     """The EntryStore protocol on Redis, with a change feed for the other replicas."""
+
+    shared = True
 
     def __init__(
         self,
@@ -60,6 +63,13 @@ class RedisStore:
         # Typed Any: redis-py's annotations do not follow decode_responses=False (bytes replies).
         self._redis: Any = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=False
+        )
+        # The follower blocks on XREAD for up to _BLOCK_MS: it needs its own, patient connection.
+        self._follower: Any = aioredis.Redis.from_url(
+            url,
+            socket_timeout=_BLOCK_MS / 1000 + timeout,
+            socket_connect_timeout=timeout,
+            decode_responses=False,
         )
         self._p = key_prefix
         self._max_entries = max_entries
@@ -183,26 +193,30 @@ class RedisStore:
         except (RedisError, OSError) as exc:
             self._mark_down(exc)
 
+    async def ids(self) -> set[int]:
+        members = await self._call(lambda: self._redis.zrange(self._p + "lru", 0, -1), default=[])
+        return {int(m) for m in members}
+
     async def follow(self, listener: StoreListener) -> None:
         """Apply other replicas' changes to ``listener`` until cancelled (reconnecting as needed)."""
         last: bytes | None = None
         while True:
-            if not self.available:
-                await asyncio.sleep(self._retry_after)
             try:
                 if last is None:
                     last = await self._stream_tail()
                     await listener.on_reset()
-                reply = await self._redis.xread(
-                    {self._p + "events": last}, block=1000, count=_BATCH
+                reply = await self._follower.xread(
+                    {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
                 )
             except ResponseError as exc:  # e.g. stream trimmed: start over
                 log.warning("response-cache event stream: %s; reloading", exc)
                 last = None
                 continue
             except (TimeoutError, RedisError, OSError) as exc:
-                self._mark_down(exc)
+                if last is not None:
+                    log.warning("response-cache event stream lost (%r); will reload", exc)
                 last = None  # events may be lost while disconnected: reload on return
+                await asyncio.sleep(self._retry_after)
                 continue
             for _stream, events in reply or ():
                 for event_id, fields in events:
@@ -214,6 +228,7 @@ class RedisStore:
 
     async def close(self) -> None:
         await self._redis.aclose()
+        await self._follower.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -235,7 +250,7 @@ class RedisStore:
             await pipe.execute()
 
     async def _stream_tail(self) -> bytes:
-        newest = await self._redis.xrevrange(self._p + "events", count=1)
+        newest = await self._follower.xrevrange(self._p + "events", count=1)
         return bytes(newest[0][0]) if newest else b"0-0"
 
     async def _call(self, op: Callable[[], Awaitable[T]], default: Any = None) -> T:

@@ -64,7 +64,12 @@ class EntryStore(Protocol):
     async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
     async def flush(self, namespace: str | None = None) -> list[int]: ...
     def entries(self) -> AsyncIterator[Entry]: ...  # every live entry (start-up restore)
+    async def ids(self) -> set[int]: ...  # ids of every stored entry
     async def follow(self, listener: StoreListener) -> None: ...  # runs until cancelled
+
+    #: Several processes write this store: ``follow`` loads the listener and keeps it current.
+    shared: bool
+
     def __len__(self) -> int: ...  # entries (may lag a little for shared stores)
     async def close(self) -> None: ...
 
@@ -84,6 +89,8 @@ class DiskStore:
     index. LRU order and hit counts are kept in memory (rebuilt at start from the stored entries)
     and hit counts are written back by ``sync()``, never on the hit path.
     """
+
+    shared = False
 
     def __init__(self, directory: str | Path, *, max_entries: int) -> None:
         self._cache = diskcache.Cache(
@@ -153,6 +160,9 @@ class DiskStore:
     async def entries(self) -> AsyncIterator[Entry]:
         for entry in self._live_entries():
             yield entry
+
+    async def ids(self) -> set[int]:
+        return set(self._meta)
 
     async def follow(self, listener: StoreListener) -> None:
         """Nothing to follow: this process is the only writer of its directory."""

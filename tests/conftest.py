@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from gateway.app import create_app
 from gateway.config import Config, load_config_text
@@ -43,6 +44,17 @@ class Gateway:
         self.server = ThreadedServer(self.app, lifespan="on").start()
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=30)
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Wait for /readyz (models loaded, embedder loaded, vector index restored)."""
+        import time
+
+        deadline = time.time() + timeout
+        while self.http.get("/readyz").status_code != 200:
+            if time.time() > deadline:
+                raise RuntimeError(f"gateway not ready: {self.http.get('/readyz').text}")
+            time.sleep(0.05)
 
     @property
     def runtime(self) -> Any:
@@ -66,22 +78,31 @@ class Gateway:
 def make_gateway(
     upstream_server: ThreadedServer, tmp_path: Path
 ) -> Iterator[Callable[..., Gateway]]:
-    """Build a gateway whose model ``fake-model`` is the fake upstream; extra YAML is merged in."""
+    """Build a gateway whose model ``fake-model`` is the fake upstream.
+
+    ``extra_yaml`` is merged over the base config, ``model_yaml`` over the model's settings.
+    The semantic tier is off unless ``semantic=True`` (loading the embedder takes seconds).
+    """
     started: list[Gateway] = []
 
-    def make(extra_yaml: str = "", model_yaml: str = "", **kwargs: Any) -> Gateway:
-        text = f"""
-data_dir: {tmp_path / f"data{len(started)}"}
-models:
-  fake-model:
-    backend: openai
-    base_url: {upstream_server.url}/v1
-    api_key: sk-test
-    retry_backoff: 0.01
-{_indent(model_yaml, 4)}
-{extra_yaml}
-"""
-        gateway = Gateway(load_config_text(text), **kwargs)
+    def make(
+        extra_yaml: str = "", model_yaml: str = "", *, semantic: bool = False, **kwargs: Any
+    ) -> Gateway:
+        config: dict[str, Any] = {
+            "data_dir": str(tmp_path / f"data{len(started)}"),
+            "cache": {"semantic": {"enabled": semantic}},
+            "models": {
+                "fake-model": {
+                    "backend": "openai",
+                    "base_url": f"{upstream_server.url}/v1",
+                    "api_key": "sk-test",
+                    "retry_backoff": 0.01,
+                    **(yaml.safe_load(model_yaml) or {}),
+                }
+            },
+        }
+        _merge(config, yaml.safe_load(extra_yaml) or {})
+        gateway = Gateway(load_config_text(yaml.safe_dump(config)), **kwargs)
         started.append(gateway)
         return gateway
 
@@ -90,8 +111,12 @@ models:
         gateway.stop()
 
 
-def _indent(text: str, n: int) -> str:
-    return "\n".join(" " * n + line for line in text.strip("\n").splitlines())
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
 
 
 class RedisServer:

@@ -1,0 +1,102 @@
+"""Two `cachegate serve` processes sharing one real Redis: hits cross replicas, late joiners
+see earlier entries, TTLs hold everywhere, and a Redis outage costs cache hits, never errors."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from tests.conftest import RedisServer
+from tests.e2e.conftest import ServeProcess
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+
+def config(upstream_url: str, redis_url: str, data_dir: Path) -> str:
+    return yaml.safe_dump({
+        "data_dir": str(data_dir),
+        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 0.3}},
+        "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk"}},
+    })  # fmt: skip
+
+
+def ask(replica: ServeProcess, question: str, **headers: str) -> httpx.Response:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": question}]}
+    return httpx.post(f"{replica.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+
+
+def eventually(check: Any, timeout: float = 1.0) -> Any:
+    """The value of ``check()`` once truthy, within ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while True:
+        value = check()
+        if value or time.time() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def test_replicas_share_the_cache(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    text = config(upstream_server.url, redis_server.url, tmp_path)
+    a = serve(text, name="a.yaml")
+    b = serve(text, name="b.yaml")
+    first = ask(a, "How do I change a flat tyre?")
+    assert first.headers["x-cache"] == "miss"
+    exact = eventually(lambda: (r := ask(b, "How do I change a flat tyre?")).headers["x-cache"] == "exact" and r)
+    assert exact, "no exact hit on the other replica within 1 s"
+    assert exact.json()["choices"][0]["message"]["content"] == first.json()["choices"][0]["message"]["content"]
+    semantic = eventually(lambda: (r := ask(b, "How can I change a flat tyre?")).headers["x-cache"] == "semantic" and r)
+    assert semantic, "no semantic hit on the other replica within 1 s"
+    assert upstream.stats["chat"] == 1
+
+    # a replica started later loads every live entry
+    c = serve(text, name="c.yaml")
+    assert ask(c, "How do I change a flat tyre?").headers["x-cache"] == "exact"
+    assert ask(c, "What is the way to change a flat tyre?").headers["x-cache"] == "semantic"
+
+    # a flush through one replica empties the cache for all
+    assert httpx.post(f"{a.url}/admin/cache/flush", json={}).json()["flushed"] >= 1
+    assert eventually(lambda: ask(c, "How can I change a flat tyre?").headers["x-cache"] == "miss")
+
+
+def test_ttl_expiry_across_replicas(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    text = config(upstream_server.url, redis_server.url, tmp_path)
+    a = serve(text, name="a.yaml")
+    b = serve(text, name="b.yaml")
+    ask(a, "When was the Colosseum built?", **{"x-cache-ttl": "1.5"})
+    assert eventually(lambda: ask(b, "When was the Colosseum built?").headers["x-cache"] == "exact")
+    assert eventually(lambda: ask(b, "In what year was the Colosseum built?").headers["x-cache"] == "semantic")
+    time.sleep(1.6)
+    no_store = {"cache-control": "no-store"}
+    assert ask(a, "In what year was the Colosseum built?", **no_store).headers["x-cache"] == "miss"
+    assert ask(b, "In what year was the Colosseum built?", **no_store).headers["x-cache"] == "miss"
+    assert ask(b, "When was the Colosseum built?", **no_store).headers["x-cache"] == "miss"
+
+
+def test_redis_outage_means_misses_not_errors(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    text = config(upstream_server.url, redis_server.url, tmp_path)
+    a = serve(text, name="a.yaml")
+    b = serve(text, name="b.yaml")
+    ask(a, "What is the speed of light?")
+    assert eventually(lambda: ask(b, "What is the speed of light?").headers["x-cache"] == "exact")
+    redis_server.stop()
+    for replica in (a, b):
+        for question in ("What is the speed of light?", "What is the speed of sound?"):
+            started = time.perf_counter()
+            response = ask(replica, question)
+            assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+            assert time.perf_counter() - started < 2.0
+    assert httpx.get(f"{a.url}/healthz").status_code == 200
+    redis_server.start()  # back, empty
+    ask(a, "What is the boiling point of water?")
+    assert eventually(lambda: ask(a, "What is the boiling point of water?").headers["x-cache"] == "exact", timeout=5)
+    assert eventually(lambda: ask(b, "What is the boiling point of water?").headers["x-cache"] == "exact", timeout=5)
+    assert eventually(lambda: ask(b, "What's the boiling point of water?").headers["x-cache"] == "semantic", timeout=5)

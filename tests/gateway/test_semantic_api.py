@@ -1,0 +1,183 @@
+"""The semantic tier through the HTTP API: paraphrase hits, guard rejections, scope isolation,
+TTL, eviction, restart persistence, streamed replay. Real embedding model, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+
+def config_text(upstream_url: str, data_dir: Path, **cache: Any) -> str:
+    model = {"backend": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk"}
+    return yaml.safe_dump({
+        "data_dir": str(data_dir),
+        "cache": {"semantic": {"enabled": True}, **cache},
+        "models": {"fake-model": model, "other-model": model},
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("sem"))))
+    yield gateway
+    gateway.stop()
+
+
+def ask(gw: Gateway, question: str, *, ns: str, model: str = "fake-model", **body: Any) -> httpx.Response:
+    headers = {"x-cache-namespace": ns, **body.pop("headers", {})}
+    messages = body.pop("messages", None) or [{"role": "user", "content": question}]
+    return gw.http.post("/v1/chat/completions", json={"model": model, "messages": messages, **body}, headers=headers)
+
+
+def answer(response: httpx.Response) -> str:
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+def test_paraphrase_is_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) -> None:
+    first = ask(gw, "How do I reset my password?", ns="para")
+    assert first.headers["x-cache"] == "miss"
+    hit = ask(gw, "How can I reset my password?", ns="para")
+    assert hit.headers["x-cache"] == "semantic"
+    similarity = hit.headers["x-cache-similarity"]
+    assert 0.8 <= float(similarity) < 1.0 and len(similarity.split(".")[1]) == 4
+    assert int(hit.headers["x-cache-age"]) >= 0
+    assert answer(hit) == answer(first)
+    assert upstream.stats["chat"] == 1
+    # the exact question is an exact hit, not a semantic one
+    assert ask(gw, "How do I reset my password?", ns="para").headers["x-cache"] == "exact"
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked"),
+    [
+        ("What is the capital of France?", "What is the capital of Germany?"),
+        ("Is the pharmacy open on Sunday?", "Is the pharmacy closed on Sunday?"),
+        ("How many calories are in 2 eggs?", "How many calories are in 3 eggs?"),
+        ("Who won the World Cup in 2014?", "Who won the World Cup in 2018?"),
+        ("How do I convert 5 miles to kilometers?", "How do I convert 5 kilometers to miles?"),
+    ],
+)
+def test_guard_rejects_near_misses(gw: Gateway, upstream: FakeUpstream, stored: str, asked: str) -> None:
+    ns = f"guard-{abs(hash(stored))}"
+    before = gw.http.get("/admin/stats").json()["cache"]["guard_rejections"]
+    ask(gw, stored, ns=ns)
+    # threshold 0: every neighbour passes the similarity test, so only the guard can refuse
+    response = ask(gw, asked, ns=ns, headers={"x-cache-threshold": "0"})
+    assert response.headers["x-cache"] == "miss"
+    assert answer(response) != answer(ask(gw, stored, ns=ns))
+    assert upstream.stats["chat"] == 2
+    assert gw.http.get("/admin/stats").json()["cache"]["guard_rejections"] > before
+
+
+def test_scope_isolation(gw: Gateway, upstream: FakeUpstream) -> None:
+    base = "What is the best way to learn Python?"
+    para = "What's the best way to learn Python?"
+    ask(gw, base, ns="scope")
+    assert ask(gw, para, ns="scope").headers["x-cache"] == "semantic"
+    history = [{"role": "user", "content": "I know Java."}, {"role": "assistant", "content": "Great."}]
+    other_history = [{"role": "user", "content": "I am a child."}, {"role": "assistant", "content": "OK."}]
+    misses = [
+        ask(gw, para, ns="scope", model="other-model"),
+        ask(gw, para, ns="scope", temperature=0.5),
+        ask(gw, para, ns="scope", max_tokens=7),
+        ask(gw, para, ns="scope", messages=[{"role": "system", "content": "Answer as a pirate."}, {"role": "user", "content": para}]),
+        ask(gw, para, ns="scope", messages=[*history, {"role": "user", "content": para}]),
+        ask(gw, para, ns="scope-b"),
+    ]
+    assert [r.headers["x-cache"] for r in misses] == ["miss"] * len(misses)
+    # the same follow-up under different earlier turns: each conversation keeps its own answer
+    third = "What is the best way to learn Python quickly?"
+    assert ask(gw, third, ns="scope", messages=[*other_history, {"role": "user", "content": third}]).headers["x-cache"] == "miss"
+    assert ask(gw, third, ns="scope", messages=[*history, {"role": "user", "content": third}]).headers["x-cache"] == "semantic"
+
+
+def test_threshold_per_request(gw: Gateway, upstream: FakeUpstream) -> None:
+    ask(gw, "How do I boil an egg?", ns="thr")
+    strict = ask(gw, "How should I boil an egg?", ns="thr", headers={"x-cache-threshold": "1"})
+    assert strict.headers["x-cache"] == "miss"
+    loose = ask(gw, "How do you boil an egg?", ns="thr", cache={"threshold": 0.5})
+    assert loose.headers["x-cache"] == "semantic"
+    # threshold 1 still allows exact hits; and an identical text reaches similarity 1
+    assert ask(gw, "How do I boil an egg?", ns="thr", headers={"x-cache-threshold": "1"}).headers["x-cache"] == "exact"
+
+
+def test_streamed_replay_of_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) -> None:
+    first = ask(gw, "Which planet is the largest in our solar system?", ns="stream", stream=True)
+    original = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in first.text.splitlines()
+        if line.startswith("data: {")
+    )
+    replay = ask(gw, "What is the largest planet in our solar system?", ns="stream", stream=True)
+    assert replay.headers["x-cache"] == "semantic"
+    replayed = "".join(
+        json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        for line in replay.text.splitlines()
+        if line.startswith("data: {")
+    )
+    assert replayed == original and replay.text.rstrip().endswith("data: [DONE]")
+    plain = ask(gw, "Which is the largest planet in the solar system?", ns="stream")
+    assert plain.headers["x-cache"] == "semantic" and answer(plain) == original
+
+
+def test_ttl_expiry_and_controls(gw: Gateway, upstream: FakeUpstream) -> None:
+    ask(gw, "How tall is the Eiffel Tower?", ns="ttl", headers={"x-cache-ttl": "1"})
+    assert ask(gw, "What is the height of the Eiffel Tower?", ns="ttl").headers["x-cache"] == "semantic"
+    time.sleep(1.2)
+    assert ask(gw, "What is the height of the Eiffel Tower?", ns="ttl").headers["x-cache"] == "miss"
+    assert ask(gw, "How high is the Eiffel Tower?", ns="ttl", headers={"cache-control": "no-cache"}).headers["x-cache"] == "refresh"
+
+
+def test_flush_namespace_and_stats(gw: Gateway, upstream: FakeUpstream) -> None:
+    ask(gw, "How do I make cold brew coffee?", ns="flush")
+    assert ask(gw, "How can I make cold brew coffee?", ns="flush").headers["x-cache"] == "semantic"
+    assert gw.http.post("/admin/cache/flush", json={"namespace": "flush"}).json()["flushed"] >= 1
+    assert ask(gw, "How can I make cold brew coffee?", ns="flush").headers["x-cache"] == "miss"
+    stats = gw.http.get("/admin/stats").json()["cache"]
+    assert stats["hits"]["semantic"] >= 1 and stats["index"]["entries"] >= 1
+
+
+def test_eviction_keeps_index_and_store_consistent(upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path) -> None:
+    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path, max_entries=2)))
+    try:
+        ask(gateway, "How do I cook rice?", ns="ev")
+        ask(gateway, "How do I cook pasta?", ns="ev")
+        assert ask(gateway, "How can I cook rice?", ns="ev").headers["x-cache"] == "semantic"  # rice is recent now
+        ask(gateway, "How do I cook quinoa?", ns="ev")  # evicts pasta, the least recently used
+        assert ask(gateway, "How can I cook pasta?", ns="ev").headers["x-cache"] == "miss"
+        stats = gateway.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == 2 and stats["index"]["entries"] == 2
+    finally:
+        gateway.stop()
+
+
+def test_restart_restores_entries_and_rebuilds_a_corrupt_index(upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path) -> None:
+    text = config_text(upstream_server.url, tmp_path)
+    first = Gateway(load_config_text(text))
+    ask(first, "How do I renew my passport?", ns="restart")
+    first.stop()
+    index_file = tmp_path / "response-cache" / "vector-index.npz"
+    assert index_file.exists()
+    second = Gateway(load_config_text(text))
+    try:
+        assert ask(second, "How can I renew my passport?", ns="restart").headers["x-cache"] == "semantic"
+    finally:
+        second.stop()
+    index_file.write_bytes(b"not an index")
+    third = Gateway(load_config_text(text))
+    try:
+        assert ask(third, "How do I get my passport renewed?", ns="restart").headers["x-cache"] == "semantic"
+        assert upstream.stats["chat"] == 1
+    finally:
+        third.stop()

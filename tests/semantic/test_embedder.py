@@ -1,0 +1,68 @@
+"""Embedder: the bundled all-MiniLM-L6-v2, normalised output, micro-batching."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+
+from semantic.embedder import Embedder
+
+
+def test_encode_shape_dtype_and_unit_norm(embedder: Embedder) -> None:
+    vecs = embedder.encode(["How do I reset my password?", "What is the capital of France?"])
+    assert vecs.shape == (2, 384) and embedder.dim == 384
+    assert vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert embedder.encode([]).shape == (0, 384)
+
+
+def test_deterministic(embedder: Embedder) -> None:
+    text = "Deterministic embeddings please, no cache involved: 8c1f"
+    first = embedder.encode([text])
+    embedder._cache.clear()
+    np.testing.assert_allclose(embedder.encode([text]), first, atol=1e-6)
+
+
+def test_paraphrase_closer_than_unrelated(embedder: Embedder) -> None:
+    q, para, other = embedder.encode(
+        [
+            "How do I reset my password?",
+            "How can I change my forgotten password?",
+            "What is the best pizza topping?",
+        ]
+    )
+    assert float(q @ para) > 0.6 > float(q @ other)
+
+
+async def test_micro_batching_gathers_concurrent_callers(embedder: Embedder) -> None:
+    texts = [f"Concurrent question number {i} about topic {i * 7 % 11}?" for i in range(32)]
+    before = embedder.stats()
+    vecs = await asyncio.gather(*(embedder.embed(t) for t in texts))
+    after = embedder.stats()
+    # All 32 callers queue in the same loop iteration: one micro-batch, split across the workers.
+    assert after.encode_calls - before.encode_calls <= embedder.workers
+    assert after.max_batch_seen >= 32 // embedder.workers
+    assert after.texts_encoded - before.texts_encoded == 32
+    # Each caller gets the vector of its own text.
+    embedder._cache.clear()
+    for text, vec in zip(texts, vecs, strict=True):
+        np.testing.assert_allclose(vec, embedder.encode([text])[0], atol=1e-4)
+
+
+async def test_embed_uses_lru_and_returns_read_only(embedder: Embedder) -> None:
+    text = "Is this text cached after the first call?"
+    first = await embedder.embed(text)
+    calls = embedder.stats().encode_calls
+    second = await embedder.embed(text)
+    assert embedder.stats().encode_calls == calls
+    np.testing.assert_array_equal(second, first)
+    assert not first.flags.writeable and not second.flags.writeable
+    many = await embedder.embed_many([text, "another one"])
+    assert many.shape == (2, 384)
+
+
+async def test_duplicate_texts_in_one_batch(embedder: Embedder) -> None:
+    vecs = await asyncio.gather(*(embedder.embed("same text, many callers 42") for _ in range(8)))
+    for v in vecs[1:]:
+        np.testing.assert_array_equal(v, vecs[0])

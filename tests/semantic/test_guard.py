@@ -1,0 +1,162 @@
+"""Precision guard: hard checks, the learned verifier, shipped defaults."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from semantic._guard_checks import analyze, compare
+from semantic.embedder import Embedder
+from semantic.guard import (
+    DEFAULT_THRESHOLD,
+    DEFAULT_WEIGHTS,
+    HARD_CHECKS,
+    Guard,
+    GuardConfig,
+    Verdict,
+    Verifier,
+)
+
+
+@pytest.fixture(scope="session")
+def guard() -> Guard:
+    return Guard()
+
+
+def judge(guard: Guard, embedder: Embedder, stored: str, query: str) -> Verdict:
+    cand, q = embedder.encode([stored, query])
+    return guard.check(query, q, stored, cand, float(q @ cand))
+
+
+PARAPHRASES = [
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("What is the capital of France?", "What's the capital city of France?"),
+    ("How do I take a screenshot on a Mac?", "How can I take a screenshot on my Mac?"),
+    (
+        "What is the difference between tea and coffee?",
+        "What is the difference between coffee and tea?",
+    ),
+    ("When did World War 2 end?", "When did the Second World War end?"),
+    ("What foods are not safe for dogs to eat?", "What foods are unsafe for dogs to eat?"),
+]
+
+REJECTIONS = [
+    ("Is the museum open on Mondays?", "Is the museum not open on Mondays?", "negation"),
+    ("Is the pharmacy open on Sunday?", "Is the pharmacy closed on Sunday?", "antonym"),
+    (
+        "What is the best laptop under $500?",
+        "What is the best laptop under $1000?",
+        "number_mismatch",
+    ),
+    (
+        "What are the new features of the iPhone 12?",
+        "What are the new features of the iPhone 13?",
+        "number_mismatch",
+    ),
+    (
+        "How long does it take to drive 100 km?",
+        "How long does it take to drive 100 miles?",
+        "unit_mismatch",
+    ),
+    (
+        "What is the weather like in Rome in July?",
+        "What is the weather like in Rome in January?",
+        "date_mismatch",
+    ),
+    (
+        "What are the best restaurants in Paris?",
+        "What are the best restaurants in Berlin?",
+        "entity_mismatch",
+    ),
+    ("When was the Eiffel Tower built?", "Where was the Eiffel Tower built?", "question_type"),
+    (
+        "How do I get from Paris to Berlin by train?",
+        "How do I get from Berlin to Paris by train?",
+        "order_swap",
+    ),
+    ("Is Python faster than Java?", "Is Java faster than Python?", "order_swap"),
+    ("Did Rome defeat Carthage?", "Did Carthage defeat Rome?", "order_swap"),
+]
+
+
+@pytest.mark.parametrize(("stored", "query"), PARAPHRASES)
+def test_accepts_paraphrases(guard: Guard, embedder: Embedder, stored: str, query: str) -> None:
+    verdict = judge(guard, embedder, stored, query)
+    assert verdict.accept, verdict
+    assert verdict.reason == "ok" and guard.min_score <= verdict.score <= 1.0
+
+
+@pytest.mark.parametrize(("stored", "query", "reason"), REJECTIONS)
+def test_rejects_with_reason(
+    guard: Guard, embedder: Embedder, stored: str, query: str, reason: str
+) -> None:
+    # Hard checks reject whatever the similarity (most of these pairs score >= 0.8).
+    assert judge(guard, embedder, stored, query) == Verdict(False, 0.0, reason)
+
+
+def test_negation_and_antonym_cancel() -> None:
+    assert compare(analyze("Is the shop open?"), analyze("Is the shop not closed?")).failed == ()
+    assert compare(analyze("Is the shop open?"), analyze("Is the shop closed?")).failed == (
+        "antonym",
+    )
+
+
+def test_checks_are_symmetric_and_deterministic(guard: Guard, embedder: Embedder) -> None:
+    for a, b, *_ in PARAPHRASES + REJECTIONS:
+        assert compare(analyze(a), analyze(b)) == compare(analyze(b), analyze(a))
+        va, vb = embedder.encode([a, b])
+        first = guard.check(a, va, b, vb)
+        assert first == guard.check(a, va, b, vb)
+        assert first.accept == guard.check(b, vb, a, va).accept
+        assert first.score == pytest.approx(guard.check(b, vb, a, va).score, abs=1e-5)
+
+
+def test_verifier_rejects_low_scores(embedder: Embedder) -> None:
+    strict = Guard(GuardConfig(min_score=1.0))
+    verdict = judge(strict, embedder, *PARAPHRASES[0])
+    assert not verdict.accept and verdict.reason == "verifier" and verdict.score < 1.0
+
+
+def test_config_switches(embedder: Embedder) -> None:
+    stored, query, _ = REJECTIONS[0]
+    assert judge(Guard(GuardConfig(enabled=False)), embedder, stored, query) == Verdict(
+        True, 1.0, "disabled"
+    )
+    no_negation = Guard(GuardConfig(checks=tuple(c for c in HARD_CHECKS if c != "negation")))
+    assert judge(no_negation, embedder, stored, query).reason != "negation"
+    with pytest.raises(ValueError):
+        GuardConfig(checks=("no_such_check",))
+    with pytest.raises(ValueError):
+        GuardConfig(min_score=1.5)
+
+
+def test_verifier_only_for_its_embedding_model(embedder: Embedder) -> None:
+    other = Guard(embedding_model="some/other-model")
+    assert other.verifier is None
+    assert judge(other, embedder, *PARAPHRASES[0]) == Verdict(True, 1.0, "ok")
+    stored, query, reason = REJECTIONS[2]
+    assert judge(other, embedder, stored, query).reason == reason  # hard checks still run
+
+
+def test_shipped_weights_file() -> None:
+    assert DEFAULT_WEIGHTS.stat().st_size < 1_000_000
+    verifier = Verifier.load(DEFAULT_WEIGHTS)
+    assert verifier.embedding_model == "all-MiniLM-L6-v2" and verifier.dim == 384
+    assert verifier.meta["threshold"] == DEFAULT_THRESHOLD
+    assert 0.0 < verifier.min_score < 1.0
+    x = np.zeros((3, len(verifier.mean)), dtype=np.float32)
+    p = verifier.predict(x)
+    assert p.shape == (3,) and np.all((p > 0) & (p < 1))
+
+
+def test_check_latency(guard: Guard, embedder: Embedder) -> None:
+    texts = [f"How do I learn topic number {i} quickly in {2000 + i}?" for i in range(200)]
+    vecs = embedder.encode(texts)
+    stored = vecs[0]
+    start = time.perf_counter()
+    for text, vec in zip(texts, vecs, strict=True):
+        guard.check(text, vec, texts[0], stored)
+    per_check = (time.perf_counter() - start) / len(texts)
+    assert per_check < 0.005  # the budget is 5 ms; typically ~0.1 ms
