@@ -9,7 +9,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q -c constraints.txt
 STAMP  := $(VENV)/.installed
-CONFIG ?= config.example.yaml
+CONFIG ?=
 HOST   ?=
 PORT   ?=
 

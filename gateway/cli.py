@@ -17,7 +17,14 @@ from typing import Any
 
 import msgspec
 
-from .config import Config, ConfigError, default_config, dump_config, load_config
+from .config import (
+    Config,
+    ConfigError,
+    LocalModelConfig,
+    default_config,
+    dump_config,
+    load_config,
+)
 
 __all__ = ["main"]
 
@@ -36,6 +43,7 @@ _EPILOG = """\
 examples:
   cachegate serve                                  bundled local model on 127.0.0.1:8080
   cachegate serve --config cachegate.yaml --port 9000
+  cachegate worker --port 8081                     the bundled model alone, for gateways to share
   cachegate config check cachegate.yaml            exit status 0 when the file is valid
 
 configuration reference: docs/configuration.md
@@ -67,7 +75,26 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the gateway: response cache + local model / upstream forwarding.",
     )
     _serving_options(serve)
-    serve.set_defaults(func=_serve)
+    serve.set_defaults(func=_serve, worker=False)
+
+    worker = commands.add_parser(
+        "worker",
+        help="serve only the local model(s): tiers 2 and 3, no response cache",
+        description="Serve the config's `backend: local` models over the same OpenAI-compatible "
+        "API (with usage.prompt_tokens_details.cached_tokens), without a response cache. A "
+        "gateway reaches a worker as an `openai` backend (base_url or one of its replicas).",
+    )
+    _serving_options(worker)
+    worker.set_defaults(func=_serve, worker=True)
+
+    prepare = commands.add_parser(
+        "prepare",
+        help="load every model once (converting the bundled one) and exit",
+        description="Convert the bundled GGUF model into data_dir and load the embedding model, "
+        "so that a later start is fast (used when building container images).",
+    )
+    prepare.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
+    prepare.set_defaults(func=_prepare)
 
     config = commands.add_parser("config", help="check or show a configuration file")
     config_commands = config.add_subparsers(title="config commands", metavar="ACTION")
@@ -121,12 +148,17 @@ def _serve(args: argparse.Namespace) -> int:
     from .app import create_admin_app, create_app
     from .runtime import Runtime
 
-    runtime = Runtime.build(config)
+    try:
+        runtime = Runtime.build(config, worker=args.worker)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     app = create_app(config, runtime=runtime)
     admin = create_admin_app(runtime) if config.server.admin_port is not None else None
     log.info(
-        "cachegate serving %s on http://%s:%d/v1",
-        ", ".join(config.models),
+        "cachegate %s serving %s on http://%s:%d/v1",
+        "worker" if args.worker else "gateway",
+        ", ".join(runtime.backends),
         config.server.host,
         config.server.port,
     )
@@ -161,6 +193,33 @@ async def _run_servers(config: Config, app: object, admin: object | None) -> Non
     finally:
         admin_server.should_exit = True
         await admin_task
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    try:
+        config = _load(args.config)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    _setup_logging("info")
+    from localmodel import Engine
+
+    from .local import LocalBackend
+
+    for name, model in config.models.items():
+        if isinstance(model, LocalModelConfig):
+            engine_config = LocalBackend.from_config(name, model, config).engine_config
+            engine = Engine.load(engine_config)
+            log.info("model %s ready (context window %d tokens)", name, engine.context_window)
+    semantic = config.cache.semantic
+    if config.cache.enabled and semantic.enabled:
+        from semantic.embedder import Embedder
+
+        model_path = None if semantic.embedding_model == "bundled" else semantic.embedding_model
+        embedder = Embedder(model_path)
+        log.info("embedding model %s ready (%d dimensions)", embedder.model_name, embedder.dim)
+        embedder.close()
+    return 0
 
 
 def _setup_logging(level: str) -> None:

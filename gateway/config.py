@@ -165,7 +165,7 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     prefix_cache_ttl: Seconds | None = 3600.0
     #: Share prefix KV between tenants (same model, same prompt prefix).
     share_prefix_across_tenants: bool = False
-    #: torch threads for CPU inference; None: torch's default.
+    #: torch threads for CPU inference; None: all cores but one (the other serves HTTP).
     threads: PositiveInt | None = None
     semantic_threshold: Fraction | None = None
 

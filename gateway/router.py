@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from prefix import Match, RadixCache, RadixKey
+from prefix import CountSpan, Match, RadixCache, RadixKey
 
 __all__ = ["PrefixRouter", "Route", "prompt_text"]
 
@@ -79,7 +79,7 @@ class PrefixRouter:
             self.counts[route.reason] += 1
             if self.policy == "prefix":
                 self._trees.insert(
-                    RadixKey(self.replicas[route.replica], tokens), _Bytes(len(tokens))
+                    RadixKey(self.replicas[route.replica], tokens), CountSpan(len(tokens))
                 )
             return route
 
@@ -136,25 +136,6 @@ class PrefixRouter:
             if i in idle:
                 return Route(i, 0, "least_loaded")
         return Route(idle[0], 0, "least_loaded")
-
-
-class _Bytes:
-    """A span that is only a length: the router remembers which prefixes, not their KV."""
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    @property
-    def nbytes(self) -> int:
-        return self.n
-
-    def slice(self, start: int, stop: int) -> _Bytes:
-        return _Bytes(stop - start)
 
 
 def prompt_text(body: dict[str, Any]) -> str:

@@ -16,7 +16,7 @@ from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.store import DiskStore, EntryStore
 
 from .backend import Backend
-from .config import Config, LocalModelConfig, OpenAIModelConfig
+from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .errors import APIError
 from .metrics import Metrics
 from .pipeline import Pipeline
@@ -49,12 +49,17 @@ class Runtime:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         local_factory: LocalFactory | None = None,
-        response_cache: bool = True,
+        worker: bool = False,
     ) -> Runtime:
-        """Wire the parts together (nothing is opened or loaded until ``start``)."""
+        """Wire the parts together (nothing is opened or loaded until ``start``).
+
+        ``worker``: serve only the ``local`` models, with no response cache (``cachegate worker``).
+        """
         metrics = Metrics()
         backends: dict[str, Backend] = {}
         for name, model in config.models.items():
+            if worker and not isinstance(model, LocalModelConfig):
+                continue
             if isinstance(model, OpenAIModelConfig):
                 options: dict[str, Any] = {
                     "forward_client_auth": not config.auth.keys,
@@ -74,7 +79,11 @@ class Runtime:
                 backends[name] = local_factory(name, model, config)
 
         cache: ResponseCache | None = None
-        if response_cache and config.cache.enabled:
+        if not backends:
+            raise ConfigError(
+                "no model to serve: a worker needs at least one `backend: local` model"
+            )
+        if not worker and config.cache.enabled:
             store = _entry_store(config)
             cache = ResponseCache(
                 store,

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]
+__all__ = ["CountSpan", "KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]
 
 
 @runtime_checkable
@@ -41,6 +41,31 @@ class KVSpan(Protocol):
     def slice(self, start: int, stop: int) -> KVSpan:
         """Tokens `[start, stop)` as an independent copy that owns its memory."""
         ...
+
+
+class CountSpan:
+    """A span with no data, only a length: for trees that track *which* prefixes exist.
+
+    A router remembering what it sent where, or a benchmark isolating the tree's own cost,
+    needs the tree's matching and eviction but no tensors; ``nbytes`` is
+    ``len * bytes_per_token`` so the byte budget still means something.
+    """
+
+    __slots__ = ("bytes_per_token", "n")
+
+    def __init__(self, n: int, bytes_per_token: int = 1) -> None:
+        self.n = n
+        self.bytes_per_token = bytes_per_token
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.bytes_per_token
+
+    def slice(self, start: int, stop: int) -> CountSpan:
+        return CountSpan(stop - start, self.bytes_per_token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+#: Converted model weights live outside the repository, so a CI run converts the GGUF once.
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cachegate"
+
+
+@pytest.fixture(scope="session")
+def bundled_model_dir() -> Path:
+    """The bundled SmolLM2-135M-Instruct as a Hugging Face directory (converted on first use)."""
+    from localmodel.loader import convert_bundled
+
+    return convert_bundled(CACHE_DIR)
+
 
 @pytest.fixture(scope="session")
 def upstream_server() -> Iterator[ThreadedServer]:

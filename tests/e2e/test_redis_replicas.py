@@ -39,17 +39,30 @@ def eventually(check: Any, timeout: float = 1.0) -> Any:
 
 
 def test_replicas_share_the_cache(
-    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
 ) -> None:
     text = config(upstream_server.url, redis_server.url, tmp_path)
     a = serve(text, name="a.yaml")
     b = serve(text, name="b.yaml")
     first = ask(a, "How do I change a flat tyre?")
     assert first.headers["x-cache"] == "miss"
-    exact = eventually(lambda: (r := ask(b, "How do I change a flat tyre?")).headers["x-cache"] == "exact" and r)
+    exact = eventually(
+        lambda: (r := ask(b, "How do I change a flat tyre?")).headers["x-cache"] == "exact" and r
+    )
     assert exact, "no exact hit on the other replica within 1 s"
-    assert exact.json()["choices"][0]["message"]["content"] == first.json()["choices"][0]["message"]["content"]
-    semantic = eventually(lambda: (r := ask(b, "How can I change a flat tyre?")).headers["x-cache"] == "semantic" and r)
+    assert (
+        exact.json()["choices"][0]["message"]["content"]
+        == first.json()["choices"][0]["message"]["content"]
+    )
+    semantic = eventually(
+        lambda: (
+            (r := ask(b, "How can I change a flat tyre?")).headers["x-cache"] == "semantic" and r
+        )
+    )
     assert semantic, "no semantic hit on the other replica within 1 s"
     assert upstream.stats["chat"] == 1
 
@@ -64,14 +77,20 @@ def test_replicas_share_the_cache(
 
 
 def test_ttl_expiry_across_replicas(
-    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
 ) -> None:
     text = config(upstream_server.url, redis_server.url, tmp_path)
     a = serve(text, name="a.yaml")
     b = serve(text, name="b.yaml")
     ask(a, "When was the Colosseum built?", **{"x-cache-ttl": "1.5"})
     assert eventually(lambda: ask(b, "When was the Colosseum built?").headers["x-cache"] == "exact")
-    assert eventually(lambda: ask(b, "In what year was the Colosseum built?").headers["x-cache"] == "semantic")
+    assert eventually(
+        lambda: ask(b, "In what year was the Colosseum built?").headers["x-cache"] == "semantic"
+    )
     time.sleep(1.6)
     no_store = {"cache-control": "no-store"}
     assert ask(a, "In what year was the Colosseum built?", **no_store).headers["x-cache"] == "miss"
@@ -80,7 +99,11 @@ def test_ttl_expiry_across_replicas(
 
 
 def test_redis_outage_means_misses_not_errors(
-    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, redis_server: RedisServer, tmp_path: Path
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
 ) -> None:
     text = config(upstream_server.url, redis_server.url, tmp_path)
     a = serve(text, name="a.yaml")
@@ -97,6 +120,15 @@ def test_redis_outage_means_misses_not_errors(
     assert httpx.get(f"{a.url}/healthz").status_code == 200
     redis_server.start()  # back, empty
     ask(a, "What is the boiling point of water?")
-    assert eventually(lambda: ask(a, "What is the boiling point of water?").headers["x-cache"] == "exact", timeout=5)
-    assert eventually(lambda: ask(b, "What is the boiling point of water?").headers["x-cache"] == "exact", timeout=5)
-    assert eventually(lambda: ask(b, "What's the boiling point of water?").headers["x-cache"] == "semantic", timeout=5)
+    assert eventually(
+        lambda: ask(a, "What is the boiling point of water?").headers["x-cache"] == "exact",
+        timeout=5,
+    )
+    assert eventually(
+        lambda: ask(b, "What is the boiling point of water?").headers["x-cache"] == "exact",
+        timeout=5,
+    )
+    assert eventually(
+        lambda: ask(b, "What's the boiling point of water?").headers["x-cache"] == "semantic",
+        timeout=5,
+    )

@@ -26,6 +26,7 @@ EXAMPLE = Path(__file__).parents[2] / "config.example.yaml"
 def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-example")
     config = load_config(EXAMPLE)
+    assert isinstance(config.models[BUNDLED_MODEL_NAME], LocalModelConfig)
     assert any(
         isinstance(m, OpenAIModelConfig) and m.api_key == "sk-example"
         for m in config.models.values()

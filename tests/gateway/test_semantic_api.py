@@ -28,16 +28,24 @@ def config_text(upstream_url: str, data_dir: Path, **cache: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def gw(upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("sem"))))
+def gw(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    gateway = Gateway(
+        load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("sem")))
+    )
     yield gateway
     gateway.stop()
 
 
-def ask(gw: Gateway, question: str, *, ns: str, model: str = "fake-model", **body: Any) -> httpx.Response:
+def ask(
+    gw: Gateway, question: str, *, ns: str, model: str = "fake-model", **body: Any
+) -> httpx.Response:
     headers = {"x-cache-namespace": ns, **body.pop("headers", {})}
     messages = body.pop("messages", None) or [{"role": "user", "content": question}]
-    return gw.http.post("/v1/chat/completions", json={"model": model, "messages": messages, **body}, headers=headers)
+    return gw.http.post(
+        "/v1/chat/completions", json={"model": model, "messages": messages, **body}, headers=headers
+    )
 
 
 def answer(response: httpx.Response) -> str:
@@ -68,7 +76,9 @@ def test_paraphrase_is_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) -> No
         ("How do I convert 5 miles to kilometers?", "How do I convert 5 kilometers to miles?"),
     ],
 )
-def test_guard_rejects_near_misses(gw: Gateway, upstream: FakeUpstream, stored: str, asked: str) -> None:
+def test_guard_rejects_near_misses(
+    gw: Gateway, upstream: FakeUpstream, stored: str, asked: str
+) -> None:
     ns = f"guard-{abs(hash(stored))}"
     before = gw.http.get("/admin/stats").json()["cache"]["guard_rejections"]
     ask(gw, stored, ns=ns)
@@ -85,21 +95,45 @@ def test_scope_isolation(gw: Gateway, upstream: FakeUpstream) -> None:
     para = "What's the best way to learn Python?"
     ask(gw, base, ns="scope")
     assert ask(gw, para, ns="scope").headers["x-cache"] == "semantic"
-    history = [{"role": "user", "content": "I know Java."}, {"role": "assistant", "content": "Great."}]
-    other_history = [{"role": "user", "content": "I am a child."}, {"role": "assistant", "content": "OK."}]
+    history = [
+        {"role": "user", "content": "I know Java."},
+        {"role": "assistant", "content": "Great."},
+    ]
+    other_history = [
+        {"role": "user", "content": "I am a child."},
+        {"role": "assistant", "content": "OK."},
+    ]
     misses = [
         ask(gw, para, ns="scope", model="other-model"),
         ask(gw, para, ns="scope", temperature=0.5),
         ask(gw, para, ns="scope", max_tokens=7),
-        ask(gw, para, ns="scope", messages=[{"role": "system", "content": "Answer as a pirate."}, {"role": "user", "content": para}]),
+        ask(
+            gw,
+            para,
+            ns="scope",
+            messages=[
+                {"role": "system", "content": "Answer as a pirate."},
+                {"role": "user", "content": para},
+            ],
+        ),
         ask(gw, para, ns="scope", messages=[*history, {"role": "user", "content": para}]),
         ask(gw, para, ns="scope-b"),
     ]
     assert [r.headers["x-cache"] for r in misses] == ["miss"] * len(misses)
     # the same follow-up under different earlier turns: each conversation keeps its own answer
     third = "What is the best way to learn Python quickly?"
-    assert ask(gw, third, ns="scope", messages=[*other_history, {"role": "user", "content": third}]).headers["x-cache"] == "miss"
-    assert ask(gw, third, ns="scope", messages=[*history, {"role": "user", "content": third}]).headers["x-cache"] == "semantic"
+    assert (
+        ask(
+            gw, third, ns="scope", messages=[*other_history, {"role": "user", "content": third}]
+        ).headers["x-cache"]
+        == "miss"
+    )
+    assert (
+        ask(gw, third, ns="scope", messages=[*history, {"role": "user", "content": third}]).headers[
+            "x-cache"
+        ]
+        == "semantic"
+    )
 
 
 def test_threshold_per_request(gw: Gateway, upstream: FakeUpstream) -> None:
@@ -109,7 +143,12 @@ def test_threshold_per_request(gw: Gateway, upstream: FakeUpstream) -> None:
     loose = ask(gw, "How do you boil an egg?", ns="thr", cache={"threshold": 0.5})
     assert loose.headers["x-cache"] == "semantic"
     # threshold 1 still allows exact hits; and an identical text reaches similarity 1
-    assert ask(gw, "How do I boil an egg?", ns="thr", headers={"x-cache-threshold": "1"}).headers["x-cache"] == "exact"
+    assert (
+        ask(gw, "How do I boil an egg?", ns="thr", headers={"x-cache-threshold": "1"}).headers[
+            "x-cache"
+        ]
+        == "exact"
+    )
 
 
 def test_streamed_replay_of_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) -> None:
@@ -133,10 +172,18 @@ def test_streamed_replay_of_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) 
 
 def test_ttl_expiry_and_controls(gw: Gateway, upstream: FakeUpstream) -> None:
     ask(gw, "How tall is the Eiffel Tower?", ns="ttl", headers={"x-cache-ttl": "1"})
-    assert ask(gw, "What is the height of the Eiffel Tower?", ns="ttl").headers["x-cache"] == "semantic"
+    assert (
+        ask(gw, "What is the height of the Eiffel Tower?", ns="ttl").headers["x-cache"]
+        == "semantic"
+    )
     time.sleep(1.2)
     assert ask(gw, "What is the height of the Eiffel Tower?", ns="ttl").headers["x-cache"] == "miss"
-    assert ask(gw, "How high is the Eiffel Tower?", ns="ttl", headers={"cache-control": "no-cache"}).headers["x-cache"] == "refresh"
+    assert (
+        ask(
+            gw, "How high is the Eiffel Tower?", ns="ttl", headers={"cache-control": "no-cache"}
+        ).headers["x-cache"]
+        == "refresh"
+    )
 
 
 def test_flush_namespace_and_stats(gw: Gateway, upstream: FakeUpstream) -> None:
@@ -148,12 +195,16 @@ def test_flush_namespace_and_stats(gw: Gateway, upstream: FakeUpstream) -> None:
     assert stats["hits"]["semantic"] >= 1 and stats["index"]["entries"] >= 1
 
 
-def test_eviction_keeps_index_and_store_consistent(upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path) -> None:
+def test_eviction_keeps_index_and_store_consistent(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
     gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path, max_entries=2)))
     try:
         ask(gateway, "How do I cook rice?", ns="ev")
         ask(gateway, "How do I cook pasta?", ns="ev")
-        assert ask(gateway, "How can I cook rice?", ns="ev").headers["x-cache"] == "semantic"  # rice is recent now
+        assert (
+            ask(gateway, "How can I cook rice?", ns="ev").headers["x-cache"] == "semantic"
+        )  # rice is recent now
         ask(gateway, "How do I cook quinoa?", ns="ev")  # evicts pasta, the least recently used
         assert ask(gateway, "How can I cook pasta?", ns="ev").headers["x-cache"] == "miss"
         stats = gateway.http.get("/admin/stats").json()["cache"]
@@ -162,7 +213,9 @@ def test_eviction_keeps_index_and_store_consistent(upstream_server: ThreadedServ
         gateway.stop()
 
 
-def test_restart_restores_entries_and_rebuilds_a_corrupt_index(upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path) -> None:
+def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
     text = config_text(upstream_server.url, tmp_path)
     first = Gateway(load_config_text(text))
     ask(first, "How do I renew my passport?", ns="restart")
@@ -171,13 +224,19 @@ def test_restart_restores_entries_and_rebuilds_a_corrupt_index(upstream_server: 
     assert index_file.exists()
     second = Gateway(load_config_text(text))
     try:
-        assert ask(second, "How can I renew my passport?", ns="restart").headers["x-cache"] == "semantic"
+        assert (
+            ask(second, "How can I renew my passport?", ns="restart").headers["x-cache"]
+            == "semantic"
+        )
     finally:
         second.stop()
     index_file.write_bytes(b"not an index")
     third = Gateway(load_config_text(text))
     try:
-        assert ask(third, "How do I get my passport renewed?", ns="restart").headers["x-cache"] == "semantic"
+        assert (
+            ask(third, "How do I get my passport renewed?", ns="restart").headers["x-cache"]
+            == "semantic"
+        )
         assert upstream.stats["chat"] == 1
     finally:
         third.stop()

@@ -1,0 +1,141 @@
+"""Device check: warm-prefix logits equal cold logits, then the prefix benchmark table.
+
+    python -m bench.gpu_check                 # CUDA (bfloat16) when available, else CPU (float32)
+    python -m bench.gpu_check --dtype float32 # any device, the strict float32 tolerance
+
+For each shared-prefix length the script caches the prefix through the engine, then
+compares the last-token logits of (a) the engine's warm path — radix match, copy of the
+cached KV, prefill of the 64 new tokens — with (b) a cold prefill of the whole prompt.
+
+Tolerance:
+
+* float32: max |warm − cold| ≤ 1e-4 (DESIGN.md's invariant; on CPU we see ~1e-5 or 0).
+* bfloat16: max |warm − cold| ≤ 2e, where e = max |cold_bf16 − fp32| is bf16's own error
+  on the same prompt, measured against a float32 copy of the model. bf16 keeps 8
+  significant bits, so a logit near 20 is only representable to ±0.06, and the warm and
+  cold runs do the same math in different shapes (64 queries against a cached prefix vs
+  all queries at once), so GEMM and attention kernels accumulate in different orders. If
+  prefix reuse adds no error of its own, warm is within ~e of fp32 like cold is, and the
+  triangle inequality bounds |warm − cold| by 2e; a bug (wrong positions, a stale or
+  misplaced KV entry) shows up as differences of whole logits. A fixed threshold would be
+  either meaningless or flaky. Top-1 agreement is reported too (a near-tie may
+  legitimately flip in bf16). The tolerance never goes below 2^-7 (one bf16 step at 1.0).
+
+Exit status 1 when a check fails. The JSON goes to bench/results/gpu_check.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from typing import Any
+
+import torch
+
+from bench.prefix import CACHE_DIR, SUFFIX, _ids, _tokens, load_engine, markdown, run
+from bench.report import save_json, table
+from localmodel import Engine, SamplingParams
+from localmodel.engine import prefill
+from localmodel.kv import RequestCache
+from prefix import RadixKey
+
+FP32_TOLERANCE = 1e-4
+BF16_TOLERANCE_FLOOR = 2**-7  # one bf16 step at 1.0, in case the dtype error is ~0
+
+
+def check_logits(engine: Engine, prefix_len: int, reference: Any | None) -> dict[str, Any]:
+    """Warm vs cold last-token logits for ``prefix_len`` cached + 64 new tokens."""
+    model, layout = engine.model, engine.layout
+    namespace = f"gpu-check|{prefix_len}"
+    prefix = _tokens(prefix_len, seed=prefix_len)
+    prompt = prefix + _tokens(SUFFIX, seed=99)
+    once = SamplingParams(temperature=0.0, max_tokens=1)
+    engine.complete(engine.prepare(prefix, once, namespace=namespace))
+
+    match = engine.prefix_cache.match(RadixKey(namespace, prompt))
+    assert match.n_cached == prefix_len, (match.n_cached, prefix_len)
+    warm_cache = RequestCache.allocate(layout, len(prompt))
+    with engine.prefix_cache.hold(match):
+        warm_cache.load(match.spans, match.n_cached)
+    warm = prefill(model, warm_cache, _ids(prompt[prefix_len:], layout.device), prefix_len)
+    cold_cache = RequestCache.allocate(layout, len(prompt))
+    cold = prefill(model, cold_cache, _ids(prompt, layout.device), 0)
+
+    diff = (warm.float() - cold.float()).abs().max().item()
+    result: dict[str, Any] = {
+        "prefix": prefix_len,
+        "suffix": SUFFIX,
+        "max_abs_diff": diff,
+        "top1_agrees": int(warm.argmax()) == int(cold.argmax()),
+    }
+    if reference is None:
+        result["tolerance"] = FP32_TOLERANCE
+    else:
+        with torch.inference_mode():
+            ref = reference(_ids(prompt, layout.device), logits_to_keep=1).logits[0, -1]
+        result["dtype_error"] = (cold.float() - ref.float()).abs().max().item()
+        result["warm_error"] = (warm.float() - ref.float()).abs().max().item()
+        result["tolerance"] = max(2 * result["dtype_error"], BF16_TOLERANCE_FLOOR)
+    result["ok"] = diff <= result["tolerance"]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = default)")
+    parser.add_argument("--no-bench", action="store_true", help="only the logits check")
+    args = parser.parse_args(argv)
+
+    engine = load_engine(CACHE_DIR, args.device, args.dtype, args.threads or None)
+    on_cuda = engine.layout.device.type == "cuda"
+    sizes = (256, 1024, 2048) if on_cuda else (256, 1024)
+    reference = None
+    if engine.layout.dtype != torch.float32:
+        reference = copy.deepcopy(engine.model).float().eval()
+    checks = [check_logits(engine, size, reference) for size in sizes]
+    del reference
+
+    dtype = str(engine.layout.dtype).removeprefix("torch.")
+    rows = [
+        [
+            f"{c['prefix']} + {c['suffix']}",
+            f"{c['max_abs_diff']:.2e}",
+            f"{c['tolerance']:.2e}",
+            f"{c['dtype_error']:.2e}" if "dtype_error" in c else "—",
+            f"{c['warm_error']:.2e}" if "warm_error" in c else "—",
+            "yes" if c["top1_agrees"] else "no",
+            "**ok**" if c["ok"] else "**FAIL**",
+        ]
+        for c in checks
+    ]
+    header = [
+        "prefix + new",
+        "max abs(warm − cold)",
+        "tolerance",
+        "max abs(cold − fp32)",
+        "max abs(warm − fp32)",
+        "top-1 agrees",
+        "check",
+    ]
+    print(f"Warm vs cold last-token logits on {engine.layout.device} ({dtype}):\n")
+    print(table(header, rows))
+    results: dict[str, Any] = {
+        "device": str(engine.layout.device),
+        "dtype": dtype,
+        "checks": checks,
+    }
+    if not args.no_bench:
+        results["bench"] = run(engine, sizes=sizes, repeats=args.repeats)
+        command = "python -m bench.gpu_check" + (" " + " ".join(argv) if argv else "")
+        print()
+        print(markdown(results["bench"], command))
+    save_json("gpu_check", results)
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,386 @@
+"""The ``local`` backend: the bundled model (or any HF model directory) run in this process.
+
+It turns an OpenAI request into token ids (chat template or raw prompt) and sampling
+parameters, runs it on ``localmodel``'s engine — which reuses the KV of the longest prompt
+prefix any earlier request computed — and shapes the result as an OpenAI response or stream,
+with ``usage.prompt_tokens_details.cached_tokens``.
+
+Requests that ask for what the local model cannot do (tools, JSON mode, logprobs, penalties)
+get a 400 naming the parameter rather than an answer that silently ignores it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from localmodel import (
+    AsyncEngine,
+    Completion,
+    Engine,
+    EngineClosedError,
+    EngineConfig,
+    Event,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    TextDelta,
+)
+
+from .backend import StreamEvent
+from .config import Config, LocalModelConfig
+from .errors import APIError
+from .requests import GatewayRequest
+from .sse import DONE, encode_event, fresh_identity
+
+__all__ = ["LocalBackend"]
+
+log = logging.getLogger(__name__)
+
+#: A comment line sent while a long prefill runs, so proxies do not time the stream out.
+_KEEPALIVE = b": keep-alive\n\n"
+_KEEPALIVE_EVERY = 15.0
+
+
+class LocalBackend:
+    """A ``local`` model: loads in the background; ``ready()`` turns true once it has."""
+
+    def __init__(self, name: str, config: LocalModelConfig, engine_config: EngineConfig) -> None:
+        self.name = name
+        self.config = config
+        self.engine_config = engine_config
+        self._engine: AsyncEngine | None = None
+        self._loader: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self._created = int(time.time())
+
+    @classmethod
+    def from_config(cls, name: str, model: LocalModelConfig, config: Config) -> LocalBackend:
+        threads = model.threads or max(1, (os.cpu_count() or 2) - 1)  # leave a core to HTTP
+        engine_config = EngineConfig(
+            source=model.source,
+            data_dir=Path(config.data_dir),
+            device=model.device,
+            dtype=model.dtype,
+            max_context=model.max_context,
+            prefix_cache_bytes=model.prefix_cache_bytes,
+            prefix_ttl_s=model.prefix_cache_ttl,
+            default_max_tokens=model.default_max_tokens,
+            threads=threads,
+        )
+        return cls(name, model, engine_config)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the model off the event loop; requests wait for it (readyz says 503 meanwhile)."""
+        if self._loader is None:
+            self._loader = asyncio.create_task(self._load(), name=f"load-{self.name}")
+
+    async def ready(self) -> bool:
+        return self._engine is not None
+
+    async def close(self) -> None:
+        if self._loader is not None and not self._loader.done():
+            self._loader.cancel()
+        if self._engine is not None:
+            await self._engine.aclose()
+
+    # -- Backend ---------------------------------------------------------------------------
+
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+        engine = await self._ready_engine()
+        job = await self._prepare(engine.engine, request)
+        try:
+            completion = await engine.complete(job)
+        except EngineClosedError as exc:
+            raise APIError(503, str(exc), code="model_unavailable") from None
+        return _response(request, self.name, completion)
+
+    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
+        engine = await self._ready_engine()
+        job = await self._prepare(engine.engine, request)  # a 400 happens before any header
+        return LocalStream(request, self.name, engine.stream(job))
+
+    def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {
+            "id": self.name,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "cachegate",
+        }
+        if self._engine is not None:
+            described["context_window"] = self._engine.engine.context_window
+        return described
+
+    def stats(self) -> dict[str, Any]:
+        if self._engine is None:
+            return {"loaded": False, "error": repr(self._error) if self._error else None}
+        cache = self._engine.engine.prefix_cache.stats
+        return {
+            "loaded": True,
+            "pending": self._engine.pending,
+            "prefix_cache": {
+                "queried_tokens": cache.queried_tokens,
+                "hit_tokens": cache.hit_tokens,
+                "hit_rate": round(cache.hit_rate, 4),
+                "tokens": cache.tokens,
+                "bytes": cache.bytes,
+                "max_bytes": cache.max_bytes,
+                "evicted_tokens": cache.evicted_tokens,
+                "evictions": cache.evictions,
+                "nodes": cache.nodes,
+            },
+        }
+
+    def flush_prefix_cache(self) -> int:
+        """Drop every cached prefix (admin); returns the bytes freed."""
+        return self._engine.engine.prefix_cache.flush() if self._engine is not None else 0
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _load(self) -> None:
+        started = time.perf_counter()
+        try:
+            engine = await asyncio.to_thread(Engine.load, self.engine_config)
+        except Exception as exc:
+            self._error = exc
+            log.exception("local model %s failed to load", self.name)
+            return
+        self._engine = AsyncEngine(engine, name=f"localmodel-{self.name}")
+        self._engine.start()
+        log.info("local model %s loaded in %.1fs", self.name, time.perf_counter() - started)
+
+    async def _ready_engine(self) -> AsyncEngine:
+        if self._engine is None and self._loader is not None and self._error is None:
+            await asyncio.shield(self._loader)
+        if self._engine is None:
+            raise APIError(
+                503,
+                f"The local model `{self.name}` is not available: {self._error or 'not started'}",
+                code="model_unavailable",
+            )
+        return self._engine
+
+    async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
+        body = request.body
+        params = _sampling(body)
+        namespace = (
+            self.name
+            if self.config.share_prefix_across_tenants
+            else f"{self.name}|{request.tenant}"
+        )
+        try:
+            tokens = await asyncio.to_thread(_tokens, engine, request)
+            return engine.prepare(tokens, params, namespace=namespace)
+        except ValueError as exc:  # InvalidRequestError, ContextWindowExceeded, InvalidPromptError
+            code = "context_length_exceeded" if "context length" in str(exc) else "invalid_value"
+            param = "messages" if request.kind == "chat" else "prompt"
+            if code == "context_length_exceeded" and _max_tokens(body) is not None:
+                param = "max_tokens"
+            raise APIError(400, str(exc), param=param, code=code) from None
+
+
+class LocalStream:
+    """A local generation as OpenAI SSE events; closing it cancels the generation."""
+
+    def __init__(
+        self, request: GatewayRequest, model: str, events: AsyncGenerator[Event, None]
+    ) -> None:
+        self._request = request
+        self._model = model
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        kind = self._request.kind
+        rid, created = fresh_identity(kind)
+        head = {"id": rid, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+                "created": created, "model": self._model}  # fmt: skip
+        started: set[int] = set()
+        pending: asyncio.Task[Event] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(anext(self._events))
+                done, _ = await asyncio.wait({pending}, timeout=_KEEPALIVE_EVERY)
+                if not done:
+                    yield StreamEvent(_KEEPALIVE, None)
+                    continue
+                event, pending = pending.result(), None
+                for chunk in _chunks(kind, head, event, started):
+                    yield StreamEvent(encode_event(chunk), chunk)
+                if isinstance(event, Finished):
+                    yield StreamEvent(DONE, None, done=True)
+                    return
+        except StopAsyncIteration:
+            return
+        except EngineClosedError as exc:
+            raise APIError(503, str(exc), code="model_unavailable") from None
+        finally:
+            if pending is not None:
+                pending.cancel()
+            await self._events.aclose()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+
+
+# ---------------------------------------------------------------------------------------------
+# request → engine
+
+
+#: Parameters the local model cannot honour, with the value that means "not used".
+_UNSUPPORTED: dict[str, Any] = {
+    "tools": None,
+    "functions": None,
+    "logprobs": False,
+    "top_logprobs": None,
+    "logit_bias": None,
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "echo": False,
+    "suffix": None,
+    "best_of": 1,
+}
+
+
+def _sampling(body: dict[str, Any]) -> SamplingParams:
+    for param, unused in _UNSUPPORTED.items():
+        value = body.get(param)
+        if value is not None and value != unused and value not in ([], {}):
+            raise APIError(
+                400,
+                f"'{param}' is not supported by the local model.",
+                param=param,
+                code="unsupported_parameter",
+            )
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type", "text") != "text":
+        raise APIError(
+            400,
+            "'response_format' other than text is not supported by the local model.",
+            param="response_format",
+            code="unsupported_parameter",
+        )
+    stop = body.get("stop")
+    temperature = body.get("temperature")
+    top_p = body.get("top_p")
+    top_k = body.get("top_k", 0)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        raise APIError(400, "'top_k' must be a non-negative integer.", param="top_k")
+    try:
+        return SamplingParams(
+            max_tokens=_max_tokens(body),
+            temperature=1.0 if temperature is None else float(temperature),
+            top_p=1.0 if top_p is None else float(top_p),
+            top_k=top_k,
+            seed=body.get("seed"),
+            stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
+            n=int(body.get("n") or 1),
+        )
+    except ValueError as exc:
+        raise APIError(400, str(exc)) from None
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    value = body.get("max_completion_tokens") or body.get("max_tokens")
+    return int(value) if value is not None else None
+
+
+def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
+    if request.kind == "chat":
+        return engine.encode_chat(request.body["messages"])
+    prompt = request.body.get("prompt")
+    if isinstance(prompt, str):
+        return engine.encode_text(prompt)
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        return engine.encode_text(prompt[0])
+    if isinstance(prompt, list) and all(
+        isinstance(t, int) and not isinstance(t, bool) for t in prompt
+    ):
+        return list(prompt)
+    raise APIError(
+        400,
+        "The local model takes one prompt per request (a string or a list of token ids).",
+        param="prompt",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# engine → OpenAI shapes
+
+
+def _usage(completion: Completion) -> dict[str, Any]:
+    u = completion.usage
+    return {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
+    }
+
+
+def _response(request: GatewayRequest, model: str, completion: Completion) -> dict[str, Any]:
+    rid, created = fresh_identity(request.kind)
+    choices: list[dict[str, Any]]
+    if request.kind == "chat":
+        choices = [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+            }
+            for c in completion.choices
+        ]
+        obj = "chat.completion"
+    else:
+        choices = [
+            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            for c in completion.choices
+        ]
+        obj = "text_completion"
+    return {
+        "id": rid,
+        "object": obj,
+        "created": created,
+        "model": model,
+        "choices": choices,
+        "usage": _usage(completion),
+    }
+
+
+def _chunks(
+    kind: str, head: dict[str, Any], event: Event, started: set[int]
+) -> list[dict[str, Any]]:
+    """The OpenAI chunks for one engine event (a chat choice opens with a role delta)."""
+    if isinstance(event, Finished):
+        # Always sent: the pipeline stores it with the answer and drops it for clients that
+        # did not ask for usage.
+        return [{**head, "choices": [], "usage": _usage(event.completion)}]
+    index = event.index
+    choices = []
+    if kind == "chat" and index not in started:  # an empty answer still opens its message
+        started.add(index)
+        choices.append(_choice(kind, index, "", None, role=True))
+    if isinstance(event, TextDelta):
+        choices.append(_choice(kind, index, event.text, None))
+    else:  # ChoiceFinished
+        choices.append(_choice(kind, index, None, event.finish_reason))
+    return [{**head, "choices": [choice]} for choice in choices]
+
+
+def _choice(
+    kind: str, index: int, text: str | None, finish: str | None, role: bool = False
+) -> dict[str, Any]:
+    if kind != "chat":
+        return {"index": index, "text": text or "", "logprobs": None, "finish_reason": finish}
+    delta: dict[str, Any] = {"content": text} if text is not None else {}
+    if role:
+        delta = {"role": "assistant", "content": ""}
+    return {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}

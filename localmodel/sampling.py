@@ -1,0 +1,101 @@
+"""Sampling parameters and next-token sampling (greedy, temperature, top-k, top-p, seed).
+
+The order of the filters follows Hugging Face / vLLM: temperature scales the logits, then
+top-k keeps the k most likely tokens, then top-p keeps the smallest set whose probability
+reaches p. ``temperature == 0`` means greedy (argmax) and ignores the other filters.
+
+Reproducibility: every request gets its own ``torch.Generator`` seeded from ``seed``, so the
+same request with the same seed yields the same tokens whatever else the process is doing.
+
+Example::
+
+    params = SamplingParams(temperature=0.7, top_p=0.9, seed=42, max_tokens=64, stop=("\\n\\n",))
+    gen = make_generator(params.seed, device)
+    token = sample(logits, params, gen)    # logits: [vocab]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["MAX_STOP_STRINGS", "SamplingParams", "make_generator", "sample"]
+
+MAX_STOP_STRINGS = 4  # OpenAI's limit
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What a request asks of the sampler; validated on construction (``ValueError``).
+
+    Attributes:
+        max_tokens: completion tokens per choice; ``None`` = as many as fit (see ``Engine.prepare``).
+        temperature: 0 = greedy; OpenAI's range is 0…2.
+        top_p: nucleus mass in (0, 1]; 1 disables.
+        top_k: keep the k most likely tokens; 0 disables.
+        seed: makes sampling reproducible; ``None`` draws a fresh seed.
+        stop: up to 4 strings; the output ends *before* the first occurrence of any of them.
+        n: number of choices, generated one after another from one prefill.
+    """
+
+    max_tokens: int | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not 0.0 <= self.temperature <= 2.0:
+            raise ValueError("temperature must be between 0 and 2")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0 (0 disables it)")
+        if len(self.stop) > MAX_STOP_STRINGS or any(not s for s in self.stop):
+            raise ValueError(f"stop takes up to {MAX_STOP_STRINGS} non-empty strings")
+        if not 1 <= self.n <= 128:
+            raise ValueError("n must be between 1 and 128")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
+    """A per-request RNG on ``device``; a ``None`` seed draws one from the OS."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed & 0xFFFF_FFFF_FFFF_FFFF)  # torch wants an unsigned 64-bit seed
+    return generator
+
+
+@torch.inference_mode()
+def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator) -> int:
+    """Pick the next token id from ``logits`` (``[vocab]``, any float dtype; not modified)."""
+    if params.greedy:
+        return int(torch.argmax(logits).item())
+    scores = logits.float() / params.temperature  # [vocab], a new tensor
+    if 0 < params.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, params.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if params.top_p < 1.0:
+        scores = _top_p_filter(scores, params.top_p)
+    probs = torch.softmax(scores, dim=-1)  # [vocab]
+    return int(torch.multinomial(probs, 1, generator=generator).item())
+
+
+def _top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Mask all but the smallest set of most likely tokens whose probability mass ≥ ``top_p``."""
+    sorted_scores, order = torch.sort(scores, descending=True)  # [vocab]
+    sorted_probs = torch.softmax(sorted_scores, dim=-1)
+    # Drop a token when the mass *before* it already reaches top_p (the top token always stays).
+    drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+    drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+    return scores.masked_fill(drop, float("-inf"))

@@ -1,0 +1,94 @@
+"""End to end with the bundled model: the openai SDK → `cachegate serve` → local engine, and
+a gateway in front of a `cachegate worker` (the model as its own service)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import openai
+import yaml
+
+from tests.e2e.conftest import ServeProcess
+
+SYSTEM = {
+    "role": "system",
+    "content": "You answer questions about the solar system in one sentence. " * 5,
+}
+
+
+def local(model_dir: Path) -> dict[str, Any]:
+    return {"backend": "local", "source": str(model_dir), "threads": 1, "default_max_tokens": 12}
+
+
+def test_sdk_against_the_local_model(serve: Any, bundled_model_dir: Path, tmp_path: Path) -> None:
+    gateway: ServeProcess = serve(yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"), "models": {"smollm2": local(bundled_model_dir)},
+    }))  # fmt: skip
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    first = client.chat.completions.create(
+        model="smollm2",
+        messages=[SYSTEM, {"role": "user", "content": "What is Mars?"}],
+        temperature=0,
+        max_tokens=10,
+    )
+    assert first.choices[0].message.content and first.usage is not None
+    assert first.usage.prompt_tokens_details is not None
+    streamed = client.chat.completions.create(
+        model="smollm2",
+        messages=[SYSTEM, {"role": "user", "content": "What is Venus?"}],
+        temperature=0,
+        max_tokens=10,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(streamed)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text
+    final = chunks[-1].usage
+    assert final is not None and final.prompt_tokens_details is not None
+    assert final.prompt_tokens_details.cached_tokens >= 60  # the shared system prompt
+    again = client.chat.completions.with_raw_response.create(
+        model="smollm2",
+        messages=[SYSTEM, {"role": "user", "content": "What is Venus?"}],
+        temperature=0,
+        max_tokens=10,
+    )
+    assert again.headers["x-cache"] == "exact" and again.parse().choices[0].message.content == text
+
+
+def test_gateway_in_front_of_a_worker(serve: Any, bundled_model_dir: Path, tmp_path: Path) -> None:
+    worker: ServeProcess = serve(
+        yaml.safe_dump(
+            {"data_dir": str(tmp_path / "w"), "models": {"smollm2": local(bundled_model_dir)}}
+        ),
+        name="worker.yaml",
+        command="worker",
+    )
+    gateway: ServeProcess = serve(yaml.safe_dump({
+        "data_dir": str(tmp_path / "g"),
+        "cache": {"semantic": {"enabled": False}},
+        "models": {"smollm2": {"backend": "openai", "base_url": f"{worker.url}/v1"}},
+    }), name="gateway.yaml")  # fmt: skip
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    ask = [SYSTEM, {"role": "user", "content": "What is Jupiter?"}]
+    client.chat.completions.create(model="smollm2", messages=[SYSTEM, {"role": "user", "content": "What is Saturn?"}],
+                                   temperature=0, max_tokens=8)  # fmt: skip
+    raw = client.chat.completions.with_raw_response.create(
+        model="smollm2", messages=ask, temperature=0, max_tokens=8
+    )
+    assert raw.headers["x-cache"] == "miss"
+    usage = raw.parse().usage
+    assert usage is not None and usage.prompt_tokens_details is not None
+    assert usage.prompt_tokens_details.cached_tokens >= 60  # reported by the worker, passed through
+    hit = client.chat.completions.with_raw_response.create(
+        model="smollm2", messages=ask, temperature=0, max_tokens=8
+    )
+    assert hit.headers["x-cache"] == "exact"
+    # the worker itself has no response cache
+    direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+    raw_direct = direct.chat.completions.with_raw_response.create(
+        model="smollm2", messages=ask, temperature=0, max_tokens=8
+    )
+    assert raw_direct.headers["x-cache"] == "bypass"
+    assert raw_direct.parse().choices[0].message.content == hit.parse().choices[0].message.content

@@ -1,0 +1,219 @@
+"""The bundled local model through the HTTP API: prefix KV reuse (cached_tokens), the response
+cache in front of it, tenant isolation, errors. Real weights (SmolLM2-135M-Instruct), CPU."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+
+MODEL = "smollm2"
+SYSTEM = {
+    "role": "system",
+    "content": "You are a concise assistant for the ACME hardware store. " * 6,
+}
+
+
+def local_config(model_dir: Path, data_dir: Path, **model: Any) -> str:
+    settings = {
+        "backend": "local",
+        "source": str(model_dir),
+        "threads": 1,
+        "default_max_tokens": 16,
+        **model,
+    }
+    return yaml.safe_dump({
+        "data_dir": str(data_dir),
+        "cache": {"semantic": {"enabled": False}},
+        "auth": {"keys": [{"key": "key-a", "tenant": "a"}, {"key": "key-b", "tenant": "b"}]},
+        "models": {MODEL: settings},
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gateway = Gateway(
+        load_config_text(local_config(bundled_model_dir, tmp_path_factory.mktemp("local")))
+    )
+    yield gateway
+    gateway.stop()
+
+
+def chat(
+    gw: Gateway, messages: list[dict[str, Any]], key: str = "key-a", **body: Any
+) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}", **body.pop("headers", {})}
+    payload = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": 12, **body}
+    return gw.http.post("/v1/chat/completions", json=payload, headers=headers)
+
+
+def usage(response: httpx.Response) -> dict[str, Any]:
+    return dict(response.json()["usage"])
+
+
+def test_models_lists_the_local_model(gw: Gateway) -> None:
+    models = gw.http.get("/v1/models", headers={"authorization": "Bearer key-a"}).json()["data"]
+    assert [m["id"] for m in models] == [MODEL]
+    assert models[0]["context_window"] == 8192
+
+
+def test_shared_prefix_is_reused_and_reported(gw: Gateway) -> None:
+    first = chat(gw, [SYSTEM, {"role": "user", "content": "Do you sell hammers?"}])
+    assert first.status_code == 200 and first.headers["x-cache"] == "miss"
+    assert usage(first)["prompt_tokens_details"]["cached_tokens"] == 0
+    second = chat(gw, [SYSTEM, {"role": "user", "content": "Do you sell screws?"}])
+    cached = usage(second)["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 60  # the system prompt's tokens came from the prefix KV cache
+    assert cached < usage(second)["prompt_tokens"]
+    assert second.json()["choices"][0]["message"]["content"]
+
+
+def test_multi_turn_conversation_reports_growing_cached_tokens(gw: Gateway) -> None:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Name a colour of the rainbow."}]
+    seen = []
+    for turn in ("Name another one.", "And one more?"):
+        response = chat(gw, messages, max_tokens=8)
+        seen.append(usage(response)["prompt_tokens_details"]["cached_tokens"])
+        messages += [{"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": turn}]  # fmt: skip
+    seen.append(usage(chat(gw, messages, max_tokens=8))["prompt_tokens_details"]["cached_tokens"])
+    # (the first turn may share a few template tokens with earlier tests' prompts)
+    assert seen[0] + 10 < seen[1] < seen[2]
+
+
+def test_response_cache_sits_in_front(gw: Gateway) -> None:
+    messages = [{"role": "user", "content": "What is a screwdriver for?"}]
+    first = chat(gw, messages)
+    before = gw.http.get("/admin/stats").json()["backends"][MODEL]["prefix_cache"]["queried_tokens"]
+    second = chat(gw, messages)
+    assert second.headers["x-cache"] == "exact"
+    assert second.json()["choices"] == first.json()["choices"]
+    after = gw.http.get("/admin/stats").json()["backends"][MODEL]["prefix_cache"]["queried_tokens"]
+    assert after == before  # the model did not run
+    # greedy decoding: a refreshed answer, computed with a warm prefix, is the same text
+    fresh = chat(gw, messages, headers={"cache-control": "no-cache"})
+    assert fresh.headers["x-cache"] == "refresh"
+    assert usage(fresh)["prompt_tokens_details"]["cached_tokens"] > 0
+    assert fresh.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+
+
+def test_tenants_do_not_share_prefix_kv(gw: Gateway) -> None:
+    prompt = [SYSTEM, {"role": "user", "content": "Which tenant am I?"}]
+    chat(gw, prompt, key="key-a", headers={"cache-control": "no-store"})
+    other = chat(gw, [SYSTEM, {"role": "user", "content": "Which tenant are you?"}], key="key-b")
+    assert usage(other)["prompt_tokens_details"]["cached_tokens"] == 0
+    same = chat(gw, [SYSTEM, {"role": "user", "content": "Which tenant is this?"}], key="key-a")
+    assert usage(same)["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+def test_shared_prefix_across_tenants_when_configured(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    gateway = Gateway(
+        load_config_text(
+            local_config(bundled_model_dir, tmp_path, share_prefix_across_tenants=True)
+        )
+    )
+    try:
+        chat(gateway, [SYSTEM, {"role": "user", "content": "Hello from a"}], key="key-a")
+        other = chat(gateway, [SYSTEM, {"role": "user", "content": "Hello from b"}], key="key-b")
+        assert usage(other)["prompt_tokens_details"]["cached_tokens"] >= 60
+    finally:
+        gateway.stop()
+
+
+def test_streaming_matches_non_streaming(gw: Gateway) -> None:
+    messages = [{"role": "user", "content": "Say something about nails."}]
+    plain = chat(gw, messages, headers={"cache-control": "no-store"})
+    stream = chat(
+        gw,
+        messages,
+        stream=True,
+        stream_options={"include_usage": True},
+        headers={"cache-control": "no-cache"},
+    )
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    events = [line[6:] for line in stream.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == plain.json()["choices"][0]["message"]["content"]
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    finish = [
+        c["choices"][0]["finish_reason"]
+        for c in chunks
+        if c["choices"] and c["choices"][0]["finish_reason"]
+    ]
+    assert finish == [plain.json()["choices"][0]["finish_reason"]]
+
+
+def test_stop_n_and_completions(gw: Gateway) -> None:
+    two = chat(
+        gw,
+        [{"role": "user", "content": "Give me a tool name."}],
+        n=2,
+        temperature=0.9,
+        seed=3,
+        max_tokens=6,
+    )
+    assert [c["index"] for c in two.json()["choices"]] == [0, 1]
+    stopped = chat(
+        gw,
+        [{"role": "user", "content": "Count from 1 to 10 with commas."}],
+        stop=["3."],
+        max_tokens=30,
+    )
+    text = stopped.json()["choices"][0]["message"]["content"]
+    assert text.startswith("1.") and "3." not in text  # the output ends before the stop string
+    assert stopped.json()["choices"][0]["finish_reason"] == "stop"
+    completion = gw.http.post("/v1/completions", headers={"authorization": "Bearer key-a"},
+                              json={"model": MODEL, "prompt": "The hardware store sells", "max_tokens": 5, "temperature": 0})  # fmt: skip
+    body = completion.json()
+    assert body["object"] == "text_completion" and body["choices"][0]["finish_reason"] == "length"
+    assert (
+        body["usage"]["completion_tokens"] == 5
+        and "cached_tokens" in body["usage"]["prompt_tokens_details"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "code"),
+    [
+        ({"max_tokens": 9000}, "max_tokens", "context_length_exceeded"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+            "tools",
+            "unsupported_parameter",
+        ),
+        ({"response_format": {"type": "json_object"}}, "response_format", "unsupported_parameter"),
+        ({"logprobs": True}, "logprobs", "unsupported_parameter"),
+        ({"frequency_penalty": 0.5}, "frequency_penalty", "unsupported_parameter"),
+    ],
+)
+def test_requests_the_model_cannot_serve_get_400(
+    gw: Gateway, extra: dict[str, Any], param: str, code: str
+) -> None:
+    response = chat(gw, [{"role": "user", "content": "hi"}], **extra)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["param"] == param and error["code"] == code
+
+
+def test_prompt_over_the_context_window_is_400_and_not_cached(gw: Gateway) -> None:
+    long = "word " * 9000
+    response = chat(gw, [{"role": "user", "content": long}])
+    assert (
+        response.status_code == 400
+        and response.json()["error"]["code"] == "context_length_exceeded"
+    )
+    stream = chat(gw, [{"role": "user", "content": long}], stream=True)
+    assert stream.status_code == 400  # before any stream header
+    assert gw.http.get("/healthz").status_code == 200

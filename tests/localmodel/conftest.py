@@ -1,0 +1,95 @@
+"""Fixtures for the local model: the bundled SmolLM2 (loaded once) and a tiny random Llama.
+
+The bundled model is converted from its GGUF once into a cache directory outside the
+repository, ``${XDG_CACHE_HOME:-~/.cache}/cachegate``, so a CI run (and every later local
+run) pays the ~20 s de-quantisation only once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from localmodel import Engine, EngineConfig
+from localmodel.loader import LoadedModel, load
+from prefix import RadixCache
+from tests.conftest import CACHE_DIR
+
+
+@pytest.fixture(scope="package", autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Run these tests on one torch thread, then restore the setting.
+
+    On a shared 2-core runner, two OpenMP threads that keep waiting for each other made a
+    forward pass ~6x slower than one thread (measured); one thread is also deterministic.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("CACHEGATE_TEST_TORCH_THREADS", "1")))
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def bundled() -> LoadedModel:
+    """SmolLM2-135M-Instruct on CPU in float32 (converted on first use, then < 1 s)."""
+    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(bundled: LoadedModel) -> Any:
+    return bundled.tokenizer
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tokenizer: Any) -> Any:
+    """A 2-layer random Llama with the bundled vocabulary: plumbing tests in milliseconds."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    return LlamaForCausalLM(config).eval()
+
+
+MakeEngine = Callable[..., Engine]
+
+
+@pytest.fixture
+def make_engine(bundled: LoadedModel) -> MakeEngine:
+    """``make_engine(max_bytes=…, tiny=…, **config)``: a fresh engine and prefix cache."""
+
+    def make(*, max_bytes: int = 256 * 2**20, tiny: Any = None, **config: Any) -> Engine:
+        model = bundled.model if tiny is None else tiny
+        cfg = EngineConfig(data_dir=CACHE_DIR, device="cpu", **config)
+        return Engine(model, bundled.tokenizer, cfg, prefix_cache=RadixCache(max_bytes))
+
+    return make
+
+
+@pytest.fixture
+def engine(make_engine: MakeEngine) -> Engine:
+    """The bundled model with an empty 256 MiB prefix cache."""
+    return make_engine()
+
+
+@pytest.fixture
+def tiny_engine(make_engine: MakeEngine, tiny_model: Any) -> Engine:
+    return make_engine(tiny=tiny_model)

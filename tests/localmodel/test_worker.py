@@ -1,0 +1,150 @@
+"""AsyncEngine: one worker thread, a FIFO queue, events delivered to the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from localmodel import (
+    AsyncEngine,
+    Choice,
+    Completion,
+    Engine,
+    EngineClosedError,
+    Event,
+    Finished,
+    GenerationRequest,
+    SamplingParams,
+    TextDelta,
+    Usage,
+)
+
+NS = "smollm2|tenant-a"
+
+
+class _SlowEngine:
+    """Stands in for Engine: blocks its thread like a forward pass would."""
+
+    def __init__(self, step_s: float = 0.05, steps: int = 4, fail: bool = False) -> None:
+        self.step_s, self.steps, self.fail = step_s, steps, fail
+        self.served: list[GenerationRequest] = []
+
+    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+        self.served.append(request)
+        if self.fail:
+            raise RuntimeError("boom")
+        for i in range(self.steps):
+            if request.cancel.is_set():
+                break
+            time.sleep(self.step_s)
+            yield TextDelta(0, str(i))
+        choice = Choice(0, "", (), "length")
+        yield Finished(Completion((choice,), Usage(1, self.steps, 0), 0.0, 0.0))
+
+
+def _request(tag: int = 0) -> GenerationRequest:
+    return GenerationRequest((1, 2, tag), NS, SamplingParams(max_tokens=4))
+
+
+async def test_concurrent_requests_all_get_their_own_correct_answers(engine: Engine) -> None:
+    questions = ["Name a fruit.", "Name a planet.", "Name a colour."]
+    params = SamplingParams(temperature=0.0, max_tokens=5)
+    prompts = [engine.encode_chat([{"role": "user", "content": q}]) for q in questions]
+    expected = [engine.complete(engine.prepare(p, params, namespace=NS)).choices for p in prompts]
+
+    async with AsyncEngine(engine) as local:
+        results = await asyncio.gather(
+            *(local.complete(engine.prepare(p, params, namespace=NS)) for p in prompts)
+        )
+    assert [r.choices for r in results] == expected
+    assert all(r.usage.cached_tokens == len(p) - 1 for r, p in zip(results, prompts, strict=True))
+
+
+async def test_stream_yields_deltas_then_finished_and_never_blocks_the_loop() -> None:
+    fake = _SlowEngine(step_s=0.05, steps=6)
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.perf_counter())
+            await asyncio.sleep(0.01)
+
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        task = asyncio.create_task(ticker())
+        events = [event async for event in local.stream(_request())]
+        task.cancel()
+    assert [e.text for e in events if isinstance(e, TextDelta)] == list("012345")
+    assert isinstance(events[-1], Finished)
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert len(ticks) > 10 and max(gaps) < 0.2  # the 0.3 s of "forward passes" ran elsewhere
+
+
+async def test_requests_are_served_one_after_another_in_order() -> None:
+    fake = _SlowEngine(step_s=0.01, steps=2)
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        await asyncio.gather(*(local.complete(_request(i)) for i in range(5)))
+    assert [r.prompt_tokens[-1] for r in fake.served] == [0, 1, 2, 3, 4]
+
+
+async def test_leaving_the_stream_cancels_the_request_and_the_worker_moves_on() -> None:
+    fake = _SlowEngine(step_s=0.05, steps=100)
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        first = _request(1)
+        stream = local.stream(first)
+        async for _ in stream:
+            break
+        await stream.aclose()  # what a disconnecting client's handler does
+        assert first.cancel.is_set()
+        fake.steps = 2
+        started = time.perf_counter()
+        await local.complete(_request(2))  # not stuck behind 100 steps of the first
+        assert time.perf_counter() - started < 2.5
+
+
+async def test_engine_errors_are_raised_in_the_caller_and_the_worker_survives() -> None:
+    fake = _SlowEngine(fail=True)
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        with pytest.raises(RuntimeError, match="boom"):
+            await local.complete(_request())
+        fake.fail = False
+        assert isinstance(await local.complete(_request()), Completion)
+
+
+async def test_closed_engine_refuses_requests() -> None:
+    local = AsyncEngine(_SlowEngine())  # type: ignore[arg-type]
+    local.start()
+    await local.aclose()
+    with pytest.raises(EngineClosedError):
+        await local.complete(_request())
+
+
+async def test_real_engine_stream_deltas_add_up_to_the_text(tiny_engine: Engine) -> None:
+    prompt = tiny_engine.encode_chat([{"role": "user", "content": "hi"}])
+    request = tiny_engine.prepare(
+        prompt, SamplingParams(temperature=0.0, max_tokens=6), namespace=NS
+    )
+    async with AsyncEngine(tiny_engine) as local:
+        events: list[Any] = [event async for event in local.stream(request)]
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert events[-1].completion.choices[0].text == text
+    assert events[-1].completion.usage.completion_tokens == 6
+
+
+async def test_close_cancels_the_running_request_and_fails_queued_ones() -> None:
+    fake = _SlowEngine(step_s=0.05, steps=1000)
+    local = AsyncEngine(fake)  # type: ignore[arg-type]
+    running, queued = _request(1), _request(2)
+    first = asyncio.create_task(local.complete(running))
+    second = asyncio.create_task(local.complete(queued))
+    while not fake.served:
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(local.aclose(), timeout=5)
+    assert running.cancel.is_set()
+    assert isinstance(await first, Completion)  # ended early, between two steps
+    with pytest.raises(EngineClosedError):
+        await second
