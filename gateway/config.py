@@ -184,6 +184,9 @@ class SemanticCacheConfig(_Base, frozen=True):
     threshold: Fraction = 0.8
     #: Run the precision guard after the threshold (rejects negations, changed numbers, ...).
     guard: bool = True
+    #: Probability the guard's learned verifier needs to accept a hit; None: the tuned value
+    #: shipped with its weights. Higher: fewer, safer hits.
+    guard_min_score: Fraction | None = None
     #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.
     embedding_model: str = "bundled"
     #: Earlier messages (before the last user turn) that belong to the scope; None: all.

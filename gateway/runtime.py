@@ -164,6 +164,7 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
     return SemanticSettings(
         threshold=semantic.threshold,
         guard=semantic.guard,
+        guard_min_score=semantic.guard_min_score,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
         hnsw_threshold=semantic.hnsw_threshold,
         index_path=index_path,

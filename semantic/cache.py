@@ -68,6 +68,8 @@ class SemanticSettings:
     #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
     threshold: float = 0.8
     guard: bool = True
+    #: The guard verifier's acceptance probability; None: the value shipped with its weights.
+    guard_min_score: float | None = None
     #: sentence-transformers model directory; None: the bundled all-MiniLM-L6-v2.
     embedding_model: str | None = None
     hnsw_threshold: int = 50_000
@@ -301,7 +303,10 @@ class ResponseCache:
 
             self.embedder = await asyncio.to_thread(Embedder, settings.embedding_model)
             self.guard = (
-                Guard(GuardConfig(enabled=settings.guard), embedding_model=self.embedder.model_name)
+                Guard(
+                    GuardConfig(enabled=settings.guard, min_score=settings.guard_min_score),
+                    embedding_model=self.embedder.model_name,
+                )
                 if settings.guard
                 else None
             )
