@@ -4,6 +4,7 @@ cache in front of it, tenant isolation, errors. Real weights (SmolLM2-135M-Instr
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -217,3 +218,25 @@ def test_prompt_over_the_context_window_is_400_and_not_cached(gw: Gateway) -> No
     stream = chat(gw, [{"role": "user", "content": long}], stream=True)
     assert stream.status_code == 400  # before any stream header
     assert gw.http.get("/healthz").status_code == 200
+
+
+def test_client_disconnect_frees_the_engine(gw: Gateway) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Write a long story about a hammer."}],
+            "max_tokens": 400, "temperature": 0, "stream": True}  # fmt: skip
+    headers = {"authorization": "Bearer key-a"}
+    stores = gw.http.get("/admin/stats").json()["cache"]["stores"]
+    with gw.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        lines = response.iter_lines()
+        assert next(lines).startswith("data: ")
+    # the generation was cancelled between two tokens: a new request is served promptly
+    deadline = time.time() + 20
+    while (
+        gw.http.get("/admin/stats").json()["backends"][MODEL]["pending"] and time.time() < deadline
+    ):
+        time.sleep(0.05)
+    assert gw.http.get("/admin/stats").json()["backends"][MODEL]["pending"] == 0
+    started = time.time()
+    assert chat(gw, [{"role": "user", "content": "hi"}], max_tokens=2).status_code == 200
+    assert time.time() - started < 10
+    # nothing was stored for the cut stream (only the short answer above)
+    assert gw.http.get("/admin/stats").json()["cache"]["stores"] == stores + 1

@@ -22,7 +22,7 @@ def config_text(upstream_url: str, data_dir: Path, **cache: Any) -> str:
     model = {"backend": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk"}
     return yaml.safe_dump({
         "data_dir": str(data_dir),
-        "cache": {"semantic": {"enabled": True}, **cache},
+        "cache": {"semantic": {"enabled": True}, **cache},  # a "semantic" key replaces the first
         "models": {"fake-model": model, "other-model": model},
     })  # fmt: skip
 
@@ -240,3 +240,22 @@ def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
         assert upstream.stats["chat"] == 1
     finally:
         third.stop()
+
+
+def test_guard_min_score_from_yaml(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    strict = Gateway(
+        load_config_text(
+            config_text(
+                upstream_server.url, tmp_path, semantic={"enabled": True, "guard_min_score": 1.0}
+            )
+        )
+    )
+    try:
+        ask(strict, "How do I reset my password?", ns="strict")
+        # the verifier never reaches probability 1: only exact hits remain
+        assert ask(strict, "How can I reset my password?", ns="strict").headers["x-cache"] == "miss"
+        assert ask(strict, "How do I reset my password?", ns="strict").headers["x-cache"] == "exact"
+    finally:
+        strict.stop()
