@@ -81,6 +81,14 @@ def _authorized(
     runtime: Runtime = request.app.state.runtime
     expected = runtime.config.admin.api_key
     if not expected:
+        if not runtime.config.auth.keys:
+            return runtime
+        # NOTE: with gateway keys but no admin key, any valid gateway key opens the admin
+        # routes: never leave them open on a gateway that otherwise requires keys.
+        try:
+            runtime.authenticate(request.headers.get("authorization"))
+        except APIError as exc:
+            return _error(exc)
         return runtime
     header = request.headers.get("authorization", "")
     token = header[7:].strip() if header[:7].lower() == "bearer " else ""

@@ -54,6 +54,10 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
 @get("/v1/models/{model_id:path}")
 async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
     runtime = _runtime(request)
+    try:
+        runtime.authenticate(request.headers.get("authorization"))
+    except APIError as exc:
+        return error_response(exc)
     backend = runtime.backends.get(model_id.lstrip("/"))
     if backend is None:
         return error_response(

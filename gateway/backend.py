@@ -33,6 +33,9 @@ class Backend(Protocol):
     """A model behind the gateway. Errors before the first byte raise ``APIError``."""
 
     name: str
+    #: The client's own Authorization goes upstream (no key configured, no gateway keys): the
+    #: upstream decides who may see an answer, so the cache must be partitioned by that key.
+    forwards_client_auth: bool
 
     async def complete(
         self, request: GatewayRequest, auth: str | None = None

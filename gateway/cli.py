@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import math
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any
@@ -179,7 +180,7 @@ async def _run_servers(config: Config, app: object, admin: object | None) -> Non
             access_log=config.server.log_level == "debug",
             http="httptools",
             loop="none",
-            timeout_graceful_shutdown=int(config.server.shutdown_timeout),
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
         )
 
     main_server = uvicorn.Server(server_config(app, config.server.port))

@@ -12,6 +12,7 @@ get a 400 naming the parameter rather than an answer that silently ignores it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -49,6 +50,8 @@ _KEEPALIVE_EVERY = 15.0
 
 class LocalBackend:
     """A ``local`` model: loads in the background; ``ready()`` turns true once it has."""
+
+    forwards_client_auth = False
 
     def __init__(self, name: str, config: LocalModelConfig, engine_config: EngineConfig) -> None:
         self.name = name
@@ -105,7 +108,7 @@ class LocalBackend:
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
         engine = await self._ready_engine()
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
-        return LocalStream(request, self.name, engine.stream(job))
+        return LocalStream(request, self.name, job, engine.stream(job))
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -190,10 +193,15 @@ class LocalStream:
     """A local generation as OpenAI SSE events; closing it cancels the generation."""
 
     def __init__(
-        self, request: GatewayRequest, model: str, events: AsyncGenerator[Event, None]
+        self,
+        request: GatewayRequest,
+        model: str,
+        job: GenerationRequest,
+        events: AsyncGenerator[Event, None],
     ) -> None:
         self._request = request
         self._model = model
+        self._job = job
         self._events = events
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -222,12 +230,24 @@ class LocalStream:
         except EngineClosedError as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
         finally:
-            if pending is not None:
-                pending.cancel()
-            await self._events.aclose()
+            await self._close(pending)
 
     async def aclose(self) -> None:
-        await self._events.aclose()
+        await self._close(None)
+
+    async def _close(self, pending: asyncio.Task[Event] | None) -> None:
+        """Cancel the generation; the engine stops it between two tokens.
+
+        NOTE: a pending ``anext`` must be finished (cancelled and awaited) before the generator
+        can be closed, or ``aclose`` fails with "asynchronous generator is already running".
+        """
+        self._job.cancel.set()  # first, so nothing below (awaits under cancellation) can skip it
+        if pending is not None and not pending.done():
+            pending.cancel()
+            with contextlib.suppress(BaseException):
+                await pending
+        with contextlib.suppress(RuntimeError):  # closed already, or still closing elsewhere
+            await self._events.aclose()
 
 
 # ---------------------------------------------------------------------------------------------

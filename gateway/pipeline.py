@@ -11,6 +11,8 @@ HTTP lives in api.py; this module turns a ``GatewayRequest`` into a ``Reply``.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -76,6 +78,10 @@ class Pipeline:
                 param="model",
                 code="model_not_found",
             )
+        if backend.forwards_client_auth:
+            # NOTE: the upstream checks this client's own key; a cached answer is only for
+            # requests carrying the same key (a missing or wrong key never reads another's).
+            request = dataclasses.replace(request, tenant=_client_key_tenant(auth))
         control = request.control
         key: CacheKey | None = None
         vector: Any = None  # the question's embedding: computed once, for lookup and store
@@ -100,7 +106,7 @@ class Pipeline:
 
         pending = backend.complete(request, auth)
         response = await (watch(pending) if watch else pending)
-        if save is not None and _complete(response):
+        if save is not None and _complete(request, response):
             await self._store(request, save, response)
         return Reply(state, body=response)
 
@@ -166,7 +172,7 @@ class Pipeline:
                     return
                 if event.done:
                     result = assembler.result() if assembler else None
-                    if save is not None and result is not None and _complete(result):
+                    if save is not None and result is not None and _complete(request, result):
                         await self._store(request, save, result)
                     yield event.raw
                     return
@@ -184,8 +190,18 @@ class Pipeline:
             )
         except APIError as exc:
             yield sse_error(exc)
+        except Exception:  # a bug or a malformed chunk: the client still gets an error event
+            log.exception("stream relay failed")
+            yield sse_error(
+                APIError(500, "The gateway failed while streaming.", code="internal_error")
+            )
         finally:
             await stream.aclose()
+
+
+def _client_key_tenant(authorization: str | None) -> str:
+    digest = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
+    return f"client-key:{digest}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,11 +212,25 @@ class _Save:
     vector: Any
 
 
-def _complete(response: dict[str, Any]) -> bool:
+def _complete(request: GatewayRequest, response: dict[str, Any]) -> bool:
+    """Every choice the request asked for is there and finished normally."""
     choices = response.get("choices")
-    if "error" in response or not isinstance(choices, list) or not choices:
+    if "error" in response or not isinstance(choices, list) or len(choices) != _expected(request):
         return False
     return all(isinstance(c, dict) and c.get("finish_reason") in _COMPLETE for c in choices)
+
+
+def _expected(request: GatewayRequest) -> int:
+    n = request.body.get("n") or 1
+    prompt = request.body.get("prompt")
+    if (
+        request.kind == "completion"
+        and isinstance(prompt, list)
+        and prompt
+        and not isinstance(prompt[0], int)
+    ):
+        return int(n) * len(prompt)  # one set of choices per prompt
+    return int(n)
 
 
 def _usage_only(chunk: dict[str, Any]) -> bool:

@@ -31,9 +31,16 @@ class _StreamOptions(msgspec.Struct):
     include_usage: bool | None = None
 
 
+class _Part(msgspec.Struct):
+    """A content part; other part fields (``image_url``, ``input_audio``, ...) pass through."""
+
+    type: str
+    text: str | None = None
+
+
 class _Message(msgspec.Struct):
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[_Part] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -131,6 +138,8 @@ def parse_request(
         raise APIError(400, message, param=param, code="invalid_value") from None
     if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
         raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
+    if isinstance(parsed, _ChatBody):
+        _check_parts(parsed.messages)
 
     control = parse_cache_control(headers, extension)
     include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
@@ -202,6 +211,18 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
 # helpers
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
+
+
+def _check_parts(messages: list[_Message]) -> None:
+    for i, message in enumerate(messages):
+        if not isinstance(message.content, list):
+            continue
+        for j, part in enumerate(message.content):
+            if part.type == "text" and part.text is None:
+                param = f"messages[{i}].content[{j}].text"
+                raise APIError(
+                    400, f"Missing required parameter: '{param}'.", param=param, code="missing"
+                )
 
 
 def _number(

@@ -207,10 +207,9 @@ def _merge_logprobs(choice: dict[str, Any], logprobs: dict[str, Any]) -> None:
 
 def _chat_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield {"role": message.get("role", "assistant"), "content": ""}
-    if message.get("content"):
-        yield {"content": message["content"]}
-    if message.get("refusal"):
-        yield {"refusal": message["refusal"]}
+    for field in ("reasoning_content", "content", "refusal"):  # the order a model streams them
+        if message.get(field):
+            yield {field: message[field]}
     for index, call in enumerate(message.get("tool_calls") or ()):
         yield {"tool_calls": [{"index": index, **call}]}
     if message.get("function_call"):

@@ -27,7 +27,7 @@ from .requests import GatewayRequest
 from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
 
-__all__ = ["ReplicatedBackend", "UpstreamBackend", "UpstreamStream"]
+__all__ = ["ReplicatedBackend", "UpstreamBackend", "UpstreamError", "UpstreamStream"]
 
 log = logging.getLogger(__name__)
 _decode = msgspec.json.decode
@@ -50,6 +50,7 @@ class UpstreamBackend:
         self.name = name
         self.config = config
         self._forward_client_auth = forward_client_auth
+        self.forwards_client_auth = forward_client_auth and not config.api_key
         self._on_retry = on_retry
         t = config.timeout
         self._client = httpx.AsyncClient(
@@ -80,6 +81,12 @@ class UpstreamBackend:
             raise APIError(502, f"Upstream for model '{self.name}' sent invalid JSON.") from None
         if not isinstance(body, dict):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
+        if "error" in body and "choices" not in body:  # an error sent with status 200
+            error = body["error"]
+            detail = error.get("message") if isinstance(error, dict) else error
+            raise _failure(
+                502, "upstream_error", f"Upstream for model '{self.name}' failed: {detail}"
+            )
         return body
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
@@ -131,8 +138,6 @@ class UpstreamBackend:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
                 if last:
-                    if isinstance(exc, httpx.ConnectTimeout):
-                        raise _timeout(self.name) from None
                     raise _unreachable(self.name, exc) from None
                 await self._backoff(attempt, None, f"connect error: {exc!r}")
                 continue
@@ -148,7 +153,7 @@ class UpstreamBackend:
                 await response.aclose()
                 await self._backoff(attempt, wait, f"HTTP {response.status_code}")
                 continue
-            raise await _upstream_error(self.name, response)
+            raise await _upstream_error(self.name, response, retryable=retryable)
         raise AssertionError("unreachable")
 
     async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
@@ -180,8 +185,13 @@ class ReplicatedBackend:
             max_imbalance=r.max_imbalance,
             tree_bytes=r.tree_bytes,
         )
+        self.forwards_client_auth = (
+            bool(client_options.get("forward_client_auth")) and not config.api_key
+        )
+        single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
-            UpstreamBackend(name, config, base_url=url, **client_options) for url in config.replicas
+            UpstreamBackend(name, single_attempt, base_url=url, **client_options)
+            for url in config.replicas
         ]
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
@@ -206,18 +216,25 @@ class ReplicatedBackend:
         return {"routing": self.router.stats()}
 
     async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
+        """Send to the chosen replica; on a retryable failure, to the next choice.
+
+        NOTE: each replica makes one attempt (its own retries are off): ``max_retries`` counts
+        attempts across replicas, so a dead replica costs one failed connect, not a backoff.
+        """
         prompt = prompt_text(request.body)
         tried: set[int] = set()
         while True:
             route = self.router.choose(prompt, exclude=frozenset(tried))
             try:
                 result = await call(self._replicas[route.replica])
-            except APIError as exc:
+            except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
-                if exc.code != "upstream_unreachable" or len(tried) == len(self._replicas):
+                if exc.unreachable:
+                    self.router.mark_down(route.replica, self.config.routing.down_for)
+                attempts_left = len(tried) <= self.config.max_retries
+                if not exc.retryable or not attempts_left or len(tried) == len(self._replicas):
                     raise
-                self.router.mark_down(route.replica, self.config.routing.down_for)
                 continue
             except BaseException:
                 self.router.release(route.replica)
@@ -310,7 +327,7 @@ def _retry_after(value: str | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-async def _upstream_error(name: str, response: httpx.Response) -> APIError:
+async def _upstream_error(name: str, response: httpx.Response, *, retryable: bool) -> APIError:
     status = response.status_code
     try:
         raw = await response.aread()
@@ -333,21 +350,23 @@ async def _upstream_error(name: str, response: httpx.Response) -> APIError:
     if not message:
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
     if status >= 500:
-        return _failure(
+        return UpstreamError(
             502,
-            "upstream_error",
             f"Upstream for model '{name}' failed with HTTP {status}: {message}",
+            code="upstream_error",
+            retryable=retryable,
         )
     headers = {}
     if status == 429 and response.headers.get("retry-after"):
         headers["retry-after"] = response.headers["retry-after"]
-    return APIError(
+    return UpstreamError(
         status,
         message,
         type=fields.get("type"),
         param=fields.get("param"),
         code=fields.get("code"),
         headers=headers,
+        retryable=retryable,
     )
 
 
@@ -356,8 +375,9 @@ def _timeout(name: str) -> APIError:
 
 
 def _unreachable(name: str, exc: Exception) -> APIError:
-    return _failure(
-        502, "upstream_unreachable", f"Upstream for model '{name}' is unreachable: {exc}"
+    message = f"Upstream for model '{name}' is unreachable: {exc!r}"
+    return UpstreamError(
+        502, message, code="upstream_unreachable", retryable=True, unreachable=True
     )
 
 
@@ -366,4 +386,23 @@ def _broken(name: str, exc: Exception) -> APIError:
 
 
 def _failure(status: int, code: str, message: str) -> APIError:
-    return APIError(status, message, type="upstream_error", code=code)
+    return UpstreamError(status, message, code=code)
+
+
+class UpstreamError(APIError):
+    """An upstream failure. ``retryable``: nothing reached the client and the request may go
+    to another replica; ``unreachable``: the replica did not even accept a connection."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        retryable: bool = False,
+        unreachable: bool = False,
+        **fields: Any,
+    ) -> None:
+        fields.setdefault("type", "upstream_error" if status >= 500 else None)
+        super().__init__(status, message, **fields)
+        self.retryable = retryable
+        self.unreachable = unreachable

@@ -134,8 +134,11 @@ class ResponseCache:
 
     @property
     def ready(self) -> bool:
-        """False while the embedding model loads and the vector index is restored."""
-        return self._ready.is_set() and self._failed is None
+        """False while the embedding model loads and the vector index is restored.
+
+        True again if the semantic tier failed to start: exact hits still work (see ``stats``).
+        """
+        return self._ready.is_set()
 
     async def close(self) -> None:
         for task in self._tasks:
@@ -201,10 +204,11 @@ class ResponseCache:
             created=now,
             expires=None if ttl is None else now + ttl,
             vector=None if vector is None else np.asarray(vector, dtype=np.float32).tobytes(),
+            vector_model=self.embedder.model_name if vector is not None and self.embedder else "",
         )
         evicted = await self._store.put(entry)
         if self.index is not None and vector is not None:
-            self.index.add(entry.id, entry.scope, vector)
+            self.index.add(entry.id, _index_scope(entry.vector_model, entry.scope), vector)
         self.on_delete(evicted)
         self._counters.stores += 1
         self._counters.evictions += len(evicted)
@@ -227,7 +231,7 @@ class ResponseCache:
             "stores": c.stores,
             "evictions": c.evictions,
             "expirations": c.expirations,
-            "semantic_ready": self.ready if self._semantic else None,
+            "semantic": _semantic_state(self._semantic, self._ready.is_set(), self._failed),
         }
         if self.index is not None:
             index = self.index.stats()
@@ -240,9 +244,11 @@ class ResponseCache:
 
     # -- StoreListener: changes made by other replicas (Redis) -----------------------------
 
-    def on_put(self, entry_id: int, scope: str, vector: bytes | None) -> None:
+    def on_put(self, entry_id: int, scope: str, vector: bytes | None, vector_model: str) -> None:
         if self.index is not None and vector:
-            self.index.add(entry_id, scope, np.frombuffer(vector, dtype=np.float32))
+            self.index.add(
+                entry_id, _index_scope(vector_model, scope), np.frombuffer(vector, dtype=np.float32)
+            )
 
     def on_delete(self, ids: list[int]) -> None:
         if self.index is not None:
@@ -251,7 +257,11 @@ class ResponseCache:
 
     async def on_reset(self) -> None:
         """Reload the whole index from the store (start-up, or after missing events)."""
-        items = [(e.id, e.scope, _vector(e)) async for e in self._store.entries() if e.vector]
+        items = [
+            (e.id, _index_scope(e.vector_model, e.scope), _vector(e))
+            async for e in self._store.entries()
+            if e.vector
+        ]
         if self.index is not None:
             await asyncio.to_thread(self.index.rebuild, items)
             log.info("vector index loaded from the store: %d entries", len(items))
@@ -265,7 +275,8 @@ class ResponseCache:
         assert self.embedder is not None and self.index is not None and self._semantic is not None
         vector = await self.embedder.embed(key.question)
         limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
-        for hit in self.index.search(key.scope, vector, k=_CANDIDATES):
+        scope = _index_scope(self.embedder.model_name, key.scope)
+        for hit in self.index.search(scope, vector, k=_CANDIDATES):
             if hit.similarity < limit:
                 break
             entry = await self._store.get(hit.id)
@@ -348,7 +359,9 @@ class ResponseCache:
         for missing in stored - indexed:
             entry = await self._store.get(missing)
             if entry is not None and entry.vector:
-                self.index.add(entry.id, entry.scope, _vector(entry))
+                self.index.add(
+                    entry.id, _index_scope(entry.vector_model, entry.scope), _vector(entry)
+                )
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -361,10 +374,26 @@ class ResponseCache:
                 log.exception("cache sweep failed")
 
 
+def _semantic_state(
+    settings: SemanticSettings | None, loaded: bool, failed: BaseException | None
+) -> str:
+    if settings is None:
+        return "off"
+    if failed is not None:
+        return f"failed: {failed!r}"
+    return "ready" if loaded else "loading"
+
+
 def _fresh(entry: Entry, now: float, max_age: float | None) -> bool:
     if entry.expired(now):
         return False
     return max_age is None or now - entry.created <= max_age
+
+
+def _index_scope(vector_model: str, scope: str) -> str:
+    """Index partitions are per scope *and* embedding model: after a model change, old vectors
+    stay exact-match-only instead of being compared with vectors from another space."""
+    return f"{vector_model}\x1f{scope}"
 
 
 def _vector(entry: Entry) -> np.ndarray:

@@ -86,7 +86,9 @@ def chat_key(
         # The last message's fields other than its text (e.g. "name") belong to the scope.
         extra = {k: v for k, v in last.items() if k != "content"}
         scope = _digest([params, system, turns, extra])
-        exact = _digest([params, messages[:-1], extra, question])
+        # NOTE: the exact key takes the content as sent, not the joined question: parts joined
+        # one way here may be joined another way by a model, so two shapes are two requests.
+        exact = _digest([params, messages[:-1], extra, last.get("content")])
     else:
         scope = _digest([params, messages])
         exact = _digest([params, messages, ""])

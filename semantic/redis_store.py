@@ -118,6 +118,7 @@ class RedisStore:
                     b"id": str(entry.id),
                     b"scope": entry.scope,
                     b"vector": entry.vector or b"",
+                    b"vmodel": entry.vector_model,
                 }
                 pipe.xadd(self._p + "events", event, maxlen=_STREAM_MAXLEN, approximate=True)
                 pipe.zcard(self._p + "lru")
@@ -271,8 +272,12 @@ class RedisStore:
 def _apply(listener: StoreListener, fields: dict[bytes, bytes]) -> None:
     op = fields.get(b"op")
     if op == b"put":
+        vector_model = fields.get(b"vmodel", b"").decode()
         listener.on_put(
-            int(fields[b"id"]), fields[b"scope"].decode(), fields.get(b"vector") or None
+            int(fields[b"id"]),
+            fields[b"scope"].decode(),
+            fields.get(b"vector") or None,
+            vector_model,
         )
     elif op == b"del":
         listener.on_delete(np.frombuffer(fields[b"ids"], dtype="<i8").tolist())

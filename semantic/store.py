@@ -40,6 +40,8 @@ class Entry(msgspec.Struct, kw_only=True):
     expires: float | None  # unix time, None: never
     #: float32 embedding of ``question`` (so the index can be rebuilt without the model).
     vector: bytes | None = None
+    #: The embedding model that made ``vector``: vectors of other models are never compared.
+    vector_model: str = ""
     hits: int = 0
 
     def expired(self, now: float) -> bool:
@@ -49,7 +51,9 @@ class Entry(msgspec.Struct, kw_only=True):
 class StoreListener(Protocol):
     """Told about changes made elsewhere (another replica), so a local index can follow."""
 
-    def on_put(self, entry_id: int, scope: str, vector: bytes | None) -> None: ...
+    def on_put(
+        self, entry_id: int, scope: str, vector: bytes | None, vector_model: str
+    ) -> None: ...
     def on_delete(self, ids: list[int]) -> None: ...
     async def on_reset(self) -> None: ...  # state was lost: reload everything from entries()
 

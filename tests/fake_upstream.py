@@ -15,6 +15,9 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     break_after    cut the connection after this many stream events (no [DONE])
     error_event    send an ``{"error": ...}`` event after this many stream events
     invalid_json   answer 200 with a body that is not JSON
+    error_body     answer 200 with an ``{"error": ...}`` body
+    drop_choices   answer with this many choices fewer than ``n`` asked for
+    bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
     content        answer with this text
@@ -123,9 +126,15 @@ class FakeUpstream:
             return await _json(send, fake["status"], {"error": message}, headers)
         if fake.get("invalid_json"):
             return await _raw(send, 200, b"{not json", "application/json")
+        if fake.get("error_body"):
+            return await _json(
+                send, 200, {"error": {"message": "fake error in a 200", "type": "server_error"}}
+            )
 
         self._serial += 1
         answer = self._answer(kind, body, fake)
+        if fake.get("drop_choices"):
+            answer["choices"] = answer["choices"][: -fake["drop_choices"]]
         if not body.get("stream"):
             return await _json(send, 200, answer)
         await self._stream(kind, body, fake, answer, disconnected, send)
@@ -183,6 +192,8 @@ class FakeUpstream:
             if fake.get("break_after") is not None and i >= fake["break_after"]:
                 self.stats["streams_broken"] += 1
                 raise ConnectionAbortedError("fake upstream cut the stream")
+            if fake.get("bad_chunk") is not None and i == fake["bad_chunk"]:
+                event = {**event, "choices": [{"index": 0, "delta": "not an object"}]}
             if fake.get("error_event") is not None and i >= fake["error_event"]:
                 error = {"error": {"message": "fake mid-stream failure", "type": "server_error"}}
                 await send(

@@ -550,3 +550,98 @@ def _wait_for(condition: Any, timeout: float = 5.0) -> None:
         if time.time() > deadline:
             raise AssertionError("condition not met in time")
         time.sleep(0.02)
+
+
+# -- found in review --------------------------------------------------------------------------
+
+
+def test_forwarded_client_keys_partition_the_cache(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway(model_yaml="api_key: null")
+    alice, bob = {"authorization": "Bearer sk-alice"}, {"authorization": "Bearer sk-bob"}
+    assert gw.chat("secret plan", headers=alice).headers["x-cache"] == "miss"
+    assert upstream.last_headers["authorization"] == "Bearer sk-alice"
+    # the upstream checks each client's own key: nobody else may read alice's answer
+    assert gw.chat("secret plan", headers=bob).headers["x-cache"] == "miss"
+    assert gw.chat("secret plan").headers["x-cache"] == "miss"
+    assert gw.chat("secret plan", headers=alice).headers["x-cache"] == "exact"
+    assert upstream.stats["chat"] == 3
+
+
+def test_upstream_error_in_a_200_body_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    response = gw.chat("odd", fake={"error_body": True})
+    assert (
+        response.status_code == 502 and "fake error in a 200" in response.json()["error"]["message"]
+    )
+    assert gw.chat("odd", fake={"error_body": True}).status_code == 502  # not cached
+
+
+def test_answers_missing_choices_are_not_cached(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    for stream in (False, True):
+        gw.chat(f"two please {stream}", n=2, stream=stream, fake={"drop_choices": 1})
+        again = gw.chat(f"two please {stream}", n=2, stream=stream, fake={"drop_choices": 1})
+        assert again.headers["x-cache"] == "miss"
+    gw.chat("two fine", n=2)
+    assert len(gw.chat("two fine", n=2).json()["choices"]) == 2
+
+
+def test_unreadable_chunk_ends_the_stream_with_an_error_event(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    response = gw.chat("garble", stream=True, fake={"bad_chunk": 1})
+    last = sse_chunks(response.text)[-1]
+    assert isinstance(last, dict) and last["error"]["code"] == "internal_error"
+    assert gw.chat("garble", stream=True, fake={"bad_chunk": 1}).headers["x-cache"] == "miss"
+
+
+def test_model_detail_and_admin_need_keys_when_keys_are_configured(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("auth:\n  keys:\n    - {key: key-a, tenant: a}\n")
+    assert gw.http.get("/v1/models/fake-model").status_code == 401
+    assert (
+        gw.http.get("/v1/models/fake-model", headers={"authorization": "Bearer key-a"}).status_code
+        == 200
+    )
+    assert gw.http.post("/admin/cache/flush").status_code == 401
+    assert gw.http.get("/admin/stats", headers={"authorization": "Bearer key-a"}).status_code == 200
+
+
+def test_malformed_text_part_is_400(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    for part in ({"type": "text", "text": 5}, {"type": "text"}, {"text": "no type"}):
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": [part]}]}
+        response = gw.http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 400, part
+        assert response.json()["error"]["param"].startswith("messages[0].content")
+    assert upstream.stats["requests"] == 0
+
+
+def test_dead_replica_costs_one_connect_not_a_backoff(
+    upstream_server: Any, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{enabled: false}}
+models:
+  fake-model:
+    backend: openai
+    replicas: ["{dead}", "{upstream_server.url}/v1"]
+    retry_backoff: 5
+    routing: {{policy: round_robin}}
+""")
+    gw = Gateway(config)
+    try:
+        started = time.perf_counter()
+        for i in range(3):
+            assert gw.chat(f"q{i}").status_code == 200
+        assert time.perf_counter() - started < 3  # no 5 s backoff on the dead replica
+    finally:
+        gw.stop()

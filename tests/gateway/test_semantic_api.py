@@ -259,3 +259,18 @@ def test_guard_min_score_from_yaml(
         assert ask(strict, "How do I reset my password?", ns="strict").headers["x-cache"] == "exact"
     finally:
         strict.stop()
+
+
+def test_semantic_failure_degrades_to_exact_hits(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    broken = {"enabled": True, "embedding_model": str(tmp_path / "no-such-model")}
+    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path, semantic=broken)))
+    try:
+        assert gateway.http.get("/readyz").status_code == 200  # still serving
+        assert gateway.http.get("/admin/stats").json()["cache"]["semantic"].startswith("failed")
+        ask(gateway, "How do I reset my password?", ns="deg")
+        assert ask(gateway, "How do I reset my password?", ns="deg").headers["x-cache"] == "exact"
+        assert ask(gateway, "How can I reset my password?", ns="deg").headers["x-cache"] == "miss"
+    finally:
+        gateway.stop()

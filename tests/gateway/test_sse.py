@@ -103,3 +103,20 @@ def test_completion_replay_and_assembly() -> None:
         and result["choices"] == stored["choices"]
         and result["usage"] == stored["usage"]
     )
+
+
+def test_replay_keeps_reasoning_and_refusal_in_stream_order() -> None:
+    stored = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+              "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                           "message": {"role": "assistant", "reasoning_content": "think", "content": "answer",
+                                       "refusal": "no"}}]}  # fmt: skip
+    chunks = [
+        json.loads(e[6:]) for e in list(replay(stored, kind="chat", include_usage=False))[:-1]
+    ]
+    fields = [next(iter(c["choices"][0]["delta"]), None) for c in chunks]
+    assert fields == ["role", "reasoning_content", "content", "refusal", None]
+    assembler = Assembler("chat")
+    for c in chunks:
+        assembler.add(c)
+    result = assembler.result()
+    assert result is not None and result["choices"][0]["message"] == stored["choices"][0]["message"]

@@ -85,3 +85,21 @@ def test_completion_keys_and_entry_ids() -> None:
     b = completion_key("t", "", "m", {"prompt": "Once", "max_tokens": 4})
     assert a.exact != b.exact and not a.semantic
     assert 0 < entry_id(a.exact) < 2**63 and entry_id(a.exact) == entry_id(a.exact)
+
+
+def test_content_shape_is_part_of_the_exact_key() -> None:
+    parts = {
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is 12"},
+                    {"type": "text", "text": "3 + 1?"},
+                ],
+            }
+        ]
+    }
+    joined = {"messages": [{"role": "user", "content": "What is 12\n3 + 1?"}]}
+    a, b = chat_key("t", "", "m", parts), chat_key("t", "", "m", joined)
+    assert a.question == b.question  # the same text for the semantic tier...
+    assert a.exact != b.exact  # ...but a model may join parts differently: not an exact match

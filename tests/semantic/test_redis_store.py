@@ -30,7 +30,9 @@ class Recorder:
         self.deletes: list[int] = []
         self.resets = 0
 
-    def on_put(self, entry_id: int, scope: str, vector: bytes | None) -> None:
+    def on_put(
+        self, entry_id: int, scope: str, vector: bytes | None, vector_model: str = ""
+    ) -> None:
         self.puts.append((entry_id, scope, vector))
 
     def on_delete(self, ids: list[int]) -> None:
