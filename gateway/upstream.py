@@ -216,13 +216,15 @@ class ReplicatedBackend:
         return {"routing": self.router.stats()}
 
     async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
-        """Send to the chosen replica; on a retryable failure, to the next choice.
+        """Send to the chosen replica; on failure before the first byte, to the next choice.
 
-        NOTE: each replica makes one attempt (its own retries are off): ``max_retries`` counts
-        attempts across replicas, so a dead replica costs one failed connect, not a backoff.
+        NOTE: each replica makes one attempt (its own retries are off). A replica that does not
+        accept the connection never saw the request, so the next replica always gets it; a 5xx
+        or 429 goes to another replica at most ``max_retries`` times.
         """
         prompt = prompt_text(request.body)
         tried: set[int] = set()
+        retries = 0
         while True:
             route = self.router.choose(prompt, exclude=frozenset(tried))
             try:
@@ -232,10 +234,13 @@ class ReplicatedBackend:
                 tried.add(route.replica)
                 if exc.unreachable:
                     self.router.mark_down(route.replica, self.config.routing.down_for)
-                attempts_left = len(tried) <= self.config.max_retries
-                if not exc.retryable or not attempts_left or len(tried) == len(self._replicas):
-                    raise
-                continue
+                others_left = len(tried) < len(self._replicas)
+                if others_left and exc.unreachable:
+                    continue
+                if others_left and exc.retryable and retries < self.config.max_retries:
+                    retries += 1
+                    continue
+                raise
             except BaseException:
                 self.router.release(route.replica)
                 raise
