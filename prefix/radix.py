@@ -178,7 +178,8 @@ class RadixCache:
         # touches its ancestors, after it, with the same monotonic time; so the order is
         # sorted by last_access AND every node comes before all its ancestors. Hence the
         # first unlocked node is the LRU evictable leaf, and one forward pass yields
-        # victims leaf-first (_evict_lru, _expire and flush rely on this).
+        # victims leaf-first (_evict_lru, _expire and flush rely on this). The one exception,
+        # a split's upper half inside `insert`, is locked until it is touched (see _split).
         self._lru: OrderedDict[_Node, None] = OrderedDict()
         self._bytes = 0
         self._tokens = 0
@@ -240,14 +241,23 @@ class RadixCache:
             if n_matched == n:  # already cached (possibly ending inside a node)
                 self._touch(path[-1], now)
                 return 0
-            # The new tokens hang below `anchor`, after splitting it at `cut` if the
-            # path leaves it midway. Lock the path so that making room cannot evict it.
+            # The new tokens hang below `parent`: the last node of the path or, when the
+            # path leaves that node midway, its upper half. Split first: the lower half is
+            # then a sibling branch, evictable while making room like any other unlocked
+            # node, and the lock below covers only the path the new leaf hangs from.
             anchor = path[-1] if path else root
-            self._lock_path(anchor)
+            whole = anchor.value
+            parent = self._split(anchor, cut, now) if cut else anchor
+            self._lock_path(parent)
             try:
-                stored = self._store(anchor, cut, tokens, n_matched, kv, now)
+                stored = self._store(parent, tokens, n_matched, kv, now)
             finally:
-                self._unlock_path(anchor)
+                self._unlock_path(parent)
+            if cut and not stored:
+                if parent.children:  # the lower half is pinned: a split is for a new leaf
+                    self._unsplit(parent, whole)
+                else:  # the lower half was evicted: the upper half stays, as a leaf
+                    self._touch(parent, now)
             return stored
 
     def lock(self, match: Match) -> None:
@@ -337,21 +347,13 @@ class RadixCache:
             self.unlock(match)
 
     def _store(
-        self, anchor: _Node, cut: int, tokens: tuple[int, ...], start: int, kv: KVSpan, now: float
+        self, parent: _Node, tokens: tuple[int, ...], start: int, kv: KVSpan, now: float
     ) -> int:
-        """Make room for `tokens[start:]` and hang it below `anchor` (split at `cut` if > 0)."""
-        span = kv.slice(start, len(tokens))
-        pieces: tuple[KVSpan, KVSpan] | None = None
-        extra = 0  # what the split adds; 0 when nbytes is proportional to tokens
-        if cut:
-            pieces = (anchor.value.slice(0, cut), anchor.value.slice(cut, len(anchor.key)))
-            extra = pieces[0].nbytes + pieces[1].nbytes - anchor.nbytes
-        self._evict_lru(self._bytes + extra + span.nbytes - self._max_bytes)
-        fitted = _fit(kv, start, span, self._max_bytes - self._bytes - extra)
-        if fitted is None:
+        """Make room for `tokens[start:]` and hang what fits below `parent`; return its length."""
+        span = self._make_room(kv, start)
+        if span is None:
             return 0
-        parent = anchor if pieces is None else self._split(anchor, cut, pieces, now)
-        leaf = _Node(anchor.namespace, tokens[start : start + len(fitted)], fitted, parent, now)
+        leaf = _Node(parent.namespace, tokens[start : start + len(span)], span, parent, now)
         parent.children[leaf.key[0]] = leaf
         self._lru[leaf] = None
         self._account(leaf, +1)
@@ -359,25 +361,70 @@ class RadixCache:
         self._touch(leaf, now)
         return len(leaf.key)
 
-    def _split(self, node: _Node, cut: int, pieces: tuple[KVSpan, KVSpan], now: float) -> _Node:
-        """Cut `node` after `cut` tokens; return the new upper half."""
+    def _make_room(self, kv: KVSpan, start: int) -> KVSpan | None:
+        """Evict for `kv[start:]`; return a copy of it, or of its longest prefix that fits.
+
+        Returns None when not even one token fits. NOTE: `kv` is copied only once the
+        copy is known to fit by its estimated size (`kv`'s bytes per token), so a full
+        or tight budget costs no copy. The estimate is exact when nbytes is proportional
+        to tokens (tensors) and never above the real size when nbytes is affine (a
+        per-span overhead); then the real size decides, making more room or fitting
+        fewer tokens, and the victims are those one eviction for the real size picks.
+        """
+        n = len(kv) - start
+        nbytes = _estimate(kv, n)
+        span: KVSpan | None = None  # kv[start : start + n] once copied
+        while n > 0:
+            self._evict_lru(self._bytes + nbytes - self._max_bytes)  # no-op if it fits
+            room = self._max_bytes - self._bytes
+            if nbytes > room:  # everything evictable is gone: fit fewer tokens
+                # Guess from the bytes per token, then step down; with nbytes affine in
+                # tokens the guess never undershoots, so this finds the longest fit.
+                n = min(n - 1, n * room // nbytes) if room > 0 else 0
+                span, nbytes = None, _estimate(kv, n)
+            elif span is None:
+                span = kv.slice(start, start + n)
+                nbytes = span.nbytes  # the real size: check it on the next pass
+            else:
+                return span
+        return None
+
+    def _split(self, node: _Node, cut: int, now: float) -> _Node:
+        """Cut `node` after `cut` tokens (copying both halves); return the new upper half.
+
+        The split may add bytes (a per-span overhead) beyond the budget: the insert's
+        `_make_room` counts them, and `_unsplit` takes them back if nothing fits.
+        """
         assert node.parent is not None
         # NOTE: `node` keeps its identity as the lower half, because a Match (and its lock)
         # holds the deepest node of its path and walks up from there; the new upper half
         # inherits lock_ref since every lock through the lower half passes through it.
-        upper = _Node(node.namespace, node.key[:cut], pieces[0], node.parent, now)
+        lower = node.value.slice(cut, len(node.key))
+        upper = _Node(node.namespace, node.key[:cut], node.value.slice(0, cut), node.parent, now)
         upper.lock_ref = node.lock_ref
         node.parent.children[node.key[0]] = upper
         old_nbytes = node.nbytes
-        node.key, node.value, node.nbytes = node.key[cut:], pieces[1], pieces[1].nbytes
+        node.key, node.value, node.nbytes = node.key[cut:], lower, lower.nbytes
         node.parent = upper
         upper.children[node.key[0]] = node
-        delta = upper.nbytes + node.nbytes - old_nbytes
-        self._bytes += delta
-        if node.lock_ref:
-            self._locked_bytes += delta
-        self._lru[upper] = None  # the caller touches it, restoring the LRU invariant
+        self._resize(node, upper.nbytes + node.nbytes - old_nbytes)
+        # NOTE: the lower half keeps its place (and age) in the LRU order; the upper half
+        # goes last, after its ancestors, until the caller touches it or `_unsplit` drops
+        # it. Meanwhile the insert's lock keeps eviction away from both.
+        self._lru[upper] = None
         return upper
+
+    def _unsplit(self, upper: _Node, whole: KVSpan) -> None:
+        """Undo `_split`: merge `upper` back into its only child, whose value was `whole`."""
+        (node,) = upper.children.values()
+        assert upper.parent is not None and upper.lock_ref == node.lock_ref
+        upper.parent.children[upper.key[0]] = node
+        node.parent = upper.parent
+        delta = whole.nbytes - upper.nbytes - node.nbytes
+        node.key, node.value, node.nbytes = upper.key + node.key, whole, whole.nbytes
+        self._resize(node, delta)
+        del self._lru[upper]
+        upper.value, upper.nbytes = _NO_SPAN, 0
 
     def _touch(self, node: _Node, now: float) -> None:
         """Mark `node` and its ancestors used at `now` (leaf first: see the NOTE on _lru)."""
@@ -465,6 +512,12 @@ class RadixCache:
             self._ns_tokens[node.namespace] = ns_tokens
         else:
             self._ns_tokens.pop(node.namespace, None)
+
+    def _resize(self, node: _Node, delta: int) -> None:
+        """Account `delta` bytes gained by a split or merge around `node` (tokens unchanged)."""
+        self._bytes += delta
+        if node.lock_ref:  # the halves share their lock count
+            self._locked_bytes += delta
 
     def _check_invariants(self) -> None:
         """Assert the tree's structural and accounting invariants (for tests; O(size))."""
@@ -588,15 +641,6 @@ def _common_prefix_len(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     return lo
 
 
-def _fit(kv: KVSpan, start: int, span: KVSpan, room: int) -> KVSpan | None:
-    """`span` (= kv[start:]) or its longest prefix whose nbytes fit in `room`, else None."""
-    if room < 0:
-        return None
-    while span.nbytes > room:
-        # Guess from the bytes per token, then step down; with nbytes affine in tokens
-        # the guess never undershoots, so this finds the longest prefix that fits.
-        n = min(len(span) - 1, len(span) * room // span.nbytes)
-        if n <= 0:
-            return None
-        span = kv.slice(start, start + n)
-    return span
+def _estimate(kv: KVSpan, n: int) -> int:
+    """Bytes of `n` of `kv`'s tokens at its bytes per token, rounded up, without a copy."""
+    return -(-kv.nbytes * n // len(kv))

@@ -225,13 +225,123 @@ def test_insert_does_not_evict_its_own_path() -> None:
     assert served(cache.match(key([1, 2, 3, 4, 5, 6, 7]))) == (1, 2, 3, 4, 5, 6)
 
 
-def test_split_that_would_overflow_the_budget_is_not_done() -> None:
+def test_split_that_would_overflow_the_budget_is_undone() -> None:
     cache = RadixCache(4 * BPT + 10 + 3)
     put(cache, [1, 2, 3, 4], overhead=10)  # 26 of 29 bytes
-    # splitting costs another 10 bytes of overhead, which cannot be freed: nothing stored
+    m = cache.match(key([1, 2, 3, 4, 5]))
+    with cache.hold(m):  # pins both halves of the split
+        # splitting costs another 10 bytes of overhead, which cannot be freed: nothing
+        # stored, and the node is whole again
+        assert put(cache, [1, 2, 9], overhead=10) == 0
+        stats = check(cache)
+        assert (stats.nodes, stats.bytes, stats.locked_bytes, stats.evictions) == (1, 26, 26, 0)
+    assert served(m) == (1, 2, 3, 4)
+    assert [
+        s.tokens for s in cache.match(key([1, 2, 3, 4, 5])).spans if isinstance(s, FakeSpan)
+    ] == [(1, 2, 3, 4)]
+
+
+def test_split_whose_sibling_is_evicted_in_vain_keeps_the_upper_half() -> None:
+    cache = RadixCache(4 * BPT + 10 + 3)
+    put(cache, [1, 2, 3, 4], overhead=10)  # 26 of 29 bytes
+    # [3 4] is an unlocked leaf once split off, so LRU eviction takes it; [1 2] (18) and
+    # [9] (14) still do not fit in 29: nothing stored, [1 2] stays as a leaf
     assert put(cache, [1, 2, 9], overhead=10) == 0
     stats = check(cache)
-    assert (stats.nodes, stats.bytes) == (1, 26)
+    assert (stats.nodes, stats.bytes, stats.evicted_tokens) == (1, 18, 2)
+    assert served(cache.match(key([1, 2, 3]))) == (1, 2)
+
+
+def test_split_off_sibling_is_evicted_to_make_room() -> None:
+    # Reported: the insert locked the whole node it splits, so the lower half -- a sibling
+    # branch, not on the new path -- could not be evicted and the new tail was cut short.
+    cache = RadixCache(40)
+    first = [0, 1, 2, *range(100, 122)]  # 25 tokens
+    second = [0, 1, 2, *range(200, 220)]  # shares 3, 20 new
+    assert put(cache, first, bytes_per_token=1) == 25
+    assert put(cache, second, bytes_per_token=1) == 20
+    stats = check(cache)
+    assert (stats.evictions, stats.evicted_tokens, stats.tokens, stats.bytes) == (1, 22, 23, 23)
+    m = cache.match(key([*second, 7]))
+    assert m.n_cached == 23 and served(m) == tuple(second)
+    assert [len(s) for s in m.spans] == [3, 20]
+    assert cache.match(key(first)).n_cached == 3
+
+
+def test_split_off_sibling_stays_while_locked() -> None:
+    cache = RadixCache(40)
+    first = [0, 1, 2, *range(100, 122)]
+    put(cache, first, bytes_per_token=1)
+    with cache.hold(cache.match(key([*first, 7]))):  # another request uses the first path
+        assert put(cache, [0, 1, 2, *range(200, 220)], bytes_per_token=1) == 15
+        stats = check(cache)
+        assert (stats.evictions, stats.bytes, stats.locked_bytes) == (0, 40, 25)
+    assert cache.match(key([*first, 7])).n_cached == 25
+
+
+class CopyCounter:
+    """Counts the copies `slice` makes, and their bytes."""
+
+    def __init__(self) -> None:
+        self.slices = 0
+        self.bytes = 0
+
+
+class CountingSpan:
+    """`n` tokens at `bytes_per_token` (+ `overhead`); every `slice` is counted."""
+
+    def __init__(
+        self, n: int, counter: CopyCounter, bytes_per_token: int = BPT, overhead: int = 0
+    ) -> None:
+        self.n, self.counter = n, counter
+        self.bytes_per_token, self.overhead = bytes_per_token, overhead
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.bytes_per_token + self.overhead
+
+    def slice(self, start: int, stop: int) -> CountingSpan:
+        part = CountingSpan(stop - start, self.counter, self.bytes_per_token, self.overhead)
+        self.counter.slices += 1
+        self.counter.bytes += part.nbytes
+        return part
+
+
+def test_no_copy_when_nothing_fits() -> None:
+    copies = CopyCounter()
+    assert RadixCache(0).insert(key(list(range(10))), CountingSpan(10, copies)) == 0
+    assert RadixCache(BPT - 1).insert(key(list(range(10))), CountingSpan(10, copies)) == 0
+    assert (copies.slices, copies.bytes) == (0, 0)
+
+
+def test_only_what_is_stored_is_copied() -> None:
+    copies = CopyCounter()
+    cache = RadixCache(12 * BPT)
+    assert cache.insert(key(list(range(10))), CountingSpan(10, copies)) == 10
+    assert (copies.slices, copies.bytes) == (1, 10 * BPT)
+    copies.slices = copies.bytes = 0
+    # extends the path: 8 new tokens, room for 2 (the path is locked)
+    assert cache.insert(key(list(range(18))), CountingSpan(18, copies)) == 2
+    assert (copies.slices, copies.bytes) == (1, 2 * BPT)
+    copies.slices = copies.bytes = 0
+    # the cache is full and pinned: no room, no copy
+    with cache.hold(cache.match(key(list(range(13))))):
+        assert cache.insert(key([5, 5, 5]), CountingSpan(3, copies)) == 0
+    assert (copies.slices, copies.bytes) == (0, 0)
+    check(cache)
+
+
+def test_overhead_spans_copy_little_more_than_they_store() -> None:
+    copies = CopyCounter()
+    cache = RadixCache(5 * BPT + 10)
+    # the estimate from kv's bytes per token is low with an overhead: the real size of the
+    # copy decides, and the copies shrink towards what fits (never the whole 20 tokens)
+    assert cache.insert(key(list(range(20))), CountingSpan(20, copies, overhead=10)) == 5
+    assert copies.slices <= 2 and copies.bytes < 20 * BPT + 10
+    check(cache)
 
 
 # -- locks ------------------------------------------------------------------------------

@@ -137,34 +137,58 @@ class Model:
             for seg in path:
                 seg.last = now
             return 0
-        tmp = self.new_id()  # the insert locks its own path while it makes room
-        self.handles[tmp] = {s.id for s in path}
-        self.locks.append(tmp)
         cut = path[-1] if path and len(path[-1].path) > start else None
-        extra = self.overhead if cut else 0  # a split makes one more span
-        self.evict(self.bytes() + extra + self.nbytes(n - start) - self.max_bytes)
+        # A segment the new path leaves midway is split first: its lower half (`cut` keeps
+        # its id and age) is then a sibling branch, evictable like any other leaf; only
+        # the upper half is on the path the insert locks.
+        upper = self.split(cut, start, now) if cut else None
+        tmp = self.new_id()  # the insert locks its own path while it makes room
+        self.handles[tmp] = {s.id for s in self.path_segs(ns, tokens, start)}
+        self.locks.append(tmp)
+        self.evict(self.bytes() + self.nbytes(n - start) - self.max_bytes)
         self.locks.remove(tmp)
-        room = self.max_bytes - self.bytes() - extra
+        room = self.max_bytes - self.bytes()
         stored = max((m for m in range(n - start + 1) if self.nbytes(m) <= room), default=0)
         event("insert: " + ("all" if stored == n - start else "some" if stored else "none"))
         if stored == 0:
+            if cut is not None and upper is not None and cut.id in self.segs:
+                event("split undone")  # the lower half is pinned: a split is for a new leaf
+                self.unsplit(upper, cut)
+            elif upper is not None:  # the lower half went: the upper one stays, used now
+                event("split kept, nothing stored")
+                for seg in self.path_segs(ns, tokens, start):
+                    seg.last = now
             return 0
         if cut is not None:
             event(f"split, overhead {self.overhead}")
-            upper = Seg(self.new_id(), ns, tokens[:start], cut.start, now, 0)
-            upper.nbytes = self.nbytes(start - cut.start)
-            cut.start = start
-            cut.nbytes = self.nbytes(len(cut.path) - start)
-            self.segs[upper.id] = upper
-            for ids in self.handles.values():
-                if cut.id in ids:
-                    ids.add(upper.id)
+            if cut.id not in self.segs:
+                event("split, sibling evicted")
         leaf = Seg(self.new_id(), ns, tokens[: start + stored], start, now, self.nbytes(stored))
         self.segs[leaf.id] = leaf
         for seg in self.path_segs(ns, tokens, start + stored):
             seg.last = now
         self.count("inserted_tokens", stored)
         return stored
+
+    def split(self, cut: Seg, start: int, now: float) -> Seg:
+        """Cut `cut` at `start`; it keeps the lower half; return the new upper half."""
+        upper = Seg(self.new_id(), cut.ns, cut.path[:start], cut.start, now, 0)
+        upper.nbytes = self.nbytes(start - cut.start)
+        cut.start = start
+        cut.nbytes = self.nbytes(len(cut.path) - start)
+        self.segs[upper.id] = upper
+        for ids in self.handles.values():
+            if cut.id in ids:
+                ids.add(upper.id)
+        return upper
+
+    def unsplit(self, upper: Seg, cut: Seg) -> None:
+        """Undo `split`: `cut` holds its whole tail again."""
+        del self.segs[upper.id]
+        for ids in self.handles.values():
+            ids.discard(upper.id)
+        cut.start = upper.start
+        cut.nbytes = self.nbytes(len(cut.path) - cut.start)
 
     def flush(self, ns: str | None) -> int:
         victims = [
