@@ -58,6 +58,12 @@ class Metrics:
         """Export ``read()`` (a flat name → value dict) as gauges ``{name}_{key}``."""
         self.registry.register(_Gauges(name, help_text, read))
 
+    def labelled_gauges(
+        self, name: str, help_text: str, label: str, read: Callable[[], dict[str, dict[str, float]]]
+    ) -> None:
+        """Export ``read()`` ({label value: flat stats}) as gauges ``{name}_{key}{label=...}``."""
+        self.registry.register(_LabelledGauges(name, help_text, label, read))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -74,6 +80,29 @@ class _Gauges(Collector):
         for key, value in sorted(values.items()):
             if isinstance(value, int | float) and not isinstance(value, bool):
                 yield GaugeMetricFamily(f"{self._name}_{key}", f"{self._help} ({key})", value=value)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class _LabelledGauges(Collector):
+    def __init__(
+        self, name: str, help_text: str, label: str, read: Callable[[], dict[str, dict[str, float]]]
+    ) -> None:
+        self._name, self._help, self._label, self._read = name, help_text, label, read
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, GaugeMetricFamily] = {}
+        for label_value, values in sorted(self._read().items()):
+            for key, value in sorted(values.items()):
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    family = families.get(key)
+                    if family is None:
+                        family = families[key] = GaugeMetricFamily(
+                            f"{self._name}_{key}", f"{self._help} ({key})", labels=[self._label]
+                        )
+                    family.add_metric([label_value], value)
+        yield from families.values()
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

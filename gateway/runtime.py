@@ -103,6 +103,9 @@ class Runtime:
             context_turns=config.cache.semantic.context_turns,
             semantic_thresholds=thresholds,
         )
+        metrics.labelled_gauges(
+            "cachegate_backend", "Model backend", "model", lambda: _backend_stats(backends)
+        )
         tenants = {k.key: k.tenant for k in config.auth.keys}
         return cls(config, backends, cache, pipeline, metrics, _tenants=tenants)
 
@@ -183,6 +186,16 @@ def _entry_store(config: Config) -> EntryStore:
             timeout=cache.redis.timeout,
         )
     return DiskStore(Path(config.data_dir) / "response-cache", max_entries=cache.max_entries)
+
+
+def _backend_stats(backends: dict[str, Backend]) -> dict[str, dict[str, float]]:
+    """Per model: prefix-cache counters of local models, routing counters of replicas."""
+    out = {}
+    for name, backend in backends.items():
+        stats = getattr(backend, "stats", None)
+        if stats is not None:
+            out[name] = _flat(stats())
+    return out
 
 
 def _flat(stats: dict[str, Any], prefix: str = "") -> dict[str, float]:

@@ -80,6 +80,13 @@ def test_shared_prefix_is_reused_and_reported(gw: Gateway) -> None:
     assert cached >= 60  # the system prompt's tokens came from the prefix KV cache
     assert cached < usage(second)["prompt_tokens"]
     assert second.json()["choices"][0]["message"]["content"]
+    metrics = gw.http.get("/metrics", headers={"authorization": "Bearer key-a"}).text
+    hit_tokens = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith('cachegate_backend_prefix_cache_hit_tokens{model="smollm2"}')
+    ]
+    assert hit_tokens and float(hit_tokens[0].split()[-1]) >= cached
 
 
 def test_multi_turn_conversation_reports_growing_cached_tokens(gw: Gateway) -> None:

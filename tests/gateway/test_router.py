@@ -108,6 +108,10 @@ models:
         )  # the new prefix went elsewhere
         stats = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"]
         assert [r["in_flight"] for r in stats["replicas"]] == [0, 0, 0]
+        assert (
+            'cachegate_backend_routing_routed_prefix{model="fake-model"}'
+            in gw.http.get("/metrics").text
+        )
     finally:
         gw.stop()
         second.stop()
