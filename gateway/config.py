@@ -110,8 +110,8 @@ class RoutingConfig(_Base, frozen=True):
     min_match: Fraction = 0.5
     #: Requests in flight above the least-loaded replica at which prefix affinity yields.
     max_imbalance: NonNegativeInt = 4
-    #: Prompt bytes the router remembers per gateway (LRU beyond).
-    tree_bytes: PositiveInt = 64 * 1024 * 1024
+    #: Prompt bytes the router remembers per gateway (LRU beyond); its memory is ~8x this.
+    tree_bytes: PositiveInt = 8 * 1024 * 1024
     #: Seconds a replica that failed to answer is avoided.
     down_for: Seconds = 10.0
 

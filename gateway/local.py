@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -64,7 +65,7 @@ class LocalBackend:
 
     @classmethod
     def from_config(cls, name: str, model: LocalModelConfig, config: Config) -> LocalBackend:
-        threads = model.threads or max(1, (os.cpu_count() or 2) - 1)  # leave a core to HTTP
+        threads = model.threads or max(1, available_cpus() - 1)  # leave a core to HTTP
         engine_config = EngineConfig(
             source=model.source,
             data_dir=Path(config.data_dir),
@@ -150,7 +151,7 @@ class LocalBackend:
     async def _load(self) -> None:
         started = time.perf_counter()
         try:
-            engine = await asyncio.to_thread(Engine.load, self.engine_config)
+            engine = await asyncio.to_thread(_load_and_warm, self.engine_config)
         except Exception as exc:
             self._error = exc
             log.exception("local model %s failed to load", self.name)
@@ -248,6 +249,30 @@ class LocalStream:
                 await pending
         with contextlib.suppress(RuntimeError):  # closed already, or still closing elsewhere
             await self._events.aclose()
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2 quota (containers)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return cpus
+
+
+def _load_and_warm(config: EngineConfig) -> Engine:
+    """Load the engine and run one tiny forward pass, so that the memory-mapped weights are
+    paged in before /readyz says ready (not during the first user's request)."""
+    import torch
+
+    engine = Engine.load(config)
+    with torch.inference_mode():
+        device = next(engine.model.parameters()).device
+        engine.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device))  # [1, 1]
+    return engine
 
 
 # ---------------------------------------------------------------------------------------------

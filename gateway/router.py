@@ -49,7 +49,7 @@ class PrefixRouter:
         policy: Policy = "prefix",
         min_match: float = 0.5,
         max_imbalance: int = 4,
-        tree_bytes: int = 64 * 1024 * 1024,
+        tree_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         if not replicas:
             raise ValueError("a router needs at least one replica")
