@@ -18,6 +18,10 @@ absolute times drift; the ratios are what to read), median of ``--repeats`` roun
   sequence for every token.
 * **KV bytes per token**, and the prefix tree's **bookkeeping** per request at 2k tokens
   (match + lock/unlock + insert), with and without the copy of the new tokens' KV.
+* **Disk tier** (``prefix_disk_dir``): TTFT for a 1024-token shared prefix + 64 new tokens
+  served cold, from memory, and from disk after the memory tree evicted it (page cache
+  warm: the file was just written, as for a recent eviction), with the break-even the
+  engine measured at start.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ import copy
 import io
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +86,54 @@ def measure_ttft(engine: Engine, prefix_len: int, repeats: int) -> dict[str, Any
     result["speedup"] = result["cold"] / result["warm"]
     result["warm_vs_floor"] = result["warm"] / result["floor"]
     result["hf_vs_warm"] = result["hf_deepcopy"] / result["warm"]
+    return result
+
+
+def measure_disk_ttft(engine: Engine, prefix_len: int, repeats: int) -> dict[str, Any]:
+    """TTFT for ``prefix_len`` shared + 64 new tokens: cold, from memory, from disk.
+
+    A second engine on the same model has a disk tier in a temporary directory; before
+    each of its rounds its memory tree is evicted into the tier (by the byte budget's
+    path, so the prefix goes to disk) and the writer drained, so the prefix is read back.
+    """
+    model, tokenizer = engine.model, engine.tokenizer
+    cold_engine = Engine(model, tokenizer, engine.config, prefix_cache=RadixCache(0))
+    prefix = _tokens(prefix_len, seed=50_000 + prefix_len)
+    namespace = f"bench-disk|{prefix_len}"
+    samples: dict[str, list[float]] = {"cold": [], "memory": [], "disk": []}
+    disk_tokens: list[int] = []
+    with tempfile.TemporaryDirectory(prefix="cachegate-bench-") as directory:
+        config = replace(engine.config, prefix_disk_dir=Path(directory))
+        disk_engine = Engine(model, tokenizer, config)  # measures its break-even here
+        try:
+            for warm_engine in (engine, disk_engine):
+                warm_engine.complete(warm_engine.prepare(prefix, _one_token(), namespace=namespace))
+            for round_ in range(repeats + 1):  # round 0 warms up allocators and kernels
+                prompt = prefix + _tokens(SUFFIX, seed=40_000 + round_)
+                cold = cold_engine.complete(
+                    cold_engine.prepare(prompt, _one_token(), namespace="cold")
+                )
+                memory = engine.complete(engine.prepare(prompt, _one_token(), namespace=namespace))
+                _offload_all(disk_engine)
+                before = disk_engine.stats.disk_hit_tokens
+                disk = disk_engine.complete(
+                    disk_engine.prepare(prompt, _one_token(), namespace=namespace)
+                )
+                if round_:
+                    samples["cold"].append(cold.prefill_s)
+                    samples["memory"].append(memory.prefill_s)
+                    samples["disk"].append(disk.prefill_s)
+                    disk_tokens.append(disk_engine.stats.disk_hit_tokens - before)
+            stats = disk_engine.stats
+        finally:
+            disk_engine.close()
+    assert stats.break_even is not None and stats.disk is not None
+    result: dict[str, Any] = {k: median(v) for k, v in samples.items()}
+    result.update(prefix=prefix_len, suffix=SUFFIX, disk_tokens=min(disk_tokens), samples=samples)
+    result["cold_vs_disk"] = result["cold"] / result["disk"]
+    result["disk_vs_memory"] = result["disk"] / result["memory"]
+    result["break_even"] = stats.break_even.as_dict()
+    result["disk_stats"] = {"written_tokens": stats.disk.written_tokens, "files": stats.disk.files}
     return result
 
 
@@ -179,6 +233,8 @@ def run(
     results["recompute"] = measure_recompute(engine, decode_prompts[0], recompute_tokens)
     log("bench.prefix: bookkeeping …")
     results["bookkeeping"] = measure_bookkeeping(engine, 2048, 50)
+    log("bench.prefix: disk tier …")
+    results["disk"] = measure_disk_ttft(engine, 1024, max(2, repeats // 2))
     return results
 
 
@@ -219,6 +275,36 @@ def markdown(results: dict[str, Any], command: str) -> str:
         if at_1k
         else ""
     )
+    disk, be = results["disk"], results["disk"]["break_even"]
+    disk_text = (
+        f"Disk tier (`prefix_disk_dir`): a {disk['prefix']}-token prefix + {disk['suffix']} new "
+        f"tokens, evicted from memory and read back from disk ({disk['disk_tokens']} tokens; "
+        "page cache warm: the file was just written, as for a recent eviction):"
+    )
+    break_even = (
+        f"loading pays from **{be['min_tokens']} token(s)**"
+        if be["min_tokens"] is not None
+        else "**never** (recomputing is faster)"
+    )
+    be_text = (
+        f"Break-even measured by the engine at start ({be['measured_tokens']} tokens): prefill "
+        f"{be['prefill_s_per_token'] * 1e3:.2f} ms/token, disk load "
+        f"{be['load_s_per_token'] * 1e6:.1f} µs/token + {be['load_overhead_s'] * 1e6:.0f} µs "
+        f"per read: {break_even}."
+    )
+    disk_table = table(
+        ["shared prefix + new", "cold", "from memory", "from disk", "cold / disk", "disk / memory"],
+        [
+            [
+                f"{disk['prefix']} + {disk['suffix']}",
+                ms(disk["cold"]),
+                ms(disk["memory"]),
+                f"**{ms(disk['disk'])}**",
+                f"**{disk['cold_vs_disk']:.1f}×**",
+                f"{disk['disk_vs_memory']:.2f}×",
+            ]
+        ],
+    )
     return "\n".join(
         [
             "## Prefix KV cache and decode (`bench/prefix.py`)",
@@ -254,6 +340,12 @@ def markdown(results: dict[str, Any], command: str) -> str:
             f"per request at {b['prefix']} cached + {b['suffix']} new tokens (match, lock/unlock, "
             f"insert): **{b['tree_only_ms']:.3f} ms**; {b['with_kv_copy_ms']:.3f} ms including the "
             "copy of the new tokens' KV into the tree.",
+            "",
+            disk_text,
+            "",
+            disk_table,
+            "",
+            be_text,
             "",
             verdict,
         ]
@@ -328,6 +420,13 @@ def _time(fn: Callable[[], object]) -> float:
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
+
+
+def _offload_all(engine: Engine) -> None:
+    """Evict the whole memory tree by its byte budget's path (so it goes to disk); wait."""
+    assert engine.disk is not None
+    engine.prefix_cache.evict(engine.prefix_cache.stats.bytes)
+    engine.disk.tier.drain()
 
 
 @torch.inference_mode()

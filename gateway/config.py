@@ -163,6 +163,11 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     prefix_cache_bytes: NonNegativeInt = 1024 * 1024 * 1024
     #: Seconds an unused prefix stays cached; None: until evicted by the budget.
     prefix_cache_ttl: Seconds | None = 3600.0
+    #: Directory for KV evicted from memory (reloading it beats recomputing: the engine
+    #: measures the break-even at start). None: evicted prefixes are dropped.
+    prefix_disk_dir: str | None = None
+    #: Byte budget of the KV files in prefix_disk_dir (least recently used beyond).
+    prefix_disk_bytes: PositiveInt = 8 * 1024**3
     #: Share prefix KV between tenants (same model, same prompt prefix).
     share_prefix_across_tenants: bool = False
     #: torch threads for CPU inference; None: all cores but one (the other serves HTTP).
@@ -347,6 +352,9 @@ def _resolve_paths(config: Config, base: Path) -> Config:
             candidate = base / model.source
             if model.source.startswith((".", "/")) or candidate.exists():
                 model = msgspec.structs.replace(model, source=str(candidate.resolve()))
+        if isinstance(model, LocalModelConfig) and model.prefix_disk_dir:
+            disk_dir = str((base / model.prefix_disk_dir).resolve())
+            model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model
     return msgspec.structs.replace(config, data_dir=data_dir, models=models)
 

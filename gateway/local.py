@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -74,6 +75,8 @@ class LocalBackend:
             max_context=model.max_context,
             prefix_cache_bytes=model.prefix_cache_bytes,
             prefix_ttl_s=model.prefix_cache_ttl,
+            prefix_disk_dir=Path(model.prefix_disk_dir) if model.prefix_disk_dir else None,
+            prefix_disk_bytes=model.prefix_disk_bytes,
             default_max_tokens=model.default_max_tokens,
             threads=threads,
         )
@@ -125,8 +128,9 @@ class LocalBackend:
     def stats(self) -> dict[str, Any]:
         if self._engine is None:
             return {"loaded": False, "error": repr(self._error) if self._error else None}
-        cache = self._engine.engine.prefix_cache.stats
-        return {
+        stats = self._engine.engine.stats
+        cache = stats.prefix
+        out: dict[str, Any] = {
             "loaded": True,
             "pending": self._engine.pending,
             "prefix_cache": {
@@ -141,10 +145,18 @@ class LocalBackend:
                 "nodes": cache.nodes,
             },
         }
+        if stats.disk is not None:
+            out["prefix_disk"] = {
+                **dataclasses.asdict(stats.disk),
+                "served_tokens": stats.disk_hit_tokens,
+            }
+        if stats.break_even is not None:
+            out["prefix_disk_break_even"] = stats.break_even.as_dict()
+        return out
 
     def flush_prefix_cache(self) -> int:
         """Drop every cached prefix (admin); returns the bytes freed."""
-        return self._engine.engine.prefix_cache.flush() if self._engine is not None else 0
+        return self._engine.engine.flush_prefix_cache() if self._engine is not None else 0
 
     # -- helpers ---------------------------------------------------------------------------
 

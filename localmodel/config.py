@@ -37,6 +37,13 @@ class EngineConfig:
             ``max_position_embeddings``. A smaller value is honoured, a larger one is capped.
         prefix_cache_bytes: byte budget of the prefix KV cache (tier 2) on the model's device.
         prefix_ttl_s: drop cached prefixes unused for this long; ``None`` keeps them until evicted.
+        prefix_disk_dir: where prefixes the byte budget evicts from memory are kept on disk and
+            re-loaded from, when that beats recomputing them (a break-even measured at start);
+            ``None`` turns the disk tier off. Each engine uses a run directory of its own inside
+            (``kv-XXXX/``, removed on close), so engines and processes may share this one; runs
+            of processes that died are removed at start.
+        prefix_disk_bytes: byte budget of the disk tier (files on disk, LRU), used only with
+            ``prefix_disk_dir``. ``prefix_ttl_s`` applies on disk too.
         default_max_tokens: completion length when a request gives none (capped by what fits).
         threads: torch intra-op threads on CPU (process-wide); ``None`` keeps torch's default.
     """
@@ -48,6 +55,8 @@ class EngineConfig:
     max_context: int | None = None
     prefix_cache_bytes: int = 512 * 2**20
     prefix_ttl_s: float | None = None
+    prefix_disk_dir: Path | None = None
+    prefix_disk_bytes: int = 8 * 2**30
     default_max_tokens: int = 512
     threads: int | None = None
 
@@ -64,6 +73,10 @@ class EngineConfig:
             raise ValueError("localmodel: prefix_cache_bytes must be >= 0 (0 disables reuse)")
         if self.prefix_ttl_s is not None and self.prefix_ttl_s <= 0:
             raise ValueError("localmodel: prefix_ttl_s must be positive or None")
+        if isinstance(self.prefix_disk_dir, str):  # from YAML or a CLI flag
+            object.__setattr__(self, "prefix_disk_dir", Path(self.prefix_disk_dir))
+        if self.prefix_disk_bytes < 1:
+            raise ValueError("localmodel: prefix_disk_bytes must be >= 1")
         if self.default_max_tokens < 1:
             raise ValueError("localmodel: default_max_tokens must be >= 1")
         if self.threads is not None and self.threads < 1:

@@ -5,6 +5,7 @@ One request, start to end (``Engine.generate``)::
     match  = tree.match(RadixKey(namespace, prompt))          # tier 2: longest cached prefix
     cache  = RequestCache(prompt + max_tokens)                # preallocated for the request
     with tree.hold(match): cache.load(match.spans, match.n_cached)   # one copy, path locked
+    n_cached += disk.load(key, cache, n_cached)               # optional: evicted KV, re-loaded
     logits = prefill(model, cache, prompt[n_cached:], start=n_cached)   # parallel, compute-bound
     loop:  token = sample(logits); logits = decode_one_token(model, cache, token, pos)  # serial
     tree.insert(RadixKey(namespace, prompt + generated), cache.view(...))  # next turn hits
@@ -37,10 +38,12 @@ import torch
 from localmodel import prompts
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
+from localmodel.disk import BreakEven, DiskPrefix
 from localmodel.kv import KVLayout, RequestCache
 from localmodel.loader import load
 from localmodel.sampling import SamplingParams, make_generator, sample
-from prefix import RadixCache, RadixKey
+from prefix import RadixCache, RadixKey, RadixStats
+from prefix.offload import DiskStats
 
 __all__ = [
     "Choice",
@@ -48,6 +51,7 @@ __all__ = [
     "Completion",
     "ContextWindowExceeded",
     "Engine",
+    "EngineStats",
     "Event",
     "FinishReason",
     "Finished",
@@ -110,7 +114,10 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Usage:
-    """OpenAI usage; ``cached_tokens`` = prompt tokens whose KV came from the prefix cache."""
+    """OpenAI usage; ``cached_tokens`` = prompt tokens whose KV was reused, not recomputed.
+
+    That is the memory tree's tokens plus those re-loaded from the disk tier.
+    """
 
     prompt_tokens: int
     completion_tokens: int
@@ -161,6 +168,20 @@ class Finished:
 Event = TextDelta | ChoiceFinished | Finished
 
 
+@dataclass(frozen=True)
+class EngineStats:
+    """The prefix tiers of an engine: memory tree, and the disk tier when it is on.
+
+    ``disk_hit_tokens`` counts prompt tokens loaded from disk into requests (also part of
+    their ``cached_tokens``); ``break_even`` holds the measured figures that decide when.
+    """
+
+    prefix: RadixStats
+    disk: DiskStats | None
+    disk_hit_tokens: int
+    break_even: BreakEven | None
+
+
 # ── the phases (flat functions, gpt-fast style) ──────────────────────────────────────
 
 
@@ -203,6 +224,11 @@ class Engine:
 
     NOTE: not thread-safe. Call ``generate``/``complete`` from one thread (``AsyncEngine``
     does); ``encode_*`` and ``prepare`` may run on any thread.
+
+    With ``config.prefix_disk_dir`` the engine also starts a disk tier for what the memory
+    tree evicts and measures its break-even (about a second on a CPU) unless ``break_even``
+    is given; ``close`` stops it. It then builds the memory tree itself, wired to the tier,
+    so ``prefix_cache`` cannot be passed too.
     """
 
     def __init__(
@@ -212,13 +238,27 @@ class Engine:
         config: EngineConfig | None = None,
         *,
         prefix_cache: RadixCache | None = None,
+        break_even: BreakEven | None = None,
     ) -> None:
-        self.config = config or EngineConfig()
+        self.config = config = config or EngineConfig()
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.layout = KVLayout.of(model)
+        self.disk: DiskPrefix | None = None
+        if config.prefix_disk_dir is not None:
+            if prefix_cache is not None:
+                raise ValueError("Engine: prefix_cache cannot be given with prefix_disk_dir")
+            self.disk = DiskPrefix.open(
+                config.prefix_disk_dir,
+                config.prefix_disk_bytes,
+                model,
+                self.layout,
+                ttl_s=config.prefix_ttl_s,  # NOTE: a TTL bounds a prefix's life on disk too
+                break_even=break_even,
+            )
+        on_evict = self.disk.tier.offer if self.disk is not None else None
         self.prefix_cache = prefix_cache or RadixCache(
-            self.config.prefix_cache_bytes, ttl_s=self.config.prefix_ttl_s
+            config.prefix_cache_bytes, ttl_s=config.prefix_ttl_s, on_evict=on_evict
         )
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
@@ -234,6 +274,26 @@ class Engine:
             torch.set_num_threads(config.threads)
         loaded = load(config)
         return cls(loaded.model, loaded.tokenizer, config)
+
+    def close(self) -> None:
+        """Stop the disk tier (if any) and remove its files; the memory tree stays usable."""
+        if self.disk is not None:
+            self.disk.close()
+
+    @property
+    def stats(self) -> EngineStats:
+        disk = self.disk
+        return EngineStats(
+            prefix=self.prefix_cache.stats,
+            disk=disk.stats if disk is not None else None,
+            disk_hit_tokens=disk.hit_tokens if disk is not None else 0,
+            break_even=disk.break_even if disk is not None else None,
+        )
+
+    def flush_prefix_cache(self) -> int:
+        """Drop every unlocked cached prefix, in memory and on disk; return the bytes freed."""
+        freed = self.prefix_cache.flush()  # NOTE: a flush is not offloaded (no on_evict)
+        return freed + (self.disk.tier.flush() if self.disk is not None else 0)
 
     # ── prompts ───────────────────────────────────────────────────────────────────────
 
@@ -305,14 +365,18 @@ class Engine:
         started = time.perf_counter()
         prompt = request.prompt_tokens
         cache = RequestCache.allocate(self.layout, len(prompt) + request.max_tokens)
-        match = self.prefix_cache.match(RadixKey(request.namespace, prompt))
+        key = RadixKey(request.namespace, prompt)
+        match = self.prefix_cache.match(key)
         # NOTE: the lock covers the only read of the tree's tensors: the copy into this
         # request's buffers. The request owns its KV afterwards, and releasing the path
         # before `insert` lets the tree evict even the node the match ended inside.
         with self.prefix_cache.hold(match):
             cache.load(match.spans, match.n_cached)
-        suffix = torch.tensor([prompt[match.n_cached :]], device=self.layout.device)  # [1, n]
-        prompt_logits = prefill(self.model, cache, suffix, start=match.n_cached)
+        n_cached = match.n_cached
+        if self.disk is not None and n_cached < len(prompt) - 1:
+            n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
+        suffix = torch.tensor([prompt[n_cached:]], device=self.layout.device)  # [1, n]
+        prompt_logits = prefill(self.model, cache, suffix, start=n_cached)
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
         first_token_at = insert_s = 0.0
@@ -333,7 +397,7 @@ class Engine:
         usage = Usage(
             prompt_tokens=len(prompt),
             completion_tokens=sum(len(c.token_ids) for c in choices),
-            cached_tokens=match.n_cached,
+            cached_tokens=n_cached,
         )
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))

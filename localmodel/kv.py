@@ -213,6 +213,21 @@ class RequestCache(DynamicCache):
             raise ValueError(f"prefix spans cover {filled} tokens, match promised {n_tokens}")
         self.truncate(n_tokens)
 
+    @torch.inference_mode()
+    def load_rows(self, rows: torch.Tensor, start: int) -> None:
+        """Append token rows ``[n, 2, n_layers, n_kv_heads, head_dim]`` (K, V) at ``start``.
+
+        The disk tier's format (``localmodel.disk.RowCodec``): ``start`` must equal
+        ``length``, like a prefill's, so that the loaded tokens continue the cached ones.
+        """
+        n = rows.shape[0]
+        if start != self.length or start + n > self.capacity:
+            raise ValueError(f"load_rows({n} at {start}) into {self.length}/{self.capacity} tokens")
+        # rows[:, 0]: [n, L, H, D] → buffer[:, 0, :, start:start+n]: [L, H, n, D]
+        self.key_buf[:, 0, :, start : start + n].copy_(rows[:, 0].permute(1, 2, 0, 3))
+        self.value_buf[:, 0, :, start : start + n].copy_(rows[:, 1].permute(1, 2, 0, 3))
+        self.truncate(start + n)
+
     def truncate(self, length: int) -> None:
         """Forget every token at or after ``length`` (no copy: later writes overwrite them)."""
         if not 0 <= length <= self.capacity:

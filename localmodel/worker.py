@@ -82,6 +82,7 @@ class AsyncEngine:
 
         A graceful HTTP shutdown has already let in-flight responses finish by the time
         the lifespan closes the engine, so whatever is left here has no one waiting long.
+        Then the engine itself is closed (its disk tier's writer and files, if any).
         """
         if self._closed:
             return
@@ -92,6 +93,7 @@ class AsyncEngine:
         self._jobs.put(None)
         if self._thread.is_alive():
             await asyncio.to_thread(self._thread.join)
+        self.engine.close()
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """Events of ``request`` as the worker produces them; ends after ``Finished``.

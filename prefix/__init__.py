@@ -4,6 +4,6 @@ Independent of models and HTTP: `localmodel` matches a prompt against it, prefil
 the unmatched suffix, and inserts the KV it computed. See `RadixCache` for a walk-through.
 """
 
-from prefix.radix import CountSpan, KVSpan, Match, RadixCache, RadixKey, RadixStats
+from prefix.radix import CountSpan, Evicted, KVSpan, Match, RadixCache, RadixKey, RadixStats
 
-__all__ = ["CountSpan", "KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]
+__all__ = ["CountSpan", "Evicted", "KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]

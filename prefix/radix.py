@@ -9,11 +9,15 @@ that prefix's KV. The tree never looks inside a span: it only measures (`len`,
 arrays or the tuples the tests use.
 
 Nodes are evicted leaf-first in LRU order under a byte budget, and optionally after a
-TTL; paths that running requests use are locked and never evicted.
+TTL; paths that running requests use are locked and never evicted. An optional
+`on_evict` callback sees every node the byte budget evicts (not the TTL's or a flush's),
+so that a second tier (`prefix.offload.DiskTier`) can keep what memory had to drop.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -22,7 +26,9 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["CountSpan", "KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]
+__all__ = ["CountSpan", "Evicted", "KVSpan", "Match", "RadixCache", "RadixKey", "RadixStats"]
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -106,6 +112,25 @@ class Match:
 
 
 @dataclass(frozen=True, slots=True)
+class Evicted:
+    """A node the byte budget evicted, as `RadixCache`'s `on_evict` callback receives it.
+
+    The node held ``tokens[start:]``; ``tokens`` is the whole path from its namespace's
+    root, so the node can be looked up again by prefix. ``prefix_spans`` are the spans of
+    its ancestors at eviction time (root first, covering ``tokens[:start]``): a second
+    tier that lacks that prefix can store it along with the node, so that what it holds is
+    always a whole prefix from the root (they may be evicted in the same batch, after
+    this node). The spans are the tree's own, immutable ones: read them, never write.
+    """
+
+    namespace: str
+    tokens: tuple[int, ...]
+    start: int
+    span: KVSpan
+    prefix_spans: tuple[KVSpan, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RadixStats:
     """A snapshot of the cache's counters (cumulative) and gauges (current).
 
@@ -156,6 +181,12 @@ class RadixCache:
     parent becomes a leaf when its last child goes). With `ttl_s`, nodes unused for
     that many seconds expire; this is checked lazily in `match`/`insert` and on
     `evict_expired`. All methods are thread-safe (one internal lock).
+
+    ``on_evict`` is called once per node evicted by the byte budget (in `insert` or
+    `evict`; TTL expiry and `flush` do not call it), leaf first, on the evicting thread,
+    after the tree's lock is released: it may call back into the tree. It should be
+    quick (hand the work to another thread); an exception it raises is logged, not
+    propagated, since the eviction has already happened.
     """
 
     def __init__(
@@ -164,6 +195,7 @@ class RadixCache:
         *,
         ttl_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_evict: Callable[[Evicted], object] | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
@@ -172,6 +204,9 @@ class RadixCache:
         self._max_bytes = max_bytes
         self._ttl_s = ttl_s
         self._clock = clock
+        self._on_evict = on_evict
+        # Filled under the lock by _evict_lru, handed to on_evict after it (see _deliver).
+        self._evicted: list[Evicted] = []
         self._mutex = threading.Lock()
         self._roots: dict[str, _Node] = {}
         # NOTE: every non-root node, least recently used first. Touching a node also
@@ -230,35 +265,12 @@ class RadixCache:
         if len(kv) != n:
             raise ValueError(f"kv covers {len(kv)} tokens but the key has {n}")
         with self._mutex:
-            now = self._clock()
-            self._expire(now)
-            if n == 0:
-                return 0
-            root = self._roots.get(key.namespace)
-            if root is None:
-                root = self._roots[key.namespace] = _Node(key.namespace, (), _NO_SPAN, None, now)
-            path, n_matched, cut = _walk(root, tokens, n)
-            if n_matched == n:  # already cached (possibly ending inside a node)
-                self._touch(path[-1], now)
-                return 0
-            # The new tokens hang below `parent`: the last node of the path or, when the
-            # path leaves that node midway, its upper half. Split first: the lower half is
-            # then a sibling branch, evictable while making room like any other unlocked
-            # node, and the lock below covers only the path the new leaf hangs from.
-            anchor = path[-1] if path else root
-            whole = anchor.value
-            parent = self._split(anchor, cut, now) if cut else anchor
-            self._lock_path(parent)
             try:
-                stored = self._store(parent, tokens, n_matched, kv, now)
+                stored = self._insert(key.namespace, tokens, kv)
             finally:
-                self._unlock_path(parent)
-            if cut and not stored:
-                if parent.children:  # the lower half is pinned: a split is for a new leaf
-                    self._unsplit(parent, whole)
-                else:  # the lower half was evicted: the upper half stays, as a leaf
-                    self._touch(parent, now)
-            return stored
+                evicted = self._take_evicted()
+        self._deliver(evicted)
+        return stored
 
     def lock(self, match: Match) -> None:
         """Pin the matched path: it is not evicted, expired or flushed until `unlock`.
@@ -290,7 +302,10 @@ class RadixCache:
         when everything evictable is gone.
         """
         with self._mutex:
-            return self._evict_lru(n_bytes)
+            freed = self._evict_lru(n_bytes)
+            evicted = self._take_evicted()
+        self._deliver(evicted)
+        return freed
 
     def evict_expired(self) -> int:
         """Drop unlocked nodes not used for `ttl_s` seconds; return the bytes freed."""
@@ -337,6 +352,39 @@ class RadixCache:
             return dict(self._ns_tokens)
 
     # -- helpers ------------------------------------------------------------------------
+
+    def _insert(self, namespace: str, tokens: tuple[int, ...], kv: KVSpan) -> int:
+        """The body of `insert`, under the lock."""
+        n = len(tokens)
+        now = self._clock()
+        self._expire(now)
+        if n == 0:
+            return 0
+        root = self._roots.get(namespace)
+        if root is None:
+            root = self._roots[namespace] = _Node(namespace, (), _NO_SPAN, None, now)
+        path, n_matched, cut = _walk(root, tokens, n)
+        if n_matched == n:  # already cached (possibly ending inside a node)
+            self._touch(path[-1], now)
+            return 0
+        # The new tokens hang below `parent`: the last node of the path or, when the
+        # path leaves that node midway, its upper half. Split first: the lower half is
+        # then a sibling branch, evictable while making room like any other unlocked
+        # node, and the lock below covers only the path the new leaf hangs from.
+        anchor = path[-1] if path else root
+        whole = anchor.value
+        parent = self._split(anchor, cut, now) if cut else anchor
+        self._lock_path(parent)
+        try:
+            stored = self._store(parent, tokens, n_matched, kv, now)
+        finally:
+            self._unlock_path(parent)
+        if cut and not stored:
+            if parent.children:  # the lower half is pinned: a split is for a new leaf
+                self._unsplit(parent, whole)
+            else:  # the lower half was evicted: the upper half stays, as a leaf
+                self._touch(parent, now)
+        return stored
 
     @contextmanager
     def _hold(self, match: Match) -> Iterator[Match]:
@@ -459,10 +507,32 @@ class RadixCache:
             if node.lock_ref == 0:
                 victims.append(node)
                 freed += node.nbytes
+        if self._on_evict is not None:
+            # NOTE: recorded before _remove detaches them: each victim's path is read while
+            # its ancestors still hold it (any of them evicted too come later in `victims`).
+            self._evicted.extend(_evicted(node) for node in victims)
         freed, n_tokens = self._remove(victims)
         self._evicted_tokens += n_tokens
         self._evictions += len(victims)
         return freed
+
+    def _take_evicted(self) -> list[Evicted]:
+        """Hand over the evictions recorded under the lock (the caller holds it)."""
+        if not self._evicted:
+            return _NO_EVICTIONS
+        evicted, self._evicted = self._evicted, []
+        return evicted
+
+    def _deliver(self, evicted: list[Evicted]) -> None:
+        """Call `on_evict` for each eviction; NOTE: never under the lock (it may re-enter)."""
+        on_evict = self._on_evict
+        if on_evict is None:
+            return
+        for record in evicted:
+            try:
+                on_evict(record)
+            except Exception:
+                logger.exception("prefix: on_evict failed for %d tokens", len(record.span))
 
     def _expire(self, now: float) -> int:
         if self._ttl_s is None:
@@ -599,6 +669,23 @@ class _NoSpan:
 
 _NO_SPAN = _NoSpan()
 _MISS = Match(0, ())
+_NO_EVICTIONS: list[Evicted] = []  # shared and never appended to: see _take_evicted
+
+
+def _evicted(node: _Node) -> Evicted:
+    """The `Evicted` record of `node`, read while it is still attached to the tree."""
+    keys: list[tuple[int, ...]] = []
+    spans: list[KVSpan] = []
+    ancestor = node.parent
+    while ancestor is not None and ancestor.parent is not None:  # stop below the root
+        keys.append(ancestor.key)
+        spans.append(ancestor.value)
+        ancestor = ancestor.parent
+    keys.reverse()
+    spans.reverse()
+    start = sum(len(key) for key in keys)
+    tokens = tuple(itertools.chain.from_iterable(keys)) + node.key
+    return Evicted(node.namespace, tokens, start, node.value, tuple(spans))
 
 
 def _as_tuple(tokens: Sequence[int]) -> tuple[int, ...]:

@@ -253,3 +253,40 @@ def test_client_disconnect_frees_the_engine(gw: Gateway, caplog: pytest.LogCaptu
     )
     # nothing was stored for the cut stream (only the short answer above)
     assert admin_stats(gw)["cache"]["stores"] == stores + 1
+
+
+def test_prefix_evicted_from_memory_is_reloaded_from_disk(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    budget = 120 * 46_080  # ~120 tokens of SmolLM2 KV in memory
+    text = local_config(
+        bundled_model_dir, tmp_path, prefix_cache_bytes=budget, prefix_disk_dir=str(tmp_path / "kv")
+    )
+    gateway = Gateway(load_config_text(text))
+    try:
+        first = chat(
+            gateway, [SYSTEM, {"role": "user", "content": "Do you sell drills?"}], max_tokens=4
+        )
+        other = {
+            "role": "system",
+            "content": "You are a pirate who answers in rhymes about the sea. " * 8,
+        }
+        chat(
+            gateway, [other, {"role": "user", "content": "Ahoy?"}], max_tokens=4
+        )  # evicts SYSTEM's KV
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            disk = admin_stats(gateway)["backends"][MODEL]["prefix_disk"]
+            if disk["written_tokens"] > 0 and disk["pending"] == 0:
+                break
+            time.sleep(0.1)
+        again = chat(gateway, [SYSTEM, {"role": "user", "content": "Do you sell drills?"}], max_tokens=4,
+                     headers={"cache-control": "no-cache"})  # fmt: skip
+        assert usage(again)["prompt_tokens_details"]["cached_tokens"] >= 60
+        assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+        stats = admin_stats(gateway)["backends"][MODEL]
+        assert stats["prefix_disk"]["served_tokens"] >= 60
+        assert stats["prefix_disk_break_even"]["min_tokens"] is not None
+        assert any((tmp_path / "kv").iterdir())
+    finally:
+        gateway.stop()

@@ -19,8 +19,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from localmodel import Engine, EngineConfig
+from localmodel.disk import BreakEven
 from localmodel.loader import LoadedModel, load
-from prefix import RadixCache
 from tests.conftest import CACHE_DIR
 
 
@@ -73,15 +73,30 @@ MakeEngine = Callable[..., Engine]
 
 
 @pytest.fixture
-def make_engine(bundled: LoadedModel) -> MakeEngine:
-    """``make_engine(max_bytes=…, tiny=…, **config)``: a fresh engine and prefix cache."""
+def make_engine(bundled: LoadedModel) -> Iterator[MakeEngine]:
+    """``make_engine(max_bytes=…, tiny=…, break_even=…, **config)``: a fresh engine and cache.
 
-    def make(*, max_bytes: int = 256 * 2**20, tiny: Any = None, **config: Any) -> Engine:
+    ``max_bytes`` is the memory tree's budget; engines with a disk tier are closed (their
+    writer stopped, their files removed) after the test.
+    """
+    engines: list[Engine] = []
+
+    def make(
+        *,
+        max_bytes: int = 256 * 2**20,
+        tiny: Any = None,
+        break_even: BreakEven | None = None,
+        **config: Any,
+    ) -> Engine:
         model = bundled.model if tiny is None else tiny
-        cfg = EngineConfig(data_dir=CACHE_DIR, device="cpu", **config)
-        return Engine(model, bundled.tokenizer, cfg, prefix_cache=RadixCache(max_bytes))
+        cfg = EngineConfig(data_dir=CACHE_DIR, device="cpu", prefix_cache_bytes=max_bytes, **config)
+        engine = Engine(model, bundled.tokenizer, cfg, break_even=break_even)
+        engines.append(engine)
+        return engine
 
-    return make
+    yield make
+    for engine in engines:
+        engine.close()
 
 
 @pytest.fixture

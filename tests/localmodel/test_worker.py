@@ -46,6 +46,9 @@ class _SlowEngine:
         choice = Choice(0, "", (), "length")
         yield Finished(Completion((choice,), Usage(1, self.steps, 0), 0.0, 0.0))
 
+    def close(self) -> None:
+        self.closed = True
+
 
 def _request(tag: int = 0) -> GenerationRequest:
     return GenerationRequest((1, 2, tag), NS, SamplingParams(max_tokens=4))

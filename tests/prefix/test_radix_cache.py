@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from prefix import KVSpan, Match, RadixCache, RadixKey, RadixStats
+from prefix import Evicted, KVSpan, Match, RadixCache, RadixKey, RadixStats
 from tests.prefix.prefix_fakes import FakeSpan, covered, served, span
 
 NS = "m|tenant:a"
@@ -435,6 +435,47 @@ def test_ttl_spares_locked_nodes() -> None:
     assert cache.evict_expired() == 0
     cache.unlock(m)
     assert cache.evict_expired() == 3 * BPT
+
+
+# -- on_evict ---------------------------------------------------------------------------
+
+
+def test_on_evict_sees_budget_evictions_with_their_whole_path() -> None:
+    clock = Clock()
+    seen: list[Evicted] = []
+    cache = RadixCache(8 * BPT, ttl_s=100, clock=clock, on_evict=seen.append)
+    put(cache, [1, 2, 3])
+    put(cache, [1, 2, 3, 4, 5])
+    put(cache, [1, 2, 3, 6])  # splits nothing: [4 5] and [6] hang below [1 2 3]
+    put(cache, [7, 7, 7])  # 9 tokens > 8: the LRU leaf [4 5] goes
+    assert [(r.namespace, r.tokens, r.start) for r in seen] == [(NS, (1, 2, 3, 4, 5), 3)]
+    (record,) = seen
+    assert record.span == span([4, 5]) and record.prefix_spans == (span([1, 2, 3]),)
+    cache.evict(100)  # LRU order, a child before its parent: [6], [1 2 3], [7 7 7]
+    assert [r.tokens for r in seen[1:]] == [(1, 2, 3, 6), (1, 2, 3), (7, 7, 7)]
+    assert [r.prefix_spans for r in seen[1:]] == [(span([1, 2, 3]),), (), ()]
+    put(cache, [8, 8])
+    clock.now = 1000
+    cache.evict_expired()  # neither the TTL …
+    put(cache, [9, 9])
+    cache.flush()  # … nor a flush calls it
+    assert len(seen) == 4
+
+
+def test_on_evict_runs_outside_the_lock_and_its_errors_stay_there(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[int] = []
+
+    def hook(record: Evicted) -> None:
+        calls.append(cache.match(key([*record.tokens, 0])).n_cached)  # would deadlock inside
+        raise RuntimeError("the tier is broken")
+
+    cache = RadixCache(3 * BPT, on_evict=hook)
+    put(cache, [1, 2, 3])
+    assert put(cache, [4, 5, 6]) == 3  # the insert itself succeeds
+    assert calls == [0] and "on_evict failed" in caplog.text
+    check(cache)
 
 
 # -- flush and stats --------------------------------------------------------------------

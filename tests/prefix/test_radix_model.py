@@ -6,7 +6,9 @@ answers every question by scanning: which prefixes are stored, which segments ar
 leaves, which leaf is least recently used, who holds which lock. Random programs of
 inserts, matches, locks, evictions, clock jumps and flushes over a 3-token alphabet
 (so that prefixes collide and nodes split) must give exactly the same answers, spans,
-byte counts and stats as the model.
+byte counts and stats as the model. When the cache has an `on_evict` hook, it must see
+exactly the segments the model's byte budget evicted (not the TTL's, not a flush's),
+each with its whole path and its ancestors' spans, and never under the tree's lock.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from prefix import Match, RadixCache, RadixKey
+from prefix import Evicted, Match, RadixCache, RadixKey
 from tests.prefix.prefix_fakes import FakeSpan, covered, span
 
 NAMESPACES = ("a", "b")
@@ -60,6 +62,7 @@ class Model:
     locks: list[int] = field(default_factory=list)  # handles locked, with repeats
     next_id: int = 0
     counters: dict[str, int] = field(default_factory=dict)
+    evicted: list[tuple[str, tuple[int, ...], int]] = field(default_factory=list)  # by budget
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -96,6 +99,8 @@ class Model:
             event(f"removed: {reason}")
         for seg in victims:
             del self.segs[seg.id]
+            if reason == "evicted":
+                self.evicted.append((seg.ns, seg.path, seg.start))
             self.count(f"{reason}_tokens", len(seg.path) - seg.start)
             self.count("evictions" if reason != "flushed" else "flushes")
         return sum(seg.nbytes for seg in victims)
@@ -208,6 +213,12 @@ class RadixMachine(RuleBasedStateMachine):
         self.now = 0.0
         self.locked: list[tuple[Match, int]] = []
         self.prompts: list[tuple[str, tuple[int, ...]]] = []
+        self.hooked: list[Evicted] | None = None
+
+    def on_evict(self, record: Evicted) -> None:
+        assert not self.cache._mutex.locked()  # NOTE: the hook may call back into the tree
+        assert self.hooked is not None
+        self.hooked.append(record)
 
     def clock(self) -> float:
         return self.now
@@ -223,6 +234,7 @@ class RadixMachine(RuleBasedStateMachine):
         bytes_per_token=st.integers(1, 4),
         overhead=st.sampled_from([0, 1, 5]),
         n_warm=st.integers(0, 8),
+        hook=st.booleans(),
         data=st.data(),
     )
     def setup(
@@ -232,9 +244,12 @@ class RadixMachine(RuleBasedStateMachine):
         bytes_per_token: int,
         overhead: int,
         n_warm: int,
+        hook: bool,
         data: st.DataObject,
     ) -> None:
-        self.cache = RadixCache(max_bytes, ttl_s=ttl_s, clock=self.clock)
+        self.hooked = [] if hook else None
+        on_evict = self.on_evict if hook else None
+        self.cache = RadixCache(max_bytes, ttl_s=ttl_s, clock=self.clock, on_evict=on_evict)
         self.model = Model(max_bytes, ttl_s, bytes_per_token, overhead)
         for _ in range(n_warm):  # most runs are short: start them with a populated tree
             self.insert(data)
@@ -345,6 +360,23 @@ class RadixMachine(RuleBasedStateMachine):
             by_ns[s.ns] = by_ns.get(s.ns, 0) + len(s.path) - s.start
         assert self.cache.tokens_by_namespace() == by_ns
         assert stats.namespaces == len(by_ns)
+
+    @invariant()
+    def hook_saw_the_budget_evictions(self) -> None:
+        if not hasattr(self, "cache"):
+            return
+        expected, self.model.evicted = self.model.evicted, []
+        if self.hooked is None:
+            return
+        got, self.hooked = self.hooked, []
+        if got:
+            event("on_evict called")
+        assert sorted((r.namespace, r.tokens, r.start) for r in got) == sorted(expected)
+        for record in got:
+            assert isinstance(record.span, FakeSpan)
+            assert record.span.tokens == record.tokens[record.start :]
+            prefix = [t for s in record.prefix_spans if isinstance(s, FakeSpan) for t in s.tokens]
+            assert tuple(prefix) == record.tokens[: record.start]
 
 
 RadixMachine.TestCase.settings = settings(
