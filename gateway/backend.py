@@ -19,6 +19,8 @@ class StreamEvent:
     chunk: dict[str, Any] | None  # the parsed chunk (None for [DONE] and comments)
     done: bool = False  # the ``data: [DONE]`` terminator
     error: bool = False  # an ``{"error": ...}`` event: the answer failed mid-stream
+    #: More events arrived with this one: the relay may send them to the client together.
+    more: bool = False
 
 
 class BackendStream(Protocol):

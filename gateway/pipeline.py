@@ -165,24 +165,31 @@ class Pipeline:
         that breaks before ``[DONE]`` (either side) never stores anything.
         """
         assembler = Assembler(request.kind) if save is not None else None
+        pending = b""  # events that arrived together leave together (one write, not several)
         try:
             async for event in stream:
                 if event.error:
-                    yield event.raw
+                    yield pending + event.raw
                     return
                 if event.done:
                     result = assembler.result() if assembler else None
                     if save is not None and result is not None and _complete(request, result):
                         await self._store(request, save, result)
-                    yield event.raw
+                    yield pending + event.raw
                     return
                 chunk = event.chunk
+                dropped = False
                 if chunk is not None:
                     if assembler is not None:
                         assembler.add(chunk)
-                    if not request.include_usage and _usage_only(chunk):
-                        continue
-                yield event.raw
+                    dropped = not request.include_usage and _usage_only(chunk)
+                if not dropped:
+                    pending += event.raw
+                if not event.more and pending:
+                    yield pending
+                    pending = b""
+            if pending:
+                yield pending
             yield sse_error(
                 APIError(
                     502, "The model's stream ended before it completed.", code="stream_incomplete"

@@ -9,6 +9,7 @@ away) closes the upstream connection, which cancels the upstream request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import logging
@@ -283,29 +284,46 @@ class UpstreamStream:
     def __init__(self, name: str, response: httpx.Response) -> None:
         self._name = name
         self._response = response
+        self._chunks: AsyncIterator[bytes] | None = None
+        self._finished = False  # [DONE] was seen
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         parser = SSEParser()
+        self._chunks = self._response.aiter_bytes()
         try:
-            async for data in self._response.aiter_bytes():
-                for event in parser.feed(data):
-                    yield _event(event)
+            async for data in self._chunks:
+                events = parser.feed(data)
+                for i, raw in enumerate(events, start=1):
+                    event = _event(raw, more=i < len(events))
+                    self._finished = self._finished or event.done
+                    yield event
         except httpx.TimeoutException:
             raise _timeout(self._name) from None
         except httpx.TransportError as exc:
             raise _broken(self._name, exc) from None
-        finally:
-            await self._response.aclose()
 
     async def aclose(self) -> None:
-        await self._response.aclose()
+        """Close the response; after ``[DONE]``, first read what is left of the body.
+
+        NOTE: httpx returns a connection to the pool only when its response was read to the
+        end; the chunked terminator follows ``[DONE]`` at once, and without reading it every
+        streamed request would cost a new connection (a TLS handshake, upstream).
+        """
+        try:
+            if self._finished and self._chunks is not None:
+                with contextlib.suppress(Exception):
+                    async with asyncio.timeout(1.0):
+                        async for _ in self._chunks:
+                            pass
+        finally:
+            await self._response.aclose()
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
 
 
-def _event(data: bytes) -> StreamEvent:
+def _event(data: bytes, *, more: bool) -> StreamEvent:
     raw = b"data: " + data + b"\n\n"
     if data == b"[DONE]":
         return StreamEvent(raw, None, done=True)
@@ -315,7 +333,7 @@ def _event(data: bytes) -> StreamEvent:
         return StreamEvent(raw, None, error=True)
     if not isinstance(chunk, dict) or "error" in chunk:
         return StreamEvent(raw, chunk if isinstance(chunk, dict) else None, error=True)
-    return StreamEvent(raw, chunk)
+    return StreamEvent(raw, chunk, more=more)
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -50,12 +50,14 @@ class FakeUpstream:
         self.stats: Counter[str] = Counter()
         self.last_body: dict[str, Any] = {}
         self.last_headers: dict[str, str] = {}
+        self.clients: set[tuple[Any, ...]] = set()  # (host, port) of each connection seen
         self._seen: Counter[str] = Counter()
         self._serial = 0
 
     def reset(self) -> None:
         self.stats.clear()
         self._seen.clear()
+        self.clients.clear()
         self.last_body = {}
         self.last_headers = {}
 
@@ -90,6 +92,7 @@ class FakeUpstream:
         kind = "chat" if path.endswith("/chat/completions") else "completions"
         self.stats["requests"] += 1
         self.stats[kind] += 1
+        self.clients.add(tuple(scope.get("client") or ()))
         self.last_body = body
         self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         fake = body.get("fake") or {}

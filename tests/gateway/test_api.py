@@ -645,3 +645,12 @@ models:
         assert time.perf_counter() - started < 3  # no 5 s backoff on the dead replica
     finally:
         gw.stop()
+
+
+def test_streams_reuse_upstream_connections(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    for i in range(5):
+        assert sse_chunks(gw.chat(f"s{i}", stream=True).text)[-1] == "[DONE]"
+        assert gw.chat(f"j{i}").status_code == 200
+    # a streamed body read to its end returns the connection to the pool: no new connect each time
+    assert len(upstream.clients) == 1
