@@ -196,8 +196,9 @@ class SemanticCacheConfig(_Base, frozen=True):
     embedding_model: str = "bundled"
     #: Earlier messages (before the last user turn) that belong to the scope; None: all.
     context_turns: NonNegativeInt | None = None
-    #: Above this many entries the vector index switches from exact (flat) to HNSW.
-    hnsw_threshold: PositiveInt = 50_000
+    #: Entries of one scope above which its search switches from exact to HNSW (exact search
+    #: costs ~0.3 ms at 8k entries and grows linearly; HNSW stays ~0.25 ms at 100k).
+    hnsw_threshold: PositiveInt = 8192
 
 
 class RedisConfig(_Base, frozen=True):

@@ -205,3 +205,11 @@ def test_concurrent_add_search_remove() -> None:
     assert not errors
     assert len(index) == 800
     assert all(h.id % 3 != 0 for h in index.search("s", vecs[3], 5))
+
+
+def test_numpy_blas_runs_on_one_thread() -> None:
+    from threadpoolctl import threadpool_info
+
+    VectorIndex(dim=4)
+    blas = [lib for lib in threadpool_info() if lib["internal_api"] == "openblas"]
+    assert blas and all(lib["num_threads"] == 1 for lib in blas)
