@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 from gateway.config import load_config_text
@@ -70,9 +71,7 @@ def test_replicas_through_the_api(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     second = ThreadedServer(FakeUpstream()).start()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    dead = dead_url()
     config = load_config_text(f"""
 data_dir: {tmp_path}
 cache: {{enabled: false}}
@@ -120,9 +119,7 @@ models:
 def test_dead_replica_fails_over(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    dead = dead_url()
     config = load_config_text(f"""
 data_dir: {tmp_path}
 cache: {{enabled: false}}
@@ -131,13 +128,17 @@ models:
     backend: openai
     replicas: ["{dead}", "{upstream_server.url}/v1"]
     max_retries: 0
+    retry_backoff: 5
     routing: {{policy: round_robin}}
 """)
     gw = Gateway(config)
     try:
+        started = time.perf_counter()
         for i in range(4):
             assert gw.chat(f"q{i}").status_code == 200
             assert gw.chat(f"s{i}", stream=True).status_code == 200
+        # max_retries 0 does not stop failover, and a dead replica costs a connect, not a backoff
+        assert time.perf_counter() - started < 3
         assert upstream.stats["chat"] == 8
         replicas = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"][
             "replicas"
@@ -145,3 +146,10 @@ models:
         assert replicas[0]["down"] and not replicas[1]["down"]
     finally:
         gw.stop()
+
+
+def dead_url() -> str:
+    """A base URL on a port nobody listens on (connections are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
