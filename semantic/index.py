@@ -512,8 +512,16 @@ def _single_threaded_blas() -> None:
         return
     from threadpoolctl import ThreadpoolController
 
-    controller = ThreadpoolController()
-    numpy_blas = [lib for lib in controller.lib_controllers if lib.internal_api == "openblas"]
-    for lib in numpy_blas:
-        lib.set_num_threads(1)
+    for lib in ThreadpoolController().lib_controllers:
+        if _is_numpy_blas(lib.user_api, lib.filepath):
+            lib.set_num_threads(1)
     _blas_limited = True
+
+
+def _is_numpy_blas(user_api: str, filepath: str) -> bool:
+    """Whether a loaded native library is the BLAS that numpy's wheel ships (``numpy.libs/``).
+
+    Other packages (scipy, faiss) bring their own OpenBLAS copies, loaded later or not at all;
+    matching on the path keeps the limit on the one that numpy's matrix products use.
+    """
+    return user_api == "blas" and Path(filepath).parent.name == "numpy.libs"
