@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from bench.prefix import CACHE_DIR, SUFFIX, _ids, _tokens, load_engine, markdown, run
+from bench.report import command as report_command
 from bench.report import save_json, table
 from localmodel import Engine, SamplingParams
 from localmodel.engine import prefill
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_bench:
         results["bench"] = run(engine, sizes=sizes, repeats=args.repeats)
-        command = "python -m bench.gpu_check" + (" " + " ".join(argv) if argv else "")
+        command = report_command("gpu_check", argv)
         print()
         print(markdown(results["bench"], command))
     save_json("gpu_check", results)

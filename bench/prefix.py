@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from bench.report import machine, median, save_json, table, update_section
+from bench.report import command, machine, median, publish, table
 from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.engine import prefill
 from localmodel.kv import RequestCache
@@ -371,12 +371,7 @@ def main(argv: list[str] | None = None) -> str:
     sizes = (256, 1024) if args.quick else (256, 1024, 2048)
     repeats = 2 if args.quick else args.repeats
     results = run(engine, sizes=sizes, repeats=repeats)
-    save_json("prefix", results)
-    text = markdown(results, "python -m bench.prefix" + (" " + " ".join(argv) if argv else ""))
-    if not args.no_doc:
-        update_section("prefix", text)
-    print(text)
-    return text
+    return publish("prefix", results, markdown(results, command("prefix", argv)), not args.no_doc)
 
 
 def load_engine(

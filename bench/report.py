@@ -74,3 +74,17 @@ def update_section(name: str, markdown: str) -> None:
         else text.rstrip() + "\n\n" + block + "\n"
     )
     DOC.write_text(text)
+
+
+def command(name: str, argv: list[str] | None) -> str:
+    """The command line that reproduces a run, as a section shows it."""
+    return f"python -m bench.{name}" + (" " + " ".join(argv) if argv else "")
+
+
+def publish(name: str, results: Any, text: str, write_doc: bool = True) -> str:
+    """Save a run's results as bench/results/NAME.json, rewrite its docs section, print it."""
+    save_json(name, results)
+    if write_doc:
+        update_section(name, text)
+    print(text)
+    return text
