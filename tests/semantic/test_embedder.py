@@ -66,3 +66,49 @@ async def test_duplicate_texts_in_one_batch(embedder: Embedder) -> None:
     vecs = await asyncio.gather(*(embedder.embed("same text, many callers 42") for _ in range(8)))
     for v in vecs[1:]:
         np.testing.assert_array_equal(v, vecs[0])
+
+
+def test_length_buckets_cover_in_order_and_bound_padding() -> None:
+    from semantic.embedder import _MIN_BUCKET, _PAD_SLACK, _length_buckets
+
+    lengths = sorted([5, 6, 6, 7, 9, 12, 13, 14, 30, 31, 60, 61, 62])
+    runs = _length_buckets(lengths)
+    assert runs[0][0] == 0 and runs[-1][1] == len(lengths)
+    assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
+    assert len(runs) > 1
+    for start, stop in runs:
+        part = lengths[start:stop]
+        # a run is within slack, or it is no bigger than the minimum a run may hold
+        assert len(part) <= _MIN_BUCKET or part[-1] * len(part) <= _PAD_SLACK * sum(part)
+    assert _length_buckets([]) == [] and _length_buckets([4]) == [(0, 1)]
+
+
+def test_bucketed_batch_equals_one_text_at_a_time(embedder: Embedder) -> None:
+    texts = [
+        "Why?",
+        "How do I learn Python quickly and well enough to get a job as a developer this year?",
+        "What is love?",
+        "Which is the best laptop under 500 dollars for students who study engineering at a "
+        "university and need to run simulation software every day?",
+        "Is tea healthy?",
+        "How can I improve my English writing skills for exams?",
+        "Who won?",
+        "What are the main differences between the economies of India and China since 1990?",
+    ]
+    embedder._cache.clear()
+    forward = embedder._model.forward
+    calls: list[int] = []
+
+    def counting(features: dict[str, object]) -> dict[str, object]:
+        calls.append(len(features["input_ids"]))  # type: ignore[arg-type]
+        return forward(features)
+
+    embedder._model.forward = counting  # type: ignore[method-assign]
+    try:
+        batched = embedder.encode(texts)
+    finally:
+        del embedder._model.forward
+    assert len(calls) > 1 and sum(calls) == len(texts)  # split by length, every text once
+    embedder._cache.clear()
+    single = np.concatenate([embedder.encode([t]) for t in texts])
+    np.testing.assert_allclose(batched, single, atol=1e-5)
