@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,27 @@ def median(values: list[float]) -> float:
 def machine() -> str:
     cpus = os.cpu_count() or 0
     return f"{platform.machine()}, {cpus} CPU cores, Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}"
+
+
+def git_state() -> str:
+    """The commit measured, and the uncommitted files of the packages if any."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        return done.stdout.rstrip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD").strip()
+        status = git("status", "--porcelain", "gateway", "semantic", "prefix", "localmodel")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    dirty = [line[3:] for line in status.splitlines()]
+    return commit + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
+
+
+def run_header() -> dict[str, Any]:
+    """What every result file starts with: the machine, the code measured, the load at start."""
+    return {"machine": machine(), "code": git_state(), "loadavg_start": os.getloadavg()}
 
 
 def save_json(name: str, data: Any) -> Path:

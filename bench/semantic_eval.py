@@ -64,7 +64,7 @@ import numpy as np
 
 from bench import semantic_pairs
 from bench.overhead import CACHEGATE, _free_port, _wait
-from bench.report import command, machine, percentile, publish, table
+from bench.report import command, percentile, publish, run_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "fake-model"
@@ -79,23 +79,6 @@ GUARD_ON_THRESHOLDS = (0.85, 0.90)  # besides the shipped default, via x-cache-t
 GUARD_OFF_THRESHOLDS = (0.90,)
 
 Message = dict[str, str]
-
-
-def git_state() -> str:
-    """The commit measured, and the uncommitted files under gateway/ and semantic/ if any."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
-        return done.stdout.rstrip()
-
-    try:
-        commit = git("rev-parse", "--short", "HEAD").strip()
-        dirty = [
-            line[3:] for line in git("status", "--porcelain", "gateway", "semantic").splitlines()
-        ]
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return commit + (f" + uncommitted changes in {', '.join(dirty)}" if dirty else "")
 
 
 # ---- HTTP --------------------------------------------------------------------------------------
@@ -696,11 +679,7 @@ class Evaluation:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from semantic.embedder import Embedder
 
-    result: dict[str, Any] = {
-        "machine": machine(),
-        "code": git_state(),
-        "loadavg_start": os.getloadavg(),
-    }
+    result: dict[str, Any] = run_header()
     started = time.perf_counter()
     # (a) pair by pair: semantic_pairs' own evaluation, unchanged (writes semantic_pairs.json).
     result["pair_by_pair_markdown"] = semantic_pairs.main([])

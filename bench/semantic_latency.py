@@ -43,14 +43,13 @@ import httpx
 import numpy as np
 
 from bench import semantic_pairs
-from bench.report import command, machine, percentile, publish, table
+from bench.report import command, percentile, publish, run_header, table
 from bench.semantic_eval import (
     MODEL,
     QUERY,
     TENANT,
     Ask,
     gateway,
-    git_state,
     send,
     upstream,
     user,
@@ -345,11 +344,7 @@ async def _time_embeds(embedder: Any, texts: Sequence[str]) -> list[float]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from semantic.embedder import Embedder
 
-    result: dict[str, Any] = {
-        "machine": machine(),
-        "code": git_state(),
-        "loadavg_start": os.getloadavg(),
-    }
+    result: dict[str, Any] = run_header()
     started = time.perf_counter()
     embedder = Embedder()
     qqp = semantic_pairs.load_qqp(embedder)

@@ -140,7 +140,8 @@ def test_key_copies_tokens() -> None:
 
 
 def test_key_accepts_arrays() -> None:
-    np = pytest.importorskip("numpy")
+    import numpy as np
+
     k = RadixKey(NS, np.array([1, 2, 3], dtype=np.int64))
     assert k.tokens == (1, 2, 3) and all(type(t) is int for t in k.tokens)
     cache = RadixCache(1000)

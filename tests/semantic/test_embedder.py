@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import numpy as np
 
@@ -74,7 +75,7 @@ def test_length_buckets_cover_in_order_and_bound_padding() -> None:
     lengths = sorted([5, 6, 6, 7, 9, 12, 13, 14, 30, 31, 60, 61, 62])
     runs = _length_buckets(lengths)
     assert runs[0][0] == 0 and runs[-1][1] == len(lengths)
-    assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(runs))
     assert len(runs) > 1
     for start, stop in runs:
         part = lengths[start:stop]
