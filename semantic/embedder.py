@@ -45,7 +45,7 @@ import numpy as np
 __all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderStats", "default_model_path"]
 
 _MIN_CHUNK = 4  # split a micro-batch across workers only into chunks at least this big
-_MIN_BUCKET = 2  # texts per length bucket, at least
+_MIN_BUCKET = 2  # texts a length bucket holds before it may be closed (the last may hold fewer)
 _PAD_SLACK = 1.25  # a bucket grows while padded tokens <= this x real tokens
 
 
@@ -83,7 +83,7 @@ def default_model_path() -> str:
 class EmbedderStats:
     """Counters for metrics: how much work the batching and the LRU saved."""
 
-    encode_calls: int  # forward passes (one per micro-batch)
+    encode_calls: int  # batches encoded (one per micro-batch share; each in length buckets)
     texts_encoded: int  # texts that went through the model
     cache_hits: int  # texts answered from the LRU
     max_batch_seen: int  # largest batch so far
@@ -153,7 +153,7 @@ class Embedder:
     # ---- public -------------------------------------------------------------------------------
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed ``texts`` in one forward pass (cached texts skipped). Returns ``[n, dim]`` float32.
+        """Embed ``texts`` as one batch (cached texts skipped). Returns ``[n, dim]`` float32.
 
         Rows are L2-normalised, so ``a @ b`` is the cosine similarity. An empty input gives a
         ``[0, dim]`` array.
@@ -233,35 +233,33 @@ class Embedder:
         NOTE: a batch is padded to its longest text, and padding costs as much as real tokens.
         Quora questions vary from 5 to 60+ tokens, so one batch of 16 is about half padding;
         forwarding length buckets instead (each padded to its own longest) measured 1.3x the
-        throughput of one padded batch. Only right-padded batches with an attention mask are
-        split (a bucket is its rows cut to the bucket's longest length); others run whole.
+        throughput of one padded batch. A batch is split only when it is right-padded (every
+        mask row is ones, then zeros) and every per-row tensor has the mask's shape ``[n, L]``:
+        a bucket is then its rows cut to the bucket's longest length. Others run whole.
         """
+        import torch
+
         mask = features.get("attention_mask")
-        tokenizer = getattr(self._model, "tokenizer", None)
+        tensors = {k: v for k, v in features.items() if isinstance(v, torch.Tensor)}
+        others = [v for k, v in features.items() if k not in tensors]  # e.g. "modality": "text"
         if (
             n < 2 * _MIN_BUCKET
-            or mask is None
-            or getattr(tokenizer, "padding_side", "right") != "right"
+            or not isinstance(mask, torch.Tensor)
+            or mask.dim() != 2
+            or any(v.shape != mask.shape for v in tensors.values())
+            or not all(v is None or isinstance(v, str | int | float) for v in others)
+            or not bool((mask.cumprod(dim=1) == mask).all())  # left padding or holes
         ):
             yield list(range(n)), features
             return
-        import torch
-
         lengths = mask.sum(dim=1).tolist()
         order = sorted(range(n), key=lengths.__getitem__)
         for start, stop in _length_buckets([lengths[i] for i in order]):
             rows = order[start:stop]
             width = lengths[rows[-1]]  # the longest in the bucket: rows are sorted by length
             index = torch.tensor(rows)
-            yield (
-                rows,
-                {
-                    key: value[index, :width]
-                    if isinstance(value, torch.Tensor) and value.dim() == 2 and value.shape[0] == n
-                    else value
-                    for key, value in features.items()
-                },
-            )
+            cut = {key: value[index, :width] for key, value in tensors.items()}
+            yield rows, {**features, **cut}
 
     def _cache_get(self, text: str) -> np.ndarray | None:
         if self._cache_size <= 0:

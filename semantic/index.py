@@ -521,7 +521,13 @@ def _single_threaded_blas() -> None:
 def _is_numpy_blas(user_api: str, filepath: str) -> bool:
     """Whether a loaded native library is the BLAS that numpy's wheel ships (``numpy.libs/``).
 
+    (A numpy linked against a system BLAS matches nothing, and its BLAS keeps its settings.)
+
     Other packages (scipy, faiss) bring their own OpenBLAS copies, loaded later or not at all;
     matching on the path keeps the limit on the one that numpy's matrix products use.
     """
-    return user_api == "blas" and Path(filepath).parent.name == "numpy.libs"
+    if user_api != "blas":
+        return False
+    folder = Path(filepath).resolve().parent
+    numpy_dir = Path(np.__file__).resolve().parent  # macOS wheels: numpy/.dylibs/
+    return folder.name == "numpy.libs" or folder == numpy_dir or numpy_dir in folder.parents

@@ -113,3 +113,21 @@ def test_bucketed_batch_equals_one_text_at_a_time(embedder: Embedder) -> None:
     embedder._cache.clear()
     single = np.concatenate([embedder.encode([t]) for t in texts])
     np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+def test_left_padded_or_odd_batches_are_not_split(embedder: Embedder) -> None:
+    import torch
+
+    right = torch.tensor([[1, 1, 1, 1, 1, 1]] * 3 + [[1, 1, 0, 0, 0, 0]] * 3)  # [6, 6]
+    left = right.flip(dims=[1])
+    ids = torch.arange(36).reshape(6, 6)
+
+    def buckets(features: dict[str, object]) -> list[list[int]]:
+        return [rows for rows, _ in embedder._buckets(features, 6)]
+
+    assert len(buckets({"input_ids": ids, "attention_mask": right, "modality": "text"})) == 2
+    assert buckets({"input_ids": ids, "attention_mask": left}) == [list(range(6))]
+    assert buckets({"input_ids": ids[:, :3], "attention_mask": right}) == [list(range(6))]
+    assert buckets({"input_ids": ids, "attention_mask": right, "ids": list(range(6))}) == [
+        list(range(6))
+    ]
