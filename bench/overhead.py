@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from bench.report import command, machine, percentile, publish, table
+from bench.report import command, percentile, publish, run_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHEGATE = str(Path(sys.executable).parent / "cachegate")
@@ -152,7 +152,7 @@ def _ms(seconds: float) -> str:
 
 
 def run(rounds: int, scale: float) -> dict[str, Any]:
-    results: dict[str, Any] = {"machine": machine(), "load_start": os.getloadavg(), "scenarios": []}
+    results: dict[str, Any] = {**run_header(), "scenarios": []}
     with servers() as (upstream, gateway):
         warm = Scenario("warm-up", False, 4, 200, {})
         asyncio.run(_load(upstream, warm, headers={}))
@@ -182,7 +182,7 @@ def run(rounds: int, scale: float) -> dict[str, Any]:
                 hits[f"{'stream' if stream else 'json'}@{concurrency}"] = {
                     "p50": percentile(lat, 50), "p99": percentile(lat, 99), "requests": len(lat)}  # fmt: skip
         results["exact_hits"] = hits
-    results["load_end"] = os.getloadavg()
+    results["loadavg_end"] = os.getloadavg()
     return results
 
 
@@ -195,12 +195,12 @@ def markdown(results: dict[str, Any], command: str) -> str:
                      f"**{_ms(added)}**", f"{_ms(added_ttfb)}", _ms(s["direct_p99"]), _ms(s["gateway_p99"])])  # fmt: skip
     hit_rows = [[k.split("@")[0], k.split("@")[1], v["requests"], f"**{_ms(v['p50'])}**", _ms(v["p99"])]
                 for k, v in results["exact_hits"].items()]  # fmt: skip
-    load = results["load_start"]
     return "\n".join(
         [
             "## Gateway overhead (`bench/overhead.py`)",
             "",
-            f"Command: `{command}` — {results['machine']}; load average {load[0]:.1f} at start.",
+            f"Command: `{command}` — {results['machine']}; code {results['code']}; load average "
+            f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end.",
             "Fake upstream (tests/fake_upstream.py), `cachegate serve` and this load generator (httpx) run",
             "as three processes on the same 2 cores; latencies are full responses (streams: until",
             "`[DONE]`), in ms. At concurrency 1 the upstream answers at once (pure overhead); at 50 it",

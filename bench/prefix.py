@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from bench.report import command, machine, median, publish, table
+from bench.report import command, median, publish, run_header, table
 from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.engine import prefill
 from localmodel.kv import RequestCache
@@ -214,7 +214,7 @@ def run(
 ) -> dict[str, Any]:
     """Every measurement of this benchmark; the dict is what ``prefix.json`` holds."""
     results: dict[str, Any] = {
-        "machine": machine(),
+        **run_header(),
         "device": str(engine.layout.device),
         "dtype": str(engine.layout.dtype).removeprefix("torch."),
         "torch_threads": torch.get_num_threads(),
@@ -309,7 +309,7 @@ def markdown(results: dict[str, Any], command: str) -> str:
         [
             "## Prefix KV cache and decode (`bench/prefix.py`)",
             "",
-            f"Command: `{command}` — {results['machine']}; SmolLM2-135M-Instruct on "
+            f"Command: `{command}` — {results['machine']}; code {results['code']}; SmolLM2-135M-Instruct on "
             f"{results['device']} ({results['dtype']}, torch threads: {results['torch_threads']}). "
             "Medians of interleaved rounds; times end when the first token is sampled.",
             "",
