@@ -5,8 +5,9 @@
 Two ``cachegate worker`` processes (one torch thread each) serve SmolLM2; a gateway with the
 response cache off spreads shared-prefix workloads over them — several long system prompts
 × many users, each user asking one question; two shapes, see ``WORKLOADS`` — first with
-``routing.policy: prefix``, then with ``round_robin`` (the workers' prefix caches are flushed in between). Each worker's KV
-budget holds only some of the system prompts, as a real deployment's memory would: affinity
+``routing.policy: prefix``, then with ``round_robin`` (the workers' prefix caches are flushed in
+between). Each worker's KV budget (sized from the tokenised prompt) holds only some of the
+system prompts, as a real deployment's memory would: affinity
 keeps each prompt on one worker, round-robin makes every worker hold (and evict) all of them.
 
 Reported per policy: prefix hit rate (cached / prompt tokens, from the workers' own
@@ -34,7 +35,7 @@ import httpx
 import yaml
 
 from bench.overhead import CACHEGATE, _free_port, _wait
-from bench.report import command, machine, percentile, publish, table
+from bench.report import command, percentile, publish, run_header, table
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["a hardware store", "a bank", "an airline", "a hospital", "a law firm", "a bakery"]
@@ -169,12 +170,24 @@ class Workload:
         random.Random(0).shuffle(workload)
         return workload
 
-    def budget_bytes(self, words: int) -> int:
-        return int(self.budget_prompts * (words * 2 + 40) * KV_BYTES_PER_TOKEN)
+    def budget_bytes(self, prompt_tokens: int) -> int:
+        return int(self.budget_prompts * prompt_tokens * KV_BYTES_PER_TOKEN)
 
 
-# Two shapes: few prompts that each affinity-pinned worker holds with room to spare, and more
-# prompts than fit, where round-robin keeps evicting and affinity keeps each prompt in one place.
+def prompt_tokens(model_dir: str, messages: list[dict[str, str]]) -> int:
+    """Tokens of one rendered request (system prompt + question), as the workers count them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    return len(ids)
+
+
+# Two shapes, each with a per-worker KV budget for only part of its system prompts: with
+# affinity every worker keeps the prompts routed to it; with round-robin every worker sees every
+# prompt, and each one evicts the others.
 WORKLOADS = (
     Workload("4 prompts × 12 users", prompts=4, users=12, budget_prompts=2.3),
     Workload("6 prompts × 8 users", prompts=6, users=8, budget_prompts=3.5),
@@ -183,13 +196,16 @@ WORKLOADS = (
 
 def run_one(args: argparse.Namespace, workload: Workload, model_dir: str) -> dict[str, Any]:
     requests = workload.requests(args.words)
-    budget = workload.budget_bytes(args.words)
+    tokens = prompt_tokens(model_dir, requests[0])
+    budget = workload.budget_bytes(tokens)
     result: dict[str, Any] = {"prompts": workload.prompts, "users": workload.users,
-                              "budget_bytes": budget, "policies": {}}  # fmt: skip
+                              "prompt_tokens": tokens, "budget_bytes": budget, "policies": {}}  # fmt: skip
     with cluster(args.workers, budget, model_dir) as (workers, tmp):
         for policy in ("prefix", "round_robin"):
             for w in workers:  # every policy starts from cold workers
-                httpx.post(f"{w}/admin/cache/flush", json={"prefix": True}, timeout=30)
+                httpx.post(
+                    f"{w}/admin/cache/flush", json={"prefix": True}, timeout=30
+                ).raise_for_status()
             with gateway(workers, policy, tmp, args.max_imbalance) as url:
                 stats = asyncio.run(run_workload(url, requests, args.concurrency))
                 backend = httpx.get(f"{url}/admin/stats").json()["backends"]["smollm2"]
@@ -203,21 +219,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from tests.conftest import CACHE_DIR
 
     model_dir = str(convert_bundled(CACHE_DIR))
-    results: dict[str, Any] = {"machine": machine(), "load_start": os.getloadavg(), "workloads": {},
-                               "workers": args.workers, "words": args.words,
-                               "concurrency": args.concurrency}  # fmt: skip
+    results: dict[str, Any] = {**run_header(), "workloads": {}, "workers": args.workers,
+                               "words": args.words, "concurrency": args.concurrency}  # fmt: skip
     for workload in WORKLOADS:
         if args.workload is None or args.workload == workload.prompts:
             results["workloads"][workload.name] = run_one(args, workload, model_dir)
-    results["load_end"] = os.getloadavg()
+    results["loadavg_end"] = os.getloadavg()
     return results
 
 
 def markdown(results: dict[str, Any], command: str) -> str:
     rows, notes = [], []
+    tokens = "/".join(sorted({str(w["prompt_tokens"]) for w in results["workloads"].values()}))
     for name, w in results["workloads"].items():
         for policy, r in w["policies"].items():
-            rows.append([name, f"{w['budget_bytes'] / 2**20:.0f} MiB", policy, r["requests"],
+            budget = f"{w['budget_bytes'] / 2**20:.0f} MiB ({w['budget_bytes'] / w['prompt_tokens'] / KV_BYTES_PER_TOKEN:.1f} prompts)"
+            rows.append([name, budget, policy, r["requests"],
                          f"**{r['prefix_hit_rate']:.1%}**", f"{r['ttft_p50'] * 1000:.0f}",
                          f"{r['ttft_p90'] * 1000:.0f}", f"{r['wall_s']:.1f}"])  # fmt: skip
         p, rr = w["policies"]["prefix"], w["policies"]["round_robin"]
@@ -230,11 +247,13 @@ def markdown(results: dict[str, Any], command: str) -> str:
     return "\n".join([
         "## Prefix-affinity routing (`bench/routing.py`)",
         "",
-        f"Command: `{command}` — {results['machine']}; load average {results['load_start'][0]:.1f} at start.",
+        f"Command: `{command}` — {results['machine']}; code {results['code']}; load average "
+        f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end.",
         f"{results['workers']} `cachegate worker` processes (SmolLM2-135M, CPU, 1 thread each) behind one gateway",
-        f"(response cache off); system prompts of ~{results['words'] * 2} tokens × users, shuffled, "
-        f"{results['concurrency']} requests in flight, `max_tokens: 2`. Each worker's KV budget holds only part",
-        "of the system prompts; workers are restarted per workload and flushed between policies.",
+        f"(response cache off); requests of {tokens} prompt tokens (a long system prompt, then one user's",
+        f"question) × users, shuffled, {results['concurrency']} requests in flight, `max_tokens: 2`. Each worker's",
+        "KV budget holds only some of the system prompts (column 2, in prompts of that length); workers are",
+        "restarted per workload and flushed between policies.",
         "",
         table(["workload", "KV budget / worker", "policy", "requests", "prefix hit rate", "TTFT p50 (ms)",
                "TTFT p90 (ms)", "wall (s)"], rows),
@@ -243,9 +262,11 @@ def markdown(results: dict[str, Any], command: str) -> str:
         "",
         *notes,
         "",
-        "With one request in flight per single-threaded worker, affinity queues a burst of same-prompt",
-        "requests on one worker while round-robin spreads them, so the median can favour round-robin",
-        "even at a lower hit rate; the tail (p90) and wall time are where the recomputed prefixes show.",
+        "Round-robin sends every system prompt to every worker, whose budget holds only some of them, so",
+        "prompts keep evicting each other and most requests prefill their whole prompt again; affinity",
+        "keeps each prompt on the worker that holds it. Affinity's tail is each prompt's first (cold)",
+        "request and the requests sent to the less-loaded worker while the preferred one was busy:",
+        "about a tenth of the requests, so its p90 lands near a warm or a cold prefill from run to run.",
     ])  # fmt: skip
 
 
@@ -258,7 +279,8 @@ def main(argv: list[str] | None = None) -> str:
         type=int,
         choices=[w.prompts for w in WORKLOADS],
         default=None,
-        help="run only the workload with this many system prompts (default: all)",
+        help="run only the workload with this many system prompts (default: all; a partial run "
+        "does not rewrite docs/benchmarks.md)",
     )
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument(
@@ -270,7 +292,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args(argv)
     results = run(args)
-    return publish("routing", results, markdown(results, command("routing", argv)), not args.no_doc)
+    text = markdown(results, command("routing", argv))
+    return publish("routing", results, text, not args.no_doc and args.workload is None)
 
 
 if __name__ == "__main__":
