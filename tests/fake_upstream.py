@@ -9,7 +9,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
 ``extra_body={"fake": {...}}``; the gateway forwards unknown fields untouched):
 
     delay          seconds before the response starts
-    chunk_delay    seconds between stream events
+    chunk_delay    seconds between generated stream events (as a real server, the usage chunk
+                   and ``[DONE]`` follow the last one at once)
     status         answer with this HTTP error status (``fail_times``: only the first N times
                    this exact body is seen; ``retry_after``: a Retry-After header)
     break_after    cut the connection after this many stream events (no [DONE])
@@ -186,6 +187,7 @@ class FakeUpstream:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
         events = list(_chunks(kind, answer, fake.get("chunks", 4)))
+        generated = len(events)  # the usage chunk and [DONE] follow the last one at once
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append({**_head(kind, answer), "choices": [], "usage": answer["usage"]})
         for i, event in enumerate(events):
@@ -210,7 +212,7 @@ class FakeUpstream:
                 return
             chunk = b"data: " + _encode(event) + b"\n\n"
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if fake.get("chunk_delay"):
+            if fake.get("chunk_delay") and i + 1 < generated:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(disconnected.wait(), fake["chunk_delay"])
         if disconnected.is_set():
