@@ -278,10 +278,14 @@ class ResponseCache:
         self, key: CacheKey, now: float, max_age: float | None, threshold: float | None
     ) -> Lookup:
         assert self.embedder is not None and self.index is not None and self._semantic is not None
-        vector = await self.embedder.embed(key.question)
-        limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
+        index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
-        for hit in self.index.search(scope, vector, k=_CANDIDATES):
+        # the search runs in the embedder's worker, right after the encode (off the event loop)
+        vector, hits = await self.embedder.embed_then(
+            key.question, lambda vec: index.search(scope, vec, k=_CANDIDATES)
+        )
+        limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
+        for hit in hits:
             if hit.similarity < limit:
                 break
             entry = await self._store.get(hit.id)

@@ -34,15 +34,17 @@ import os
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 __all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderStats", "default_model_path"]
+
+T = TypeVar("T")
 
 _MIN_CHUNK = 4  # split a micro-batch across workers only into chunks at least this big
 _MIN_BUCKET = 2  # texts a length bucket holds before it may be closed (the last may hold fewer)
@@ -183,11 +185,25 @@ class Embedder:
         hit = self._cache_get(text)
         if hit is not None:
             return hit
-        loop = asyncio.get_running_loop()
-        batcher = self._batchers.get(loop)
-        if batcher is None:
-            batcher = self._batchers[loop] = _Batcher(self, loop)
-        return await batcher.submit(text)
+        vec, _ = await self._batcher().submit(text, None)
+        return vec
+
+    async def embed_then(self, text: str, then: Callable[[np.ndarray], T]) -> tuple[np.ndarray, T]:
+        """Embed ``text`` as :meth:`embed` does, then run ``then(vector)`` where it was encoded.
+
+        ``then`` (a vector search, say) runs in the worker thread right after the text's batch,
+        before the event loop is woken: the loop is not held up by it, and the next micro-batch
+        can start while the callers of this one go on. For a text in the LRU it runs inline.
+        Returns ``(vector, then(vector))``; an exception from ``then`` is raised to this caller
+        only.
+        """
+        hit = self._cache_get(text)
+        if hit is not None:
+            return hit, then(hit)
+        vec, outcome = await self._batcher().submit(text, then)
+        if isinstance(outcome, _Failed):
+            raise outcome.exc
+        return vec, outcome
 
     async def embed_many(self, texts: Sequence[str]) -> np.ndarray:
         """Embed several texts through the batching front. Returns ``[n, dim]``."""
@@ -205,6 +221,28 @@ class Embedder:
         self._worker.shutdown(wait=True)
 
     # ---- helpers ------------------------------------------------------------------------------
+
+    def _batcher(self) -> _Batcher:
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = _Batcher(self, loop)
+        return batcher
+
+    def _encode_then(
+        self, texts: list[str], calls: list[tuple[int, int, Callable[[np.ndarray], Any]]]
+    ) -> tuple[np.ndarray, dict[int, Any]]:
+        """In a worker: encode ``texts``, then run each ``(job, row, fn)`` on its row's vector."""
+        vecs = self.encode(texts)  # [len(texts), dim]
+        outcomes: dict[int, Any] = {}
+        for job, row, fn in calls:
+            vec = vecs[row]
+            vec.flags.writeable = False
+            try:
+                outcomes[job] = fn(vec)
+            except Exception as exc:  # for that caller alone
+                outcomes[job] = _Failed(exc)
+        return vecs, outcomes
 
     def _forward(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` (none cached), in length buckets. Returns ``[len(texts), dim]``."""
@@ -283,18 +321,35 @@ class Embedder:
                 self._cache.popitem(last=False)
 
 
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """An exception raised by a caller's ``then``, carried back to that caller."""
+
+    exc: Exception
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    text: str
+    fut: asyncio.Future[tuple[np.ndarray, Any]]
+    then: Callable[[np.ndarray], Any] | None
+
+
 class _Batcher:
-    """The queue of one event loop: gathers waiting texts into micro-batches for the worker."""
+    """The queue of one event loop: gathers waiting texts into micro-batches for the workers."""
 
     def __init__(self, embedder: Embedder, loop: asyncio.AbstractEventLoop) -> None:
         self._embedder = embedder
         self._loop = loop
-        self._pending: list[tuple[str, asyncio.Future[np.ndarray]]] = []
+        self._pending: list[_Job] = []
         self._drainer: asyncio.Task[None] | None = None
 
-    async def submit(self, text: str) -> np.ndarray:
-        fut: asyncio.Future[np.ndarray] = self._loop.create_future()
-        self._pending.append((text, fut))
+    async def submit(
+        self, text: str, then: Callable[[np.ndarray], Any] | None
+    ) -> tuple[np.ndarray, Any]:
+        """``(vector, then(vector))`` (``None`` without ``then``; a :class:`_Failed` if it raised)."""
+        fut: asyncio.Future[tuple[np.ndarray, Any]] = self._loop.create_future()
+        self._pending.append(_Job(text, fut, then))
         if self._drainer is None or self._drainer.done():
             # Scheduled, not run: every caller arriving in this loop iteration joins batch one.
             self._drainer = self._loop.create_task(self._drain())
@@ -305,42 +360,56 @@ class _Batcher:
         while self._pending:
             batch = self._pending[: emb.max_batch]
             del self._pending[: emb.max_batch]
-            texts = list(dict.fromkeys(text for text, _ in batch))
+            texts = list(dict.fromkeys(job.text for job in batch))
+            row = {text: i for i, text in enumerate(texts)}
             try:
-                vecs = await self._encode(texts)
+                vecs, outcomes = await self._encode(texts, [row[job.text] for job in batch], batch)
             except BaseException as exc:  # hand the failure to every waiter, keep draining
-                for _, fut in batch:
-                    if not fut.done():
-                        fut.set_exception(exc)
+                for job in batch:
+                    if not job.fut.done():
+                        job.fut.set_exception(exc)
                 if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
                     raise
                 continue
-            row = {text: i for i, text in enumerate(texts)}
-            for text, fut in batch:
-                if not fut.done():
-                    vec = vecs[row[text]]
+            for j, job in enumerate(batch):
+                if not job.fut.done():
+                    vec = vecs[row[job.text]]
                     vec.flags.writeable = False
-                    fut.set_result(vec)
+                    job.fut.set_result((vec, outcomes.get(j)))
 
-    async def _encode(self, texts: list[str]) -> np.ndarray:
-        """One micro-batch, dealt out across the workers. Returns ``[len(texts), dim]``."""
+    async def _encode(
+        self, texts: list[str], rows: list[int], jobs: list[_Job]
+    ) -> tuple[np.ndarray, dict[int, Any]]:
+        """One micro-batch, dealt out across the workers; each worker runs its jobs' ``then``.
+
+        ``rows[j]`` is job ``j``'s text in ``texts``. Returns the vectors ``[len(texts), dim]``
+        and the outcome of every job that has a ``then``, by job index.
+        """
         emb = self._embedder
         n_chunks = min(emb.workers, len(texts) // _MIN_CHUNK) or 1
-        if n_chunks == 1:
-            return await self._loop.run_in_executor(emb._worker, emb.encode, texts)
         # NOTE: dealt out in length order (1st, 3rd, 5th... shortest to one worker, 2nd, 4th...
         # to the other), so each worker gets the same mix of lengths and they finish together;
         # halves cut at the median left the short half's worker idle while the long half ran
         # (measured: 16% more throughput at 32 in flight). Each worker buckets its share.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         parts = [order[k::n_chunks] for k in range(n_chunks)]
+        part_of = {i: (k, r) for k, part in enumerate(parts) for r, i in enumerate(part)}
+        calls: list[list[tuple[int, int, Callable[[np.ndarray], Any]]]] = [[] for _ in parts]
+        for j, job in enumerate(jobs):
+            if job.then is not None:
+                k, r = part_of[rows[j]]
+                calls[k].append((j, r, job.then))
         results = await asyncio.gather(
             *(
-                self._loop.run_in_executor(emb._worker, emb.encode, [texts[i] for i in part])
-                for part in parts
+                self._loop.run_in_executor(
+                    emb._worker, emb._encode_then, [texts[i] for i in part], part_calls
+                )
+                for part, part_calls in zip(parts, calls, strict=True)
             )
         )
         vecs = np.empty((len(texts), emb.dim), dtype=np.float32)  # [n, dim]
-        for part, part_vecs in zip(parts, results, strict=True):
+        outcomes: dict[int, Any] = {}
+        for part, (part_vecs, part_outcomes) in zip(parts, results, strict=True):
             vecs[part] = part_vecs
-        return vecs
+            outcomes.update(part_outcomes)
+        return vecs, outcomes

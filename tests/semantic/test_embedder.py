@@ -131,3 +131,44 @@ def test_left_padded_or_odd_batches_are_not_split(embedder: Embedder) -> None:
     assert buckets({"input_ids": ids, "attention_mask": right, "ids": list(range(6))}) == [
         list(range(6))
     ]
+
+
+async def test_embed_then_runs_in_the_worker_with_each_callers_vector(embedder: Embedder) -> None:
+    import threading
+
+    texts = [f"Which river flows through city number {i}, and how long is it?" for i in range(12)]
+    texts[5] = "x"  # one short text among long ones: dealt out and bucketed like the rest
+    embedder._cache.clear()
+
+    def probe(vec: np.ndarray) -> tuple[str, np.ndarray, bool]:
+        return threading.current_thread().name, vec.copy(), vec.flags.writeable
+
+    results = await asyncio.gather(*(embedder.embed_then(t, probe) for t in texts))
+    singles = embedder.encode(texts)  # now from the LRU: the same vectors
+    for (vec, (thread, seen, writeable)), single in zip(results, singles, strict=True):
+        assert thread.startswith("embedder")  # not the event loop's thread
+        np.testing.assert_array_equal(seen, vec)  # ``then`` got this caller's own vector
+        np.testing.assert_allclose(vec, single, atol=1e-6)
+        assert not writeable
+    # an LRU hit runs ``then`` inline, on the caller's thread
+    _, (thread, _, _) = await embedder.embed_then(texts[0], probe)
+    assert thread == threading.current_thread().name
+
+
+async def test_a_failing_then_fails_only_its_caller(embedder: Embedder) -> None:
+    embedder._cache.clear()
+
+    def boom(vec: np.ndarray) -> None:
+        raise ValueError("search failed")
+
+    texts = [f"Independent question {i} about gardening tools?" for i in range(8)]
+    outcomes = await asyncio.gather(
+        embedder.embed_then(texts[0], boom),
+        *(embedder.embed_then(t, lambda v: float(v @ v)) for t in texts[1:]),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[0], ValueError)
+    for outcome in outcomes[1:]:
+        assert not isinstance(outcome, BaseException)
+        vec, norm = outcome
+        assert abs(norm - 1.0) < 1e-5 and vec.shape == (embedder.dim,)
