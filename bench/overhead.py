@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,38 +25,28 @@ from typing import Any
 
 import httpx
 
-from bench.report import command, percentile, publish, run_header, table
+from bench.report import (
+    CACHEGATE,
+    command,
+    free_port,
+    percentile,
+    publish,
+    run_header,
+    running,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
-CACHEGATE = str(Path(sys.executable).parent / "cachegate")
 BYPASS = {"cache-control": "no-cache, no-store"}
 PASS_HEADER = ["request", "concurrency", "requests", "direct p50", "gateway p50", "added p50",
                "added TTFB p50", "direct p99", "gateway p99"]  # fmt: skip
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _wait(url: str, timeout: float = 60) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
 @contextlib.contextmanager
 def servers() -> Iterator[tuple[str, str]]:
     """Start the fake upstream and the gateway; yield their base URLs."""
-    up_port, gw_port = _free_port(), _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    up_port, gw_port = free_port(), free_port()
+    up, gw = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
         config.write_text(
@@ -65,25 +54,13 @@ def servers() -> Iterator[tuple[str, str]]:
             "server: {log_level: warning}\n"
             "cache: {semantic: {enabled: false}}\n"
             "models:\n"
-            f"  fake-model: {{backend: openai, base_url: 'http://127.0.0.1:{up_port}/v1', api_key: sk}}\n"
+            f"  fake-model: {{backend: openai, base_url: '{up}/v1', api_key: sk}}\n"
         )
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.fake_upstream", "--port", str(up_port)], env=env
-            ),
-            subprocess.Popen(
-                [CACHEGATE, "serve", "--config", str(config), "--port", str(gw_port)], env=env
-            ),
-        ]
-        try:
-            _wait(f"http://127.0.0.1:{up_port}/_stats")
-            _wait(f"http://127.0.0.1:{gw_port}/readyz")
-            yield f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(timeout=20)
+        with running([
+            ([sys.executable, "-m", "tests.fake_upstream", "--port", str(up_port)], f"{up}/_stats"),
+            ([CACHEGATE, "serve", "--config", str(config), "--port", str(gw_port)], f"{gw}/readyz"),
+        ], stop_timeout=20):  # fmt: skip
+            yield up, gw
 
 
 @dataclass(frozen=True)

@@ -7,18 +7,22 @@ shows the latest run of each, with the command that produced it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import re
 import statistics
 import subprocess
+import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+CACHEGATE = str(Path(sys.executable).parent / "cachegate")
 DOC = ROOT / "docs" / "benchmarks.md"
 
 _HEADER = """# Benchmarks
@@ -27,6 +31,52 @@ Every figure on this page was produced by the command shown in its section, on t
 described there. Ratios are measured side by side in the same run (the machine is shared and
 noisy), so compare ratios rather than absolute times. `make bench` reruns everything.
 """
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_ready(url: str, timeout: float = 60) -> None:
+    """Poll ``url`` until it answers with a status below 500."""
+    import httpx
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+@contextlib.contextmanager
+def running(
+    processes: Sequence[tuple[list[str], str]],
+    *,
+    ready_timeout: float = 60,
+    stop_timeout: float = 30,
+) -> Iterator[None]:
+    """Start every ``(command, ready_url)`` at once, wait until each URL answers, and on exit
+    terminate them all (gracefully: SIGTERM, then wait). The processes run in the repository
+    root with it on ``PYTHONPATH`` and ``HF_HUB_OFFLINE=1``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for command, _ in processes:
+            procs.append(subprocess.Popen(command, env=env, cwd=ROOT))
+        for _, url in processes:
+            wait_ready(url, ready_timeout)
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=stop_timeout)
 
 
 def percentile(values: list[float], q: float) -> float:

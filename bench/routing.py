@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,8 +33,16 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.overhead import CACHEGATE, _free_port, _wait
-from bench.report import command, percentile, publish, run_header, table
+from bench.report import (
+    CACHEGATE,
+    command,
+    free_port,
+    percentile,
+    publish,
+    run_header,
+    running,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["a hardware store", "a bank", "an airline", "a hospital", "a law firm", "a bakery"]
@@ -52,39 +59,27 @@ def system_prompt(topic: str, words: int) -> str:
 @contextlib.contextmanager
 def cluster(workers: int, budget_bytes: int, model_dir: str) -> Iterator[tuple[list[str], str]]:
     """Start the workers; yield their URLs and a scratch directory for gateway configs."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        urls = []
+        processes, urls = [], []
         for i in range(workers):
-            port = _free_port()
+            port = free_port()
             config = Path(tmp) / f"worker{i}.yaml"
             model = {"backend": "local", "source": model_dir, "threads": 1,
                      "prefix_cache_bytes": budget_bytes, "prefix_cache_ttl": None}  # fmt: skip
             config.write_text(yaml.safe_dump({"data_dir": f"{tmp}/w{i}", "server": {"log_level": "warning"},
                                               "models": {"smollm2": model}}))  # fmt: skip
-            procs.append(
-                subprocess.Popen(
-                    [CACHEGATE, "worker", "--config", str(config), "--port", str(port)], env=env
-                )
-            )
             urls.append(f"http://127.0.0.1:{port}")
-        try:
-            for url in urls:
-                _wait(f"{url}/readyz", timeout=180)
+            command = [CACHEGATE, "worker", "--config", str(config), "--port", str(port)]
+            processes.append((command, f"{urls[-1]}/readyz"))
+        with running(processes, ready_timeout=180):
             yield urls, tmp
-        finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                p.wait(timeout=30)
 
 
 @contextlib.contextmanager
 def gateway(
     workers: list[str], policy: str, tmp: str, max_imbalance: int | None = None
 ) -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     config = Path(tmp) / f"gateway-{policy}.yaml"
     routing: dict[str, Any] = {"policy": policy}
     if max_imbalance is not None:
@@ -93,14 +88,11 @@ def gateway(
              "timeout": {"read": 600}}  # fmt: skip
     config.write_text(yaml.safe_dump({"data_dir": f"{tmp}/g-{policy}", "server": {"log_level": "warning"},
                                       "cache": {"enabled": False}, "models": {"smollm2": model}}))  # fmt: skip
-    proc = subprocess.Popen([CACHEGATE, "serve", "--config", str(config), "--port", str(port)],
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
-    try:
-        _wait(f"http://127.0.0.1:{port}/readyz")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    url = f"http://127.0.0.1:{port}"
+    with running(
+        [([CACHEGATE, "serve", "--config", str(config), "--port", str(port)], f"{url}/readyz")]
+    ):
+        yield url
 
 
 async def run_workload(

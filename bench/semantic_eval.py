@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import importlib.util
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,8 +62,16 @@ import httpx
 import numpy as np
 
 from bench import semantic_pairs
-from bench.overhead import CACHEGATE, _free_port, _wait
-from bench.report import command, percentile, publish, run_header, table
+from bench.report import (
+    CACHEGATE,
+    command,
+    free_port,
+    percentile,
+    publish,
+    run_header,
+    running,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "fake-model"
@@ -119,23 +126,17 @@ def send(base: str, asks: Sequence[Ask], concurrency: int = 8) -> tuple[list[Rep
 @contextlib.contextmanager
 def upstream() -> Iterator[str]:
     """The fake upstream (tests/fake_upstream.py) in its own process; yields its /v1 URL."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.fake_upstream", "--port", str(port)], env=env, cwd=ROOT
-    )
-    try:
-        _wait(f"http://127.0.0.1:{port}/_stats")
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "tests.fake_upstream", "--port", str(port)]
+    with running([(command, f"{url}/_stats")], stop_timeout=20):
+        yield f"{url}/v1"
 
 
 @contextlib.contextmanager
 def gateway(upstream_url: str, data_dir: Path, semantic: str = "{}") -> Iterator[str]:
     """``cachegate serve`` on ``data_dir`` with ``cache.semantic`` set to ``semantic`` (YAML)."""
-    port = _free_port()
+    port = free_port()
     config = data_dir.parent / f"{data_dir.name}-{port}.yaml"
     model = f"{{backend: openai, base_url: '{upstream_url}', api_key: sk}}"
     config.write_text(
@@ -144,16 +145,11 @@ def gateway(upstream_url: str, data_dir: Path, semantic: str = "{}") -> Iterator
         f"cache: {{semantic: {semantic}}}\n"
         f"models:\n  {MODEL}: {model}\n  {OTHER_MODEL}: {model}\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen(
-        [CACHEGATE, "serve", "--config", str(config), "--port", str(port)], env=env, cwd=ROOT
-    )
-    try:
-        _wait(f"http://127.0.0.1:{port}/readyz", timeout=600)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()  # graceful: the vector index is saved on the way out
-        proc.wait(timeout=120)
+    url = f"http://127.0.0.1:{port}"
+    command = [CACHEGATE, "serve", "--config", str(config), "--port", str(port)]
+    # stopped gracefully (SIGTERM): the vector index is saved on the way out
+    with running([(command, f"{url}/readyz")], ready_timeout=600, stop_timeout=120):
+        yield url
 
 
 async def _send(base: str, asks: Sequence[Ask], concurrency: int) -> list[Reply]:
