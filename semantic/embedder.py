@@ -5,12 +5,12 @@ same scope by cosine similarity. This module turns text into unit vectors:
 
 - :meth:`Embedder.encode` is the synchronous primitive: ``texts -> float32 [n, dim]``, every row
   L2-normalised, so that an inner product *is* the cosine similarity.
-- :meth:`Embedder.embed` is what request handlers call. Concurrent callers are gathered into one
-  micro-batch: every text queued while the previous batch runs (up to ``max_batch``) goes into
-  the next one, which runs off the event loop. A batch is split by length across ``workers``
-  threads (one core each), and each thread forwards its share in length buckets, so little of
-  the work is padding. docs/benchmarks.md has the measured throughput of 32 concurrent
-  lookups vs one at a time.
+- :meth:`Embedder.embed` is what request handlers call. Concurrent callers are gathered into
+  micro-batches that run off the event loop, on ``workers`` threads (one core each): a worker
+  that comes free takes every text queued meanwhile (up to ``max_batch``), and texts arriving
+  while all workers are idle are split across them. Each worker forwards its batch in length
+  buckets, so little of the work is padding. docs/benchmarks.md has the measured throughput of
+  32 concurrent lookups vs one at a time.
 
 Threads: each worker runs torch with ``num_threads`` intra-op threads (default 1; the setting is
 per thread with torch's OpenMP backend, so the rest of the process keeps its own). On a small,
@@ -42,6 +42,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from ._packed import PackedEncoder, length_runs
+
 __all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderStats", "default_model_path"]
 
 T = TypeVar("T")
@@ -52,22 +54,8 @@ _PAD_SLACK = 1.25  # a bucket grows while padded tokens <= this x real tokens
 
 
 def _length_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
-    """Greedy ``[start, stop)`` runs of ascending ``lengths`` whose padding stays within slack.
-
-    A run is padded to its last (longest) length; it is closed when adding the next length
-    would pad it past ``_PAD_SLACK`` x its real tokens and it already holds ``_MIN_BUCKET``.
-    """
-    runs: list[tuple[int, int]] = []
-    start, total = 0, 0
-    for i, length in enumerate(lengths):
-        count = i - start
-        if count >= _MIN_BUCKET and length * (count + 1) > _PAD_SLACK * (total + length):
-            runs.append((start, i))
-            start, total = i, 0
-        total += length
-    if lengths:
-        runs.append((start, len(lengths)))
-    return runs
+    """``[start, stop)`` runs of ascending ``lengths``, each padded within ``_PAD_SLACK``."""
+    return length_runs(list(lengths), _PAD_SLACK, _MIN_BUCKET)
 
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -98,7 +86,9 @@ class Embedder:
     means the bundled all-MiniLM-L6-v2. Nothing is downloaded when the path exists locally (set
     ``HF_HUB_OFFLINE=1`` to make sure). ``workers``: threads running forward passes for
     :meth:`embed` (default: up to 2, one per core). ``num_threads``: torch intra-op threads in
-    each worker. ``cache_size``: texts kept in the LRU (0 disables it).
+    each worker. ``cache_size``: texts kept in the LRU (0 disables it). ``packed``: forward a
+    BERT encoder over packed tokens (semantic/_packed.py; same vectors, faster); other models,
+    or ``packed=False``, are forwarded padded, in length buckets.
 
     Thread-safe: ``encode`` may be called from any thread (it runs in the caller's thread, with
     that thread's torch settings); tokenisation is serialised, forward passes are not.
@@ -113,6 +103,7 @@ class Embedder:
         cache_size: int = 4096,
         workers: int | None = None,
         num_threads: int = 1,
+        packed: bool = True,
     ) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
@@ -131,6 +122,8 @@ class Embedder:
         if dim is None:  # some models only know it after one forward pass
             dim = int(self._model.encode(["x"]).shape[-1])
         self.dim: int = int(dim)
+        # BERT encoders (the bundled one is) run packed: no padding in their dense layers.
+        self._packed = PackedEncoder.from_model(self._model) if packed else None
         self._tokenize_lock = threading.Lock()  # HF fast tokenizers are not re-entrant
         self._stats_lock = threading.Lock()
         self._preprocess = getattr(self._model, "preprocess", None) or self._model.tokenize
@@ -245,16 +238,20 @@ class Embedder:
         return vecs, outcomes
 
     def _forward(self, texts: list[str]) -> np.ndarray:
-        """Embed ``texts`` (none cached), in length buckets. Returns ``[len(texts), dim]``."""
+        """Embed ``texts`` (none cached), packed or in length buckets. ``[len(texts), dim]``."""
         import torch
 
         with self._tokenize_lock:
             features = self._preprocess(texts)
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)  # [n, dim]
         with torch.inference_mode():
-            for rows, sub in self._buckets(features, len(texts)):
-                out = self._model.forward(sub)["sentence_embedding"]  # [len(rows), dim]
-                vecs[rows] = out.float().cpu().numpy().reshape(len(rows), self.dim)
+            pooled = self._packed(features) if self._packed is not None else None  # [n, dim]
+            if pooled is not None:
+                vecs[:] = pooled.float().cpu().numpy()
+            else:
+                for rows, sub in self._buckets(features, len(texts)):
+                    out = self._model.forward(sub)["sentence_embedding"]  # [len(rows), dim]
+                    vecs[rows] = out.float().cpu().numpy().reshape(len(rows), self.dim)
         # ||v|| == 1 for any model (the index relies on it: inner product == cosine).
         vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
         with self._stats_lock:
@@ -336,13 +333,22 @@ class _Job:
 
 
 class _Batcher:
-    """The queue of one event loop: gathers waiting texts into micro-batches for the workers."""
+    """The queue of one event loop: hands waiting texts to the workers as they come free.
+
+    NOTE: work-conserving, not lock-step. When a worker finishes, it takes everything that
+    waits (up to ``max_batch``) at once, while the other worker still runs its own batch. With
+    32 lookups in flight on 2 workers each worker forwards ~16 texts at a time; a lock-step
+    queue (one micro-batch split across both workers, the next one only when both are done)
+    gave each worker ~8, and a batch of 8 runs ~20% fewer texts/s per core than 16 (measured
+    in docs/benchmarks.md). Texts that arrive while every worker is idle are split across them.
+    """
 
     def __init__(self, embedder: Embedder, loop: asyncio.AbstractEventLoop) -> None:
         self._embedder = embedder
         self._loop = loop
         self._pending: list[_Job] = []
-        self._drainer: asyncio.Task[None] | None = None
+        self._idle = embedder.workers  # workers not running a batch of this loop
+        self._scheduled = False
 
     async def submit(
         self, text: str, then: Callable[[np.ndarray], Any] | None
@@ -350,66 +356,63 @@ class _Batcher:
         """``(vector, then(vector))`` (``None`` without ``then``; a :class:`_Failed` if it raised)."""
         fut: asyncio.Future[tuple[np.ndarray, Any]] = self._loop.create_future()
         self._pending.append(_Job(text, fut, then))
-        if self._drainer is None or self._drainer.done():
-            # Scheduled, not run: every caller arriving in this loop iteration joins batch one.
-            self._drainer = self._loop.create_task(self._drain())
+        self._schedule()
         return await fut
 
-    async def _drain(self) -> None:
+    def _schedule(self) -> None:
+        # Scheduled, not run: every caller arriving in this loop iteration (and every caller
+        # woken by a finished batch, whose wake-ups are queued first) joins the next batch.
+        if self._idle and self._pending and not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        """Give what waits to the idle workers (split across them when there are enough)."""
+        self._scheduled = False
         emb = self._embedder
-        while self._pending:
-            batch = self._pending[: emb.max_batch]
+        while self._idle and self._pending:
+            jobs = self._pending[: emb.max_batch]
             del self._pending[: emb.max_batch]
-            texts = list(dict.fromkeys(job.text for job in batch))
-            row = {text: i for i, text in enumerate(texts)}
-            try:
-                vecs, outcomes = await self._encode(texts, [row[job.text] for job in batch], batch)
-            except BaseException as exc:  # hand the failure to every waiter, keep draining
-                for job in batch:
-                    if not job.fut.done():
-                        job.fut.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
-                    raise
-                continue
-            for j, job in enumerate(batch):
+            texts = list(dict.fromkeys(job.text for job in jobs))
+            n_parts = min(self._idle, len(texts) // _MIN_CHUNK) or 1
+            # NOTE: dealt out in length order (1st, 3rd, 5th... shortest to one worker, 2nd,
+            # 4th... to the other), so the workers get the same mix of lengths and finish
+            # together; halves cut at the median left the short half's worker idle while the
+            # long half ran. Each worker forwards its share in length buckets.
+            order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+            part_of = {texts[i]: r % n_parts for r, i in enumerate(order)}
+            for k in range(n_parts):
+                self._start([job for job in jobs if part_of[job.text] == k])
+
+    def _start(self, jobs: list[_Job]) -> None:
+        """Run ``jobs`` (their texts, then each one's ``then``) in one worker."""
+        emb = self._embedder
+        texts = list(dict.fromkeys(job.text for job in jobs))
+        row = {text: i for i, text in enumerate(texts)}
+        calls = [(j, row[job.text], job.then) for j, job in enumerate(jobs) if job.then is not None]
+        self._idle -= 1
+        running = self._loop.run_in_executor(emb._worker, emb._encode_then, texts, calls)
+        running.add_done_callback(lambda done: self._finish(jobs, row, done))
+
+    def _finish(
+        self,
+        jobs: list[_Job],
+        row: dict[str, int],
+        done: asyncio.Future[tuple[np.ndarray, dict[int, Any]]],
+    ) -> None:
+        self._idle += 1
+        if done.cancelled():  # the executor was shut down under it
+            for job in jobs:
+                job.fut.cancel()
+        elif (exc := done.exception()) is not None:  # hand it to every waiter of this batch
+            for job in jobs:
+                if not job.fut.done():
+                    job.fut.set_exception(exc)
+        else:
+            vecs, outcomes = done.result()
+            for j, job in enumerate(jobs):
                 if not job.fut.done():
                     vec = vecs[row[job.text]]
                     vec.flags.writeable = False
                     job.fut.set_result((vec, outcomes.get(j)))
-
-    async def _encode(
-        self, texts: list[str], rows: list[int], jobs: list[_Job]
-    ) -> tuple[np.ndarray, dict[int, Any]]:
-        """One micro-batch, dealt out across the workers; each worker runs its jobs' ``then``.
-
-        ``rows[j]`` is job ``j``'s text in ``texts``. Returns the vectors ``[len(texts), dim]``
-        and the outcome of every job that has a ``then``, by job index.
-        """
-        emb = self._embedder
-        n_chunks = min(emb.workers, len(texts) // _MIN_CHUNK) or 1
-        # NOTE: dealt out in length order (1st, 3rd, 5th... shortest to one worker, 2nd, 4th...
-        # to the other), so each worker gets the same mix of lengths and they finish together;
-        # halves cut at the median left the short half's worker idle while the long half ran
-        # (measured: 16% more throughput at 32 in flight). Each worker buckets its share.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        parts = [order[k::n_chunks] for k in range(n_chunks)]
-        part_of = {i: (k, r) for k, part in enumerate(parts) for r, i in enumerate(part)}
-        calls: list[list[tuple[int, int, Callable[[np.ndarray], Any]]]] = [[] for _ in parts]
-        for j, job in enumerate(jobs):
-            if job.then is not None:
-                k, r = part_of[rows[j]]
-                calls[k].append((j, r, job.then))
-        results = await asyncio.gather(
-            *(
-                self._loop.run_in_executor(
-                    emb._worker, emb._encode_then, [texts[i] for i in part], part_calls
-                )
-                for part, part_calls in zip(parts, calls, strict=True)
-            )
-        )
-        vecs = np.empty((len(texts), emb.dim), dtype=np.float32)  # [n, dim]
-        outcomes: dict[int, Any] = {}
-        for part, (part_vecs, part_outcomes) in zip(parts, results, strict=True):
-            vecs[part] = part_vecs
-            outcomes.update(part_outcomes)
-        return vecs, outcomes
+        self._schedule()

@@ -105,14 +105,97 @@ def test_bucketed_batch_equals_one_text_at_a_time(embedder: Embedder) -> None:
         return forward(features)
 
     embedder._model.forward = counting  # type: ignore[method-assign]
+    packed, embedder._packed = embedder._packed, None  # the padded path, as for other models
     try:
         batched = embedder.encode(texts)
     finally:
         del embedder._model.forward
+        embedder._packed = packed
     assert len(calls) > 1 and sum(calls) == len(texts)  # split by length, every text once
     embedder._cache.clear()
     single = np.concatenate([embedder.encode([t]) for t in texts])
     np.testing.assert_allclose(batched, single, atol=1e-5)
+
+
+_VARIED = [
+    "",
+    "Why?",
+    "How do I learn Python quickly and well enough to get a job as a developer this year?",
+    "Émigré café naïve résumé: ünïcode and emoji 🎉 in one question?",
+    "What is love?",
+    "What is love?",  # the same text twice in one batch
+    " ".join(f"word{i}" for i in range(400)),  # past max_seq_length: truncated, as upstream
+    "Which is the best laptop under 500 dollars for students who study engineering?",
+]
+
+
+def test_packed_forward_equals_sentence_transformers(embedder: Embedder) -> None:
+    assert embedder._packed is not None  # the bundled all-MiniLM-L6-v2 is a BERT encoder
+    embedder._cache.clear()
+
+    def padded(features: dict[str, object]) -> dict[str, object]:
+        raise AssertionError("the padded forward ran")
+
+    embedder._model.forward = padded  # type: ignore[method-assign]
+    try:
+        ours = embedder.encode(_VARIED)
+    finally:
+        del embedder._model.forward
+    embedder._cache.clear()
+    reference = embedder._model.encode(_VARIED, normalize_embeddings=True, batch_size=3)
+    np.testing.assert_allclose(ours, reference, atol=1e-5)
+    np.testing.assert_allclose(ours[4], ours[5], atol=1e-6)
+
+
+def test_unsupported_models_and_batches_are_not_packed(embedder: Embedder) -> None:
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.models import Pooling
+
+    from semantic._packed import PackedEncoder
+
+    transformer = embedder._model[0]
+    cls_pooled = SentenceTransformer(modules=[transformer, Pooling(384, pooling_mode="cls")])
+    assert PackedEncoder.from_model(cls_pooled) is None
+    mean_pooled = SentenceTransformer(modules=[transformer, Pooling(384, pooling_mode="mean")])
+    assert PackedEncoder.from_model(mean_pooled) is not None
+    # a left-padded batch is declined (the caller forwards it padded)
+    assert embedder._packed is not None
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    ids = torch.tensor([[0, 101, 102], [101, 7592, 102]])
+    with torch.inference_mode():
+        assert embedder._packed({"input_ids": ids, "attention_mask": mask}) is None
+        right = embedder._packed(
+            {"input_ids": ids.roll(-1, dims=1) * mask.flip(1), "attention_mask": mask.flip(1)}
+        )
+    assert right is not None and right.shape == (2, 384)
+
+
+async def test_a_free_worker_takes_what_waits_while_the_other_runs() -> None:
+    import threading
+
+    emb = Embedder(workers=2, cache_size=0)
+    gate = threading.Event()
+    try:
+        held = asyncio.ensure_future(
+            emb.embed_then("A first question, held in its worker", lambda v: gate.wait(30))
+        )
+        while emb.stats().encode_calls < 1:  # its forward is done; its ``then`` waits
+            await asyncio.sleep(0.01)
+        before = emb.stats()
+        texts = [f"Question {i} asked while the first one is held?" for i in range(10)]
+        vecs = await asyncio.wait_for(asyncio.gather(*(emb.embed(t) for t in texts)), 30)
+        after = emb.stats()
+        assert not held.done()
+        # the free worker took all ten at once, without waiting for the held one
+        assert after.encode_calls - before.encode_calls == 1 and after.max_batch_seen == 10
+        np.testing.assert_allclose(np.stack(vecs), emb.encode(texts), atol=1e-6)
+        gate.set()
+        _, released = await asyncio.wait_for(held, 30)
+        assert released is True
+    finally:
+        gate.set()
+        emb.close()
 
 
 def test_left_padded_or_odd_batches_are_not_split(embedder: Embedder) -> None:

@@ -1,0 +1,186 @@
+"""A packed forward pass for BERT sentence encoders (the bundled all-MiniLM-L6-v2 is one).
+
+A batch of questions is usually half padding: one 40-token question pads fifteen 12-token
+ones to 40. Every dense layer of a BERT encoder (Q/K/V, attention output, feed-forward) works
+on each token alone, so here they run on the batch's real tokens packed into one
+``[tokens, hidden]`` matrix, with no padding at all. Only attention needs the tokens of one text
+together: per layer the packed Q/K/V rows are scattered into padded ``[texts, length]`` blocks,
+grouped by length so the padding stays small, and gathered back after attention. Mean pooling
+sums each text's rows.
+
+The result equals sentence-transformers' own forward (tests/semantic/test_embedder.py checks
+it to 1e-5). Measured on one core with Quora questions, a batch of 16 runs ~1.3x the texts per
+second of the length-bucketed padded forward, and one text alone ~1.1x (fewer module calls).
+
+Only what is recognised takes this path: a ``Transformer`` module wrapping a ``BertModel``
+(absolute positions, encoder only) followed by mean ``Pooling`` and optionally ``Normalize``.
+:meth:`PackedEncoder.from_model` returns None for anything else, and the caller forwards the
+model as usual.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["PackedEncoder"]
+
+#: An attention group grows while its padded positions stay within this x its real tokens.
+_GROUP_SLACK = 2.0
+_MIN_GROUP = 2
+
+
+class PackedEncoder:
+    """Mean-pooled token embeddings of a BERT encoder, computed over packed tokens."""
+
+    def __init__(self, bert: Any) -> None:
+        config = bert.config
+        self._bert = bert
+        self._heads = int(config.num_attention_heads)
+        self._hidden = int(config.hidden_size)
+        # Q, K and V as one matrix: one matmul per layer instead of three.
+        self._qkv = [
+            (
+                torch.cat([a.query.weight, a.key.weight, a.value.weight]).detach(),
+                torch.cat([a.query.bias, a.key.bias, a.value.bias]).detach(),
+            )
+            for a in (layer.attention.self for layer in bert.encoder.layer)
+        ]
+
+    @classmethod
+    def from_model(cls, model: Any) -> PackedEncoder | None:
+        """The packed forward of a sentence-transformers ``model``, or None if not supported."""
+        modules = list(model)
+        names = [type(m).__name__ for m in modules]
+        if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+            return None
+        transformer, pooling = modules[0], modules[1]
+        if getattr(pooling, "pooling_mode", None) != "mean" or not getattr(
+            pooling, "include_prompt", True
+        ):
+            return None
+        text = (getattr(transformer, "modality_config", None) or {}).get("text")
+        if text is not None and (text.get("method"), text.get("method_output_name")) != (
+            "forward",
+            "last_hidden_state",
+        ):
+            return None
+        bert = getattr(transformer, "auto_model", None)
+        config: Any = getattr(bert, "config", None)
+        if (
+            config is None
+            or type(bert).__name__ != "BertModel"
+            or getattr(config, "model_type", None) != "bert"
+            or getattr(config, "position_embedding_type", "absolute") != "absolute"
+            or getattr(config, "is_decoder", False)
+            or config.hidden_size % config.num_attention_heads
+        ):
+            return None
+        return cls(bert)
+
+    def __call__(self, features: dict[str, Any]) -> torch.Tensor | None:
+        """``[n, hidden]`` mean-pooled embeddings of a tokenised batch (not normalised).
+
+        None when the batch is not right-padded (the caller forwards it as usual). Call it
+        under ``torch.inference_mode()``.
+        """
+        mask = features.get("attention_mask")
+        ids = features.get("input_ids")
+        if not isinstance(mask, torch.Tensor) or not isinstance(ids, torch.Tensor):
+            return None
+        if mask.dim() != 2 or ids.shape != mask.shape:
+            return None
+        if not bool((mask.cumprod(dim=1) == mask).all()):  # left padding or holes
+            return None
+        keep = mask.bool()
+        lengths = mask.sum(dim=1)  # [n]
+        if not bool((lengths > 0).all()):
+            return None
+        n, width = mask.shape
+        device = ids.device
+        bert, hidden, heads = self._bert, self._hidden, self._heads
+        head_dim = hidden // heads
+        positions = torch.arange(width, device=device).expand(n, width)[keep]  # [T]
+        types = features.get("token_type_ids")
+        types = types[keep] if isinstance(types, torch.Tensor) else torch.zeros_like(positions)
+        emb = bert.embeddings
+        h = (
+            emb.word_embeddings(ids[keep])
+            + emb.position_embeddings(positions)
+            + emb.token_type_embeddings(types)
+        )  # [T, hidden]
+        h = emb.LayerNorm(h)
+        tokens = h.shape[0]
+        groups = _attention_groups(lengths.tolist(), device)
+        for layer, (w_qkv, b_qkv) in zip(bert.encoder.layer, self._qkv, strict=True):
+            qkv = F.linear(h, w_qkv, b_qkv)  # [T, 3 * hidden]
+            ctx = h.new_empty(tokens, hidden)  # [T, hidden]
+            for group in groups:
+                block = qkv.new_zeros(group.count * group.width, 3 * hidden)
+                block[group.padded] = qkv[group.packed]
+                q, k, v = block.view(group.count, group.width, 3, heads, head_dim).permute(
+                    2, 0, 3, 1, 4
+                )  # each [count, heads, width, head_dim]
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask)
+                ctx[group.packed] = out.transpose(1, 2).reshape(-1, hidden)[group.padded]
+            attn_out = layer.attention.output
+            h = attn_out.LayerNorm(attn_out.dense(ctx) + h)
+            ffn_out = layer.output
+            h = ffn_out.LayerNorm(ffn_out.dense(layer.intermediate(h)) + h)
+        rows = torch.repeat_interleave(
+            torch.arange(n, device=device), lengths
+        )  # [T]: each token's text
+        sums = h.new_zeros(n, hidden).index_add_(0, rows, h)  # [n, hidden]
+        return sums / lengths.to(h.dtype)[:, None]
+
+
+class _Group:
+    """Texts whose attention runs together, padded to the longest of them."""
+
+    def __init__(
+        self, members: list[int], lengths: list[int], starts: list[int], device: torch.device
+    ) -> None:
+        self.count = len(members)
+        self.width = max(lengths[i] for i in members)
+        #: rows of the packed matrix, and where each lands in the padded [count * width] block
+        self.packed = torch.tensor(
+            [starts[i] + t for i in members for t in range(lengths[i])], device=device
+        )
+        self.padded = torch.tensor(
+            [slot * self.width + t for slot, i in enumerate(members) for t in range(lengths[i])],
+            device=device,
+        )
+        real = torch.tensor([lengths[i] for i in members], device=device)
+        positions = torch.arange(self.width, device=device)
+        self.mask = (positions[None, :] < real[:, None])[:, None, None, :]  # [count, 1, 1, width]
+
+
+def length_runs(lengths: list[int], slack: float, min_size: int) -> list[tuple[int, int]]:
+    """Greedy ``[start, stop)`` runs of ascending ``lengths`` whose padding stays within slack.
+
+    A run is padded to its last (longest) length; it is closed when adding the next length
+    would pad it past ``slack`` x its real tokens and it already holds ``min_size``.
+    """
+    runs: list[tuple[int, int]] = []
+    start, total = 0, 0
+    for i, length in enumerate(lengths):
+        count = i - start
+        if count >= min_size and length * (count + 1) > slack * (total + length):
+            runs.append((start, i))
+            start, total = i, 0
+        total += length
+    if lengths:
+        runs.append((start, len(lengths)))
+    return runs
+
+
+def _attention_groups(lengths: list[int], device: torch.device) -> list[_Group]:
+    """Texts by ascending length, cut into groups whose padding stays within the slack."""
+    starts = [0]
+    for length in lengths[:-1]:
+        starts.append(starts[-1] + length)
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    runs = length_runs([lengths[i] for i in order], _GROUP_SLACK, _MIN_GROUP)
+    return [_Group(order[a:b], lengths, starts, device) for a, b in runs]
