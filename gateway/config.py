@@ -199,6 +199,10 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: Entries of one scope above which its search switches from exact to HNSW (exact search
     #: costs ~0.3 ms at 8k entries and grows linearly; HNSW stays ~0.25 ms at 100k).
     hnsw_threshold: PositiveInt = 8192
+    #: HNSW search beam width: higher finds the true nearest neighbour more often and costs
+    #: more (at 100k entries: 32 -> ~0.26 ms, recall@1 0.98, 1.0 where a hit is possible;
+    #: 64 -> ~0.42 ms, 0.994).
+    hnsw_ef_search: PositiveInt = 32
 
 
 class RedisConfig(_Base, frozen=True):

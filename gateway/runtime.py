@@ -170,6 +170,7 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         guard_min_score=semantic.guard_min_score,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
         hnsw_threshold=semantic.hnsw_threshold,
+        hnsw_ef_search=semantic.hnsw_ef_search,
         index_path=index_path,
     )
 

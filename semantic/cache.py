@@ -75,6 +75,8 @@ class SemanticSettings:
     #: sentence-transformers model directory; None: the bundled all-MiniLM-L6-v2.
     embedding_model: str | None = None
     hnsw_threshold: int = 8192
+    #: HNSW search beam width (see VectorIndex).
+    hnsw_ef_search: int = 32
     #: Where the vector index is saved (restarts load it); None: rebuilt from the store.
     index_path: Path | None = None
 
@@ -244,6 +246,7 @@ class ResponseCache:
                 "entries": index.entries,
                 "scopes": index.scopes,
                 "hnsw_scopes": index.hnsw_scopes,
+                "ef_search": self.index.ef_search,
             }
         return out
 
@@ -330,7 +333,10 @@ class ResponseCache:
                 if settings.guard
                 else None
             )
-            options: dict[str, Any] = {"hnsw_threshold": settings.hnsw_threshold}
+            options: dict[str, Any] = {
+                "hnsw_threshold": settings.hnsw_threshold,
+                "ef_search": settings.hnsw_ef_search,
+            }
             index: VectorIndex | None = None
             if settings.index_path is not None and settings.index_path.exists():
                 try:

@@ -261,6 +261,26 @@ def test_guard_min_score_from_yaml(
         strict.stop()
 
 
+def test_hnsw_ef_search_from_yaml(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    semantic = {"enabled": True, "hnsw_ef_search": 48, "hnsw_threshold": 2}
+    gateway = Gateway(
+        load_config_text(config_text(upstream_server.url, tmp_path, semantic=semantic))
+    )
+    try:
+        ask(gateway, "How do I reset my password?", ns="ef")
+        ask(gateway, "What is the capital of France?", ns="ef")
+        # past hnsw_threshold the scope is searched by HNSW, with the configured beam width
+        assert (
+            ask(gateway, "How can I reset my password?", ns="ef").headers["x-cache"] == "semantic"
+        )
+        index = gateway.http.get("/admin/stats").json()["cache"]["index"]
+        assert index["ef_search"] == 48
+    finally:
+        gateway.stop()
+
+
 def test_semantic_failure_degrades_to_exact_hits(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
