@@ -371,8 +371,10 @@ class _Batcher:
         self._scheduled = False
         emb = self._embedder
         while self._idle and self._pending:
-            jobs = self._pending[: emb.max_batch]
-            del self._pending[: emb.max_batch]
+            jobs = [job for job in self._pending[: emb.max_batch] if not job.fut.done()]
+            del self._pending[: emb.max_batch]  # (callers that went away are dropped)
+            if not jobs:
+                continue
             texts = list(dict.fromkeys(job.text for job in jobs))
             n_parts = min(self._idle, len(texts) // _MIN_CHUNK) or 1
             # NOTE: dealt out in length order (1st, 3rd, 5th... shortest to one worker, 2nd,
@@ -390,8 +392,14 @@ class _Batcher:
         texts = list(dict.fromkeys(job.text for job in jobs))
         row = {text: i for i, text in enumerate(texts)}
         calls = [(j, row[job.text], job.then) for j, job in enumerate(jobs) if job.then is not None]
+        try:
+            running = self._loop.run_in_executor(emb._worker, emb._encode_then, texts, calls)
+        except RuntimeError as exc:  # the embedder was closed: fail these callers, never hang
+            for job in jobs:
+                if not job.fut.done():
+                    job.fut.set_exception(exc)
+            return
         self._idle -= 1
-        running = self._loop.run_in_executor(emb._worker, emb._encode_then, texts, calls)
         running.add_done_callback(lambda done: self._finish(jobs, row, done))
 
     def _finish(

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 
 import numpy as np
+import pytest
 
 from semantic.embedder import Embedder
 
@@ -193,6 +194,9 @@ async def test_a_free_worker_takes_what_waits_while_the_other_runs() -> None:
         gate.set()
         _, released = await asyncio.wait_for(held, 30)
         assert released is True
+        emb.close()  # then a caller gets an error, not a wait forever
+        with pytest.raises(RuntimeError):
+            await asyncio.wait_for(emb.embed("asked after close"), 30)
     finally:
         gate.set()
         emb.close()
