@@ -15,9 +15,9 @@ Each partition picks its own search method by size:
   ~0.05 ms for 4k vectors, ~0.2 ms for 8k (measured on 2 cores; 7 ms for 100k, hence HNSW).
   Removal swaps the last row into the hole: O(1).
 - **HNSW** (``n >= hnsw_threshold``): a FAISS ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT``,
-  M=32, efSearch=32 by default: ~0.26 ms at 100k vectors (one core), recall@1 0.98 vs exact
-  search over all Quora queries, and 1.0 over those whose true nearest is close enough to hit
-  (cos >= 0.8); efSearch=64 gives 0.994 for ~0.42 ms. HNSW cannot delete, so a removal leaves
+  M=32, efSearch=32 by default: 0.14 ms p50 at 100k vectors, recall@1 0.988 vs exact search
+  over held-out Quora questions, and 1.0 over those whose true nearest is close enough to hit
+  (cos >= 0.8); efSearch=64 gives 0.996 for 0.24 ms (docs/benchmarks.md). HNSW cannot delete, so a removal leaves
   a *tombstone* that searches skip through an ``IDSelectorBitmap``; once tombstones exceed
   ``compact_ratio`` of the partition it is rebuilt from its live vectors. Switching to HNSW and
   compacting both build the new graph on a background thread while the old structure keeps
