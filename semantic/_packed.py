@@ -88,10 +88,15 @@ class PackedEncoder:
         """
         mask = features.get("attention_mask")
         ids = features.get("input_ids")
+        types = features.get("token_type_ids")
         if not isinstance(mask, torch.Tensor) or not isinstance(ids, torch.Tensor):
             return None
         if mask.dim() != 2 or ids.shape != mask.shape:
             return None
+        if types is not None and (not isinstance(types, torch.Tensor) or types.shape != mask.shape):
+            return None
+        device = self._bert.embeddings.word_embeddings.weight.device
+        mask, ids = mask.to(device), ids.to(device)
         if not bool((mask.cumprod(dim=1) == mask).all()):  # left padding or holes
             return None
         keep = mask.bool()
@@ -99,12 +104,10 @@ class PackedEncoder:
         if not bool((lengths > 0).all()):
             return None
         n, width = mask.shape
-        device = ids.device
         bert, hidden, heads = self._bert, self._hidden, self._heads
         head_dim = hidden // heads
         positions = torch.arange(width, device=device).expand(n, width)[keep]  # [T]
-        types = features.get("token_type_ids")
-        types = types[keep] if isinstance(types, torch.Tensor) else torch.zeros_like(positions)
+        types = torch.zeros_like(positions) if types is None else types.to(device)[keep]
         emb = bert.embeddings
         h = (
             emb.word_embeddings(ids[keep])

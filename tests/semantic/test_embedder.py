@@ -166,6 +166,8 @@ def test_unsupported_models_and_batches_are_not_packed(embedder: Embedder) -> No
     ids = torch.tensor([[0, 101, 102], [101, 7592, 102]])
     with torch.inference_mode():
         assert embedder._packed({"input_ids": ids, "attention_mask": mask}) is None
+        odd_types = {"input_ids": ids, "attention_mask": mask.flip(1), "token_type_ids": ids[:1]}
+        assert embedder._packed(odd_types) is None  # a per-token tensor of another shape
         right = embedder._packed(
             {"input_ids": ids.roll(-1, dims=1) * mask.flip(1), "attention_mask": mask.flip(1)}
         )
