@@ -8,9 +8,10 @@ same scope by cosine similarity. This module turns text into unit vectors:
 - :meth:`Embedder.embed` is what request handlers call. Concurrent callers are gathered into
   micro-batches that run off the event loop, on ``workers`` threads (one core each): a worker
   that comes free takes every text queued meanwhile (up to ``max_batch``), and texts arriving
-  while all workers are idle are split across them. Each worker forwards its batch in length
-  buckets, so little of the work is padding. docs/benchmarks.md has the measured throughput of
-  32 concurrent lookups vs one at a time.
+  while all workers are idle are split across them. A BERT encoder (the bundled one is) runs
+  each batch over its real tokens packed together (semantic/_packed.py); other models run it
+  padded, in length buckets, so little of the work is padding. docs/benchmarks.md has the
+  measured throughput of 32 concurrent lookups vs one at a time.
 
 Threads: each worker runs torch with ``num_threads`` intra-op threads (default 1; the setting is
 per thread with torch's OpenMP backend, so the rest of the process keeps its own). On a small,
@@ -339,8 +340,9 @@ class _Batcher:
     waits (up to ``max_batch``) at once, while the other worker still runs its own batch. With
     32 lookups in flight on 2 workers each worker forwards ~16 texts at a time; a lock-step
     queue (one micro-batch split across both workers, the next one only when both are done)
-    gave each worker ~8, and a batch of 8 runs ~20% fewer texts/s per core than 16 (measured
-    in docs/benchmarks.md). Texts that arrive while every worker is idle are split across them.
+    gave each worker ~8, and a batch of 8 runs ~20% fewer texts/s per core than 16 (measured on
+    one core with Quora questions and the padded forward: ~130 vs ~158 texts/s). Texts that
+    arrive while every worker is idle are split across them.
     """
 
     def __init__(self, embedder: Embedder, loop: asyncio.AbstractEventLoop) -> None:
@@ -380,7 +382,7 @@ class _Batcher:
             # NOTE: dealt out in length order (1st, 3rd, 5th... shortest to one worker, 2nd,
             # 4th... to the other), so the workers get the same mix of lengths and finish
             # together; halves cut at the median left the short half's worker idle while the
-            # long half ran. Each worker forwards its share in length buckets.
+            # long half ran.
             order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
             part_of = {texts[i]: r % n_parts for r, i in enumerate(order)}
             for k in range(n_parts):

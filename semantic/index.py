@@ -17,11 +17,12 @@ Each partition picks its own search method by size:
 - **HNSW** (``n >= hnsw_threshold``): a FAISS ``IndexHNSWFlat`` with ``METRIC_INNER_PRODUCT``,
   M=32, efSearch=32 by default: 0.14 ms p50 at 100k vectors, recall@1 0.988 vs exact search
   over held-out Quora questions, and 1.0 over those whose true nearest is close enough to hit
-  (cos >= 0.8); efSearch=64 gives 0.996 for 0.24 ms (docs/benchmarks.md). HNSW cannot delete, so a removal leaves
-  a *tombstone* that searches skip through an ``IDSelectorBitmap``; once tombstones exceed
-  ``compact_ratio`` of the partition it is rebuilt from its live vectors. Switching to HNSW and
-  compacting both build the new graph on a background thread while the old structure keeps
-  answering; changes made meanwhile are replayed onto the new graph before it is swapped in.
+  (cos >= 0.8); efSearch=64 gives 0.996 for 0.24 ms (docs/benchmarks.md). HNSW cannot delete,
+  so a removal leaves a *tombstone* that searches skip through an ``IDSelectorBitmap``; once
+  tombstones exceed ``compact_ratio`` of the partition it is rebuilt from its live vectors.
+  Switching to HNSW and compacting both build the new graph on a background thread while the
+  old structure keeps answering; changes made meanwhile are replayed onto the new graph before
+  it is swapped in.
 
 Vectors must be L2-normalised (as :class:`semantic.embedder.Embedder` returns them), so the inner
 product is the cosine similarity. Ids are the entry store's int64 ids, unique across scopes.
