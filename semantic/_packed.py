@@ -20,7 +20,8 @@ model as usual.
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -89,16 +90,12 @@ class PackedEncoder:
         mask = features.get("attention_mask")
         ids = features.get("input_ids")
         types = features.get("token_type_ids")
-        if not isinstance(mask, torch.Tensor) or not isinstance(ids, torch.Tensor):
-            return None
-        if mask.dim() != 2 or ids.shape != mask.shape:
+        if not isinstance(ids, torch.Tensor) or not right_padded(mask) or ids.shape != mask.shape:
             return None
         if types is not None and (not isinstance(types, torch.Tensor) or types.shape != mask.shape):
             return None
         device = self._bert.embeddings.word_embeddings.weight.device
         mask, ids = mask.to(device), ids.to(device)
-        if not bool((mask.cumprod(dim=1) == mask).all()):  # left padding or holes
-            return None
         keep = mask.bool()
         lengths = mask.sum(dim=1)  # [n]
         if not bool((lengths > 0).all()):
@@ -132,9 +129,8 @@ class PackedEncoder:
             h = attn_out.LayerNorm(attn_out.dense(ctx) + h)
             ffn_out = layer.output
             h = ffn_out.LayerNorm(ffn_out.dense(layer.intermediate(h)) + h)
-        rows = torch.repeat_interleave(
-            torch.arange(n, device=device), lengths
-        )  # [T]: each token's text
+        # [T]: the text each packed token belongs to
+        rows = torch.repeat_interleave(torch.arange(n, device=device), lengths)
         sums = h.new_zeros(n, hidden).index_add_(0, rows, h)  # [n, hidden]
         return sums / lengths.to(h.dtype)[:, None]
 
@@ -160,6 +156,15 @@ class _Group:
         self.mask = (positions[None, :] < real[:, None])[:, None, None, :]  # [count, 1, 1, width]
 
 
+def right_padded(mask: object) -> TypeGuard[torch.Tensor]:
+    """``mask`` is a ``[n, L]`` attention mask whose every row is ones, then zeros."""
+    return (
+        isinstance(mask, torch.Tensor)
+        and mask.dim() == 2
+        and bool((mask.cumprod(dim=1) == mask).all())  # no left padding, no holes
+    )
+
+
 def length_runs(lengths: list[int], slack: float, min_size: int) -> list[tuple[int, int]]:
     """Greedy ``[start, stop)`` runs of ascending ``lengths`` whose padding stays within slack.
 
@@ -179,11 +184,15 @@ def length_runs(lengths: list[int], slack: float, min_size: int) -> list[tuple[i
     return runs
 
 
-def _attention_groups(lengths: list[int], device: torch.device) -> list[_Group]:
-    """Texts by ascending length, cut into groups whose padding stays within the slack."""
-    starts = [0]
-    for length in lengths[:-1]:
-        starts.append(starts[-1] + length)
+def length_groups(lengths: list[int], slack: float, min_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` by ascending length, cut into :func:`length_runs`."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    runs = length_runs([lengths[i] for i in order], _GROUP_SLACK, _MIN_GROUP)
-    return [_Group(order[a:b], lengths, starts, device) for a, b in runs]
+    runs = length_runs([lengths[i] for i in order], slack, min_size)
+    return [order[start:stop] for start, stop in runs]
+
+
+def _attention_groups(lengths: list[int], device: torch.device) -> list[_Group]:
+    """Texts grouped by length for attention, each group's padding within the slack."""
+    starts = [0, *itertools.accumulate(lengths[:-1])]  # each text's first packed row
+    groups = length_groups(lengths, _GROUP_SLACK, _MIN_GROUP)
+    return [_Group(members, lengths, starts, device) for members in groups]

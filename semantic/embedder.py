@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ._packed import PackedEncoder, length_runs
+from ._packed import PackedEncoder, length_groups, right_padded
 
 __all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderStats", "default_model_path"]
 
@@ -52,11 +52,6 @@ T = TypeVar("T")
 _MIN_CHUNK = 4  # split a micro-batch across workers only into chunks at least this big
 _MIN_BUCKET = 2  # texts a length bucket holds before it may be closed (the last may hold fewer)
 _PAD_SLACK = 1.25  # a bucket grows while padded tokens <= this x real tokens
-
-
-def _length_buckets(lengths: Sequence[int]) -> list[tuple[int, int]]:
-    """``[start, stop)`` runs of ascending ``lengths``, each padded within ``_PAD_SLACK``."""
-    return length_runs(list(lengths), _PAD_SLACK, _MIN_BUCKET)
 
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -280,18 +275,14 @@ class Embedder:
         others = [v for k, v in features.items() if k not in tensors]  # e.g. "modality": "text"
         if (
             n < 2 * _MIN_BUCKET
-            or not isinstance(mask, torch.Tensor)
-            or mask.dim() != 2
+            or not right_padded(mask)
             or any(v.shape != mask.shape for v in tensors.values())
             or not all(v is None or isinstance(v, str | int | float) for v in others)
-            or not bool((mask.cumprod(dim=1) == mask).all())  # left padding or holes
         ):
             yield list(range(n)), features
             return
         lengths = mask.sum(dim=1).tolist()
-        order = sorted(range(n), key=lengths.__getitem__)
-        for start, stop in _length_buckets([lengths[i] for i in order]):
-            rows = order[start:stop]
+        for rows in length_groups(lengths, _PAD_SLACK, _MIN_BUCKET):
             width = lengths[rows[-1]]  # the longest in the bucket: rows are sorted by length
             index = torch.tensor(rows)
             cut = {key: value[index, :width] for key, value in tensors.items()}

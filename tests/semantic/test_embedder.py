@@ -71,7 +71,11 @@ async def test_duplicate_texts_in_one_batch(embedder: Embedder) -> None:
 
 
 def test_length_buckets_cover_in_order_and_bound_padding() -> None:
-    from semantic.embedder import _MIN_BUCKET, _PAD_SLACK, _length_buckets
+    from semantic._packed import length_runs
+    from semantic.embedder import _MIN_BUCKET, _PAD_SLACK
+
+    def _length_buckets(lengths: list[int]) -> list[tuple[int, int]]:
+        return length_runs(lengths, _PAD_SLACK, _MIN_BUCKET)
 
     lengths = sorted([5, 6, 6, 7, 9, 12, 13, 14, 30, 31, 60, 61, 62])
     runs = _length_buckets(lengths)
