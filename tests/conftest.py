@@ -46,6 +46,21 @@ def upstream(upstream_server: ThreadedServer) -> FakeUpstream:
     return app
 
 
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    """A base URL on 127.0.0.1 where every connection is refused, for the whole test.
+
+    The port stays bound (not listening) until the test ends. A port that is only picked and
+    released can be handed to the next server that binds port 0, such as the gateway under
+    test, which then forwards to itself until the client times out (this failed once in CI).
+    """
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
 class Gateway:
     """A gateway app served by uvicorn in a thread, and an httpx client for it."""
 

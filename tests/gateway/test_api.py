@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 from typing import Any
 
@@ -480,14 +479,11 @@ def test_upstream_timeout_is_504(make_gateway: Any, upstream: FakeUpstream) -> N
     assert gw.chat("slow", fake={"delay": 2}).status_code == 504  # nothing was cached
 
 
-def test_upstream_unreachable_is_502(tmp_path: Any) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def test_upstream_unreachable_is_502(tmp_path: Any, refused_url: str) -> None:
     config = load_config_text(f"""
 data_dir: {tmp_path}
 models:
-  fake-model: {{backend: openai, base_url: "http://127.0.0.1:{port}/v1", retry_backoff: 0.01}}
+  fake-model: {{backend: openai, base_url: "{refused_url}", retry_backoff: 0.01}}
 """)
     gw = Gateway(config)
     try:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -68,17 +67,16 @@ def test_prompt_text_orders_messages() -> None:
 
 
 def test_replicas_through_the_api(
-    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
     second = ThreadedServer(FakeUpstream()).start()
-    dead = dead_url()
     config = load_config_text(f"""
 data_dir: {tmp_path}
 cache: {{enabled: false}}
 models:
   fake-model:
     backend: openai
-    replicas: ["{upstream_server.url}/v1", "{second.url}/v1", "{dead}"]
+    replicas: ["{upstream_server.url}/v1", "{second.url}/v1", "{refused_url}"]
     max_retries: 0
     routing: {{min_match: 0.3}}
 """)
@@ -117,16 +115,15 @@ models:
 
 
 def test_dead_replica_fails_over(
-    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
-    dead = dead_url()
     config = load_config_text(f"""
 data_dir: {tmp_path}
 cache: {{enabled: false}}
 models:
   fake-model:
     backend: openai
-    replicas: ["{dead}", "{upstream_server.url}/v1"]
+    replicas: ["{refused_url}", "{upstream_server.url}/v1"]
     max_retries: 0
     retry_backoff: 5
     routing: {{policy: round_robin}}
@@ -146,10 +143,3 @@ models:
         assert replicas[0]["down"] and not replicas[1]["down"]
     finally:
         gw.stop()
-
-
-def dead_url() -> str:
-    """A base URL on a port nobody listens on (connections are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
