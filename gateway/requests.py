@@ -15,7 +15,21 @@ import msgspec
 
 from .errors import APIError
 
-__all__ = ["CacheControl", "GatewayRequest", "parse_cache_control", "parse_request"]
+__all__ = [
+    "HOPS_HEADER",
+    "MAX_HOPS",
+    "CacheControl",
+    "GatewayRequest",
+    "parse_cache_control",
+    "parse_request",
+]
+
+#: How many cachegate gateways a request has already passed through; each upstream call sends
+#: one more. A gateway whose upstream leads back to itself would otherwise forward the request
+#: in a circle until the client's timeout.
+HOPS_HEADER = "x-cachegate-hops"
+#: A request that arrives having passed this many gateways is refused with ``508``.
+MAX_HOPS = 8
 
 Kind = Literal["chat", "completion"]
 
@@ -104,12 +118,14 @@ class GatewayRequest:
     include_usage: bool
     tenant: str
     control: CacheControl
+    hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
 
 
 def parse_request(
     kind: Kind, raw: bytes, headers: Mapping[str, str], tenant: str
 ) -> GatewayRequest:
     """Decode and validate a request body; raises APIError(400) with ``param`` on bad input."""
+    hops = _hops(headers.get(HOPS_HEADER))
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -151,6 +167,7 @@ def parse_request(
         include_usage=include_usage,
         tenant=tenant,
         control=control,
+        hops=hops,
     )
 
 
@@ -211,6 +228,27 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
 # helpers
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
+
+
+def _hops(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        hops = int(value)
+    except ValueError:  # also more than 4300 digits
+        hops = -1
+    if hops < 0:
+        raise APIError(
+            400, f"'{HOPS_HEADER}' must be a whole number, got {value[:20]!r}.", param=HOPS_HEADER
+        )
+    if hops >= MAX_HOPS:
+        raise APIError(
+            508,
+            f"The request has already passed through {hops} cachegate gateways: a gateway's "
+            "upstream base_url probably leads back to itself.",
+            code="loop_detected",
+        )
+    return hops
 
 
 def _check_parts(messages: list[_Message]) -> None:

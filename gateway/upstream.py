@@ -24,7 +24,7 @@ import msgspec
 from .backend import BackendStream, StreamEvent
 from .config import OpenAIModelConfig
 from .errors import APIError
-from .requests import GatewayRequest
+from .requests import HOPS_HEADER, GatewayRequest
 from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
 
@@ -114,8 +114,12 @@ class UpstreamBackend:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return _encode(body)
 
-    def _headers(self, auth: str | None) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "application/json"}
+    def _headers(self, request: GatewayRequest, auth: str | None) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            HOPS_HEADER: str(request.hops + 1),
+        }
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:
@@ -127,7 +131,7 @@ class UpstreamBackend:
     ) -> httpx.Response:
         path = "chat/completions" if request.kind == "chat" else "completions"
         payload = self._payload(request, stream)
-        headers = self._headers(auth)
+        headers = self._headers(request, auth)
         if stream:
             headers["accept"] = "text/event-stream"
         attempts = self.config.max_retries + 1
@@ -148,7 +152,9 @@ class UpstreamBackend:
                 raise _broken(self.name, exc) from None
             if response.status_code < 400:
                 return response
+            # 508: the request came back to a gateway it had passed; another try loops again.
             retryable = response.status_code == 429 or response.status_code >= 500
+            retryable = retryable and response.status_code != 508
             wait = _retry_after(response.headers.get("retry-after"))
             if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
                 await response.aclose()
@@ -372,6 +378,8 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
         message = error
     if not message:
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
+    if status == 508 and fields.get("code") == "loop_detected":
+        return UpstreamError(508, message, code="loop_detected")
     if status >= 500:
         return UpstreamError(
             502,

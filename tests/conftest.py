@@ -64,10 +64,10 @@ def refused_url() -> Iterator[str]:
 class Gateway:
     """A gateway app served by uvicorn in a thread, and an httpx client for it."""
 
-    def __init__(self, config: Config, **kwargs: Any) -> None:
+    def __init__(self, config: Config, *, port: int = 0, **kwargs: Any) -> None:
         self.config = config
         self.app = create_app(config, **kwargs)
-        self.server = ThreadedServer(self.app, lifespan="on").start()
+        self.server = ThreadedServer(self.app, port=port, lifespan="on").start()
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=30)
         self.wait_ready()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from typing import Any
 
@@ -492,6 +493,59 @@ models:
         assert response.json()["error"]["code"] == "upstream_unreachable"
     finally:
         gw.stop()
+
+
+def test_gateway_whose_upstream_is_itself_answers_508(tmp_path: Any) -> None:
+    with (
+        socket.socket() as s
+    ):  # released just before the gateway binds it: a bind error, not a hang
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "http://127.0.0.1:{port}/v1", retry_backoff: 0.01}}
+""")
+    gw = Gateway(config, port=port)
+    try:
+        started = time.perf_counter()
+        for stream in (False, True, False):  # and nothing was cached on the way
+            response = gw.chat("round and round", stream=stream)
+            assert response.status_code == 508
+            error = response.json()["error"]
+            assert error["code"] == "loop_detected" and "leads back to itself" in error["message"]
+        # without the hop count each call hung until the client's timeout (30 s)
+        assert time.perf_counter() - started < 20
+    finally:
+        gw.stop()
+
+
+def test_hop_count_goes_up_by_one_per_gateway(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Any
+) -> None:
+    inner = make_gateway()
+    outer = Gateway(
+        load_config_text(f"""
+data_dir: {tmp_path / "outer"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{inner.url}/v1"}}
+""")
+    )
+    try:
+        assert " to: relayed " in content(outer.chat("relayed"))
+        assert upstream.last_headers["x-cachegate-hops"] == "2"
+    finally:
+        outer.stop()
+    assert inner.chat("seven", headers={"x-cachegate-hops": "7"}).status_code == 200
+    assert upstream.last_headers["x-cachegate-hops"] == "8"
+    looped = inner.chat("eight", headers={"x-cachegate-hops": "8"})
+    assert looped.status_code == 508 and looped.json()["error"]["code"] == "loop_detected"
+    for bad_value in ("many", "-1", "9" * 5000):
+        bad = inner.chat("nine", headers={"x-cachegate-hops": bad_value})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-cachegate-hops"
+    assert upstream.stats["chat"] == 2
 
 
 def test_upstream_invalid_json_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:
