@@ -66,16 +66,22 @@ def qqp_path() -> Path:
     return Path(os.environ.get("CACHEGATE_QQP", QQP))
 
 
-def load_qqp(embedder: Embedder) -> Pairs:
-    """The Quora dev pairs with a deterministic grouped train/held-out split."""
+def read_qqp() -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """The Quora dev pairs as ``(a, b, same, group, held)``, with the grouped split."""
     with gzip.open(qqp_path(), "rt") as f:
         rows = [json.loads(line) for line in f]
     a = [r["a"] for r in rows]
     b = [r["b"] for r in rows]
     group, held = _grouped_split(a, b)
-    ua, ub = _embed_pairs(embedder, a, b)
     same = np.array([bool(r["duplicate"]) for r in rows])
-    return Pairs(a, b, same, held, group, ua, ub, ["qqp"] * len(rows))
+    return a, b, same, group, held
+
+
+def load_qqp(embedder: Embedder) -> Pairs:
+    """The Quora dev pairs with a deterministic grouped train/held-out split."""
+    a, b, same, group, held = read_qqp()
+    ua, ub = _embed_pairs(embedder, a, b)
+    return Pairs(a, b, same, held, group, ua, ub, ["qqp"] * len(a))
 
 
 def load_adversarial(embedder: Embedder, path: Path = ADVERSARIAL) -> Pairs:
