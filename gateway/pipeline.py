@@ -224,7 +224,16 @@ def _complete(request: GatewayRequest, response: dict[str, Any]) -> bool:
     choices = response.get("choices")
     if "error" in response or not isinstance(choices, list) or len(choices) != _expected(request):
         return False
-    return all(isinstance(c, dict) and c.get("finish_reason") in _COMPLETE for c in choices)
+    return all(_finished(request, c) for c in choices)
+
+
+def _finished(request: GatewayRequest, choice: Any) -> bool:
+    """A choice that finished normally and carries its answer (a message, or a text)."""
+    if not isinstance(choice, dict) or choice.get("finish_reason") not in _COMPLETE:
+        return False
+    if request.kind == "chat":
+        return isinstance(choice.get("message"), dict)
+    return isinstance(choice.get("text"), str)
 
 
 def _expected(request: GatewayRequest) -> int:

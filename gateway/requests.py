@@ -273,7 +273,7 @@ def _number(
         if isinstance(value, bool):
             raise ValueError
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
         raise APIError(400, f"'{param}' must be a number.", param=param) from None
     if high is not None:
         inside, bound = low <= number <= high, f"between {low:g} and {high:g}"

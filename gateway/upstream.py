@@ -13,6 +13,7 @@ import contextlib
 import email.utils
 import functools
 import logging
+import math
 import random
 import time
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ import msgspec
 
 from .backend import BackendStream, StreamEvent
 from .config import OpenAIModelConfig
-from .errors import APIError
+from .errors import APIError, sse_error
 from .requests import HOPS_HEADER, GatewayRequest
 from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
@@ -72,7 +73,7 @@ class UpstreamBackend:
             raw = await response.aread()
         except httpx.TimeoutException:
             raise _timeout(self.name) from None
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:  # also DecodingError: a body its encoding cannot undo
             raise _broken(self.name, exc) from None
         finally:
             await response.aclose()
@@ -92,6 +93,9 @@ class UpstreamBackend:
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
+            raise await _not_a_stream(self.name, response)
         return UpstreamStream(self.name, response)
 
     def describe(self) -> dict[str, Any]:
@@ -148,9 +152,9 @@ class UpstreamBackend:
                 continue
             except httpx.TimeoutException:
                 raise _timeout(self.name) from None
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
-            if response.status_code < 400:
+            if 200 <= response.status_code < 300:
                 return response
             # 508: the request came back to a gateway it had passed; another try loops again.
             retryable = response.status_code == 429 or response.status_code >= 500
@@ -300,12 +304,12 @@ class UpstreamStream:
             async for data in self._chunks:
                 events = parser.feed(data)
                 for i, raw in enumerate(events, start=1):
-                    event = _event(raw, more=i < len(events))
+                    event = _event(self._name, raw, more=i < len(events))
                     self._finished = self._finished or event.done
                     yield event
         except httpx.TimeoutException:
             raise _timeout(self._name) from None
-        except httpx.TransportError as exc:
+        except httpx.RequestError as exc:  # also DecodingError
             raise _broken(self._name, exc) from None
 
     async def aclose(self) -> None:
@@ -329,26 +333,52 @@ class UpstreamStream:
 # helpers
 
 
-def _event(data: bytes, *, more: bool) -> StreamEvent:
-    raw = b"data: " + data + b"\n\n"
+def _event(name: str, data: bytes, *, more: bool) -> StreamEvent:
+    # an event's data may span lines; each goes out with its own "data:" prefix again
+    raw = b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n"
     if data == b"[DONE]":
         return StreamEvent(raw, None, done=True)
     try:
         chunk = _decode(data)
     except msgspec.DecodeError:
-        return StreamEvent(raw, None, error=True)
-    if not isinstance(chunk, dict) or "error" in chunk:
-        return StreamEvent(raw, chunk if isinstance(chunk, dict) else None, error=True)
-    return StreamEvent(raw, chunk, more=more)
+        chunk = None
+    if not isinstance(chunk, dict):
+        detail = data[:200].decode("utf-8", "replace")
+        return _error_event(name, f"sent an event that is not a JSON object: {detail!r}")
+    error = chunk.get("error")
+    if error is None:
+        return StreamEvent(raw, chunk, more=more)
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return StreamEvent(raw, chunk, error=True)  # an OpenAI error event: passed on as is
+    return _error_event(name, f"failed mid-stream: {str(error)[:200]}")
+
+
+def _error_event(name: str, what: str) -> StreamEvent:
+    error = _failure(502, "upstream_error", f"Upstream for model '{name}' {what}")
+    return StreamEvent(sse_error(error), error.body(), error=True)
+
+
+async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
+    _, error = await _read_error(response)
+    if isinstance(error, dict):
+        error = error.get("message")
+    if error:
+        return _failure(502, "upstream_error", f"Upstream for model '{name}' failed: {error}")
+    kind = response.headers.get("content-type") or "no content type"
+    return _failure(
+        502, "upstream_error", f"Upstream for model '{name}' answered a stream request with {kind}."
+    )
 
 
 def _retry_after(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -358,29 +388,19 @@ def _retry_after(value: str | None) -> float | None:
 
 async def _upstream_error(name: str, response: httpx.Response, *, retryable: bool) -> APIError:
     status = response.status_code
-    try:
-        raw = await response.aread()
-    except httpx.HTTPError:
-        raw = b""
-    finally:
-        await response.aclose()
-    try:
-        body = _decode(raw)
-        error = body.get("error") if isinstance(body, dict) else None
-    except msgspec.DecodeError:
-        error = None
+    raw, error = await _read_error(response)
     message = ""
     fields: dict[str, Any] = {}
     if isinstance(error, dict):
         message = str(error.get("message") or "")
-        fields = {k: error.get(k) for k in ("type", "param", "code")}
+        fields = {k: _field(error.get(k)) for k in ("type", "param", "code")}
     elif isinstance(error, str):
         message = error
     if not message:
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
     if status == 508 and fields.get("code") == "loop_detected":
         return UpstreamError(508, message, code="loop_detected")
-    if status >= 500:
+    if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(
             502,
             f"Upstream for model '{name}' failed with HTTP {status}: {message}",
@@ -388,8 +408,9 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
             retryable=retryable,
         )
     headers = {}
-    if status == 429 and response.headers.get("retry-after"):
-        headers["retry-after"] = response.headers["retry-after"]
+    retry_after = response.headers.get("retry-after")
+    if status == 429 and retry_after and _retry_after(retry_after) is not None:
+        headers["retry-after"] = retry_after
     return UpstreamError(
         status,
         message,
@@ -399,6 +420,30 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
         headers=headers,
         retryable=retryable,
     )
+
+
+async def _read_error(response: httpx.Response) -> tuple[bytes, Any]:
+    """Read and close an unwanted answer: its body, and its ``error`` member if it has one."""
+    try:
+        raw = await response.aread()
+    except httpx.HTTPError:
+        raw = b""
+    finally:
+        await response.aclose()
+    try:
+        body = _decode(raw)
+    except msgspec.DecodeError:
+        body = None
+    return raw, body.get("error") if isinstance(body, dict) else None
+
+
+def _field(value: Any) -> str | None:
+    """An error's ``type``/``param``/``code`` as the OpenAI SDKs expect it: a string or null."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
 
 
 def _timeout(name: str) -> APIError:

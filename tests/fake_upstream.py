@@ -23,6 +23,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     tool_call      answer with a call of this function name
     content        answer with this text
     chunks         number of content pieces a stream is split into (default 4)
+    raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
+                   an SSE body is sent as written): for malformed or odd upstream answers
 
 Run standalone: ``python -m tests.fake_upstream --port 9999``.
 """
@@ -123,6 +125,12 @@ class FakeUpstream:
             if disconnected.is_set():
                 self.stats["cancelled"] += 1
                 return
+        if fake.get("raw") is not None:
+            raw = fake["raw"]
+            content_type = raw.get("content_type", "application/json")
+            return await _raw(
+                send, raw.get("status", 200), raw["body"].encode(), content_type, raw.get("headers")
+            )
         if fake.get("status") and attempt <= fake.get("fail_times", 10**9):
             self.stats["errors"] += 1
             headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}

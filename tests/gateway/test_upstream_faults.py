@@ -1,0 +1,189 @@
+"""Malformed and odd upstream answers: each becomes a clear OpenAI error, and none is cached.
+
+The fake upstream's ``raw`` option sends a status, headers and body exactly as written.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from tests.gateway.test_api import sse_chunks
+
+HEAD = {"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+
+
+def raw(
+    body: str,
+    *,
+    status: int = 200,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "raw": {"status": status, "content_type": content_type, "body": body, "headers": headers}
+    }
+
+
+def sse(*events: Any) -> dict[str, Any]:
+    """An SSE body: dicts are sent as one JSON line, strings exactly as given."""
+    body = "".join((e if isinstance(e, str) else f"data: {json.dumps(e)}\n\n") for e in events)
+    return raw(body, content_type="text/event-stream")
+
+
+def chunk(content: str | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    delta = {} if content is None else {"content": content}
+    return {**HEAD, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def error_of(events: list[Any]) -> dict[str, Any]:
+    last = events[-1]
+    assert isinstance(last, dict) and set(last) == {"error"}, events
+    error: dict[str, Any] = last["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+def test_huge_number_in_a_cache_option_is_400(make_gateway: Any) -> None:
+    gw = make_gateway()
+    for option in ("ttl", "threshold", "max_age"):
+        response = gw.chat("big", cache={option: 10**400})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == f"cache.{option}"
+
+
+def test_body_its_encoding_cannot_undo_is_502(make_gateway: Any) -> None:
+    gw = make_gateway()
+    gzip = {"content-encoding": "gzip"}
+    response = gw.chat("gz", fake=raw('{"choices": []}', headers=gzip))
+    assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_error"
+    stream = gw.chat(
+        "gz",
+        stream=True,
+        fake=raw('data: {"choices": []}\n\n', content_type="text/event-stream", headers=gzip),
+    )
+    assert stream.status_code == 200
+    error = error_of(sse_chunks(stream.text))
+    assert error["code"] == "upstream_error" and "broke off" in error["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_redirect_is_502_not_success(make_gateway: Any, upstream: Any, stream: bool) -> None:
+    gw = make_gateway()
+    fake = raw("", status=302, headers={"location": "http://elsewhere.invalid/"})
+    response = gw.chat("moved", stream=stream, fake=fake)
+    assert response.status_code == 502
+    assert "HTTP 302" in response.json()["error"]["message"]
+    assert upstream.stats["chat"] == 1  # not retried: another try gets the same redirect
+
+
+def test_error_fields_of_the_wrong_type_are_made_strings_or_null(make_gateway: Any) -> None:
+    gw = make_gateway()
+    body = '{"error": {"message": "weird", "type": 5, "param": [1], "code": {"a": 1}}}'
+    response = gw.chat("teapot", fake=raw(body, status=418))
+    assert response.status_code == 418
+    assert response.json()["error"] == {
+        "message": "weird",
+        "type": "5",
+        "param": None,
+        "code": None,
+    }
+
+
+def test_retry_after_that_is_not_a_number_is_not_passed_on(
+    make_gateway: Any, upstream: Any
+) -> None:
+    gw = make_gateway()
+    response = gw.chat("limited", fake={"status": 429, "retry_after": "nan"})
+    assert response.status_code == 429
+    assert "retry-after" not in response.headers
+    assert upstream.stats["chat"] == 3  # retried with the configured backoff instead
+
+
+def test_answer_without_its_message_is_served_but_not_cached(make_gateway: Any) -> None:
+    gw = make_gateway()
+    body = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "finish_reason": "stop"}],
+        }
+    )
+    first = gw.chat("hollow", fake=raw(body))
+    assert first.status_code == 200 and first.headers["x-cache"] == "miss"
+    assert gw.chat("hollow", fake=raw(body)).headers["x-cache"] == "miss"
+
+
+def test_json_answer_to_a_stream_request_is_502_with_its_message(make_gateway: Any) -> None:
+    gw = make_gateway()
+    body = '{"error": {"message": "quota exceeded", "type": "insufficient_quota"}}'
+    response = gw.chat("quota", stream=True, fake=raw(body))
+    assert response.status_code == 502
+    assert "quota exceeded" in response.json()["error"]["message"]
+    plain = gw.chat("plain", stream=True, fake=raw('{"choices": []}'))
+    assert plain.status_code == 502
+    assert "answered a stream request with application/json" in plain.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("bad", "says"),
+    [
+        ("data: oops not json\n\n", "not a JSON object: 'oops not json'"),
+        ('data: ["a list"]\n\n', "not a JSON object"),
+        ('data: {"error": "boom"}\n\n', "failed mid-stream: boom"),
+        ('data: {"error": {"no message": 1}}\n\n', "failed mid-stream"),
+    ],
+)
+def test_malformed_error_event_becomes_an_openai_error_event(
+    make_gateway: Any, bad: str, says: str
+) -> None:
+    gw = make_gateway()
+    fake = sse(chunk("Hel"), bad, chunk("lo", "stop"), "data: [DONE]\n\n")
+    response = gw.chat("mid", stream=True, fake=fake)
+    events = sse_chunks(response.text)
+    assert events[0]["choices"][0]["delta"] == {"content": "Hel"}
+    error = error_of(events)
+    assert error["code"] == "upstream_error" and says in error["message"]
+    assert gw.chat("mid", stream=True, fake=fake).headers["x-cache"] == "miss"
+
+
+def test_openai_error_event_passes_through(make_gateway: Any) -> None:
+    gw = make_gateway()
+    error = {"error": {"message": "overloaded", "type": "server_error", "param": None,
+                       "code": "overloaded"}}  # fmt: skip
+    response = gw.chat("mid", stream=True, fake=sse(chunk("Hel"), error))
+    assert sse_chunks(response.text)[-1] == error
+
+
+def test_chunk_with_a_null_error_member_is_an_ordinary_chunk(make_gateway: Any) -> None:
+    gw = make_gateway()
+    fake = sse(chunk("Hel", error=None), chunk("lo", "stop"), "data: [DONE]\n\n")
+    events = sse_chunks(gw.chat("null", stream=True, fake=fake).text)
+    assert events[-1] == "[DONE]"
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "Hello"
+    replay = gw.chat("null", stream=True, fake=fake)
+    assert replay.headers["x-cache"] == "exact"  # a complete answer, so it was stored
+
+
+def test_event_whose_data_spans_lines_reaches_the_sdk_whole(make_gateway: Any) -> None:
+    gw = make_gateway()
+    first = json.dumps(chunk("Hel"), indent=1)  # one JSON value over several lines
+    multi = "".join(f"data: {line}\n" for line in first.split("\n")) + "\n"
+    fake = sse(multi, chunk("lo", "stop"), "data: [DONE]\n\n")
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    for expected in ("miss", "exact"):
+        with client.chat.completions.with_streaming_response.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "lines"}],
+            stream=True,
+            extra_body={"fake": fake},
+        ) as raw_response:
+            assert raw_response.headers["x-cache"] == expected
+            stream = raw_response.parse()
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "Hello"
