@@ -9,6 +9,8 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, get, post
 
+from semantic.store import StoreUnavailable
+
 from .errors import APIError
 from .runtime import Runtime
 
@@ -50,7 +52,10 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     if not isinstance(body, dict) or not isinstance(body.get("namespace", ""), str | None):
         return _error(APIError(400, "'namespace' must be a string.", param="namespace"))
     namespace = body.get("namespace") or None
-    flushed = await runtime.cache.flush(namespace) if runtime.cache is not None else 0
+    try:
+        flushed = await runtime.cache.flush(namespace) if runtime.cache is not None else 0
+    except StoreUnavailable as exc:
+        return _error(APIError(503, str(exc), code="cache_unavailable"))
     prefix_tokens = 0
     if body.get("prefix"):
         for backend in runtime.backends.values():

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .keys import CacheKey, entry_id
-from .store import Entry, EntryStore
+from .store import Entry, EntryStore, StoreUnavailable
 
 if TYPE_CHECKING:
     from .embedder import Embedder
@@ -214,8 +214,9 @@ class ResponseCache:
             vector_model=self.embedder.model_name if vector is not None and self.embedder else "",
         )
         evicted = await self._store.put(entry)
-        if self.index is not None and vector is not None:
-            self.index.add(entry.id, _index_scope(entry.vector_model, entry.scope), vector)
+        # NOTE: an answer stored again without a vector (semantic off for it) must leave the
+        # index too, or a later search finds an entry the guard has no vector for.
+        self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
         self.on_delete(evicted)
         self._counters.stores += 1
         self._counters.evictions += len(evicted)
@@ -223,7 +224,11 @@ class ResponseCache:
 
     async def flush(self, namespace: str | None = None) -> int:
         """Drop every entry (or those of one namespace); returns how many."""
-        ids = await self._store.flush(namespace)
+        try:
+            ids = await self._store.flush(namespace)
+        except StoreUnavailable as exc:
+            self.on_delete(exc.removed)  # what did go stays gone from the index too
+            raise
         self.on_delete(ids)
         return len(ids)
 
@@ -253,10 +258,14 @@ class ResponseCache:
     # -- StoreListener: changes made by other replicas (Redis) -----------------------------
 
     def on_put(self, entry_id: int, scope: str, vector: bytes | None, vector_model: str) -> None:
-        if self.index is not None and vector:
-            self.index.add(
-                entry_id, _index_scope(vector_model, scope), np.frombuffer(vector, dtype=np.float32)
-            )
+        if self.index is None:
+            return
+        if self._searchable(vector, vector_model):
+            assert vector is not None
+            vec = np.frombuffer(vector, dtype=np.float32)
+            self.index.add(entry_id, _index_scope(vector_model, scope), vec)
+        else:  # replaced by an entry without a vector of this model: exact hits only
+            self.index.remove(entry_id)
 
     def on_delete(self, ids: list[int]) -> None:
         if self.index is not None:
@@ -268,7 +277,7 @@ class ResponseCache:
         items = [
             (e.id, _index_scope(e.vector_model, e.scope), _vector(e))
             async for e in self._store.entries()
-            if e.vector
+            if self._searchable(e.vector, e.vector_model)
         ]
         if self.index is not None:
             await asyncio.to_thread(self.index.rebuild, items)
@@ -292,7 +301,13 @@ class ResponseCache:
             if hit.similarity < limit:
                 break
             entry = await self._store.get(hit.id)
-            if entry is None or entry.scope != key.scope:  # expired or evicted elsewhere
+            if entry is None and not self._store.available:
+                break  # the store is unreachable: a miss, but no proof the entry is gone
+            if (
+                entry is None  # expired or evicted elsewhere
+                or entry.scope != key.scope
+                or not self._searchable(entry.vector, entry.vector_model)
+            ):
                 self.index.remove(hit.id)
                 continue
             if not _fresh(entry, now, max_age):
@@ -308,6 +323,20 @@ class ResponseCache:
             self._counters.hits["semantic"] += 1
             return Lookup("semantic", entry, hit.similarity, now - entry.created, vector)
         return Lookup("miss", vector=vector)
+
+    def _searchable(self, vector: bytes | None, vector_model: str) -> bool:
+        """A stored vector this process can search: made by its embedder, of the index's size.
+
+        Vectors of another model (written before a model change, or by another replica) stay
+        in the store for exact hits; comparing them with this model's vectors would be wrong.
+        """
+        return (
+            bool(vector)
+            and self.embedder is not None
+            and self.index is not None
+            and vector_model == self.embedder.model_name
+            and len(vector or b"") == 4 * self.index.dim
+        )
 
     async def _semantic_ready(self) -> bool:
         """Wait for the semantic parts if they are still loading; False when off or broken."""
@@ -373,10 +402,8 @@ class ResponseCache:
         self.on_delete(sorted(indexed - stored))
         for missing in stored - indexed:
             entry = await self._store.get(missing)
-            if entry is not None and entry.vector:
-                self.index.add(
-                    entry.id, _index_scope(entry.vector_model, entry.scope), _vector(entry)
-                )
+            if entry is not None:
+                self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
 
     async def _sweep_forever(self) -> None:
         while True:

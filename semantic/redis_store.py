@@ -30,7 +30,7 @@ import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError, ResponseError
 
-from .store import Entry, StoreListener
+from .store import Entry, StoreListener, StoreUnavailable
 
 __all__ = ["RedisStore", "StoreUnavailable"]
 
@@ -40,10 +40,6 @@ T = TypeVar("T")
 _STREAM_MAXLEN = 200_000  # events kept; a replica further behind than this reloads everything
 _BATCH = 500
 _BLOCK_MS = 1000  # how long one XREAD of the follower waits for news
-
-
-class StoreUnavailable(Exception):
-    """Redis could not be reached; the caller treats the operation as a miss / a skipped write."""
 
 
 class RedisStore:
@@ -136,8 +132,7 @@ class RedisStore:
 
     async def delete(self, ids: list[int]) -> None:
         async def op() -> None:
-            await self._redis.zrem(self._p + "lru", *ids)
-            await self._remove(ids)
+            await self._remove(ids, lru=True)
 
         if ids:
             await self._call(op)
@@ -160,26 +155,39 @@ class RedisStore:
                 if await self._redis.zrem(self._p + "exp", member):
                     gone.append(int(member))
             if gone:
-                await self._redis.zrem(self._p + "lru", *gone)
-                await self._remove(gone)
+                await self._remove(gone, lru=True)
             self._count = int(await self._redis.zcard(self._p + "lru"))
             return gone
 
         return await self._call(op, default=[])
 
     async def flush(self, namespace: str | None = None) -> list[int]:
+        """Delete every entry (or a namespace's); raises StoreUnavailable if Redis fails."""
         if namespace is None:
-            members = await self._call(
-                lambda: self._redis.zrange(self._p + "lru", 0, -1), default=[]
-            )
+            members = await self._call(lambda: self._redis.zrange(self._p + "lru", 0, -1))
+            if members is None:
+                raise StoreUnavailable("Redis is unavailable: nothing was flushed.")
             ids = [int(m) for m in members]
         else:
             ids = [entry.id async for entry in self.entries() if entry.namespace == namespace]
         for start in range(0, len(ids), _BATCH):
-            await self.delete(ids[start : start + _BATCH])
+            batch = ids[start : start + _BATCH]
+
+            async def op(batch: list[int] = batch) -> bool:
+                await self._remove(batch, lru=True)
+                return True
+
+            if not await self._call(op, default=False):
+                raise StoreUnavailable(
+                    f"Redis failed during the flush: {start} of {len(ids)} entries were dropped.",
+                    removed=ids[:start],
+                )
         return ids
 
     async def entries(self) -> AsyncIterator[Entry]:
+        """Every live entry; raises StoreUnavailable when Redis fails part-way (a partial list
+        must not pass for the whole store). It tries Redis even while ``available`` is down:
+        the follower reloads as soon as Redis answers again."""
         try:
             members = await self._redis.zrange(self._p + "lru", 0, -1)
             for start in range(0, len(members), _BATCH):
@@ -191,8 +199,9 @@ class RedisStore:
                         entry = self._decoder.decode(blob)
                         if not entry.expired(now):
                             yield entry
-        except (RedisError, OSError) as exc:
+        except (TimeoutError, RedisError, OSError) as exc:
             self._mark_down(exc)
+            raise StoreUnavailable(f"Redis failed while listing entries: {exc!r}") from exc
 
     async def ids(self) -> set[int]:
         members = await self._call(lambda: self._redis.zrange(self._p + "lru", 0, -1), default=[])
@@ -213,7 +222,7 @@ class RedisStore:
                 log.warning("response-cache event stream: %s; reloading", exc)
                 last = None
                 continue
-            except (TimeoutError, RedisError, OSError) as exc:
+            except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
                 if last is not None:
                     log.warning("response-cache event stream lost (%r); will reload", exc)
                 last = None  # events may be lost while disconnected: reload on return
@@ -221,7 +230,10 @@ class RedisStore:
                 continue
             for _stream, events in reply or ():
                 for event_id, fields in events:
-                    _apply(listener, fields)
+                    try:
+                        _apply(listener, fields)
+                    except Exception:  # one bad event must not stop the replica following
+                        log.exception("response-cache event %r could not be applied", event_id)
                     last = event_id
 
     def __len__(self) -> int:
@@ -236,8 +248,11 @@ class RedisStore:
     def _key(self, entry_id: int) -> str:
         return f"{self._p}e:{entry_id}"
 
-    async def _remove(self, ids: list[int]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
+    async def _remove(self, ids: list[int], *, lru: bool = False) -> None:
+        """Delete entries and announce it, all or nothing (``lru``: their LRU ranks too)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            if lru:
+                pipe.zrem(self._p + "lru", *ids)
             pipe.delete(*(self._key(i) for i in ids))
             pipe.zrem(self._p + "exp", *ids)
             pipe.hdel(self._p + "hits", *ids)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import diskcache
 import msgspec
 
-__all__ = ["DiskStore", "Entry", "EntryStore", "StoreListener"]
+__all__ = ["DiskStore", "Entry", "EntryStore", "StoreListener", "StoreUnavailable"]
 
 
 class Entry(msgspec.Struct, kw_only=True):
@@ -46,6 +46,14 @@ class Entry(msgspec.Struct, kw_only=True):
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached; ``removed`` lists what an interrupted flush did drop."""
+
+    def __init__(self, message: str, removed: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.removed = removed or []
 
 
 class StoreListener(Protocol):
@@ -74,6 +82,9 @@ class EntryStore(Protocol):
     #: Several processes write this store: ``follow`` loads the listener and keeps it current.
     shared: bool
 
+    @property
+    def available(self) -> bool: ...  # False while unreachable: a None from get proves nothing
+
     def __len__(self) -> int: ...  # entries (may lag a little for shared stores)
     async def close(self) -> None: ...
 
@@ -95,6 +106,10 @@ class DiskStore:
     """
 
     shared = False
+
+    @property
+    def available(self) -> bool:
+        return True  # a local directory
 
     def __init__(self, directory: str | Path, *, max_entries: int) -> None:
         self._cache = diskcache.Cache(

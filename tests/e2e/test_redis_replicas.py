@@ -118,6 +118,9 @@ def test_redis_outage_means_misses_not_errors(
             assert response.status_code == 200 and response.headers["x-cache"] == "miss"
             assert time.perf_counter() - started < 2.0
     assert httpx.get(f"{a.url}/healthz").status_code == 200
+    flush = httpx.post(f"{a.url}/admin/cache/flush", json={}, timeout=10)
+    assert flush.status_code == 503  # was 200 {"flushed": 0}: a flush that did nothing
+    assert flush.json()["error"]["code"] == "cache_unavailable"
     redis_server.start()  # back, empty
     ask(a, "What is the boiling point of water?")
     assert eventually(

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.embedder import Embedder
 from semantic.keys import chat_key, entry_id
+from semantic.redis_store import RedisStore
 from semantic.store import DiskStore, Entry
+from tests.conftest import RedisServer
 
 
 def ask(question: str) -> dict[str, object]:
@@ -52,4 +57,66 @@ async def test_an_answer_stored_while_the_model_loads_is_found_by_meaning(
     await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="", vector=vector)
     paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
     assert (await cache.lookup(paraphrase)).kind == "semantic"
+    await cache.close()
+
+
+async def test_vectors_of_another_size_leave_the_semantic_tier_running(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=100)
+    old = chat_key("t", "", "m", ask("How do I reset my password?"))
+    # written while a model with 8-dimensional vectors was configured
+    small = np.full(8, 8**-0.5, dtype=np.float32)
+    await store.put(Entry(id=entry_id(old.exact), exact=old.exact, scope=old.scope, question=old.question,
+                          model="m", tenant="t", namespace="", response={"choices": []},
+                          created=time.time(), expires=None, vector=small.tobytes(),
+                          vector_model="small-model"))  # fmt: skip
+    cache = ResponseCache(store, CacheSettings(), SemanticSettings())
+    await cache.start()
+    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
+    assert (await cache.lookup(paraphrase)).kind == "miss"
+    assert cache.stats()["semantic"] == "ready"  # was: failed: ValueError(... 384 floats ...)
+    assert (await cache.lookup(old)).kind == "exact"
+    await cache.store(old, {"choices": []}, model="m", tenant="t", namespace="")
+    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    await cache.close()
+
+
+async def test_an_entry_without_its_vector_is_never_a_semantic_candidate(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=100)
+    cache = ResponseCache(store, CacheSettings(), SemanticSettings())  # guard on
+    await cache.start()
+    stored = chat_key("t", "", "m", ask("How do I reset my password?"))
+    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    # stored again where only an exact hit is safe: the index must forget its old vector
+    await cache.store(
+        dataclasses.replace(stored, semantic=False), {"choices": []}, model="m", tenant="t",
+        namespace="",
+    )  # fmt: skip
+    assert (await cache.lookup(paraphrase)).kind == "miss"
+    assert (await cache.lookup(stored)).kind == "exact"
+    # the same, written behind the cache's back (another process, or before a restart)
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    entry = await store.get(entry_id(stored.exact))
+    assert entry is not None and cache.index is not None and len(cache.index.ids()) == 1
+    await store.put(msgspec.structs.replace(entry, vector=None, vector_model=""))
+    assert (await cache.lookup(paraphrase)).kind == "miss"  # was: ValueError in the guard
+    assert len(cache.index.ids()) == 0
+    await cache.close()
+
+
+async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100, retry_after=0.2)
+    cache = ResponseCache(store, CacheSettings(), SemanticSettings())
+    await cache.start()
+    stored = chat_key("t", "", "m", ask("How do I reset my password?"))
+    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    store._mark_down(ConnectionError("blip"))  # what a timed-out Redis call does
+    assert (await cache.lookup(paraphrase)).kind == "miss"  # the store cannot say: a miss
+    await asyncio.sleep(0.25)
+    assert (await cache.lookup(paraphrase)).kind == "semantic"  # was: a miss for good
     await cache.close()

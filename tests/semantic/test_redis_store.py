@@ -7,10 +7,12 @@ import hashlib
 import time
 
 import numpy as np
+import pytest
 
+from semantic import redis_store
 from semantic.keys import entry_id
 from semantic.redis_store import RedisStore
-from semantic.store import Entry
+from semantic.store import Entry, StoreUnavailable
 from tests.conftest import RedisServer
 
 
@@ -133,5 +135,68 @@ async def test_redis_down_degrades_fast_and_recovers(redis_server: RedisServer) 
     await store.put(entry(3))
     assert await store.get(entry(3).id) is not None
     await wait_for(lambda: recorder.resets >= 2)  # the follower reloaded after the outage
+    task.cancel()
+    await store.close()
+
+
+async def test_listing_that_fails_part_way_raises_instead_of_passing_for_everything(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100, retry_after=0.2)
+    for n in range(6):
+        await store.put(entry(n))
+    monkeypatch.setattr(redis_store, "_BATCH", 2)
+    real_mget, calls = store._redis.mget, []
+
+    async def flaky_mget(keys: list[str]) -> list[bytes | None]:
+        calls.append(keys)
+        if len(calls) == 2:
+            raise ConnectionError("blip")
+        return await real_mget(keys)
+
+    monkeypatch.setattr(store._redis, "mget", flaky_mget)
+    with pytest.raises(StoreUnavailable):
+        _ = [e async for e in store.entries()]
+    await asyncio.sleep(0.25)
+    assert len([e async for e in store.entries()]) == 6  # once Redis answers again
+    await store.close()
+
+
+async def test_flush_that_fails_part_way_says_so_and_keeps_the_rest(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100, retry_after=0.2)
+    entries = [entry(n) for n in range(6)]
+    for e in entries:
+        await store.put(e)
+    monkeypatch.setattr(redis_store, "_BATCH", 2)
+    real_remove, calls = store._remove, []
+
+    async def flaky_remove(ids: list[int], **options: bool) -> None:
+        calls.append(ids)
+        if len(calls) == 2:
+            raise ConnectionError("blip")
+        await real_remove(ids, **options)
+
+    monkeypatch.setattr(store, "_remove", flaky_remove)
+    with pytest.raises(StoreUnavailable) as failed:
+        await store.flush()
+    assert len(failed.value.removed) == 2
+    await asyncio.sleep(0.25)  # the failure marked Redis down for retry_after
+    kept = [e for e in entries if await store.get(e.id) is not None]
+    assert sorted(e.id for e in kept) == sorted(set(await store.ids()))
+    assert {e.id for e in entries} - {e.id for e in kept} == set(failed.value.removed)
+    await store.close()
+
+
+async def test_follower_survives_an_event_it_cannot_apply(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, max_entries=100)
+    recorder = Recorder()
+    task = asyncio.create_task(store.follow(recorder))
+    await wait_for(lambda: recorder.resets == 1)
+    await store._redis.xadd("cachegate:events", {b"op": b"put", b"id": b"not a number"})
+    e = entry(1)
+    await store.put(e)
+    await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
     task.cancel()
     await store.close()
