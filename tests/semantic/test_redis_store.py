@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -51,6 +53,20 @@ async def wait_for(condition, timeout: float = 3.0) -> None:  # type: ignore[no-
         await asyncio.sleep(0.02)
 
 
+@contextlib.asynccontextmanager
+async def following(url: str) -> AsyncIterator[tuple[RedisStore, Recorder]]:
+    """A store whose follower feeds a Recorder, once its first load is done."""
+    store = RedisStore(url, max_entries=100)
+    recorder = Recorder()
+    task = asyncio.create_task(store.follow(recorder))
+    try:
+        await wait_for(lambda: recorder.resets == 1)
+        yield store, recorder
+    finally:
+        task.cancel()
+        await store.close()
+
+
 async def test_put_get_hits_and_two_replicas(redis_server: RedisServer) -> None:
     a = RedisStore(redis_server.url, max_entries=10)
     b = RedisStore(redis_server.url, max_entries=10)
@@ -83,26 +99,21 @@ async def test_lru_eviction_across_replicas(redis_server: RedisServer) -> None:
 
 async def test_follow_sees_puts_deletes_and_expiry(redis_server: RedisServer) -> None:
     writer = RedisStore(redis_server.url, max_entries=100)
-    reader = RedisStore(redis_server.url, max_entries=100)
-    recorder = Recorder()
-    task = asyncio.create_task(reader.follow(recorder))
-    await wait_for(lambda: recorder.resets == 1)
-    vector = np.ones(4, dtype=np.float32).tobytes()
-    kept, short = entry(1, vector=vector), entry(2, ttl=0.2)
-    await writer.put(kept)
-    await writer.put(short)
-    await wait_for(lambda: len(recorder.puts) == 2)
-    assert recorder.puts[0] == (kept.id, kept.scope, vector)
-    await writer.delete([kept.id])
-    await wait_for(lambda: kept.id in recorder.deletes)
-    await asyncio.sleep(0.3)
-    assert await reader.get(short.id) is None  # Redis expired the key itself
-    assert await writer.sweep() == [short.id]
-    assert await reader.sweep() == []  # announced once
-    await wait_for(lambda: short.id in recorder.deletes)
-    task.cancel()
+    async with following(redis_server.url) as (reader, recorder):
+        vector = np.ones(4, dtype=np.float32).tobytes()
+        kept, short = entry(1, vector=vector), entry(2, ttl=0.2)
+        await writer.put(kept)
+        await writer.put(short)
+        await wait_for(lambda: len(recorder.puts) == 2)
+        assert recorder.puts[0] == (kept.id, kept.scope, vector)
+        await writer.delete([kept.id])
+        await wait_for(lambda: kept.id in recorder.deletes)
+        await asyncio.sleep(0.3)
+        assert await reader.get(short.id) is None  # Redis expired the key itself
+        assert await writer.sweep() == [short.id]
+        assert await reader.sweep() == []  # announced once
+        await wait_for(lambda: short.id in recorder.deletes)
     await writer.close()
-    await reader.close()
 
 
 async def test_flush_namespace(redis_server: RedisServer) -> None:
@@ -190,13 +201,23 @@ async def test_flush_that_fails_part_way_says_so_and_keeps_the_rest(
 
 
 async def test_follower_survives_an_event_it_cannot_apply(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, max_entries=100)
-    recorder = Recorder()
-    task = asyncio.create_task(store.follow(recorder))
-    await wait_for(lambda: recorder.resets == 1)
-    await store._redis.xadd("cachegate:events", {b"op": b"put", b"id": b"not a number"})
-    e = entry(1)
-    await store.put(e)
-    await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
-    task.cancel()
-    await store.close()
+    other = RedisStore(redis_server.url, max_entries=100)
+    async with following(redis_server.url) as (store, recorder):
+        await store._redis.xadd("cachegate:events", {b"op": b"put", b"id": b"not a number"})
+        e = entry(1)
+        await other.put(e)
+        await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
+    await other.close()
+
+
+async def test_a_replica_does_not_apply_its_own_puts_again(redis_server: RedisServer) -> None:
+    other = RedisStore(redis_server.url, max_entries=100)
+    async with following(redis_server.url) as (mine, recorder):
+        own, theirs = entry(1), entry(2)
+        await mine.put(own)  # the cache indexed it already, when it stored it
+        await other.put(theirs)
+        await wait_for(lambda: len(recorder.puts) >= 1)
+        await mine.delete([own.id])  # deletes are applied whoever made them
+        await wait_for(lambda: own.id in recorder.deletes)
+        assert [p[0] for p in recorder.puts] == [theirs.id]
+    await other.close()
