@@ -31,6 +31,7 @@ from localmodel import (
     Event,
     Finished,
     GenerationRequest,
+    SamplingError,
     SamplingParams,
     TextDelta,
 )
@@ -198,7 +199,9 @@ class LocalBackend:
             code = "context_length_exceeded" if "context length" in str(exc) else "invalid_value"
             param = "messages" if request.kind == "chat" else "prompt"
             if code == "context_length_exceeded" and _max_tokens(body) is not None:
-                param = "max_tokens"
+                param = (
+                    "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+                )
             raise APIError(400, str(exc), param=param, code=code) from None
 
 
@@ -295,8 +298,8 @@ def _load_and_warm(config: EngineConfig) -> Engine:
 _UNSUPPORTED: dict[str, Any] = {
     "tools": None,
     "functions": None,
-    "logprobs": False,
-    "top_logprobs": None,
+    "logprobs": False,  # chat: a boolean; completions: an int, where 0 asks for something
+    "top_logprobs": 0,
     "logit_bias": None,
     "presence_penalty": 0,
     "frequency_penalty": 0,
@@ -309,7 +312,8 @@ _UNSUPPORTED: dict[str, Any] = {
 def _sampling(body: dict[str, Any]) -> SamplingParams:
     for param, unused in _UNSUPPORTED.items():
         value = body.get(param)
-        if value is not None and value != unused and value not in ([], {}):
+        used = value is not unused if isinstance(unused, bool) else value != unused
+        if value is not None and used and value not in ([], {}):
             raise APIError(
                 400,
                 f"'{param}' is not supported by the local model.",
@@ -340,8 +344,10 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
             n=int(body.get("n") or 1),
         )
+    except SamplingError as exc:
+        raise APIError(400, str(exc), param=exc.param, code="invalid_value") from None
     except ValueError as exc:
-        raise APIError(400, str(exc)) from None
+        raise APIError(400, str(exc), code="invalid_value") from None
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:

@@ -33,7 +33,7 @@ from localmodel.engine import (
 from localmodel.kv import KVLayout, RequestCache, TensorKV, UnsupportedModelError
 from localmodel.loader import ModelLoadError
 from localmodel.prompts import InvalidPromptError
-from localmodel.sampling import SamplingParams
+from localmodel.sampling import SamplingError, SamplingParams
 from localmodel.worker import AsyncEngine, EngineClosedError
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "KVLayout",
     "ModelLoadError",
     "RequestCache",
+    "SamplingError",
     "SamplingParams",
     "TensorKV",
     "TextDelta",

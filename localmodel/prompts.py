@@ -98,4 +98,6 @@ def _normalise(message: Mapping[str, Any]) -> dict[str, Any]:
         content = "".join(parts)
     elif not isinstance(content, str):
         raise InvalidPromptError("message content must be a string or a list of text parts")
+    if role == "developer":  # OpenAI's newer name for the system role; the template knows "system"
+        role = "system"
     return {**message, "role": role, "content": content}

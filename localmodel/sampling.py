@@ -2,7 +2,9 @@
 
 The order of the filters follows Hugging Face / vLLM: temperature scales the logits, then
 top-k keeps the k most likely tokens, then top-p keeps the smallest set whose probability
-reaches p. ``temperature == 0`` means greedy (argmax) and ignores the other filters.
+reaches p (the most likely token always stays, so ``top_p == 0`` keeps only it).
+``temperature`` below ``MIN_TEMPERATURE`` (0 included) means greedy (argmax) and ignores the
+other filters.
 
 Reproducibility: every request gets its own ``torch.Generator`` seeded from ``seed``, so the
 same request with the same seed yields the same tokens whatever else the process is doing.
@@ -20,19 +22,36 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MAX_STOP_STRINGS", "SamplingParams", "make_generator", "sample"]
+__all__ = [
+    "MAX_STOP_STRINGS",
+    "MIN_TEMPERATURE",
+    "SamplingError",
+    "SamplingParams",
+    "make_generator",
+    "sample",
+]
 
 MAX_STOP_STRINGS = 4  # OpenAI's limit
+#: Temperatures below this sample greedily: logits / 1e-38 overflow float32.
+MIN_TEMPERATURE = 1e-5
+
+
+class SamplingError(ValueError):
+    """A sampling parameter out of range; ``param`` names it (the request's field)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """What a request asks of the sampler; validated on construction (``ValueError``).
+    """What a request asks of the sampler; validated on construction (``SamplingError``).
 
     Attributes:
         max_tokens: completion tokens per choice; ``None`` = as many as fit (see ``Engine.prepare``).
         temperature: 0 = greedy; OpenAI's range is 0…2.
-        top_p: nucleus mass in (0, 1]; 1 disables.
+        top_p: nucleus mass in [0, 1]; 1 disables, 0 keeps only the most likely token.
         top_k: keep the k most likely tokens; 0 disables.
         seed: makes sampling reproducible; ``None`` draws a fresh seed.
         stop: up to 4 strings; the output ends *before* the first occurrence of any of them.
@@ -49,21 +68,23 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
+            raise SamplingError("max_tokens", "max_tokens must be at least 1")
         if not 0.0 <= self.temperature <= 2.0:
-            raise ValueError("temperature must be between 0 and 2")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
+            raise SamplingError("temperature", "temperature must be between 0 and 2")
+        if not 0.0 <= self.top_p <= 1.0:
+            raise SamplingError("top_p", "top_p must be between 0 and 1")
         if self.top_k < 0:
-            raise ValueError("top_k must be >= 0 (0 disables it)")
+            raise SamplingError("top_k", "top_k must be >= 0 (0 disables it)")
         if len(self.stop) > MAX_STOP_STRINGS or any(not s for s in self.stop):
-            raise ValueError(f"stop takes up to {MAX_STOP_STRINGS} non-empty strings")
+            raise SamplingError("stop", f"stop takes up to {MAX_STOP_STRINGS} non-empty strings")
         if not 1 <= self.n <= 128:
-            raise ValueError("n must be between 1 and 128")
+            raise SamplingError("n", "n must be between 1 and 128")
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        # NOTE: dividing logits by a temperature this small overflows float32 (inf, then NaN in
+        # the softmax); the distribution it asks for is the argmax anyway.
+        return self.temperature < MIN_TEMPERATURE
 
 
 def make_generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -97,5 +118,6 @@ def _top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
     sorted_probs = torch.softmax(sorted_scores, dim=-1)
     # Drop a token when the mass *before* it already reaches top_p (the top token always stays).
     drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) >= top_p
+    drop_sorted[0] = False  # also when top_p is 0, or rounds to 0 in float32
     drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
     return scores.masked_fill(drop, float("-inf"))

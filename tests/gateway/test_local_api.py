@@ -209,6 +209,9 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
         ({"response_format": {"type": "json_object"}}, "response_format", "unsupported_parameter"),
         ({"logprobs": True}, "logprobs", "unsupported_parameter"),
         ({"frequency_penalty": 0.5}, "frequency_penalty", "unsupported_parameter"),
+        ({"stop": ""}, "stop", "invalid_value"),
+        ({"stop": ["a", ""]}, "stop", "invalid_value"),
+        ({"n": 200}, "n", "invalid_value"),
     ],
 )
 def test_requests_the_model_cannot_serve_get_400(
@@ -220,6 +223,40 @@ def test_requests_the_model_cannot_serve_get_400(
     assert error["param"] == param and error["code"] == code
 
 
+def test_completions_logprobs_zero_asks_for_logprobs(gw: Gateway) -> None:
+    body = {"model": MODEL, "prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    headers = {"authorization": "Bearer key-a"}
+    response = gw.http.post("/v1/completions", json={**body, "logprobs": 0}, headers=headers)
+    assert response.status_code == 400  # was: 200 with "logprobs": null, and cached
+    assert response.json()["error"]["param"] == "logprobs"
+    plain = gw.http.post("/v1/completions", json={**body, "top_logprobs": 0}, headers=headers)
+    assert plain.status_code == 200  # top_logprobs 0 asks for nothing
+
+
+def test_edge_sampling_values_are_served(gw: Gateway) -> None:
+    question = [{"role": "user", "content": "Name a colour."}]
+    greedy = chat(gw, question, headers={"cache-control": "no-store"})
+    assert greedy.status_code == 200
+    text = greedy.json()["choices"][0]["message"]["content"]
+    for extra in ({"temperature": 1e-38}, {"temperature": 1, "top_p": 0}, {"top_p": 1e-300}):
+        response = chat(gw, question, headers={"cache-control": "no-cache, no-store"}, **extra)
+        assert response.status_code == 200, (extra, response.text)  # was 500 (NaN) / 400
+        assert response.json()["choices"][0]["message"]["content"] == text  # all argmax
+
+
+def test_developer_role_is_the_system_role(gw: Gateway) -> None:
+    def prompt_tokens(role: str) -> int:
+        messages = [
+            {"role": role, "content": "Answer in French."},
+            {"role": "user", "content": "hi"},
+        ]
+        response = chat(gw, messages, max_tokens=1, headers={"cache-control": "no-store"})
+        assert response.status_code == 200
+        return int(response.json()["usage"]["prompt_tokens"])
+
+    assert prompt_tokens("developer") == prompt_tokens("system")
+
+
 def test_prompt_over_the_context_window_is_400_and_not_cached(gw: Gateway) -> None:
     long = "word " * 9000
     response = chat(gw, [{"role": "user", "content": long}])
@@ -229,6 +266,8 @@ def test_prompt_over_the_context_window_is_400_and_not_cached(gw: Gateway) -> No
     )
     stream = chat(gw, [{"role": "user", "content": long}], stream=True)
     assert stream.status_code == 400  # before any stream header
+    too_long = chat(gw, [{"role": "user", "content": "hi"}], max_completion_tokens=10**6)
+    assert too_long.json()["error"]["param"] == "max_completion_tokens"
     assert gw.http.get("/healthz").status_code == 200
 
 

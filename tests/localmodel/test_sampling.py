@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localmodel.sampling import SamplingParams, make_generator, sample
+from localmodel.sampling import SamplingError, SamplingParams, make_generator, sample
 
 CPU = torch.device("cpu")
 
@@ -68,13 +68,30 @@ def test_sample_does_not_modify_logits() -> None:
         {"max_tokens": 0},
         {"temperature": -0.1},
         {"temperature": 2.5},
-        {"top_p": 0.0},
+        {"top_p": -0.1},
+        {"top_p": 1.5},
         {"top_k": -1},
         {"stop": ("a", "b", "c", "d", "e")},
         {"stop": ("",)},
         {"n": 0},
     ],
 )
-def test_invalid_params_raise_value_error(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ValueError):
+def test_invalid_params_raise_an_error_naming_the_param(kwargs: dict[str, object]) -> None:
+    with pytest.raises(SamplingError) as error:
         SamplingParams(**kwargs)  # type: ignore[arg-type]
+    assert error.value.param == next(iter(kwargs))
+
+
+def test_temperatures_that_overflow_the_logits_are_greedy() -> None:
+    logits = _logits() * 30  # logits / 1e-38 would be inf, then NaN in the softmax
+    for temperature in (1e-38, 5e-324, 1e-6):
+        params = SamplingParams(temperature=temperature, seed=1)
+        assert sample(logits, params, make_generator(1, CPU)) == int(logits.argmax())
+
+
+def test_top_p_zero_or_below_float32_keeps_the_most_likely_token() -> None:
+    logits = _logits()
+    for top_p in (0.0, 1e-300, 1e-46):
+        generator = make_generator(5, CPU)
+        params = SamplingParams(temperature=1.0, top_p=top_p)
+        assert {sample(logits, params, generator) for _ in range(10)} == {int(logits.argmax())}
