@@ -124,7 +124,12 @@ class VectorIndex:
         v = self._as_vec(vec)
         key = _key(scope)
         with self._lock:
-            if id in self._scope_of:
+            current = self._scope_of.get(id)
+            if current == key and self._parts[key].holds(int(id), v):
+                # the same vector again (a Redis replica sees its own writes come back): a
+                # replace would only leave a tombstone in an HNSW partition
+                return
+            if current is not None:
                 self._remove_locked(id)
             part = self._parts.get(key)
             if part is None:
@@ -377,6 +382,14 @@ class _Partition:
         self.n += 1
         if self.building:
             self.changed.add(id)
+
+    def holds(self, id: int, v: np.ndarray) -> bool:
+        """Whether ``id`` is here with exactly the vector ``v``."""
+        r = self.row.get(id)
+        if r is None:
+            return False
+        stored = self.vecs[r] if self.hnsw is None else self.hnsw.reconstruct(r)
+        return bool(np.array_equal(stored, v))
 
     def remove(self, id: int) -> None:
         r = self.row.pop(id)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -75,9 +74,6 @@ class RedisStore:
         self._count = 0
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
-        #: Marks this process's put events: it indexed those entries when it stored them, and
-        #: applying them again would replace each vector (a tombstone in an HNSW partition).
-        self._origin = os.urandom(8).hex().encode()
 
     @property
     def available(self) -> bool:
@@ -119,7 +115,6 @@ class RedisStore:
                     b"scope": entry.scope,
                     b"vector": entry.vector or b"",
                     b"vmodel": entry.vector_model,
-                    b"origin": self._origin,
                 }
                 pipe.xadd(self._p + "events", event, maxlen=_STREAM_MAXLEN, approximate=True)
                 pipe.zcard(self._p + "lru")
@@ -236,8 +231,6 @@ class RedisStore:
             for _stream, events in reply or ():
                 for event_id, fields in events:
                     last = event_id
-                    if fields.get(b"origin") == self._origin:
-                        continue  # our own put: indexed when it was stored
                     try:
                         _apply(listener, fields)
                     except Exception:  # one bad event must not stop the replica following

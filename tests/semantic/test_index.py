@@ -106,6 +106,22 @@ def test_replace_existing_id_moves_it() -> None:
     assert index.search("y", b, 1)[0].id == 5
 
 
+@pytest.mark.parametrize("threshold", [1000, 16])
+def test_adding_the_same_vector_again_changes_nothing(threshold: int) -> None:
+    rng = np.random.default_rng(8)
+    vecs = unit(rng, 40)
+    index = VectorIndex(DIM, hnsw_threshold=threshold, background=False)
+    for i, v in enumerate(vecs):
+        index.add(i, "s", v)
+    for i, v in enumerate(vecs):  # e.g. a Redis replica's own writes echoed back
+        index.add(i, "s", v)
+    assert index.stats().tombstones == 0  # HNSW used to tombstone every one of them
+    assert len(index) == 40 and index.search("s", vecs[7], 1)[0].id == 7
+    index.add(7, "s", vecs[8])  # another vector under the same id is still a replace
+    assert index.search("s", vecs[8], 2)[0].similarity == pytest.approx(1.0, abs=1e-5)
+    assert {h.id for h in index.search("s", vecs[8], 2)} == {7, 8}
+
+
 def test_background_switch_to_hnsw_replays_changes() -> None:
     rng = np.random.default_rng(5)
     vecs = unit(rng, 3000)

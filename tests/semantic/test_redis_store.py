@@ -208,16 +208,3 @@ async def test_follower_survives_an_event_it_cannot_apply(redis_server: RedisSer
         await other.put(e)
         await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
     await other.close()
-
-
-async def test_a_replica_does_not_apply_its_own_puts_again(redis_server: RedisServer) -> None:
-    other = RedisStore(redis_server.url, max_entries=100)
-    async with following(redis_server.url) as (mine, recorder):
-        own, theirs = entry(1), entry(2)
-        await mine.put(own)  # the cache indexed it already, when it stored it
-        await other.put(theirs)
-        await wait_for(lambda: len(recorder.puts) >= 1)
-        await mine.delete([own.id])  # deletes are applied whoever made them
-        await wait_for(lambda: own.id in recorder.deletes)
-        assert [p[0] for p in recorder.puts] == [theirs.id]
-    await other.close()
