@@ -131,11 +131,8 @@ class RedisStore:
         return await self._call(op, default=[])
 
     async def delete(self, ids: list[int]) -> None:
-        async def op() -> None:
-            await self._remove(ids, lru=True)
-
         if ids:
-            await self._call(op)
+            await self._delete(ids)
 
     async def record_hit(self, entry_id: int) -> None:
         async def op() -> None:
@@ -171,13 +168,7 @@ class RedisStore:
         else:
             ids = [entry.id async for entry in self.entries() if entry.namespace == namespace]
         for start in range(0, len(ids), _BATCH):
-            batch = ids[start : start + _BATCH]
-
-            async def op(batch: list[int] = batch) -> bool:
-                await self._remove(batch, lru=True)
-                return True
-
-            if not await self._call(op, default=False):
+            if not await self._delete(ids[start : start + _BATCH]):
                 raise StoreUnavailable(
                     f"Redis failed during the flush: {start} of {len(ids)} entries were dropped.",
                     removed=ids[:start],
@@ -244,6 +235,15 @@ class RedisStore:
         await self._follower.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    async def _delete(self, ids: list[int]) -> bool:
+        """Delete entries with their LRU ranks; False when Redis failed (nothing deleted)."""
+
+        async def op() -> bool:
+            await self._remove(ids, lru=True)
+            return True
+
+        return bool(await self._call(op, default=False))
 
     def _key(self, entry_id: int) -> str:
         return f"{self._p}e:{entry_id}"
