@@ -20,6 +20,10 @@ import msgspec
 __all__ = ["DONE", "Assembler", "SSEParser", "encode_event", "fresh_identity", "replay"]
 
 DONE = b"data: [DONE]\n\n"
+_HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
+#: Message fields a stream sends in pieces, in the order a model streams them:
+#: ``reasoning_content`` (DeepSeek), ``reasoning`` (vLLM, SGLang, OpenRouter, Groq).
+_TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
 _encode = msgspec.json.Encoder().encode
 
 
@@ -73,8 +77,11 @@ class Assembler:
         self._usage: dict[str, Any] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
-        if not self._head:
-            self._head = {k: chunk.get(k) for k in ("id", "created", "model", "system_fingerprint")}
+        # NOTE: each from the first chunk that has it: Azure opens with a prompt-filter chunk
+        # whose id, model and created are empty.
+        for field in _HEAD_FIELDS:
+            if not self._head.get(field) and chunk.get(field):
+                self._head[field] = chunk[field]
         if chunk.get("usage"):
             self._usage = chunk["usage"]
         for delta_choice in chunk.get("choices") or ():
@@ -167,7 +174,7 @@ def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
             continue
         if field == "role":
             message["role"] = value
-        elif field in ("content", "refusal", "reasoning_content"):
+        elif field in _TEXT_FIELDS and isinstance(value, str):
             message[field] = (message.get(field) or "") + value
         elif field == "tool_calls":
             calls = message.setdefault("tool_calls", [])
@@ -206,14 +213,27 @@ def _merge_logprobs(choice: dict[str, Any], logprobs: dict[str, Any]) -> None:
 
 
 def _chat_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield {"role": message.get("role", "assistant"), "content": ""}
-    for field in ("reasoning_content", "content", "refusal"):  # the order a model streams them
+    # As OpenAI opens a stream: "content": "" for a text answer, null for a tool call.
+    content = "" if isinstance(message.get("content"), str) else None
+    yield {"role": message.get("role", "assistant"), "content": content}
+    for field in _TEXT_FIELDS:
         if message.get(field):
             yield {field: message[field]}
     for index, call in enumerate(message.get("tool_calls") or ()):
         yield {"tool_calls": [{"index": index, **call}]}
     if message.get("function_call"):
         yield {"function_call": message["function_call"]}
+    # Anything else the answer carried (annotations, audio, ...) in one piece.
+    rest = {
+        k: v
+        for k, v in message.items()
+        if k not in _REPLAYED and v is not None and v != [] and v != {}
+    }
+    if rest:
+        yield rest
+
+
+_REPLAYED = frozenset({"role", *_TEXT_FIELDS, "tool_calls", "function_call"})
 
 
 def _delta_choice(index: int, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:

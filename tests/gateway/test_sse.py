@@ -120,3 +120,87 @@ def test_replay_keeps_reasoning_and_refusal_in_stream_order() -> None:
         assembler.add(c)
     result = assembler.result()
     assert result is not None and result["choices"][0]["message"] == stored["choices"][0]["message"]
+
+
+def test_assembler_joins_reasoning_and_takes_the_head_from_the_first_chunk_that_has_it() -> None:
+    # Azure opens with a prompt-filter chunk: empty id/model/created and no choices.
+    filter_chunk = {"id": "", "object": "", "created": 0, "model": "", "choices": [],
+                    "prompt_filter_results": [{"prompt_index": 0}]}  # fmt: skip
+    head = {"id": "chatcmpl-a", "object": "chat.completion.chunk", "created": 7,
+            "model": "gpt-4o-2024-08-06", "system_fingerprint": "fp_a"}  # fmt: skip
+
+    def delta(d: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}
+
+    assembler = Assembler("chat")
+    for c in (
+        filter_chunk,
+        delta({"role": "assistant", "content": ""}),
+        delta({"reasoning": "Let me "}),
+        delta({"reasoning": "think."}),
+        delta({"content": "4"}),
+        delta({}, "stop"),
+    ):
+        assembler.add(c)
+    result = assembler.result()
+    assert result is not None
+    assert (result["id"], result["model"], result["created"]) == ("chatcmpl-a", head["model"], 7)
+    assert result["system_fingerprint"] == "fp_a"
+    message = result["choices"][0]["message"]
+    assert message["reasoning"] == "Let me think." and message["content"] == "4"
+
+
+def test_replay_sends_every_message_field_and_null_content_for_tool_calls() -> None:
+    annotations = [{"type": "url_citation", "url_citation": {"url": "https://x", "title": "x"}}]
+    message = {"role": "assistant", "content": "Paris.", "reasoning": "France's capital.",
+               "annotations": annotations}  # fmt: skip
+    tool = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "f", "arguments": "{}"}}]}  # fmt: skip
+    for msg in (message, tool):
+        stored = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                               "message": msg}]}  # fmt: skip
+        chunks = [
+            json.loads(e[6:]) for e in list(replay(stored, kind="chat", include_usage=False))[:-1]
+        ]
+        opening = "" if msg["content"] is not None else None
+        assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": opening}
+        assembler = Assembler("chat")
+        for c in chunks:
+            assembler.add(c)
+        result = assembler.result()
+        assert result is not None and result["choices"][0]["message"] == msg
+
+
+def test_provider_stream_variants_are_cached_whole_through_http(make_gateway: Any) -> None:
+    """An Azure-style filter chunk first, reasoning as ``delta.reasoning``: a streamed hit and a
+    JSON hit give back the model name and the whole reasoning text."""
+    head = {"id": "chatcmpl-r", "object": "chat.completion.chunk", "created": 3, "model": "gpt-x"}
+    events = [
+        {"id": "", "object": "", "created": 0, "model": "", "choices": [],
+         "prompt_filter_results": []},
+        *({**head, "choices": [{"index": 0, "delta": d, "finish_reason": f}]}
+          for d, f in (({"role": "assistant", "content": ""}, None), ({"reasoning": "2+2 "}, None),
+                       ({"reasoning": "is 4."}, None), ({"content": "4"}, None), ({}, "stop"))),
+    ]  # fmt: skip
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    fake = {"raw": {"content_type": "text/event-stream", "body": body}}
+    gw = make_gateway()
+
+    def streamed(response: Any) -> tuple[set[str], str]:
+        chunks = [json.loads(line[6:]) for line in response.text.split("\n")
+                  if line.startswith("data: {")]  # fmt: skip
+        text = "".join(c["choices"][0]["delta"].get("reasoning") or "" for c in chunks
+                       if c["choices"])  # fmt: skip
+        return {c["model"] for c in chunks}, text
+
+    miss = gw.chat("2+2?", stream=True, fake=fake)
+    assert miss.headers["x-cache"] == "miss" and streamed(miss)[1] == "2+2 is 4."
+    hit = gw.chat("2+2?", stream=True, fake=fake)
+    assert hit.headers["x-cache"] == "exact"
+    assert streamed(hit) == ({"gpt-x"}, "2+2 is 4.")
+    as_json = gw.chat("2+2?", fake=fake)
+    assert as_json.headers["x-cache"] == "exact"
+    assert as_json.json()["model"] == "gpt-x"
+    assert as_json.json()["choices"][0]["message"]["reasoning"] == "2+2 is 4."
