@@ -131,12 +131,19 @@ def _config_check(args: argparse.Namespace) -> int:
 
 
 def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
-    server = config.server
-    if args.host:
-        server = msgspec.structs.replace(server, host=args.host)
-    if args.port is not None:
-        server = msgspec.structs.replace(server, port=args.port)
-    return msgspec.structs.replace(config, server=server)
+    """``--host`` / ``--port`` over the file's ``server`` settings, checked as the file's are."""
+    overrides = {"host": args.host or None, "port": args.port}
+    server = msgspec.structs.asdict(config.server)
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        try:  # NOTE: structs.replace would skip the type's checks (port 70000 bound 4464)
+            msgspec.convert({**server, name: value}, type(config.server))
+        except msgspec.ValidationError as exc:
+            what = str(exc).split(" - at ")[0]
+            raise ConfigError(f"--{name} {value}: {what[:1].lower()}{what[1:]}") from None
+        server[name] = value
+    return msgspec.structs.replace(config, server=type(config.server)(**server))
 
 
 def _serve(args: argparse.Namespace) -> int:

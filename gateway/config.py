@@ -261,6 +261,8 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     return load_config_text(text, source=str(p), base_dir=p.resolve().parent)
 
 
@@ -328,15 +330,9 @@ def _expand_env(value: Any, source: str, path: str) -> Any:
             return default
         raise ConfigError(f"{source}: {path}: environment variable {name} is not set")
 
-    expanded = _ENV.sub(replace, value)
-    # A value that was only a variable keeps YAML typing (port: ${PORT} -> int).
-    if _ENV.fullmatch(value):
-        try:
-            typed = yaml.safe_load(expanded)
-        except yaml.YAMLError:
-            return expanded
-        return typed if isinstance(typed, int | float | bool) else expanded
-    return expanded
+    # NOTE: always a string: the setting's own type converts it (port: ${PORT} -> 8080, an int),
+    # so a key or tenant that looks like a number ("20240611", "no") stays the string it is.
+    return _ENV.sub(replace, value)
 
 
 def _describe(exc: Exception, prefix: str = "") -> str:
@@ -372,4 +368,15 @@ def _redact(data: Any) -> Any:
         }
     if isinstance(data, list):
         return [_redact(v) for v in data]
+    if isinstance(data, str):
+        # Credentials in a URL: redis://:secret@host -> redis://:***@host, https://token@h -> ***@h
+        return _URL_USERINFO.sub(_redact_userinfo, data)
     return data
+
+
+_URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#@]*)@", re.IGNORECASE)
+
+
+def _redact_userinfo(m: re.Match[str]) -> str:
+    user, colon, _ = m.group(2).partition(":")
+    return f"{m.group(1)}{user}:***@" if colon else f"{m.group(1)}***@"

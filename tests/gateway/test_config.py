@@ -60,6 +60,19 @@ models:
     assert model.base_url == "http://localhost:8000/v1" and model.api_key == "sk-live"
 
 
+@pytest.mark.parametrize("value", ["20240611", "no", "0x1f2e", "1_000", "true"])
+def test_env_value_that_looks_like_a_number_stays_a_string_setting(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("CG_VALUE", value)
+    config = load_config_text("""
+auth: {keys: [{key: "${CG_VALUE}", tenant: "${CG_VALUE}"}]}
+cache: {redis: {key_prefix: "${CG_VALUE}"}}
+""")
+    assert config.auth.keys[0].key == value and config.auth.keys[0].tenant == value
+    assert config.cache.redis.key_prefix == value
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -119,6 +132,11 @@ def test_dump_redacts_secrets() -> None:
     text = dump_config(config)
     assert "sk-secret" not in text and "'***'" in text
     assert msgspec.structs.asdict(config.models["m"])["api_key"] == "sk-secret"
+    redis = load_config_text("cache: {redis: {url: 'redis://:pw-secret@redis:6379/0'}}")
+    assert "pw-secret" not in dump_config(redis)
+    assert "redis://:***@redis:6379/0" in dump_config(redis)
+    token = load_config_text("models: {m: {backend: openai, base_url: 'https://tok@h/v1'}}")
+    assert "tok@" not in dump_config(token) and "https://***@h/v1" in dump_config(token)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -140,6 +158,17 @@ def test_cli_config_check(tmp_path: Path) -> None:
     assert f"{bad}: cache.ttl: expected `float | null`, got `str`" in result.stderr
     missing = run_cli("config", "check", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 1 and "cannot read" in missing.stderr
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"server: {host: caf\xe9}\n")
+    result = run_cli("config", "check", str(latin1))
+    assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
+
+
+def test_cli_port_is_checked_like_the_file(tmp_path: Path) -> None:
+    for port, says in (("70000", "<= 65535"), ("-1", ">= 0")):
+        result = run_cli("serve", "--config", "/dev/null", "--port", port)
+        assert result.returncode == 1
+        assert result.stderr.strip() == f"error: --port {port}: expected `int` {says}"
 
 
 def test_cli_help_explains() -> None:
