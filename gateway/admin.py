@@ -37,7 +37,8 @@ async def stats(request: Request[Any, Any, Any]) -> Response[Any]:
 
 @post("/admin/cache/flush", status_code=200)
 async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
-    """Drop cached answers: all of them, or one namespace with ``{"namespace": "..."}``.
+    """Drop cached answers: all of them, or one namespace with ``{"namespace": "..."}``
+    (``""``: the default namespace of requests that name none).
 
     ``{"prefix": true}`` also drops the local models' prefix KV caches.
     """
@@ -51,7 +52,8 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
         return _error(APIError(400, "The request body must be JSON."))
     if not isinstance(body, dict) or not isinstance(body.get("namespace", ""), str | None):
         return _error(APIError(400, "'namespace' must be a string.", param="namespace"))
-    namespace = body.get("namespace") or None
+    # "" is the default namespace (requests without one); only a missing or null one means all.
+    namespace = body.get("namespace")
     try:
         flushed = await runtime.cache.flush(namespace) if runtime.cache is not None else 0
     except StoreUnavailable as exc:
@@ -90,8 +92,11 @@ def _authorized(
             return runtime
         # NOTE: with gateway keys but no admin key, any valid gateway key opens the admin
         # routes: never leave them open on a gateway that otherwise requires keys.
+        header = request.headers.get("authorization")
+        if allow_query and not header and request.query_params.get("key"):
+            header = f"Bearer {request.query_params['key']}"  # a browser opening /dashboard
         try:
-            runtime.authenticate(request.headers.get("authorization"))
+            runtime.authenticate(header)
         except APIError as exc:
             return _error(exc)
         return runtime

@@ -573,6 +573,9 @@ def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> N
     assert flushed["flushed"] == 1
     assert gw.chat("b", headers={"x-cache-namespace": "ns2"}).headers["x-cache"] == "exact"
     assert gw.chat("a", headers={"x-cache-namespace": "ns1"}).headers["x-cache"] == "miss"
+    gw.chat("c")  # the default namespace: "" flushes it alone, not everything
+    flushed = gw.http.post("/admin/cache/flush", json={"namespace": ""}).json()
+    assert flushed == {"flushed": 1, "namespace": "", "prefix_bytes_freed": 0}
     assert gw.http.post("/admin/cache/flush").json()["flushed"] == 2
     assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
     metrics = gw.http.get("/metrics").text
@@ -659,6 +662,9 @@ def test_model_detail_and_admin_need_keys_when_keys_are_configured(
     )
     assert gw.http.post("/admin/cache/flush").status_code == 401
     assert gw.http.get("/admin/stats", headers={"authorization": "Bearer key-a"}).status_code == 200
+    assert gw.http.get("/dashboard?key=key-a").status_code == 200  # from a browser
+    assert gw.http.get("/dashboard?key=nope").status_code == 401
+    assert gw.http.get("/admin/stats?key=key-a").status_code == 401  # the dashboard only
 
 
 def test_malformed_text_part_is_400(make_gateway: Any, upstream: FakeUpstream) -> None:
