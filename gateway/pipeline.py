@@ -23,7 +23,7 @@ from semantic.keys import CacheKey, chat_key, completion_key
 
 from .backend import Backend, BackendStream
 from .errors import APIError, sse_error
-from .requests import GatewayRequest
+from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
 
 __all__ = ["CacheState", "Pipeline", "Reply"]
@@ -81,7 +81,8 @@ class Pipeline:
         if backend.forwards_client_auth:
             # NOTE: the upstream checks this client's own key; a cached answer is only for
             # requests carrying the same key (a missing or wrong key never reads another's).
-            request = dataclasses.replace(request, tenant=_client_key_tenant(auth))
+            tenant = partitioned(_client_key_tenant(auth), request.partition)
+            request = dataclasses.replace(request, tenant=tenant)
         control = request.control
         key: CacheKey | None = None
         vector: Any = None  # the question's embedding: computed once, for lookup and store

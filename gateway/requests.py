@@ -6,6 +6,7 @@ forwarded upstream untouched (it still takes part in the cache scope, see semant
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,10 +19,13 @@ from .errors import APIError
 __all__ = [
     "HOPS_HEADER",
     "MAX_HOPS",
+    "PARTITION_HEADER",
     "CacheControl",
     "GatewayRequest",
     "parse_cache_control",
     "parse_request",
+    "partitioned",
+    "tenant_partition",
 ]
 
 #: How many cachegate gateways a request has already passed through; each upstream call sends
@@ -30,6 +34,10 @@ __all__ = [
 HOPS_HEADER = "x-cachegate-hops"
 #: A request that arrives having passed this many gateways is refused with ``508``.
 MAX_HOPS = 8
+#: The tenant of the gateway in front, as an opaque digest (:func:`tenant_partition`). A
+#: cachegate behind another one (a ``cachegate worker``) keeps those tenants apart in its own
+#: caches: the partition is appended to the tenant it authenticated, never replaces it.
+PARTITION_HEADER = "x-cachegate-partition"
 
 Kind = Literal["chat", "completion"]
 
@@ -119,6 +127,18 @@ class GatewayRequest:
     tenant: str
     control: CacheControl
     hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
+    #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
+    partition: str = ""
+
+
+def partitioned(tenant: str, partition: str) -> str:
+    """The tenant a request's caches use: its own, subdivided by the front gateway's."""
+    return f"{tenant}/{partition}" if partition else tenant
+
+
+def tenant_partition(tenant: str) -> str:
+    """What a gateway sends upstream as ``x-cachegate-partition``: tenant names stay private."""
+    return hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def parse_request(
@@ -126,6 +146,7 @@ def parse_request(
 ) -> GatewayRequest:
     """Decode and validate a request body; raises APIError(400) with ``param`` on bad input."""
     hops = _hops(headers.get(HOPS_HEADER))
+    partition = _partition(headers.get(PARTITION_HEADER))
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -165,9 +186,10 @@ def parse_request(
         body=body,
         stream=bool(parsed.stream),
         include_usage=include_usage,
-        tenant=tenant,
+        tenant=partitioned(tenant, partition),
         control=control,
         hops=hops,
+        partition=partition,
     )
 
 
@@ -228,6 +250,7 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
 # helpers
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
+_PARTITION = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 
 
 def _hops(value: str | None) -> int:
@@ -249,6 +272,18 @@ def _hops(value: str | None) -> int:
             code="loop_detected",
         )
     return hops
+
+
+def _partition(value: str | None) -> str:
+    if value is None:
+        return ""
+    if not _PARTITION.fullmatch(value):
+        raise APIError(
+            400,
+            f"'{PARTITION_HEADER}' must be 1-64 letters, digits or '._:-', got {value[:20]!r}.",
+            param=PARTITION_HEADER,
+        )
+    return value
 
 
 def _check_parts(messages: list[_Message]) -> None:

@@ -25,7 +25,7 @@ import msgspec
 from .backend import BackendStream, StreamEvent
 from .config import OpenAIModelConfig
 from .errors import APIError, sse_error
-from .requests import HOPS_HEADER, GatewayRequest
+from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
 
@@ -123,6 +123,8 @@ class UpstreamBackend:
             "content-type": "application/json",
             "accept": "application/json",
             HOPS_HEADER: str(request.hops + 1),
+            # a cachegate worker behind this gateway keeps this gateway's tenants apart
+            PARTITION_HEADER: tenant_partition(request.tenant),
         }
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
@@ -243,10 +245,14 @@ class ReplicatedBackend:
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
-                if exc.unreachable:
+                if exc.replica_unhealthy:
+                    # e.g. a worker whose model failed to load answers 503 to everything:
+                    # without this, prefix affinity would keep choosing it first.
                     self.router.mark_down(route.replica, self.config.routing.down_for)
                 others_left = len(tried) < len(self._replicas)
-                if others_left and exc.unreachable:
+                # 503: the replica refused the work, so like a refused connection, another
+                # replica gets the request whatever max_retries says.
+                if others_left and (exc.unreachable or exc.upstream_status == 503):
                     continue
                 if others_left and exc.retryable and retries < self.config.max_retries:
                     retries += 1
@@ -407,6 +413,7 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
             f"Upstream for model '{name}' failed with HTTP {status}: {message}",
             code="upstream_error",
             retryable=retryable,
+            upstream_status=status,
         )
     headers = {}
     retry_after = response.headers.get("retry-after")
@@ -420,6 +427,7 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
         code=fields.get("code"),
         headers=headers,
         retryable=retryable,
+        upstream_status=status,
     )
 
 
@@ -466,9 +474,14 @@ def _failure(status: int, code: str, message: str) -> APIError:
     return UpstreamError(status, message, code=code)
 
 
+#: Statuses that say a replica is unhealthy rather than that one request failed.
+_UNHEALTHY = frozenset({502, 503, 504})
+
+
 class UpstreamError(APIError):
     """An upstream failure. ``retryable``: nothing reached the client and the request may go
-    to another replica; ``unreachable``: the replica did not even accept a connection."""
+    to another replica; ``unreachable``: the replica did not even accept a connection;
+    ``upstream_status``: the HTTP status the upstream answered (None: it did not answer)."""
 
     def __init__(
         self,
@@ -477,9 +490,16 @@ class UpstreamError(APIError):
         *,
         retryable: bool = False,
         unreachable: bool = False,
+        upstream_status: int | None = None,
         **fields: Any,
     ) -> None:
         fields.setdefault("type", "upstream_error" if status >= 500 else None)
         super().__init__(status, message, **fields)
         self.retryable = retryable
         self.unreachable = unreachable
+        self.upstream_status = upstream_status
+
+    @property
+    def replica_unhealthy(self) -> bool:
+        """The replica itself is the problem (down, unavailable, or failing behind a proxy)."""
+        return self.unreachable or self.upstream_status in _UNHEALTHY

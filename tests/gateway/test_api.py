@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from gateway.config import load_config_text
+from gateway.requests import tenant_partition
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 
@@ -545,6 +546,27 @@ models:
     for bad_value in ("many", "-1", "9" * 5000):
         bad = inner.chat("nine", headers={"x-cachegate-hops": bad_value})
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "x-cachegate-hops"
+    assert upstream.stats["chat"] == 2
+
+
+def test_partition_header_subdivides_the_tenant_and_is_sent_upstream(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    assert gw.chat("parted").headers["x-cache"] == "miss"
+    sent = upstream.last_headers["x-cachegate-partition"]
+    assert sent == tenant_partition("default") and "default" not in sent  # opaque
+    assert gw.chat("parted").headers["x-cache"] == "exact"
+    part = {"x-cachegate-partition": "front-tenant-1"}
+    assert gw.chat("parted", headers=part).headers["x-cache"] == "miss"  # its own partition
+    assert gw.chat("parted", headers=part).headers["x-cache"] == "exact"
+    assert upstream.last_headers["x-cachegate-partition"] == tenant_partition(
+        "default/front-tenant-1"
+    )
+    for bad_value in ("", "a b", "x" * 65):
+        bad = gw.chat("parted", headers={"x-cachegate-partition": bad_value})
+        assert bad.status_code == 400, bad_value
+        assert bad.json()["error"]["param"] == "x-cachegate-partition"
     assert upstream.stats["chat"] == 2
 
 

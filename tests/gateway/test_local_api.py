@@ -127,6 +127,33 @@ def test_tenants_do_not_share_prefix_kv(gw: Gateway) -> None:
     assert usage(same)["prompt_tokens_details"]["cached_tokens"] > 0
 
 
+def test_tenants_do_not_share_prefix_kv_through_a_worker(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """gateway (keys a, b) -> ``cachegate worker`` (no keys): the worker still keeps them apart."""
+    from gateway.runtime import Runtime
+
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
+    del settings["auth"]
+    worker_config = load_config_text(yaml.safe_dump(settings))
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    front = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "front"))
+    front["cache"] = {"enabled": False}
+    front["models"] = {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1"}}
+    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    try:
+        secret = [SYSTEM, {"role": "user", "content": "Tenant a's memo: the merger closes soon."}]
+        assert chat(gateway, secret, key="key-a").status_code == 200
+        guess = chat(gateway, secret, key="key-b")
+        assert guess.status_code == 200
+        assert usage(guess)["prompt_tokens_details"]["cached_tokens"] == 0
+        again = chat(gateway, [SYSTEM, {"role": "user", "content": "Another question."}])
+        assert usage(again)["prompt_tokens_details"]["cached_tokens"] >= 60  # a's own prefix
+    finally:
+        gateway.stop()
+        worker.stop()
+
+
 def test_shared_prefix_across_tenants_when_configured(
     bundled_model_dir: Path, tmp_path: Path
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 from gateway.config import load_config_text
 from gateway.router import PrefixRouter, prompt_text
@@ -143,3 +144,55 @@ models:
         assert replicas[0]["down"] and not replicas[1]["down"]
     finally:
         gw.stop()
+
+
+class Unavailable:
+    """A replica whose model failed to load: it answers 503 to every request (ASGI app)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.calls += 1
+        while (await receive()).get("more_body"):
+            pass
+        body = b'{"error": {"message": "model not loaded", "code": "model_unavailable"}}'
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    broken = ThreadedServer(Unavailable()).start()
+    config = load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{enabled: false}}
+models:
+  fake-model:
+    backend: openai
+    replicas: ["{broken.url}/v1", "{upstream_server.url}/v1"]
+    max_retries: 0
+""")
+    gw = Gateway(config)
+    try:
+        system = {"role": "system", "content": "You are the ACME support bot. " * 5}
+        for i in range(6):
+            body = {
+                "model": "fake-model",
+                "messages": [system, {"role": "user", "content": f"question {i}"}],
+                "stream": i % 2 == 1,
+            }
+            assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+        # tried once, then avoided for down_for: affinity no longer sends the prompt there
+        assert broken.app.calls == 1 and upstream.stats["chat"] == 6
+        replicas = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"][
+            "replicas"
+        ]
+        assert replicas[0]["down"] and not replicas[1]["down"]
+    finally:
+        gw.stop()
+        broken.stop()
