@@ -248,14 +248,21 @@ class Engine:
         if config.prefix_disk_dir is not None:
             if prefix_cache is not None:
                 raise ValueError("Engine: prefix_cache cannot be given with prefix_disk_dir")
-            self.disk = DiskPrefix.open(
-                config.prefix_disk_dir,
-                config.prefix_disk_bytes,
-                model,
-                self.layout,
-                ttl_s=config.prefix_ttl_s,  # NOTE: a TTL bounds a prefix's life on disk too
-                break_even=break_even,
-            )
+            try:
+                self.disk = DiskPrefix.open(
+                    config.prefix_disk_dir,
+                    config.prefix_disk_bytes,
+                    model,
+                    self.layout,
+                    ttl_s=config.prefix_ttl_s,  # NOTE: a TTL bounds a prefix's life on disk too
+                    break_even=break_even,
+                )
+            except OSError as exc:  # a full, read-only or missing disk: the tier is optional
+                logger.error(
+                    "prefix disk tier in %s is off (the model serves without it): %s",
+                    config.prefix_disk_dir,
+                    exc,
+                )
         on_evict = self.disk.tier.offer if self.disk is not None else None
         self.prefix_cache = prefix_cache or RadixCache(
             config.prefix_cache_bytes, ttl_s=config.prefix_ttl_s, on_evict=on_evict
@@ -457,7 +464,11 @@ class Engine:
         cache covers ``tokens[:cache.length]`` only; the tree copies the part it lacks.
         """
         n = cache.length
-        self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), cache.view(n))
+        try:
+            self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), cache.view(n))
+        except (RuntimeError, MemoryError) as exc:  # e.g. torch.OutOfMemoryError in the copy
+            # The answer is complete and right; only its reuse is lost (the tree stays whole).
+            logger.warning("prefix cache: could not keep %d tokens of KV: %s", n, exc)
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:

@@ -126,6 +126,14 @@ class DiskStats:
     max_bytes: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """An evicted node waiting for the writer, with the flush count it was offered under."""
+
+    record: Evicted
+    stamp: tuple[int, int]
+
+
 class DiskTier:
     """Evicted prefix KV in files under a byte budget; see the module docstring.
 
@@ -156,8 +164,14 @@ class DiskTier:
         self._max_pending_bytes = max_pending_bytes
         self._index = RadixCache(max_bytes, ttl_s=ttl_s)
         self._files = FileSet(Path(directory), self._bpt)
-        self._queue: queue.Queue[Evicted | None] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[_Queued | None] = queue.Queue(maxsize=queue_size)
         self._lock = threading.Lock()  # counters and the closed flag; never held around I/O
+        # Held while one record is written and indexed, so that a flush waits for it.
+        self._write_lock = threading.Lock()
+        # Flushes so far, in all and per namespace: a queued record older than a flush of
+        # its namespace is not written (the flush dropped it, as it drops what is on disk).
+        self._flushes = 0
+        self._ns_flushes: dict[str, int] = {}
         self._closed = False
         self._pending_bytes = 0
         self._queries = self._hits = self._hit_tokens = self._read_errors = 0
@@ -177,15 +191,18 @@ class DiskTier:
         """Queue an evicted node for the writer (the memory tree's ``on_evict``); never blocks.
 
         Returns False when the record was dropped (queue full, too many bytes pending,
-        tier closed): the KV is then simply lost, as it was without a disk tier.
+        tier closed): the KV is then simply lost, as it was without a disk tier. A record
+        larger than ``max_pending_bytes`` is taken when nothing else is pending: a long
+        prompt's prefix is one node, and the one most worth reloading.
         """
         nbytes = record.span.nbytes
         with self._lock:
-            if self._closed or self._pending_bytes + nbytes > self._max_pending_bytes:
+            over = self._pending_bytes and self._pending_bytes + nbytes > self._max_pending_bytes
+            if self._closed or over:
                 self._dropped += 1
                 return False
             try:
-                self._queue.put_nowait(record)
+                self._queue.put_nowait(_Queued(record, self._stamp(record.namespace)))
             except queue.Full:
                 self._dropped += 1
                 return False
@@ -226,8 +243,18 @@ class DiskTier:
         self._queue.join()
 
     def flush(self, namespace: str | None = None) -> int:
-        """Drop every indexed prefix (of one namespace, if given) and its files; return bytes."""
-        return self._index.flush(namespace)
+        """Drop every indexed prefix (of one namespace, if given) and its files; return bytes.
+
+        Records still queued for the writer are dropped too, and one being written is
+        waited for, so nothing flushed comes back afterwards.
+        """
+        with self._lock:
+            if namespace is None:
+                self._flushes += 1
+            else:
+                self._ns_flushes[namespace] = self._ns_flushes.get(namespace, 0) + 1
+        with self._write_lock:
+            return self._index.flush(namespace)
 
     def close(self) -> None:
         """Stop the writer (queued records are dropped) and remove the run directory."""
@@ -237,12 +264,12 @@ class DiskTier:
             self._closed = True
         while True:  # drop what is queued, so that the stop sentinel always fits
             try:
-                record = self._queue.get_nowait()
+                queued = self._queue.get_nowait()
             except queue.Empty:
                 break
-            if record is not None:
+            if queued is not None:
                 with self._lock:
-                    self._pending_bytes -= record.span.nbytes
+                    self._pending_bytes -= queued.record.span.nbytes
             self._queue.task_done()
         self._queue.put_nowait(None)  # NOTE: only offer() puts, and it refuses once closed
         # A writer stuck in I/O (a hung disk) must not hang shutdown: it is a daemon thread.
@@ -291,21 +318,28 @@ class DiskTier:
 
     def _write_loop(self) -> None:
         while True:
-            record = self._queue.get()
+            queued = self._queue.get()
             try:
-                if record is None:
+                if queued is None:
                     return
-                if not self._closed:
-                    self._write(record)
+                with self._write_lock:
+                    with self._lock:
+                        current = queued.stamp == self._stamp(queued.record.namespace)
+                    if current and not self._closed:
+                        self._write(queued.record)
             except Exception:
                 logger.exception("prefix.offload: writing to %s failed", self.directory)
                 with self._lock:
                     self._write_errors += 1
             finally:
-                if record is not None:
+                if queued is not None:
                     with self._lock:
-                        self._pending_bytes -= record.span.nbytes
+                        self._pending_bytes -= queued.record.span.nbytes
                 self._queue.task_done()
+
+    def _stamp(self, namespace: str) -> tuple[int, int]:
+        """The flushes that concern ``namespace`` so far (under ``_lock``)."""
+        return self._flushes, self._ns_flushes.get(namespace, 0)
 
     def _write(self, record: Evicted) -> None:
         """Store the part of ``record.tokens`` the index lacks (ancestors included)."""

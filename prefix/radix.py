@@ -374,16 +374,20 @@ class RadixCache:
         anchor = path[-1] if path else root
         whole = anchor.value
         parent = self._split(anchor, cut, now) if cut else anchor
+        stored = 0
         self._lock_path(parent)
         try:
             stored = self._store(parent, tokens, n_matched, kv, now)
         finally:
+            # NOTE: also when the copy raised (a CUDA out-of-memory in kv.slice): a split left
+            # as is would keep the upper half after its parent in the LRU order, and a later
+            # eviction would reach the parent first.
             self._unlock_path(parent)
-        if cut and not stored:
-            if parent.children:  # the lower half is pinned: a split is for a new leaf
-                self._unsplit(parent, whole)
-            else:  # the lower half was evicted: the upper half stays, as a leaf
-                self._touch(parent, now)
+            if cut and not stored:
+                if parent.children:  # the lower half is pinned: a split is for a new leaf
+                    self._unsplit(parent, whole)
+                else:  # the lower half was evicted: the upper half stays, as a leaf
+                    self._touch(parent, now)
         return stored
 
     @contextmanager

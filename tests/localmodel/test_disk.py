@@ -266,3 +266,16 @@ def test_disk_config_is_checked_and_close_removes_the_files(
     engine.close()
     assert not run_dir.exists()
     assert _run(engine, _chat(engine, "x", "hello")).choices  # memory-only from here on
+
+
+def test_a_disk_that_cannot_be_used_leaves_the_model_serving(
+    make_engine: MakeEngine, tiny_model: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    engine = make_engine(tiny=tiny_model, prefix_disk_dir=blocker / "kv")  # mkdir fails
+    assert engine.disk is None and engine.stats.disk is None
+    assert "prefix disk tier" in caplog.text and "is off" in caplog.text
+    prompt = _chat(engine, "x", "hello")
+    assert _run(engine, prompt).choices
+    assert _run(engine, prompt).usage.cached_tokens > 0  # the memory tier still works

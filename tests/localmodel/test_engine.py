@@ -186,6 +186,23 @@ def test_n_choices_share_one_prefill_and_are_all_cached(tiny_engine: Engine) -> 
         assert tiny_engine.prefix_cache.match(key).n_cached >= len(prompt) + 4
 
 
+def test_a_failed_cache_insert_still_answers(
+    make_engine: MakeEngine, tiny_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = make_engine(tiny=tiny_model)
+    prompt = _chat(engine, "hi")
+    expected = _run(engine, prompt, ns="cold").choices[0].token_ids
+
+    def out_of_memory(*args: Any) -> int:
+        raise torch.OutOfMemoryError("simulated: the KV copy did not fit")
+
+    monkeypatch.setattr(engine.prefix_cache, "insert", out_of_memory)
+    result = _run(engine, prompt)  # the answer is complete: only its reuse is lost
+    assert result.choices[0].token_ids == expected
+    monkeypatch.undo()
+    assert _run(engine, prompt).usage.cached_tokens == 0  # nothing was kept
+
+
 def test_context_window_is_checked_before_generation(make_engine: MakeEngine) -> None:
     engine = make_engine(max_context=64)
     prompt = _chat(engine, "Hi")

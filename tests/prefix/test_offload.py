@@ -230,6 +230,46 @@ def test_pending_bytes_bound_drops_too(tmp_path: Path, codec: Codec) -> None:
         tier.close()
 
 
+def test_a_record_over_the_pending_bound_is_taken_when_nothing_waits(
+    tmp_path: Path, codec: Codec
+) -> None:
+    """A long prompt's prefix is one node: it must reach the disk even past the bound."""
+    tier = DiskTier(tmp_path, max_bytes=1000 * BPT, codec=codec, max_pending_bytes=40)
+    try:
+        codec.gate.clear()
+        assert tier.offer(evicted(range(100)))  # 400 bytes of FakeSpan, nothing pending
+        assert not tier.offer(evicted([7]))  # but nothing more while it waits
+        codec.gate.set()
+        tier.drain()
+        assert tier.stats.written_tokens == 100
+        read = tier.read(RadixKey(NS, [*range(100), 0]), start=0)
+        assert read is not None and tokens_of(read.rows) == list(range(100))
+    finally:
+        codec.gate.set()
+        tier.close()
+
+
+@pytest.mark.parametrize("namespace", [None, NS])
+def test_flush_drops_records_still_queued(
+    tier: DiskTier, codec: Codec, namespace: str | None
+) -> None:
+    other = "m|tenant:b"
+    codec.gate.clear()  # the writer holds the first record, the rest wait in the queue
+    assert tier.offer(evicted([1, 2, 3]))
+    assert tier.offer(evicted([4, 5, 6]))
+    assert tier.offer(evicted([7, 8, 9], ns=other))
+    flushing = threading.Thread(target=tier.flush, args=(namespace,))
+    flushing.start()  # waits for the record being written
+    codec.gate.set()
+    flushing.join(timeout=10)
+    tier.drain()
+    assert tier.read(RadixKey(NS, [1, 2, 3, 0]), start=0) is None
+    assert tier.read(RadixKey(NS, [4, 5, 6, 0]), start=0) is None
+    kept = tier.read(RadixKey(other, [7, 8, 9, 0]), start=0)
+    assert (kept is None) == (namespace is None)  # another namespace's flush leaves it
+    check_accounting(tier)
+
+
 def test_reads_during_writes_and_evictions_return_the_right_rows(
     tmp_path: Path, codec: Codec
 ) -> None:

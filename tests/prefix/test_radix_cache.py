@@ -253,6 +253,26 @@ def test_split_whose_sibling_is_evicted_in_vain_keeps_the_upper_half() -> None:
     assert served(cache.match(key([1, 2, 3]))) == (1, 2)
 
 
+def test_insert_whose_copy_fails_leaves_the_tree_whole() -> None:
+    class FailingCopy(FakeSpan):  # a CUDA out-of-memory while copying the new span out
+        def slice(self, start: int, stop: int) -> FakeSpan:
+            raise MemoryError("simulated out of memory")
+
+    clock = Clock()
+    cache = RadixCache(20 * BPT, clock=clock)
+    for tokens in ([1, 2, 3, 4, 5, 6], [1, 2, 8, 8], [9, 9, 9]):
+        clock.now += 1
+        put(cache, tokens)
+    clock.now += 1
+    with pytest.raises(MemoryError):  # splits [3 4 5 6] first, then the copy fails
+        cache.insert(key([1, 2, 3, 7, 7]), FailingCopy((1, 2, 3, 7, 7)))
+    stats = check(cache)
+    assert (stats.nodes, stats.tokens) == (4, 11)  # the split was undone
+    assert served(cache.match(key([1, 2, 3, 4, 5, 6, 0]))) == (1, 2, 3, 4, 5, 6)
+    assert cache.evict(12 * BPT) >= 11 * BPT  # used to fail an assertion on the parent
+    assert check(cache).tokens == 0
+
+
 def test_split_off_sibling_is_evicted_to_make_room() -> None:
     # Reported: the insert locked the whole node it splits, so the lower half -- a sibling
     # branch, not on the new path -- could not be evicted and the new tail was cut short.
