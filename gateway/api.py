@@ -76,10 +76,9 @@ async def healthz() -> Response[Any]:
 @get("/readyz")
 async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     state = await _runtime(request).readiness()
-    return _json(
-        {"status": "ready" if state["ready"] else "loading", **state},
-        200 if state["ready"] else 503,
-    )
+    # "failed": a model could not load and will not be retried (restart to try again)
+    status = "ready" if state["ready"] else "failed" if state.get("failed") else "loading"
+    return _json({"status": status, **state}, 200 if state["ready"] else 503)
 
 
 routes = [chat_completions, completions, list_models, get_model, healthz, readyz]

@@ -93,6 +93,11 @@ class LocalBackend:
     async def ready(self) -> bool:
         return self._engine is not None
 
+    @property
+    def failure(self) -> str | None:
+        """Why the model could not load (it will not be retried), or None."""
+        return repr(self._error) if self._error is not None else None
+
     async def close(self) -> None:
         if self._loader is not None and not self._loader.done():
             self._loader.cancel()

@@ -142,7 +142,13 @@ class Runtime:
     async def readiness(self) -> dict[str, Any]:
         models = {name: await b.ready() for name, b in self.backends.items()}
         cache = self.cache is None or self.cache.ready
-        return {"ready": all(models.values()) and cache, "models": models, "cache": cache}
+        failed = {
+            name: failure
+            for name, b in self.backends.items()
+            if (failure := getattr(b, "failure", None))
+        }
+        state = {"ready": all(models.values()) and cache, "models": models, "cache": cache}
+        return {**state, "failed": failed} if failed else state
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {

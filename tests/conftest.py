@@ -64,13 +64,14 @@ def refused_url() -> Iterator[str]:
 class Gateway:
     """A gateway app served by uvicorn in a thread, and an httpx client for it."""
 
-    def __init__(self, config: Config, *, port: int = 0, **kwargs: Any) -> None:
+    def __init__(self, config: Config, *, port: int = 0, wait: bool = True, **kwargs: Any) -> None:
         self.config = config
         self.app = create_app(config, **kwargs)
         self.server = ThreadedServer(self.app, port=port, lifespan="on").start()
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=30)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     def wait_ready(self, timeout: float = 120) -> None:
         """Wait for /readyz (models loaded, embedder loaded, vector index restored)."""

@@ -356,3 +356,24 @@ def test_prefix_evicted_from_memory_is_reloaded_from_disk(
         assert any((tmp_path / "kv").iterdir())
     finally:
         gateway.stop()
+
+
+def test_a_model_that_cannot_load_is_503_and_readyz_says_why(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    config = load_config_text(
+        yaml.safe_dump({
+            "data_dir": str(tmp_path / "data"),
+            "cache": {"semantic": {"enabled": False}},
+            "models": {MODEL: {"backend": "local", "source": str(missing)}},
+        })
+    )  # fmt: skip
+    gateway = Gateway(config, wait=False)  # /readyz never says ready
+    try:
+        response = chat(gateway, [{"role": "user", "content": "hi"}], key="any")
+        assert response.status_code == 503
+        assert response.json()["error"]["code"] == "model_unavailable"
+        ready = gateway.http.get("/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["status"] == "failed" and MODEL in ready.json()["failed"]
+    finally:
+        gateway.stop()
