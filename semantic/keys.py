@@ -78,14 +78,9 @@ def chat_key(
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
     semantic = text_only and bool(question.strip())
     if semantic:
-        earlier = messages[:-1]
-        system = [m for m in earlier if m.get("role") in ("system", "developer")]
-        turns = [m for m in earlier if m.get("role") not in ("system", "developer")]
-        if context_turns is not None:
-            turns = turns[len(turns) - context_turns :] if context_turns else []
         # The last message's fields other than its text (e.g. "name") belong to the scope.
         extra = {k: v for k, v in last.items() if k != "content"}
-        scope = _digest([params, system, turns, extra])
+        scope = _digest([params, _context(messages[:-1], context_turns), extra])
         # NOTE: the exact key takes the content as sent, not the joined question: parts joined
         # one way here may be joined another way by a model, so two shapes are two requests.
         exact = _digest([params, messages[:-1], extra, last.get("content")])
@@ -102,6 +97,23 @@ def completion_key(tenant: str, namespace: str, model: str, body: dict[str, Any]
     params = _params(tenant, namespace, "completion", model, body)
     scope = _digest([params, body.get("prompt")])
     return CacheKey(scope=scope, question="", exact=_digest([scope]), semantic=False)
+
+
+def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[dict[str, Any]]:
+    """The messages before the question that the semantic scope covers, in their order.
+
+    Every system/developer message stays, where it was (a system prompt after a turn is not
+    the same conversation as one before it); of the other turns only the last
+    ``context_turns`` (all when None).
+    """
+    if context_turns is None:
+        return earlier
+    turns = [i for i, m in enumerate(earlier) if m.get("role") not in _SYSTEM_ROLES]
+    dropped = set(turns[: max(len(turns) - context_turns, 0)])
+    return [m for i, m in enumerate(earlier) if i not in dropped]
+
+
+_SYSTEM_ROLES = ("system", "developer")
 
 
 def entry_id(exact: str) -> int:

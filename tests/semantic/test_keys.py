@@ -55,6 +55,25 @@ def test_context_turns_limits_the_semantic_scope_not_the_exact_key() -> None:
     assert a2.scope == b2.scope and a2.exact != b2.exact
     assert chat_key("t", "", "m", history_a).scope != chat_key("t", "", "m", history_b).scope
     assert chat_key("t", "", "m", history_a, 0).scope == chat_key("t", "", "m", body(Q), 0).scope
+    # fewer earlier turns than context_turns: all of them count (a negative slice kept 1 of 2)
+    bob = body(("user", "My name is Bob."), ("assistant", "Nice to meet you."), Q)
+    alice = body(("user", "My name is Alice."), ("assistant", "Nice to meet you."), Q)
+    for turns in (3, 2, None):
+        assert chat_key("t", "", "m", bob, turns).scope != chat_key("t", "", "m", alice, turns).scope
+    assert chat_key("t", "", "m", bob, 1).scope == chat_key("t", "", "m", alice, 1).scope
+
+
+def test_a_system_message_keeps_its_place_in_the_scope() -> None:
+    turns = (("user", "Tell me about snakes."), ("assistant", "Pythons are snakes."))
+    system = ("system", "The topic is now Python, the language.")
+    after = body(*turns, system, ("user", "How do I install it?"))
+    before = body(system, *turns, ("user", "How do I install it?"))
+    for context_turns in (None, 2, 5):
+        a = chat_key("t", "", "m", after, context_turns)
+        b = chat_key("t", "", "m", before, context_turns)
+        assert a.scope != b.scope, context_turns
+    # with no earlier turns kept, only the system messages (in order) are left: the same
+    assert chat_key("t", "", "m", after, 0).scope == chat_key("t", "", "m", before, 0).scope
 
 
 def test_requests_without_trailing_user_text_are_exact_only() -> None:
