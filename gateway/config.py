@@ -76,9 +76,13 @@ class ServerConfig(_Base, frozen=True):
     shutdown_timeout: Seconds = 10.0
 
 
+#: A tenant name: no control characters (a partition is joined to it with one, unambiguously).
+TenantName = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")]
+
+
 class ApiKey(_Base, frozen=True):
     key: str
-    tenant: str
+    tenant: TenantName
 
 
 class AuthConfig(_Base, frozen=True):

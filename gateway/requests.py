@@ -7,6 +7,7 @@ forwarded upstream untouched (it still takes part in the cache scope, see semant
 from __future__ import annotations
 
 import hashlib
+import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -132,13 +133,24 @@ class GatewayRequest:
 
 
 def partitioned(tenant: str, partition: str) -> str:
-    """The tenant a request's caches use: its own, subdivided by the front gateway's."""
-    return f"{tenant}/{partition}" if partition else tenant
+    """The tenant a request's caches use: its own, subdivided by the front gateway's.
+
+    NOTE: joined by a control character, which no tenant name (config) or partition (header)
+    may hold: tenant "acme" with partition "dev" can never equal a tenant named "acme/dev".
+    """
+    return f"{tenant}\x1f{partition}" if partition else tenant
 
 
-def tenant_partition(tenant: str) -> str:
-    """What a gateway sends upstream as ``x-cachegate-partition``: tenant names stay private."""
-    return hashlib.sha256(tenant.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+def tenant_partition(tenant: str, secret: str | None = None) -> str:
+    """What a gateway sends upstream as ``x-cachegate-partition``: tenant names stay private.
+
+    With ``secret`` (the model's upstream API key) it is an HMAC, which nobody without the
+    key can compute for a tenant name they know.
+    """
+    data = tenant.encode("utf-8", "surrogatepass")
+    if secret:
+        return hmac.new(secret.encode("utf-8", "surrogatepass"), data, "sha256").hexdigest()[:32]
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def parse_request(

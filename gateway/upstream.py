@@ -124,7 +124,7 @@ class UpstreamBackend:
             "accept": "application/json",
             HOPS_HEADER: str(request.hops + 1),
             # a cachegate worker behind this gateway keeps this gateway's tenants apart
-            PARTITION_HEADER: tenant_partition(request.tenant),
+            PARTITION_HEADER: tenant_partition(request.tenant, self.config.api_key),
         }
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"

@@ -552,22 +552,29 @@ models:
 def test_partition_header_subdivides_the_tenant_and_is_sent_upstream(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
-    gw = make_gateway()
-    assert gw.chat("parted").headers["x-cache"] == "miss"
+    gw = make_gateway("auth: {keys: [{key: k1, tenant: acme}, {key: k2, tenant: acme/dev}]}")
+
+    def ask(key: str, **headers: str) -> Any:
+        return gw.chat("parted", headers={"authorization": f"Bearer {key}", **headers})
+
+    assert ask("k1").headers["x-cache"] == "miss"
     sent = upstream.last_headers["x-cachegate-partition"]
-    assert sent == tenant_partition("default") and "default" not in sent  # opaque
-    assert gw.chat("parted").headers["x-cache"] == "exact"
-    part = {"x-cachegate-partition": "front-tenant-1"}
-    assert gw.chat("parted", headers=part).headers["x-cache"] == "miss"  # its own partition
-    assert gw.chat("parted", headers=part).headers["x-cache"] == "exact"
+    # an HMAC keyed with the model's api_key: nobody without it can compute a tenant's
+    assert sent == tenant_partition("acme", "sk-test") != tenant_partition("acme")
+    assert ask("k1").headers["x-cache"] == "exact"
+    assert ask("k1", **{"x-cachegate-partition": "front-1"}).headers["x-cache"] == "miss"
+    assert ask("k1", **{"x-cachegate-partition": "front-1"}).headers["x-cache"] == "exact"
     assert upstream.last_headers["x-cachegate-partition"] == tenant_partition(
-        "default/front-tenant-1"
+        "acme\x1ffront-1", "sk-test"
     )
+    # tenant "acme" + partition "dev" is not tenant "acme/dev"
+    assert ask("k2").headers["x-cache"] == "miss"
+    assert ask("k1", **{"x-cachegate-partition": "dev"}).headers["x-cache"] == "miss"
     for bad_value in ("", "a b", "x" * 65):
-        bad = gw.chat("parted", headers={"x-cachegate-partition": bad_value})
+        bad = ask("k1", **{"x-cachegate-partition": bad_value})
         assert bad.status_code == 400, bad_value
         assert bad.json()["error"]["param"] == "x-cachegate-partition"
-    assert upstream.stats["chat"] == 2
+    assert upstream.stats["chat"] == 4
 
 
 def test_upstream_invalid_json_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:

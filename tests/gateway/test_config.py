@@ -104,6 +104,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "auth: {keys: [{key: k, tenant: a}, {key: k, tenant: b}]}",
             "auth.keys[1]: the same key is listed twice",
         ),
+        (
+            'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
+            "auth.keys[0].tenant: expected `str` matching",
+        ),
     ],
 )
 def test_errors_name_file_key_and_problem(text: str, message: str) -> None:

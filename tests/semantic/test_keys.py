@@ -59,7 +59,9 @@ def test_context_turns_limits_the_semantic_scope_not_the_exact_key() -> None:
     bob = body(("user", "My name is Bob."), ("assistant", "Nice to meet you."), Q)
     alice = body(("user", "My name is Alice."), ("assistant", "Nice to meet you."), Q)
     for turns in (3, 2, None):
-        assert chat_key("t", "", "m", bob, turns).scope != chat_key("t", "", "m", alice, turns).scope
+        assert (
+            chat_key("t", "", "m", bob, turns).scope != chat_key("t", "", "m", alice, turns).scope
+        )
     assert chat_key("t", "", "m", bob, 1).scope == chat_key("t", "", "m", alice, 1).scope
 
 
