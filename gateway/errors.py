@@ -6,7 +6,10 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["APIError", "error_body", "sse_error"]
+__all__ = ["NO_RETRY", "APIError", "error_body", "sse_error"]
+
+#: Sent with errors a client must not retry (the OpenAI SDKs obey it over the status code).
+NO_RETRY = {"x-should-retry": "false"}
 
 
 class APIError(Exception):

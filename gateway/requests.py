@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .errors import APIError
+from .errors import NO_RETRY, APIError
 
 __all__ = [
     "HOPS_HEADER",
@@ -282,6 +282,7 @@ def _hops(value: str | None) -> int:
             f"The request has already passed through {hops} cachegate gateways: a gateway's "
             "upstream base_url probably leads back to itself.",
             code="loop_detected",
+            headers=dict(NO_RETRY),
         )
     return hops
 

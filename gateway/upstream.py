@@ -24,7 +24,7 @@ import msgspec
 
 from .backend import BackendStream, StreamEvent
 from .config import OpenAIModelConfig
-from .errors import APIError, sse_error
+from .errors import NO_RETRY, APIError, sse_error
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
 from .sse import SSEParser
@@ -166,7 +166,10 @@ class UpstreamBackend:
                 await response.aclose()
                 await self._backoff(attempt, wait, f"HTTP {response.status_code}")
                 continue
-            raise await _upstream_error(self.name, response, retryable=retryable)
+            error = await _upstream_error(self.name, response, retryable=retryable)
+            if retryable and last and attempt:  # retried here already: a client should not
+                error.final()
+            raise error
         raise AssertionError("unreachable")
 
     async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
@@ -257,6 +260,8 @@ class ReplicatedBackend:
                 if others_left and exc.retryable and retries < self.config.max_retries:
                     retries += 1
                     continue
+                if exc.retryable and len(tried) > 1:  # retried on other replicas already
+                    exc.final()
                 raise
             except BaseException:
                 self.router.release(route.replica)
@@ -393,7 +398,7 @@ def _retry_after(value: str | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-async def _upstream_error(name: str, response: httpx.Response, *, retryable: bool) -> APIError:
+async def _upstream_error(name: str, response: httpx.Response, *, retryable: bool) -> UpstreamError:
     status = response.status_code
     raw, error = await _read_error(response)
     message = ""
@@ -406,7 +411,7 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
     if not message:
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
     if status == 508 and fields.get("code") == "loop_detected":
-        return UpstreamError(508, message, code="loop_detected")
+        return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
     if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(
             502,
@@ -498,6 +503,11 @@ class UpstreamError(APIError):
         self.retryable = retryable
         self.unreachable = unreachable
         self.upstream_status = upstream_status
+
+    def final(self) -> None:
+        """Tell clients not to retry: this gateway already did (the OpenAI SDKs obey
+        ``x-should-retry: false``; without it each SDK retry ran all of ours again)."""
+        self.headers.update(NO_RETRY)
 
     @property
     def replica_unhealthy(self) -> bool:

@@ -146,6 +146,24 @@ def test_errors_are_openai_errors(gateway: ServeProcess, upstream: FakeUpstream)
     assert [m.id for m in c.models.list()] == ["fake-model"]
 
 
+def test_sdk_does_not_retry_what_the_gateway_already_retried(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    """The SDK's own retries (2 by default) used to run the gateway's 3 attempts each: 9."""
+    c = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk-anything")  # max_retries=2
+    for status, error in ((500, openai.InternalServerError), (429, openai.RateLimitError)):
+        upstream.reset()
+        with pytest.raises(error) as raised:
+            ask(c, f"always {status}", extra_body={"fake": {"status": status}})
+        assert raised.value.response.headers["x-should-retry"] == "false"
+        assert upstream.stats["chat"] == 3  # the gateway's 1 + max_retries 2, nothing more
+    upstream.reset()
+    with pytest.raises(openai.APIStatusError) as looped:
+        ask(c, "loop", extra_headers={"x-cachegate-hops": "8"})
+    assert looped.value.status_code == 508
+    assert looped.value.response.headers["x-should-retry"] == "false"
+
+
 def test_async_client_concurrent_and_streaming(
     gateway: ServeProcess, upstream: FakeUpstream
 ) -> None:
