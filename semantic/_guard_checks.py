@@ -7,7 +7,8 @@ looks at the *surface* of both questions for one kind of difference that changes
 
 ====================  =====================================================================
 ``number_mismatch``   both mention numbers (or model codes like "s7", ordinals, number words)
-                      and the sets differ
+                      and the sets differ, or both compare (<, >, =, >=, !=, ≤ ...) and the
+                      operators differ
 ``unit_mismatch``     both mention units/currencies and they differ (km vs miles, $ vs €)
 ``date_mismatch``     both mention months/weekdays/relative days and they differ
 ``negation``          one side negates and the other does not (odd/even count of not, n't, never…)
@@ -177,6 +178,10 @@ for _x, _y in _ANTONYMS:
     _ANTONYM_OF[_x] = _ANTONYM_OF.get(_x, frozenset()) | {_y}
     _ANTONYM_OF[_y] = _ANTONYM_OF.get(_y, frozenset()) | {_x}
 
+# Comparison operators, longest first; the spellings of one operator map to one name.
+_OPERATOR = re.compile(r"<=|>=|=<|=>|!=|<>|==|[<>=≤≥≠]")
+_OPERATOR_OF = {"=<": "<=", "≤": "<=", "=>": ">=", "≥": ">=", "<>": "!=", "≠": "!=", "==": "="}
+
 # Answer types: a mismatch between two *different* entries here changes what is asked for.
 _QTYPES = {
     "who": "person", "whom": "person", "whose": "person", "when": "time", "where": "place",
@@ -202,6 +207,7 @@ class TextInfo:
     entities: frozenset[str]  # lower-cased capitalised words / acronyms (not sentence-initial)
     qtype: str | None
     content_seq: tuple[str, ...]  # content stems in order (order_swap)
+    operators: tuple[str, ...] = ()  # comparison operators, normalised and sorted
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,13 +284,16 @@ def analyze(text: str) -> TextInfo:
         entities=frozenset(entities),
         qtype=_qtype(tokens),
         content_seq=tuple(s for s in stems if s not in STOPWORDS),
+        operators=tuple(sorted(_OPERATOR_OF.get(m, m) for m in _OPERATOR.findall(text))),
     )
 
 
 def compare(a: TextInfo, b: TextInfo) -> PairSignals:
     """Run every check on a pair (symmetric: ``compare(a, b) == compare(b, a)``)."""
     failed: list[str] = []
-    if a.numbers and b.numbers and a.numbers != b.numbers:
+    # NOTE: the tokens drop symbols, so "Is 17 > 12?" and "Is 17 < 12?" differ only here.
+    compares = a.operators and b.operators and a.operators != b.operators
+    if (a.numbers and b.numbers and a.numbers != b.numbers) or compares:
         failed.append("number_mismatch")
     if a.units and b.units and a.units != b.units:
         failed.append("unit_mismatch")

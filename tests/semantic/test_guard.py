@@ -78,6 +78,9 @@ REJECTIONS = [
     ),
     ("Is Python faster than Java?", "Is Java faster than Python?", "order_swap"),
     ("Did Rome defeat Carthage?", "Did Carthage defeat Rome?", "order_swap"),
+    ("Is 17 > 12?", "Is 17 < 12?", "number_mismatch"),
+    ("Is x >= 5 true for x=5?", "Is x > 5 true for x=5?", "number_mismatch"),
+    ("Is -4 < -7?", "Is -4 > -7?", "number_mismatch"),
 ]
 
 
@@ -94,6 +97,12 @@ def test_rejects_with_reason(
 ) -> None:
     # Hard checks reject whatever the similarity (most of these pairs score >= 0.8).
     assert judge(guard, embedder, stored, query) == Verdict(False, 0.0, reason)
+
+
+def test_comparison_operators_are_normalised() -> None:
+    assert analyze("Is a ≥ b or a => c?").operators == (">=", ">=")
+    assert compare(analyze("Is x ≤ 3?"), analyze("Is x <= 3?")).failed == ()
+    assert compare(analyze("Is 17 > 12?"), analyze("Is 17 greater than 12?")).failed == ()
 
 
 def test_negation_and_antonym_cancel() -> None:
