@@ -21,6 +21,10 @@ __all__ = ["DONE", "Assembler", "SSEParser", "encode_event", "fresh_identity", "
 
 DONE = b"data: [DONE]\n\n"
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
+#: Top-level and choice fields rebuilt by assembly and replay; any other field (citations,
+#: service_tier, stop_reason, content_filter_results, ...) is kept as last sent, and replayed.
+_OWN_TOP = frozenset({*_HEAD_FIELDS, "object", "choices", "usage", "obfuscation"})
+_OWN_CHOICE = frozenset({"index", "delta", "message", "text", "logprobs", "finish_reason"})
 #: Message fields a stream sends in pieces, in the order a model streams them:
 #: ``reasoning_content`` (DeepSeek), ``reasoning`` (vLLM, SGLang, OpenRouter, Groq).
 _TEXT_FIELDS = ("reasoning_content", "reasoning", "content", "refusal")
@@ -75,6 +79,9 @@ class Assembler:
         self._head: dict[str, Any] = {}
         self._choices: dict[int, dict[str, Any]] = {}
         self._usage: dict[str, Any] | None = None
+        self._extra: dict[str, Any] = {}  # other top-level fields
+        #: A field came in pieces this assembler cannot join: the answer is not stored.
+        self.unjoinable: str | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         # NOTE: each from the first chunk that has it: Azure opens with a prompt-filter chunk
@@ -84,11 +91,14 @@ class Assembler:
                 self._head[field] = chunk[field]
         if chunk.get("usage"):
             self._usage = chunk["usage"]
+        _keep_extras(self._extra, chunk, _OWN_TOP)
         for delta_choice in chunk.get("choices") or ():
             index = delta_choice.get("index", 0)
             choice = self._choices.setdefault(index, _empty_choice(self.kind, index))
+            _keep_extras(choice, delta_choice, _OWN_CHOICE)
             if self.kind == "chat":
-                _merge_delta(choice["message"], delta_choice.get("delta") or {})
+                bad = _merge_delta(choice["message"], delta_choice.get("delta") or {})
+                self.unjoinable = self.unjoinable or bad
             else:
                 choice["text"] += delta_choice.get("text") or ""
             logprobs = delta_choice.get("logprobs")
@@ -98,10 +108,14 @@ class Assembler:
                 choice["finish_reason"] = delta_choice["finish_reason"]
 
     def result(self) -> dict[str, Any] | None:
-        """The complete object, or None when a choice never finished (a cut stream)."""
+        """The complete object, or None when a choice never finished (a cut stream) or a
+        field came in pieces that cannot be joined (see ``unjoinable``)."""
         if not self._choices or any(c["finish_reason"] is None for c in self._choices.values()):
             return None
+        if self.unjoinable is not None:
+            return None
         obj: dict[str, Any] = {
+            **self._extra,
             "id": self._head.get("id"),
             "object": "chat.completion" if self.kind == "chat" else "text_completion",
             "created": self._head.get("created"),
@@ -132,8 +146,10 @@ def replay(response: dict[str, Any], *, kind: str, include_usage: bool) -> Itera
     }
     if response.get("system_fingerprint"):
         head["system_fingerprint"] = response["system_fingerprint"]
+    head.update({k: v for k, v in response.items() if k not in _OWN_TOP})  # e.g. citations
     for choice in response.get("choices") or ():
         index = choice.get("index", 0)
+        extras = {k: v for k, v in choice.items() if k not in _OWN_CHOICE}  # e.g. stop_reason
         if kind == "chat":
             for delta in _chat_deltas(choice.get("message") or {}):
                 yield encode_event({**head, "choices": [_delta_choice(index, delta, None)]})
@@ -145,6 +161,7 @@ def replay(response: dict[str, Any], *, kind: str, include_usage: bool) -> Itera
                 "logprobs": choice.get("logprobs"),
                 "finish_reason": choice.get("finish_reason"),
             }
+        last.update(extras)
         if kind == "chat" and choice.get("logprobs") is not None:
             last["logprobs"] = choice["logprobs"]
         yield encode_event({**head, "choices": [last]})
@@ -168,7 +185,14 @@ def _empty_choice(kind: str, index: int) -> dict[str, Any]:
     return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
 
 
-def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
+def _keep_extras(into: dict[str, Any], source: dict[str, Any], own: frozenset[str]) -> None:
+    for field, value in source.items():
+        if field not in own and value is not None:
+            into[field] = value
+
+
+def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> str | None:
+    """Fold one delta into ``message``; returns the name of a field it could not join."""
     for field, value in delta.items():
         if value is None:
             continue
@@ -184,8 +208,20 @@ def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> None:
             call = message.setdefault("function_call", {"name": "", "arguments": ""})
             call["name"] += value.get("name") or ""
             call["arguments"] += value.get("arguments") or ""
+        elif field == "audio" and isinstance(value, dict):  # OpenAI: data and transcript pieces
+            audio = message.setdefault("audio", {})
+            for key, part in value.items():
+                if key in ("data", "transcript") and isinstance(part, str):
+                    audio[key] = audio.get(key, "") + part
+                elif part is not None:
+                    audio[key] = part
+        elif isinstance(value, list):  # annotations, reasoning_details: pieces in order
+            message[field] = [*(message.get(field) or []), *value]
+        elif field in message and message[field] != value:
+            return field  # sent again, changed: pieces of something unknown
         else:
             message[field] = value
+    return None
 
 
 def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:

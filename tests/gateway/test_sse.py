@@ -204,3 +204,72 @@ def test_provider_stream_variants_are_cached_whole_through_http(make_gateway: An
     assert as_json.headers["x-cache"] == "exact"
     assert as_json.json()["model"] == "gpt-x"
     assert as_json.json()["choices"][0]["message"]["reasoning"] == "2+2 is 4."
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    head = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return {**head, "choices": [choice], **extra}
+
+
+def test_audio_pieces_lists_and_extra_fields_are_kept_and_replayed() -> None:
+    chunks = [
+        _chunk({"role": "assistant", "audio": {"id": "audio_1", "transcript": "The capital "}},
+               citations=["https://a"]),
+        _chunk({"audio": {"data": "AAAA", "transcript": "is Paris."},
+                "reasoning_details": [{"text": "So"}]}, citations=["https://a"]),
+        _chunk({"audio": {"data": "BBBB", "expires_at": 9},
+                "reasoning_details": [{"text": " yes."}]}, citations=["https://a"]),
+        {**_chunk({}, "stop", citations=["https://a"]),
+         "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "stop_reason": 7}]},
+    ]  # fmt: skip
+    assembler = Assembler("chat")
+    for c in chunks:
+        assembler.add(c)
+    result = assembler.result()
+    assert result is not None and result["citations"] == ["https://a"]
+    choice = result["choices"][0]
+    assert choice["stop_reason"] == 7
+    assert choice["message"]["audio"] == {
+        "id": "audio_1", "transcript": "The capital is Paris.", "data": "AAAABBBB", "expires_at": 9
+    }  # fmt: skip
+    assert choice["message"]["reasoning_details"] == [{"text": "So"}, {"text": " yes."}]
+    replayed = [
+        json.loads(e[6:]) for e in list(replay(result, kind="chat", include_usage=False))[:-1]
+    ]
+    assert all(c["citations"] == ["https://a"] for c in replayed)
+    again = Assembler("chat")
+    for c in replayed:
+        again.add(c)
+    assert again.result() == {
+        **result,
+        "id": again.result()["id"],
+        "created": again.result()["created"],
+    }
+
+
+def test_a_field_sent_again_changed_is_not_joined_so_not_stored() -> None:
+    assembler = Assembler("chat")
+    for c in (
+        _chunk({"role": "assistant", "thinking": "Let me "}),
+        _chunk({"thinking": "see."}),
+        _chunk({"content": "4"}, "stop"),
+    ):
+        assembler.add(c)
+    assert assembler.unjoinable == "thinking" and assembler.result() is None
+    same = Assembler("chat")  # a field repeated unchanged is fine
+    for c in (_chunk({"role": "assistant", "name": "bot"}), _chunk({"name": "bot"}, "stop")):
+        same.add(c)
+    assert same.result() is not None
+
+
+def test_a_stream_that_cannot_be_joined_is_relayed_but_not_cached(make_gateway: Any) -> None:
+    events = [_chunk({"role": "assistant", "thinking": "Let me "}), _chunk({"thinking": "see."}),
+              _chunk({"content": "4"}, "stop")]  # fmt: skip
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    fake = {"raw": {"content_type": "text/event-stream", "body": body}}
+    gw = make_gateway()
+    first = gw.chat("think", stream=True, fake=fake)
+    assert first.status_code == 200 and first.text.endswith("data: [DONE]\n\n")
+    assert '"thinking": "see."' in first.text or '"thinking":"see."' in first.text
+    assert gw.chat("think", stream=True, fake=fake).headers["x-cache"] == "miss"
