@@ -81,7 +81,7 @@ class Pipeline:
         if backend.forwards_client_auth:
             # NOTE: the upstream checks this client's own key; a cached answer is only for
             # requests carrying the same key (a missing or wrong key never reads another's).
-            tenant = partitioned(_client_key_tenant(auth), request.partition)
+            tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
         control = request.control
         key: CacheKey | None = None
@@ -207,9 +207,10 @@ class Pipeline:
             await stream.aclose()
 
 
-def _client_key_tenant(authorization: str | None) -> str:
-    digest = hashlib.sha256((authorization or "").encode()).hexdigest()[:32]
-    return f"client-key:{digest}"
+def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:
+    """One tenant per client key and organization/project: what the upstream bills and allows."""
+    seen = "\n".join([authorization or "", *(f"{h}: {v}" for h, v in account)])
+    return f"client-key:{hashlib.sha256(seen.encode()).hexdigest()[:32]}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import msgspec
 from .errors import NO_RETRY, APIError
 
 __all__ = [
+    "ACCOUNT_HEADERS",
     "HOPS_HEADER",
     "MAX_HOPS",
     "PARTITION_HEADER",
@@ -39,6 +40,8 @@ MAX_HOPS = 8
 #: cachegate behind another one (a ``cachegate worker``) keeps those tenants apart in its own
 #: caches: the partition is appended to the tenant it authenticated, never replaces it.
 PARTITION_HEADER = "x-cachegate-partition"
+#: Which of a key's organizations and projects pays for (and may see) a request.
+ACCOUNT_HEADERS = ("openai-organization", "openai-project")
 
 Kind = Literal["chat", "completion"]
 
@@ -130,6 +133,9 @@ class GatewayRequest:
     hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
     #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
     partition: str = ""
+    #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
+    #: the client's own key (when the gateway forwards it), never with the gateway's.
+    account: tuple[tuple[str, str], ...] = ()
 
 
 def partitioned(tenant: str, partition: str) -> str:
@@ -159,6 +165,7 @@ def parse_request(
     """Decode and validate a request body; raises APIError(400) with ``param`` on bad input."""
     hops = _hops(headers.get(HOPS_HEADER))
     partition = _partition(headers.get(PARTITION_HEADER))
+    account = tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h))
     try:
         body = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -202,6 +209,7 @@ def parse_request(
         control=control,
         hops=hops,
         partition=partition,
+        account=account,
     )
 
 

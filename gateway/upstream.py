@@ -130,6 +130,7 @@ class UpstreamBackend:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:
             headers["authorization"] = auth
+            headers.update(request.account)  # the client's organization/project, with its key
         return headers
 
     async def _send(

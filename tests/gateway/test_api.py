@@ -649,6 +649,21 @@ def test_forwarded_client_keys_partition_the_cache(
     assert gw.chat("secret plan").headers["x-cache"] == "miss"
     assert gw.chat("secret plan", headers=alice).headers["x-cache"] == "exact"
     assert upstream.stats["chat"] == 3
+    # the key's organization/project go upstream with it, and partition the cache too
+    project = {**alice, "openai-organization": "org-1", "openai-project": "proj_2"}
+    assert gw.chat("secret plan", headers=project).headers["x-cache"] == "miss"
+    assert upstream.last_headers["openai-organization"] == "org-1"
+    assert upstream.last_headers["openai-project"] == "proj_2"
+    assert gw.chat("secret plan", headers=project).headers["x-cache"] == "exact"
+
+
+def test_client_organization_is_not_sent_with_the_gateways_key(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()  # the model has its own api_key
+    gw.chat("whose bill", headers={"openai-organization": "org-client"})
+    assert upstream.last_headers["authorization"] == "Bearer sk-test"
+    assert "openai-organization" not in upstream.last_headers
 
 
 def test_upstream_error_in_a_200_body_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:
