@@ -15,6 +15,24 @@ SYSTEM_A = "system\x1fYou are a support agent for ACME Corp. Be polite and preci
 SYSTEM_B = "system\x1fYou translate English into French, word for word.\x1e"
 
 
+def replicated(tmp_path: Path, urls: list[str], settings: str = "") -> Gateway:
+    """A gateway whose fake-model has ``urls`` as replicas (max_retries 0, cache off)."""
+    replicas = ", ".join(f'"{u}"' for u in urls)
+    return Gateway(
+        load_config_text(f"""
+data_dir: {tmp_path}
+cache: {{enabled: false}}
+models:
+  fake-model: {{backend: openai, replicas: [{replicas}], max_retries: 0, {settings}}}
+""")
+    )
+
+
+def routing_stats(gw: Gateway) -> dict[str, Any]:
+    stats: dict[str, Any] = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"]
+    return stats
+
+
 def test_same_prefix_goes_to_the_same_replica() -> None:
     router = PrefixRouter(["r0", "r1", "r2"], min_match=0.5)
     first_a = router.choose(SYSTEM_A + "user\x1fhi\x1e")
@@ -71,17 +89,8 @@ def test_replicas_through_the_api(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
     second = ThreadedServer(FakeUpstream()).start()
-    config = load_config_text(f"""
-data_dir: {tmp_path}
-cache: {{enabled: false}}
-models:
-  fake-model:
-    backend: openai
-    replicas: ["{upstream_server.url}/v1", "{second.url}/v1", "{refused_url}"]
-    max_retries: 0
-    routing: {{min_match: 0.3}}
-""")
-    gw = Gateway(config)
+    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1", refused_url]
+    gw = replicated(tmp_path, urls, "routing: {min_match: 0.3}")
     try:
         system = {"role": "system", "content": "You are the ACME support bot. " * 5}
         for i in range(6):
@@ -104,7 +113,7 @@ models:
         assert (
             upstream.stats["chat"] > 0 and second.app.stats["chat"] > 0
         )  # the new prefix went elsewhere
-        stats = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"]
+        stats = routing_stats(gw)
         assert [r["in_flight"] for r in stats["replicas"]] == [0, 0, 0]
         assert (
             'cachegate_backend_routing_routed_prefix{model="fake-model"}'
@@ -118,18 +127,8 @@ models:
 def test_dead_replica_fails_over(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
-    config = load_config_text(f"""
-data_dir: {tmp_path}
-cache: {{enabled: false}}
-models:
-  fake-model:
-    backend: openai
-    replicas: ["{refused_url}", "{upstream_server.url}/v1"]
-    max_retries: 0
-    retry_backoff: 5
-    routing: {{policy: round_robin}}
-""")
-    gw = Gateway(config)
+    urls = [refused_url, f"{upstream_server.url}/v1"]
+    gw = replicated(tmp_path, urls, "retry_backoff: 5, routing: {policy: round_robin}")
     try:
         started = time.perf_counter()
         for i in range(4):
@@ -138,9 +137,7 @@ models:
         # max_retries 0 does not stop failover, and a dead replica costs a connect, not a backoff
         assert time.perf_counter() - started < 3
         assert upstream.stats["chat"] == 8
-        replicas = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"][
-            "replicas"
-        ]
+        replicas = routing_stats(gw)["replicas"]
         assert replicas[0]["down"] and not replicas[1]["down"]
     finally:
         gw.stop()
@@ -168,16 +165,7 @@ def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     broken = ThreadedServer(Unavailable()).start()
-    config = load_config_text(f"""
-data_dir: {tmp_path}
-cache: {{enabled: false}}
-models:
-  fake-model:
-    backend: openai
-    replicas: ["{broken.url}/v1", "{upstream_server.url}/v1"]
-    max_retries: 0
-""")
-    gw = Gateway(config)
+    gw = replicated(tmp_path, [f"{broken.url}/v1", f"{upstream_server.url}/v1"])
     try:
         system = {"role": "system", "content": "You are the ACME support bot. " * 5}
         for i in range(6):
@@ -189,9 +177,7 @@ models:
             assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
         # tried once, then avoided for down_for: affinity no longer sends the prompt there
         assert broken.app.calls == 1 and upstream.stats["chat"] == 6
-        replicas = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"][
-            "replicas"
-        ]
+        replicas = routing_stats(gw)["replicas"]
         assert replicas[0]["down"] and not replicas[1]["down"]
     finally:
         gw.stop()
