@@ -103,6 +103,7 @@ class _Counters:
     stores: int = 0
     evictions: int = 0
     expirations: int = 0
+    too_long: int = 0  # questions longer than the embedding model reads: exact hits only
 
 
 class ResponseCache:
@@ -177,6 +178,10 @@ class ResponseCache:
                 return Lookup("exact", entry, 1.0, now - entry.created)
         if not (key.semantic and await self._semantic_ready()):
             return Lookup("miss")
+        assert self.embedder is not None
+        if not self.embedder.fits(key.question):
+            self._counters.too_long += 1  # exact hits only: see Embedder.fits
+            return Lookup("miss")
         return await self._lookup_semantic(key, now, max_age, threshold)
 
     async def store(
@@ -194,6 +199,7 @@ class ResponseCache:
         now = time.time()
         ttl = self._settings.ttl if ttl is None else ttl
         semantic = key.semantic and await self._semantic_ready()  # waits while it loads
+        semantic = semantic and self.embedder is not None and self.embedder.fits(key.question)
         if semantic and vector is None:
             assert self.embedder is not None
             vector = await self.embedder.embed(key.question)
@@ -243,6 +249,7 @@ class ResponseCache:
             "stores": c.stores,
             "evictions": c.evictions,
             "expirations": c.expirations,
+            "too_long_for_semantic": c.too_long,
             "semantic": _semantic_state(self._semantic, self._ready.is_set(), self._failed),
         }
         if self.index is not None:

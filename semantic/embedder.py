@@ -118,6 +118,9 @@ class Embedder:
         if dim is None:  # some models only know it after one forward pass
             dim = int(self._model.encode(["x"]).shape[-1])
         self.dim: int = int(dim)
+        #: Tokens the model reads of a text (the rest is cut); None: no limit known.
+        limit = getattr(self._model, "max_seq_length", None)
+        self.max_tokens: int | None = int(limit) if limit else None
         # BERT encoders (the bundled one is) run packed: no padding in their dense layers.
         self._packed = PackedEncoder.from_model(self._model) if packed else None
         self._tokenize_lock = threading.Lock()  # HF fast tokenizers are not re-entrant
@@ -165,6 +168,28 @@ class Embedder:
                 out[todo[text]] = vec
                 self._cache_put(text, vec)
         return out
+
+    def fits(self, text: str) -> bool:
+        """Whether the model sees all of ``text``: nothing cut at its ``max_seq_length``.
+
+        NOTE: a text past the limit is embedded from its start only, so two long prompts
+        that differ only after it get the same vector (similarity 1.0): such texts must
+        never be matched by meaning. A text of at most limit-2 characters always fits (a
+        WordPiece token covers at least one character); longer ones are tokenised, and one
+        of more than 101 characters per token (the longest word a token stands for) never
+        fits.
+        """
+        limit = self.max_tokens
+        if limit is None or len(text) <= limit - 2:
+            return True
+        if len(text) > 101 * limit:
+            return False
+        tokenizer = getattr(self._model, "tokenizer", None)
+        if tokenizer is None:
+            return False
+        with self._tokenize_lock:
+            ids = tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)
+        return len(ids["input_ids"]) <= limit
 
     async def embed(self, text: str) -> np.ndarray:
         """Embed one text, batched with the other callers waiting right now. Returns ``[dim]``.

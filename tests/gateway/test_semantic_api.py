@@ -66,6 +66,20 @@ def test_paraphrase_is_a_semantic_hit(gw: Gateway, upstream: FakeUpstream) -> No
     assert ask(gw, "How do I reset my password?", ns="para").headers["x-cache"] == "exact"
 
 
+def test_a_question_longer_than_the_embedder_reads_is_exact_only(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The embedder reads 256 tokens: two prompts equal up to there got one vector (1.0)."""
+    document = "The quarterly report lists revenue, costs and staff for every region. " * 40
+    first = ask(gw, document + "Summarise it in one line.", ns="long")
+    assert first.headers["x-cache"] == "miss"
+    other = ask(gw, document + "Translate it into German.", ns="long")
+    assert other.headers["x-cache"] == "miss"  # was "semantic" with similarity 1.0000
+    assert ask(gw, document + "Summarise it in one line.", ns="long").headers["x-cache"] == "exact"
+    assert upstream.stats["chat"] == 2
+    assert gw.http.get("/admin/stats").json()["cache"]["too_long_for_semantic"] >= 2
+
+
 @pytest.mark.parametrize(
     ("stored", "asked"),
     [

@@ -19,6 +19,16 @@ def test_encode_shape_dtype_and_unit_norm(embedder: Embedder) -> None:
     assert embedder.encode([]).shape == (0, 384)
 
 
+def test_fits_tells_texts_the_model_reads_whole(embedder: Embedder) -> None:
+    assert embedder.max_tokens == 256
+    assert embedder.fits("How do I reset my password?")
+    assert embedder.fits("word " * 250) and not embedder.fits("word " * 260)
+    assert not embedder.fits("x" * 30_000)  # too long to be worth tokenising
+    cut = "Tell me about the weather in Paris today please. " * 30
+    a, b = embedder.encode([cut + "Answer in French.", cut + "Answer in Spanish."])
+    assert float(a @ b) > 0.9999  # what fits() prevents: the difference is never read
+
+
 def test_deterministic(embedder: Embedder) -> None:
     text = "Deterministic embeddings please, no cache involved: 8c1f"
     first = embedder.encode([text])
