@@ -178,6 +178,9 @@ for _x, _y in _ANTONYMS:
     _ANTONYM_OF[_x] = _ANTONYM_OF.get(_x, frozenset()) | {_y}
     _ANTONYM_OF[_y] = _ANTONYM_OF.get(_y, frozenset()) | {_x}
 
+#: The longest span of content words _names_exchanged searches for two swapped names.
+_MAX_SWAP_SPAN = 24
+
 # Comparison operators, longest first; the spellings of one operator map to one name.
 _OPERATOR = re.compile(r"<=|>=|=<|=>|!=|<>|==|[<>=≤≥≠]")
 _OPERATOR_OF = {"=<": "<=", "≤": "<=", "=>": ">=", "≥": ">=", "<>": "!=", "≠": "!=", "==": "="}
@@ -234,9 +237,10 @@ SOFT_FEATURES = (
 )
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=8192)
 def analyze(text: str) -> TextInfo:
-    """Parse one question. Cached by text (an LRU of 65k texts, ~ tens of MB at most)."""
+    """Parse one question. Cached by text (an LRU of 8k texts: a few MB for questions; the
+    cache only parses texts its embedder reads whole, at most a few kB each)."""
     text = text.replace("\u2019", "'").replace("°C", " celsius").replace("°F", " fahrenheit")
     raw = _TOKEN.findall(text)
     # Title Case Questions capitalise every word: then capitals say nothing about names.
@@ -431,6 +435,8 @@ def _names_exchanged(a: TextInfo, b: TextInfo) -> bool:
     i = next(k for k in range(len(x)) if x[k] != y[k])
     j = next(k for k in range(len(x) - 1, -1, -1) if x[k] != y[k])
     left, right, n = x[i : j + 1], y[i : j + 1], j + 1 - i
+    if n > _MAX_SWAP_SPAN:  # NOTE: the search below is cubic in n; names are a few words
+        return False
     for lx in range(1, n):
         for ly in range(1, n - lx + 1):
             first, last = left[:lx], left[n - ly :]
@@ -446,13 +452,14 @@ def _names_exchanged(a: TextInfo, b: TextInfo) -> bool:
 
 
 def _arguments(info: TextInfo, word: str) -> set[str]:
-    """The first content stem after each occurrence of ``word``."""
+    """The first content stem after each occurrence of ``word`` (one pass, from the end)."""
     out = set()
-    for i, tok in enumerate(info.tokens):
-        if tok == word:
-            arg = next((s for s in info.stems[i + 1 :] if s not in STOPWORDS), None)
-            if arg is not None:
-                out.add(arg)
+    following: str | None = None  # the first content stem after position i
+    for tok, stem in zip(reversed(info.tokens), reversed(info.stems), strict=True):
+        if tok == word and following is not None:
+            out.add(following)
+        if stem not in STOPWORDS:
+            following = stem
     return out
 
 
