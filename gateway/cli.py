@@ -153,6 +153,11 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _setup_logging(config.server.log_level)
+    if config.auth.keys and not config.admin.api_key:
+        log.warning(
+            "admin.api_key is not set: every gateway key opens /admin/* and /metrics, so any "
+            "tenant can flush the cache and read its statistics; set admin.api_key"
+        )
     from .app import create_admin_app, create_app
     from .runtime import Runtime
 

@@ -90,9 +90,14 @@ class AuthConfig(_Base, frozen=True):
     keys: tuple[ApiKey, ...] = ()
 
 
+#: A secret that, when given, must not be empty: "${ADMIN_KEY:-}" with the variable unset
+#: would otherwise mean "no key" and leave the routes it guards open.
+Secret = Annotated[str, msgspec.Meta(min_length=1)]
+
+
 class AdminConfig(_Base, frozen=True):
     #: Bearer token for /admin/*, /metrics and /dashboard. None: open (bind to localhost!).
-    api_key: str | None = None
+    api_key: Secret | None = None
 
 
 class TimeoutConfig(_Base, frozen=True):
@@ -370,15 +375,21 @@ def _redact(data: Any) -> Any:
             k: ("***" if k in _SECRET_KEYS and isinstance(v, str) and v else _redact(v))
             for k, v in data.items()
         }
-    if isinstance(data, list):
+    if isinstance(data, list | tuple):  # to_builtins keeps tuples (auth.keys, replicas)
         return [_redact(v) for v in data]
     if isinstance(data, str):
         # Credentials in a URL: redis://:secret@host -> redis://:***@host, https://token@h -> ***@h
-        return _URL_USERINFO.sub(_redact_userinfo, data)
+        return redact_url(data)
     return data
 
 
-_URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#@]*)@", re.IGNORECASE)
+# NOTE: up to the last "@" before the path: a password may hold "@" itself.
+_URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#]*)@", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password or token in it replaced by ``***`` (for logs and stats)."""
+    return _URL_USERINFO.sub(_redact_userinfo, url)
 
 
 def _redact_userinfo(m: re.Match[str]) -> str:

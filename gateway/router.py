@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from prefix import CountSpan, Match, RadixCache, RadixKey
 
+from .config import redact_url
+
 __all__ = ["PrefixRouter", "Route", "prompt_text"]
 
 Policy = Literal["prefix", "round_robin", "least_loaded"]
@@ -100,7 +102,7 @@ class PrefixRouter:
                 "policy": self.policy,
                 "replicas": [
                     {
-                        "url": url,
+                        "url": redact_url(url),  # (a URL may carry credentials)
                         "in_flight": self._in_flight[i],
                         "down": self._down_until[i] > now,
                         "remembered_bytes": self._trees.tokens_by_namespace().get(url, 0),

@@ -97,6 +97,7 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "f.yaml: cache.semantic.threshold: expected `float` <= 1.0",
         ),
         ("cache: {backend: memcached}", "f.yaml: cache.backend: invalid enum value 'memcached'"),
+        ("admin: {api_key: ''}", "f.yaml: admin.api_key: expected `str` of length >= 1"),
         ("models: {}", "f.yaml: models: expected a mapping"),
         ("- a list", "f.yaml: the top level must be a mapping"),
         ("server: [", "f.yaml: invalid YAML"),
@@ -141,6 +142,16 @@ def test_dump_redacts_secrets() -> None:
     assert "redis://:***@redis:6379/0" in dump_config(redis)
     token = load_config_text("models: {m: {backend: openai, base_url: 'https://tok@h/v1'}}")
     assert "tok@" not in dump_config(token) and "https://***@h/v1" in dump_config(token)
+    # lists (tuples in the config) too, and a password holding "@"
+    listed = load_config_text("""
+auth: {keys: [{key: gw-key-1, tenant: a}]}
+cache: {redis: {url: 'redis://default:pw@x@redis:6379/0'}}
+models: {m: {backend: openai, replicas: ['https://u:replica-pw@w1/v1', 'http://w2/v1']}}
+""")
+    text = dump_config(listed)
+    for secret in ("gw-key-1", "replica-pw", "pw@x"):
+        assert secret not in text, secret
+    assert "redis://default:***@redis:6379/0" in text and "https://u:***@w1/v1" in text
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -74,6 +74,12 @@ def test_round_robin_exclusion_and_down_replicas() -> None:
     assert router.stats()["replicas"][1]["down"]
 
 
+def test_stats_hide_credentials_in_replica_urls() -> None:
+    router = PrefixRouter(["https://user:s3cret@w1/v1", "http://w2:8081/v1"])
+    urls = [r["url"] for r in router.stats()["replicas"]]
+    assert urls == ["https://user:***@w1/v1", "http://w2:8081/v1"]
+
+
 def test_prompt_text_orders_messages() -> None:
     body = {
         "messages": [
