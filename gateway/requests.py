@@ -36,6 +36,9 @@ __all__ = [
 HOPS_HEADER = "x-cachegate-hops"
 #: A request that arrives having passed this many gateways is refused with ``508``.
 MAX_HOPS = 8
+#: Objects and arrays nested deeper than this in a request body get ``400`` (a real request
+#: nests a few levels: tools' JSON schemas perhaps a dozen).
+MAX_NESTING = 64
 #: The tenant of the gateway in front, as an opaque digest (:func:`tenant_partition`). A
 #: cachegate behind another one (a ``cachegate worker``) keeps those tenants apart in its own
 #: caches: the partition is appended to the tenant it authenticated, never replaces it.
@@ -168,7 +171,7 @@ def parse_request(
     account = tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h))
     try:
         body = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         raise APIError(
             400,
             "We could not parse the JSON body of your request. The request body must be valid JSON.",
@@ -176,6 +179,10 @@ def parse_request(
         ) from None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_type")
+    if _nesting(body) > MAX_NESTING:  # cache keys and checks walk the body recursively
+        raise APIError(
+            400, f"The request body nests deeper than {MAX_NESTING} levels.", code="invalid_json"
+        )
     if "model" not in body:
         raise APIError(400, "You must provide a model parameter.", param="model", code="missing")
     if kind == "chat" and "messages" not in body:
@@ -293,6 +300,20 @@ def _hops(value: str | None) -> int:
             headers=dict(NO_RETRY),
         )
     return hops
+
+
+def _nesting(value: Any) -> int:
+    """How deeply objects and arrays nest in ``value`` (iteratively: any depth is safe)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_NESTING:  # deeper than the limit: no need to look further
+                todo.extend(
+                    (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+                )
+    return deepest
 
 
 def _partition(value: str | None) -> str:

@@ -394,6 +394,11 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
     assert gw.http.post("/v1/chat/completions", content=b"[1, 2]").status_code == 400
+    for depth in (65, 600, 100_000):  # a 1 KB body 600 deep was a 500 with a 3,000-line trace
+        nested = b'{"model": "fake-model", "messages": [], "x": ' + b"[" * depth + b"]" * depth
+        response = gw.http.post("/v1/chat/completions", content=nested + b"}")
+        assert response.status_code == 400, depth
+        assert response.json()["error"]["code"] == "invalid_json"
     assert (
         gw.chat("x", headers={"x-cache-threshold": "high"}).json()["error"]["param"]
         == "x-cache-threshold"
@@ -401,6 +406,7 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
     assert gw.chat("x", headers={"x-cache-ttl": "-5"}).status_code == 400
     assert gw.chat("x", headers={"x-cache-namespace": "a b"}).status_code == 400
     assert upstream.stats["requests"] == 0
+    assert gw.chat("deep but fine", x=[[[[{"a": [1]}]]]]).status_code == 200
 
 
 def test_unknown_model_is_404(make_gateway: Any, upstream: FakeUpstream) -> None:
