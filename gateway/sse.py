@@ -17,7 +17,15 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["DONE", "Assembler", "SSEParser", "encode_event", "fresh_identity", "replay"]
+__all__ = [
+    "DONE",
+    "Assembler",
+    "EventTooLarge",
+    "SSEParser",
+    "encode_event",
+    "fresh_identity",
+    "replay",
+]
 
 DONE = b"data: [DONE]\n\n"
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
@@ -38,27 +46,39 @@ def encode_event(obj: Any) -> bytes:
 class SSEParser:
     """Incremental SSE parser: ``feed(bytes)`` returns the complete events' data fields.
 
+    Linear in the bytes fed, however they are split: only new bytes are normalised and
+    searched. An event longer than ``max_event_bytes`` raises :class:`EventTooLarge`.
+
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
     ([b'{"a":1}'], [b'[DONE]'])
     """
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = 64 * 2**20) -> None:
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no event end
+        self._held_cr = False  # a trailing CR may be the first half of a CRLF
+        self._max = max_event_bytes
 
     def feed(self, data: bytes) -> list[bytes]:
+        if self._held_cr:
+            data, self._held_cr = b"\r" + data, False
+        if b"\r" in data:
+            if data.endswith(b"\r"):
+                data, self._held_cr = data[:-1], True
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         self._buffer += data
-        if b"\r" in self._buffer:
-            # A trailing CR may be the first half of CRLF: normalise it once the next byte is in.
-            held = b"\r" if self._buffer.endswith(b"\r") else b""
-            body = self._buffer[: len(self._buffer) - len(held)]
-            self._buffer = body.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + held
         events: list[bytes] = []
         while True:
-            end = self._buffer.find(b"\n\n")
+            end = self._buffer.find(b"\n\n", max(self._scanned - 1, 0))
             if end < 0:
+                self._scanned = len(self._buffer)
+                if self._scanned > self._max:
+                    raise EventTooLarge(f"an event is longer than {self._max} bytes")
                 return events
-            block, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
+            block = bytes(self._buffer[:end])
+            del self._buffer[: end + 2]
+            self._scanned = 0
             lines = [
                 line[5:].lstrip(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
             ]
@@ -68,7 +88,11 @@ class SSEParser:
     @property
     def pending(self) -> bytes:
         """Bytes of an event that has not ended yet."""
-        return self._buffer
+        return bytes(self._buffer) + (b"\r" if self._held_cr else b"")
+
+
+class EventTooLarge(ValueError):
+    """An upstream event exceeded the parser's limit (a broken or hostile upstream)."""
 
 
 class Assembler:

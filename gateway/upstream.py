@@ -27,7 +27,7 @@ from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
-from .sse import SSEParser
+from .sse import EventTooLarge, SSEParser
 
 __all__ = ["ReplicatedBackend", "UpstreamBackend", "UpstreamError", "UpstreamStream"]
 
@@ -323,6 +323,10 @@ class UpstreamStream:
             raise _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
             raise _broken(self._name, exc) from None
+        except EventTooLarge as exc:
+            raise _failure(
+                502, "upstream_error", f"Upstream for model '{self._name}' sent {exc}."
+            ) from None
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gateway.sse import Assembler, SSEParser, replay
+from gateway.sse import Assembler, EventTooLarge, SSEParser, replay
 
 
 def test_parser_handles_split_events_crlf_comments_and_multiline() -> None:
@@ -18,6 +18,22 @@ def test_parser_handles_split_events_crlf_comments_and_multiline() -> None:
         events += parser.feed(stream[i : i + 1])
     assert events == [b'{"a":\n1}', b"[DONE]"]
     assert parser.pending == b""
+    # every split of the same stream gives the same events (CR halves of CRLF included)
+    for size in (2, 3, 5, 7, 64):
+        parser = SSEParser()
+        split = [parser.feed(stream[i : i + size]) for i in range(0, len(stream), size)]
+        assert [e for part in split for e in part] == [b'{"a":\n1}', b"[DONE]"], size
+
+
+def test_parser_bounds_an_event_and_reads_a_large_one_in_linear_time() -> None:
+    parser = SSEParser(max_event_bytes=1000)
+    assert parser.feed(b"data: " + b"x" * 900) == []
+    with pytest.raises(EventTooLarge):
+        parser.feed(b"y" * 200)
+    big = b"data: " + b"z" * (8 * 2**20) + b"\r\n\r\n"  # 8 MB in 4 KiB reads: was 10 s
+    parser = SSEParser()
+    events = [e for i in range(0, len(big), 4096) for e in parser.feed(big[i : i + 4096])]
+    assert events == [b"z" * (8 * 2**20)]
 
 
 def chat_chunks() -> list[dict[str, Any]]:
