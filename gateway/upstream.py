@@ -142,19 +142,35 @@ class UpstreamBackend:
         if stream:
             headers["accept"] = "text/event-stream"
         attempts = self.config.max_retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
+        attempt, resent = 0, False
+        while True:
+            last = attempt >= attempts - 1
             try:
                 built = self._client.build_request("POST", path, content=payload, headers=headers)
                 response = await self._client.send(built, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
                 if last:
-                    raise _unreachable(self.name, exc) from None
+                    error = _unreachable(self.name, exc)
+                    if attempt:  # retried here already: a client should not
+                        error.final()
+                    raise error from None
                 await self._backoff(attempt, None, f"connect error: {exc!r}")
+                attempt += 1
                 continue
+            except httpx.PoolTimeout:
+                raise _busy(self.name, self.config.max_connections) from None
             except httpx.TimeoutException:
                 raise _timeout(self.name) from None
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                # NOTE: a kept-alive connection the upstream closed as this request went out
+                # (uvicorn closes idle ones after 5 s, httpx reuses them for 5 s): the request
+                # gets one more try on a fresh connection, outside max_retries.
+                if resent:
+                    raise _broken(self.name, exc) from None
+                resent = True
+                log.info("upstream %s: %r before an answer; sending again", self.name, exc)
+                continue
             except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
             if 200 <= response.status_code < 300:
@@ -166,12 +182,12 @@ class UpstreamBackend:
             if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
                 await response.aclose()
                 await self._backoff(attempt, wait, f"HTTP {response.status_code}")
+                attempt += 1
                 continue
             error = await _upstream_error(self.name, response, retryable=retryable)
             if retryable and last and attempt:  # retried here already: a client should not
                 error.final()
             raise error
-        raise AssertionError("unreachable")
 
     async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
         delay = retry_after
@@ -466,10 +482,20 @@ def _field(value: Any) -> str | None:
 
 
 def _timeout(name: str) -> APIError:
-    return _failure(504, "upstream_timeout", f"Upstream for model '{name}' timed out.")
+    # retryable: for replicas, another one may answer (this one is marked down meanwhile)
+    message = f"Upstream for model '{name}' timed out."
+    return UpstreamError(504, message, code="upstream_timeout", retryable=True)
 
 
-def _unreachable(name: str, exc: Exception) -> APIError:
+def _busy(name: str, connections: int) -> APIError:
+    message = (
+        f"All {connections} connections to the upstream for model '{name}' are in use "
+        "(max_connections); try again later."
+    )
+    return UpstreamError(503, message, code="upstream_busy")
+
+
+def _unreachable(name: str, exc: Exception) -> UpstreamError:
     message = f"Upstream for model '{name}' is unreachable: {exc!r}"
     return UpstreamError(
         502, message, code="upstream_unreachable", retryable=True, unreachable=True
@@ -517,4 +543,8 @@ class UpstreamError(APIError):
     @property
     def replica_unhealthy(self) -> bool:
         """The replica itself is the problem (down, unavailable, or failing behind a proxy)."""
-        return self.unreachable or self.upstream_status in _UNHEALTHY
+        return (
+            self.unreachable
+            or self.upstream_status in _UNHEALTHY
+            or self.code == "upstream_timeout"  # accepts connections, never answers (hung)
+        )

@@ -188,3 +188,28 @@ def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
     finally:
         gw.stop()
         broken.stop()
+
+
+def test_replica_that_accepts_but_never_answers_is_avoided(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    import socket
+
+    with socket.socket() as hung:  # the kernel accepts connections; nobody ever answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        urls = [f"http://127.0.0.1:{hung.getsockname()[1]}/v1", f"{upstream_server.url}/v1"]
+        gw = replicated(tmp_path, urls, "max_retries: 1, timeout: {read: 0.5}")
+        try:
+            system = {"role": "system", "content": "You are the ACME support bot. " * 5}
+            for i in range(6):
+                body = {
+                    "model": "fake-model",
+                    "messages": [system, {"role": "user", "content": f"question {i}"}],
+                }
+                assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+            # one read timeout, failed over; then the hung replica is down for down_for
+            assert upstream.stats["chat"] == 6
+            assert routing_stats(gw)["replicas"][0]["down"]
+        finally:
+            gw.stop()

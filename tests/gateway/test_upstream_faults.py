@@ -6,6 +6,7 @@ The fake upstream's ``raw`` option sends a status, headers and body exactly as w
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import openai
@@ -187,3 +188,95 @@ def test_event_whose_data_spans_lines_reaches_the_sdk_whole(make_gateway: Any) -
             stream = raw_response.parse()
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == "Hello"
+
+
+def test_unreachable_after_retries_tells_clients_not_to_retry(
+    make_gateway: Any, refused_url: str
+) -> None:
+    gw = make_gateway(model_yaml=f"{{base_url: '{refused_url}', max_retries: 1}}")
+    response = gw.chat("nobody home")
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "upstream_unreachable"
+    assert response.headers["x-should-retry"] == "false"
+
+
+def test_all_connections_busy_is_503_upstream_busy(make_gateway: Any) -> None:
+    import threading
+
+    gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
+    slow = threading.Thread(target=gw.chat, args=("slow",), kwargs={"fake": {"delay": 2}})
+    slow.start()
+    time.sleep(0.5)  # the one connection is taken
+    response = gw.chat("waiting")
+    slow.join()
+    assert response.status_code == 503  # not a 504 "timed out": the upstream is fine
+    assert response.json()["error"]["code"] == "upstream_busy"
+
+
+class DropsSecondRequest:
+    """An HTTP/1.1 server that answers the first request on a connection (keep-alive) and
+    closes the connection when a second one arrives: what an upstream's idle timeout does
+    to a pooled connection at the wrong moment."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.answered = 0
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        import threading
+
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: Any) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += conn.recv(65536)
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = int(next(
+                line.split(b":")[1] for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length")
+            ))  # fmt: skip
+            while len(body) < length:
+                body += conn.recv(65536)
+            answer = json.dumps({
+                "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "fine"}}],
+            }).encode()  # fmt: skip
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(answer)}\r\n\r\n".encode()
+                + answer
+            )
+            self.answered += 1
+            conn.recv(65536)  # the next request on this connection: closed unanswered
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def test_a_kept_alive_connection_closed_under_a_request_is_sent_again(
+    make_gateway: Any,
+) -> None:
+    server = DropsSecondRequest()
+    try:
+        gw = make_gateway(model_yaml=f"{{base_url: '{server.url}', max_retries: 0}}")
+        assert gw.chat("first").status_code == 200
+        second = gw.chat("second")  # goes out on the kept-alive connection, which closes
+        assert second.status_code == 200, second.text  # was 502 "broke off"
+        assert server.answered == 2
+    finally:
+        server.close()
