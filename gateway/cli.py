@@ -158,6 +158,8 @@ def _serve(args: argparse.Namespace) -> int:
             "admin.api_key is not set: every gateway key opens /admin/* and /metrics, so any "
             "tenant can flush the cache and read its statistics; set admin.api_key"
         )
+    from semantic.store import StoreOpenError
+
     from .app import create_admin_app, create_app
     from .runtime import Runtime
 
@@ -165,6 +167,9 @@ def _serve(args: argparse.Namespace) -> int:
         runtime = Runtime.build(config, worker=args.worker)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except StoreOpenError as exc:
+        print(f"error: data_dir: {exc}", file=sys.stderr)
         return 1
     app = create_app(config, runtime=runtime)
     admin = create_admin_app(runtime) if config.server.admin_port is not None else None

@@ -11,6 +11,8 @@ which ids it dropped so the vector index can follow.
 
 from __future__ import annotations
 
+import fcntl
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator
@@ -21,7 +23,14 @@ from typing import Any, Protocol
 import diskcache
 import msgspec
 
-__all__ = ["DiskStore", "Entry", "EntryStore", "StoreListener", "StoreUnavailable"]
+__all__ = [
+    "DiskStore",
+    "Entry",
+    "EntryStore",
+    "StoreListener",
+    "StoreOpenError",
+    "StoreUnavailable",
+]
 
 
 class Entry(msgspec.Struct, kw_only=True):
@@ -54,6 +63,10 @@ class StoreUnavailable(Exception):
     def __init__(self, message: str, removed: list[int] | None = None) -> None:
         super().__init__(message)
         self.removed = removed or []
+
+
+class StoreOpenError(Exception):
+    """The store could not be opened (a directory in use, unwritable, not a directory...)."""
 
 
 class StoreListener(Protocol):
@@ -112,9 +125,31 @@ class DiskStore:
         return True  # a local directory
 
     def __init__(self, directory: str | Path, *, max_entries: int) -> None:
-        self._cache = diskcache.Cache(
-            str(directory), eviction_policy="none", size_limit=2**62, cull_limit=0
-        )
+        # NOTE: one process per directory: the LRU order and counts live in this process's
+        # memory, so a second writer would overwrite entries and a flush would clear both.
+        # The lock (released by close, or when the process dies) makes a second one refuse
+        # to start instead.
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            self._lock = open(directory / ".lock", "a")  # noqa: SIM115 (held until close)
+        except OSError as exc:
+            raise StoreOpenError(f"{directory}: cannot use it: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock.close()
+            raise StoreOpenError(
+                f"{directory} is in use by another cachegate process (one process per "
+                "data_dir; several replicas share a cache through Redis)"
+            ) from None
+        try:
+            self._cache = diskcache.Cache(
+                str(directory), eviction_policy="none", size_limit=2**62, cull_limit=0
+            )
+        except (OSError, sqlite3.Error) as exc:
+            self._lock.close()
+            raise StoreOpenError(f"{directory}: cannot open the cache there: {exc}") from None
         self._max_entries = max_entries
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
@@ -201,8 +236,11 @@ class DiskStore:
         return len(self._meta)
 
     async def close(self) -> None:
-        self.sync()
-        self._cache.close()
+        try:
+            self.sync()
+            self._cache.close()
+        finally:
+            self._lock.close()  # releases the lock
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -193,3 +193,20 @@ def test_cli_help_explains() -> None:
         assert word in result.stdout
     serve_help = run_cli("serve", "--help")
     assert "--port" in serve_help.stdout and "--host" in serve_help.stdout
+
+
+def test_cli_refuses_a_data_dir_another_process_holds(tmp_path: Path) -> None:
+    from semantic.store import DiskStore
+
+    config = tmp_path / "c.yaml"
+    model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\nmodels: {{m: {model}}}\n")
+    holder = DiskStore(tmp_path / "data" / "response-cache", max_entries=10)
+    try:
+        result = run_cli("serve", "--config", str(config), "--port", "0")
+    finally:
+        import asyncio
+
+        asyncio.run(holder.close())
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: data_dir: ") and "in use by another" in result.stderr

@@ -6,8 +6,10 @@ import hashlib
 import time
 from pathlib import Path
 
+import pytest
+
 from semantic.keys import entry_id
-from semantic.store import DiskStore, Entry
+from semantic.store import DiskStore, Entry, StoreOpenError
 
 
 def entry(n: int, *, namespace: str = "", expires: float | None = None) -> Entry:
@@ -69,3 +71,16 @@ async def test_flush_all_or_one_namespace(tmp_path: Path) -> None:
     assert await store.flush() == [b.id]
     assert len(store) == 0
     await store.close()
+
+
+async def test_one_process_per_directory(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    with pytest.raises(StoreOpenError, match="in use by another cachegate process"):
+        DiskStore(tmp_path, max_entries=10)
+    await store.close()
+    again = DiskStore(tmp_path, max_entries=10)  # the lock went with close()
+    await again.close()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(StoreOpenError, match="cannot use it"):
+        DiskStore(blocker / "cache", max_entries=10)
