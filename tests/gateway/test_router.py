@@ -33,6 +33,20 @@ def routing_stats(gw: Gateway) -> dict[str, Any]:
     return stats
 
 
+SUPPORT = {"role": "system", "content": "You are the ACME support bot. " * 5}
+
+
+def ask_support(gw: Gateway, n: int, *, streams: bool = False) -> None:
+    """``n`` questions sharing one long system prompt (every other one streamed): all 200."""
+    for i in range(n):
+        body = {
+            "model": "fake-model",
+            "messages": [SUPPORT, {"role": "user", "content": f"question {i}"}],
+            "stream": streams and i % 2 == 1,
+        }
+        assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+
+
 def test_same_prefix_goes_to_the_same_replica() -> None:
     router = PrefixRouter(["r0", "r1", "r2"], min_match=0.5)
     first_a = router.choose(SYSTEM_A + "user\x1fhi\x1e")
@@ -98,13 +112,7 @@ def test_replicas_through_the_api(
     urls = [f"{upstream_server.url}/v1", f"{second.url}/v1", refused_url]
     gw = replicated(tmp_path, urls, "routing: {min_match: 0.3}")
     try:
-        system = {"role": "system", "content": "You are the ACME support bot. " * 5}
-        for i in range(6):
-            body = {
-                "model": "fake-model",
-                "messages": [system, {"role": "user", "content": f"question {i}"}],
-            }
-            assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+        ask_support(gw, 6)
         counts = sorted([upstream.stats["chat"], second.app.stats["chat"]])
         assert counts == [0, 6]  # one live replica served the whole shared-prefix conversation
         other = {"role": "system", "content": "Translate to German, please. " * 5}
@@ -173,14 +181,7 @@ def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
     broken = ThreadedServer(Unavailable()).start()
     gw = replicated(tmp_path, [f"{broken.url}/v1", f"{upstream_server.url}/v1"])
     try:
-        system = {"role": "system", "content": "You are the ACME support bot. " * 5}
-        for i in range(6):
-            body = {
-                "model": "fake-model",
-                "messages": [system, {"role": "user", "content": f"question {i}"}],
-                "stream": i % 2 == 1,
-            }
-            assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+        ask_support(gw, 6, streams=True)
         # tried once, then avoided for down_for: affinity no longer sends the prompt there
         assert broken.app.calls == 1 and upstream.stats["chat"] == 6
         replicas = routing_stats(gw)["replicas"]
@@ -201,13 +202,7 @@ def test_replica_that_accepts_but_never_answers_is_avoided(
         urls = [f"http://127.0.0.1:{hung.getsockname()[1]}/v1", f"{upstream_server.url}/v1"]
         gw = replicated(tmp_path, urls, "max_retries: 1, timeout: {read: 0.5}")
         try:
-            system = {"role": "system", "content": "You are the ACME support bot. " * 5}
-            for i in range(6):
-                body = {
-                    "model": "fake-model",
-                    "messages": [system, {"role": "user", "content": f"question {i}"}],
-                }
-                assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+            ask_support(gw, 6)
             # one read timeout, failed over; then the hung replica is down for down_for
             assert upstream.stats["chat"] == 6
             assert routing_stats(gw)["replicas"][0]["down"]
