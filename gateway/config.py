@@ -286,7 +286,21 @@ def load_config_text(
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
-    raw = _expand_env(raw, source, path="")
+    # NOTE: ${VAR} values stay strings and each setting's type converts them, so a key or
+    # tenant "20240611" or "no" stays a string. YAML's other spellings of booleans and numbers
+    # (yes/off, 0x1F90, 8_080) are what a second pass, with YAML-typed values, is for.
+    try:
+        config = _build(_expand_env(raw, source, path=""), source)
+    except ConfigError as first:
+        try:
+            config = _build(_expand_env(raw, source, path="", typed=True), source)
+        except ConfigError:
+            raise first from None
+    return _resolve_paths(config, base_dir or Path.cwd())
+
+
+def _build(raw: dict[str, Any], source: str) -> Config:
+    raw = dict(raw)
     raw_models = raw.pop("models", {BUNDLED_MODEL_NAME: {"backend": "local"}})
     if not isinstance(raw_models, dict) or not raw_models:
         raise ConfigError(f"{source}: models: expected a mapping of model name to settings")
@@ -299,10 +313,9 @@ def load_config_text(
             raise ConfigError(f"{source}: {_describe(exc, prefix=f'models.{name}')}") from None
     try:
         config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
-        config = Config(**{**msgspec.structs.asdict(config), "models": models})
+        return Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
-    return _resolve_paths(config, base_dir or Path.cwd())
 
 
 def dump_config(config: Config, *, redact: bool = True) -> str:
@@ -320,13 +333,16 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEYS = {"api_key", "key"}
 
 
-def _expand_env(value: Any, source: str, path: str) -> Any:
+def _expand_env(value: Any, source: str, path: str, typed: bool = False) -> Any:
+    """``value`` with ${VAR}s replaced; ``typed``: a value that is only a variable takes the
+    YAML type of what it expands to (``no`` -> False, ``0x1F90`` -> 8080)."""
     if isinstance(value, dict):
         return {
-            k: _expand_env(v, source, f"{path}.{k}" if path else str(k)) for k, v in value.items()
+            k: _expand_env(v, source, f"{path}.{k}" if path else str(k), typed)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_expand_env(v, source, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_expand_env(v, source, f"{path}[{i}]", typed) for i, v in enumerate(value)]
     if not isinstance(value, str) or "${" not in value:
         return value
 
@@ -339,9 +355,14 @@ def _expand_env(value: Any, source: str, path: str) -> Any:
             return default
         raise ConfigError(f"{source}: {path}: environment variable {name} is not set")
 
-    # NOTE: always a string: the setting's own type converts it (port: ${PORT} -> 8080, an int),
-    # so a key or tenant that looks like a number ("20240611", "no") stays the string it is.
-    return _ENV.sub(replace, value)
+    expanded = _ENV.sub(replace, value)
+    if typed and _ENV.fullmatch(value):
+        try:
+            parsed = yaml.safe_load(expanded)
+        except yaml.YAMLError:
+            return expanded
+        return parsed if isinstance(parsed, int | float | bool) else expanded
+    return expanded
 
 
 def _describe(exc: Exception, prefix: str = "") -> str:

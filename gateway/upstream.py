@@ -147,6 +147,7 @@ class UpstreamBackend:
             last = attempt >= attempts - 1
             try:
                 built = self._client.build_request("POST", path, content=payload, headers=headers)
+                sent_at = time.monotonic()
                 response = await self._client.send(built, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
@@ -164,12 +165,16 @@ class UpstreamBackend:
                 raise _timeout(self.name) from None
             except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 # NOTE: a kept-alive connection the upstream closed as this request went out
-                # (uvicorn closes idle ones after 5 s, httpx reuses them for 5 s): the request
-                # gets one more try on a fresh connection, outside max_retries.
-                if resent:
-                    raise _broken(self.name, exc) from None
+                # (uvicorn closes idle ones after 5 s) fails at once: the request gets one more
+                # try on a fresh connection, outside max_retries. A later failure may come
+                # after the upstream did the work, so it is not sent again.
+                if resent or time.monotonic() - sent_at > _STALE_CONNECTION_S:
+                    error = _broken(self.name, exc)
+                    if resent:
+                        error.final()
+                    raise error from None
                 resent = True
-                log.info("upstream %s: %r before an answer; sending again", self.name, exc)
+                log.info("upstream %s: %r at once; sending again", self.name, exc)
                 continue
             except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
@@ -277,7 +282,7 @@ class ReplicatedBackend:
                 if others_left and exc.retryable and retries < self.config.max_retries:
                     retries += 1
                     continue
-                if exc.retryable and len(tried) > 1:  # retried on other replicas already
+                if exc.retryable and retries:  # retried on other replicas already
                     exc.final()
                 raise
             except BaseException:
@@ -502,13 +507,17 @@ def _unreachable(name: str, exc: Exception) -> UpstreamError:
     )
 
 
-def _broken(name: str, exc: Exception) -> APIError:
+def _broken(name: str, exc: Exception) -> UpstreamError:
     return _failure(502, "upstream_error", f"Upstream for model '{name}' broke off: {exc!r}")
 
 
-def _failure(status: int, code: str, message: str) -> APIError:
+def _failure(status: int, code: str, message: str) -> UpstreamError:
     return UpstreamError(status, message, code=code)
 
+
+#: A connection that fails within this long of sending was closed before the upstream read the
+#: request (a stale keep-alive): safe to send again.
+_STALE_CONNECTION_S = 0.25
 
 #: Statuses that say a replica is unhealthy rather than that one request failed.
 _UNHEALTHY = frozenset({502, 503, 504})

@@ -174,15 +174,16 @@ class Embedder:
 
         NOTE: a text past the limit is embedded from its start only, so two long prompts
         that differ only after it get the same vector (similarity 1.0): such texts must
-        never be matched by meaning. A text of at most limit-2 characters always fits (a
-        WordPiece token covers at least one character); longer ones are tokenised, and one
-        of more than 101 characters per token (the longest word a token stands for) never
-        fits.
+        never be matched by meaning. An ASCII text of at most limit-2 characters always fits
+        (each token covers at least one of its characters; not so for Hangul, which the
+        tokenizer splits into jamo first). Others are tokenised; one of more than 8
+        characters per token is taken as too long without tokenising (natural text has ~4;
+        the safe side: exact hits only), which bounds the work to ~1 ms.
         """
         limit = self.max_tokens
-        if limit is None or len(text) <= limit - 2:
+        if limit is None or (len(text) <= limit - 2 and text.isascii()):
             return True
-        if len(text) > 101 * limit:
+        if len(text) > 8 * limit:
             return False
         tokenizer = getattr(self._model, "tokenizer", None)
         if tokenizer is None:

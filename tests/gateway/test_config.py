@@ -60,6 +60,16 @@ models:
     assert model.base_url == "http://localhost:8000/v1" and model.api_key == "sk-live"
 
 
+def test_env_values_in_yaml_spellings_still_convert(monkeypatch: pytest.MonkeyPatch) -> None:
+    for word, flag in (("no", False), ("off", False), ("yes", True), ("ON", True)):
+        monkeypatch.setenv("CG_FLAG", word)
+        config = load_config_text("cache: {semantic: {enabled: '${CG_FLAG}'}}")
+        assert config.cache.semantic.enabled is flag, word
+    for port in ("0x1F90", "8_080", "8080"):
+        monkeypatch.setenv("CG_PORT", port)
+        assert load_config_text("server: {port: '${CG_PORT}'}").server.port == 8080, port
+
+
 @pytest.mark.parametrize("value", ["20240611", "no", "0x1f2e", "1_000", "true"])
 def test_env_value_that_looks_like_a_number_stays_a_string_setting(
     monkeypatch: pytest.MonkeyPatch, value: str

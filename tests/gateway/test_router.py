@@ -208,3 +208,19 @@ def test_replica_that_accepts_but_never_answers_is_avoided(
             assert routing_stats(gw)["replicas"][0]["down"]
         finally:
             gw.stop()
+
+
+def test_an_error_not_retried_does_not_tell_clients_to_stop(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
+) -> None:
+    """A refused replica, then a 429 with a long Retry-After, max_retries 0: the 429 was
+    never retried, so the client's SDK may wait it out (no x-should-retry: false)."""
+    gw = replicated(
+        tmp_path, [refused_url, f"{upstream_server.url}/v1"], "routing: {policy: round_robin}"
+    )
+    try:
+        response = gw.chat("busy", fake={"status": 429, "retry_after": "30"})
+        assert response.status_code == 429 and response.headers["retry-after"] == "30"
+        assert "x-should-retry" not in response.headers
+    finally:
+        gw.stop()

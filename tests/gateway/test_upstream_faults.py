@@ -213,16 +213,20 @@ def test_all_connections_busy_is_503_upstream_busy(make_gateway: Any) -> None:
     assert response.json()["error"]["code"] == "upstream_busy"
 
 
-class DropsSecondRequest:
-    """An HTTP/1.1 server that answers the first request on a connection (keep-alive) and
-    closes the connection when a second one arrives: what an upstream's idle timeout does
-    to a pooled connection at the wrong moment."""
+class RawUpstream:
+    """An HTTP/1.1 server on a raw socket, for connection-level faults.
 
-    def __init__(self) -> None:
+    ``work`` seconds after reading a request it answers (``answer_first``: only the first
+    request of each connection; later ones are closed unanswered, as an upstream's idle
+    timeout closes a pooled connection at the wrong moment) or closes without answering.
+    """
+
+    def __init__(self, *, answer_first: bool = True, work: float = 0.0) -> None:
         import socket
         import threading
 
-        self.answered = 0
+        self.answer_first, self.work = answer_first, work
+        self.received = self.answered = 0
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
@@ -239,18 +243,28 @@ class DropsSecondRequest:
                 return
             threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
 
+    def _read_request(self, conn: Any) -> bool:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(next(
+            line.split(b":")[1] for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        ))  # fmt: skip
+        while len(body) < length:
+            body += conn.recv(65536)
+        self.received += 1
+        time.sleep(self.work)
+        return True
+
     def _connection(self, conn: Any) -> None:
         with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = int(next(
-                line.split(b":")[1] for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            ))  # fmt: skip
-            while len(body) < length:
-                body += conn.recv(65536)
+            if not self._read_request(conn) or not self.answer_first:
+                return  # closed unanswered
             answer = json.dumps({
                 "id": "x", "object": "chat.completion", "created": 1, "model": "m",
                 "choices": [{"index": 0, "finish_reason": "stop",
@@ -262,7 +276,7 @@ class DropsSecondRequest:
                 + answer
             )
             self.answered += 1
-            conn.recv(65536)  # the next request on this connection: closed unanswered
+            self._read_request(conn)  # the next request on this connection: closed unanswered
 
     def close(self) -> None:
         self._sock.close()
@@ -271,12 +285,25 @@ class DropsSecondRequest:
 def test_a_kept_alive_connection_closed_under_a_request_is_sent_again(
     make_gateway: Any,
 ) -> None:
-    server = DropsSecondRequest()
+    server = RawUpstream()
     try:
         gw = make_gateway(model_yaml=f"{{base_url: '{server.url}', max_retries: 0}}")
         assert gw.chat("first").status_code == 200
         second = gw.chat("second")  # goes out on the kept-alive connection, which closes
         assert second.status_code == 200, second.text  # was 502 "broke off"
         assert server.answered == 2
+    finally:
+        server.close()
+
+
+def test_an_upstream_that_dies_while_working_is_not_sent_the_request_again(
+    make_gateway: Any,
+) -> None:
+    server = RawUpstream(answer_first=False, work=0.5)  # reads, works, then closes
+    try:
+        gw = make_gateway(model_yaml=f"{{base_url: '{server.url}', max_retries: 0}}")
+        response = gw.chat("expensive")
+        assert response.status_code == 502 and "broke off" in response.json()["error"]["message"]
+        assert server.received == 1  # it may have done (and billed) the work: not twice
     finally:
         server.close()

@@ -24,6 +24,9 @@ def test_fits_tells_texts_the_model_reads_whole(embedder: Embedder) -> None:
     assert embedder.fits("How do I reset my password?")
     assert embedder.fits("word " * 250) and not embedder.fits("word " * 260)
     assert not embedder.fits("x" * 30_000)  # too long to be worth tokenising
+    # Hangul is split into jamo before WordPiece: 124 syllables are ~250 tokens
+    korean = "서울의 인구는 얼마나 됩니까 " * 15
+    assert len(korean) < 254 and not embedder.fits(korean)
     cut = "Tell me about the weather in Paris today please. " * 30
     a, b = embedder.encode([cut + "Answer in French.", cut + "Answer in Spanish."])
     assert float(a @ b) > 0.9999  # what fits() prevents: the difference is never read
