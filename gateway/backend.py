@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .requests import GatewayRequest
 
-__all__ = ["Backend", "BackendStream", "StreamEvent"]
+__all__ = ["RELAYED_HEADERS", "Backend", "BackendStream", "StreamEvent", "relayed"]
+
+#: Where a backend leaves the headers of its upstream's answer that the gateway's client should
+#: see too (the pipeline sets a dict for each request it sends to a backend; the backend's task
+#: inherits the context and fills it in).
+RELAYED_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("relayed_headers", default=None)
+_RELAYED = ("x-request-id", "openai-processing-ms", "openai-version")
+
+
+def relayed(headers: Mapping[str, str]) -> dict[str, str]:
+    """The headers of an upstream answer worth passing on: its request id (the OpenAI SDKs'
+    ``_request_id``), processing time and rate-limit state. Nothing else (no cookies)."""
+    return {
+        k.lower(): v
+        for k, v in headers.items()
+        if k.lower() in _RELAYED or k.lower().startswith("x-ratelimit-")
+    }
 
 
 @dataclass(frozen=True, slots=True)

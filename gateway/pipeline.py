@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, chat_key, completion_key
 
-from .backend import Backend, BackendStream
+from .backend import RELAYED_HEADERS, Backend, BackendStream
 from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
@@ -99,17 +99,20 @@ class Pipeline:
                     return self._replay(request, found)
                 state, vector = "miss", found.vector
         save = None if control.no_store or key is None else _Save(key, vector)
-
-        if request.stream:
-            opened = backend.open_stream(request, auth)
-            stream = await (watch(opened) if watch else opened)
-            return Reply(state, stream=self._relay(request, stream, save))
-
-        pending = backend.complete(request, auth)
-        response = await (watch(pending) if watch else pending)
+        headers: dict[str, str] = {}  # the upstream's request id etc. (a fresh answer only)
+        token = RELAYED_HEADERS.set(headers)
+        try:
+            if request.stream:
+                opened = backend.open_stream(request, auth)
+                stream = await (watch(opened) if watch else opened)
+                return Reply(state, headers, stream=self._relay(request, stream, save))
+            pending = backend.complete(request, auth)
+            response = await (watch(pending) if watch else pending)
+        finally:
+            RELAYED_HEADERS.reset(token)
         if save is not None and _complete(request, response):
             await self._store(request, save, response)
-        return Reply(state, body=response)
+        return Reply(state, headers, body=response)
 
     # -- helpers ---------------------------------------------------------------------------
 

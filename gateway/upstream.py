@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import BackendStream, StreamEvent
+from .backend import RELAYED_HEADERS, BackendStream, StreamEvent, relayed
 from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
@@ -179,6 +179,8 @@ class UpstreamBackend:
             except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
             if 200 <= response.status_code < 300:
+                if (relay := RELAYED_HEADERS.get()) is not None:
+                    relay.update(relayed(response.headers))
                 return response
             # 508: the request came back to a gateway it had passed; another try loops again.
             retryable = response.status_code == 429 or response.status_code >= 500

@@ -148,7 +148,7 @@ class FakeUpstream:
         if fake.get("drop_choices"):
             answer["choices"] = answer["choices"][: -fake["drop_choices"]]
         if not body.get("stream"):
-            return await _json(send, 200, answer)
+            return await _json(send, 200, answer, _answer_headers(answer))
         await self._stream(kind, body, fake, answer, disconnected, send)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -192,8 +192,9 @@ class FakeUpstream:
         self, kind: str, body: dict[str, Any], fake: dict[str, Any], answer: dict[str, Any],
         disconnected: asyncio.Event, send: Any,
     ) -> None:  # fmt: skip
+        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(answer).items()]
         await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+                    "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
         events = list(_chunks(kind, answer, fake.get("chunks", 4)))
         generated = len(events)  # the usage chunk and [DONE] follow the last one at once
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -313,6 +314,12 @@ def _split(text: str, pieces: int) -> list[str]:
         return []
     size = max(1, -(-len(text) // max(pieces, 1)))
     return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _answer_headers(answer: dict[str, Any]) -> dict[str, str]:
+    """What OpenAI sends with an answer: its request id and rate-limit state."""
+    return {"x-request-id": f"req_{answer['id']}", "x-ratelimit-remaining-requests": "4999",
+            "openai-processing-ms": "7", "set-cookie": "not-for-clients=1"}  # fmt: skip
 
 
 async def _json(send: Any, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:

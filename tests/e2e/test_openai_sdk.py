@@ -146,6 +146,25 @@ def test_errors_are_openai_errors(gateway: ServeProcess, upstream: FakeUpstream)
     assert [m.id for m in c.models.list()] == ["fake-model"]
 
 
+def test_upstream_request_id_and_rate_limits_reach_the_sdk_on_a_miss(
+    gateway: ServeProcess, upstream: FakeUpstream
+) -> None:
+    c = client(gateway)
+    miss = ask(c, "Which request was this?")
+    assert miss.headers["x-cache"] == "miss"
+    assert miss.parse()._request_id == f"req_{miss.parse().id}"  # the upstream's id
+    assert miss.headers["x-ratelimit-remaining-requests"] == "4999"
+    assert "set-cookie" not in miss.headers  # only the headers worth relaying
+    streamed = c.chat.completions.with_raw_response.create(
+        model="fake-model", messages=[{"role": "user", "content": "And this one?"}], stream=True
+    )
+    assert streamed.headers["x-request-id"].startswith("req_")
+    assert "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
+    hit = ask(c, "Which request was this?")
+    assert hit.headers["x-cache"] == "exact"
+    assert "x-request-id" not in hit.headers  # a hit ran no upstream request
+
+
 def test_sdk_does_not_retry_what_the_gateway_already_retried(
     gateway: ServeProcess, upstream: FakeUpstream
 ) -> None:
