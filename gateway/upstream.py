@@ -440,6 +440,8 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
     if status == 508 and fields.get("code") == "loop_detected":
         return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
+    # the upstream's request id and rate-limit state, as on an answer (to quote to support)
+    headers = relayed(response.headers)
     if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(
             502,
@@ -447,8 +449,8 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
             code="upstream_error",
             retryable=retryable,
             upstream_status=status,
+            headers=headers,
         )
-    headers = {}
     retry_after = response.headers.get("retry-after")
     if status == 429 and retry_after and _retry_after(retry_after) is not None:
         headers["retry-after"] = retry_after

@@ -134,6 +134,7 @@ class FakeUpstream:
         if fake.get("status") and attempt <= fake.get("fail_times", 10**9):
             self.stats["errors"] += 1
             headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
+            headers["x-request-id"] = f"req_failed_{fake['status']}"
             message = {"message": f"fake failure {fake['status']}", "type": "server_error"}
             return await _json(send, fake["status"], {"error": message}, headers)
         if fake.get("invalid_json"):

@@ -175,6 +175,7 @@ def test_sdk_does_not_retry_what_the_gateway_already_retried(
         with pytest.raises(error) as raised:
             ask(c, f"always {status}", extra_body={"fake": {"status": status}})
         assert raised.value.response.headers["x-should-retry"] == "false"
+        assert raised.value.request_id == f"req_failed_{status}"  # the upstream's, relayed
         assert upstream.stats["chat"] == 3  # the gateway's 1 + max_retries 2, nothing more
     upstream.reset()
     with pytest.raises(openai.APIStatusError) as looped:
