@@ -123,6 +123,8 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
     _record(runtime, route, model, reply.cache, 200, started)
     if reply.saved_tokens:
         runtime.metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
+    if reply.coalesced:
+        runtime.metrics.coalesced.labels(model).inc()
     return _reply(reply)
 
 

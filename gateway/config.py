@@ -222,6 +222,17 @@ class RedisConfig(_Base, frozen=True):
     timeout: Seconds = 0.5
 
 
+class CoalesceConfig(_Base, frozen=True):
+    #: Identical cacheable misses in flight at once make one model call: the first runs, the
+    #: others wait for its answer and are served it from the cache (x-cache: exact).
+    enabled: bool = True
+    #: Seconds a waiting request gives the first one before calling the model itself.
+    max_wait: Seconds = 60.0
+    #: Let streaming requests wait too. Their first token then comes only when the first
+    #: request has finished (a streaming request always may be the first one).
+    streams: bool = False
+
+
 class CacheConfig(_Base, frozen=True):
     #: Master switch for the response cache (tier 1).
     enabled: bool = True
@@ -233,6 +244,7 @@ class CacheConfig(_Base, frozen=True):
     max_entries: PositiveInt = 100_000
     exact: ExactCacheConfig = ExactCacheConfig()
     semantic: SemanticCacheConfig = SemanticCacheConfig()
+    coalesce: CoalesceConfig = CoalesceConfig()
     redis: RedisConfig = RedisConfig()
 
 

@@ -54,6 +54,13 @@ class Metrics:
             registry=r,
         )
 
+        self.coalesced = Counter(
+            "cachegate_coalesced_requests",
+            "Misses answered with the answer of an identical request that was in flight.",
+            ["model"],
+            registry=r,
+        )
+
     def gauges(self, name: str, help_text: str, read: Callable[[], dict[str, float]]) -> None:
         """Export ``read()`` (a flat name → value dict) as gauges ``{name}_{key}``."""
         self.registry.register(_Gauges(name, help_text, read))

@@ -2,6 +2,8 @@
 
     response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE)
         │ miss
+    the same request already in flight? ── wait for its answer ──► replay (coalesced)
+        │ no (or it stored nothing)
     route by model name ──► backend (local model with its prefix KV cache, or an upstream)
         │
     store the answer, only when it is complete and successful
@@ -11,9 +13,11 @@ HTTP lives in api.py; this module turns a ``GatewayRequest`` into a ``Reply``.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -22,6 +26,7 @@ from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, chat_key, completion_key
 
 from .backend import RELAYED_HEADERS, Backend, BackendStream
+from .config import CoalesceConfig
 from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
@@ -48,6 +53,8 @@ class Reply:
     stream: AsyncIterator[bytes] | None = None
     #: Completion tokens answered without running a model (cache hits).
     saved_tokens: int = 0
+    #: Served the answer of an identical request that was in flight (see ``_Flights``).
+    coalesced: bool = False
 
 
 class Pipeline:
@@ -60,11 +67,14 @@ class Pipeline:
         *,
         context_turns: int | None = None,
         semantic_thresholds: Mapping[str, float] | None = None,
+        coalesce: CoalesceConfig | None = None,
     ) -> None:
         self.backends = backends
         self.cache = cache
         self._context_turns = context_turns
         self._thresholds = dict(semantic_thresholds or {})
+        self._coalesce = coalesce or CoalesceConfig(enabled=False)
+        self._flights: dict[str, asyncio.Event] = {}
 
     async def handle(
         self, request: GatewayRequest, *, auth: str | None = None, watch: Watch[Any] | None = None
@@ -99,20 +109,76 @@ class Pipeline:
                     return self._replay(request, found)
                 state, vector = "miss", found.vector
         save = None if control.no_store or key is None else _Save(key, vector)
+        flight: asyncio.Event | None = None
+        if state == "miss" and save is not None and self._coalesces(request):
+            assert key is not None
+            if key.exact in self._flights and (not request.stream or self._coalesce.streams):
+                answered = await self._follow(request, key, watch)
+                if answered is not None:
+                    reply = self._replay(request, answered)
+                    reply.coalesced = True
+                    reply.headers["x-cache-coalesced"] = "true"
+                    return reply
+            if key.exact not in self._flights:
+                flight = self._flights[key.exact] = asyncio.Event()
         headers: dict[str, str] = {}  # the upstream's request id etc. (a fresh answer only)
         token = RELAYED_HEADERS.set(headers)
         try:
             if request.stream:
                 opened = backend.open_stream(request, auth)
                 stream = await (watch(opened) if watch else opened)
-                return Reply(state, headers, stream=self._relay(request, stream, save))
+                relay = self._relay(request, stream, save, flight)
+                if flight is not None:  # released by the relay, or if it is dropped unstarted
+                    weakref.finalize(relay, self._land, save, flight)
+                flight = None
+                return Reply(state, headers, stream=relay)
             pending = backend.complete(request, auth)
             response = await (watch(pending) if watch else pending)
+            if save is not None and _complete(request, response):
+                await self._store(request, save, response)
         finally:
             RELAYED_HEADERS.reset(token)
-        if save is not None and _complete(request, response):
-            await self._store(request, save, response)
+            if flight is not None:
+                self._land(save, flight)
         return Reply(state, headers, body=response)
+
+    # -- coalescing -----------------------------------------------------------------------
+
+    def _coalesces(self, request: GatewayRequest) -> bool:
+        """Whether identical misses of this request wait for each other's answer.
+
+        Only when the one that runs can store an answer the others find: it needs the exact
+        tier (a follower looks the answer up by the request's exact key).
+        """
+        return bool(self._coalesce.enabled and self.cache is not None and self.cache.exact)
+
+    async def _follow(
+        self, request: GatewayRequest, key: CacheKey, watch: Watch[Any] | None
+    ) -> Lookup | None:
+        """Wait (at most ``max_wait``) for the identical request in flight, then look it up.
+
+        ``None`` when it stored nothing (it failed, was cancelled or its answer was not
+        complete) or took too long: this request then calls the model itself. It waits once
+        only, so a failing model is not retried one waiting request after another.
+        """
+        assert self.cache is not None
+        flight = self._flights[key.exact]
+        waiting = asyncio.wait_for(flight.wait(), self._coalesce.max_wait)
+        try:
+            await (watch(waiting) if watch else waiting)
+        except TimeoutError:
+            return None
+        found = await self.cache.lookup(
+            key, max_age=request.control.max_age, threshold=self._threshold(request)
+        )
+        return found if found.entry is not None else None
+
+    def _land(self, save: _Save | None, flight: asyncio.Event) -> None:
+        """The request that ran has stored its answer, or failed: wake those waiting on it."""
+        assert save is not None
+        if self._flights.get(save.key.exact) is flight:
+            del self._flights[save.key.exact]
+        flight.set()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -160,7 +226,11 @@ class Pipeline:
             log.exception("storing a response failed")
 
     async def _relay(
-        self, request: GatewayRequest, stream: BackendStream, save: _Save | None
+        self,
+        request: GatewayRequest,
+        stream: BackendStream,
+        save: _Save | None,
+        flight: asyncio.Event | None = None,
     ) -> AsyncIterator[bytes]:
         """Pass events through as they arrive; store the assembled answer if it completed.
 
@@ -207,6 +277,8 @@ class Pipeline:
                 APIError(500, "The gateway failed while streaming.", code="internal_error")
             )
         finally:
+            if flight is not None:
+                self._land(save, flight)
             await stream.aclose()
 
 

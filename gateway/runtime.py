@@ -102,6 +102,7 @@ class Runtime:
             cache,
             context_turns=config.cache.semantic.context_turns,
             semantic_thresholds=thresholds,
+            coalesce=config.cache.coalesce,
         )
         metrics.labelled_gauges(
             "cachegate_backend", "Model backend", "model", lambda: _backend_stats(backends)

@@ -138,6 +138,11 @@ class ResponseCache:
             self._tasks.append(asyncio.create_task(self._load_semantic(), name="cache-loader"))
 
     @property
+    def exact(self) -> bool:
+        """Whether the exact tier is on (answers are found by the request's exact key)."""
+        return self._settings.exact
+
+    @property
     def ready(self) -> bool:
         """False while the embedding model loads and the vector index is restored.
 

@@ -1,0 +1,212 @@
+"""Identical misses in flight at once make one model call (``cache.coalesce``).
+
+Driven by the official ``openai`` SDK (async client, many requests at once) against a gateway
+whose model is the fake upstream; ``fake.delay`` keeps the first request in flight long
+enough for the others to arrive while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream
+
+QUESTION = [{"role": "user", "content": "Name three prime numbers."}]
+
+
+def client(gw: Gateway) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+
+
+async def ask(gw: Gateway, n: int, fake: dict[str, Any], **kwargs: Any) -> list[Any]:
+    """``n`` identical chat requests at once; the raw responses (headers and parsed body)."""
+    async with client(gw) as sdk:
+
+        async def one() -> Any:
+            return await sdk.chat.completions.with_raw_response.create(
+                model="fake-model", messages=QUESTION, extra_body={"fake": fake}, **kwargs
+            )
+
+        return list(await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True))
+
+
+async def ask_streams(gw: Gateway, n: int, fake: dict[str, Any]) -> list[tuple[str, str]]:
+    """``n`` identical streaming requests at once: (x-cache, streamed text) of each."""
+    async with client(gw) as sdk:
+
+        async def one() -> tuple[str, str]:
+            raw = await sdk.chat.completions.with_raw_response.create(
+                model="fake-model", messages=QUESTION, stream=True, extra_body={"fake": fake}
+            )
+            text = ""
+            async for chunk in raw.parse():
+                if chunk.choices:
+                    text += chunk.choices[0].delta.content or ""
+            return raw.headers["x-cache"], text
+
+        return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+def coalesced_metric(gw: Gateway) -> float:
+    for line in gw.http.get("/metrics").text.splitlines():
+        if line.startswith('cachegate_coalesced_requests_total{model="fake-model"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_identical_misses_in_flight_make_one_upstream_call(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    replies = asyncio.run(ask(gw, 8, {"delay": 0.5}))
+    assert upstream.stats["chat"] == 1
+    caches = sorted(r.headers["x-cache"] for r in replies)
+    assert caches == ["exact"] * 7 + ["miss"]
+    answers = {r.parse().choices[0].message.content for r in replies}
+    assert len(answers) == 1
+    assert len({r.parse().id for r in replies}) == 8  # each reply is its own response
+    followers = [r for r in replies if r.headers["x-cache"] == "exact"]
+    assert all(r.headers["x-cache-coalesced"] == "true" for r in followers)
+    assert (
+        "x-cache-coalesced"
+        not in next(r for r in replies if r.headers["x-cache"] == "miss").headers
+    )
+    assert coalesced_metric(gw) == 7
+
+    # different questions at once are not coalesced
+    async def different() -> None:
+        async with client(gw) as sdk:
+            await asyncio.gather(
+                *(
+                    sdk.chat.completions.create(
+                        model="fake-model",
+                        messages=[{"role": "user", "content": f"question {i}"}],
+                        extra_body={"fake": {"delay": 0.3}},
+                    )
+                    for i in range(4)
+                )
+            )
+
+    asyncio.run(different())
+    assert upstream.stats["chat"] == 5
+
+
+def test_a_failed_first_request_lets_the_others_call_the_model(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    # the first identical body gets a 400 from the upstream, later ones an answer
+    replies = asyncio.run(ask(gw, 5, {"delay": 0.4, "status": 400, "fail_times": 1}))
+    failed = [r for r in replies if isinstance(r, openai.BadRequestError)]
+    answered = [r for r in replies if not isinstance(r, Exception)]
+    assert len(failed) == 1 and len(answered) == 4
+    # each waiting request called the model itself (nothing of the failure was cached) ...
+    assert upstream.stats["chat"] == 5
+    assert all(r.headers["x-cache"] == "miss" for r in answered)
+    assert coalesced_metric(gw) == 0
+    # ... and the answer one of them stored is a plain hit now
+    again = gw.chat(
+        "Name three prime numbers.", fake={"delay": 0.4, "status": 400, "fail_times": 1}
+    )
+    assert again.headers["x-cache"] == "exact"
+
+
+def test_waiting_is_bounded_by_max_wait(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("cache: {coalesce: {max_wait: 0.3}}")
+    started = time.perf_counter()
+    replies = asyncio.run(ask(gw, 3, {"delay": 1.5}))
+    assert time.perf_counter() - started < 2.9  # the waiting ones did not queue behind it
+    assert upstream.stats["chat"] == 3
+    assert all(r.headers["x-cache"] == "miss" for r in replies)
+
+
+def test_coalescing_can_be_switched_off(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("cache: {coalesce: {enabled: false}}")
+    replies = asyncio.run(ask(gw, 4, {"delay": 0.4}))
+    assert upstream.stats["chat"] == 4
+    assert all(r.headers["x-cache"] == "miss" for r in replies)
+
+
+def test_requests_that_skip_the_cache_are_not_coalesced(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    for header in ("no-store", "no-cache"):
+        before = upstream.stats["chat"]
+        replies = asyncio.run(
+            ask(gw, 3, {"delay": 0.3, "tag": header}, extra_headers={"cache-control": header})
+        )
+        assert upstream.stats["chat"] - before == 3, header
+        assert all(r.headers["x-cache"] in ("miss", "refresh") for r in replies)
+
+
+def test_streams_do_not_wait_by_default_but_may_lead(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    fake = {"delay": 0.4}
+    streams = asyncio.run(ask_streams(gw, 3, fake))
+    assert upstream.stats["chat"] == 3  # first tokens as soon as each stream can give them
+    assert all(cache == "miss" for cache, _ in streams)
+    assert len({text for _, text in streams}) == 3  # the fake numbers its answers
+
+    # a stream in flight is a first request that plain requests wait for
+    async def mixed() -> tuple[tuple[str, str], list[Any]]:
+        stream = asyncio.create_task(ask_streams(gw, 1, {**fake, "tag": "mixed"}))
+        await asyncio.sleep(0.15)
+        plain = await ask(gw, 3, {**fake, "tag": "mixed"})
+        return (await stream)[0], plain
+
+    before = upstream.stats["chat"]
+    (cache, text), plain = asyncio.run(mixed())
+    assert upstream.stats["chat"] - before == 1
+    assert cache == "miss"
+    assert [r.headers["x-cache"] for r in plain] == ["exact"] * 3
+    assert {r.parse().choices[0].message.content for r in plain} == {text}
+
+
+def test_streams_wait_when_configured(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("cache: {coalesce: {streams: true}}")
+    streams = asyncio.run(ask_streams(gw, 4, {"delay": 0.4}))
+    assert upstream.stats["chat"] == 1
+    assert sorted(cache for cache, _ in streams) == ["exact"] * 3 + ["miss"]
+    assert len({text for _, text in streams}) == 1 and streams[0][1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_first_request_cancelled_by_its_client_releases_the_others(
+    make_gateway: Any, upstream: FakeUpstream, stream: bool
+) -> None:
+    """The first client hangs up: the waiting ones call the model instead of waiting on."""
+    gw = make_gateway("cache: {coalesce: {streams: true}}")
+    body = {"model": "fake-model", "messages": QUESTION, "stream": stream}
+    body["fake"] = {"delay": 1.0} if not stream else {"chunk_delay": 0.3}
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+            first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await asyncio.sleep(0.3)
+            others = [
+                asyncio.create_task(http.post("/v1/chat/completions", json=body)) for _ in range(3)
+            ]
+            await asyncio.sleep(0.2)
+            first.cancel()  # closes the first connection: the gateway cancels its upstream call
+            return list(await asyncio.gather(*others))
+
+    started = time.perf_counter()
+    others = asyncio.run(run())
+    assert time.perf_counter() - started < 20  # nobody waited out max_wait (60 s)
+    assert all(r.status_code == 200 for r in others)
+    assert all(r.headers["x-cache"] == "miss" for r in others)
+    assert upstream.stats["chat"] == 4
+    # no flight is left behind: a later identical request is a plain hit, at once
+    again = gw.http.post("/v1/chat/completions", json=body)
+    assert again.headers["x-cache"] == "exact"
+    assert not gw.runtime.pipeline._flights
