@@ -75,6 +75,10 @@ class ServerConfig(_Base, frozen=True):
     #: Seconds a graceful shutdown waits for open streams.
     shutdown_timeout: Seconds = 10.0
 
+    def __post_init__(self) -> None:
+        if self.admin_port is not None and self.admin_port == self.port:
+            raise ValueError("admin_port must differ from port")
+
 
 #: A tenant name: no control characters (a partition is joined to it with one, unambiguously).
 TenantName = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")]
@@ -399,7 +403,13 @@ def _resolve_paths(config: Config, base: Path) -> Config:
             disk_dir = str((base / model.prefix_disk_dir).resolve())
             model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model
-    return msgspec.structs.replace(config, data_dir=data_dir, models=models)
+    semantic = config.cache.semantic
+    if semantic.embedding_model != "bundled":
+        candidate = base / semantic.embedding_model
+        if semantic.embedding_model.startswith((".", "/")) or candidate.exists():
+            semantic = msgspec.structs.replace(semantic, embedding_model=str(candidate.resolve()))
+    cache = msgspec.structs.replace(config.cache, semantic=semantic)
+    return msgspec.structs.replace(config, data_dir=data_dir, models=models, cache=cache)
 
 
 def _redact(data: Any) -> Any:

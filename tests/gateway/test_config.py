@@ -116,6 +116,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "auth.keys[1]: the same key is listed twice",
         ),
         (
+            "server: {port: 9000, admin_port: 9000}",
+            "f.yaml: server: admin_port must differ from port",
+        ),
+        (
             'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
             "auth.keys[0].tenant: expected `str` matching",
         ),
@@ -135,11 +139,18 @@ def test_zero_and_one_are_valid_thresholds() -> None:
 def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
     (tmp_path / "models" / "mine").mkdir(parents=True)
     path = tmp_path / "cachegate.yaml"
-    path.write_text("data_dir: ./state\nmodels:\n  mine: {backend: local, source: ./models/mine}\n")
+    path.write_text(
+        "data_dir: ./state\n"
+        "models:\n  mine: {backend: local, source: ./models/mine, prefix_disk_dir: kv}\n"
+        "cache: {semantic: {embedding_model: ./models/embedder}}\n"
+    )
     config = load_config(path)
     assert config.data_dir == str(tmp_path / "state")
     model = config.models["mine"]
     assert isinstance(model, LocalModelConfig) and model.source == str(tmp_path / "models" / "mine")
+    assert model.prefix_disk_dir == str(tmp_path / "kv")
+    assert config.cache.semantic.embedding_model == str(tmp_path / "models" / "embedder")
+    assert load_config_text("").cache.semantic.embedding_model == "bundled"
 
 
 def test_dump_redacts_secrets() -> None:
@@ -194,6 +205,11 @@ def test_cli_port_is_checked_like_the_file(tmp_path: Path) -> None:
         result = run_cli("serve", "--config", "/dev/null", "--port", port)
         assert result.returncode == 1
         assert result.stderr.strip() == f"error: --port {port}: expected `int` {says}"
+    config = tmp_path / "admin.yaml"
+    config.write_text("server: {admin_port: 9001}\n")
+    result = run_cli("serve", "--config", str(config), "--port", "9001")
+    assert result.returncode == 1
+    assert result.stderr.strip() == "error: --port 9001: admin_port must differ from port"
 
 
 def test_cli_help_explains() -> None:
