@@ -25,7 +25,7 @@ async def metrics(request: Request[Any, Any, Any]) -> Response[Any]:
     runtime = _authorized(request)
     if isinstance(runtime, Response):
         return runtime
-    return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 @get("/admin/stats")
@@ -41,7 +41,8 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     """Drop cached answers: all of them, or one namespace with ``{"namespace": "..."}``
     (``""``: the default namespace of requests that name none).
 
-    ``{"prefix": true}`` also drops the local models' prefix KV caches.
+    ``{"prefix": true}`` also drops the local models' prefix KV caches; with
+    ``"answers": false`` only those (the cached answers stay).
     """
     runtime = _authorized(request)
     if isinstance(runtime, Response):
@@ -53,20 +54,25 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
         return _error(APIError(400, "The request body must be JSON."))
     if not isinstance(body, dict) or not isinstance(body.get("namespace", ""), str | None):
         return _error(APIError(400, "'namespace' must be a string.", param="namespace"))
+    for name in ("prefix", "answers"):
+        if not isinstance(body.get(name, False), bool):
+            return _error(APIError(400, f"'{name}' must be true or false.", param=name))
     # "" is the default namespace (requests without one); only a missing or null one means all.
     namespace = body.get("namespace")
-    try:
-        flushed = await runtime.cache.flush(namespace) if runtime.cache is not None else 0
-    except StoreUnavailable as exc:
-        return _error(APIError(503, str(exc), code="cache_unavailable"))
-    prefix_tokens = 0
+    flushed = 0
+    if body.get("answers", True) and runtime.cache is not None:
+        try:
+            flushed = await runtime.cache.flush(namespace)
+        except StoreUnavailable as exc:
+            return _error(APIError(503, str(exc), code="cache_unavailable"))
+    prefix_bytes = 0
     if body.get("prefix"):
         for backend in runtime.backends.values():
             flush_prefix = getattr(backend, "flush_prefix_cache", None)
             if flush_prefix is not None:  # (off the loop: it may wait for a disk write)
-                prefix_tokens += await asyncio.to_thread(flush_prefix)
+                prefix_bytes += await asyncio.to_thread(flush_prefix)
     return Response(
-        _encode({"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_tokens}),
+        _encode({"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_bytes}),
         media_type="application/json",
     )
 
@@ -77,7 +83,7 @@ async def dashboard(request: Request[Any, Any, Any]) -> Response[Any]:
     if isinstance(runtime, Response):
         return runtime
     page = resources.files("gateway").joinpath("dashboard.html").read_text(encoding="utf-8")
-    return Response(page, media_type="text/html; charset=utf-8")
+    return Response(page, media_type="text/html")
 
 
 admin_routes = [metrics, stats, flush, dashboard]

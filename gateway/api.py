@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -120,21 +121,46 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
     except ClientDisconnected:
         _record(runtime, route, model, "bypass", 499, started)
         return Response(b"", status_code=499)
-    _record(runtime, route, model, reply.cache, 200, started)
+    metrics = runtime.metrics
     if reply.saved_tokens:
-        runtime.metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
+        metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
     if reply.coalesced:
-        runtime.metrics.coalesced.labels(model).inc()
-    return _reply(reply)
-
-
-def _reply(reply: Reply) -> Response[Any]:
+        metrics.coalesced.labels(model).inc()
     headers = {"x-cache": reply.cache, **reply.headers}
-    if reply.stream is not None:
-        return Stream(
-            reply.stream, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers}
-        )
-    return Response(_encode(reply.body), media_type="application/json", headers=headers)
+    if reply.stream is None:
+        _record(runtime, route, model, reply.cache, 200, started)
+        return Response(_encode(reply.body), media_type="application/json", headers=headers)
+    metrics.requests.labels(route, model, reply.cache, "200").inc()
+    return Stream(
+        _observed(reply, runtime, route, model, started),
+        media_type="text/event-stream",
+        headers={**_SSE_HEADERS, **headers},
+    )
+
+
+async def _observed(
+    reply: Reply, runtime: Runtime, route: str, model: str, started: float
+) -> AsyncIterator[bytes]:
+    """``reply.stream``, timing its first byte and counting how it ended if not normally."""
+    assert reply.stream is not None
+    metrics, stream = runtime.metrics, reply.stream
+    first, ended = True, False
+    try:
+        async for piece in stream:
+            if first:
+                first = False
+                metrics.latency.labels(route, reply.cache).observe(time.perf_counter() - started)
+            yield piece
+        ended = True
+    finally:
+        error = reply.outcome.error if reply.outcome is not None else None
+        if error is None and not ended:
+            error = "client_disconnected"
+        if error is not None:
+            metrics.stream_errors.labels(route, model, error).inc()
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None and not ended:
+            await aclose()
 
 
 async def _until_disconnect(request: Request[Any, Any, Any], awaitable: Any) -> Any:

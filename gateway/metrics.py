@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,12 +12,14 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics"]
 
 disable_created_metrics()  # the *_created series only double the scrape size
+
+_NONE = re.compile(r"(?!)")  # matches nothing
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -36,7 +38,7 @@ class Metrics:
         )
         self.latency = Histogram(
             "cachegate_request_duration_seconds",
-            "Time to the response headers (streams: to the first byte), by route and cache outcome.",
+            "Time to the response body (streams: to their first event), by route and cache outcome.",
             ["route", "cache"],
             buckets=_LATENCY_BUCKETS,
             registry=r,
@@ -54,6 +56,12 @@ class Metrics:
             registry=r,
         )
 
+        self.stream_errors = Counter(
+            "cachegate_stream_errors",
+            "Streams that ended without [DONE]: an error event (its code) or client_disconnected.",
+            ["route", "model", "code"],
+            registry=r,
+        )
         self.coalesced = Counter(
             "cachegate_coalesced_requests",
             "Misses answered with the answer of an identical request that was in flight.",
@@ -61,15 +69,30 @@ class Metrics:
             registry=r,
         )
 
-    def gauges(self, name: str, help_text: str, read: Callable[[], dict[str, float]]) -> None:
-        """Export ``read()`` (a flat name → value dict) as gauges ``{name}_{key}``."""
-        self.registry.register(_Gauges(name, help_text, read))
+    def gauges(
+        self,
+        name: str,
+        help_text: str,
+        read: Callable[[], dict[str, float]],
+        counters: re.Pattern[str] = _NONE,
+    ) -> None:
+        """Export ``read()`` (a flat name → value dict) as gauges ``{name}_{key}``.
+
+        Keys that ``counters`` matches only ever go up: they become counters
+        ``{name}_{key}_total`` (so ``rate()`` and metadata-aware tools treat them right).
+        """
+        self.registry.register(_Gauges(name, help_text, "", lambda: {"": read()}, counters))
 
     def labelled_gauges(
-        self, name: str, help_text: str, label: str, read: Callable[[], dict[str, dict[str, float]]]
+        self,
+        name: str,
+        help_text: str,
+        label: str,
+        read: Callable[[], dict[str, dict[str, float]]],
+        counters: re.Pattern[str] = _NONE,
     ) -> None:
-        """Export ``read()`` ({label value: flat stats}) as gauges ``{name}_{key}{label=...}``."""
-        self.registry.register(_LabelledGauges(name, help_text, label, read))
+        """Export ``read()`` ({label value: flat stats}) as ``{name}_{key}{label=...}``."""
+        self.registry.register(_Gauges(name, help_text, label, read, counters))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -79,36 +102,35 @@ class Metrics:
 
 
 class _Gauges(Collector):
-    def __init__(self, name: str, help_text: str, read: Callable[[], dict[str, float]]) -> None:
-        self._name, self._help, self._read = name, help_text, read
+    """Gauges (and counters) read from live stats, optionally with one label."""
 
-    def collect(self) -> Iterator[Metric]:
-        values: dict[str, Any] = self._read()
-        for key, value in sorted(values.items()):
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                yield GaugeMetricFamily(f"{self._name}_{key}", f"{self._help} ({key})", value=value)
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-
-class _LabelledGauges(Collector):
     def __init__(
-        self, name: str, help_text: str, label: str, read: Callable[[], dict[str, dict[str, float]]]
+        self,
+        name: str,
+        help_text: str,
+        label: str,
+        read: Callable[[], dict[str, dict[str, float]]],
+        counters: re.Pattern[str],
     ) -> None:
-        self._name, self._help, self._label, self._read = name, help_text, label, read
+        self._name, self._help, self._label = name, help_text, label
+        self._read, self._counters = read, counters
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, GaugeMetricFamily] = {}
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        labels = [self._label] if self._label else []
         for label_value, values in sorted(self._read().items()):
             for key, value in sorted(values.items()):
-                if isinstance(value, int | float) and not isinstance(value, bool):
-                    family = families.get(key)
-                    if family is None:
-                        family = families[key] = GaugeMetricFamily(
-                            f"{self._name}_{key}", f"{self._help} ({key})", labels=[self._label]
-                        )
-                    family.add_metric([label_value], value)
+                if not isinstance(value, int | float) or isinstance(value, bool):
+                    continue
+                family = families.get(key)
+                if family is None:
+                    kind = (
+                        CounterMetricFamily if self._counters.fullmatch(key) else GaugeMetricFamily
+                    )
+                    family = families[key] = kind(
+                        f"{self._name}_{key}", f"{self._help} ({key})", labels=labels
+                    )
+                family.add_metric([label_value] if labels else [], value)
         yield from families.values()
 
     def describe(self) -> Iterator[Metric]:

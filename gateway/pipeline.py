@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import hashlib
 import logging
+import re
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,13 +32,15 @@ from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
 
-__all__ = ["CacheState", "Pipeline", "Reply"]
+__all__ = ["CacheState", "Pipeline", "Reply", "StreamOutcome"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 CacheState = Literal["exact", "semantic", "miss", "bypass", "refresh"]
 Watch = Callable[[Awaitable[T]], Awaitable[T]]
+
+_CODE = re.compile(r"[a-z_]{1,40}")
 
 #: Finish reasons of a complete answer; anything else (content_filter, error, null) is not stored.
 _COMPLETE = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
@@ -53,8 +56,17 @@ class Reply:
     stream: AsyncIterator[bytes] | None = None
     #: Completion tokens answered without running a model (cache hits).
     saved_tokens: int = 0
-    #: Served the answer of an identical request that was in flight (see ``_Flights``).
+    #: Served the answer of an identical request that was in flight (see ``_follow``).
     coalesced: bool = False
+    #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
+    outcome: StreamOutcome | None = None
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """Set by the relay when it sends an error event instead of ``[DONE]``: its code."""
+
+    error: str | None = None
 
 
 class Pipeline:
@@ -127,11 +139,12 @@ class Pipeline:
             if request.stream:
                 opened = backend.open_stream(request, auth)
                 stream = await (watch(opened) if watch else opened)
-                relay = self._relay(request, stream, save, flight)
+                outcome = StreamOutcome()
+                relay = self._relay(request, stream, save, outcome, flight)
                 if flight is not None:  # released by the relay, or if it is dropped unstarted
                     weakref.finalize(relay, self._land, save, flight)
                 flight = None
-                return Reply(state, headers, stream=relay)
+                return Reply(state, headers, stream=relay, outcome=outcome)
             pending = backend.complete(request, auth)
             response = await (watch(pending) if watch else pending)
             if save is not None and _complete(request, response):
@@ -230,6 +243,7 @@ class Pipeline:
         request: GatewayRequest,
         stream: BackendStream,
         save: _Save | None,
+        outcome: StreamOutcome,
         flight: asyncio.Event | None = None,
     ) -> AsyncIterator[bytes]:
         """Pass events through as they arrive; store the assembled answer if it completed.
@@ -243,6 +257,7 @@ class Pipeline:
         try:
             async for event in stream:
                 if event.error:
+                    outcome.error = "upstream_error"  # the upstream's own error event
                     yield pending + event.raw
                     return
                 if event.done:
@@ -264,22 +279,30 @@ class Pipeline:
                     pending = b""
             if pending:
                 yield pending
-            yield sse_error(
+            yield self._failed(
+                outcome,
                 APIError(
                     502, "The model's stream ended before it completed.", code="stream_incomplete"
-                )
+                ),
             )
         except APIError as exc:
-            yield sse_error(exc)
+            yield self._failed(outcome, exc)
         except Exception:  # a bug or a malformed chunk: the client still gets an error event
             log.exception("stream relay failed")
-            yield sse_error(
-                APIError(500, "The gateway failed while streaming.", code="internal_error")
+            yield self._failed(
+                outcome, APIError(500, "The gateway failed while streaming.", code="internal_error")
             )
         finally:
             if flight is not None:
                 self._land(save, flight)
             await stream.aclose()
+
+    @staticmethod
+    def _failed(outcome: StreamOutcome, error: APIError) -> bytes:
+        # a metrics label: only the gateway's own short snake_case codes
+        code = error.code or ""
+        outcome.error = code if _CODE.fullmatch(code) else "stream_error"
+        return sse_error(error)
 
 
 def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:

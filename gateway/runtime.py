@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,7 +91,9 @@ class Runtime:
                 CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
                 _semantic_settings(config),
             )
-            metrics.gauges("cachegate_cache", "Response cache", lambda: _flat(cache.stats()))
+            metrics.gauges(
+                "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
+            )
 
         thresholds = {
             name: m.semantic_threshold
@@ -105,7 +108,11 @@ class Runtime:
             coalesce=config.cache.coalesce,
         )
         metrics.labelled_gauges(
-            "cachegate_backend", "Model backend", "model", lambda: _backend_stats(backends)
+            "cachegate_backend",
+            "Model backend",
+            "model",
+            lambda: _backend_stats(backends),
+            _BACKEND_COUNTERS,
         )
         tenants = {k.key: k.tenant for k in config.auth.keys}
         return cls(config, backends, cache, pipeline, metrics, _tenants=tenants)
@@ -194,6 +201,19 @@ def _entry_store(config: Config) -> EntryStore:
             timeout=cache.redis.timeout,
         )
     return DiskStore(Path(config.data_dir) / "response-cache", max_entries=cache.max_entries)
+
+
+#: Statistics that only go up, exported as counters (``..._total``).
+_CACHE_COUNTERS = re.compile(
+    r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|evictions|expirations"
+    r"|too_long_for_semantic"
+)
+_BACKEND_COUNTERS = re.compile(
+    r"prefix_cache_(queried_tokens|hit_tokens|evicted_tokens|evictions)"
+    r"|prefix_disk_(queries|hits|hit_tokens|served_tokens|read_errors|offered|dropped"
+    r"|written_tokens|files_written|write_errors|evicted_tokens)"
+    r"|routing_routed_\w+"
+)
 
 
 def _backend_stats(backends: dict[str, Backend]) -> dict[str, dict[str, float]]:

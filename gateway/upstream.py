@@ -228,6 +228,7 @@ class ReplicatedBackend:
         self.forwards_client_auth = (
             bool(client_options.get("forward_client_auth")) and not config.api_key
         )
+        self._on_retry = client_options.get("on_retry")
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
             UpstreamBackend(name, single_attempt, base_url=url, **client_options)
@@ -280,9 +281,11 @@ class ReplicatedBackend:
                 # 503: the replica refused the work, so like a refused connection, another
                 # replica gets the request whatever max_retries says.
                 if others_left and (exc.unreachable or exc.upstream_status == 503):
+                    self._failover(route.replica, exc)
                     continue
                 if others_left and exc.retryable and retries < self.config.max_retries:
                     retries += 1
+                    self._failover(route.replica, exc)
                     continue
                 if exc.retryable and retries:  # retried on other replicas already
                     exc.final()
@@ -294,6 +297,12 @@ class ReplicatedBackend:
                 self.router.release(route.replica)
                 return result
             return _Released(result, functools.partial(self.router.release, route.replica))
+
+    def _failover(self, replica: int, exc: UpstreamError) -> None:
+        why = "unreachable" if exc.unreachable else f"HTTP {exc.upstream_status or exc.status}"
+        log.info("model %s: replica %d failed (%s); trying another", self.name, replica, why)
+        if self._on_retry is not None:
+            self._on_retry(self.name, "failover")
 
 
 class _Released:

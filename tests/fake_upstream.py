@@ -9,6 +9,7 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
 ``extra_body={"fake": {...}}``; the gateway forwards unknown fields untouched):
 
     delay          seconds before the response starts
+    first_delay    seconds between a stream's response headers and its first event
     chunk_delay    seconds between generated stream events (as a real server, the usage chunk
                    and ``[DONE]`` follow the last one at once)
     status         answer with this HTTP error status (``fail_times``: only the first N times
@@ -200,6 +201,9 @@ class FakeUpstream:
         generated = len(events)  # the usage chunk and [DONE] follow the last one at once
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append({**_head(kind, answer), "choices": [], "usage": answer["usage"]})
+        if fake.get("first_delay"):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(disconnected.wait(), fake["first_delay"])
         for i, event in enumerate(events):
             if disconnected.is_set():
                 self.stats["streams_cancelled"] += 1

@@ -84,7 +84,7 @@ def test_shared_prefix_is_reused_and_reported(gw: Gateway) -> None:
     hit_tokens = [
         line
         for line in metrics.splitlines()
-        if line.startswith('cachegate_backend_prefix_cache_hit_tokens{model="smollm2"}')
+        if line.startswith('cachegate_backend_prefix_cache_hit_tokens_total{model="smollm2"}')
     ]
     assert hit_tokens and float(hit_tokens[0].split()[-1]) >= cached
 
@@ -377,3 +377,20 @@ def test_a_model_that_cannot_load_is_503_and_readyz_says_why(tmp_path: Path) -> 
         assert ready.json()["status"] == "failed" and MODEL in ready.json()["failed"]
     finally:
         gateway.stop()
+
+
+def test_admin_flush_of_the_prefix_cache_alone_keeps_the_answers(gw: Gateway) -> None:
+    admin = {"authorization": "Bearer key-a"}
+    messages = [SYSTEM, {"role": "user", "content": "Do you sell ladders?"}]
+    first = chat(gw, messages)
+    assert first.headers["x-cache"] == "miss"
+    flushed = gw.http.post(
+        "/admin/cache/flush", json={"prefix": True, "answers": False}, headers=admin
+    ).json()
+    assert flushed["flushed"] == 0 and flushed["prefix_bytes_freed"] > 0
+    assert admin_stats(gw)["backends"][MODEL]["prefix_cache"]["tokens"] == 0
+    assert chat(gw, messages).headers["x-cache"] == "exact"  # the answer stayed
+    fresh = chat(gw, messages, headers={"cache-control": "no-cache"})
+    assert usage(fresh)["prompt_tokens_details"]["cached_tokens"] == 0  # its KV did not
+    bad = gw.http.post("/admin/cache/flush", json={"answers": "no"}, headers=admin)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "answers"

@@ -129,10 +129,9 @@ def test_replicas_through_the_api(
         )  # the new prefix went elsewhere
         stats = routing_stats(gw)
         assert [r["in_flight"] for r in stats["replicas"]] == [0, 0, 0]
-        assert (
-            'cachegate_backend_routing_routed_prefix{model="fake-model"}'
-            in gw.http.get("/metrics").text
-        )
+        metrics = gw.http.get("/metrics").text
+        assert "# TYPE cachegate_backend_routing_routed_prefix_total counter" in metrics
+        assert 'cachegate_backend_routing_routed_prefix_total{model="fake-model"}' in metrics
     finally:
         gw.stop()
         second.stop()
@@ -153,6 +152,9 @@ def test_dead_replica_fails_over(
         assert upstream.stats["chat"] == 8
         replicas = routing_stats(gw)["replicas"]
         assert replicas[0]["down"] and not replicas[1]["down"]
+        # the failover the dead replica cost is counted with the retries (once: then it is down)
+        failovers = 'cachegate_upstream_retries_total{model="fake-model",why="failover"} 1.0'
+        assert failovers in gw.http.get("/metrics").text
     finally:
         gw.stop()
 

@@ -1,0 +1,101 @@
+"""What ``/metrics`` says about requests, streams and the cache, over real HTTP."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import httpx
+
+from tests.fake_upstream import FakeUpstream
+
+ROUTE = "/v1/chat/completions"
+
+
+def sample(metrics: str, name: str, **labels: str) -> float:
+    """The value of one series; 0 when it is absent."""
+    for line in metrics.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_stream_latency_is_measured_to_the_first_event(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "slow start"}]}
+    response = gw.http.post(ROUTE, json={**body, "stream": True, "fake": {"first_delay": 0.6}})
+    assert response.status_code == 200 and "[DONE]" in response.text
+    metrics = gw.http.get("/metrics").text
+    latency = "cachegate_request_duration_seconds_sum"
+    # the upstream sent its headers at once and its first event 0.6 s later
+    assert sample(metrics, latency, route=ROUTE, cache="miss") >= 0.55
+    assert sample(metrics, "cachegate_requests_total", cache="miss", status="200") == 1
+    # a replayed stream is timed too
+    gw.http.post(ROUTE, json={**body, "stream": True, "fake": {"first_delay": 0.6}})
+    metrics = gw.http.get("/metrics").text
+    assert sample(metrics, "cachegate_request_duration_seconds_count", cache="exact") == 1
+    assert sample(metrics, latency, cache="exact") < 0.5
+
+
+def test_streams_that_end_badly_are_counted(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+
+    def stream(fake: dict[str, Any]) -> str:
+        body = {
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": f"q {fake}"}],
+            "stream": True,
+            "fake": fake,
+        }
+        return gw.http.post(ROUTE, json=body).text
+
+    assert '"error"' in stream({"error_event": 2})
+    assert '"error"' in stream({"break_after": 1})
+    assert '"error"' in stream({"bad_chunk": 1})
+    assert "[DONE]" in stream({})  # a good stream counts nothing
+    with httpx.Client(base_url=gw.url, timeout=10) as http:  # a client that hangs up
+        body = {
+            "model": "fake-model",
+            "messages": [{"role": "user", "content": "long"}],
+            "stream": True,
+            "fake": {"chunk_delay": 0.3, "chunks": 20},
+        }
+        with http.stream("POST", ROUTE, json=body) as response:
+            next(response.iter_raw())
+    deadline = time.time() + 5
+    while True:
+        metrics = gw.http.get("/metrics").text
+        errors = {
+            code: sample(metrics, "cachegate_stream_errors_total", route=ROUTE, code=code)
+            for code in ("upstream_error", "internal_error", "client_disconnected")
+        }
+        if errors["client_disconnected"] or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    # the upstream's error event and its cut stream; the chunk the gateway could not read
+    assert errors == {"upstream_error": 2, "internal_error": 1, "client_disconnected": 1}
+    series = [line for line in metrics.splitlines() if line.startswith("cachegate_stream_errors")]
+    assert len(series) == 3, series
+
+
+def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("one")
+    gw.chat("one")
+    response = gw.http.get("/metrics")
+    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    metrics = response.text
+    assert "# TYPE cachegate_cache_lookups_total counter" in metrics
+    assert sample(metrics, "cachegate_cache_lookups_total") == 2
+    assert sample(metrics, "cachegate_cache_hits_exact_total") == 1
+    assert sample(metrics, "cachegate_cache_stores_total") == 1
+    assert "# TYPE cachegate_cache_entries gauge" in metrics  # a level, not a count
+    assert sample(metrics, "cachegate_cache_entries") == 1
+    page = gw.http.get("/dashboard")
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
