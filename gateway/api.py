@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -14,10 +15,10 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .errors import APIError
+from .errors import APIError, sse_error
 from .pipeline import Reply
 from .requests import Kind, parse_request
-from .runtime import Runtime
+from .runtime import SHUTTING_DOWN, Runtime
 
 __all__ = ["ClientDisconnected", "error_response", "routes"]
 
@@ -107,11 +108,12 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         raw = await request.body()
         parsed = parse_request(kind, raw, request.headers, tenant)
         model = parsed.model if parsed.model in runtime.backends else ""
-        reply = await runtime.pipeline.handle(
-            parsed,
-            auth=request.headers.get("authorization"),
-            watch=lambda awaitable: _until_disconnect(request, awaitable),
-        )
+        with _abortable(runtime):
+            reply = await runtime.pipeline.handle(
+                parsed,
+                auth=request.headers.get("authorization"),
+                watch=lambda awaitable: _until_disconnect(request, awaitable),
+            )
     except APIError as exc:
         _record(runtime, route, model, "bypass", exc.status, started)
         return error_response(exc)
@@ -146,11 +148,18 @@ async def _observed(
     metrics, stream = runtime.metrics, reply.stream
     first, ended = True, False
     try:
-        async for piece in stream:
-            if first:
-                first = False
-                metrics.latency.labels(route, reply.cache).observe(time.perf_counter() - started)
-            yield piece
+        try:
+            with _abortable(runtime, enabled=reply.outcome is not None):  # a model's stream
+                async for piece in stream:
+                    if first:
+                        first = False
+                        elapsed = time.perf_counter() - started
+                        metrics.latency.labels(route, reply.cache).observe(elapsed)
+                    yield piece
+        except APIError as exc:  # the shutdown deadline passed while it streamed
+            assert reply.outcome is not None
+            reply.outcome.error = exc.code
+            yield sse_error(exc)
         ended = True
     finally:
         error = reply.outcome.error if reply.outcome is not None else None
@@ -161,6 +170,32 @@ async def _observed(
         aclose = getattr(stream, "aclose", None)
         if aclose is not None and not ended:
             await aclose()
+
+
+@contextlib.contextmanager
+def _abortable(runtime: Runtime, *, enabled: bool = True) -> Iterator[None]:
+    """Let the shutdown deadline stop this task's wait with a 503 ``shutting_down`` error.
+
+    NOTE: ``Runtime.abort_in_flight`` cancels the task; the cancellation is turned into an
+    ``APIError`` here (and the task uncancelled), so the client gets an OpenAI error body or
+    event rather than a connection cut by uvicorn's own deadline, which comes later.
+    """
+    task = asyncio.current_task()
+    if not enabled or task is None:
+        yield
+        return
+    runtime.in_flight.add(task)
+    try:
+        yield
+    except asyncio.CancelledError as exc:
+        if not (runtime.aborting and exc.args == (SHUTTING_DOWN,)):
+            raise
+        task.uncancel()
+        raise APIError(
+            503, "The gateway is shutting down; send the request again.", code="shutting_down"
+        ) from None
+    finally:
+        runtime.in_flight.discard(task)
 
 
 async def _until_disconnect(request: Request[Any, Any, Any], awaitable: Any) -> Any:

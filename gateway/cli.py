@@ -181,11 +181,16 @@ def _serve(args: argparse.Namespace) -> int:
         config.server.port,
     )
     with contextlib.suppress(KeyboardInterrupt):
-        _run(_run_servers(config, app, admin))
+        _run(_run_servers(config, app, admin, runtime))
     return 0
 
 
-async def _run_servers(config: Config, app: object, admin: object | None) -> None:
+#: Seconds uvicorn's own deadline comes after ours: requests that ``abort_in_flight`` ended
+#: send their error body in that time instead of being cut.
+_SHUTDOWN_GRACE = 2.0
+
+
+async def _run_servers(config: Config, app: object, admin: object | None, runtime: Any) -> None:
     import uvicorn
 
     def server_config(application: object, port: int) -> uvicorn.Config:
@@ -197,20 +202,33 @@ async def _run_servers(config: Config, app: object, admin: object | None) -> Non
             access_log=config.server.log_level == "debug",
             http="httptools",
             loop="none",
-            timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout),
+            timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout + _SHUTDOWN_GRACE),
         )
 
     main_server = uvicorn.Server(server_config(app, config.server.port))
-    if admin is None or config.server.admin_port is None:
-        await main_server.serve()
-        return
-    admin_server = _uvicorn_server()(server_config(admin, config.server.admin_port))
-    admin_task = asyncio.create_task(admin_server.serve())
+    deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
+    admin_server = admin_task = None
+    if admin is not None and config.server.admin_port is not None:
+        admin_server = _uvicorn_server()(server_config(admin, config.server.admin_port))
+        admin_task = asyncio.create_task(admin_server.serve())
     try:
         await main_server.serve()
     finally:
-        admin_server.should_exit = True
-        await admin_task
+        deadline.cancel()
+        if admin_server is not None and admin_task is not None:
+            admin_server.should_exit = True
+            await admin_task
+
+
+async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
+    """Once a shutdown starts, give open requests ``shutdown_timeout`` s, then end them
+    with a 503 ``shutting_down`` error (a body, or an event on a started stream)."""
+    while not server.should_exit:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(config.server.shutdown_timeout)
+    if aborted := runtime.abort_in_flight():
+        log.warning("shutdown: %d requests still open after %.0fs; ended", aborted,
+                    config.server.shutdown_timeout)  # fmt: skip
 
 
 def _prepare(args: argparse.Namespace) -> int:

@@ -27,6 +27,9 @@ __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
 
+#: The cancel message of requests aborted at the shutdown deadline.
+SHUTTING_DOWN = "cachegate: shutdown deadline"
+
 #: Builds the backend of a ``local`` model (set by gateway.local when it is importable).
 LocalFactory = Callable[[str, LocalModelConfig, Config], Backend]
 
@@ -42,6 +45,10 @@ class Runtime:
     metrics: Metrics
     started: float = field(default_factory=time.time)
     _tenants: dict[str, str] = field(default_factory=dict)
+    #: Tasks answering requests (waiting for a model, or relaying its stream).
+    in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
+    #: Set by ``abort_in_flight``: a shutdown deadline passed.
+    aborting: bool = False
 
     @classmethod
     def build(
@@ -130,6 +137,18 @@ class Runtime:
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
+
+    def abort_in_flight(self) -> int:
+        """Cancel every request still waiting for a model (the shutdown deadline passed).
+
+        Each gets an OpenAI error instead of a cut connection: a 503 ``shutting_down`` body,
+        or an error event on a stream that has started (see ``gateway.api``).
+        """
+        self.aborting = True
+        tasks = [t for t in self.in_flight if not t.done()]
+        for task in tasks:
+            task.cancel(msg=SHUTTING_DOWN)
+        return len(tasks)
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of a request; raises 401 when keys are configured and this one is not."""

@@ -231,3 +231,70 @@ def test_bad_config_fails_at_start_with_key_path(tmp_path: Path) -> None:
         [CACHEGATE, "config", "check", str(bad)], capture_output=True, text=True, timeout=60
     )
     assert check.returncode == 1 and "server.port" in check.stderr
+
+
+def test_requests_open_at_the_shutdown_deadline_get_a_503_error(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """SIGTERM: open requests get ``shutdown_timeout`` s, then an OpenAI error, not a cut."""
+    gateway = serve(f"""
+server: {{shutdown_timeout: 1}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    quick = "answered before the deadline"
+
+    async def run() -> tuple[Any, Any, list[str], Any]:
+        sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk", max_retries=0)
+        messages = [{"role": "user", "content": "a slow question"}]
+        slow = asyncio.create_task(
+            sdk.chat.completions.create(
+                model="fake-model", messages=messages, extra_body={"fake": {"delay": 30}}
+            )
+        )
+        finished = asyncio.create_task(
+            sdk.chat.completions.create(
+                model="fake-model",
+                messages=[{"role": "user", "content": quick}],
+                extra_body={"fake": {"delay": 0.6}},
+            )
+        )
+        stream = await sdk.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "a long story"}],
+            stream=True,
+            extra_body={"fake": {"chunk_delay": 1, "chunks": 30}},
+        )
+        pieces: list[str] = []
+
+        async def read() -> Any:
+            try:
+                async for chunk in stream:
+                    pieces.append(chunk.choices[0].delta.content or "")
+            except openai.APIError as exc:
+                return exc
+            return None
+
+        reading = asyncio.create_task(read())
+        await asyncio.sleep(0.3)
+        gateway.proc.terminate()
+        results = await asyncio.gather(slow, finished, reading, return_exceptions=True)
+        await sdk.close()
+        return results[0], results[1], pieces, results[2]
+
+    slow, finished, pieces, stream_error = asyncio.run(run())
+    # a request that finished within shutdown_timeout was answered normally
+    assert finished.choices[0].message.content.endswith(
+        quick + " [temperature=None max_tokens=None]"
+    )
+    # the one still waiting got a retryable 503 with an OpenAI body
+    assert isinstance(slow, openai.InternalServerError) and slow.status_code == 503
+    assert slow.body["code"] == "shutting_down"
+    assert slow.response.headers.get("x-should-retry") != "false"
+    # the stream that had started ended with an error event after what it had sent
+    assert pieces and isinstance(stream_error, openai.APIError)
+    assert "shutting down" in stream_error.message
+    assert gateway.proc.wait(timeout=10) in (0, -15)  # exits on time (uvicorn re-raises SIGTERM)
+    assert "shutdown: 2 requests still open after 1s; ended" in gateway.log.read_text()
