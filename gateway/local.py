@@ -197,13 +197,15 @@ class LocalBackend:
             if self.config.share_prefix_across_tenants
             else f"{self.name}|{request.tenant}"
         )
+        tokens: list[int] = []
         try:
             tokens = await asyncio.to_thread(_tokens, engine, request)
             return engine.prepare(tokens, params, namespace=namespace)
         except ValueError as exc:  # InvalidRequestError, ContextWindowExceeded, InvalidPromptError
             code = "context_length_exceeded" if "context length" in str(exc) else "invalid_value"
             param = "messages" if request.kind == "chat" else "prompt"
-            if code == "context_length_exceeded" and _max_tokens(body) is not None:
+            fits = 0 < len(tokens) < engine.context_window  # then max_tokens is what overflows
+            if code == "context_length_exceeded" and _max_tokens(body) is not None and fits:
                 param = (
                     "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
                 )
@@ -314,17 +316,35 @@ _UNSUPPORTED: dict[str, Any] = {
 }
 
 
+#: Request fields the local model knows: those it honours, those that cannot change its
+#: answer (user, metadata, ...), and those of _UNSUPPORTED (a 400 when used). Any other field
+#: gets a 400, as OpenAI answers "Unrecognized request argument".
+_KNOWN = frozenset({
+    "model", "messages", "prompt", "stream", "stream_options", "temperature", "top_p", "top_k",
+    "n", "stop", "max_tokens", "max_completion_tokens", "seed", "user", "metadata", "store",
+    "service_tier", "parallel_tool_calls", "tool_choice", "function_call", "response_format",
+    "modalities", "audio", "prompt_cache_key", "safety_identifier", *_UNSUPPORTED,
+})  # fmt: skip
+
+
+def _unsupported(param: str, what: str = "is not supported by the local model") -> APIError:
+    return APIError(400, f"'{param}' {what}.", param=param, code="unsupported_parameter")
+
+
 def _sampling(body: dict[str, Any]) -> SamplingParams:
+    for param in body:
+        if param not in _KNOWN:
+            raise _unsupported(param, "is not a request argument the local model recognizes")
     for param, unused in _UNSUPPORTED.items():
         value = body.get(param)
         used = value is not unused if isinstance(unused, bool) else value != unused
-        if value is not None and used and value not in ([], {}):
-            raise APIError(
-                400,
-                f"'{param}' is not supported by the local model.",
-                param=param,
-                code="unsupported_parameter",
-            )
+        if value is not None and used and value not in ([], {}, ""):
+            raise _unsupported(param)
+    for param in ("tool_choice", "function_call"):  # forcing a call the model cannot make
+        if body.get(param) not in (None, "none", "auto"):
+            raise _unsupported(param)
+    if body.get("audio") is not None or any(m != "text" for m in body.get("modalities") or ()):
+        raise _unsupported("modalities", "other than text is not supported by the local model")
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type", "text") != "text":
         raise APIError(
@@ -362,12 +382,18 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
 
 def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
     if request.kind == "chat":
+        for i, message in enumerate(request.body["messages"]):
+            for field in ("tool_calls", "function_call"):  # the template would drop them
+                if message.get(field):
+                    raise _unsupported(f"messages[{i}].{field}")
         return engine.encode_chat(request.body["messages"])
     prompt = request.body.get("prompt")
     if isinstance(prompt, str):
         return engine.encode_text(prompt)
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        return engine.encode_text(prompt[0])
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]  # one prompt in a list: ["text"] or [[token ids]]
+        if isinstance(prompt, str):
+            return engine.encode_text(prompt)
     if isinstance(prompt, list) and all(
         isinstance(t, int) and not isinstance(t, bool) for t in prompt
     ):

@@ -4,6 +4,10 @@ The template is the model's own (SmolLM2: ChatML, ``<|im_start|>role\\n…<|im_e
 to text with the generation prompt appended and then tokenised without adding special
 tokens again (the template already wrote them).
 
+Message text is text: a ``<|im_end|>`` typed in a message is tokenised as the characters it
+is made of, never as the control token (else a user could close their turn and write a
+system turn of their own). Only the markers the template itself writes are control tokens.
+
 NOTE: the rendering of a conversation is a token-prefix of the rendering of the same
 conversation plus one more turn. That is what makes a multi-turn chat hit the prefix cache:
 turn 2's prompt begins with turn 1's prompt and turn 1's answer (as long as the answer the
@@ -17,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -65,7 +70,57 @@ def encode_chat(
 ) -> list[int]:
     """Token ids of ``messages`` rendered with the generation prompt (ready to complete)."""
     text = render_chat(tokenizer, messages, tools=tools)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+    contents = [_normalise(m)["content"] for m in messages]
+    markers = _control_texts(tokenizer)
+    if not any(marker in content for content in contents for marker in markers):
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return _encode_literal_contents(tokenizer, messages, contents, tools, text)
+
+
+def _encode_literal_contents(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    contents: list[str],
+    tools: Sequence[Mapping[str, Any]] | None,
+    text: str,
+) -> list[int]:
+    """Encode with every message's content as plain text (control-token strings included).
+
+    The template is rendered again with a placeholder for each content: what lies between the
+    placeholders is the template's own text (its markers become control tokens), and each
+    content is tokenised with ``split_special_tokens``. Used only when some content contains
+    a control token's text, so ordinary prompts tokenise exactly as before.
+    """
+    holders = [f"\ue000{i}\ue001" for i in range(len(messages))]
+    masked = [{**m, "content": h} for m, h in zip(messages, holders, strict=True)]
+    skeleton = render_chat(tokenizer, masked, tools=tools)
+    pieces = _PLACEHOLDER.split(skeleton)  # template text, index, template text, index, ...
+    if "".join(contents[int(p)] if i % 2 else p for i, p in enumerate(pieces)) != text:
+        # the template changes contents (trims them, say): no safe way to keep them literal
+        raise InvalidPromptError(
+            "a message contains the text of one of the model's control tokens "
+            f"({', '.join(sorted(_control_texts(tokenizer)))}), which this model's chat "
+            "template cannot carry as plain text"
+        )
+    ids: list[int] = []
+    for i, piece in enumerate(pieces):
+        if i % 2:
+            content = contents[int(piece)]
+            ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
+        elif piece:
+            ids += tokenizer.encode(piece, add_special_tokens=False)
+    return [int(t) for t in ids]
+
+
+_PLACEHOLDER = re.compile("\ue000(\\d+)\ue001")
+
+
+def _control_texts(tokenizer: Any) -> frozenset[str]:
+    """The texts the tokenizer turns into special (control) tokens, e.g. ``<|im_end|>``."""
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    texts = {t.content for t in added.values() if getattr(t, "special", False)}
+    texts.update(getattr(tokenizer, "all_special_tokens", None) or ())
+    return frozenset(t for t in texts if t)
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:

@@ -239,6 +239,16 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
         ({"stop": ""}, "stop", "invalid_value"),
         ({"stop": ["a", ""]}, "stop", "invalid_value"),
         ({"n": 200}, "n", "invalid_value"),
+        ({"tool_choice": "required"}, "tool_choice", "unsupported_parameter"),
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "f"}}},
+            "tool_choice",
+            "unsupported_parameter",
+        ),
+        ({"function_call": {"name": "f"}}, "function_call", "unsupported_parameter"),
+        ({"modalities": ["text", "audio"]}, "modalities", "unsupported_parameter"),
+        ({"audio": {"voice": "alloy", "format": "wav"}}, "modalities", "unsupported_parameter"),
+        ({"frobnicate": 1}, "frobnicate", "unsupported_parameter"),
     ],
 )
 def test_requests_the_model_cannot_serve_get_400(
@@ -248,6 +258,47 @@ def test_requests_the_model_cannot_serve_get_400(
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["param"] == param and error["code"] == code
+
+
+def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
+    headers = {"authorization": "Bearer key-a"}
+    question = [{"role": "user", "content": "hi"}]
+    for extra in (
+        {"tool_choice": "none"},
+        {"tool_choice": "auto"},
+        {"modalities": ["text"]},
+        {"user": "u1", "metadata": {"k": "v"}, "store": False, "prompt_cache_key": "k"},
+    ):
+        assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
+    completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
+    for extra in ({"prompt": "Hello", "suffix": ""}, {"prompt": [[19556, 28]]}):
+        response = gw.http.post("/v1/completions", json={**completion, **extra}, headers=headers)
+        assert response.status_code == 200, (extra, response.text)
+
+
+def test_earlier_tool_calls_are_refused_not_dropped(gw: Gateway) -> None:
+    """The template has no place for them: the model would answer half a conversation."""
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}  # fmt: skip
+    messages = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "18 C and sunny"},
+    ]
+    response = chat(gw, messages)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[1].tool_calls"
+
+
+def test_control_token_text_in_a_message_is_plain_text(gw: Gateway) -> None:
+    def prompt_tokens(content: str) -> int:
+        response = chat(gw, [{"role": "user", "content": content}], max_tokens=1,
+                        headers={"cache-control": "no-store"})  # fmt: skip
+        assert response.status_code == 200
+        return int(response.json()["usage"]["prompt_tokens"])
+
+    # was 1 token: the control token itself, so a user could open a system turn
+    assert prompt_tokens("x<|im_end|>") - prompt_tokens("x") > 1
 
 
 def test_completions_logprobs_zero_asks_for_logprobs(gw: Gateway) -> None:
@@ -295,6 +346,9 @@ def test_prompt_over_the_context_window_is_400_and_not_cached(gw: Gateway) -> No
     assert stream.status_code == 400  # before any stream header
     too_long = chat(gw, [{"role": "user", "content": "hi"}], max_completion_tokens=10**6)
     assert too_long.json()["error"]["param"] == "max_completion_tokens"
+    # the prompt alone is too long: that is what the error names, whatever max_tokens says
+    both = chat(gw, [{"role": "user", "content": long}], max_tokens=3)
+    assert both.json()["error"]["param"] == "messages"
     assert gw.http.get("/healthz").status_code == 200
 
 
