@@ -6,11 +6,18 @@ Keys (``P`` = the configured key prefix):
     P lru        sorted set id → last use (unix time); evicts the least recently used past max
     P exp        sorted set id → expiry time; sweeps announce expired ids to the other replicas
     P hits       hash id → hit count
-    P events     stream of changes: put (id, scope, vector) and del (packed ids)
+    P events     stream of changes: put (id, scope, vector) and del (ids: packed int64 ``ids``
+                 or a comma-separated ``idlist``)
 
 Every replica keeps its own vector index in memory and ``follow``s the events stream to add and
-drop vectors as other replicas store and evict answers. A replica that (re)connects after missing
-events — or finds the stream trimmed past where it was — reloads everything (``on_reset``).
+drop vectors as other replicas store and evict answers — its own changes too, in stream order.
+A replica that (re)connects after missing events — or finds the stream trimmed past where it
+was — reloads everything (``on_reset``).
+
+Storing with eviction and sweeping expired entries are Lua scripts (EVAL), so no failure or
+other replica can come between reading which ids go and deleting them. Whole-store listings
+(flush, index reloads) read the ``lru`` set in ZSCAN pages, each one command well inside the
+command timeout however large the cache.
 
 When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops for
 ``retry_after`` seconds, during which reads miss and writes are skipped, so requests keep being
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -38,8 +46,82 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _STREAM_MAXLEN = 200_000  # events kept; a replica further behind than this reloads everything
-_BATCH = 500
+_BATCH = 500  # ids per command (ZSCAN page, MGET, delete, sweep)
 _BLOCK_MS = 1000  # how long one XREAD of the follower waits for news
+_TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
+#: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
+_MAX_PX = 100 * 365 * 24 * 3600 * 1000
+
+# Lua shared by the scripts: drop entries (keys, expiry, hits) and announce them in one event.
+# NOTE: ids stay strings in Lua: its numbers are doubles and would round int64 ids.
+_DROP = """
+local function drop(ids, prefix, exp, hits, events, maxlen)
+  if #ids == 0 then return end
+  local keys = {}
+  for i, id in ipairs(ids) do keys[i] = prefix .. id end
+  redis.call('DEL', unpack(keys))
+  redis.call('ZREM', exp, unpack(ids))
+  redis.call('HDEL', hits, unpack(ids))
+  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'op', 'del',
+             'idlist', table.concat(ids, ','))
+end
+"""
+
+# KEYS: entry, lru, exp, hits, events. ARGV: blob, px ('' = none), now, expires ('' = none),
+# id, scope, vector, vector model, max entries, entry key prefix, stream maxlen.
+# Returns {entries left, evicted id...}. NOTE: SET comes first: if it fails nothing is written.
+# Past max_entries, expired entries go before live ones, then the least recently used.
+_PUT = (
+    _DROP
+    + """
+if ARGV[2] == '' then
+  redis.call('SET', KEYS[1], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[5])
+if ARGV[4] == '' then
+  redis.call('ZREM', KEYS[3], ARGV[5])
+else
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
+end
+redis.call('HDEL', KEYS[4], ARGV[5])
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'put', 'id', ARGV[5],
+           'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[9])
+local gone = {}
+if over > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[3], 'LIMIT', 0, over)
+  for _, id in ipairs(due) do
+    if redis.call('ZREM', KEYS[2], id) == 1 then gone[#gone + 1] = id end
+  end
+  if #gone < over then
+    local popped = redis.call('ZPOPMIN', KEYS[2], over - #gone)
+    for i = 1, #popped, 2 do gone[#gone + 1] = popped[i] end
+  end
+  drop(gone, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
+end
+local out = {redis.call('ZCARD', KEYS[2])}
+for i, id in ipairs(gone) do out[i + 1] = id end
+return out
+"""
+)
+
+# KEYS: lru, exp, hits, events. ARGV: now, batch, entry key prefix, stream maxlen.
+# Returns {entries left, swept id...}: ids whose expiry is still due when the script runs.
+_SWEEP = (
+    _DROP
+    + """
+local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #due > 0 then
+  redis.call('ZREM', KEYS[1], unpack(due))
+  drop(due, ARGV[3], KEYS[2], KEYS[3], KEYS[4], ARGV[4])
+end
+local out = {redis.call('ZCARD', KEYS[1])}
+for i, id in ipairs(due) do out[i + 1] = id end
+return out
+"""
+)
 
 
 class RedisStore:
@@ -74,6 +156,8 @@ class RedisStore:
         self._count = 0
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
+        self._put_script = self._redis.register_script(_PUT)
+        self._sweep_script = self._redis.register_script(_SWEEP)
 
     @property
     def available(self) -> bool:
@@ -98,35 +182,30 @@ class RedisStore:
     async def put(self, entry: Entry) -> list[int]:
         async def op() -> list[int]:
             now = time.time()
-            async with self._redis.pipeline(transaction=True) as pipe:
-                ttl_ms = (
-                    None if entry.expires is None else max(int((entry.expires - now) * 1000), 1)
-                )
-                pipe.set(self._key(entry.id), self._encoder.encode(entry), px=ttl_ms)
-                pipe.zadd(self._p + "lru", {entry.id: now})
-                if entry.expires is not None:
-                    pipe.zadd(self._p + "exp", {entry.id: entry.expires})
-                else:
-                    pipe.zrem(self._p + "exp", entry.id)
-                pipe.hdel(self._p + "hits", entry.id)
-                event = {
-                    b"op": b"put",
-                    b"id": str(entry.id),
-                    b"scope": entry.scope,
-                    b"vector": entry.vector or b"",
-                    b"vmodel": entry.vector_model,
-                }
-                pipe.xadd(self._p + "events", event, maxlen=_STREAM_MAXLEN, approximate=True)
-                pipe.zcard(self._p + "lru")
-                results = await pipe.execute()
-            self._count = int(results[-1])
-            if self._count <= self._max_entries:
-                return []
-            # NOTE: ZPOPMIN is atomic, so when several replicas evict at once each id goes once.
-            popped = await self._redis.zpopmin(self._p + "lru", self._count - self._max_entries)
-            evicted = [int(member) for member, _ in popped]
-            await self._remove(evicted)
-            return evicted
+            # NOTE: a non-finite expiry (never validated away here) means "never": int(inf)
+            # would raise, and Redis refuses an expiry past its range.
+            expires = entry.expires
+            if expires is not None and not math.isfinite(expires):
+                expires = None
+            px = "" if expires is None else min(max(int((expires - now) * 1000), 1), _MAX_PX)
+            reply = await self._put_script(
+                keys=[self._key(entry.id), *self._keys("lru", "exp", "hits", "events")],
+                args=[
+                    self._encoder.encode(entry),
+                    px,
+                    repr(now),
+                    "" if expires is None else repr(expires),
+                    entry.id,
+                    entry.scope,
+                    entry.vector or b"",
+                    entry.vector_model,
+                    self._max_entries,
+                    self._p + "e:",
+                    _STREAM_MAXLEN,
+                ],
+            )
+            self._count = int(reply[0])
+            return [int(member) for member in reply[1:]]
 
         return await self._call(op, default=[])
 
@@ -145,28 +224,34 @@ class RedisStore:
 
     async def sweep(self) -> list[int]:
         async def op() -> list[int]:
-            due = await self._redis.zrangebyscore(self._p + "exp", "-inf", time.time())
             gone: list[int] = []
-            for member in due:
-                # Only the replica whose ZREM removed the id announces it, so it goes out once.
-                if await self._redis.zrem(self._p + "exp", member):
-                    gone.append(int(member))
-            if gone:
-                await self._remove(gone, lru=True)
-            self._count = int(await self._redis.zcard(self._p + "lru"))
-            return gone
+            while True:
+                # NOTE: the script reads and removes in one step: an entry stored again since
+                # it expired has a later expiry by then, and stays.
+                reply = await self._sweep_script(
+                    keys=self._keys("lru", "exp", "hits", "events"),
+                    args=[repr(time.time()), _BATCH, self._p + "e:", _STREAM_MAXLEN],
+                )
+                self._count = int(reply[0])
+                gone += [int(member) for member in reply[1:]]
+                if len(reply) - 1 < _BATCH:
+                    return gone
 
         return await self._call(op, default=[])
 
     async def flush(self, namespace: str | None = None) -> list[int]:
         """Delete every entry (or a namespace's); raises StoreUnavailable if Redis fails."""
-        if namespace is None:
-            members = await self._call(lambda: self._redis.zrange(self._p + "lru", 0, -1))
-            if members is None:
-                raise StoreUnavailable("Redis is unavailable: nothing was flushed.")
-            ids = [int(m) for m in members]
-        else:
-            ids = [entry.id async for entry in self.entries() if entry.namespace == namespace]
+        if not self.available:
+            raise StoreUnavailable("Redis is unavailable: nothing was flushed.")
+        try:
+            if namespace is None:
+                ids = [i async for page in self._lru_pages() for i in page]
+            else:
+                ids = [entry.id async for entry in self.entries() if entry.namespace == namespace]
+        except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
+            raise StoreUnavailable(
+                f"Redis failed listing the entries: nothing was flushed ({exc!r})."
+            ) from exc
         for start in range(0, len(ids), _BATCH):
             if not await self._delete(ids[start : start + _BATCH]):
                 raise StoreUnavailable(
@@ -178,38 +263,62 @@ class RedisStore:
     async def entries(self) -> AsyncIterator[Entry]:
         """Every live entry; raises StoreUnavailable when Redis fails part-way (a partial list
         must not pass for the whole store). It tries Redis even while ``available`` is down:
-        the follower reloads as soon as Redis answers again."""
+        the follower reloads as soon as Redis answers again.
+
+        NOTE: a failure here does not mark Redis down: a listing is many commands in the
+        background, and one slow page says little about the lookups and stores of live requests.
+        """
         try:
-            members = await self._redis.zrange(self._p + "lru", 0, -1)
-            for start in range(0, len(members), _BATCH):
-                batch = [int(m) for m in members[start : start + _BATCH]]
-                blobs = await self._redis.mget([self._key(i) for i in batch])
-                now = time.time()
-                for blob in blobs:
-                    if blob is not None:
-                        entry = self._decoder.decode(blob)
-                        if not entry.expired(now):
-                            yield entry
+            async for page in self._lru_pages():
+                # (a small set comes in one page whatever COUNT says: read it in batches)
+                for start in range(0, len(page), _BATCH):
+                    batch = page[start : start + _BATCH]
+                    blobs = await self._redis.mget([self._key(i) for i in batch])
+                    now = time.time()
+                    for blob in blobs:
+                        if blob is not None:
+                            entry = self._decoder.decode(blob)
+                            if not entry.expired(now):
+                                yield entry
         except (TimeoutError, RedisError, OSError) as exc:
-            self._mark_down(exc)
             raise StoreUnavailable(f"Redis failed while listing entries: {exc!r}") from exc
 
     async def ids(self) -> set[int]:
-        members = await self._call(lambda: self._redis.zrange(self._p + "lru", 0, -1), default=[])
-        return {int(m) for m in members}
+        """Ids of every stored entry; empty when Redis fails (without marking it down)."""
+        try:
+            return {i async for page in self._lru_pages() for i in page}
+        except (TimeoutError, RedisError, OSError) as exc:
+            log.warning("response cache: listing the Redis entries failed (%r)", exc)
+            return set()
 
     async def follow(self, listener: StoreListener) -> None:
-        """Apply other replicas' changes to ``listener`` until cancelled (reconnecting as needed)."""
+        """Apply other replicas' changes to ``listener`` until cancelled (reconnecting as needed).
+
+        NOTE: XREAD from a position the stream was trimmed past answers the oldest events left,
+        without an error; so about once a second the follower checks that the stream still
+        holds where it stood at its previous check, and reloads if not.
+        """
         last: bytes | None = None
+        checked = b"0-0"  # where the follower stood at its previous trim check
+        check_at = 0.0
         while True:
             try:
                 if last is None:
-                    last = await self._stream_tail()
+                    last = checked = await self._reload_point()
                     await listener.on_reset()
+                    check_at = 0.0  # the reload may have been slow: check right away
+                if time.monotonic() >= check_at:
+                    if await self._trimmed_since(checked):
+                        log.warning(
+                            "response-cache event stream trimmed past this replica; reloading"
+                        )
+                        last = None
+                        continue
+                    checked, check_at = last, time.monotonic() + _TRIM_CHECK_S
                 reply = await self._follower.xread(
                     {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
                 )
-            except ResponseError as exc:  # e.g. stream trimmed: start over
+            except ResponseError as exc:
                 log.warning("response-cache event stream: %s; reloading", exc)
                 last = None
                 continue
@@ -248,6 +357,9 @@ class RedisStore:
     def _key(self, entry_id: int) -> str:
         return f"{self._p}e:{entry_id}"
 
+    def _keys(self, *names: str) -> list[str]:
+        return [self._p + name for name in names]
+
     async def _remove(self, ids: list[int], *, lru: bool = False) -> None:
         """Delete entries and announce it, all or nothing (``lru``: their LRU ranks too)."""
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -263,17 +375,66 @@ class RedisStore:
                 maxlen=_STREAM_MAXLEN,
                 approximate=True,
             )
-            await pipe.execute()
+            pipe.zcard(self._p + "lru")
+            results = await pipe.execute()
+        self._count = int(results[-1])
 
-    async def _stream_tail(self) -> bytes:
-        newest = await self._follower.xrevrange(self._p + "events", count=1)
-        return bytes(newest[0][0]) if newest else b"0-0"
+    async def _lru_pages(self) -> AsyncIterator[list[int]]:
+        """The ids in ``lru``, one short ZSCAN per page, each id once.
+
+        NOTE: ZSCAN returns every member present from the first page to the last (ZRANGE by
+        rank could skip one whose score a hit moved meanwhile) but may return a member twice.
+        """
+        seen: set[bytes] = set()
+        cursor = 0
+        while True:
+            cursor, page = await self._redis.zscan(self._p + "lru", cursor, count=_BATCH)
+            fresh = [member for member, _score in page if member not in seen]
+            seen.update(fresh)
+            if fresh:
+                yield [int(member) for member in fresh]
+            if cursor == 0:
+                return
+
+    async def _reload_point(self) -> bytes:
+        """The stream position a reload starts from (and the entry count, refreshed)."""
+        try:
+            info = await self._follower.xinfo_stream(self._p + "events")
+            tail = bytes(info["last-generated-id"])
+        except ResponseError:  # no stream yet
+            tail = b"0-0"
+        self._count = int(await self._follower.zcard(self._p + "lru"))
+        return tail
+
+    async def _trimmed_since(self, position: bytes) -> bool:
+        """Whether events after ``position`` may have been trimmed from the stream unread.
+
+        Trimming drops the oldest events first, so that is when the event at ``position`` is
+        gone: the stream's first event lies past it. (A reload may then be one too many, when
+        the trim stopped right after ``position``; it is right whenever events were lost.)
+        """
+        try:
+            info = await self._follower.xinfo_stream(self._p + "events")
+        except ResponseError:  # no stream: nothing was trimmed
+            return False
+        if position == b"0-0":  # the stream did not exist when the follower started
+            added = info.get("entries-added")  # Redis ≥ 7; Redis 6 cannot tell
+            return added is not None and int(added) > int(info["length"])
+        first = info.get("first-entry")
+        return (
+            first is not None
+            and first[0] is not None
+            and _stream_id(first[0]) > _stream_id(position)
+        )
 
     async def _call(self, op: Callable[[], Awaitable[T]], default: Any = None) -> T:
         if not self.available:
             return default
         try:
             return await op()
+        except ResponseError as exc:  # Redis answered, refusing this command: it is not down
+            log.warning("response cache: Redis refused a command (%s)", exc)
+            return default
         except (TimeoutError, RedisError, OSError) as exc:
             self._mark_down(exc)
             return default
@@ -282,6 +443,11 @@ class RedisStore:
         if self.available:
             log.warning("response cache: Redis unavailable (%r); answering without it", exc)
         self._down_until = time.monotonic() + self._retry_after
+
+
+def _stream_id(value: bytes | str) -> tuple[int, int]:
+    ms, _, seq = (value.decode() if isinstance(value, bytes) else value).partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _apply(listener: StoreListener, fields: dict[bytes, bytes]) -> None:
@@ -295,4 +461,7 @@ def _apply(listener: StoreListener, fields: dict[bytes, bytes]) -> None:
             vector_model,
         )
     elif op == b"del":
-        listener.on_delete(np.frombuffer(fields[b"ids"], dtype="<i8").tolist())
+        if b"idlist" in fields:  # written by the Lua scripts
+            listener.on_delete([int(i) for i in fields[b"idlist"].split(b",") if i])
+        else:  # packed little-endian int64
+            listener.on_delete(np.frombuffer(fields[b"ids"], dtype="<i8").tolist())

@@ -168,6 +168,7 @@ async def test_listing_that_fails_part_way_raises_instead_of_passing_for_everyth
     monkeypatch.setattr(store._redis, "mget", flaky_mget)
     with pytest.raises(StoreUnavailable):
         _ = [e async for e in store.entries()]
+    assert store.available  # a background listing does not turn live requests away
     await asyncio.sleep(0.25)
     assert len([e async for e in store.entries()]) == 6  # once Redis answers again
     await store.close()
@@ -208,3 +209,170 @@ async def test_follower_survives_an_event_it_cannot_apply(redis_server: RedisSer
         await other.put(e)
         await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
     await other.close()
+
+
+async def test_listings_of_a_large_cache_are_paged_within_the_timeout(
+    redis_server: RedisServer,
+) -> None:
+    # One ZRANGE of 100k members takes ~0.5 s; every page of the listing must fit in 0.1 s.
+    store = RedisStore(redis_server.url, max_entries=10**6, timeout=0.1)
+    stored = [entry(n) for n in range(3)]
+    for e in stored:
+        await store.put(e)
+    bare = [10**12 + i for i in range(100_000)]  # LRU ranks only: enough to make a long listing
+    for start in range(0, len(bare), 10_000):
+        await store._redis.zadd("cachegate:lru", {i: 1.0 for i in bare[start : start + 10_000]})
+    assert await store.ids() == set(bare) | {e.id for e in stored}
+    assert sorted([e.id async for e in store.entries()]) == sorted(e.id for e in stored)
+    assert store.available
+    assert len(await store.flush()) == len(bare) + 3
+    assert store.available and len(store) == 0
+    assert await store._redis.zcard("cachegate:lru") == 0
+    await store.close()
+
+
+async def test_an_eviction_cannot_be_cut_in_half(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=1, retry_after=0.1)
+    first, second = entry(1), entry(2)
+    await store.put(first)
+
+    async def failing_remove(ids: list[int], **options: bool) -> None:
+        raise TimeoutError("injected")
+
+    monkeypatch.setattr(store, "_remove", failing_remove)  # whatever a second round trip is
+    await store.put(second)
+    monkeypatch.undo()
+    await asyncio.sleep(0.15)
+    await store.flush()
+    assert await store.get(first.id) is None  # no orphan entry outlives its LRU rank
+    assert await store._redis.keys("cachegate:e:*") == []
+    await store.close()
+
+
+async def test_replicas_evicting_at_once_evict_only_the_overflow(redis_server: RedisServer) -> None:
+    a = RedisStore(redis_server.url, max_entries=3)
+    b = RedisStore(redis_server.url, max_entries=3)
+    for n in range(3):
+        await a.put(entry(n))
+    evicted = await asyncio.gather(a.put(entry(10)), b.put(entry(11)))
+    assert sum(len(ids) for ids in evicted) == 2
+    assert await a._redis.zcard("cachegate:lru") == 3 and len(a) == len(b) == 3
+    await a.close()
+    await b.close()
+
+
+async def test_expired_entries_are_evicted_before_live_ones(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, max_entries=2)
+    live, short = entry(1), entry(2, ttl=0.2)
+    await store.put(live)
+    await store.put(short)
+    await store.record_hit(short.id)  # the expiring one is the most recently used
+    await asyncio.sleep(0.3)
+    assert await store.put(entry(3)) == [short.id]
+    assert await store.get(live.id) is not None
+    await store.close()
+
+
+async def test_sweep_keeps_an_entry_stored_again_after_it_expired(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sweeper = RedisStore(redis_server.url, max_entries=100)
+    other = RedisStore(redis_server.url, max_entries=100)
+    await other.put(entry(1, ttl=0.05))
+    await asyncio.sleep(0.1)
+    fresh = entry(1, ttl=3600)
+    real, calls = sweeper._redis.execute_command, []
+
+    async def then_store_again(*args: object, **options: object) -> object:
+        reply = await real(*args, **options)
+        calls.append(args[0])
+        if len(calls) == 1:  # right after the sweep's first command, another replica re-stores
+            await other.put(fresh)
+        return reply
+
+    monkeypatch.setattr(sweeper._redis, "execute_command", then_store_again)
+    await sweeper.sweep()
+    monkeypatch.undo()
+    got = await other.get(fresh.id)
+    assert got is not None and got.expires == fresh.expires
+    await sweeper.close()
+    await other.close()
+
+
+async def test_sweep_announces_what_it_removed_in_one_event(redis_server: RedisServer) -> None:
+    writer = RedisStore(redis_server.url, max_entries=100)
+    async with following(redis_server.url) as (_reader, recorder):
+        short = [entry(n, ttl=0.05) for n in range(3)]
+        for e in short:
+            await writer.put(e)
+        await asyncio.sleep(0.1)
+        assert sorted(await writer.sweep()) == sorted(e.id for e in short)
+        await wait_for(lambda: sorted(recorder.deletes) == sorted(e.id for e in short))
+        assert len(writer) == 0
+    await writer.close()
+
+
+async def test_a_huge_or_infinite_ttl_is_stored_and_breaks_nothing(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100)
+    forever, huge = entry(1, ttl=float("inf")), entry(2, ttl=1e16)
+    assert await store.put(forever) == [] and await store.put(huge) == []
+    assert store.available
+    assert await store.get(forever.id) is not None and await store.get(huge.id) is not None
+    assert len(await store._redis.keys("cachegate:e:*")) == await store._redis.zcard(
+        "cachegate:lru"
+    )
+    await store.close()
+
+
+@pytest.mark.parametrize("stream_existed", [False, True])
+async def test_a_follower_behind_a_trimmed_stream_reloads(
+    redis_server: RedisServer, stream_existed: bool
+) -> None:
+    class SlowFirstLoad(Recorder):
+        async def on_reset(self) -> None:
+            self.resets += 1
+            if self.resets == 1:
+                await asyncio.sleep(0.5)  # other replicas write (and the stream is trimmed)
+
+    store, recorder = RedisStore(redis_server.url, max_entries=100), SlowFirstLoad()
+    if stream_existed:
+        await store._redis.xadd("cachegate:events", {b"op": b"none"})
+    task = asyncio.create_task(store.follow(recorder))
+    await wait_for(lambda: recorder.resets == 1)
+    for n in range(50):
+        await store._redis.xadd("cachegate:events", {b"op": b"put", b"id": str(n), b"scope": b"s"})
+    await store._redis.xtrim(
+        "cachegate:events", maxlen=10, approximate=False
+    )  # 40 unread events are lost
+    await wait_for(lambda: recorder.resets == 2)
+    task.cancel()
+    await store.close()
+
+
+async def test_entry_count_follows_flush_eviction_and_reload(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, max_entries=3)
+    for n in range(5):
+        await store.put(entry(n))
+    assert len(store) == 3
+    await store.flush()
+    assert len(store) == 0
+    for n in range(2):
+        await store.put(entry(n))
+    async with following(redis_server.url) as (fresh_replica, _recorder):
+        assert len(fresh_replica) == 2
+    await store.close()
+
+
+async def test_follower_reads_del_events_in_both_forms(redis_server: RedisServer) -> None:
+    async with following(redis_server.url) as (store, recorder):
+        packed = np.asarray([2**62 + 1, -5], dtype="<i8").tobytes()
+        await store._redis.xadd("cachegate:events", {b"op": b"del", b"ids": packed})
+        await store._redis.xadd(
+            "cachegate:events", {b"op": b"del", b"idlist": b"9223372036854775807,-7"}
+        )
+        await wait_for(lambda: len(recorder.deletes) == 4)
+        assert recorder.deletes == [2**62 + 1, -5, 2**63 - 1, -7]
