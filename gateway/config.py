@@ -50,6 +50,10 @@ __all__ = [
 BUNDLED_MODEL_NAME = "smollm2-135m-instruct"
 
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
+#: The longest TTL an answer may have (10 years), in config and per request: past it Redis
+#: cannot set an expiry, and infinity is no number of seconds (``null`` is "never expires").
+MAX_TTL = 10 * 365 * 24 * 3600.0
+TTL = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -243,7 +247,7 @@ class CacheConfig(_Base, frozen=True):
     #: "disk": embedded diskcache in data_dir; "redis": shared by several gateway replicas.
     backend: Literal["disk", "redis"] = "disk"
     #: Seconds an answer stays servable; None: until evicted. Per request: x-cache-ttl.
-    ttl: Seconds | None = 7 * 24 * 3600.0
+    ttl: TTL | None = 7 * 24 * 3600.0
     #: Most stored answers; the least recently used go first.
     max_entries: PositiveInt = 100_000
     exact: ExactCacheConfig = ExactCacheConfig()

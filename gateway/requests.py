@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .config import MAX_TTL
 from .errors import NO_RETRY, APIError
 
 __all__ = [
@@ -235,7 +236,7 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
             max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
     namespace = headers.get("x-cache-namespace", "")
     threshold = _number(headers.get("x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
-    ttl = _number(headers.get("x-cache-ttl"), "x-cache-ttl", 0.0, None)
+    ttl = _ttl(headers.get("x-cache-ttl"), "x-cache-ttl")
 
     if extension is not None:
         if not isinstance(extension, dict):
@@ -259,7 +260,7 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
                 if name == "threshold":
                     threshold = _number(value, "cache.threshold", 0.0, 1.0)
                 elif name == "ttl":
-                    ttl = _number(value, "cache.ttl", 0.0, None)
+                    ttl = _ttl(value, "cache.ttl")
                 else:
                     max_age = _number(value, f"cache.{key}", 0.0, None, allow_zero=True)
             else:
@@ -361,6 +362,18 @@ def _number(
     if not inside or number != number:  # NaN is never inside
         raise APIError(400, f"'{param}' must be {bound}, got {value}.", param=param)
     return number
+
+
+def _ttl(value: Any, param: str) -> float | None:
+    """Seconds greater than 0 and at most MAX_TTL (10 years): ``inf`` is refused too."""
+    ttl = _number(value, param, 0.0, None)
+    if ttl is not None and ttl > MAX_TTL:
+        raise APIError(
+            400,
+            f"'{param}' must be at most {MAX_TTL:.0f} seconds (10 years), got {value}.",
+            param=param,
+        )
+    return ttl
 
 
 def _explain(exc: msgspec.ValidationError) -> tuple[str | None, str]:

@@ -404,9 +404,14 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
         == "x-cache-threshold"
     )
     assert gw.chat("x", headers={"x-cache-ttl": "-5"}).status_code == 400
+    for ttl in ("inf", "1e16", "315360001"):  # past MAX_TTL (10 years): Redis cannot expire it
+        error = gw.chat("x", headers={"x-cache-ttl": ttl}).json()["error"]
+        assert error["param"] == "x-cache-ttl" and "at most 315360000 seconds" in error["message"]
+    assert gw.chat("x", cache={"ttl": 1e16}).json()["error"]["param"] == "cache.ttl"
     assert gw.chat("x", headers={"x-cache-namespace": "a b"}).status_code == 400
     assert upstream.stats["requests"] == 0
     assert gw.chat("deep but fine", x=[[[[{"a": [1]}]]]]).status_code == 200
+    assert gw.chat("ten years", headers={"x-cache-ttl": "315360000"}).status_code == 200
 
 
 def test_unknown_model_is_404(make_gateway: Any, upstream: FakeUpstream) -> None:

@@ -91,6 +91,8 @@ def test_cache_controls_from_headers_and_body() -> None:
         ({"x-cache-threshold": "1.01"}, None),
         ({"x-cache-threshold": "nan"}, None),
         ({"x-cache-ttl": "0"}, None),
+        ({"x-cache-ttl": "inf"}, None),
+        ({}, {"ttl": 1e16}),
         ({"cache-control": "max-age=-1"}, None),
         ({"x-cache-namespace": "x" * 129}, None),
         ({}, {"threshold": "0.5"}),
