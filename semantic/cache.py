@@ -228,7 +228,7 @@ class ResponseCache:
         # NOTE: an answer stored again without a vector (semantic off for it) must leave the
         # index too, or a later search finds an entry the guard has no vector for.
         self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
-        self.on_delete(evicted)
+        self._dropped(evicted)
         self._counters.stores += 1
         self._counters.evictions += len(evicted)
         return entry
@@ -238,9 +238,9 @@ class ResponseCache:
         try:
             ids = await self._store.flush(namespace)
         except StoreUnavailable as exc:
-            self.on_delete(exc.removed)  # what did go stays gone from the index too
+            self._dropped(exc.removed)  # what did go stays gone from the index too
             raise
-        self.on_delete(ids)
+        self._dropped(ids)
         return len(ids)
 
     def stats(self) -> dict[str, Any]:
@@ -336,6 +336,18 @@ class ResponseCache:
             return Lookup("semantic", entry, hit.similarity, now - entry.created, vector)
         return Lookup("miss", vector=vector)
 
+    def _dropped(self, ids: list[int]) -> None:
+        """The store dropped ``ids`` (evicted, expired, flushed): their vectors go too.
+
+        NOTE: not for a shared store: there an id may be stored again (by any replica, or by a
+        request here) between the store dropping it and this call, and dropping its vector then
+        would leave a live entry unsearchable here. The follower applies the store's del and
+        put events in the order they happened instead; until it does, a vector whose entry is
+        gone is a miss (``_lookup_semantic`` removes it).
+        """
+        if not self._store.shared:
+            self.on_delete(ids)
+
     def _searchable(self, vector: bytes | None, vector_model: str) -> bool:
         """A stored vector this process can search: made by its embedder, of the index's size.
 
@@ -422,7 +434,7 @@ class ResponseCache:
             await asyncio.sleep(self._settings.sweep_interval)
             try:
                 gone = await self._store.sweep()
-                self.on_delete(gone)
+                self._dropped(gone)
                 self._counters.expirations += len(gone)
             except Exception:  # a failed sweep must not stop later ones
                 log.exception("cache sweep failed")

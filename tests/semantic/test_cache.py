@@ -9,6 +9,7 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import pytest
 
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.embedder import Embedder
@@ -119,4 +120,33 @@ async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
     assert (await cache.lookup(paraphrase)).kind == "miss"  # the store cannot say: a miss
     await asyncio.sleep(0.25)
     assert (await cache.lookup(paraphrase)).kind == "semantic"  # was: a miss for good
+    await cache.close()
+
+
+async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100)
+    cache = ResponseCache(store, CacheSettings(), SemanticSettings())
+    await cache.start()
+    stored = chat_key("t", "", "m", ask("How do I reset my password?"))
+    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    real_flush = store.flush
+
+    async def flush_while_a_request_stores_again(namespace: str | None = None) -> list[int]:
+        ids = await real_flush(namespace)  # the question is gone, and a request stores it anew
+        await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+        return ids
+
+    monkeypatch.setattr(store, "flush", flush_while_a_request_stores_again)
+    assert await cache.flush() == 1
+    deadline = time.time() + 3  # the follower applies the flush's del, then the new put
+    while (found := (await cache.lookup(paraphrase)).kind) != "semantic" and time.time() < deadline:
+        await asyncio.sleep(0.05)
+    assert found == "semantic"  # was: the flush dropped the live entry's vector here for good
+    monkeypatch.undo()
+    await cache.flush()
+    assert (await cache.lookup(paraphrase)).kind == "miss"
     await cache.close()
