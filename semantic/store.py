@@ -12,6 +12,7 @@ which ids it dropped so the vector index can follow.
 from __future__ import annotations
 
 import fcntl
+import heapq
 import sqlite3
 import time
 from collections import OrderedDict
@@ -52,6 +53,8 @@ class Entry(msgspec.Struct, kw_only=True):
     #: The embedding model that made ``vector``: vectors of other models are never compared.
     vector_model: str = ""
     hits: int = 0
+    #: Unix time of the last hit (0: none yet); DiskStore restores its LRU order from it.
+    used: float = 0.0
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
@@ -107,6 +110,7 @@ class _Meta:
     expires: float | None
     namespace: str
     hits: int
+    used: float  # unix time of the last store or hit
     dirty: bool = False
 
 
@@ -114,8 +118,9 @@ class DiskStore:
     """Entries in a diskcache directory; survives restarts.
 
     NOTE: diskcache's own eviction is off: it would drop entries without telling the vector
-    index. LRU order and hit counts are kept in memory (rebuilt at start from the stored entries)
-    and hit counts are written back by ``sync()``, never on the hit path.
+    index. LRU order and hit counts are kept in memory (rebuilt at start from the stored entries'
+    last use) and hit counts and last use are written back by ``sync()``, never on the hit path.
+    Past ``max_entries``, expired entries not yet swept go first, then the least recently used.
     """
 
     shared = False
@@ -154,6 +159,8 @@ class DiskStore:
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
         self._meta: OrderedDict[int, _Meta] = OrderedDict()
+        #: (expires, id) of entries with a TTL, soonest first; stale pairs are skipped.
+        self._expiries: list[tuple[float, int]] = []
         self._restore_meta()
 
     # -- EntryStore ------------------------------------------------------------------------
@@ -173,13 +180,18 @@ class DiskStore:
     async def put(self, entry: Entry) -> list[int]:
         expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
         self._cache.set(entry.id, self._encoder.encode(entry), expire=expire)
-        self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits)
+        now = time.time()
+        self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits, now)
         self._meta.move_to_end(entry.id)
+        if entry.expires is not None:
+            heapq.heappush(self._expiries, (entry.expires, entry.id))
         evicted: list[int] = []
         while len(self._meta) > self._max_entries:
-            oldest, _ = self._meta.popitem(last=False)
-            self._cache.delete(oldest)
-            evicted.append(oldest)
+            victim = self._pop_expired(now)
+            if victim is None:
+                victim, _ = self._meta.popitem(last=False)  # the least recently used
+            self._cache.delete(victim)
+            evicted.append(victim)
         return evicted
 
     async def delete(self, ids: list[int]) -> None:
@@ -191,6 +203,7 @@ class DiskStore:
         meta = self._meta.get(entry_id)
         if meta is not None:
             meta.hits += 1
+            meta.used = time.time()
             meta.dirty = True
             self._meta.move_to_end(entry_id)
 
@@ -200,6 +213,8 @@ class DiskStore:
         await self.delete(gone)
         self._cache.expire()
         self.sync()
+        self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
+        heapq.heapify(self._expiries)  # (drops the stale pairs)
         return gone
 
     async def flush(self, namespace: str | None = None) -> list[int]:
@@ -207,6 +222,7 @@ class DiskStore:
         if namespace is None:
             self._cache.clear()
             self._meta.clear()
+            self._expiries.clear()
         else:
             await self.delete(ids)
         return ids
@@ -245,14 +261,14 @@ class DiskStore:
     # -- helpers ---------------------------------------------------------------------------
 
     def sync(self) -> None:
-        """Write changed hit counts back into the stored entries."""
+        """Write changed hit counts and last use back into the stored entries."""
         for entry_id, meta in self._meta.items():
             if not meta.dirty:
                 continue
             raw = self._cache.get(entry_id)
             if raw is not None:
                 entry = self._decoder.decode(raw)
-                entry.hits = meta.hits
+                entry.hits, entry.used = meta.hits, meta.used
                 expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
                 self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
             meta.dirty = False
@@ -272,7 +288,21 @@ class DiskStore:
             if entry.expired(now):
                 self._cache.delete(key)
                 continue
-            found.append((entry.created, key, _Meta(entry.expires, entry.namespace, entry.hits)))
-        # Oldest first, so the least recently stored entries are evicted first after a restart.
+            used = max(entry.created, entry.used)
+            found.append((used, key, _Meta(entry.expires, entry.namespace, entry.hits, used)))
+        # Least recently used first, so they are still evicted first after a restart.
         for _, key, meta in sorted(found, key=lambda t: t[0]):
             self._meta[key] = meta
+            if meta.expires is not None:
+                self._expiries.append((meta.expires, key))
+        heapq.heapify(self._expiries)
+
+    def _pop_expired(self, now: float) -> int | None:
+        """Forget and return an entry whose TTL has passed, if any (soonest expiry first)."""
+        while self._expiries and self._expiries[0][0] <= now:
+            expires, entry_id = heapq.heappop(self._expiries)
+            meta = self._meta.get(entry_id)
+            if meta is not None and meta.expires == expires:  # else: deleted or stored again
+                del self._meta[entry_id]
+                return entry_id
+        return None

@@ -84,3 +84,29 @@ async def test_one_process_per_directory(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(StoreOpenError, match="cannot use it"):
         DiskStore(blocker / "cache", max_entries=10)
+
+
+async def test_lru_order_survives_a_restart(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=2)
+    hot, cold = entry(1), entry(2)  # the hot one stored first...
+    await store.put(hot)
+    await store.put(cold)
+    time.sleep(0.01)  # (entry() dates its entries a few ms ahead)
+    await store.record_hit(hot.id)  # ...and used last
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=2)
+    assert await reopened.put(entry(3)) == [cold.id]  # was: the hot one (ordered by creation)
+    assert await reopened.get(hot.id) is not None
+    await reopened.close()
+
+
+async def test_expired_entries_are_evicted_before_live_ones(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=2)
+    live, short = entry(1), entry(2, expires=time.time() + 0.2)
+    await store.put(live)
+    await store.put(short)
+    await store.record_hit(short.id)  # the expiring one is the most recently used
+    time.sleep(0.3)
+    assert await store.put(entry(3)) == [short.id]  # was: the live one
+    assert await store.get(live.id) is not None
+    await store.close()
