@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any
@@ -206,6 +207,7 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
         )
 
     main_server = uvicorn.Server(server_config(app, config.server.port))
+    _redact_access_log()  # (after uvicorn.Config, which configures its loggers)
     deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
     admin_server = admin_task = None
     if admin is not None and config.server.admin_port is not None:
@@ -218,6 +220,25 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
         if admin_server is not None and admin_task is not None:
             admin_server.should_exit = True
             await admin_task
+
+
+class _RedactKey(logging.Filter):
+    """Hide ``?key=`` (the dashboard's admin key, when opened in a browser) in access logs."""
+
+    _KEY = re.compile(r"([?&]key=)[^&\s]*")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                self._KEY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args
+            )
+        return True
+
+
+def _redact_access_log() -> None:
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, _RedactKey) for f in access.filters):
+        access.addFilter(_RedactKey())
 
 
 async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:

@@ -298,3 +298,24 @@ models:
     assert "shutting down" in stream_error.message
     assert gateway.proc.wait(timeout=10) in (0, -15)  # exits on time (uvicorn re-raises SIGTERM)
     assert "shutdown: 2 requests still open after 1s; ended" in gateway.log.read_text()
+
+
+def test_debug_access_log_hides_the_dashboard_key(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    gateway = serve(f"""
+server: {{log_level: debug}}
+admin: {{api_key: admin-secret-123}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    import httpx
+
+    assert httpx.get(f"{gateway.url}/dashboard?key=admin-secret-123").status_code == 200
+    assert httpx.get(f"{gateway.url}/dashboard?x=1&key=wrong-guess").status_code == 401
+    gateway.stop()
+    log = gateway.log.read_text()
+    assert "GET /dashboard?key=*** HTTP/1.1" in log and "x=1&key=***" in log
+    assert "admin-secret-123" not in log and "wrong-guess" not in log
