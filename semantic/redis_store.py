@@ -52,18 +52,25 @@ _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not re
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
 
-# Lua shared by the scripts: drop entries (keys, expiry, hits) and announce them in one event.
-# NOTE: ids stay strings in Lua: its numbers are doubles and would round int64 ids.
+# Lua shared by the scripts: drop entries (keys, expiry, hits) and announce them, 500 ids per
+# command and event.
+# NOTE: ids stay strings in Lua: its numbers are doubles and would round int64 ids. And Lua's
+# unpack() fails past ~8000 values, after the script's earlier writes (scripts do not roll
+# back): so never unpack a whole list of victims, which lowering max_entries can make long.
 _DROP = """
 local function drop(ids, prefix, exp, hits, events, maxlen)
-  if #ids == 0 then return end
-  local keys = {}
-  for i, id in ipairs(ids) do keys[i] = prefix .. id end
-  redis.call('DEL', unpack(keys))
-  redis.call('ZREM', exp, unpack(ids))
-  redis.call('HDEL', hits, unpack(ids))
-  redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'op', 'del',
-             'idlist', table.concat(ids, ','))
+  for first = 1, #ids, 500 do
+    local chunk, keys = {}, {}
+    for i = first, math.min(first + 499, #ids) do
+      chunk[#chunk + 1] = ids[i]
+      keys[#keys + 1] = prefix .. ids[i]
+    end
+    redis.call('DEL', unpack(keys))
+    redis.call('ZREM', exp, unpack(chunk))
+    redis.call('HDEL', hits, unpack(chunk))
+    redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'op', 'del',
+               'idlist', table.concat(chunk, ','))
+  end
 end
 """
 

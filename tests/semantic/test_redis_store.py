@@ -377,3 +377,18 @@ async def test_follower_reads_del_events_in_both_forms(redis_server: RedisServer
         )
         await wait_for(lambda: len(recorder.deletes) == 4)
         assert recorder.deletes == [2**62 + 1, -5, 2**63 - 1, -7]
+
+
+async def test_lowering_max_entries_by_thousands_evicts_them_all(redis_server: RedisServer) -> None:
+    """One put may evict more entries than Lua's unpack() takes (~8000): none may leak."""
+    big = RedisStore(redis_server.url, max_entries=10**6)
+    for n in range(8200):
+        await big.put(entry(n, ttl=3600 if n % 2 else None))
+    await big.close()
+    async with following(redis_server.url) as (store, recorder):  # restarted with max 100
+        evicted = await store.put(entry(10**6))
+        assert len(evicted) == 8101 and store.available and len(store) == 100
+        assert len(await store._redis.keys("cachegate:e:*")) == 100  # no entry left behind
+        assert await store._redis.zcard("cachegate:exp") <= 100
+        await wait_for(lambda: len(recorder.deletes) == 8101)  # announced, in chunks
+        assert set(recorder.deletes) == set(evicted)
