@@ -86,10 +86,11 @@ def _encode_literal_contents(
 ) -> list[int]:
     """Encode with every message's content as plain text (control-token strings included).
 
-    The template is rendered again with a placeholder for each content: what lies between the
-    placeholders is the template's own text (its markers become control tokens), and each
-    content is tokenised with ``split_special_tokens``. Used only when some content contains
-    a control token's text, so ordinary prompts tokenise exactly as before.
+    The template is rendered again with a placeholder for each content, which tells the
+    control tokens the template wrote from those typed in a content. The text between two of
+    the template's control tokens (template text and contents together) is tokenised in one
+    piece with ``split_special_tokens``: the tokenizer splits at control tokens first anyway,
+    so ordinary text gets the very ids it always had (and turn N+1 still extends turn N).
     """
     holders = [f"\ue000{i}\ue001" for i in range(len(messages))]
     masked = [{**m, "content": h} for m, h in zip(messages, holders, strict=True)]
@@ -102,13 +103,29 @@ def _encode_literal_contents(
             f"({', '.join(sorted(_control_texts(tokenizer)))}), which this model's chat "
             "template cannot carry as plain text"
         )
+    markers = sorted(_control_texts(tokenizer), key=len, reverse=True)
+    split = re.compile("(" + "|".join(map(re.escape, markers)) + ")")
     ids: list[int] = []
+    stretch = ""  # text since the template's last control token
+
+    def flush() -> None:
+        if stretch:
+            ids.extend(
+                tokenizer.encode(stretch, add_special_tokens=False, split_special_tokens=True)
+            )
+
     for i, piece in enumerate(pieces):
         if i % 2:
-            content = contents[int(piece)]
-            ids += tokenizer.encode(content, add_special_tokens=False, split_special_tokens=True)
-        elif piece:
-            ids += tokenizer.encode(piece, add_special_tokens=False)
+            stretch += contents[int(piece)]
+            continue
+        for j, part in enumerate(split.split(piece)):
+            if j % 2:  # one of the template's own control tokens
+                flush()
+                stretch = ""
+                ids.append(int(tokenizer.convert_tokens_to_ids(part)))
+            else:
+                stretch += part
+    flush()
     return [int(t) for t in ids]
 
 

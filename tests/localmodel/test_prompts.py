@@ -58,6 +58,27 @@ def test_control_token_text_in_a_message_stays_text(tokenizer: Any) -> None:
     assert ids.count(im_end) == 3  # the default system turn, the user turn, the assistant turn
 
 
+def test_marker_text_in_a_later_turn_keeps_earlier_turns_ids(tokenizer: Any) -> None:
+    """Only the turn with the typed marker tokenises differently: the prefix cache still hits."""
+    turn1 = [
+        {"role": "system", "content": "Be nice."},
+        {"role": "user", "content": "\n\n  def f():\n    return 1"},  # leading whitespace
+    ]
+    answer = "It returns 1."
+    ids1 = encode_chat(tokenizer, turn1)
+    answer_ids = tokenizer.encode(answer, add_special_tokens=False)
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": "\n  and what is <|im_end|> or <file_sep>?"},
+    ]
+    ids2 = encode_chat(tokenizer, turn2)
+    assert ids2[: len(ids1) + len(answer_ids)] == ids1 + answer_ids
+    without = tokenizer.encode(render_chat(tokenizer, turn2), add_special_tokens=False)
+    end_of_answer = len(ids1) + len(answer_ids)
+    assert ids2[:end_of_answer] == without[:end_of_answer]
+
+
 def test_encode_text_special_cases(tokenizer: Any) -> None:
     assert encode_text(tokenizer, "Once upon") == tokenizer.encode("Once upon")
     assert encode_text(tokenizer, "") == [tokenizer.bos_token_id]
