@@ -146,7 +146,7 @@ async def _observed(
     """``reply.stream``, timing its first byte and counting how it ended if not normally."""
     assert reply.stream is not None
     metrics, stream = runtime.metrics, reply.stream
-    first, ended = True, False
+    first, ended, done = True, False, False
     try:
         try:
             with _abortable(runtime, enabled=reply.outcome is not None):  # a model's stream
@@ -155,11 +155,13 @@ async def _observed(
                         first = False
                         elapsed = time.perf_counter() - started
                         metrics.latency.labels(route, reply.cache).observe(elapsed)
+                    done = piece.endswith(b"data: [DONE]\n\n")
                     yield piece
         except APIError as exc:  # the shutdown deadline passed while it streamed
             assert reply.outcome is not None
-            reply.outcome.error = exc.code
-            yield sse_error(exc)
+            if not done:  # (else only the relay's cleanup after [DONE] was cut short)
+                reply.outcome.error = exc.code
+                yield sse_error(exc)
         ended = True
     finally:
         error = reply.outcome.error if reply.outcome is not None else None

@@ -343,7 +343,9 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
     for param in ("tool_choice", "function_call"):  # forcing a call the model cannot make
         if body.get(param) not in (None, "none", "auto"):
             raise _unsupported(param)
-    if body.get("audio") is not None or any(m != "text" for m in body.get("modalities") or ()):
+    modalities = body.get("modalities") or ()
+    modalities = [modalities] if isinstance(modalities, str) else modalities
+    if body.get("audio") is not None or any(m != "text" for m in modalities):
         raise _unsupported("modalities", "other than text is not supported by the local model")
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type", "text") != "text":

@@ -161,8 +161,12 @@ class Pipeline:
         """Whether identical misses of this request wait for each other's answer.
 
         Only when the one that runs can store an answer the others find: it needs the exact
-        tier (a follower looks the answer up by the request's exact key).
+        tier (a follower looks the answer up by the request's exact key), and a request that
+        takes answers of any age (``max-age=0`` takes none that is stored before it asked).
         """
+        max_age = request.control.max_age
+        if max_age is not None and max_age <= 0:
+            return False
         return bool(self._coalesce.enabled and self.cache is not None and self.cache.exact)
 
     async def _follow(
@@ -182,7 +186,7 @@ class Pipeline:
         except TimeoutError:
             return None
         found = await self.cache.lookup(
-            key, max_age=request.control.max_age, threshold=self._threshold(request)
+            key, max_age=request.control.max_age, threshold=self._threshold(request), again=True
         )
         return found if found.entry is not None else None
 

@@ -166,14 +166,21 @@ class ResponseCache:
         await self._store.close()
 
     async def lookup(
-        self, key: CacheKey, *, max_age: float | None = None, threshold: float | None = None
+        self,
+        key: CacheKey,
+        *,
+        max_age: float | None = None,
+        threshold: float | None = None,
+        again: bool = False,
     ) -> Lookup:
         """Find a stored answer for ``key``.
 
         ``max_age`` (seconds) rejects older entries; ``threshold`` overrides the configured
-        semantic similarity threshold for this lookup.
+        semantic similarity threshold for this lookup. ``again``: a second lookup for the same
+        request (after waiting for an identical one), not counted as another lookup.
         """
-        self._counters.lookups += 1
+        if not again:
+            self._counters.lookups += 1
         now = time.time()
         if self._settings.exact:
             entry = await self._store.get(entry_id(key.exact))

@@ -79,6 +79,8 @@ def test_identical_misses_in_flight_make_one_upstream_call(
         not in next(r for r in replies if r.headers["x-cache"] == "miss").headers
     )
     assert coalesced_metric(gw) == 7
+    stats = gw.http.get("/admin/stats").json()["cache"]
+    assert stats["lookups"] == 8 and stats["hits"]["exact"] == 7  # one lookup per request
 
     # different questions at once are not coalesced
     async def different() -> None:
@@ -138,7 +140,8 @@ def test_requests_that_skip_the_cache_are_not_coalesced(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
     gw = make_gateway()
-    for header in ("no-store", "no-cache"):
+    # (max-age=0 takes no stored answer: waiting for one would only delay it)
+    for header in ("no-store", "no-cache", "max-age=0"):
         before = upstream.stats["chat"]
         replies = asyncio.run(
             ask(gw, 3, {"delay": 0.3, "tag": header}, extra_headers={"cache-control": header})

@@ -267,6 +267,7 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         {"tool_choice": "none"},
         {"tool_choice": "auto"},
         {"modalities": ["text"]},
+        {"modalities": "text"},
         {"user": "u1", "metadata": {"k": "v"}, "store": False, "prompt_cache_key": "k"},
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
