@@ -42,6 +42,11 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     return await _serve(request, "completion", "/v1/completions")
 
 
+@post("/v1/embeddings", status_code=200)
+async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
+    return await _serve(request, "embedding", "/v1/embeddings")
+
+
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
     runtime = _runtime(request)
@@ -83,7 +88,7 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     return _json({"status": status, **state}, 200 if state["ready"] else 503)
 
 
-routes = [chat_completions, completions, list_models, get_model, healthz, readyz]
+routes = [chat_completions, completions, embeddings, list_models, get_model, healthz, readyz]
 
 
 def error_response(exc: APIError, cache: str = "bypass") -> Response[Any]:

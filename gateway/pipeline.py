@@ -28,6 +28,7 @@ from semantic.keys import CacheKey, chat_key, completion_key
 
 from .backend import RELAYED_HEADERS, Backend, BackendStream
 from .config import CoalesceConfig
+from .embeddings import embed
 from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
@@ -105,6 +106,8 @@ class Pipeline:
             # requests carrying the same key (a missing or wrong key never reads another's).
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
+        if request.kind == "embedding":
+            return await embed(self, request, backend, auth, watch)
         control = request.control
         key: CacheKey | None = None
         vector: Any = None  # the question's embedding: computed once, for lookup and store

@@ -21,10 +21,12 @@ from .errors import NO_RETRY, APIError
 __all__ = [
     "ACCOUNT_HEADERS",
     "HOPS_HEADER",
+    "MAX_EMBEDDING_INPUTS",
     "MAX_HOPS",
     "PARTITION_HEADER",
     "CacheControl",
     "GatewayRequest",
+    "embedding_inputs",
     "parse_cache_control",
     "parse_request",
     "partitioned",
@@ -47,7 +49,10 @@ PARTITION_HEADER = "x-cachegate-partition"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "embedding"]
+
+#: Most inputs one embeddings request may carry (OpenAI's limit).
+MAX_EMBEDDING_INPUTS = 2048
 
 _Temperature = Annotated[float, msgspec.Meta(ge=0.0, le=2.0)]
 _TopP = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -192,6 +197,21 @@ def parse_request(
         )
     if kind == "completion" and "prompt" not in body:
         raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing")
+    if kind == "embedding":
+        extension = body.pop("cache", None)
+        _check_embedding(body)
+        return GatewayRequest(
+            kind=kind,
+            model=body["model"],
+            body=body,
+            stream=False,
+            include_usage=False,
+            tenant=partitioned(tenant, partition),
+            control=parse_cache_control(headers, extension),
+            hops=hops,
+            partition=partition,
+            account=account,
+        )
 
     extension = body.pop("cache", None)
     spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
@@ -219,6 +239,61 @@ def parse_request(
         partition=partition,
         account=account,
     )
+
+
+def embedding_inputs(value: Any) -> list[str | list[int]]:
+    """The separate inputs of an embeddings request: ``"text"`` and ``[1, 2]`` are one each."""
+    if isinstance(value, str) or (value and all(_is_token(t) for t in value)):
+        return [value]
+    return list(value)
+
+
+def _check_embedding(body: dict[str, Any]) -> None:
+    if not isinstance(body.get("model"), str):
+        raise APIError(400, "'model' must be a string.", param="model", code="invalid_type")
+    value = body.get("input")
+    if value is None:
+        raise APIError(400, "Missing required parameter: 'input'.", param="input", code="missing")
+    shape = "'input' must be a non-empty string, array of strings, or array of token arrays."
+    if not isinstance(value, str | list) or value in ("", []):
+        raise APIError(400, shape, param="input", code="invalid_value")
+    inputs = embedding_inputs(value)
+    if len(inputs) > MAX_EMBEDDING_INPUTS:
+        raise APIError(
+            400,
+            f"'input' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}.",
+            param="input",
+            code="invalid_value",
+        )
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            ok = item != ""
+        else:
+            ok = isinstance(item, list) and bool(item) and all(_is_token(t) for t in item)
+        if not ok:
+            raise APIError(400, shape, param=f"input[{i}]", code="invalid_value")
+    encoding = body.get("encoding_format")
+    if encoding is not None and encoding not in ("float", "base64"):
+        raise APIError(
+            400,
+            "'encoding_format' must be 'float' or 'base64'.",
+            param="encoding_format",
+            code="invalid_value",
+        )
+    dimensions = body.get("dimensions")
+    if dimensions is not None and not (_is_token(dimensions) and dimensions >= 1):
+        raise APIError(
+            400,
+            "'dimensions' must be a positive integer.",
+            param="dimensions",
+            code="invalid_value",
+        )
+    if "stream" in body and body["stream"] not in (None, False):
+        raise APIError(400, "Embeddings cannot be streamed.", param="stream", code="invalid_value")
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> CacheControl:

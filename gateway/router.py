@@ -153,5 +153,5 @@ def prompt_text(body: dict[str, Any]) -> str:
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             parts.append(f"{message.get('role')}\x1f{content or ''}\x1e")
         return "".join(parts)
-    prompt = body.get("prompt")
+    prompt = body.get("prompt", body.get("input"))  # (embeddings: their input)
     return prompt if isinstance(prompt, str) else str(prompt)

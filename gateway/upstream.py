@@ -53,6 +53,7 @@ class UpstreamBackend:
         self.config = config
         self._forward_client_auth = forward_client_auth
         self.forwards_client_auth = forward_client_auth and not config.api_key
+        self.serves_embeddings = True  # POST /v1/embeddings is forwarded
         self._on_retry = on_retry
         t = config.timeout
         self._client = httpx.AsyncClient(
@@ -136,7 +137,7 @@ class UpstreamBackend:
     async def _send(
         self, request: GatewayRequest, *, stream: bool, auth: str | None
     ) -> httpx.Response:
-        path = "chat/completions" if request.kind == "chat" else "completions"
+        path = _PATHS[request.kind]
         payload = self._payload(request, stream)
         headers = self._headers(request, auth)
         if stream:
@@ -228,6 +229,7 @@ class ReplicatedBackend:
         self.forwards_client_auth = (
             bool(client_options.get("forward_client_auth")) and not config.api_key
         )
+        self.serves_embeddings = True
         self._on_retry = client_options.get("on_retry")
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
@@ -379,6 +381,8 @@ class UpstreamStream:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+_PATHS = {"chat": "chat/completions", "completion": "completions", "embedding": "embeddings"}
 
 
 def _event(name: str, data: bytes, *, more: bool) -> StreamEvent:

@@ -25,7 +25,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["NON_SCOPE_FIELDS", "CacheKey", "chat_key", "completion_key", "entry_id"]
+__all__ = [
+    "NON_SCOPE_FIELDS",
+    "CacheKey",
+    "chat_key",
+    "completion_key",
+    "embedding_key",
+    "entry_id",
+]
 
 #: Body fields that never change the answer's content. Everything else is part of the scope,
 #: including fields cachegate does not know: an unknown field might change the answer, so two
@@ -97,6 +104,16 @@ def completion_key(tenant: str, namespace: str, model: str, body: dict[str, Any]
     params = _params(tenant, namespace, "completion", model, body)
     scope = _digest([params, body.get("prompt")])
     return CacheKey(scope=scope, question="", exact=_digest([scope]), semantic=False)
+
+
+def embedding_key(
+    tenant: str, namespace: str, model: str, body: dict[str, Any], item: str | list[int]
+) -> CacheKey:
+    """The key of one input of an embeddings request (exact only): a batch's inputs are
+    cached one by one, so a later batch reuses whichever of them it shares."""
+    fields = {k: v for k, v in body.items() if k != "input"}
+    scope = _digest([*_params(tenant, namespace, "embedding", model, fields)])
+    return CacheKey(scope=scope, question="", exact=_digest([scope, item]), semantic=False)
 
 
 def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[dict[str, Any]]:

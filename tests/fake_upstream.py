@@ -18,7 +18,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     error_event    send an ``{"error": ...}`` event after this many stream events
     invalid_json   answer 200 with a body that is not JSON
     error_body     answer 200 with an ``{"error": ...}`` body
-    drop_choices   answer with this many choices fewer than ``n`` asked for
+    drop_choices   answer with this many choices fewer than ``n`` asked for (embeddings: fewer
+                   embeddings than inputs)
     bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
@@ -81,7 +82,9 @@ class FakeUpstream:
             return await _json(
                 send, 200, {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             )
-        if method != "POST" or not path.endswith(("/chat/completions", "/completions")):
+        if method != "POST" or not path.endswith(
+            ("/chat/completions", "/completions", "/embeddings")
+        ):
             return await _json(
                 send, 404, {"error": {"message": "no such route", "type": "invalid_request_error"}}
             )
@@ -94,6 +97,7 @@ class FakeUpstream:
                 break
         body = _decode(raw)
         kind = "chat" if path.endswith("/chat/completions") else "completions"
+        kind = "embeddings" if path.endswith("/embeddings") else kind
         self.stats["requests"] += 1
         self.stats[kind] += 1
         self.clients.add(tuple(scope.get("client") or ()))
@@ -146,6 +150,9 @@ class FakeUpstream:
             )
 
         self._serial += 1
+        if kind == "embeddings":
+            answer = _embeddings(body, fake)
+            return await _json(send, 200, answer, {"x-request-id": f"req_emb_{self._serial}"})
         answer = self._answer(kind, body, fake)
         if fake.get("drop_choices"):
             answer["choices"] = answer["choices"][: -fake["drop_choices"]]
@@ -234,6 +241,26 @@ class FakeUpstream:
             return
         await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
         self.stats["streams_completed"] += 1
+
+
+def embedding_of(item: Any, dimensions: int = 8) -> list[float]:
+    """The fake's embedding of one input: a function of the input alone (tests compare)."""
+    digest = hashlib.sha256(repr(item).encode()).digest()
+    return [round(b / 255, 4) for b in digest[:dimensions]]
+
+
+def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
+    value = body["input"]
+    inputs = [value] if isinstance(value, str) or isinstance(value[0], int) else value
+    data = [
+        {"object": "embedding", "index": i, "embedding": embedding_of(x, body.get("dimensions", 8))}
+        for i, x in enumerate(inputs)
+    ]
+    if fake.get("drop_choices"):  # answer fewer embeddings than inputs
+        data = data[: -fake["drop_choices"]]
+    tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)
+    return {"object": "list", "data": data, "model": body["model"],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
 
 
 def _head(kind: str, answer: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,127 @@
+"""``POST /v1/embeddings`` through the official SDK: forwarded, cached input by input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import openai
+import pytest
+
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream, embedding_of
+
+
+def sdk(gw: Gateway, key: str = "sk-client") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
+
+
+def embed(gw: Gateway, inputs: Any, **kwargs: Any) -> Any:
+    return sdk(gw).embeddings.with_raw_response.create(
+        model="fake-model", input=inputs, encoding_format="float", **kwargs
+    )
+
+
+def test_a_batch_sends_upstream_only_the_inputs_not_cached(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    first = embed(gw, ["alpha", "gamma"])
+    assert first.headers["x-cache"] == "miss" and first.headers["x-cache-inputs"] == "0/2"
+    assert first.headers["x-request-id"].startswith("req_emb_")  # the upstream's, relayed
+    batch = embed(gw, ["alpha", "beta", "gamma", "delta"])
+    assert upstream.last_body["input"] == ["beta", "delta"]  # only what the cache lacked
+    assert batch.headers["x-cache"] == "miss" and batch.headers["x-cache-inputs"] == "2/4"
+    parsed = batch.parse()
+    assert [d.index for d in parsed.data] == [0, 1, 2, 3]
+    assert [d.embedding for d in parsed.data] == [
+        embedding_of(x) for x in ("alpha", "beta", "gamma", "delta")
+    ]
+    assert parsed.usage.prompt_tokens == 2  # the tokens paid for: beta and delta
+    again = embed(gw, ["delta", "alpha"])
+    assert again.headers["x-cache"] == "exact" and again.headers["x-cache-inputs"] == "2/2"
+    assert [d.embedding for d in again.parse().data] == [
+        embedding_of("delta"),
+        embedding_of("alpha"),
+    ]
+    assert "x-request-id" not in again.headers and again.parse().usage.prompt_tokens == 0
+    assert upstream.stats["embeddings"] == 2
+    # one string, and one list of token ids, are one input each
+    single = embed(gw, "alpha")
+    assert single.headers["x-cache"] == "exact"
+    assert [d.embedding for d in single.parse().data] == [embedding_of("alpha")]
+    tokens = embed(gw, [1, 2, 3])
+    assert len(tokens.parse().data) == 1 and upstream.last_body["input"] == [1, 2, 3]
+    assert embed(gw, [[1, 2, 3], [4]]).headers["x-cache-inputs"] == "1/2"
+
+
+def test_what_changes_an_embedding_is_part_of_the_key(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+
+    def call(key: str = "key-a", **kwargs: Any) -> Any:
+        kwargs.setdefault("input", "same text")
+        return sdk(gw, key).embeddings.with_raw_response.create(model="fake-model", **kwargs)
+
+    assert call().headers["x-cache"] == "miss"
+    assert call().headers["x-cache"] == "exact"
+    assert call(dimensions=4).headers["x-cache"] == "miss"
+    assert len(call(dimensions=4).parse().data[0].embedding) == 4
+    assert call(key="key-b").headers["x-cache"] == "miss"  # another tenant
+    assert call(extra_headers={"x-cache-namespace": "ns"}).headers["x-cache"] == "miss"
+    # base64 is another answer: the SDK's default format, decoded by the SDK
+    b64 = sdk(gw, "key-a").embeddings.with_raw_response.create(model="fake-model", input="x y")
+    assert b64.headers["x-cache"] == "miss" and upstream.last_body["encoding_format"] == "base64"
+    again = sdk(gw, "key-a").embeddings.with_raw_response.create(model="fake-model", input="x y")
+    assert again.headers["x-cache"] == "exact"
+    assert again.parse().data[0].embedding == b64.parse().data[0].embedding
+    assert call(user="u1").headers["x-cache"] == "exact"  # user does not change an embedding
+    no_store = call(input="fresh", extra_headers={"cache-control": "no-store"})
+    assert no_store.headers["x-cache"] == "miss"
+    assert call(input="fresh").headers["x-cache"] == "miss"  # nothing was stored
+
+
+def test_bad_inputs_and_upstream_failures_are_clear_and_cache_nothing(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    http = gw.http
+    for body, param in (
+        ({"model": "fake-model"}, "input"),
+        ({"model": "fake-model", "input": ""}, "input"),
+        ({"model": "fake-model", "input": []}, "input"),
+        ({"model": "fake-model", "input": ["ok", ""]}, "input[1]"),
+        ({"model": "fake-model", "input": ["ok", 3]}, "input[1]"),
+        ({"model": "fake-model", "input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ({"model": "fake-model", "input": "x", "dimensions": 0}, "dimensions"),
+        ({"model": "fake-model", "input": ["x"] * 2049}, "input"),
+    ):
+        response = http.post("/v1/embeddings", json=body)
+        assert response.status_code == 400, body
+        assert response.json()["error"]["param"] == param
+    assert http.post("/v1/embeddings", json={"model": "nope", "input": "x"}).status_code == 404
+    with pytest.raises(openai.InternalServerError):  # a 500, retried, then a 502
+        embed(gw, ["a", "b"], extra_body={"fake": {"status": 500}})
+    short = http.post(
+        "/v1/embeddings",
+        json={"model": "fake-model", "input": ["a", "b"], "fake": {"drop_choices": 1}},
+    )
+    assert short.status_code == 502 and "1 embeddings for 2 inputs" in short.text
+    ok = embed(gw, ["a", "b"], extra_body={"fake": {"drop_choices": 0}})
+    assert ok.headers["x-cache-inputs"] == "0/2"  # nothing of the failures was stored
+
+
+def test_a_local_model_does_not_serve_embeddings(tmp_path: Any) -> None:
+    from gateway.config import load_config_text
+
+    config = load_config_text(
+        f"data_dir: {tmp_path}\ncache: {{semantic: {{enabled: false}}}}\n"
+        "models: {tiny: {backend: local, source: /nonexistent}}\n"
+    )
+    gw = Gateway(config, wait=False)
+    try:
+        response = gw.http.post("/v1/embeddings", json={"model": "tiny", "input": "x"})
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "unsupported_model"
+    finally:
+        gw.stop()
