@@ -18,7 +18,7 @@ from litestar.response import Stream
 from .errors import APIError, sse_error
 from .pipeline import Reply
 from .requests import Kind, parse_request
-from .runtime import SHUTTING_DOWN, Runtime
+from .runtime import SHUTTING_DOWN, Runtime, StreamWatch
 
 __all__ = ["ClientDisconnected", "error_response", "routes"]
 
@@ -138,20 +138,25 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         _record(runtime, route, model, reply.cache, 200, started)
         return Response(_encode(reply.body), media_type="application/json", headers=headers)
     metrics.requests.labels(route, model, reply.cache, "200").inc()
-    return Stream(
-        _observed(reply, runtime, route, model, started),
-        media_type="text/event-stream",
-        headers={**_SSE_HEADERS, **headers},
-    )
+    watch = StreamWatch()
+    watch.events = _observed(reply, runtime, route, model, started, watch)
+    return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
 
 
 async def _observed(
-    reply: Reply, runtime: Runtime, route: str, model: str, started: float
+    reply: Reply, runtime: Runtime, route: str, model: str, started: float, watch: StreamWatch
 ) -> AsyncIterator[bytes]:
-    """``reply.stream``, timing its first byte and counting how it ended if not normally."""
+    """``reply.stream``, timing its first byte and counting how it ended if not normally.
+
+    ``watch`` tells the runtime's watchdog while the stream waits for its client to take an
+    event (a client that stopped reading holds it there: see ``Runtime._end_stuck_streams``).
+    """
     assert reply.stream is not None
     metrics, stream = runtime.metrics, reply.stream
     first, ended, done = True, False, False
+    loop = asyncio.get_running_loop()
+    watch.task = asyncio.current_task()
+    runtime.streams.add(watch)
     try:
         try:
             with _abortable(runtime, enabled=reply.outcome is not None):  # a model's stream
@@ -161,7 +166,9 @@ async def _observed(
                         elapsed = time.perf_counter() - started
                         metrics.latency.labels(route, reply.cache).observe(elapsed)
                     done = piece.endswith(b"data: [DONE]\n\n")
+                    watch.since = loop.time()
                     yield piece
+                    watch.since = None
         except APIError as exc:  # the shutdown deadline passed while it streamed
             assert reply.outcome is not None
             if not done:  # (else only the relay's cleanup after [DONE] was cut short)
@@ -169,9 +176,10 @@ async def _observed(
                 yield sse_error(exc)
         ended = True
     finally:
+        runtime.streams.discard(watch)
         error = reply.outcome.error if reply.outcome is not None else None
         if error is None and not ended:
-            error = "client_disconnected"
+            error = "client_stuck" if watch.stuck else "client_disconnected"
         if error is not None:
             metrics.stream_errors.labels(route, model, error).inc()
         aclose = getattr(stream, "aclose", None)

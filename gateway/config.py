@@ -78,6 +78,9 @@ class ServerConfig(_Base, frozen=True):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: Seconds a graceful shutdown waits for open streams.
     shutdown_timeout: Seconds = 10.0
+    #: Seconds a stream may wait for its client to take the next event (a client that stopped
+    #: reading); then the stream and its model call end. None: wait as long as the client.
+    stream_idle_timeout: Seconds | None = 300.0
 
     def __post_init__(self) -> None:
         if self.admin_port is not None and self.admin_port == self.port:

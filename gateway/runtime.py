@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -27,6 +28,28 @@ __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
 
+
+class StreamWatch:
+    """A stream on its way to a client: since when it waits for the client (``since``)."""
+
+    __slots__ = ("events", "since", "stuck", "task")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # loop time it began waiting for the client; None: not
+        self.stuck = False
+        self.task: asyncio.Task[Any] | None = None  # the task sending it
+        self.events: Any = None  # the async generator it is sent from
+
+    async def end(self) -> None:
+        """Close the stream (its model call ends) and drop the client's connection."""
+        self.stuck = True
+        if self.events is not None:
+            with contextlib.suppress(RuntimeError):  # (it is running after all: not stuck)
+                await self.events.aclose()
+        if self.task is not None:
+            self.task.cancel()
+
+
 #: The cancel message of requests aborted at the shutdown deadline.
 SHUTTING_DOWN = "cachegate: shutdown deadline"
 
@@ -49,6 +72,9 @@ class Runtime:
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
     #: Set by ``abort_in_flight``: a shutdown deadline passed.
     aborting: bool = False
+    #: Streams being sent to clients (see ``StreamWatch``); the watchdog ends stuck ones.
+    streams: set[StreamWatch] = field(default_factory=set)
+    _watchdog: asyncio.Task[None] | None = None
 
     @classmethod
     def build(
@@ -132,11 +158,29 @@ class Runtime:
             start = getattr(backend, "start", None)
             if start is not None:
                 await start()
+        if (timeout := self.config.server.stream_idle_timeout) is not None:
+            self._watchdog = asyncio.create_task(self._end_stuck_streams(timeout), name="watchdog")
 
     async def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
+
+    async def _end_stuck_streams(self, timeout: float) -> None:
+        """End streams whose client has taken nothing for ``timeout`` s (it stopped reading).
+
+        NOTE: such a stream waits in the server's write (the client's window is full), holding
+        its model call or upstream connection as long as the client keeps the socket open.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(timeout / 4, 5.0))
+            now = loop.time()
+            for watch in [w for w in self.streams if w.since and now - w.since > timeout]:
+                log.warning("a client took no stream event for %.0fs: ending its stream", timeout)
+                await watch.end()
 
     def abort_in_flight(self) -> int:
         """Cancel every request still waiting for a model (the shutdown deadline passed).

@@ -23,7 +23,7 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
-    content        answer with this text
+    content        answer with this text (``repeat``: this many times over)
     chunks         number of content pieces a stream is split into (default 4)
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
@@ -168,6 +168,7 @@ class FakeUpstream:
             f"answer #{self._serial} to: {question} "
             f"[temperature={body.get('temperature')} max_tokens={body.get('max_tokens')}]"
         )
+        text *= fake.get("repeat", 1)
         finish = fake.get("finish_reason", "stop")
         n = body.get("n") or 1
         usage = {

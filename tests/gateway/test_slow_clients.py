@@ -1,0 +1,76 @@
+"""A client that stops reading a stream must not hold its model call forever."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any
+
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream
+
+
+def open_stream_and_stop_reading(gw: Gateway, body: dict[str, Any]) -> socket.socket:
+    """Send a streaming request on a raw socket with a tiny receive window, read nothing."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # (before connecting)
+    client.connect((host, int(port)))
+    payload = json.dumps(body).encode()
+    client.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        + f"content-length: {len(payload)}\r\n\r\n".encode()
+        + payload
+    )
+    return client
+
+
+def wait_for(condition: Any, timeout: float = 15.0) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_a_stream_nobody_reads_ends_after_stream_idle_timeout(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("server: {stream_idle_timeout: 1}")
+    # 12 MB in 3,000 events: far more than the socket buffers between gateway and client hold
+    fake = {"content": "x" * 1000, "repeat": 12_000, "chunks": 3000}
+    body = {"model": "fake-model", "stream": True, "fake": fake,
+            "messages": [{"role": "user", "content": "a very long answer"}]}  # fmt: skip
+    client = open_stream_and_stop_reading(gw, body)
+    try:
+        wait_for(lambda: gw.runtime.streams)  # the stream started ...
+        wait_for(lambda: not gw.runtime.streams)  # ... and was ended, with nobody reading
+        metrics = gw.http.get("/metrics").text
+        assert (
+            'cachegate_stream_errors_total{code="client_stuck",model="fake-model",'
+            'route="/v1/chat/completions"} 1.0'
+        ) in metrics
+        # its upstream call was cancelled, and the client's connection closed
+        wait_for(lambda: upstream.stats["streams_cancelled"] == 1)
+        client.settimeout(10)
+        received = 0
+        while chunk := client.recv(1 << 20):
+            received += len(chunk)
+        assert 0 < received < 12_000_000
+    finally:
+        client.close()
+    # nothing of the cut answer was stored, and the gateway serves on
+    again = gw.chat("a very long answer", stream=False, fake={"content": "short"})
+    assert again.status_code == 200 and again.headers["x-cache"] == "miss"
+
+
+def test_a_slow_reader_that_keeps_reading_is_not_cut(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("server: {stream_idle_timeout: 1}")
+    body = {"model": "fake-model", "stream": True,
+            "fake": {"chunk_delay": 0.3, "chunks": 8},  # 2.4 s in all: more than the timeout
+            "messages": [{"role": "user", "content": "slowly"}]}  # fmt: skip
+    response = gw.http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
+    assert "client_stuck" not in gw.http.get("/metrics").text
