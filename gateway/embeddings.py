@@ -7,9 +7,10 @@ inputs of earlier batches pays only for its new ones::
 
     cached: "a", "c"        request: ["a", "b", "c", "d"]   →   upstream: ["b", "d"]
 
-``x-cache`` is ``exact`` when every input came from the cache and ``miss`` when any went
-upstream; ``x-cache-inputs: 2/4`` says how many came from the cache. ``usage`` counts the
-tokens the upstream was paid for, so inputs served from the cache add none.
+``x-cache`` is ``exact`` when every input came from the cache (with ``x-cache-age``, of the
+oldest) and ``miss`` when any went upstream; ``x-cache-inputs: 2/4`` says how many came from
+the cache. ``usage`` counts the tokens the upstream was paid for, so inputs served from the
+cache add none, and an input a batch repeats is asked for once.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Awaitable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import msgspec
 
 from semantic.keys import CacheKey, embedding_key
 
@@ -31,6 +36,11 @@ if TYPE_CHECKING:
 __all__ = ["embed"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+#: Cache lookups or stores of one request in flight at once (a batch holds up to 2,048).
+_CONCURRENCY = 16
 
 
 async def embed(
@@ -52,81 +62,129 @@ async def embed(
     cache, control = pipeline.cache, request.control
     inputs = embedding_inputs(request.body["input"])
     keys: list[CacheKey] = []
-    found: dict[int, Any] = {}
+    found: dict[int, dict[str, Any]] = {}  # input index -> {"embedding", "model"}
+    age = 0.0
     state: CacheState = "bypass"
     if cache is not None and cache.exact and not (control.no_cache and control.no_store):
         ns = control.namespace
         keys = [embedding_key(request.tenant, ns, request.model, request.body, x) for x in inputs]
         state = "refresh" if control.no_cache else "miss"
         if not control.no_cache:
-            looked = await asyncio.gather(*(cache.lookup(k, max_age=control.max_age) for k in keys))
-            found = {
-                i: hit.entry.response["embedding"] for i, hit in enumerate(looked) if hit.entry
-            }
+            looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in keys)
+            for i, hit in enumerate(looked):
+                if hit.entry is not None:
+                    found[i] = hit.entry.response
+                    age = max(age, hit.age or 0.0)
     missing = [i for i in range(len(inputs)) if i not in found]
     usage: dict[str, Any] = {"prompt_tokens": 0, "total_tokens": 0}
-    model = request.model
+    model = next(iter(found.values()), {}).get("model") or request.model
     headers: dict[str, str] = {}
     if missing:
+        # each distinct input once, however often the batch repeats it
+        firsts: dict[str, int] = {}
+        for i in missing:
+            firsts.setdefault(_encode(inputs[i]).decode(), i)
+        asked = list(firsts.values())
         body = request.body
-        if len(missing) < len(inputs):  # only what the cache lacks
-            body = {**body, "input": [inputs[i] for i in missing]}
+        if len(asked) < len(inputs):  # only what the cache lacks
+            body = {**body, "input": [inputs[i] for i in asked]}
         token = RELAYED_HEADERS.set(headers)
         try:
             pending = backend.complete(dataclasses.replace(request, body=body), auth)
             response = await (watch(pending) if watch else pending)
+        except APIError as exc:
+            if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
+                _renumber(exc, asked)
+            raise
         finally:
             RELAYED_HEADERS.reset(token)
-        vectors = _vectors(request.model, response, len(missing))
+        vectors = _vectors(request.model, response, len(asked))
         usage = response.get("usage") or usage
-        model = response.get("model") or model
-        for i, vector in zip(missing, vectors, strict=True):
-            found[i] = vector
+        model = response.get("model") or request.model
+        fresh = {_encode(inputs[i]).decode(): {"embedding": v, "model": model}
+                 for i, v in zip(asked, vectors, strict=True)}  # fmt: skip
+        for i in missing:
+            found[i] = fresh[_encode(inputs[i]).decode()]
         if cache is not None and keys and not control.no_store:
-            await _store(pipeline, request, [(keys[i], found[i]) for i in missing])
+            await _store(pipeline, request, [(keys[i], found[i]) for i in asked])
     else:
         state = "exact"
-    data = [{"object": "embedding", "index": i, "embedding": found[i]} for i in range(len(inputs))]
+        headers["x-cache-age"] = str(int(age))
+    data = [
+        {"object": "embedding", "index": i, "embedding": found[i]["embedding"]}
+        for i in range(len(inputs))
+    ]
     if keys:
         headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
     answer = {"object": "list", "data": data, "model": model, "usage": usage}
     return Reply(state, headers, body=answer)
 
 
+async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:
+    """Await ``calls`` with at most ``_CONCURRENCY`` in flight; results in order."""
+    gate = asyncio.Semaphore(_CONCURRENCY)
+
+    async def one(call: Awaitable[T]) -> T:
+        async with gate:
+            return await call
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def _renumber(exc: APIError, asked: list[int]) -> None:
+    """Name the client's own input in an upstream error about the inputs it was sent."""
+
+    def client_index(match: re.Match[str]) -> str:
+        k = int(match.group(2))
+        return f"{match.group(1)}{asked[k]}]" if k < len(asked) else match.group(0)
+
+    exc.message = _INPUT_INDEX.sub(client_index, exc.message)
+    if exc.param:
+        exc.param = _INPUT_INDEX.sub(client_index, exc.param)
+
+
+_INPUT_INDEX = re.compile(r"(input\[)(\d+)\]")
+_encode = msgspec.json.Encoder(order="sorted").encode
+
+
 def _vectors(model: str, response: dict[str, Any], expected: int) -> list[Any]:
-    """The embeddings of an upstream answer in input order; 502 unless there is one per input."""
+    """The embeddings of an upstream answer in input order; 502 unless exactly one per input."""
     data = response.get("data")
     vectors: dict[int, Any] = {}
-    if isinstance(data, list):
+    if isinstance(data, list) and len(data) == expected:
         for item in data:
             if isinstance(item, dict) and isinstance(item.get("index"), int):
                 vector = item.get("embedding")
                 if isinstance(vector, list | str) and vector:
-                    vectors[item["index"]] = vector
+                    vectors.setdefault(item["index"], vector)
     if sorted(vectors) != list(range(expected)):
+        got = len(data) if isinstance(data, list) else 0
         raise APIError(
             502,
-            f"Upstream for model '{model}' answered {len(vectors)} embeddings for "
-            f"{expected} inputs.",
+            f"Upstream for model '{model}' answered {got} embeddings for {expected} inputs, "
+            "not one for each.",
             code="upstream_error",
         )
     return [vectors[i] for i in range(expected)]
 
 
 async def _store(
-    pipeline: Pipeline, request: GatewayRequest, fresh: list[tuple[CacheKey, Any]]
+    pipeline: Pipeline, request: GatewayRequest, fresh: list[tuple[CacheKey, dict[str, Any]]]
 ) -> None:
     assert pipeline.cache is not None
-    control = request.control
-    try:
-        for key, vector in fresh:
-            await pipeline.cache.store(
+    cache, control = pipeline.cache, request.control
+
+    async def one(key: CacheKey, answer: dict[str, Any]) -> None:
+        try:
+            await cache.store(
                 key,
-                {"embedding": vector},
+                answer,
                 model=request.model,
                 tenant=request.tenant,
                 namespace=control.namespace,
                 ttl=control.ttl,
             )
-    except Exception:  # the answer is good; a cache write failure must not lose it
-        log.exception("storing embeddings failed")
+        except Exception:  # the answer is good; a cache write failure must not lose it
+            log.exception("storing an embedding failed")
+
+    await _bounded(one(key, answer) for key, answer in fresh)

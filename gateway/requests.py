@@ -265,9 +265,10 @@ def _check_embedding(body: dict[str, Any]) -> None:
             param="input",
             code="invalid_value",
         )
+    strings = isinstance(inputs[0], str)  # all strings, or all token arrays: not a mix
     for i, item in enumerate(inputs):
-        if isinstance(item, str):
-            ok = item != ""
+        if strings:
+            ok = isinstance(item, str) and item != ""
         else:
             ok = isinstance(item, list) and bool(item) and all(_is_token(t) for t in item)
         if not ok:

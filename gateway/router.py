@@ -153,5 +153,7 @@ def prompt_text(body: dict[str, Any]) -> str:
                 content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
             parts.append(f"{message.get('role')}\x1f{content or ''}\x1e")
         return "".join(parts)
-    prompt = body.get("prompt", body.get("input"))  # (embeddings: their input)
+    prompt = body.get("prompt")
+    if prompt is None:  # embeddings: no prefix to reuse, so no affinity (least loaded)
+        return ""
     return prompt if isinstance(prompt, str) else str(prompt)

@@ -48,6 +48,7 @@ T = TypeVar("T")
 _STREAM_MAXLEN = 200_000  # events kept; a replica further behind than this reloads everything
 _BATCH = 500  # ids per command (ZSCAN page, MGET, delete, sweep)
 _BLOCK_MS = 1000  # how long one XREAD of the follower waits for news
+_CONNECTIONS = 64  # commands in flight at once, per replica
 _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
@@ -146,9 +147,18 @@ class RedisStore:
         retry_after: float = 1.0,
     ) -> None:
         # Typed Any: redis-py's annotations do not follow decode_responses=False (bytes replies).
-        self._redis: Any = aioredis.Redis.from_url(
-            url, socket_timeout=timeout, socket_connect_timeout=timeout, decode_responses=False
+        # NOTE: a blocking pool: past _CONNECTIONS commands in flight, the next waits (up to
+        # ``timeout``) for a connection; the default pool raises at once, which read as Redis
+        # being down and switched the cache off for everyone under a burst of requests.
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url,
+            max_connections=_CONNECTIONS,
+            timeout=timeout,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            decode_responses=False,
         )
+        self._redis: Any = aioredis.Redis(connection_pool=pool)
         # The follower blocks on XREAD for up to _BLOCK_MS: it needs its own, patient connection.
         self._follower: Any = aioredis.Redis.from_url(
             url,

@@ -20,6 +20,7 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     error_body     answer 200 with an ``{"error": ...}`` body
     drop_choices   answer with this many choices fewer than ``n`` asked for (embeddings: fewer
                    embeddings than inputs)
+    error_input    embeddings: answer 400 naming this input's index, when it is among them
     bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
@@ -152,6 +153,12 @@ class FakeUpstream:
         self._serial += 1
         if kind == "embeddings":
             answer = _embeddings(body, fake)
+            if answer is None:
+                value = body["input"]
+                k = value.index(fake["error_input"]) if isinstance(value, list) else 0
+                error = {"message": f"'$.input[{k}]' is invalid: too long", "param": f"input[{k}]",
+                         "type": "invalid_request_error", "code": None}  # fmt: skip
+                return await _json(send, 400, {"error": error})
             return await _json(send, 200, answer, {"x-request-id": f"req_emb_{self._serial}"})
         answer = self._answer(kind, body, fake)
         if fake.get("drop_choices"):
@@ -250,9 +257,11 @@ def embedding_of(item: Any, dimensions: int = 8) -> list[float]:
     return [round(b / 255, 4) for b in digest[:dimensions]]
 
 
-def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
+def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | None:
     value = body["input"]
     inputs = [value] if isinstance(value, str) or isinstance(value[0], int) else value
+    if fake.get("error_input") in inputs:  # refuse it, as OpenAI does an input too long
+        return None
     data = [
         {"object": "embedding", "index": i, "embedding": embedding_of(x, body.get("dimensions", 8))}
         for i, x in enumerate(inputs)

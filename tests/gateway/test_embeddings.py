@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import openai
@@ -52,6 +53,48 @@ def test_a_batch_sends_upstream_only_the_inputs_not_cached(
     tokens = embed(gw, [1, 2, 3])
     assert len(tokens.parse().data) == 1 and upstream.last_body["input"] == [1, 2, 3]
     assert embed(gw, [[1, 2, 3], [4]]).headers["x-cache-inputs"] == "1/2"
+
+
+def test_repeats_mixes_errors_and_the_hit_shape(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(model_yaml="upstream_model: text-embedding-3-small")
+    first = embed(gw, ["a", "a", "b", "a"])
+    assert upstream.last_body["input"] == ["a", "b"]  # each distinct input asked for once
+    assert [d.embedding for d in first.parse().data] == [embedding_of(x) for x in "aaba"]
+    assert first.parse().model == "text-embedding-3-small"
+    hit = embed(gw, ["b", "a"])
+    assert hit.headers["x-cache"] == "exact" and int(hit.headers["x-cache-age"]) >= 0
+    assert hit.parse().model == "text-embedding-3-small"  # as the upstream named it
+    # the upstream refuses an input of a partly cached batch: the error names the client's index
+    refuse = {"error_input": "zz"}
+    gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": "a", "fake": refuse})
+    bad = gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": ["a", "zz"],
+                                               "fake": {"error_input": "zz"}})  # fmt: skip
+    assert upstream.last_body["input"] == ["zz"]
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "input[1]"
+    assert "'$.input[1]' is invalid" in bad.json()["error"]["message"]
+    mixed = gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": ["a", [1, 2]]})
+    assert mixed.status_code == 400 and mixed.json()["error"]["param"] == "input[1]"
+    # an answer with an index twice (and so one too many) is refused, not cached
+    twice = {"object": "list", "model": "m", "usage": {"prompt_tokens": 2, "total_tokens": 2},
+             "data": [{"object": "embedding", "index": i, "embedding": [0.5 + i]}
+                      for i in (0, 1, 0)]}  # fmt: skip
+    raw = {"raw": {"body": json.dumps(twice)}}
+    body = {"model": "fake-model", "input": ["p", "q"], "fake": raw}
+    assert gw.http.post("/v1/embeddings", json=body).status_code == 502
+    assert gw.http.post("/v1/embeddings", json=body).status_code == 502  # nothing was stored
+
+
+def test_large_batches_on_redis_are_cached_whole(
+    make_gateway: Any, upstream: FakeUpstream, redis_server: Any
+) -> None:
+    """A batch's lookups and stores are bounded: Redis' pool never runs out (and turns off)."""
+    gw = make_gateway(f"cache: {{backend: redis, redis: {{url: '{redis_server.url}'}}}}")
+    assert embed(gw, "warm").headers["x-cache"] == "miss"
+    batch = [f"input {i}" for i in range(600)]
+    assert embed(gw, batch).headers["x-cache-inputs"] == "0/600"
+    again = embed(gw, batch)
+    assert again.headers["x-cache"] == "exact" and again.headers["x-cache-inputs"] == "600/600"
+    assert embed(gw, "warm").headers["x-cache"] == "exact"  # the cache stayed on for everyone
 
 
 def test_what_changes_an_embedding_is_part_of_the_key(

@@ -392,3 +392,16 @@ async def test_lowering_max_entries_by_thousands_evicts_them_all(redis_server: R
         assert await store._redis.zcard("cachegate:exp") <= 100
         await wait_for(lambda: len(recorder.deletes) == 8101)  # announced, in chunks
         assert set(recorder.deletes) == set(evicted)
+
+
+async def test_a_burst_of_commands_waits_for_connections_not_marks_redis_down(
+    redis_server: RedisServer,
+) -> None:
+    """300 lookups at once (a burst of requests) exceed the connection pool: they queue."""
+    store = RedisStore(redis_server.url, max_entries=1000)
+    e = entry(1)
+    await store.put(e)
+    got = await asyncio.gather(*(store.get(e.id) for _ in range(300)))
+    assert all(g is not None and g.id == e.id for g in got)
+    assert store.available  # was: MaxConnectionsError read as "Redis is down" for a second
+    await store.close()
