@@ -11,6 +11,7 @@ which ids it dropped so the vector index can follow.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import heapq
 import sqlite3
@@ -114,6 +115,16 @@ class _Meta:
     dirty: bool = False
 
 
+#: Entries a bulk operation (sweep, flush, sync) handles per SQLite transaction; between two
+#: batches the event loop serves requests (100k entries at once stalled it for seconds).
+_BATCH = 256
+
+
+async def _yield_to_requests(total: int) -> None:
+    if total > _BATCH:  # (a small operation runs at once, as before)
+        await asyncio.sleep(0)
+
+
 class DiskStore:
     """Entries in a diskcache directory; survives restarts.
 
@@ -195,9 +206,12 @@ class DiskStore:
         return evicted
 
     async def delete(self, ids: list[int]) -> None:
-        for entry_id in ids:
-            self._meta.pop(entry_id, None)
-            self._cache.delete(entry_id)
+        for start in range(0, len(ids), _BATCH):
+            with self._cache.transact():  # one SQLite transaction per batch, not per entry
+                for entry_id in ids[start : start + _BATCH]:
+                    self._meta.pop(entry_id, None)
+                    self._cache.delete(entry_id)
+            await _yield_to_requests(len(ids))
 
     async def record_hit(self, entry_id: int) -> None:
         meta = self._meta.get(entry_id)
@@ -208,23 +222,33 @@ class DiskStore:
             self._meta.move_to_end(entry_id)
 
     async def sweep(self) -> list[int]:
-        now = time.time()
-        gone = [i for i, m in self._meta.items() if m.expires is not None and now >= m.expires]
-        await self.delete(gone)
+        """Delete expired entries, in batches between which requests are served.
+
+        NOTE: each batch checks expiry again: an entry stored anew since the sweep began
+        (requests run between batches) has a later expiry and stays.
+        """
+        due = [
+            i for i, m in self._meta.items() if m.expires is not None and time.time() >= m.expires
+        ]
+        gone: list[int] = []
+        for start in range(0, len(due), _BATCH):
+            now = time.time()
+            batch = [i for i in due[start : start + _BATCH] if self._expired(i, now)]
+            await self.delete(batch)
+            gone += batch
+            await _yield_to_requests(len(due))
         self._cache.expire()
-        self.sync()
+        await self.sync()
         self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
         heapq.heapify(self._expiries)  # (drops the stale pairs)
         return gone
 
     async def flush(self, namespace: str | None = None) -> list[int]:
+        """Delete every entry (or a namespace's), in batches between which requests are served."""
         ids = [i for i, m in self._meta.items() if namespace is None or m.namespace == namespace]
+        await self.delete(ids)
         if namespace is None:
-            self._cache.clear()
-            self._meta.clear()
             self._expiries.clear()
-        else:
-            await self.delete(ids)
         return ids
 
     async def entries(self) -> AsyncIterator[Entry]:
@@ -253,25 +277,34 @@ class DiskStore:
 
     async def close(self) -> None:
         try:
-            self.sync()
+            await self.sync()
             self._cache.close()
         finally:
             self._lock.close()  # releases the lock
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def sync(self) -> None:
-        """Write changed hit counts and last use back into the stored entries."""
-        for entry_id, meta in self._meta.items():
-            if not meta.dirty:
-                continue
-            raw = self._cache.get(entry_id)
-            if raw is not None:
-                entry = self._decoder.decode(raw)
-                entry.hits, entry.used = meta.hits, meta.used
-                expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
-                self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
-            meta.dirty = False
+    async def sync(self) -> None:
+        """Write changed hit counts and last use back into the stored entries (in batches)."""
+        dirty = [i for i, m in self._meta.items() if m.dirty]
+        for start in range(0, len(dirty), _BATCH):
+            with self._cache.transact():
+                for entry_id in dirty[start : start + _BATCH]:
+                    meta = self._meta.get(entry_id)
+                    raw = self._cache.get(entry_id) if meta is not None else None
+                    if meta is None or raw is None:
+                        continue
+                    entry = self._decoder.decode(raw)
+                    entry.hits, entry.used = meta.hits, meta.used
+                    expires = entry.expires
+                    expire = None if expires is None else max(expires - time.time(), 0.001)
+                    self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
+                    meta.dirty = False
+            await _yield_to_requests(len(dirty))
+
+    def _expired(self, entry_id: int, now: float) -> bool:
+        meta = self._meta.get(entry_id)
+        return meta is not None and meta.expires is not None and now >= meta.expires
 
     def _restore_meta(self) -> None:
         now = time.time()

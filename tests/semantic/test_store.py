@@ -110,3 +110,34 @@ async def test_expired_entries_are_evicted_before_live_ones(tmp_path: Path) -> N
     assert await store.put(entry(3)) == [short.id]  # was: the live one
     assert await store.get(live.id) is not None
     await store.close()
+
+
+async def test_bulk_sweeps_and_flushes_let_requests_run_between_batches(tmp_path: Path) -> None:
+    """A sweep or flush of thousands of entries must not hold the event loop to the end."""
+    import asyncio
+
+    store = DiskStore(tmp_path, max_entries=10_000)
+    soon = time.time() + 0.3
+    entries = [entry(i, expires=soon) for i in range(2000)]
+    for e in entries:
+        await store.put(e)
+    await asyncio.sleep(0.35)  # all expired
+    sweeping = asyncio.create_task(store.sweep())
+    await asyncio.sleep(0)  # the sweep starts and does its first batch only
+    assert not sweeping.done() and 0 < len(store) < 2000
+    late = entries[-1]
+    fresh = entry(1999, expires=time.time() + 3600)  # the same question, stored anew meanwhile
+    await store.put(fresh)
+    gone = await sweeping
+    assert late.id not in gone and await store.get(late.id) is not None  # the new one stays
+    assert len(gone) == 1999 and len(store) == 1
+    for i in range(2000, 4000):
+        await store.put(entry(i))
+    flushing = asyncio.create_task(store.flush())
+    await asyncio.sleep(0)
+    assert not flushing.done() and 0 < len(store) < 2001
+    assert len(await flushing) == 2001 and len(store) == 0
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=10_000)  # nothing came back
+    assert len(reopened) == 0
+    await reopened.close()
