@@ -352,8 +352,10 @@ class _Partition:
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
-        self.vecs = np.empty((16, dim), dtype=np.float32)  # [capacity, dim]
-        self.ids = np.empty(16, dtype=np.int64)  # [capacity]
+        # NOTE: capacity starts at one row and doubles: most scopes (a conversation, a system
+        # prompt) hold a few entries, and 16 rows up front cost 24 KB per entry of a new scope.
+        self.vecs = np.empty((1, dim), dtype=np.float32)  # [capacity, dim]
+        self.ids = np.empty(1, dtype=np.int64)  # [capacity]
         self.n = 0  # rows used (flat: live rows; HNSW: graph labels incl. tombstones)
         self.row: dict[int, int] = {}  # id -> row / graph label
         self.hnsw: Any = None
@@ -404,6 +406,9 @@ class _Partition:
                 self.ids[r] = self.ids[last]
                 self.row[int(self.ids[r])] = r
             self.n = last
+            if len(self.ids) >= 8 and self.n <= len(self.ids) // 4:  # give back what a scope
+                half = len(self.ids) // 2  # that shrank (LRU, expiry) no longer needs
+                self.ids, self.vecs = self.ids[:half].copy(), self.vecs[:half].copy()
         if self.building:
             self.changed.add(id)
 
@@ -443,7 +448,7 @@ class _Partition:
         """Adopt a graph built from a snapshot, then replay the changes made since."""
         current = {id: self._vector(id) for id in self.changed if id in self.row}
         self.hnsw, self.n, self.dead = hnsw, len(ids), 0
-        self.ids = np.resize(ids, max(16, 2 * len(ids)))
+        self.ids = np.resize(ids, max(1, 2 * len(ids)))
         self.row = {int(id): i for i, id in enumerate(ids)}
         self.vecs = np.empty((0, self.dim), dtype=np.float32)
         self._selector = None
@@ -459,8 +464,8 @@ class _Partition:
         ids, vecs = self.snapshot()
         self.hnsw, self.dead, self._selector = None, 0, None
         self.n = len(ids)
-        self.ids = np.resize(ids, max(16, 2 * self.n))
-        self.vecs = np.resize(vecs, (max(16, 2 * self.n), self.dim))
+        self.ids = np.resize(ids, max(1, 2 * self.n))
+        self.vecs = np.resize(vecs, (max(1, 2 * self.n), self.dim))
         self.row = {int(id): i for i, id in enumerate(ids)}
 
     def dump(self) -> dict[str, np.ndarray]:
@@ -477,7 +482,7 @@ class _Partition:
             if hnsw.d != dim or hnsw.ntotal != len(ids):
                 raise IndexFileError("HNSW graph does not match its ids")
             part.hnsw, part.n, part.dead = hnsw, len(ids), int((ids < 0).sum())
-            part.ids = np.resize(ids, max(16, 2 * len(ids)))
+            part.ids = np.resize(ids, max(1, 2 * len(ids)))
             part.vecs = np.empty((0, dim), dtype=np.float32)
             part.row = {int(id): i for i, id in enumerate(ids) if id >= 0}
         else:

@@ -232,3 +232,23 @@ def test_numpy_blas_runs_on_one_thread() -> None:
     VectorIndex(dim=4)
     blas = [lib for lib in threadpool_info() if _is_numpy_blas(lib["user_api"], lib["filepath"])]
     assert len(blas) == 1 and blas[0]["num_threads"] == 1
+
+
+def test_memory_follows_the_entries_of_each_scope() -> None:
+    """One entry per scope is the common case (a conversation): it costs one row, not 16."""
+    rng = np.random.default_rng(9)
+    index = VectorIndex(DIM, hnsw_threshold=10**6)
+    vecs = unit(rng, 1000)
+    for i, v in enumerate(vecs):
+        index.add(i, f"conversation {i}", v)
+    parts = index._parts.values()
+    assert sum(p.vecs.nbytes for p in parts) == 1000 * DIM * 4
+    # a scope that grew and then shrank (LRU, expiry) gives its rows back
+    for i, v in enumerate(vecs):
+        index.add(10_000 + i, "busy", v)
+    for i in range(999):
+        index.remove(10_000 + i)
+    busy = index._parts[next(k for k, p in index._parts.items() if 10_999 in p.row)]
+    assert len(busy.ids) <= 8 and busy.vecs.shape[0] == len(busy.ids)
+    assert index.search("busy", vecs[999], 1)[0].id == 10_999  # and still finds what is left
+    assert all(index.search(f"conversation {i}", vecs[i], 1)[0].id == i for i in range(0, 1000, 97))
