@@ -56,14 +56,18 @@ class UpstreamBackend:
         self.serves_embeddings = True  # POST /v1/embeddings is forwarded
         self._on_retry = on_retry
         t = config.timeout
+        limits = httpx.Limits(
+            max_connections=config.max_connections,
+            max_keepalive_connections=config.max_connections,
+        )
         self._client = httpx.AsyncClient(
             base_url=(base_url or config.urls[0]).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
+            transport=_Admission(
+                transport or httpx.AsyncHTTPTransport(limits=limits),
+                limit=config.max_connections,
+                timeout=t.pool,
             ),
-            transport=transport,
         )
 
     # -- Backend ---------------------------------------------------------------------------
@@ -332,6 +336,62 @@ class _Released:
         if not self._done:
             self._done = True
             self._release()
+
+
+class _Admission(httpx.AsyncBaseTransport):
+    """At most ``limit`` requests on the wire; one that waits ``timeout`` s for its turn gets
+    ``httpx.PoolTimeout`` (a ``503 upstream_busy``), and the turn is held until the response
+    is closed.
+
+    NOTE: httpcore's own pool timeout restarts whenever a freed connection is raced for
+    (encode/httpcore#822), so under overload requests queued far past ``timeout`` (120
+    requests on 4 connections with a 2 s pool timeout: all waited, the last 30 s), and the
+    queue, tasks and sockets grew with the load a client sends.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, limit: int, timeout: float) -> None:
+        self._inner = inner
+        self._gate = asyncio.Semaphore(limit)
+        self._timeout = timeout
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._gate.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout(
+                f"no connection free within {self._timeout}s", request=request
+            ) from None
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            self._gate.release()
+            raise
+        response.stream = _Releasing(response.stream, self._gate.release)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Releasing(httpx.AsyncByteStream):
+    """A response body that gives its request's turn back when it is closed."""
+
+    def __init__(self, stream: Any, release: Any) -> None:
+        self._stream = stream
+        self._release = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._stream.aclose()
+        finally:
+            if self._release is not None:
+                self._release()
+                self._release = None
 
 
 class UpstreamStream:
