@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import time
@@ -41,11 +40,20 @@ class StreamWatch:
         self.events: Any = None  # the async generator it is sent from
 
     async def end(self) -> None:
-        """Close the stream (its model call ends) and drop the client's connection."""
+        """Close the stream (its model call ends) and stop the task that sends it.
+
+        NOTE: the client's socket itself stays open until the client goes (uvicorn closes a
+        connection only once its buffered bytes are sent; it logs "ASGI callable returned
+        without completing response"): what is freed is the model call and the upstream
+        connection behind the stream.
+        """
         self.stuck = True
         if self.events is not None:
-            with contextlib.suppress(RuntimeError):  # (it is running after all: not stuck)
+            try:
                 await self.events.aclose()
+            except RuntimeError:  # it is running: its client took an event after all
+                self.stuck = False
+                return
         if self.task is not None:
             self.task.cancel()
 
@@ -175,12 +183,20 @@ class Runtime:
         its model call or upstream connection as long as the client keeps the socket open.
         """
         loop = asyncio.get_running_loop()
+
+        def stuck(watch: StreamWatch) -> bool:
+            return watch.since is not None and loop.time() - watch.since > timeout
+
         while True:
             await asyncio.sleep(min(timeout / 4, 5.0))
-            now = loop.time()
-            for watch in [w for w in self.streams if w.since and now - w.since > timeout]:
+            for watch in [w for w in self.streams if stuck(w)]:
+                if not stuck(watch):  # its client took an event while others were ended
+                    continue
                 log.warning("a client took no stream event for %.0fs: ending its stream", timeout)
-                await watch.end()
+                try:
+                    await watch.end()
+                except Exception:  # one stream's cleanup must not stop the watchdog
+                    log.exception("ending a stuck stream failed")
 
     def abort_in_flight(self) -> int:
         """Cancel every request still waiting for a model (the shutdown deadline passed).

@@ -74,3 +74,56 @@ def test_a_slow_reader_that_keeps_reading_is_not_cut(
     response = gw.http.post("/v1/chat/completions", json=body)
     assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
     assert "client_stuck" not in gw.http.get("/metrics").text
+
+
+def test_the_watchdog_spares_a_stream_whose_client_reads_again() -> None:
+    """Ending one stuck stream takes time; a stream picked with it that resumed meanwhile
+    must not be ended, and one whose generator is running must not be cancelled."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from gateway.runtime import Runtime, StreamWatch
+
+    async def scenario() -> tuple[list[str], bool, bool]:
+        loop = asyncio.get_running_loop()
+        ended: list[str] = []
+
+        class Slow:  # ends slowly, and meanwhile the other client takes an event
+            since = loop.time() - 10
+
+            async def end(self) -> None:
+                ended.append("a")
+                await asyncio.sleep(0.05)
+                resumed.since = None
+                runtime.streams.remove(self)  # (an ended stream leaves the set)
+
+        class Resumed:
+            since = loop.time() - 10
+
+            async def end(self) -> None:
+                ended.append("b")
+
+        resumed = Resumed()
+        runtime = SimpleNamespace(streams=[Slow(), resumed])  # (a list: this order)
+        watchdog = asyncio.create_task(Runtime._end_stuck_streams(runtime, 0.04))  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)
+        watchdog.cancel()
+
+        # a generator that is running (its client took an event) is neither closed nor cancelled
+        watch = StreamWatch()
+
+        async def events() -> Any:
+            await asyncio.sleep(0.2)
+            yield b"x"
+
+        watch.events = events()
+        watch.task = asyncio.current_task()
+        step = asyncio.ensure_future(watch.events.__anext__())
+        await asyncio.sleep(0.01)  # now running (awaiting inside)
+        await watch.end()
+        assert await step == b"x"
+        return ended, watch.stuck, watch.task.cancelling() > 0  # type: ignore[union-attr]
+
+    ended, stuck, cancelled = asyncio.run(scenario())
+    assert ended == ["a"]
+    assert not stuck and not cancelled
