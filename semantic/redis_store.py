@@ -167,6 +167,7 @@ class RedisStore:
             decode_responses=False,
         )
         self._p = key_prefix
+        self._timeout = timeout
         self._max_entries = max_entries
         self._retry_after = retry_after
         self._down_until = 0.0
@@ -240,21 +241,22 @@ class RedisStore:
         await self._call(op)
 
     async def sweep(self) -> list[int]:
-        async def op() -> list[int]:
-            gone: list[int] = []
-            while True:
-                # NOTE: the script reads and removes in one step: an entry stored again since
-                # it expired has a later expiry by then, and stays.
-                reply = await self._sweep_script(
-                    keys=self._keys("lru", "exp", "hits", "events"),
-                    args=[repr(time.time()), _BATCH, self._p + "e:", _STREAM_MAXLEN],
-                )
-                self._count = int(reply[0])
-                gone += [int(member) for member in reply[1:]]
-                if len(reply) - 1 < _BATCH:
-                    return gone
+        async def batch() -> list[int]:
+            # NOTE: the script reads and removes in one step: an entry stored again since it
+            # expired has a later expiry by then, and stays.
+            reply = await self._sweep_script(
+                keys=self._keys("lru", "exp", "hits", "events"),
+                args=[repr(time.time()), _BATCH, self._p + "e:", _STREAM_MAXLEN],
+            )
+            self._count = int(reply[0])
+            return [int(member) for member in reply[1:]]
 
-        return await self._call(op, default=[])
+        gone: list[int] = []
+        while True:  # one command (and one deadline) per batch
+            swept = await self._call(batch, default=[])
+            gone += swept
+            if len(swept) < _BATCH:
+                return gone
 
     async def flush(self, namespace: str | None = None) -> list[int]:
         """Delete every entry (or a namespace's); raises StoreUnavailable if Redis fails."""
@@ -357,7 +359,7 @@ class RedisStore:
         return self._count
 
     async def close(self) -> None:
-        await self._redis.aclose()
+        await self._redis.aclose(close_connection_pool=True)  # (a pool it does not own else)
         await self._follower.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -448,7 +450,9 @@ class RedisStore:
         if not self.available:
             return default
         try:
-            return await op()
+            # one deadline for the wait for a pooled connection and the command together
+            async with asyncio.timeout(self._timeout):
+                return await op()
         except ResponseError as exc:  # Redis answered, refusing this command: it is not down
             log.warning("response cache: Redis refused a command (%s)", exc)
             return default

@@ -405,3 +405,19 @@ async def test_a_burst_of_commands_waits_for_connections_not_marks_redis_down(
     assert all(g is not None and g.id == e.id for g in got)
     assert store.available  # was: MaxConnectionsError read as "Redis is down" for a second
     await store.close()
+
+
+async def test_close_closes_every_connection(redis_server: RedisServer) -> None:
+    import redis.asyncio as aioredis
+
+    observer = aioredis.Redis.from_url(redis_server.url)
+    before = len(await observer.client_list())
+    store = RedisStore(redis_server.url, max_entries=100)
+    e = entry(1)
+    await store.put(e)
+    await asyncio.gather(*(store.get(e.id) for _ in range(50)))  # opens many pooled connections
+    assert len(await observer.client_list()) > before
+    await store.close()
+    await asyncio.sleep(0.1)
+    assert len(await observer.client_list()) == before
+    await observer.aclose()
