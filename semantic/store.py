@@ -239,17 +239,17 @@ class DiskStore:
             await _yield_to_requests(len(due))
         self._cache.expire()
         await self.sync()
-        self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
-        heapq.heapify(self._expiries)  # (drops the stale pairs)
-        return gone
+        self._reheap()
+        return [i for i in gone if i not in self._meta]  # (not those stored again meanwhile)
 
     async def flush(self, namespace: str | None = None) -> list[int]:
         """Delete every entry (or a namespace's), in batches between which requests are served."""
         ids = [i for i, m in self._meta.items() if namespace is None or m.namespace == namespace]
         await self.delete(ids)
-        if namespace is None:
-            self._expiries.clear()
-        return ids
+        self._reheap()
+        # NOTE: requests ran between the batches: an answer stored again after its batch was
+        # deleted is live, and its vector must stay in the index (the caller drops the rest)
+        return [i for i in ids if i not in self._meta]
 
     async def entries(self) -> AsyncIterator[Entry]:
         for entry in self._live_entries():
@@ -301,6 +301,11 @@ class DiskStore:
                     self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
                     meta.dirty = False
             await _yield_to_requests(len(dirty))
+
+    def _reheap(self) -> None:
+        """Rebuild the expiry heap from the live entries (drops the stale pairs)."""
+        self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
+        heapq.heapify(self._expiries)
 
     def _expired(self, entry_id: int, now: float) -> bool:
         meta = self._meta.get(entry_id)

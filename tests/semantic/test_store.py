@@ -128,15 +128,26 @@ async def test_bulk_sweeps_and_flushes_let_requests_run_between_batches(tmp_path
     late = entries[-1]
     fresh = entry(1999, expires=time.time() + 3600)  # the same question, stored anew meanwhile
     await store.put(fresh)
+    first = entries[0]  # swept by the first batch, then stored again
+    assert await store.get(first.id) is None
+    await store.put(entry(0, expires=time.time() + 3600))
     gone = await sweeping
     assert late.id not in gone and await store.get(late.id) is not None  # the new one stays
-    assert len(gone) == 1999 and len(store) == 1
+    assert first.id not in gone and await store.get(first.id) is not None
+    assert len(gone) == 1998 and len(store) == 2
     for i in range(2000, 4000):
         await store.put(entry(i))
     flushing = asyncio.create_task(store.flush())
     await asyncio.sleep(0)
     assert not flushing.done() and 0 < len(store) < 2001
-    assert len(await flushing) == 2001 and len(store) == 0
+    early = entry(2000)  # deleted by the first batch, then stored again while the flush runs
+    assert await store.get(early.id) is None
+    await store.put(early)
+    flushed = await flushing
+    assert early.id not in flushed  # (so its vector stays in the index: it is live)
+    assert len(flushed) == 2001 and len(store) == 1
+    assert await store.get(early.id) is not None
+    await store.flush()
     await store.close()
     reopened = DiskStore(tmp_path, max_entries=10_000)  # nothing came back
     assert len(reopened) == 0
