@@ -253,6 +253,38 @@ def test_overload_is_turned_away_not_queued_past_the_pool_timeout(
     assert gw.chat("after the burst").status_code == 200
 
 
+def test_a_custom_transport_with_read_answers_gives_its_turns_back(tmp_path: Any) -> None:
+    """A transport that returns answers already read (httpx.MockTransport) closes nothing."""
+    import httpx
+
+    from gateway.config import load_config_text
+    from tests.conftest import Gateway
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        return httpx.Response(200, json={
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": "hi"}}]})  # fmt: skip
+
+    config = load_config_text(
+        f"data_dir: {tmp_path}\ncache: {{enabled: false}}\nmodels:\n  m: {{backend: openai, "
+        "base_url: 'http://upstream.test/v1', max_connections: 2, timeout: {pool: 0.3}}\n"
+    )
+    gw = Gateway(config, transport=httpx.MockTransport(answer))
+    try:
+        statuses = [
+            gw.http.post(
+                "/v1/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": f"q{i}"}]},
+            ).status_code
+            for i in range(5)
+        ]
+        assert statuses == [200] * 5  # was 200, 200, then 503 upstream_busy
+    finally:
+        gw.stop()
+
+
 class RawUpstream:
     """An HTTP/1.1 server on a raw socket, for connection-level faults.
 
