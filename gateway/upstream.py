@@ -173,6 +173,7 @@ class UpstreamBackend:
                 # (uvicorn closes idle ones after 5 s) fails at once: the request gets one more
                 # try on a fresh connection, outside max_retries. A later failure may come
                 # after the upstream did the work, so it is not sent again.
+                sent_at = built.extensions.get(_ADMITTED, sent_at)  # (after any wait for a turn)
                 if resent or time.monotonic() - sent_at > _STALE_CONNECTION_S:
                     error = _broken(self.name, exc)
                     if resent:
@@ -338,6 +339,10 @@ class _Released:
             self._release()
 
 
+#: Request extension: when ``_Admission`` let the request go (monotonic seconds).
+_ADMITTED = "cachegate.admitted_at"
+
+
 class _Admission(httpx.AsyncBaseTransport):
     """At most ``limit`` requests on the wire; one that waits ``timeout`` s for its turn gets
     ``httpx.PoolTimeout`` (a ``503 upstream_busy``), and the turn is held until the response
@@ -362,6 +367,7 @@ class _Admission(httpx.AsyncBaseTransport):
             raise httpx.PoolTimeout(
                 f"no connection free within {self._timeout}s", request=request
             ) from None
+        request.extensions[_ADMITTED] = time.monotonic()
         try:
             response = await self._inner.handle_async_request(request)
         except BaseException:
