@@ -13,7 +13,7 @@ import pytest
 
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.embedder import Embedder
-from semantic.keys import chat_key, entry_id
+from semantic.keys import CacheKey, chat_key, entry_id
 from semantic.redis_store import RedisStore
 from semantic.store import DiskStore, Entry
 from tests.conftest import RedisServer
@@ -106,16 +106,26 @@ async def test_an_entry_without_its_vector_is_never_a_semantic_candidate(tmp_pat
     await cache.close()
 
 
-async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
-    tmp_path: Path, redis_server: RedisServer
-) -> None:
-    store = RedisStore(redis_server.url, max_entries=100, retry_after=0.2)
+async def password_question_on_redis(
+    redis_server: RedisServer, **store_options: float
+) -> tuple[RedisStore, ResponseCache, CacheKey, CacheKey]:
+    """A started cache on Redis holding one question; its paraphrase is a semantic hit."""
+    store = RedisStore(redis_server.url, max_entries=100, **store_options)
     cache = ResponseCache(store, CacheSettings(), SemanticSettings())
     await cache.start()
     stored = chat_key("t", "", "m", ask("How do I reset my password?"))
     paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
     await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
     assert (await cache.lookup(paraphrase)).kind == "semantic"
+    return store, cache, stored, paraphrase
+
+
+async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    store, cache, _stored, paraphrase = await password_question_on_redis(
+        redis_server, retry_after=0.2
+    )
     store._mark_down(ConnectionError("blip"))  # what a timed-out Redis call does
     assert (await cache.lookup(paraphrase)).kind == "miss"  # the store cannot say: a miss
     await asyncio.sleep(0.25)
@@ -126,13 +136,7 @@ async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
 async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = RedisStore(redis_server.url, max_entries=100)
-    cache = ResponseCache(store, CacheSettings(), SemanticSettings())
-    await cache.start()
-    stored = chat_key("t", "", "m", ask("How do I reset my password?"))
-    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
-    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
-    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    store, cache, stored, paraphrase = await password_question_on_redis(redis_server)
     real_flush = store.flush
 
     async def flush_while_a_request_stores_again(namespace: str | None = None) -> list[int]:
