@@ -81,10 +81,11 @@ async def embed(
     headers: dict[str, str] = {}
     if missing:
         # each distinct input once, however often the batch repeats it
-        firsts: dict[str, int] = {}
+        first: dict[int, int] = {}  # input index -> the index of its first occurrence
+        seen: dict[bytes, int] = {}
         for i in missing:
-            firsts.setdefault(_encode(inputs[i]).decode(), i)
-        asked = list(firsts.values())
+            first[i] = seen.setdefault(_encode(inputs[i]), i)
+        asked = list(seen.values())
         body = request.body
         if len(asked) < len(inputs):  # only what the cache lacks
             body = {**body, "input": [inputs[i] for i in asked]}
@@ -101,10 +102,10 @@ async def embed(
         vectors = _vectors(request.model, response, len(asked))
         usage = response.get("usage") or usage
         model = response.get("model") or request.model
-        fresh = {_encode(inputs[i]).decode(): {"embedding": v, "model": model}
-                 for i, v in zip(asked, vectors, strict=True)}  # fmt: skip
+        for i, vector in zip(asked, vectors, strict=True):
+            found[i] = {"embedding": vector, "model": model}
         for i in missing:
-            found[i] = fresh[_encode(inputs[i]).decode()]
+            found[i] = found[first[i]]
         if cache is not None and keys and not control.no_store:
             await _store(pipeline, request, [(keys[i], found[i]) for i in asked])
     else:
