@@ -65,7 +65,7 @@ def test_identical_misses_in_flight_make_one_upstream_call(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
     gw = make_gateway()
-    replies = asyncio.run(ask(gw, 8, {"delay": 0.5}))
+    replies = asyncio.run(ask(gw, 8, {"delay": 1.0}))  # (all 8 arrive meanwhile)
     assert upstream.stats["chat"] == 1
     caches = sorted(r.headers["x-cache"] for r in replies)
     assert caches == ["exact"] * 7 + ["miss"]
@@ -154,7 +154,7 @@ def test_streams_do_not_wait_by_default_but_may_lead(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
     gw = make_gateway()
-    fake = {"delay": 0.4}
+    fake = {"delay": 1.2}
     streams = asyncio.run(ask_streams(gw, 3, fake))
     assert upstream.stats["chat"] == 3  # first tokens as soon as each stream can give them
     assert all(cache == "miss" for cache, _ in streams)
@@ -163,7 +163,7 @@ def test_streams_do_not_wait_by_default_but_may_lead(
     # a stream in flight is a first request that plain requests wait for
     async def mixed() -> tuple[tuple[str, str], list[Any]]:
         stream = asyncio.create_task(ask_streams(gw, 1, {**fake, "tag": "mixed"}))
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.4)  # the stream is in flight
         plain = await ask(gw, 3, {**fake, "tag": "mixed"})
         return (await stream)[0], plain
 
@@ -190,16 +190,16 @@ def test_first_request_cancelled_by_its_client_releases_the_others(
     """The first client hangs up: the waiting ones call the model instead of waiting on."""
     gw = make_gateway("cache: {coalesce: {streams: true}}")
     body = {"model": "fake-model", "messages": QUESTION, "stream": stream}
-    body["fake"] = {"delay": 1.0} if not stream else {"chunk_delay": 0.3}
+    body["fake"] = {"delay": 2.0} if not stream else {"chunk_delay": 0.6}
 
     async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
             first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.6)  # the first one is in flight
             others = [
                 asyncio.create_task(http.post("/v1/chat/completions", json=body)) for _ in range(3)
             ]
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.4)  # the others wait for it
             first.cancel()  # closes the first connection: the gateway cancels its upstream call
             return list(await asyncio.gather(*others))
 
