@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 import re
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["embed"]
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -172,20 +170,7 @@ def _vectors(model: str, response: dict[str, Any], expected: int) -> list[Any]:
 async def _store(
     pipeline: Pipeline, request: GatewayRequest, fresh: list[tuple[CacheKey, dict[str, Any]]]
 ) -> None:
-    assert pipeline.cache is not None
-    cache, control = pipeline.cache, request.control
+    """Store each input's answer the way the pipeline stores any answer (failures logged)."""
+    from .pipeline import _Save
 
-    async def one(key: CacheKey, answer: dict[str, Any]) -> None:
-        try:
-            await cache.store(
-                key,
-                answer,
-                model=request.model,
-                tenant=request.tenant,
-                namespace=control.namespace,
-                ttl=control.ttl,
-            )
-        except Exception:  # the answer is good; a cache write failure must not lose it
-            log.exception("storing an embedding failed")
-
-    await _bounded(one(key, answer) for key, answer in fresh)
+    await _bounded(pipeline._store(request, _Save(key, None), answer) for key, answer in fresh)

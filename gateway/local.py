@@ -349,12 +349,7 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
         raise _unsupported("modalities", "other than text is not supported by the local model")
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type", "text") != "text":
-        raise APIError(
-            400,
-            "'response_format' other than text is not supported by the local model.",
-            param="response_format",
-            code="unsupported_parameter",
-        )
+        raise _unsupported("response_format", "other than text is not supported by the local model")
     stop = body.get("stop")
     temperature = body.get("temperature")
     top_p = body.get("top_p")
