@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, TypeVar
 
 import msgspec
@@ -16,6 +16,7 @@ from litestar.params import FromPath
 from litestar.response import Stream
 
 from .errors import APIError, sse_error
+from .observe import Seen, observe, request_id
 from .pipeline import Reply
 from .requests import Kind, parse_request
 from .runtime import SHUTTING_DOWN, Runtime, StreamWatch
@@ -107,44 +108,60 @@ def error_response(exc: APIError, cache: str = "bypass") -> Response[Any]:
 async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Response[Any]:
     runtime = _runtime(request)
     started = time.perf_counter()
-    model = ""
+    model, tenant, namespace = "", "", ""
+    rid = request_id(request.headers.get("x-request-id"))
+
+    def seen(status: int, ttft: float | None = None) -> Seen:
+        latency = time.perf_counter() - started
+        return Seen(route, rid, tenant, model, namespace, status, latency, ttft)
+
     try:
         tenant = runtime.authenticate(request.headers.get("authorization"))
         raw = await request.body()
         parsed = parse_request(kind, raw, request.headers, tenant)
         model = parsed.model if parsed.model in runtime.backends else ""
+        namespace = parsed.control.namespace
         with _abortable(runtime):
             reply = await runtime.pipeline.handle(
                 parsed,
                 auth=request.headers.get("authorization"),
                 watch=lambda awaitable: _until_disconnect(request, awaitable),
             )
-    except APIError as exc:
-        _record(runtime, route, model, "bypass", exc.status, started)
-        return error_response(exc)
-    except HTTPException as exc:  # raised by litestar itself, e.g. 413 for an oversized body
-        _record(runtime, route, model, "bypass", exc.status_code, started)
-        return error_response(_from_http(exc))
+    except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
+        error = exc if isinstance(exc, APIError) else _from_http(exc)
+        _record(runtime, route, model, "bypass", error.status, started)
+        observe(runtime, seen(error.status), None)
+        response = error_response(error)
+        response.headers["x-request-id"] = rid
+        return response
     except ClientDisconnected:
         _record(runtime, route, model, "bypass", 499, started)
+        observe(runtime, seen(499), None)
         return Response(b"", status_code=499)
     metrics = runtime.metrics
     if reply.saved_tokens:
         metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
     if reply.coalesced:
         metrics.coalesced.labels(model).inc()
-    headers = {"x-cache": reply.cache, **reply.headers}
+    headers = {"x-cache": reply.cache, **reply.headers, "x-request-id": rid}
     if reply.stream is None:
         _record(runtime, route, model, reply.cache, 200, started)
+        observe(runtime, seen(200), reply)
         return Response(_encode(reply.body), media_type="application/json", headers=headers)
     metrics.requests.labels(route, model, reply.cache, "200").inc()
     watch = StreamWatch()
-    watch.events = _observed(reply, runtime, route, model, started, watch)
+    watch.events = _observed(reply, runtime, route, model, started, watch, seen)
     return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
 
 
 async def _observed(
-    reply: Reply, runtime: Runtime, route: str, model: str, started: float, watch: StreamWatch
+    reply: Reply,
+    runtime: Runtime,
+    route: str,
+    model: str,
+    started: float,
+    watch: StreamWatch,
+    seen: Callable[[int, float | None], Seen],
 ) -> AsyncIterator[bytes]:
     """``reply.stream``, timing its first byte and counting how it ended if not normally.
 
@@ -154,6 +171,7 @@ async def _observed(
     assert reply.stream is not None
     metrics, stream = runtime.metrics, reply.stream
     first, ended, done = True, False, False
+    ttft: float | None = None
     loop = asyncio.get_running_loop()
     watch.task = asyncio.current_task()
     runtime.streams.add(watch)
@@ -163,8 +181,8 @@ async def _observed(
                 async for piece in stream:
                     if first:
                         first = False
-                        elapsed = time.perf_counter() - started
-                        metrics.latency.labels(route, reply.cache).observe(elapsed)
+                        ttft = time.perf_counter() - started
+                        metrics.latency.labels(route, reply.cache).observe(ttft)
                     done = piece.endswith(b"data: [DONE]\n\n")
                     watch.since = loop.time()
                     yield piece
@@ -182,6 +200,8 @@ async def _observed(
             error = "client_stuck" if watch.stuck else "client_disconnected"
         if error is not None:
             metrics.stream_errors.labels(route, model, error).inc()
+        usage = reply.outcome.usage if reply.outcome is not None and error is None else None
+        observe(runtime, seen(200 if error is None else 502, ttft), reply, usage)
         aclose = getattr(stream, "aclose", None)
         if aclose is not None and not ended:
             await aclose()

@@ -33,7 +33,7 @@ from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
 
-__all__ = ["CacheState", "Pipeline", "Reply", "StreamOutcome"]
+__all__ = ["CacheState", "Pipeline", "Reply", "StreamOutcome", "cache_key_id"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ class Reply:
     coalesced: bool = False
     #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
     outcome: StreamOutcome | None = None
+    #: The response-cache lookup: the hit served, or a miss (with any guard rejection).
+    lookup: Lookup | None = None
+    #: The request's cache key (None: the cache was bypassed).
+    key: CacheKey | None = None
 
 
 @dataclass(slots=True)
@@ -68,6 +72,8 @@ class StreamOutcome:
     """Set by the relay when it sends an error event instead of ``[DONE]``: its code."""
 
     error: str | None = None
+    #: The ``usage`` of the answer the stream assembled, once it completed.
+    usage: dict[str, Any] | None = None
 
 
 class Pipeline:
@@ -112,6 +118,7 @@ class Pipeline:
         key: CacheKey | None = None
         vector: Any = None  # the question's embedding: computed once, for lookup and store
         state: CacheState = "bypass"
+        missed: Lookup | None = None
         if self.cache is not None and not (control.no_cache and control.no_store):
             key = self._key(request)
             if control.no_cache:
@@ -121,8 +128,8 @@ class Pipeline:
                     key, max_age=control.max_age, threshold=self._threshold(request)
                 )
                 if found.entry is not None:
-                    return self._replay(request, found)
-                state, vector = "miss", found.vector
+                    return self._replay(request, found, key)
+                state, vector, missed = "miss", found.vector, found
         save = None if control.no_store or key is None else _Save(key, vector)
         flight: asyncio.Event | None = None
         if state == "miss" and save is not None and self._coalesces(request):
@@ -130,13 +137,15 @@ class Pipeline:
             if key.exact in self._flights and (not request.stream or self._coalesce.streams):
                 answered = await self._follow(request, key, watch)
                 if answered is not None:
-                    reply = self._replay(request, answered)
+                    reply = self._replay(request, answered, key)
                     reply.coalesced = True
                     reply.headers["x-cache-coalesced"] = "true"
                     return reply
             if key.exact not in self._flights:
                 flight = self._flights[key.exact] = asyncio.Event()
         headers: dict[str, str] = {}  # the upstream's request id etc. (a fresh answer only)
+        if key is not None:
+            headers["x-cache-key"] = cache_key_id(key)
         token = RELAYED_HEADERS.set(headers)
         try:
             if request.stream:
@@ -147,7 +156,7 @@ class Pipeline:
                 if flight is not None:  # released by the relay, or if it is dropped unstarted
                     weakref.finalize(relay, self._land, save, flight)
                 flight = None
-                return Reply(state, headers, stream=relay, outcome=outcome)
+                return Reply(state, headers, stream=relay, outcome=outcome, lookup=missed, key=key)
             pending = backend.complete(request, auth)
             response = await (watch(pending) if watch else pending)
             if save is not None and _complete(request, response):
@@ -156,7 +165,7 @@ class Pipeline:
             RELAYED_HEADERS.reset(token)
             if flight is not None:
                 self._land(save, flight)
-        return Reply(state, headers, body=response)
+        return Reply(state, headers, body=response, lookup=missed, key=key)
 
     # -- coalescing -----------------------------------------------------------------------
 
@@ -213,10 +222,14 @@ class Pipeline:
             return request.control.threshold
         return self._thresholds.get(request.model)
 
-    def _replay(self, request: GatewayRequest, found: Lookup) -> Reply:
+    def _replay(self, request: GatewayRequest, found: Lookup, key: CacheKey) -> Reply:
         assert found.entry is not None
         stored = found.entry.response
-        headers = {"x-cache-age": str(int(found.age or 0))}
+        headers = {
+            "x-cache-age": str(int(found.age or 0)),
+            "x-cache-key": cache_key_id(key),
+            "x-cache-entry": str(found.entry.id),  # GET /admin/cache/entries/{id}
+        }
         if found.kind == "semantic":
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
         usage = stored.get("usage") or {}
@@ -224,11 +237,12 @@ class Pipeline:
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
         if request.stream:
             events = replay(stored, kind=request.kind, include_usage=request.include_usage)
-            return Reply(kind, headers, stream=_aiter(events), saved_tokens=saved)
+            return Reply(
+                kind, headers, stream=_aiter(events), saved_tokens=saved, lookup=found, key=key
+            )
         rid, created = fresh_identity(request.kind)
-        return Reply(
-            kind, headers, body={**stored, "id": rid, "created": created}, saved_tokens=saved
-        )
+        body = {**stored, "id": rid, "created": created}
+        return Reply(kind, headers, body=body, saved_tokens=saved, lookup=found, key=key)
 
     async def _store(self, request: GatewayRequest, save: _Save, response: dict[str, Any]) -> None:
         assert self.cache is not None
@@ -259,7 +273,7 @@ class Pipeline:
         right after the last token still leaves a complete answer in the cache, while a stream
         that breaks before ``[DONE]`` (either side) never stores anything.
         """
-        assembler = Assembler(request.kind) if save is not None else None
+        assembler = Assembler(request.kind)  # (its usage feeds the ledger, stored or not)
         pending = b""  # events that arrived together leave together (one write, not several)
         try:
             async for event in stream:
@@ -268,7 +282,9 @@ class Pipeline:
                     yield pending + event.raw
                     return
                 if event.done:
-                    result = assembler.result() if assembler else None
+                    result = assembler.result()
+                    if result is not None:
+                        outcome.usage = result.get("usage")
                     if save is not None and result is not None and _complete(request, result):
                         await self._store(request, save, result)
                     yield pending + event.raw
@@ -276,8 +292,7 @@ class Pipeline:
                 chunk = event.chunk
                 dropped = False
                 if chunk is not None:
-                    if assembler is not None:
-                        assembler.add(chunk)
+                    assembler.add(chunk)
                     dropped = not request.include_usage and _usage_only(chunk)
                 if not dropped:
                     pending += event.raw
@@ -310,6 +325,11 @@ class Pipeline:
         code = error.code or ""
         outcome.error = code if _CODE.fullmatch(code) else "stream_error"
         return sse_error(error)
+
+
+def cache_key_id(key: CacheKey) -> str:
+    """``x-cache-key``: 16 hex digits of the exact key's hash; equal values, same exact key."""
+    return key.exact[:16]
 
 
 def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:

@@ -16,9 +16,12 @@ import httpx
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.store import DiskStore, EntryStore
 
+from .auth import KeyRing, bearer
 from .backend import Backend
 from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .errors import APIError
+from .history import History
+from .ledger import Ledger
 from .metrics import Metrics
 from .pipeline import Pipeline
 from .upstream import ReplicatedBackend, UpstreamBackend
@@ -75,7 +78,10 @@ class Runtime:
     pipeline: Pipeline
     metrics: Metrics
     started: float = field(default_factory=time.time)
-    _tenants: dict[str, str] = field(default_factory=dict)
+    keys: KeyRing = field(default_factory=lambda: KeyRing({}, None))
+    #: The dashboard's history ring and the usage ledger (gateway.observe feeds both).
+    history: History = field(default_factory=History)
+    ledger: Ledger = field(default_factory=Ledger)
     #: Tasks answering requests (waiting for a model, or relaying its stream).
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
     #: Set by ``abort_in_flight``: a shutdown deadline passed.
@@ -155,8 +161,17 @@ class Runtime:
             lambda: _backend_stats(backends),
             _BACKEND_COUNTERS,
         )
-        tenants = {k.key: k.tenant for k in config.auth.keys}
-        return cls(config, backends, cache, pipeline, metrics, _tenants=tenants)
+        ledger = Ledger(config.prices)
+        history = History(
+            config.admin.history_interval,
+            config.admin.history_points,
+            gauges=lambda: _history_gauges(cache, backends),
+        )
+        metrics.ledger(ledger)
+        return cls(
+            config, backends, cache, pipeline, metrics,
+            keys=KeyRing.from_config(config), history=history, ledger=ledger,
+        )  # fmt: skip
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -212,12 +227,10 @@ class Runtime:
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of a request; raises 401 when keys are configured and this one is not."""
-        if not self._tenants:
+        if not self.keys.has_tenants:
             return "default"
-        token = ""
-        if authorization and authorization[:7].lower() == "bearer ":
-            token = authorization[7:].strip()
-        tenant = self._tenants.get(token)
+        token = bearer(authorization)
+        tenant = self.keys.tenant(token)
         if tenant is None:
             raise APIError(
                 401,
@@ -242,6 +255,7 @@ class Runtime:
             "uptime_s": round(time.time() - self.started, 1),
             "models": list(self.backends),
             "cache": self.cache.stats() if self.cache is not None else None,
+            "ledger": self.ledger.stats(),
         }
         for name, backend in self.backends.items():
             backend_stats = getattr(backend, "stats", None)
@@ -302,6 +316,15 @@ def _backend_stats(backends: dict[str, Backend]) -> dict[str, dict[str, float]]:
         stats = getattr(backend, "stats", None)
         if stats is not None:
             out[name] = _flat(stats())
+    return out
+
+
+def _history_gauges(cache: ResponseCache | None, backends: dict[str, Backend]) -> dict[str, float]:
+    """What the dashboard plots as levels: cached answers, and each model's flat stats
+    (prefix KV bytes and budget, hit and queried tokens, evictions, disk tier)."""
+    out = {"cache_entries": float(cache.stats()["entries"])} if cache is not None else {}
+    for name, stats in _backend_stats(backends).items():
+        out.update({f"{name}\x1f{k}": v for k, v in stats.items() if k.startswith("prefix_")})
     return out
 
 
