@@ -20,6 +20,7 @@ from .observe import Seen, observe, request_id
 from .pipeline import Reply
 from .requests import Kind, parse_request
 from .runtime import SHUTTING_DOWN, Runtime, StreamWatch
+from .tracing import RequestTrace
 
 __all__ = ["ClientDisconnected", "error_response", "routes"]
 
@@ -111,9 +112,11 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
     model, tenant, namespace = "", "", ""
     rid = request_id(request.headers.get("x-request-id"))
 
+    trace: RequestTrace | None = None
+
     def seen(status: int, ttft: float | None = None) -> Seen:
         latency = time.perf_counter() - started
-        return Seen(route, rid, tenant, model, namespace, status, latency, ttft)
+        return Seen(route, rid, tenant, model, namespace, status, latency, ttft, trace)
 
     try:
         tenant = runtime.authenticate(request.headers.get("authorization"))
@@ -121,7 +124,9 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         parsed = parse_request(kind, raw, request.headers, tenant)
         model = parsed.model if parsed.model in runtime.backends else ""
         namespace = parsed.control.namespace
-        with _abortable(runtime):
+        if runtime.tracing is not None:
+            trace = runtime.tracing.start(kind, parsed.model, rid, tenant)
+        with _abortable(runtime), trace.active() if trace else contextlib.nullcontext():
             reply = await runtime.pipeline.handle(
                 parsed,
                 auth=request.headers.get("authorization"),

@@ -43,6 +43,7 @@ __all__ = [
     "SemanticCacheConfig",
     "ServerConfig",
     "TimeoutConfig",
+    "TracingConfig",
     "default_config",
     "dump_config",
     "load_config",
@@ -305,6 +306,18 @@ class CacheConfig(_Base, frozen=True):
     redis: RedisConfig = RedisConfig()
 
 
+class TracingConfig(_Base, frozen=True):
+    """OpenTelemetry traces (the ``otel`` extra): one span per request, one per tier."""
+
+    enabled: bool = False
+    #: OTLP/HTTP traces endpoint; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+    #: $OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, or http://localhost:4318/v1/traces.
+    endpoint: str | None = None
+    service_name: str = "cachegate"
+    #: Share of requests traced (head sampling by trace id).
+    sample_rate: Fraction = 1.0
+
+
 class Config(_Base, frozen=True):
     server: ServerConfig = ServerConfig()
     #: Where caches and converted model weights live.
@@ -315,6 +328,7 @@ class Config(_Base, frozen=True):
     cache: CacheConfig = CacheConfig()
     #: Per-model prices (USD per million tokens) for the usage ledger; unpriced: tokens only.
     prices: dict[str, Price] = msgspec.field(default_factory=dict)
+    tracing: TracingConfig = TracingConfig()
 
     def __post_init__(self) -> None:
         tenants: set[str] = set()

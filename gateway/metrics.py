@@ -98,7 +98,8 @@ class Metrics:
     def ledger(self, ledger: Any) -> None:
         """Export the usage ledger (``gateway.ledger``) by tenant and model.
 
-        Every field only goes up: ``cachegate_ledger_{field}_total{tenant, model}``.
+        Counters ``cachegate_ledger_{field}_total{tenant, model}``, and the gauge
+        ``cachegate_ledger_saved_usd`` (net of cache-write premiums, so it can go down).
         """
         self.registry.register(_LedgerCollector(ledger))
 
@@ -114,13 +115,15 @@ class _LedgerCollector(Collector):
         self._ledger = ledger
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, CounterMetricFamily] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
         for key, row in sorted(self._ledger.series().items()):
             tenant, model = key.split("\x1f", 1)
             for field, value in sorted(row.items()):
                 family = families.get(field)
                 if family is None:
-                    family = families[field] = CounterMetricFamily(
+                    # NOTE: saved_usd is net of cache-write premiums: it can go down
+                    kind = GaugeMetricFamily if field == "saved_usd" else CounterMetricFamily
+                    family = families[field] = kind(
                         f"cachegate_ledger_{field}",
                         f"Usage ledger: {field.replace('_', ' ')}, by tenant and model.",
                         labels=["tenant", "model"],

@@ -28,6 +28,7 @@ from .ledger import usage_of
 if TYPE_CHECKING:
     from .pipeline import Reply
     from .runtime import Runtime
+    from .tracing import RequestTrace
 
 __all__ = ["Seen", "observe", "request_id"]
 
@@ -46,8 +47,9 @@ class Seen:
     model: str  # "" when the request named no configured model
     namespace: str
     status: int
-    latency: float  # seconds to the body (streams: to the first event)
-    ttft: float | None = None
+    latency: float  # seconds to the complete answer (streams: to their end)
+    ttft: float | None = None  # streams: seconds to the first event
+    trace: RequestTrace | None = None  # its OpenTelemetry span, when tracing is on
 
 
 def request_id(incoming: str | None) -> str:
@@ -80,20 +82,28 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
         seen.request_id, seen.route, seen.model or "-", tier, seen.status,
         seen.latency * 1000,
     )  # fmt: skip
-    if reply is None or seen.status >= 400 or not seen.model:
-        return
+    local = isinstance(runtime.config.models.get(seen.model), LocalModelConfig)
+    answered = reply is not None and seen.status < 400 and bool(seen.model)
     hit = tier in ("exact", "semantic", "coalesced")
-    if hit and reply.lookup is not None and reply.lookup.entry is not None:
-        usage = reply.lookup.entry.response.get("usage")
-    elif usage is None and reply.body is not None:
-        usage = reply.body.get("usage")
-    if usage is not None:
-        local = isinstance(runtime.config.models.get(seen.model), LocalModelConfig)
-        saved = runtime.ledger.record(
-            seen.tenant, seen.model, usage_of(usage), source="local" if local else "upstream",
-            hit=hit,
-        )  # fmt: skip
-        runtime.history.record_saving(saved)
+    if answered and reply is not None:
+        if hit and reply.lookup is not None and reply.lookup.entry is not None:
+            usage = reply.lookup.entry.response.get("usage")
+        elif usage is None and reply.body is not None:
+            usage = reply.body.get("usage")
+    counted = usage_of(usage) if answered and usage is not None else None
+    if seen.trace is not None:
+        similarity = (
+            reply.lookup.similarity if reply and reply.lookup and tier == "semantic" else None
+        )
+        provider = "cachegate" if hit else "cachegate.local" if local else "openai"
+        seen.trace.end(status=seen.status, cache=tier, provider=provider, usage=counted,
+                       similarity=similarity)  # fmt: skip
+    if counted is None or reply is None:
+        return
+    saved = runtime.ledger.record(
+        seen.tenant, seen.model, counted, source="local" if local else "upstream", hit=hit
+    )
+    runtime.history.record_saving(saved)
     if reply.lookup is not None and reply.key is not None:
         _verdict(runtime, seen, reply.lookup, reply.key.question)
 

@@ -32,6 +32,7 @@ from .embeddings import embed
 from .errors import APIError, sse_error
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
+from .tracing import tier
 
 __all__ = ["CacheState", "Pipeline", "Reply", "StreamOutcome", "cache_key_id"]
 
@@ -124,9 +125,12 @@ class Pipeline:
             if control.no_cache:
                 state = "refresh"
             else:
-                found = await self.cache.lookup(
-                    key, max_age=control.max_age, threshold=self._threshold(request)
-                )
+                with tier("cache.lookup") as span:
+                    found = await self.cache.lookup(
+                        key, max_age=control.max_age, threshold=self._threshold(request)
+                    )
+                    if span is not None:
+                        span.set_attribute("cachegate.cache", found.kind)
                 if found.entry is not None:
                     return self._replay(request, found, key)
                 state, vector, missed = "miss", found.vector, found
@@ -135,7 +139,8 @@ class Pipeline:
         if state == "miss" and save is not None and self._coalesces(request):
             assert key is not None
             if key.exact in self._flights and (not request.stream or self._coalesce.streams):
-                answered = await self._follow(request, key, watch)
+                with tier("coalesce.wait"):
+                    answered = await self._follow(request, key, watch)
                 if answered is not None:
                     reply = self._replay(request, answered, key)
                     reply.coalesced = True
@@ -150,7 +155,8 @@ class Pipeline:
         try:
             if request.stream:
                 opened = backend.open_stream(request, auth)
-                stream = await (watch(opened) if watch else opened)
+                with tier("model", **{"gen_ai.request.model": request.model, "stream": True}):
+                    stream = await (watch(opened) if watch else opened)
                 outcome = StreamOutcome()
                 relay = self._relay(request, stream, save, outcome, flight)
                 if flight is not None:  # released by the relay, or if it is dropped unstarted
@@ -158,7 +164,8 @@ class Pipeline:
                 flight = None
                 return Reply(state, headers, stream=relay, outcome=outcome, lookup=missed, key=key)
             pending = backend.complete(request, auth)
-            response = await (watch(pending) if watch else pending)
+            with tier("model", **{"gen_ai.request.model": request.model}):
+                response = await (watch(pending) if watch else pending)
             if save is not None and _complete(request, response):
                 await self._store(request, save, response)
         finally:
@@ -247,15 +254,16 @@ class Pipeline:
     async def _store(self, request: GatewayRequest, save: _Save, response: dict[str, Any]) -> None:
         assert self.cache is not None
         try:
-            await self.cache.store(
-                save.key,
-                response,
-                model=request.model,
-                tenant=request.tenant,
-                namespace=request.control.namespace,
-                ttl=request.control.ttl,
-                vector=save.vector,
-            )
+            with tier("cache.store"):
+                await self.cache.store(
+                    save.key,
+                    response,
+                    model=request.model,
+                    tenant=request.tenant,
+                    namespace=request.control.namespace,
+                    ttl=request.control.ttl,
+                    vector=save.vector,
+                )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
 

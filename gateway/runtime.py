@@ -24,6 +24,7 @@ from .history import History
 from .ledger import Ledger
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .tracing import Tracing
 from .upstream import ReplicatedBackend, UpstreamBackend
 
 __all__ = ["Runtime"]
@@ -82,6 +83,8 @@ class Runtime:
     #: The dashboard's history ring and the usage ledger (gateway.observe feeds both).
     history: History = field(default_factory=History)
     ledger: Ledger = field(default_factory=Ledger)
+    #: OpenTelemetry traces (None: tracing.enabled is false).
+    tracing: Tracing | None = None
     #: Tasks answering requests (waiting for a model, or relaying its stream).
     in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
     #: Set by ``abort_in_flight``: a shutdown deadline passed.
@@ -168,9 +171,11 @@ class Runtime:
             gauges=lambda: _history_gauges(cache, backends),
         )
         metrics.ledger(ledger)
+        tracing = Tracing(config.tracing) if config.tracing.enabled else None
         return cls(
             config, backends, cache, pipeline, metrics,
             keys=KeyRing.from_config(config), history=history, ledger=ledger,
+            tracing=tracing,
         )  # fmt: skip
 
     async def start(self) -> None:
@@ -190,6 +195,8 @@ class Runtime:
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
+        if self.tracing is not None:
+            self.tracing.close()  # (exports the spans still batched)
 
     async def _end_stuck_streams(self, timeout: float) -> None:
         """End streams whose client has taken nothing for ``timeout`` s (it stopped reading).
