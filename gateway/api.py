@@ -113,10 +113,11 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
     rid = request_id(request.headers.get("x-request-id"))
 
     trace: RequestTrace | None = None
+    upstream_id = ""  # the provider's own x-request-id, relayed on a fresh answer
 
     def seen(status: int, ttft: float | None = None) -> Seen:
         latency = time.perf_counter() - started
-        return Seen(route, rid, tenant, model, namespace, status, latency, ttft, trace)
+        return Seen(route, rid, tenant, model, namespace, status, latency, ttft, trace, upstream_id)
 
     try:
         tenant = runtime.authenticate(request.headers.get("authorization"))
@@ -148,7 +149,12 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
     if reply.coalesced:
         metrics.coalesced.labels(model).inc()
-    headers = {"x-cache": reply.cache, **reply.headers, "x-request-id": rid}
+    # NOTE: a fresh upstream answer keeps the provider's x-request-id (what its support asks
+    # for, and what the SDKs expose as _request_id); the gateway's own is then a second header
+    headers = {"x-cache": reply.cache, "x-request-id": rid, **reply.headers}
+    if headers["x-request-id"] != rid:
+        upstream_id = headers["x-request-id"]
+        headers["x-cachegate-request-id"] = rid
     if reply.stream is None:
         _record(runtime, route, model, reply.cache, 200, started)
         observe(runtime, seen(200), reply)

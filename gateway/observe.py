@@ -50,6 +50,7 @@ class Seen:
     latency: float  # seconds to the complete answer (streams: to their end)
     ttft: float | None = None  # streams: seconds to the first event
     trace: RequestTrace | None = None  # its OpenTelemetry span, when tracing is on
+    upstream_id: str = ""  # the provider's x-request-id of a fresh upstream answer
 
 
 def request_id(incoming: str | None) -> str:
@@ -78,9 +79,9 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
         Answer(tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)
     )
     log.info(
-        "%s %s model=%s cache=%s status=%d %.1fms",
+        "%s %s model=%s cache=%s status=%d %.1fms%s",
         seen.request_id, seen.route, seen.model or "-", tier, seen.status,
-        seen.latency * 1000,
+        seen.latency * 1000, f" upstream_request_id={seen.upstream_id}" if seen.upstream_id else "",
     )  # fmt: skip
     local = isinstance(runtime.config.models.get(seen.model), LocalModelConfig)
     answered = reply is not None and seen.status < 400 and bool(seen.model)

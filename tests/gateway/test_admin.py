@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -97,6 +98,23 @@ def test_debug_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
     assert error.status_code == 404 and error.headers["x-request-id"].startswith("req_")
     streamed = gw.chat("what is the key?", stream=True)
     assert streamed.headers["x-cache"] == "exact" and streamed.headers["x-request-id"]
+
+
+def test_request_ids_are_logged_and_the_upstreams_is_kept(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = make_gateway()
+    caplog.set_level(logging.INFO, logger="cachegate.requests")
+    miss = gw.chat("whose id is it?", headers={"x-request-id": "mine-1"})
+    # a fresh upstream answer keeps the provider's id; the gateway's is next to it
+    assert miss.headers["x-request-id"].startswith("req_chatcmpl")
+    assert miss.headers["x-cachegate-request-id"] == "mine-1"
+    hit = gw.chat("whose id is it?", headers={"x-request-id": "mine-2"})
+    assert hit.headers["x-request-id"] == "mine-2" and "x-cachegate-request-id" not in hit.headers
+    logged = [r.getMessage() for r in caplog.records if r.name == "cachegate.requests"]
+    assert any(m.startswith("mine-1 /v1/chat/completions") and "cache=miss" in m
+               and f"upstream_request_id={miss.headers['x-request-id']}" in m for m in logged)  # fmt: skip
+    assert any(m.startswith("mine-2 ") and "cache=exact" in m for m in logged)
 
 
 def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeUpstream) -> None:
