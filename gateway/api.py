@@ -138,7 +138,10 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         _record(runtime, route, model, "bypass", error.status, started)
         observe(runtime, seen(error.status), None)
         response = error_response(error)
-        response.headers["x-request-id"] = rid
+        if "x-request-id" in response.headers:  # the upstream's own, relayed (see below)
+            response.headers["x-cachegate-request-id"] = rid
+        else:
+            response.headers["x-request-id"] = rid
         return response
     except ClientDisconnected:
         _record(runtime, route, model, "bypass", 499, started)

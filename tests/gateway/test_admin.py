@@ -227,3 +227,17 @@ def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -
     assert line in metrics
     assert sum(p["saved"].get("usd_saved", 0) for p in gw.http.get("/admin/history").json()[
         "points"]) == pytest.approx(row["saved_usd"])  # fmt: skip
+
+
+def test_entries_of_a_redis_cache(
+    make_gateway: Any, upstream: FakeUpstream, redis_server: Any
+) -> None:
+    gw = make_gateway(f"cache: {{backend: redis, redis: {{url: '{redis_server.url}'}}}}")
+    for question in ("red one", "red two"):
+        gw.chat(question)
+    page = gw.http.get("/admin/cache/entries").json()
+    assert page["total"] == 2 and {e["kind"] for e in page["data"]} == {"exact"}
+    gone = page["data"][1]["id"]
+    assert gw.http.delete(f"/admin/cache/entries/{gone}").status_code == 200
+    assert gw.http.get(f"/admin/cache/entries/{gone}").status_code == 404
+    assert gw.http.get("/admin/cache/entries").json()["total"] == 1
