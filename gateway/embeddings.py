@@ -18,21 +18,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Iterable, Mapping
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from semantic.keys import CacheKey, embedding_key
 
-from .backend import RELAYED_HEADERS, Backend
-from .errors import APIError
-from .requests import GatewayRequest, embedding_inputs
+from .canonical import CacheState, GatewayRequest, Reply, Wire
+from .errors import APIError, sse_error
+from .pipeline import Pipeline, Save, Watch
+from .requests import embedding_inputs, parse_request
 
-if TYPE_CHECKING:
-    from .pipeline import CacheState, Pipeline, Reply, Watch
-
-__all__ = ["embed"]
+__all__ = ["EMBEDDINGS", "embed"]
 
 T = TypeVar("T")
 
@@ -41,16 +39,35 @@ T = TypeVar("T")
 _CONCURRENCY = 16
 
 
+class EmbeddingsWire:
+    """``POST /v1/embeddings`` at the HTTP edge (its walk is :func:`embed`, not the pipeline's)."""
+
+    kind: Literal["embedding"] = "embedding"
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return parse_request("embedding", raw, headers, tenant)
+
+    def error_json(self, error: APIError) -> bytes:
+        return error.json()
+
+    def error_event(self, error: APIError) -> bytes:
+        return sse_error(error)
+
+
+EMBEDDINGS: Wire = EmbeddingsWire()
+
+
 async def embed(
     pipeline: Pipeline,
     request: GatewayRequest,
-    backend: Backend,
-    auth: str | None,
-    watch: Watch[Any] | None,
+    wire: Wire,
+    *,
+    auth: str | None = None,
+    watch: Watch[Any] | None = None,
 ) -> Reply:
-    from .pipeline import Reply
-
-    if not getattr(backend, "serves_embeddings", False):
+    """Answer an embeddings request: cached inputs from the cache, the others upstream."""
+    backend, request = pipeline.route(request, auth)
+    if not backend.serves_embeddings:
         raise APIError(
             400,
             f"The model `{request.model}` does not serve embeddings.",
@@ -87,16 +104,14 @@ async def embed(
         body = request.body
         if len(asked) < len(inputs):  # only what the cache lacks
             body = {**body, "input": [inputs[i] for i in asked]}
-        token = RELAYED_HEADERS.set(headers)
         try:
             pending = backend.complete(dataclasses.replace(request, body=body), auth)
-            response = await (watch(pending) if watch else pending)
+            answer = await (watch(pending) if watch else pending)
         except APIError as exc:
             if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
                 _renumber(exc, asked)
             raise
-        finally:
-            RELAYED_HEADERS.reset(token)
+        response, headers = answer.body, dict(answer.headers)
         vectors = _vectors(request.model, response, len(asked))
         usage = response.get("usage") or usage
         model = response.get("model") or request.model
@@ -171,6 +186,5 @@ async def _store(
     pipeline: Pipeline, request: GatewayRequest, fresh: list[tuple[CacheKey, dict[str, Any]]]
 ) -> None:
     """Store each input's answer the way the pipeline stores any answer (failures logged)."""
-    from .pipeline import _Save
 
-    await _bounded(pipeline._store(request, _Save(key, None), answer) for key, answer in fresh)
+    await _bounded(pipeline.store(request, Save(key, None), answer) for key, answer in fresh)

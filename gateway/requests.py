@@ -10,11 +10,11 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .canonical import CacheControl, GatewayRequest, Kind
 from .config import MAX_TTL
 from .errors import NO_RETRY, APIError
 
@@ -48,8 +48,6 @@ MAX_NESTING = 64
 PARTITION_HEADER = "x-cachegate-partition"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
-
-Kind = Literal["chat", "completion", "embedding"]
 
 #: Most inputs one embeddings request may carry (OpenAI's limit).
 MAX_EMBEDDING_INPUTS = 2048
@@ -113,38 +111,6 @@ class _CompletionBody(_Sampling):
     logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
     echo: bool | None = None
     suffix: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CacheControl:
-    """Per-request cache controls, from headers or the body's ``cache`` object."""
-
-    no_cache: bool = False  # do not read the cache (still store the fresh answer)
-    no_store: bool = False  # do not store the answer
-    namespace: str = ""  # a separate cache partition inside the tenant
-    threshold: float | None = None  # semantic threshold for this request
-    ttl: float | None = None  # seconds the stored answer stays servable
-    max_age: float | None = None  # serve only answers stored at most this many seconds ago
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayRequest:
-    """A validated request, ready for the pipeline."""
-
-    kind: Kind
-    model: str
-    #: The JSON body as received minus the ``cache`` extension; forwarded upstream as is.
-    body: dict[str, Any]
-    stream: bool
-    include_usage: bool
-    tenant: str
-    control: CacheControl
-    hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
-    #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
-    partition: str = ""
-    #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
-    #: the client's own key (when the gateway forwards it), never with the gateway's.
-    account: tuple[tuple[str, str], ...] = ()
 
 
 def partitioned(tenant: str, partition: str) -> str:
