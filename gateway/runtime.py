@@ -61,33 +61,8 @@ class Runtime:
         ``worker``: serve only the ``local`` models, with no response cache (``cachegate worker``).
         """
         metrics = Metrics()
-        backends: dict[str, Backend] = {}
-        for name, model in config.models.items():
-            if worker and not isinstance(model, LocalModelConfig):
-                continue
-            if isinstance(model, OpenAIModelConfig):
-                options: dict[str, Any] = {
-                    "forward_client_auth": not config.auth.keys,
-                    "transport": transport,
-                    "on_retry": metrics.on_retry,
-                }
-                backends[name] = (
-                    ReplicatedBackend(name, model, **options)
-                    if len(model.replicas) > 1
-                    else UpstreamBackend(name, model, **options)
-                )
-            else:
-                if local_factory is None:
-                    from .local import LocalBackend
-
-                    local_factory = LocalBackend.from_config
-                backends[name] = local_factory(name, model, config)
-
+        backends = _backends(config, metrics, transport, local_factory, worker)
         cache: ResponseCache | None = None
-        if not backends:
-            raise ConfigError(
-                "no model to serve: a worker needs at least one `backend: local` model"
-            )
         if not worker and config.cache.enabled:
             store = _entry_store(config)
             cache = ResponseCache(
@@ -178,6 +153,40 @@ class Runtime:
             if (backend_stats := backend.stats()) is not None:
                 out.setdefault("backends", {})[name] = backend_stats
         return out
+
+
+def _backends(
+    config: Config,
+    metrics: Metrics,
+    transport: httpx.AsyncBaseTransport | None,
+    local_factory: LocalFactory | None,
+    worker: bool,
+) -> dict[str, Backend]:
+    """One backend per configured model (a worker: only the ``local`` ones)."""
+    backends: dict[str, Backend] = {}
+    for name, model in config.models.items():
+        if worker and not isinstance(model, LocalModelConfig):
+            continue
+        if isinstance(model, OpenAIModelConfig):
+            options: dict[str, Any] = {
+                "forward_client_auth": not config.auth.keys,
+                "transport": transport,
+                "on_retry": metrics.on_retry,
+            }
+            backends[name] = (
+                ReplicatedBackend(name, model, **options)
+                if len(model.replicas) > 1
+                else UpstreamBackend(name, model, **options)
+            )
+        else:
+            if local_factory is None:
+                from .local import LocalBackend
+
+                local_factory = LocalBackend.from_config
+            backends[name] = local_factory(name, model, config)
+    if not backends:
+        raise ConfigError("no model to serve: a worker needs at least one `backend: local` model")
+    return backends
 
 
 def _semantic_settings(config: Config) -> SemanticSettings | None:

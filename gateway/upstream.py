@@ -170,10 +170,7 @@ class UpstreamBackend:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
                 if last:
-                    error = _unreachable(self.name, exc)
-                    if attempt:  # retried here already: a client should not
-                        error.final()
-                    raise error from None
+                    raise _unreachable(self.name, exc, final=attempt > 0) from None
                 await self._backoff(attempt, None, f"connect error: {exc!r}")
                 attempt += 1
                 continue
@@ -199,19 +196,23 @@ class UpstreamBackend:
                 raise _broken(self.name, exc) from None
             if 200 <= response.status_code < 300:
                 return response
-            # 508: the request came back to a gateway it had passed; another try loops again.
-            retryable = response.status_code == 429 or response.status_code >= 500
-            retryable = retryable and response.status_code != 508
-            wait = _retry_after(response.headers.get("retry-after"))
-            if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
-                await response.aclose()
-                await self._backoff(attempt, wait, f"HTTP {response.status_code}")
-                attempt += 1
-                continue
-            error = await _upstream_error(self.name, response, retryable=retryable)
-            if retryable and last and attempt:  # retried here already: a client should not
-                error.final()
-            raise error
+            await self._refused(response, attempt, last)  # raises unless it is to be retried
+            attempt += 1
+
+    async def _refused(self, response: httpx.Response, attempt: int, last: bool) -> None:
+        """An error status: back off when it is worth another try, else raise its error."""
+        # 508: the request came back to a gateway it had passed; another try loops again.
+        retryable = response.status_code == 429 or response.status_code >= 500
+        retryable = retryable and response.status_code != 508
+        wait = _retry_after(response.headers.get("retry-after"))
+        if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
+            await response.aclose()
+            await self._backoff(attempt, wait, f"HTTP {response.status_code}")
+            return
+        error = await _upstream_error(self.name, response, retryable=retryable)
+        if retryable and last and attempt:  # retried here already: a client should not
+            error.final()
+        raise error
 
     async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
         delay = retry_after
@@ -612,11 +613,14 @@ def _busy(name: str, connections: int) -> APIError:
     return UpstreamError(503, message, code="upstream_busy")
 
 
-def _unreachable(name: str, exc: Exception) -> UpstreamError:
+def _unreachable(name: str, exc: Exception, *, final: bool = False) -> UpstreamError:
     message = f"Upstream for model '{name}' is unreachable: {exc!r}"
-    return UpstreamError(
+    error = UpstreamError(
         502, message, code="upstream_unreachable", retryable=True, unreachable=True
     )
+    if final:  # retried here already: a client should not
+        error.final()
+    return error
 
 
 def _broken(name: str, exc: Exception) -> UpstreamError:
