@@ -26,7 +26,7 @@ from .history import Answer, RecentHit, Tier, describe_text
 from .ledger import usage_of
 
 if TYPE_CHECKING:
-    from .pipeline import Reply
+    from .canonical import Reply
     from .runtime import Runtime
     from .tracing import RequestTrace
 
