@@ -30,6 +30,7 @@ __all__ = [
     "Adapter",
     "Answer",
     "BackendStream",
+    "Bridge",
     "ByteStream",
     "CacheControl",
     "CacheState",
@@ -77,9 +78,17 @@ class GatewayRequest:
     #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()
-    #: The request in Chat Completions form, for backends that speak only that (the local
-    #: model); None when ``body`` is that form already (or the API has none).
-    chat: dict[str, Any] | None = None
+    #: The whole conversation in the API's own item form, earlier turns resolved (the
+    #: Responses API's ``previous_response_id``); None where the body holds all there is,
+    #: or names earlier turns the gateway cannot resolve.
+    turns: tuple[dict[str, Any], ...] | None = None
+    #: How many of ``turns`` came from earlier responses (the rest are this request's input).
+    earlier: int = 0
+    #: The earlier response this request continues, as the client named it (the Responses
+    #: API's ``previous_response_id``; the forwarded body may carry its turns instead).
+    previous: str | None = None
+    #: Who may read what this request leaves behind (a stored response): see the adapter.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +187,17 @@ class Wire(Protocol):
         ...
 
 
+class Bridge(Protocol):
+    """Serves an API through a backend that speaks only Chat Completions (the local model):
+    the request in chat form, the chat answer or stream rendered back into the API's."""
+
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest: ...
+
+    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer: ...
+
+    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream: ...
+
+
 class Adapter(Wire, Protocol):
     """A wire format whose answers go through the tier walk: judge and render its answers.
 
@@ -204,4 +224,14 @@ class Adapter(Wire, Protocol):
 
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         """Output tokens a cache hit of ``stored`` avoided generating."""
+        ...
+
+    @property
+    def bridge(self) -> Bridge | None:
+        """How a chat-only backend serves this API (None: only backends that speak it)."""
+        ...
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        """An answer reached the client (fresh, ``upstream``: from a backend that speaks the
+        API itself; or from the cache): e.g. keep it for a later ``previous_response_id``."""
         ...

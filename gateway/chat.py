@@ -59,6 +59,13 @@ class ChoicesAdapter:
         usage = stored.get("usage") or {}
         return int(usage.get("completion_tokens") or 0)
 
+    @property
+    def bridge(self) -> None:
+        return None  # it is the chat form itself
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        pass  # nothing is kept beyond the response cache
+
     def error_json(self, error: APIError) -> bytes:
         return error.json()
 

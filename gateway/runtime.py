@@ -22,6 +22,8 @@ from .connections import Connections, StreamWatch
 from .errors import APIError
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .responses import ResponsesAdapter
+from .stored import ResponseStore
 from .upstream import ReplicatedBackend, UpstreamBackend
 
 __all__ = ["Runtime"]
@@ -44,6 +46,8 @@ class Runtime:
     metrics: Metrics
     #: Requests being answered and streams being sent (disconnects, watchdog, shutdown).
     connections: Connections
+    #: The Responses API adapter, with the responses this gateway stored.
+    responses: ResponsesAdapter
     started: float = field(default_factory=time.time)
     _tenants: dict[str, str] = field(default_factory=dict)
 
@@ -74,18 +78,7 @@ class Runtime:
                 "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
             )
 
-        thresholds = {
-            name: m.semantic_threshold
-            for name, m in config.models.items()
-            if m.semantic_threshold is not None
-        }
-        pipeline = Pipeline(
-            backends,
-            cache,
-            context_turns=config.cache.semantic.context_turns,
-            semantic_thresholds=thresholds,
-            coalesce=config.cache.coalesce,
-        )
+        pipeline = _pipeline(config, backends, cache)
         metrics.labelled_gauges(
             "cachegate_backend",
             "Model backend",
@@ -95,7 +88,10 @@ class Runtime:
         )
         tenants = {k.key: k.tenant for k in config.auth.keys}
         connections = Connections(config.server.stream_idle_timeout)
-        return cls(config, backends, cache, pipeline, metrics, connections, _tenants=tenants)
+        responses = ResponsesAdapter(ResponseStore(), keyed=bool(config.auth.keys))
+        return cls(
+            config, backends, cache, pipeline, metrics, connections, responses, _tenants=tenants
+        )
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -153,6 +149,23 @@ class Runtime:
             if (backend_stats := backend.stats()) is not None:
                 out.setdefault("backends", {})[name] = backend_stats
         return out
+
+
+def _pipeline(
+    config: Config, backends: dict[str, Backend], cache: ResponseCache | None
+) -> Pipeline:
+    thresholds = {
+        name: m.semantic_threshold
+        for name, m in config.models.items()
+        if m.semantic_threshold is not None
+    }
+    return Pipeline(
+        backends,
+        cache,
+        context_turns=config.cache.semantic.context_turns,
+        semantic_thresholds=thresholds,
+        coalesce=config.cache.coalesce,
+    )
 
 
 def _backends(
