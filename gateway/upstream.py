@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import email.utils
 import functools
+import hashlib
 import logging
 import math
 import random
@@ -35,6 +36,7 @@ __all__ = [
     "UpstreamBackend",
     "UpstreamError",
     "UpstreamStream",
+    "prompt_cache_key",
 ]
 
 #: What an OpenAI-compatible upstream is sent as is (its own path for each).
@@ -141,6 +143,8 @@ class UpstreamBackend:
     def _payload(self, request: GatewayRequest, stream: bool) -> bytes:
         body = dict(request.body)
         body["model"] = self.config.upstream_model or request.model
+        if self.config.prompt_cache_key and request.kind in ("chat", "responses"):
+            body.setdefault("prompt_cache_key", prompt_cache_key(request))
         if stream and request.kind in ("chat", "completion"):
             # NOTE: usage is always asked for, so an assembled stream can be cached with its
             # usage; the pipeline drops the usage chunk when the client did not ask for it.
@@ -498,6 +502,24 @@ _PATHS = {
 }
 #: Events that end a Responses stream (it sends no ``[DONE]``).
 _RESPONSES_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def prompt_cache_key(request: GatewayRequest) -> str:
+    """The ``prompt_cache_key`` of a request that sets none: its tenant and stable prefix.
+
+    NOTE: only what stays the same across a tenant's requests goes in (system and developer
+    messages, instructions, tools): requests that share that prefix share a key, so the
+    provider sends them to the prompt cache that holds it; the tenant keeps tenants apart.
+    """
+    body = request.body
+    messages = body.get("messages") or ()
+    system = [m for m in messages if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES]
+    prefix = [request.tenant, system, body.get("instructions"), body.get("tools")]
+    return "cg-" + hashlib.sha256(_encode_sorted(prefix)).hexdigest()[:32]
+
+
+_SYSTEM_ROLES = ("system", "developer")
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
 def _event(name: str, data: bytes, *, more: bool, kind: str = "chat") -> StreamEvent:

@@ -257,3 +257,34 @@ def test_bad_requests_get_an_openai_error(gw: Gateway) -> None:
         assert reply.json()["error"]["type"] == "invalid_request_error"
     missing = gw.http.post("/v1/responses", json={"model": "nope", "input": "x"})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_prompt_cache_key_per_tenant_and_prefix_when_configured(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    gw = make_gateway(
+        "auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}",
+        "prompt_cache_key: true",
+    )
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+
+    def sent(c: openai.OpenAI, instructions: str, question: str, **body: Any) -> Any:
+        create(c, instructions=instructions, input=question, **body)
+        return upstream.last_body.get("prompt_cache_key")
+
+    first = sent(a, "You are a tax advisor.", "What is VAT?")
+    assert first.startswith("cg-")
+    assert sent(a, "You are a tax advisor.", "What is a deduction?") == first  # same prefix
+    assert sent(a, "You are a chef.", "What is VAT?") != first  # another prefix
+    assert sent(b, "You are a tax advisor.", "What is VAT?") != first  # another tenant
+    assert sent(a, "You are a tax advisor.", "Mine?", prompt_cache_key="mine") == "mine"
+    a.chat.completions.create(model=MODEL, messages=[
+        {"role": "system", "content": "You are a tax advisor."},
+        {"role": "user", "content": "What is VAT?"},
+    ])  # fmt: skip
+    assert upstream.last_body["prompt_cache_key"].startswith("cg-")
+
+
+def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
+    create(sdk(gw), input="What is VAT?")
+    assert "prompt_cache_key" not in upstream.last_body
