@@ -79,8 +79,8 @@ class GatewayRequest:
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()
     #: The whole conversation in the API's own item form, earlier turns resolved (the
-    #: Responses API's ``previous_response_id``); None where the body holds all there is,
-    #: or names earlier turns the gateway cannot resolve.
+    #: Responses API's ``previous_response_id``; earlier turns only an upstream holds are a
+    #: reference item); None where the body holds all there is (chat).
     turns: tuple[dict[str, Any], ...] | None = None
     #: How many of ``turns`` came from earlier responses (the rest are this request's input).
     earlier: int = 0

@@ -16,7 +16,9 @@ each event with its ``sequence_number``. Upstreams that speak the API get the bo
 conversation it stands for is resolved here — the cache key sees that conversation, never the
 id — and an upstream that does not know the id (the gateway answered it from the cache or the
 local model) gets the conversation inlined as ``input``. An id the gateway does not hold is
-forwarded upstream as is, and the request is cached under an exact key that includes the id.
+forwarded upstream as is, and the request is cached under an exact key that includes the id
+(the conversation then starts with a reference turn to it, so a follow-up on a cached answer
+of that chain still continues it upstream).
 
 The API is part of every cache scope (``kind``), so an answer stored through this API is never
 served to a chat request, or the other way round: a Response object is not a chat completion.
@@ -46,6 +48,8 @@ _encode = msgspec.json.Encoder().encode
 #: Events that end a Responses stream; only ``response.completed`` ends it with an answer.
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
+#: A conversation's first turn when it continues a response only the upstream holds.
+_REFERENCE = "previous_response"
 
 #: Request fields the local model honours or that cannot change its answer; any other field
 #: gets a 400 when the local model serves the request.
@@ -130,29 +134,41 @@ class ResponsesAdapter:
             "responses", body, headers, tenant, extension, stream=bool(parsed.stream)
         )
         owner = self.owner(request.tenant, headers)
-        turns, earlier, body = list(items), 0, request.body
-        if parsed.previous_response_id is not None:
-            previous = self.store.get(owner, parsed.previous_response_id)
-            if previous is None and self.store.held(parsed.previous_response_id):
-                # another owner's: never forwarded, as the upstream would resolve it for anyone
-                raise _not_found(parsed.previous_response_id)
-            if previous is None:  # not ours: the upstream may hold it (an opaque key)
-                return dataclasses.replace(
-                    request, owner=owner, turns=None, previous=parsed.previous_response_id
-                )
-            earlier = len(previous.conversation)
-            turns = [*previous.conversation, *items]
-            if not previous.upstream:  # the upstream never saw this id: send the conversation
-                body = {k: v for k, v in body.items() if k != "previous_response_id"}
-                body["input"] = turns
+        previous_id = parsed.previous_response_id
+        turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
         return dataclasses.replace(
-            request,
-            body=body,
-            owner=owner,
-            turns=tuple(turns),
-            earlier=earlier,
-            previous=parsed.previous_response_id,
-        )
+            request, body=body, owner=owner, turns=tuple(turns), earlier=earlier,
+            previous=previous_id,
+        )  # fmt: skip
+
+    def _resolve(
+        self,
+        owner: str,
+        previous_id: str | None,
+        items: list[dict[str, Any]],
+        body: dict[str, Any],
+    ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+        """(the conversation, how many of its turns are earlier ones, the body to forward).
+
+        An id this gateway does not hold becomes a reference turn, ``{"type":
+        "previous_response", "id": ...}``, at the conversation's start: the key includes it
+        (exact only), and a follow-up on this answer still continues that upstream chain.
+        """
+        if previous_id is None:
+            return items, 0, body
+        previous = self.store.get(owner, previous_id)
+        if previous is None and self.store.held(previous_id):
+            # another owner's: never forwarded, as the upstream would resolve it for anyone
+            raise _not_found(previous_id)
+        if previous is None:  # not ours: the upstream may hold it
+            return [{"type": _REFERENCE, "id": previous_id}, *items], 1, body
+        turns = [*previous.conversation, *items]
+        if not previous.upstream:  # the upstream never saw this id: send the conversation
+            body = {k: v for k, v in body.items() if k != "previous_response_id"}
+            if turns[0].get("type") == _REFERENCE:  # ... after the upstream chain it continues
+                body["previous_response_id"] = turns[0]["id"]
+            body["input"] = [t for t in turns if t.get("type") != _REFERENCE]
+        return turns, len(previous.conversation), body
 
     def owner(self, tenant: str, headers: Mapping[str, str]) -> str:
         """Who may read a stored response: the tenant, or without gateway keys the client's
@@ -179,14 +195,15 @@ class ResponsesAdapter:
     def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
         """Every output-changing field (instructions, tools, text, temperature, …) is in the
         scope; the conversation is compared as chat turns, its last user turn by meaning."""
-        ns, body = request.control.namespace, request.body
-        if request.turns is None:  # an opaque previous_response_id: exact match only
-            fields = {k: v for k, v in body.items() if k != "input"}
-            fields["messages"] = [_key_turn(i) for i in input_items(body["input"])]
+        ns, turns = request.control.namespace, request.turns or ()
+        fields = {
+            k: v for k, v in request.body.items() if k not in ("input", "previous_response_id")
+        }
+        fields["messages"] = [_key_turn(item) for item in turns]
+        if turns and turns[0].get("type") == _REFERENCE:
+            # NOTE: earlier turns only the upstream knows: exact match only, the id in the key
             key = chat_key(request.tenant, ns, request.model, fields, None, api=self.kind)
             return dataclasses.replace(key, question="", semantic=False)
-        fields = {k: v for k, v in body.items() if k not in ("input", "previous_response_id")}
-        fields["messages"] = [_key_turn(item) for item in request.turns]
         return chat_key(request.tenant, ns, request.model, fields, context_turns, api=self.kind)
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
@@ -234,9 +251,9 @@ class ResponsesAdapter:
         """Keep a Response the client received (unless it asked ``store: false``)."""
         if request.body.get("store") is False or answer.get("object") != "response":
             return
-        if not isinstance(answer.get("id"), str) or (request.turns is None and not upstream):
-            return  # (an opaque chain the gateway cannot continue itself)
-        turns = list(request.turns or input_items(request.body["input"]))
+        if not isinstance(answer.get("id"), str):
+            return
+        turns = list(request.turns or ())
         own = [_with_id(item) for item in turns[request.earlier :]]
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
         self.store.put(
@@ -249,8 +266,8 @@ class ResponsesAdapter:
         """The request in Chat Completions form (the local model's), or a 400 naming what
         that form cannot carry."""
         body = request.body
-        if request.turns is None:
-            raise _not_found(request.previous)
+        if not request.turns or request.turns[0].get("type") == _REFERENCE:
+            raise _not_found(request.previous)  # earlier turns only an upstream holds
         chat = _chat_params(body)
         messages = (
             [{"role": "system", "content": body["instructions"]}]
@@ -593,6 +610,8 @@ def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
 def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
     """An item as a chat turn for the cache key: text parts as chat text parts (so the last
     user turn is a question the semantic tier can compare); everything else as sent."""
+    if item.get("type") == _REFERENCE:
+        return item  # NOTE: its id is what the key must tell apart (unlike an item's own id)
     if item.get("type") != "message":
         return {k: v for k, v in item.items() if k not in ("id", "status")}
     content = [

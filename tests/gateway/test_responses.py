@@ -189,9 +189,14 @@ def test_an_id_the_gateway_does_not_hold_is_forwarded_as_an_exact_key(
     )
     assert cache == "exact" and second.output_text == first.output_text
     assert upstream.last_body["previous_response_id"] == made["id"]  # forwarded as sent
+    # the hit has an id only the gateway knows: a follow-up on it continues the upstream chain
+    more, cache = create(c, input="And why?", previous_response_id=second.id)
+    assert cache == "miss" and "turns=5" in more.output_text
+    assert upstream.last_body["previous_response_id"] == made["id"]
+    assert [i["role"] for i in upstream.last_body["input"]] == ["user", "assistant", "user"]
     with pytest.raises(openai.BadRequestError):  # another unknown id: the upstream's 400
         create(c, input="What did I ask you to remember?", previous_response_id="resp_1x")
-    assert upstream.stats["responses"] == 4  # two unknown ids, the direct one, one miss
+    assert upstream.stats["responses"] == 5  # two unknown ids, the direct one, two misses
 
 
 def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
