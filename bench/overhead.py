@@ -74,7 +74,9 @@ def servers(baseline: Path | None = None) -> Iterator[tuple[str, str, str | None
                 f"import os, runpy, sys; os.chdir({str(baseline)!r}); sys.path.insert(0, '');"
                 " runpy.run_module('gateway', run_name='__main__')"
             )
-            argv = [sys.executable, "-c", launcher, "serve", "--config", str(config),
+            base_config = Path(tmp) / "baseline.yaml"  # (its own data_dir: one process each)
+            base_config.write_text(config.read_text().replace(f"{tmp}/data", f"{tmp}/baseline"))
+            argv = [sys.executable, "-c", launcher, "serve", "--config", str(base_config),
                     "--port", str(base_port)]  # fmt: skip
             processes.append((argv, f"{base}/readyz"))
         with running(processes, stop_timeout=20):
@@ -131,21 +133,41 @@ async def _load(
                     body["messages"] = [{"role": "user", "content": text}]
                 if scenario.fake:
                     body["fake"] = scenario.fake
-                started = time.perf_counter()
-                first: float | None = None
-                async with client.stream(
-                    "POST", PATHS[scenario.api], json=body, headers=headers
-                ) as r:
-                    async for _ in r.aiter_raw():
-                        if first is None:
-                            first = time.perf_counter() - started
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}")
-                totals.append(time.perf_counter() - started)
-                first_bytes.append(first if first is not None else totals[-1])
+                for attempt in range(2):
+                    try:
+                        first, total = await _one(client, PATHS[scenario.api], body, headers)
+                        break
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        # NOTE: a kept-alive connection the server closed while this process
+                        # was starved of CPU (uvicorn closes idle ones after 5 s); not timed
+                        if attempt:
+                            raise
+                        STALE_RETRIES[0] += 1
+                totals.append(total)
+                first_bytes.append(first)
 
         await asyncio.gather(*(worker() for _ in range(scenario.concurrency)))
     return first_bytes, totals
+
+
+#: Requests sent again after a stale kept-alive connection (reported with the results).
+STALE_RETRIES = [0]
+
+
+async def _one(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float, float]:
+    """(time to first byte, time to the last byte) of one request."""
+    started = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", path, json=body, headers=headers) as r:
+        async for _ in r.aiter_raw():
+            if first is None:
+                first = time.perf_counter() - started
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}")
+    total = time.perf_counter() - started
+    return (first if first is not None else total), total
 
 
 def _pass_through(
@@ -158,6 +180,7 @@ def _pass_through(
     measured: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in sides}
     for _ in range(rounds):  # alternate, so every side shares the same noise
         for name, (url, headers) in sides.items():
+            print(f"overhead: {scenario.name} @ {scenario.concurrency}: {name}", file=sys.stderr)
             first, total = asyncio.run(_load(url, scenario, headers=headers))
             measured[name][0].extend(first)
             measured[name][1].extend(total)
@@ -197,6 +220,7 @@ def run(rounds: int, scale: float, baseline: Path | None = None) -> dict[str, An
                     "p50": percentile(lat, 50), "p99": percentile(lat, 99), "requests": len(lat)}  # fmt: skip
         results["exact_hits"] = hits
     results["loadavg_end"] = os.getloadavg()
+    results["stale_retries"] = STALE_RETRIES[0]
     return results
 
 
@@ -226,7 +250,8 @@ def markdown(results: dict[str, Any], command: str) -> str:
             "## Gateway overhead (`bench/overhead.py`)",
             "",
             f"Command: `{command}` — {results['machine']}; code {results['code']}; load average "
-            f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end.",
+            f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end; "
+            f"{results.get('stale_retries', 0)} requests sent again after a stale connection.",
             "Fake upstream (tests/fake_upstream.py), `cachegate serve` and this load generator (httpx) run",
             "as three processes on the same 2 cores; latencies are full responses (streams: until",
             "`[DONE]` or `response.completed`), in ms. At concurrency 1 the upstream answers at once (pure overhead); at 50 it",
