@@ -212,7 +212,10 @@ class Adapter(Wire, Protocol):
         """Whether ``answer`` is complete and successful (only such answers are stored)."""
         ...
 
-    def fold(self, request: GatewayRequest) -> Fold: ...
+    def fold(self, request: GatewayRequest, *, cached: bool) -> Fold:
+        """A fold for one stream; ``cached``: its answer goes to the response cache (else a
+        fold whose adapter keeps nothing else may skip assembling it: ``result`` None)."""
+        ...
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         """A stored answer as a new response (a fresh id and creation time)."""

@@ -45,8 +45,8 @@ class ChoicesAdapter:
             return False
         return all(self._finished(c) for c in choices)
 
-    def fold(self, request: GatewayRequest) -> ChunkFold:
-        return ChunkFold(self.kind, request.include_usage)
+    def fold(self, request: GatewayRequest, *, cached: bool) -> ChunkFold:
+        return ChunkFold(self.kind, request.include_usage, assemble=cached)
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         rid, created = fresh_identity(self.kind)
@@ -88,17 +88,18 @@ class ChunkFold:
     with it; this fold drops that chunk for a client that did not ask for it.
     """
 
-    def __init__(self, kind: str, include_usage: bool) -> None:
-        self._assembler = Assembler(kind)
+    def __init__(self, kind: str, include_usage: bool, *, assemble: bool = True) -> None:
+        self._assembler = Assembler(kind) if assemble else None  # (a pass-through: none)
         self._include_usage = include_usage
 
     def add(self, chunk: dict[str, Any]) -> bool:
-        self._assembler.add(chunk)
+        if self._assembler is not None:
+            self._assembler.add(chunk)
         usage_only = not chunk.get("choices") and chunk.get("usage") is not None
         return self._include_usage or not usage_only
 
     def result(self) -> dict[str, Any] | None:
-        return self._assembler.result()
+        return self._assembler.result() if self._assembler is not None else None
 
 
 CHAT = ChoicesAdapter("chat")

@@ -295,7 +295,7 @@ class _Relay:
             self._flight = None
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
-        fold = self._adapter.fold(self._request)
+        fold = self._adapter.fold(self._request, cached=self._save is not None)
         pending = b""  # events that arrived together leave together (one write, not several)
         try:
             async for event in self._stream:

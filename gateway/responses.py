@@ -214,8 +214,8 @@ class ResponsesAdapter:
             and isinstance(answer.get("output"), list)
         )
 
-    def fold(self, request: GatewayRequest) -> ResponsesFold:
-        return ResponsesFold()
+    def fold(self, request: GatewayRequest, *, cached: bool) -> ResponsesFold:
+        return ResponsesFold()  # always: a completed response is kept for previous_response_id
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         """A stored Response as a new one: new ids, and this request's own echoed fields
