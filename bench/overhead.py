@@ -1,12 +1,18 @@
 """Gateway overhead: the fake upstream called directly vs through `cachegate serve`.
 
     python -m bench.overhead            # writes bench/results/overhead.json, updates docs/benchmarks.md
+    python -m bench.overhead --baseline ../other-checkout   # also that tree's gateway, side by side
 
 Three processes on 127.0.0.1: the fake upstream (tests/fake_upstream.py), the gateway, and this
 load generator. For each scenario, requests go directly to the upstream and through the gateway
 with the cache bypassed (``cache-control: no-cache, no-store``), in alternating rounds, so both
 sides see the same machine load; then exact-hit latency is measured through HTTP. The load
-generator's own cost is in both sides and cancels out of the "added" column.
+generator's own cost is in both sides and cancels out of the "added" column. Chat Completions
+and the Responses API (``/v1/responses``) are measured the same way, in the same run.
+
+``--baseline TREE`` starts a second gateway from another source tree (``python -m gateway`` run
+there, e.g. a worktree of an earlier commit) and adds it to the rounds: a change's effect on
+the overhead, measured side by side rather than across runs.
 """
 
 from __future__ import annotations
@@ -40,13 +46,15 @@ ROOT = Path(__file__).resolve().parents[1]
 BYPASS = {"cache-control": "no-cache, no-store"}
 PASS_HEADER = ["request", "concurrency", "requests", "direct p50", "gateway p50", "added p50",
                "added TTFB p50", "direct p99", "gateway p99"]  # fmt: skip
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 
 
 @contextlib.contextmanager
-def servers() -> Iterator[tuple[str, str]]:
-    """Start the fake upstream and the gateway; yield their base URLs."""
-    up_port, gw_port = free_port(), free_port()
+def servers(baseline: Path | None = None) -> Iterator[tuple[str, str, str | None]]:
+    """Start the fake upstream, the gateway (and the baseline's); yield their base URLs."""
+    up_port, gw_port, base_port = free_port(), free_port(), free_port()
     up, gw = f"http://127.0.0.1:{up_port}", f"http://127.0.0.1:{gw_port}"
+    base = f"http://127.0.0.1:{base_port}" if baseline is not None else None
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yaml"
         config.write_text(
@@ -56,11 +64,23 @@ def servers() -> Iterator[tuple[str, str]]:
             "models:\n"
             f"  fake-model: {{backend: openai, base_url: '{up}/v1', api_key: sk}}\n"
         )
-        with running([
+        processes = [
             ([sys.executable, "-m", "tests.fake_upstream", "--port", str(up_port)], f"{up}/_stats"),
             ([CACHEGATE, "serve", "--config", str(config), "--port", str(gw_port)], f"{gw}/readyz"),
-        ], stop_timeout=20):  # fmt: skip
-            yield up, gw
+        ]  # fmt: skip
+        if baseline is not None:
+            # `python -m gateway` from the baseline's directory imports that tree's code
+            launcher = (
+                f"import os, runpy, sys; os.chdir({str(baseline)!r}); sys.path.insert(0, '');"
+                " runpy.run_module('gateway', run_name='__main__')"
+            )
+            base_config = Path(tmp) / "baseline.yaml"  # (its own data_dir: one process each)
+            base_config.write_text(config.read_text().replace(f"{tmp}/data", f"{tmp}/baseline"))
+            argv = [sys.executable, "-c", launcher, "serve", "--config", str(base_config),
+                    "--port", str(base_port)]  # fmt: skip
+            processes.append((argv, f"{base}/readyz"))
+        with running(processes, stop_timeout=20):
+            yield up, gw, base
 
 
 @dataclass(frozen=True)
@@ -71,6 +91,7 @@ class Scenario:
     requests: int
     #: What the fake upstream is asked to simulate (model latency), sent as the body's "fake".
     fake: dict[str, Any]
+    api: str = "chat"  # "chat" (/v1/chat/completions) or "responses" (/v1/responses)
 
 
 def scenarios(scale: float) -> list[Scenario]:
@@ -83,6 +104,8 @@ def scenarios(scale: float) -> list[Scenario]:
     return [
         Scenario("json", False, 1, n1, {}),
         Scenario("stream", True, 1, n1, {}),
+        Scenario("responses json", False, 1, n1, {}, "responses"),
+        Scenario("responses stream", True, 1, n1, {}, "responses"),
         Scenario("json, 0.5 s model", False, 50, n50, slow_json),
         Scenario("stream, 0.5 s model", True, 50, n50, slow_stream),
     ]
@@ -103,51 +126,88 @@ async def _load(
         async def worker() -> None:
             for i in counter:
                 text = f"benchmark question {i if vary else 0}"
-                body: dict[str, Any] = {"model": "fake-model", "messages": [{"role": "user", "content": text}],
-                                        "stream": scenario.stream}  # fmt: skip
+                body: dict[str, Any] = {"model": "fake-model", "stream": scenario.stream}
+                if scenario.api == "responses":
+                    body["input"] = text
+                else:
+                    body["messages"] = [{"role": "user", "content": text}]
                 if scenario.fake:
                     body["fake"] = scenario.fake
-                started = time.perf_counter()
-                first: float | None = None
-                async with client.stream(
-                    "POST", "/v1/chat/completions", json=body, headers=headers
-                ) as r:
-                    async for _ in r.aiter_raw():
-                        if first is None:
-                            first = time.perf_counter() - started
-                    if r.status_code != 200:
-                        raise RuntimeError(f"HTTP {r.status_code}")
-                totals.append(time.perf_counter() - started)
-                first_bytes.append(first if first is not None else totals[-1])
+                for attempt in range(2):
+                    try:
+                        first, total = await _one(client, PATHS[scenario.api], body, headers)
+                        break
+                    except (httpx.ReadError, httpx.RemoteProtocolError):
+                        # NOTE: a kept-alive connection the server closed while this process
+                        # was starved of CPU (uvicorn closes idle ones after 5 s); not timed
+                        if attempt:
+                            raise
+                        STALE_RETRIES[0] += 1
+                totals.append(total)
+                first_bytes.append(first)
 
         await asyncio.gather(*(worker() for _ in range(scenario.concurrency)))
     return first_bytes, totals
+
+
+#: Requests sent again after a stale kept-alive connection (reported with the results).
+STALE_RETRIES = [0]
+
+
+async def _one(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> tuple[float, float]:
+    """(time to first byte, time to the last byte) of one request."""
+    started = time.perf_counter()
+    first: float | None = None
+    async with client.stream("POST", path, json=body, headers=headers) as r:
+        async for _ in r.aiter_raw():
+            if first is None:
+                first = time.perf_counter() - started
+        if r.status_code != 200:
+            raise RuntimeError(f"HTTP {r.status_code}")
+    total = time.perf_counter() - started
+    return (first if first is not None else total), total
+
+
+def _pass_through(
+    scenario: Scenario, rounds: int, upstream: str, gateway: str, baseline: str | None
+) -> dict[str, Any]:
+    """Direct, through the gateway (and the baseline's), in alternating rounds."""
+    sides = {"direct": (upstream, {}), "gateway": (gateway, BYPASS)}
+    if baseline is not None and scenario.api == "chat":
+        sides["baseline"] = (baseline, BYPASS)
+    measured: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in sides}
+    for _ in range(rounds):  # alternate, so every side shares the same noise
+        for name, (url, headers) in sides.items():
+            print(f"overhead: {scenario.name} @ {scenario.concurrency}: {name}", file=sys.stderr)
+            first, total = asyncio.run(_load(url, scenario, headers=headers))
+            measured[name][0].extend(first)
+            measured[name][1].extend(total)
+    row: dict[str, Any] = {"name": scenario.name, "concurrency": scenario.concurrency,
+                           "requests": len(measured["direct"][1])}  # fmt: skip
+    for name, (first, total) in measured.items():
+        row |= {f"{name}_p50": percentile(total, 50), f"{name}_p99": percentile(total, 99),
+                f"{name}_ttfb_p50": percentile(first, 50)}  # fmt: skip
+    return row
 
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
 
-def run(rounds: int, scale: float) -> dict[str, Any]:
+def run(rounds: int, scale: float, baseline: Path | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {**run_header(), "scenarios": []}
-    with servers() as (upstream, gateway):
+    with servers(baseline) as (upstream, gateway, base_gateway):
         warm = Scenario("warm-up", False, 4, 200, {})
         asyncio.run(_load(upstream, warm, headers={}))
-        asyncio.run(_load(gateway, warm, headers=BYPASS))
+        for url in (gateway, base_gateway):
+            if url is not None:
+                asyncio.run(_load(url, warm, headers=BYPASS))
         for scenario in scenarios(scale):
-            direct: tuple[list[float], list[float]] = ([], [])
-            through: tuple[list[float], list[float]] = ([], [])
-            for _ in range(rounds):  # alternate, so both sides share the same noise
-                for side, base, headers in ((direct, upstream, {}), (through, gateway, BYPASS)):
-                    first, total = asyncio.run(_load(base, scenario, headers=headers))
-                    side[0].extend(first)
-                    side[1].extend(total)
-            results["scenarios"].append({
-                "name": scenario.name, "concurrency": scenario.concurrency, "requests": len(direct[1]),
-                "direct_p50": percentile(direct[1], 50), "direct_p99": percentile(direct[1], 99),
-                "gateway_p50": percentile(through[1], 50), "gateway_p99": percentile(through[1], 99),
-                "direct_ttfb_p50": percentile(direct[0], 50), "gateway_ttfb_p50": percentile(through[0], 50),
-            })  # fmt: skip
+            results["scenarios"].append(
+                _pass_through(scenario, rounds, upstream, gateway, base_gateway)
+            )
         # exact hits: one stored answer asked again and again
         hit = Scenario("hit", False, 1, 1, {})
         asyncio.run(_load(gateway, hit, headers={}, vary=False))
@@ -160,6 +220,7 @@ def run(rounds: int, scale: float) -> dict[str, Any]:
                     "p50": percentile(lat, 50), "p99": percentile(lat, 99), "requests": len(lat)}  # fmt: skip
         results["exact_hits"] = hits
     results["loadavg_end"] = os.getloadavg()
+    results["stale_retries"] = STALE_RETRIES[0]
     return results
 
 
@@ -170,6 +231,18 @@ def markdown(results: dict[str, Any], command: str) -> str:
         added_ttfb = s["gateway_ttfb_p50"] - s["direct_ttfb_p50"]
         rows.append([s["name"], s["concurrency"], s["requests"], _ms(s["direct_p50"]), _ms(s["gateway_p50"]),
                      f"**{_ms(added)}**", f"{_ms(added_ttfb)}", _ms(s["direct_p99"]), _ms(s["gateway_p99"])])  # fmt: skip
+    base_rows = [[s["name"], s["concurrency"], _ms(s["baseline_p50"] - s["direct_p50"]),
+                  f"**{_ms(s['gateway_p50'] - s['direct_p50'])}**",
+                  _ms(s["baseline_p99"]), _ms(s["gateway_p99"])]
+                 for s in results["scenarios"] if "baseline_p50" in s]  # fmt: skip
+    compared = [
+        "",
+        f"The same rounds through a gateway of `{results.get('baseline')}` (baseline) and of",
+        "this code, side by side (chat completions; added = gateway p50 − direct p50):",
+        "",
+        table(["request", "concurrency", "baseline added p50", "this code added p50",
+               "baseline p99", "this code p99"], base_rows),
+    ] if base_rows else []  # fmt: skip
     hit_rows = [[k.split("@")[0], k.split("@")[1], v["requests"], f"**{_ms(v['p50'])}**", _ms(v["p99"])]
                 for k, v in results["exact_hits"].items()]  # fmt: skip
     return "\n".join(
@@ -177,16 +250,18 @@ def markdown(results: dict[str, Any], command: str) -> str:
             "## Gateway overhead (`bench/overhead.py`)",
             "",
             f"Command: `{command}` — {results['machine']}; code {results['code']}; load average "
-            f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end.",
+            f"{results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end; "
+            f"{results.get('stale_retries', 0)} requests sent again after a stale connection.",
             "Fake upstream (tests/fake_upstream.py), `cachegate serve` and this load generator (httpx) run",
             "as three processes on the same 2 cores; latencies are full responses (streams: until",
-            "`[DONE]`), in ms. At concurrency 1 the upstream answers at once (pure overhead); at 50 it",
+            "`[DONE]` or `response.completed`), in ms. At concurrency 1 the upstream answers at once (pure overhead); at 50 it",
             "takes ~0.5 s, as a model does (streams: 16 chunks 30 ms apart).",
             "",
             "Pass-through with the cache bypassed (`cache-control: no-cache, no-store`), direct vs",
             "through the gateway, in alternating rounds. Target: added p50 ≤ 2 ms.",
             "",
             table(PASS_HEADER, rows),
+            *compared,
             "",
             "Exact cache hits through HTTP (the upstream is not called). Target: p50 ≤ 2 ms. At 50 in",
             "flight the load generator itself saturates a core: those rows measure queueing on 2 cores.",
@@ -196,13 +271,25 @@ def markdown(results: dict[str, Any], command: str) -> str:
     )
 
 
+def _describe(tree: Path) -> str:
+    """The baseline tree's commit (short hash and subject) when it is a git checkout."""
+    import subprocess
+
+    done = subprocess.run(["git", "-C", str(tree), "log", "-1", "--format=%h %s"],
+                          capture_output=True, text=True)  # fmt: skip
+    return done.stdout.strip() or str(tree)
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    parser.add_argument("--baseline", type=Path, help="also a gateway from this source tree")
     args = parser.parse_args(argv)
-    results = run(args.rounds, args.scale)
+    results = run(args.rounds, args.scale, args.baseline)
+    if args.baseline is not None:
+        results["baseline"] = _describe(args.baseline)
     return publish(
         "overhead", results, markdown(results, command("overhead", argv)), not args.no_doc
     )

@@ -1,7 +1,7 @@
 """HTTP routes of the data port: the OpenAI-compatible API and health checks.
 
 Each API route is an adapter (its wire format ↔ the canonical request and answer) handed to
-one serving function, ``_serve``: authenticate, read the body, parse it, walk the tiers (the
+one serving function, ``serve``: authenticate, read the body, parse it, walk the tiers (the
 pipeline, or the embeddings walk), and send the reply as JSON or as an SSE stream.
 Disconnects and shutdown are handled in connections.py.
 """
@@ -14,19 +14,22 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .canonical import GatewayRequest, Reply, Wire
+from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
 from .errors import APIError
 from .observe import Seen, observe, request_id
-from .pipeline import Pipeline
+from .pipeline import Pipeline, Watch
+from .requests import request_tenant
+from .responses import input_items_page
 from .runtime import Runtime
+from .stored import StoredResponse
 from .tracing import RequestTrace
 
 __all__ = ["Walk", "error_response", "routes", "serve"]
@@ -34,23 +37,66 @@ __all__ = ["Walk", "error_response", "routes", "serve"]
 _encode = msgspec.json.encode
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
-#: A tier walk: the pipeline's (``Pipeline.handle``) or one of its own (embeddings).
-Walk = Callable[..., Awaitable[Reply]]
+#: A tier walk: the pipeline's for an adapter (``through``), or one of its own (embeddings).
+Walk = Callable[[Pipeline, GatewayRequest, str | None, Watch[Any]], Awaitable[Reply]]
+
+
+def through(adapter: Adapter) -> Walk:
+    """The pipeline's tier walk for the requests of ``adapter`` (mypy checks it is one)."""
+
+    async def walk(
+        pipeline: Pipeline, request: GatewayRequest, auth: str | None, watch: Watch[Any]
+    ) -> Reply:
+        return await pipeline.handle(request, adapter, auth=auth, watch=watch)
+
+    return walk
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await serve(request, CHAT, "/v1/chat/completions")
+    return await serve(request, CHAT, "/v1/chat/completions", through(CHAT))
 
 
 @post("/v1/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await serve(request, COMPLETION, "/v1/completions")
+    return await serve(request, COMPLETION, "/v1/completions", through(COMPLETION))
 
 
 @post("/v1/embeddings", status_code=200)
 async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await serve(request, EMBEDDINGS, "/v1/embeddings", walk=embed)
+    return await serve(request, EMBEDDINGS, "/v1/embeddings", embed)
+
+
+@post("/v1/responses", status_code=200)
+async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
+    responses = _runtime(request).responses
+    return await serve(request, responses, "/v1/responses", through(responses))
+
+
+@get("/v1/responses/{response_id:str}")
+async def get_response(
+    request: Request[Any, Any, Any], response_id: FromPath[str]
+) -> Response[Any]:
+    return _on_stored(request, response_id, lambda stored: stored.response)
+
+
+@get("/v1/responses/{response_id:str}/input_items")
+async def list_input_items(
+    request: Request[Any, Any, Any], response_id: FromPath[str]
+) -> Response[Any]:
+    query = request.query_params
+    return _on_stored(request, response_id, lambda s: input_items_page(s.input_items, query))
+
+
+@delete("/v1/responses/{response_id:str}", status_code=200)
+async def delete_response(
+    request: Request[Any, Any, Any], response_id: FromPath[str]
+) -> Response[Any]:
+    def forget(stored: StoredResponse) -> dict[str, Any]:
+        _runtime(request).responses.store.delete(stored.owner, stored.id)
+        return {"id": stored.id, "object": "response", "deleted": True}
+
+    return _on_stored(request, response_id, forget)
 
 
 @get("/v1/models")
@@ -94,7 +140,19 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     return _json({"status": status, **state}, 200 if state["ready"] else 503)
 
 
-routes = [chat_completions, completions, embeddings, list_models, get_model, healthz, readyz]
+routes = [
+    chat_completions,
+    completions,
+    embeddings,
+    create_response,
+    get_response,
+    list_input_items,
+    delete_response,
+    list_models,
+    get_model,
+    healthz,
+    readyz,
+]
 
 
 def error_response(exc: APIError, cache: str = "bypass", wire: Wire = CHAT) -> Response[Any]:
@@ -107,7 +165,7 @@ def error_response(exc: APIError, cache: str = "bypass", wire: Wire = CHAT) -> R
 
 
 async def serve(
-    request: Request[Any, Any, Any], wire: Wire, route: str, walk: Walk = Pipeline.handle
+    request: Request[Any, Any, Any], wire: Wire, route: str, walk: Walk
 ) -> Response[Any]:
     """Answer one API request: ``wire`` parses it and writes its errors, ``walk`` answers it."""
     runtime = _runtime(request)
@@ -117,13 +175,8 @@ async def serve(
         seen.known(runtime, parsed)
         trace = seen.trace.active() if seen.trace else contextlib.nullcontext()
         with runtime.connections.abortable(), trace:
-            reply = await walk(
-                runtime.pipeline,
-                parsed,
-                wire,
-                auth=request.headers.get("authorization"),
-                watch=runtime.connections.guard(request),
-            )
+            auth = request.headers.get("authorization")
+            reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
     except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
         error = exc if isinstance(exc, APIError) else _from_http(exc)
         _record(runtime, route, seen.model, "bypass", error.status, seen.started)
@@ -233,6 +286,31 @@ async def _then(events: AsyncIterator[bytes], done: Callable[[], None]) -> Async
         if isinstance(events, AsyncGenerator):  # (Connections.send is one: it closes the stream)
             await events.aclose()
         done()
+
+
+def _on_stored(
+    request: Request[Any, Any, Any],
+    response_id: str,
+    answer: Callable[[StoredResponse], dict[str, Any]],
+) -> Response[Any]:
+    """``answer`` about the caller's own stored response, as JSON (or the error)."""
+    try:
+        return _json(answer(_stored_response(request, response_id)))
+    except APIError as exc:
+        return error_response(exc)
+
+
+def _stored_response(request: Request[Any, Any, Any], response_id: str) -> StoredResponse:
+    """The caller's own stored response; 404 for an unknown id and for another's alike."""
+    runtime = _runtime(request)
+    tenant = request_tenant(
+        runtime.authenticate(request.headers.get("authorization")), request.headers
+    )
+    responses = runtime.responses
+    stored = responses.store.get(responses.owner(tenant, request.headers), response_id)
+    if stored is None:
+        raise APIError(404, f"Response with id '{response_id}' not found.")
+    return stored
 
 
 def _record(

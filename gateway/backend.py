@@ -34,8 +34,9 @@ class Backend(Protocol):
     #: The client's own Authorization goes upstream (no key configured, no gateway keys): the
     #: upstream decides who may see an answer, so the cache must be partitioned by that key.
     forwards_client_auth: bool
-    #: ``POST /v1/embeddings`` can be sent to it.
-    serves_embeddings: bool
+    #: The APIs (``GatewayRequest.kind``) it speaks. Another API is served through the
+    #: adapter's chat ``Bridge`` when it has one and the backend speaks ``chat``.
+    apis: frozenset[str]
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer: ...
 

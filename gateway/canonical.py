@@ -31,6 +31,7 @@ __all__ = [
     "Adapter",
     "Answer",
     "BackendStream",
+    "Bridge",
     "ByteStream",
     "CacheControl",
     "CacheState",
@@ -78,9 +79,17 @@ class GatewayRequest:
     #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()
-    #: The request in Chat Completions form, for backends that speak only that (the local
-    #: model); None when ``body`` is that form already (or the API has none).
-    chat: dict[str, Any] | None = None
+    #: The whole conversation in the API's own item form, earlier turns resolved (the
+    #: Responses API's ``previous_response_id``; earlier turns only an upstream holds are a
+    #: reference item); None where the body holds all there is (chat).
+    turns: tuple[dict[str, Any], ...] | None = None
+    #: How many of ``turns`` came from earlier responses (the rest are this request's input).
+    earlier: int = 0
+    #: The earlier response this request continues, as the client named it (the Responses
+    #: API's ``previous_response_id``; the forwarded body may carry its turns instead).
+    previous: str | None = None
+    #: Who may read what this request leaves behind (a stored response): see the adapter.
+    owner: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +178,13 @@ class Fold(Protocol):
         """The complete answer, or None when the stream did not complete it."""
         ...
 
+    def usage(self) -> dict[str, Any] | None:
+        """The usage the stream reported, complete or not (the ledger counts it either way).
+
+        NOTE: kept even by a fold that does not assemble its answer (``cached=False``).
+        """
+        ...
+
 
 class Wire(Protocol):
     """One wire format (API) at the HTTP edge: its requests and its errors."""
@@ -185,6 +201,17 @@ class Wire(Protocol):
         ...
 
 
+class Bridge(Protocol):
+    """Serves an API through a backend that speaks only Chat Completions (the local model):
+    the request in chat form, the chat answer or stream rendered back into the API's."""
+
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest: ...
+
+    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer: ...
+
+    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream: ...
+
+
 class Adapter(Wire, Protocol):
     """A wire format whose answers go through the tier walk: judge and render its answers.
 
@@ -199,7 +226,10 @@ class Adapter(Wire, Protocol):
         """Whether ``answer`` is complete and successful (only such answers are stored)."""
         ...
 
-    def fold(self, request: GatewayRequest) -> Fold: ...
+    def fold(self, request: GatewayRequest, *, cached: bool) -> Fold:
+        """A fold for one stream; ``cached``: its answer goes to the response cache (else a
+        fold whose adapter keeps nothing else may skip assembling it: ``result`` None)."""
+        ...
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         """A stored answer as a new response (a fresh id and creation time)."""
@@ -211,4 +241,14 @@ class Adapter(Wire, Protocol):
 
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         """Output tokens a cache hit of ``stored`` avoided generating."""
+        ...
+
+    @property
+    def bridge(self) -> Bridge | None:
+        """How a chat-only backend serves this API (None: only backends that speak it)."""
+        ...
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        """An answer reached the client (fresh, ``upstream``: from a backend that speaks the
+        API itself; or from the cache): e.g. keep it for a later ``previous_response_id``."""
         ...

@@ -45,8 +45,8 @@ class ChoicesAdapter:
             return False
         return all(self._finished(c) for c in choices)
 
-    def fold(self, request: GatewayRequest) -> ChunkFold:
-        return ChunkFold(self.kind, request.include_usage)
+    def fold(self, request: GatewayRequest, *, cached: bool) -> ChunkFold:
+        return ChunkFold(self.kind, request.include_usage, assemble=cached)
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         rid, created = fresh_identity(self.kind)
@@ -58,6 +58,13 @@ class ChoicesAdapter:
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         usage = stored.get("usage") or {}
         return int(usage.get("completion_tokens") or 0)
+
+    @property
+    def bridge(self) -> None:
+        return None  # it is the chat form itself
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        pass  # nothing is kept beyond the response cache
 
     def error_json(self, error: APIError) -> bytes:
         return error.json()
@@ -81,17 +88,24 @@ class ChunkFold:
     with it; this fold drops that chunk for a client that did not ask for it.
     """
 
-    def __init__(self, kind: str, include_usage: bool) -> None:
-        self._assembler = Assembler(kind)
+    def __init__(self, kind: str, include_usage: bool, *, assemble: bool = True) -> None:
+        self._assembler = Assembler(kind) if assemble else None  # (a pass-through: none)
         self._include_usage = include_usage
+        self._usage: dict[str, Any] | None = None
 
     def add(self, chunk: dict[str, Any]) -> bool:
-        self._assembler.add(chunk)
+        if self._assembler is not None:
+            self._assembler.add(chunk)
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
         usage_only = not chunk.get("choices") and chunk.get("usage") is not None
         return self._include_usage or not usage_only
 
     def result(self) -> dict[str, Any] | None:
-        return self._assembler.result()
+        return self._assembler.result() if self._assembler is not None else None
+
+    def usage(self) -> dict[str, Any] | None:
+        return self._usage
 
 
 CHAT = ChoicesAdapter("chat")

@@ -202,6 +202,12 @@ class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
     #: A Retry-After longer than this is not waited for: the error goes back to the client.
     max_retry_wait: Annotated[float, msgspec.Meta(ge=0)] = 20.0
     max_connections: PositiveInt = 256
+    #: Send OpenAI's ``prompt_cache_key`` with chat and responses requests that set none: a
+    #: digest of the tenant and the prompt's stable prefix (system/developer messages or
+    #: instructions, and tools), so the provider routes one tenant's requests that share a
+    #: prefix to the same prompt cache, and never mixes tenants. Off for upstreams that
+    #: reject unknown fields.
+    prompt_cache_key: bool = False
     #: Semantic threshold for this model (overrides cache.semantic.threshold).
     semantic_threshold: Fraction | None = None
 

@@ -62,14 +62,12 @@ EMBEDDINGS: Wire = EmbeddingsWire()
 async def embed(
     pipeline: Pipeline,
     request: GatewayRequest,
-    wire: Wire,
-    *,
     auth: str | None = None,
     watch: Watch[Any] | None = None,
 ) -> Reply:
     """Answer an embeddings request: cached inputs from the cache, the others upstream."""
     backend, request = pipeline.route(request, auth)
-    if not backend.serves_embeddings:
+    if "embedding" not in backend.apis:
         raise APIError(
             400,
             f"The model `{request.model}` does not serve embeddings.",

@@ -55,7 +55,7 @@ class LocalBackend:
     """A ``local`` model: loads in the background; ``ready()`` turns true once it has."""
 
     forwards_client_auth = False
-    serves_embeddings = False
+    apis = frozenset({"chat", "completion"})  # others through their adapter's chat bridge
 
     def __init__(self, name: str, config: LocalModelConfig, engine_config: EngineConfig) -> None:
         self.name = name

@@ -28,7 +28,16 @@ from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey
 
 from .backend import Backend, BackendStream
-from .canonical import Adapter, CacheState, GatewayRequest, Reply, StreamOutcome
+from .canonical import (
+    Adapter,
+    Answer,
+    Bridge,
+    CacheState,
+    Fold,
+    GatewayRequest,
+    Reply,
+    StreamOutcome,
+)
 from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
@@ -93,6 +102,7 @@ class Pipeline:
     ) -> Reply:
         """Answer ``request``; ``watch`` wraps every wait (e.g. cancel on disconnect)."""
         backend, request = self.route(request, auth)
+        bridge = _bridge(backend, adapter, request)
         looked = await self._look_up(request, adapter)
         if looked.hit is not None:
             assert looked.key is not None
@@ -109,15 +119,17 @@ class Pipeline:
         try:
             if request.stream:
                 with tier("model", **{"gen_ai.request.model": request.model, "stream": True}):
-                    stream = await _watched(backend.open_stream(request, auth), watch)
+                    stream = await _open(backend, bridge, request, auth, watch)
                 # the relay owns the flight from here: it lands it when it ends or is closed
-                relay, flight = _Relay(self, request, adapter, stream, looked.save, flight), None
+                relay = _Relay(self, request, adapter, stream, looked.save, flight, bridge is None)
+                flight = None
                 headers = _keyed(stream.headers, looked.key)
                 return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
             with tier("model", **{"gen_ai.request.model": request.model}):
-                answer = await _watched(backend.complete(request, auth), watch)
+                answer = await _complete(backend, bridge, request, auth, watch)
             if looked.save is not None and adapter.complete(request, answer.body):
                 await self.store(request, looked.save, answer.body)
+            adapter.delivered(request, answer.body, upstream=bridge is None)
             headers = _keyed(answer.headers, looked.key)
             return Reply(looked.state, headers, body=answer.body, **seen)
         finally:
@@ -234,10 +246,12 @@ class Pipeline:
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
         saved = adapter.saved_tokens(stored)
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
+        answer = adapter.fresh(request, stored)  # a new response: new id, this request's echoes
+        adapter.delivered(request, answer, upstream=False)
         seen: dict[str, Any] = {"saved_tokens": saved, "lookup": found, "key": key}
         if request.stream:
-            return Reply(kind, headers, stream=_Replayed(adapter.replay(request, stored)), **seen)
-        return Reply(kind, headers, body=adapter.fresh(request, stored), **seen)
+            return Reply(kind, headers, stream=_Replayed(adapter.replay(request, answer)), **seen)
+        return Reply(kind, headers, body=answer, **seen)
 
 
 class _Relay:
@@ -257,7 +271,9 @@ class _Relay:
         stream: BackendStream,
         save: Save | None,
         flight: Flight | None,
+        native: bool,
     ) -> None:
+        self._native = native  # the backend spoke the API itself (no chat bridge)
         self._pipeline = pipeline
         self._request = request
         self._adapter = adapter
@@ -295,7 +311,7 @@ class _Relay:
             self._flight = None
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
-        fold = self._adapter.fold(self._request)
+        fold = self._adapter.fold(self._request, cached=self._save is not None)
         pending = b""  # events that arrived together leave together (one write, not several)
         try:
             async for event in self._stream:
@@ -331,16 +347,16 @@ class _Relay:
             self._land()
             await self._close_stream()
 
-    async def _store(self, fold: Any, last: dict[str, Any] | None) -> None:
+    async def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
+        self.outcome.usage = fold.usage()  # (the ledger counts it, stored or not)
         result = fold.result()
-        if result is not None:  # (its usage feeds the ledger, stored or not)
-            self.outcome.usage = result.get("usage")
-        if self._save is None:
+        if result is None or not self._adapter.complete(self._request, result):
             return
-        if result is not None and self._adapter.complete(self._request, result):
+        if self._save is not None:
             await self._pipeline.store(self._request, self._save, result)
+        self._adapter.delivered(self._request, result, upstream=self._native)
 
     def _failed(self, error: APIError) -> bytes:
         # a metrics label: only the gateway's own short snake_case codes
@@ -377,6 +393,47 @@ def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str]
     """One tenant per client key and organization/project: what the upstream bills and allows."""
     seen = "\n".join([authorization or "", *(f"{h}: {v}" for h, v in account)])
     return f"client-key:{hashlib.sha256(seen.encode()).hexdigest()[:32]}"
+
+
+def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:
+    """None when the backend speaks the request's API; else the adapter's chat bridge."""
+    if request.kind in backend.apis:
+        return None
+    bridge = adapter.bridge
+    if bridge is None or "chat" not in backend.apis:
+        raise APIError(
+            400,
+            f"The model `{request.model}` does not serve the {request.kind} API.",
+            param="model",
+            code="unsupported_model",
+        )
+    return bridge
+
+
+async def _complete(
+    backend: Backend,
+    bridge: Bridge | None,
+    request: GatewayRequest,
+    auth: str | None,
+    watch: Watch[Any] | None,
+) -> Answer:
+    if bridge is None:
+        return await _watched(backend.complete(request, auth), watch)
+    answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
+    return bridge.from_chat(request, answer)
+
+
+async def _open(
+    backend: Backend,
+    bridge: Bridge | None,
+    request: GatewayRequest,
+    auth: str | None,
+    watch: Watch[Any] | None,
+) -> BackendStream:
+    if bridge is None:
+        return await _watched(backend.open_stream(request, auth), watch)
+    stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
+    return bridge.from_chat_stream(request, stream)
 
 
 async def _watched(call: Awaitable[T], watch: Watch[Any] | None) -> T:

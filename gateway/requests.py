@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -32,7 +32,9 @@ __all__ = [
     "parse_cache_control",
     "parse_request",
     "partitioned",
+    "request_tenant",
     "tenant_partition",
+    "validated",
 ]
 
 #: How many cachegate gateways a request has already passed through; each upstream call sends
@@ -41,6 +43,8 @@ __all__ = [
 HOPS_HEADER = "x-cachegate-hops"
 #: A request that arrives having passed this many gateways is refused with ``508``.
 MAX_HOPS = 8
+T = TypeVar("T")
+
 #: Objects and arrays nested deeper than this in a request body get ``400`` (a real request
 #: nests a few levels: tools' JSON schemas perhaps a dozen).
 MAX_NESTING = 64
@@ -124,6 +128,12 @@ def partitioned(tenant: str, partition: str) -> str:
     return f"{tenant}\x1f{partition}" if partition else tenant
 
 
+def request_tenant(tenant: str, headers: Mapping[str, str]) -> str:
+    """The tenant a request's caches use: the authenticated one, with the front gateway's
+    partition (``x-cachegate-partition``) when it sent one."""
+    return partitioned(tenant, _partition(headers.get(PARTITION_HEADER)))
+
+
 def tenant_partition(tenant: str, secret: str | None = None) -> str:
     """What a gateway sends upstream as ``x-cachegate-partition``: tenant names stay private.
 
@@ -156,11 +166,7 @@ def parse_request(
         return gateway_request(kind, body, headers, tenant, extension)
     extension = body.pop("cache", None)
     spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
-    try:
-        parsed = msgspec.convert(body, spec, strict=True)
-    except msgspec.ValidationError as exc:
-        param, message = _explain(exc)
-        raise APIError(400, message, param=param, code="invalid_value") from None
+    parsed = validated(body, spec)
     if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
         raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
     if isinstance(parsed, _ChatBody):
@@ -180,7 +186,6 @@ def gateway_request(
     *,
     stream: bool = False,
     usage: bool = False,
-    chat: dict[str, Any] | None = None,
 ) -> GatewayRequest:
     """The canonical request of a validated ``body`` (its ``model`` a string, its ``cache``
     extension removed and passed as ``extension``): what every adapter's ``parse`` returns.
@@ -200,8 +205,17 @@ def gateway_request(
         hops=_hops(headers.get(HOPS_HEADER)),
         partition=partition,
         account=tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h)),
-        chat=chat,
     )
+
+
+def validated(body: dict[str, Any], spec: type[T]) -> T:
+    """``body`` checked against ``spec`` (a msgspec Struct of the fields cachegate reasons
+    about); a 400 naming the offending ``param`` otherwise."""
+    try:
+        return msgspec.convert(body, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        param, message = _explain(exc)
+        raise APIError(400, message, param=param, code="invalid_value") from None
 
 
 def decode_body(raw: bytes) -> dict[str, Any]:

@@ -25,6 +25,8 @@ from .history import History
 from .ledger import Ledger
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .responses import ResponsesAdapter
+from .stored import ResponseStore
 from .tracing import Tracing
 from .upstream import ReplicatedBackend, UpstreamBackend
 
@@ -48,6 +50,8 @@ class Runtime:
     metrics: Metrics
     #: Requests being answered and streams being sent (disconnects, watchdog, shutdown).
     connections: Connections
+    #: The Responses API adapter, with the responses this gateway stored.
+    responses: ResponsesAdapter
     started: float = field(default_factory=time.time)
     keys: KeyRing = field(default_factory=lambda: KeyRing({}, None))
     #: The dashboard's history ring and the usage ledger (gateway.observe feeds both).
@@ -83,18 +87,7 @@ class Runtime:
                 "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
             )
 
-        thresholds = {
-            name: m.semantic_threshold
-            for name, m in config.models.items()
-            if m.semantic_threshold is not None
-        }
-        pipeline = Pipeline(
-            backends,
-            cache,
-            context_turns=config.cache.semantic.context_turns,
-            semantic_thresholds=thresholds,
-            coalesce=config.cache.coalesce,
-        )
+        pipeline = _pipeline(config, backends, cache)
         metrics.labelled_gauges(
             "cachegate_backend",
             "Model backend",
@@ -105,7 +98,18 @@ class Runtime:
         connections = Connections(config.server.stream_idle_timeout)
         observers = _observers(config, cache, backends, metrics)
         keys = KeyRing.from_config(config)
-        return cls(config, backends, cache, pipeline, metrics, connections, keys=keys, **observers)
+        responses = ResponsesAdapter(ResponseStore(), keyed=bool(config.auth.keys))
+        return cls(
+            config,
+            backends,
+            cache,
+            pipeline,
+            metrics,
+            connections,
+            responses,
+            keys=keys,
+            **observers,
+        )
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -188,6 +192,23 @@ def _history_gauges(cache: ResponseCache | None, backends: dict[str, Backend]) -
     for name, stats in _backend_stats(backends).items():
         out.update({f"{name}\x1f{k}": v for k, v in stats.items() if k.startswith("prefix_")})
     return out
+
+
+def _pipeline(
+    config: Config, backends: dict[str, Backend], cache: ResponseCache | None
+) -> Pipeline:
+    thresholds = {
+        name: m.semantic_threshold
+        for name, m in config.models.items()
+        if m.semantic_threshold is not None
+    }
+    return Pipeline(
+        backends,
+        cache,
+        context_turns=config.cache.semantic.context_turns,
+        semantic_thresholds=thresholds,
+        coalesce=config.cache.coalesce,
+    )
 
 
 def _backends(

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import email.utils
 import functools
+import hashlib
 import logging
 import math
 import random
@@ -29,7 +30,17 @@ from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_part
 from .router import PrefixRouter, prompt_text
 from .sse import EventTooLarge, SSEParser
 
-__all__ = ["ReplicatedBackend", "UpstreamBackend", "UpstreamError", "UpstreamStream"]
+__all__ = [
+    "OPENAI_APIS",
+    "ReplicatedBackend",
+    "UpstreamBackend",
+    "UpstreamError",
+    "UpstreamStream",
+    "prompt_cache_key",
+]
+
+#: What an OpenAI-compatible upstream is sent as is (its own path for each).
+OPENAI_APIS = frozenset({"chat", "completion", "embedding", "responses"})
 
 log = logging.getLogger(__name__)
 _decode = msgspec.json.decode
@@ -53,7 +64,7 @@ class UpstreamBackend:
         self.config = config
         self._forward_client_auth = forward_client_auth
         self.forwards_client_auth = forward_client_auth and not config.api_key
-        self.serves_embeddings = True  # POST /v1/embeddings is forwarded
+        self.apis = OPENAI_APIS
         self._on_retry = on_retry
         t = config.timeout
         limits = httpx.Limits(
@@ -88,7 +99,9 @@ class UpstreamBackend:
             raise APIError(502, f"Upstream for model '{self.name}' sent invalid JSON.") from None
         if not isinstance(body, dict):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
-        if "error" in body and "choices" not in body:  # an error sent with status 200
+        # an error sent with status 200 (a Response object always has "error", null or the
+        # reason it failed: that is an answer, passed on)
+        if "error" in body and "choices" not in body and body.get("object") != "response":
             error = body["error"]
             detail = error.get("message") if isinstance(error, dict) else error
             raise _failure(
@@ -101,7 +114,7 @@ class UpstreamBackend:
         if response.headers.get("content-type", "").startswith("application/json"):
             # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
             raise await _not_a_stream(self.name, response)
-        return UpstreamStream(self.name, response)
+        return UpstreamStream(self.name, response, request.kind)
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "upstream"}
@@ -130,7 +143,9 @@ class UpstreamBackend:
     def _payload(self, request: GatewayRequest, stream: bool) -> bytes:
         body = dict(request.body)
         body["model"] = self.config.upstream_model or request.model
-        if stream:
+        if self.config.prompt_cache_key and request.kind in ("chat", "responses"):
+            body.setdefault("prompt_cache_key", prompt_cache_key(request))
+        if stream and request.kind in ("chat", "completion"):
             # NOTE: usage is always asked for, so an assembled stream can be cached with its
             # usage; the pipeline drops the usage chunk when the client did not ask for it.
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
@@ -246,7 +261,7 @@ class ReplicatedBackend:
         self.forwards_client_auth = (
             bool(client_options.get("forward_client_auth")) and not config.api_key
         )
-        self.serves_embeddings = True
+        self.apis = OPENAI_APIS
         self._on_retry = client_options.get("on_retry")
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
@@ -432,9 +447,10 @@ class _Releasing(httpx.AsyncByteStream):
 class UpstreamStream:
     """Events of an upstream SSE response, as they arrive."""
 
-    def __init__(self, name: str, response: httpx.Response) -> None:
+    def __init__(self, name: str, response: httpx.Response, kind: str = "chat") -> None:
         self._name = name
         self._response = response
+        self._kind = kind
         self.headers = relayed(response.headers)
         self._chunks: AsyncIterator[bytes] | None = None
         self._finished = False  # [DONE] was seen
@@ -446,7 +462,7 @@ class UpstreamStream:
             async for data in self._chunks:
                 events = parser.feed(data)
                 for i, raw in enumerate(events, start=1):
-                    event = _event(self._name, raw, more=i < len(events))
+                    event = _event(self._name, raw, more=i < len(events), kind=self._kind)
                     self._finished = self._finished or event.done
                     yield event
         except httpx.TimeoutException:
@@ -478,12 +494,39 @@ class UpstreamStream:
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-_PATHS = {"chat": "chat/completions", "completion": "completions", "embedding": "embeddings"}
+_PATHS = {
+    "chat": "chat/completions",
+    "completion": "completions",
+    "embedding": "embeddings",
+    "responses": "responses",
+}
+#: Events that end a Responses stream (it sends no ``[DONE]``).
+_RESPONSES_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def _event(name: str, data: bytes, *, more: bool) -> StreamEvent:
+def prompt_cache_key(request: GatewayRequest) -> str:
+    """The ``prompt_cache_key`` of a request that sets none: its tenant and stable prefix.
+
+    NOTE: only what stays the same across a tenant's requests goes in (system and developer
+    messages, instructions, tools): requests that share that prefix share a key, so the
+    provider sends them to the prompt cache that holds it; the tenant keeps tenants apart.
+    """
+    body = request.body
+    messages = body.get("messages") or ()
+    system = [m for m in messages if isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES]
+    prefix = [request.tenant, system, body.get("instructions"), body.get("tools")]
+    return "cg-" + hashlib.sha256(_encode_sorted(prefix)).hexdigest()[:32]
+
+
+_SYSTEM_ROLES = ("system", "developer")
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+def _event(name: str, data: bytes, *, more: bool, kind: str = "chat") -> StreamEvent:
     # an event's data may span lines; each goes out with its own "data:" prefix again
     raw = b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n"
+    if kind == "responses":
+        return _responses_event(name, data, raw, more=more)
     if data == b"[DONE]":
         return StreamEvent(raw, None, done=True)
     try:
@@ -499,6 +542,23 @@ def _event(name: str, data: bytes, *, more: bool) -> StreamEvent:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return StreamEvent(raw, chunk, error=True)  # an OpenAI error event: passed on as is
     return _error_event(name, f"failed mid-stream: {str(error)[:200]}")
+
+
+def _responses_event(name: str, data: bytes, raw: bytes, *, more: bool) -> StreamEvent:
+    """A Responses event: its ``event:`` line again (the parser keeps only data), whether it
+    ends the stream, or is an ``error`` event."""
+    try:
+        chunk = _decode(data)
+    except msgspec.DecodeError:
+        chunk = None
+    if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
+        detail = data[:200].decode("utf-8", "replace")
+        return _error_event(name, f"sent an event that is not a Responses event: {detail!r}")
+    kind = chunk["type"]
+    raw = b"event: " + kind.encode() + b"\n" + raw
+    if kind == "error":
+        return StreamEvent(raw, chunk, error=True)
+    return StreamEvent(raw, chunk, done=kind in _RESPONSES_END, more=more)
 
 
 def _error_event(name: str, what: str) -> StreamEvent:

@@ -73,14 +73,18 @@ def chat_key(
     model: str,
     body: dict[str, Any],
     context_turns: int | None = None,
+    *,
+    api: str = "chat",
 ) -> CacheKey:
     """The key of a chat completion request.
 
     ``context_turns`` limits how many messages before the last user turn belong to the *semantic*
-    scope (None: all). The exact key always covers the whole conversation.
+    scope (None: all). The exact key always covers the whole conversation. ``api`` names the
+    API whose answers the entry holds (another API that maps its turns to ``messages``, e.g.
+    ``"responses"``): part of the scope, so no answer is served across APIs.
     """
     messages: list[dict[str, Any]] = body.get("messages") or []
-    params = _params(tenant, namespace, "chat", model, body)
+    params = _params(tenant, namespace, api, model, body)
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
     semantic = text_only and bool(question.strip())

@@ -29,6 +29,17 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
 
+``POST /v1/responses`` speaks the Responses API as OpenAI's reference describes it: a Response
+object (``store`` defaults to true, and stored responses serve ``previous_response_id`` and
+``GET``/``DELETE /v1/responses/{id}``), or the event stream (``event:`` lines, a
+``sequence_number`` on each event, no ``[DONE]``). Its answer names the conversation it saw::
+
+    "answer #3 to: And in French? [turns=3 instructions=Be brief temperature=None]"
+
+``fake`` options for it: ``status``, ``delay``, ``break_after``, ``error_event`` (a
+``type: error`` event), ``content``, ``chunks``, ``incomplete`` (status ``incomplete``),
+``failed`` (a ``response.failed`` stream / status ``failed``), ``tool_call``.
+
 Run standalone: ``python -m tests.fake_upstream --port 9999``.
 """
 
@@ -59,6 +70,8 @@ class FakeUpstream:
         self.clients: set[tuple[Any, ...]] = set()  # (host, port) of each connection seen
         self._seen: Counter[str] = Counter()
         self._serial = 0
+        #: Stored Responses: id -> (response, the conversation up to and including its output)
+        self.responses: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
 
     def reset(self) -> None:
         self.stats.clear()
@@ -79,12 +92,14 @@ class FakeUpstream:
         if method == "POST" and path == "/_reset":
             self.reset()
             return await _json(send, 200, {"ok": True})
+        if "/responses/" in path and method in ("GET", "DELETE"):
+            return await self._stored(path, method, send)
         if method == "GET" and path.endswith("/models"):
             return await _json(
                 send, 200, {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             )
         if method != "POST" or not path.endswith(
-            ("/chat/completions", "/completions", "/embeddings")
+            ("/chat/completions", "/completions", "/embeddings", "/responses")
         ):
             return await _json(
                 send, 404, {"error": {"message": "no such route", "type": "invalid_request_error"}}
@@ -99,6 +114,7 @@ class FakeUpstream:
         body = _decode(raw)
         kind = "chat" if path.endswith("/chat/completions") else "completions"
         kind = "embeddings" if path.endswith("/embeddings") else kind
+        kind = "responses" if path.endswith("/responses") else kind
         self.stats["requests"] += 1
         self.stats[kind] += 1
         self.clients.add(tuple(scope.get("client") or ()))
@@ -151,6 +167,8 @@ class FakeUpstream:
             )
 
         self._serial += 1
+        if kind == "responses":
+            return await self._respond_responses(body, fake, disconnected, send)
         if kind == "embeddings":
             answer = _embeddings(body, fake)
             if answer is None:
@@ -166,6 +184,69 @@ class FakeUpstream:
         if not body.get("stream"):
             return await _json(send, 200, answer, _answer_headers(answer))
         await self._stream(kind, body, fake, answer, disconnected, send)
+
+    # -- the Responses API -----------------------------------------------------------------
+
+    async def _respond_responses(
+        self, body: dict[str, Any], fake: dict[str, Any], disconnected: asyncio.Event, send: Any
+    ) -> None:
+        conversation = _items(body.get("input"))
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            if previous not in self.responses:
+                error = {"message": f"Previous response with id '{previous}' not found.",
+                         "type": "invalid_request_error", "param": "previous_response_id",
+                         "code": "previous_response_not_found"}  # fmt: skip
+                return await _json(send, 400, {"error": error})
+            conversation = [*self.responses[previous][1], *conversation]
+        response = _response(self._serial, body, conversation, fake)
+        if body.get("store", True):
+            self.responses[response["id"]] = (response, [*conversation, *response["output"]])
+        if not body.get("stream"):
+            return await _json(send, 200, response, _answer_headers(response))
+        self.stats["streams"] += 1
+        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(response).items()]
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
+        events = _response_events(response, fake.get("chunks", 4))
+        for i, event in enumerate(events):
+            if disconnected.is_set():
+                self.stats["streams_cancelled"] += 1
+                return
+            if fake.get("break_after") is not None and i >= fake["break_after"]:
+                self.stats["streams_broken"] += 1
+                raise ConnectionAbortedError("fake upstream cut the stream")
+            if fake.get("error_event") is not None and i >= fake["error_event"]:
+                event = {"type": "error", "code": "server_error", "param": None,
+                         "message": "fake mid-stream failure", "sequence_number": i}  # fmt: skip
+            data = b"event: " + event["type"].encode() + b"\ndata: " + _encode(event) + b"\n\n"
+            last = i == len(events) - 1 or event["type"] == "error"
+            await send({"type": "http.response.body", "body": data, "more_body": not last})
+            if last:
+                self.stats[
+                    "streams_completed" if event["type"] != "error" else "streams_errored"
+                ] += 1
+                return
+
+    async def _stored(self, path: str, method: str, send: Any) -> None:
+        rest = path.split("/responses/", 1)[1]
+        rid, _, tail = rest.partition("/")
+        stored = self.responses.get(rid)
+        if stored is None:
+            error = {"message": f"Response with id '{rid}' not found.",
+                     "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
+            return await _json(send, 404, {"error": error})
+        self.stats["responses_" + method.lower()] += 1
+        if method == "DELETE":
+            del self.responses[rid]
+            return await _json(send, 200, {"id": rid, "object": "response", "deleted": True})
+        if tail == "input_items":
+            return await _json(
+                send,
+                200,
+                {"object": "list", "data": stored[1][: -len(stored[0]["output"]) or None]},
+            )
+        return await _json(send, 200, stored[0])
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -271,6 +352,113 @@ def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | 
     tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)
     return {"object": "list", "data": data, "model": body["model"],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user",
+                 "content": [{"type": "input_text", "text": value}]}]  # fmt: skip
+    return [item if "type" in item else {"type": "message", **item} for item in value or ()]
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content or () if isinstance(p, dict))
+
+
+def _response(
+    serial: int, body: dict[str, Any], conversation: list[dict[str, Any]], fake: dict[str, Any]
+) -> dict[str, Any]:
+    """A Response object as OpenAI answers it (fields from the API reference)."""
+    users = [i for i in conversation if i.get("role") == "user"]
+    question = _item_text(users[-1]) if users else ""
+    text = fake.get("content") or (
+        f"answer #{serial} to: {question} [turns={len(conversation)} "
+        f"instructions={body.get('instructions')} temperature={body.get('temperature')}]"
+    )
+    item: dict[str, Any] = {"type": "message", "id": f"msg_{serial}", "status": "completed",
+        "role": "assistant", "content": [{"type": "output_text", "text": text,
+                                          "annotations": [], "logprobs": []}]}  # fmt: skip
+    if fake.get("tool_call"):
+        item = {"type": "function_call", "id": f"fc_{serial}", "call_id": f"call_{serial}",
+                "name": fake["tool_call"], "arguments": '{"city": "Paris"}',
+                "status": "completed"}  # fmt: skip
+    status = (
+        "failed" if fake.get("failed") else "incomplete" if fake.get("incomplete") else "completed"
+    )
+    words = len(text.split())
+    return {
+        "id": f"resp_{serial}", "object": "response", "created_at": int(time.time()),
+        "status": status,
+        "error": {"code": "server_error", "message": "fake failure"} if status == "failed" else None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"), "model": body["model"],
+        "output": [item], "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": {"effort": None, "summary": None}, "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"), "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0), "truncation": body.get("truncation", "disabled"),
+        "usage": {"input_tokens": 11, "input_tokens_details": {"cached_tokens": 0},
+                  "output_tokens": words, "output_tokens_details": {"reasoning_tokens": 0},
+                  "total_tokens": 11 + words},
+        "user": body.get("user"), "metadata": body.get("metadata") or {},
+    }  # fmt: skip
+
+
+def _response_events(response: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
+    """The event sequence OpenAI streams for ``response``, numbered."""
+    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+    ]
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "function_call":
+            events.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": index,
+                    "item": {**item, "arguments": "", "status": "in_progress"},
+                }
+            )
+            events.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "delta": item["arguments"],
+                }
+            )
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "arguments": item["arguments"],
+                }
+            )
+            events.append({"type": "response.output_item.done", "output_index": index,
+                           "item": item})  # fmt: skip
+            continue
+        part = item["content"][0]
+        ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        events.append({"type": "response.output_item.added", "output_index": index,
+                       "item": {**item, "status": "in_progress", "content": []}})  # fmt: skip
+        events.append({"type": "response.content_part.added", **ids, "part": {**part, "text": ""}})
+        for piece in _split(part["text"], pieces):
+            events.append({"type": "response.output_text.delta", **ids, "delta": piece,
+                           "logprobs": []})  # fmt: skip
+        events.append({"type": "response.output_text.done", **ids, "text": part["text"],
+                       "logprobs": []})  # fmt: skip
+        events.append({"type": "response.content_part.done", **ids, "part": part})
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append({"type": f"response.{response['status']}", "response": response})
+    return [{**e, "sequence_number": n} for n, e in enumerate(events)]
 
 
 def _head(kind: str, answer: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,694 @@
+"""The OpenAI Responses API adapter: ``POST /v1/responses`` and the responses it stored.
+
+A request's ``input`` (a string, or a list of items), ``instructions``, function ``tools``,
+``text.format``, sampling parameters and ``previous_response_id`` map to the canonical
+request; a Response object (JSON) or the Responses event stream is rendered back::
+
+    response.created → response.in_progress → response.output_item.added
+    → response.content_part.added → response.output_text.delta … → response.output_text.done
+    → response.content_part.done → response.output_item.done → response.completed
+
+each event with its ``sequence_number``. Upstreams that speak the API get the body as sent
+(unknown fields untouched); the local model gets the request in Chat Completions form
+(``to_chat``), its answer rendered back here, so its prefix KV cache serves every turn.
+
+``previous_response_id``: when this gateway stored that response (for the same owner), the
+conversation it stands for is resolved here — the cache key sees that conversation, never the
+id — and an upstream that does not know the id (the gateway answered it from the cache or the
+local model) gets the conversation inlined as ``input``. An id the gateway does not hold is
+forwarded upstream as is, and the request is cached under an exact key that includes the id
+(the conversation then starts with a reference turn to it, so a follow-up on a cached answer
+of that chain still continues it upstream).
+
+The API is part of every cache scope (``kind``), so an answer stored through this API is never
+served to a chat request, or the other way round: a Response object is not a chat completion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from semantic.keys import CacheKey, chat_key
+
+from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
+from .errors import APIError, sse_error
+from .requests import decode_body, gateway_request, partitioned, validated
+from .stored import ResponseStore, StoredResponse
+
+__all__ = ["ResponsesAdapter"]
+
+_encode = msgspec.json.Encoder().encode
+#: Events that end a Responses stream; only ``response.completed`` ends it with an answer.
+_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+#: A conversation's first turn when it continues a response only the upstream holds.
+_REFERENCE = "previous_response"
+
+#: Request fields the local model honours or that cannot change its answer; any other field
+#: gets a 400 when the local model serves the request.
+_LOCAL_KNOWN = frozenset(
+    {
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "tool_choice",
+        "text",
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "store",
+        "metadata",
+        "previous_response_id",
+        "stream",
+        "user",
+        "parallel_tool_calls",
+        "truncation",
+        "service_tier",
+        "prompt_cache_key",
+        "safety_identifier",
+        "stream_options",
+        "include",
+        "reasoning",
+        "top_k",
+        "seed",
+    }
+)
+
+
+class _Body(msgspec.Struct):
+    """The fields cachegate reasons about; any other field passes through untouched."""
+
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
+    max_output_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    previous_response_id: str | None = None
+    stream: bool | None = None
+
+
+class ResponsesAdapter:
+    """``/v1/responses``: parse, key, judge, fold, render; and the store of its responses.
+
+    ``keyed``: the gateway has API keys, so a stored response belongs to a tenant; without
+    keys it belongs to the client's own key (see ``owner``).
+    """
+
+    kind: Literal["responses"] = "responses"
+
+    def __init__(self, store: ResponseStore, *, keyed: bool) -> None:
+        self.store = store
+        self._keyed = keyed
+
+    # -- Wire ------------------------------------------------------------------------------
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        body = decode_body(raw)
+        if "model" not in body:
+            raise APIError(
+                400, "You must provide a model parameter.", param="model", code="missing"
+            )
+        if "input" not in body:
+            raise APIError(
+                400, "Missing required parameter: 'input'.", param="input", code="missing"
+            )
+        extension = body.pop("cache", None)
+        parsed = validated(body, _Body)
+        _check_tools(parsed.tools)
+        items = input_items(parsed.input)
+        request = gateway_request(
+            "responses", body, headers, tenant, extension, stream=bool(parsed.stream)
+        )
+        owner = self.owner(request.tenant, headers)
+        previous_id = parsed.previous_response_id
+        turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
+        return dataclasses.replace(
+            request, body=body, owner=owner, turns=tuple(turns), earlier=earlier,
+            previous=previous_id,
+        )  # fmt: skip
+
+    def _resolve(
+        self,
+        owner: str,
+        previous_id: str | None,
+        items: list[dict[str, Any]],
+        body: dict[str, Any],
+    ) -> tuple[list[dict[str, Any]], int, dict[str, Any]]:
+        """(the conversation, how many of its turns are earlier ones, the body to forward).
+
+        An id this gateway does not hold becomes a reference turn, ``{"type":
+        "previous_response", "id": ...}``, at the conversation's start: the key includes it
+        (exact only), and a follow-up on this answer still continues that upstream chain.
+        """
+        if previous_id is None:
+            return items, 0, body
+        previous = self.store.get(owner, previous_id)
+        if previous is None and self.store.held(previous_id):
+            # another owner's: never forwarded, as the upstream would resolve it for anyone
+            raise _not_found(previous_id)
+        if previous is None:  # not ours: the upstream may hold it
+            return [{"type": _REFERENCE, "id": previous_id}, *items], 1, body
+        turns = [*previous.conversation, *items]
+        if not previous.upstream:  # the upstream never saw this id: send the conversation
+            body = {k: v for k, v in body.items() if k != "previous_response_id"}
+            if turns[0].get("type") == _REFERENCE:  # ... after the upstream chain it continues
+                body["previous_response_id"] = turns[0]["id"]
+            body["input"] = [t for t in turns if t.get("type") != _REFERENCE]
+        return turns, len(previous.conversation), body
+
+    def owner(self, tenant: str, headers: Mapping[str, str]) -> str:
+        """Who may read a stored response: the tenant, or without gateway keys the client's
+        own key (and OpenAI organization/project): clients of one open gateway stay apart."""
+        if self._keyed:
+            return tenant
+        seen = "\n".join(
+            [
+                headers.get("authorization", ""),
+                headers.get("openai-organization", ""),
+                headers.get("openai-project", ""),
+            ]
+        )
+        return partitioned(tenant, "key-" + hashlib.sha256(seen.encode()).hexdigest()[:32])
+
+    def error_json(self, error: APIError) -> bytes:
+        return error.json()
+
+    def error_event(self, error: APIError) -> bytes:
+        return b"event: error\n" + sse_error(error)
+
+    # -- Adapter ---------------------------------------------------------------------------
+
+    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
+        """Every output-changing field (instructions, tools, text, temperature, …) is in the
+        scope; the conversation is compared as chat turns, its last user turn by meaning."""
+        ns, turns = request.control.namespace, request.turns or ()
+        fields = {
+            k: v for k, v in request.body.items() if k not in ("input", "previous_response_id")
+        }
+        fields["messages"] = [_key_turn(item) for item in turns]
+        if turns and turns[0].get("type") == _REFERENCE:
+            # NOTE: earlier turns only the upstream knows: exact match only, the id in the key
+            key = chat_key(request.tenant, ns, request.model, fields, None, api=self.kind)
+            return dataclasses.replace(key, question="", semantic=False)
+        return chat_key(request.tenant, ns, request.model, fields, context_turns, api=self.kind)
+
+    def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        return (
+            answer.get("object") == "response"
+            and answer.get("status") == "completed"
+            and answer.get("error") is None
+            and isinstance(answer.get("output"), list)
+        )
+
+    def fold(self, request: GatewayRequest, *, cached: bool) -> ResponsesFold:
+        return ResponsesFold()  # always: a completed response is kept for previous_response_id
+
+    def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
+        """A stored Response as a new one: new ids, and this request's own echoed fields
+        (those outside the cache scope: metadata, store, user, previous_response_id)."""
+        output = [
+            {**item, "id": _item_id(item)} if "id" in item else item
+            for item in stored.get("output") or ()
+        ]
+        body = request.body
+        return {
+            **stored,
+            "id": _new_id("resp"),
+            "created_at": int(time.time()),
+            "output": output,
+            "metadata": body.get("metadata") or {},
+            "store": body.get("store", True),
+            "user": body.get("user"),
+            "previous_response_id": request.previous,
+        }
+
+    def replay(self, request: GatewayRequest, stored: dict[str, Any]) -> Iterator[bytes]:
+        return iter(replay_events(stored))
+
+    def saved_tokens(self, stored: dict[str, Any]) -> int:
+        usage = stored.get("usage") or {}
+        return int(usage.get("output_tokens") or 0)
+
+    @property
+    def bridge(self) -> ResponsesAdapter:
+        return self  # it renders the chat form's answers itself (to_chat, from_chat, ...)
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        """Keep a Response the client received (unless it asked ``store: false``)."""
+        if request.body.get("store") is False or answer.get("object") != "response":
+            return
+        if not isinstance(answer.get("id"), str):
+            return
+        turns = list(request.turns or ())
+        own = [_with_id(item) for item in turns[request.earlier :]]
+        output = [i for i in answer.get("output") or () if isinstance(i, dict)]
+        self.store.put(
+            StoredResponse(request.owner, answer, own, [*turns, *output], upstream=upstream)
+        )
+
+    # -- Bridge: served by a backend that speaks only Chat Completions ---------------------
+
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest:
+        """The request in Chat Completions form (the local model's), or a 400 naming what
+        that form cannot carry."""
+        body = request.body
+        if not request.turns or request.turns[0].get("type") == _REFERENCE:
+            raise _not_found(request.previous)  # earlier turns only an upstream holds
+        chat = _chat_params(body)
+        messages = (
+            [{"role": "system", "content": body["instructions"]}]
+            if body.get("instructions")
+            else []
+        )
+        messages += [_chat_message(i, item) for i, item in enumerate(request.turns)]
+        chat["messages"] = messages
+        return dataclasses.replace(request, kind="chat", body=chat, include_usage=True)
+
+    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
+        completion = answer.body
+        choice = (completion.get("choices") or [{}])[0]
+        text = (choice.get("message") or {}).get("content") or ""
+        message = _message(_new_id("msg"), text, "completed")
+        response = _response(
+            request,
+            completion.get("model"),
+            [message],
+            choice.get("finish_reason"),
+            _usage(completion.get("usage") or {}),
+        )
+        return Answer(response, answer.headers)
+
+    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
+        return _ChatAsResponses(request, stream)
+
+
+class ResponsesFold:
+    """A Responses stream's answer is the ``response`` of its ``response.completed`` event."""
+
+    def __init__(self) -> None:
+        self._final: dict[str, Any] | None = None
+
+    def add(self, chunk: dict[str, Any]) -> bool:
+        if chunk.get("type") in _TERMINAL and isinstance(chunk.get("response"), dict):
+            self._final = chunk["response"]
+        return True
+
+    def result(self) -> dict[str, Any] | None:
+        final = self._final
+        return final if final is not None and final.get("status") == "completed" else None
+
+    def usage(self) -> dict[str, Any] | None:
+        return self._final.get("usage") if self._final is not None else None
+
+
+def input_items(value: Any) -> list[dict[str, Any]]:
+    """A request's ``input`` as items: a string is one user message (400 on a bad item)."""
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": [_part("input_text", value)]}]
+    items: list[dict[str, Any]] = []
+    for i, item in enumerate(value):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in _ROLES:
+                raise APIError(
+                    400,
+                    f"Invalid value for 'input[{i}].role': {role!r}.",
+                    param=f"input[{i}].role",
+                    code="invalid_value",
+                )
+            content = item.get("content")
+            if isinstance(content, str):
+                text = "output_text" if role == "assistant" else "input_text"
+                content = [_part(text, content)]
+            elif not isinstance(content, list):
+                raise APIError(
+                    400,
+                    f"Missing required parameter: 'input[{i}].content'.",
+                    param=f"input[{i}].content",
+                    code="missing",
+                )
+            item = {**item, "type": "message", "content": content}
+        items.append(item)
+    return items
+
+
+def replay_events(response: dict[str, Any]) -> list[bytes]:
+    """A complete Response object as the event stream that would have produced it."""
+    events = _Events(response)
+    out = [events.opening()]
+    for index, item in enumerate(response.get("output") or ()):
+        out.append(events.item_added(index, item))
+        if item.get("type") == "message":
+            for c, part in enumerate(item.get("content") or ()):
+                out.append(events.part_added(index, item, c, part))
+                if part.get("type") == "output_text":
+                    out.append(events.text_delta(index, item, c, part.get("text", "")))
+                    out.append(events.text_done(index, item, c, part.get("text", "")))
+                out.append(events.part_done(index, item, c, part))
+        elif item.get("type") == "function_call":
+            out.append(events.arguments(index, item))
+        out.append(events.item_done(index, item))
+    out.append(events.closing(response))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+class _Events:
+    """Encodes the events of one response, numbering them (``sequence_number``)."""
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        self._seq = 0
+        self._skeleton = {
+            **response,
+            "status": "in_progress",
+            "output": [],
+            "usage": None,
+            "incomplete_details": None,
+        }
+
+    def event(self, kind: str, **fields: Any) -> bytes:
+        data = _encode({"type": kind, "sequence_number": self._seq, **fields})
+        self._seq += 1
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def opening(self) -> bytes:
+        return self.event("response.created", response=self._skeleton) + self.event(
+            "response.in_progress", response=self._skeleton
+        )
+
+    def item_added(self, index: int, item: dict[str, Any]) -> bytes:
+        opened = {**item, "status": "in_progress"}
+        if item.get("type") == "message":
+            opened["content"] = []
+        elif item.get("type") == "function_call":
+            opened["arguments"] = ""
+        return self.event("response.output_item.added", output_index=index, item=opened)
+
+    def part_added(self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]) -> bytes:
+        empty = {**part, "text": ""} if "text" in part else part
+        return self.event(
+            "response.content_part.added",
+            item_id=item.get("id"),
+            output_index=index,
+            content_index=c,
+            part=empty,
+        )
+
+    def text_delta(self, index: int, item: dict[str, Any], c: int, delta: str) -> bytes:
+        return self._text("response.output_text.delta", index, item, c, delta=delta)
+
+    def text_done(self, index: int, item: dict[str, Any], c: int, text: str) -> bytes:
+        return self._text("response.output_text.done", index, item, c, text=text)
+
+    def _text(self, kind: str, index: int, item: dict[str, Any], c: int, **text: str) -> bytes:
+        ids = {"item_id": item.get("id"), "output_index": index, "content_index": c}
+        return self.event(kind, **ids, **text, logprobs=[])
+
+    def part_done(self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]) -> bytes:
+        return self.event(
+            "response.content_part.done",
+            item_id=item.get("id"),
+            output_index=index,
+            content_index=c,
+            part=part,
+        )
+
+    def arguments(self, index: int, item: dict[str, Any]) -> bytes:
+        args = item.get("arguments", "")
+        return self.event(
+            "response.function_call_arguments.delta",
+            item_id=item.get("id"),
+            output_index=index,
+            delta=args,
+        ) + self.event(
+            "response.function_call_arguments.done",
+            item_id=item.get("id"),
+            output_index=index,
+            arguments=args,
+        )
+
+    def item_done(self, index: int, item: dict[str, Any]) -> bytes:
+        return self.event("response.output_item.done", output_index=index, item=item)
+
+    def closing(self, response: dict[str, Any]) -> bytes:
+        status = response.get("status")
+        kind = "response.completed" if status == "completed" else f"response.{status}"
+        return self.event(kind if kind in _TERMINAL else "response.failed", response=response)
+
+
+class _ChatAsResponses:
+    """A chat-completions stream (the local model's) as the Responses event stream."""
+
+    def __init__(self, request: GatewayRequest, stream: BackendStream) -> None:
+        self._request = request
+        self._stream = stream
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._stream.headers
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        message = _message(_new_id("msg"), "", "in_progress")
+        part = message["content"][0]
+        response = _response(self._request, self._request.model, [], None, None)
+        response["status"] = "in_progress"
+        events = _Events(response)
+        yield StreamEvent(events.opening(), None)
+        yield StreamEvent(
+            events.item_added(0, message) + events.part_added(0, message, 0, part), None
+        )
+        text: list[str] = []
+        finish: str | None = None
+        usage: dict[str, Any] = {}
+        model = self._request.model
+        async for event in self._stream:
+            if event.error or (event.chunk is None and not event.done):
+                yield event  # an error, or a keep-alive comment
+                if event.error:
+                    return
+                continue
+            if event.done:
+                break
+            chunk = event.chunk or {}
+            model = chunk.get("model") or model
+            usage = chunk.get("usage") or usage
+            for choice in chunk.get("choices") or ():
+                delta = (choice.get("delta") or {}).get("content")
+                if delta:
+                    text.append(delta)
+                    yield StreamEvent(events.text_delta(0, message, 0, delta), None)
+                finish = choice.get("finish_reason") or finish
+        else:
+            return  # ended without [DONE]: the relay reports it
+        full = "".join(text)
+        done = _message(message["id"], full, "completed")
+        final = _response(self._request, model, [done], finish, _usage(usage))
+        tail = events.text_done(0, message, 0, full) + events.part_done(
+            0, message, 0, done["content"][0]
+        )
+        yield StreamEvent(tail + events.item_done(0, done), None)
+        yield StreamEvent(
+            events.closing(final),
+            {"type": f"response.{final['status']}", "response": final},
+            done=True,
+        )
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _response(
+    request: GatewayRequest,
+    model: Any,
+    output: list[dict[str, Any]],
+    finish: str | None,
+    usage: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """A Response object echoing the request's parameters, as OpenAI's does."""
+    body = request.body
+    incomplete = finish == "length"
+    return {
+        "id": _new_id("resp"),
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if incomplete else "completed",
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "model": model or request.model,
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": request.previous,
+        "reasoning": {"effort": None, "summary": None},
+        "store": body.get("store", True),
+        "temperature": body.get("temperature", 1.0),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p", 1.0),
+        "truncation": body.get("truncation", "disabled"),
+        "usage": usage,
+        "user": body.get("user"),
+        "metadata": body.get("metadata") or {},
+    }
+
+
+def _usage(chat: dict[str, Any]) -> dict[str, Any]:
+    cached = (chat.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return {
+        "input_tokens": chat.get("prompt_tokens", 0),
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": chat.get("completion_tokens", 0),
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": chat.get("total_tokens", 0),
+    }
+
+
+def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {
+        "type": "message",
+        "id": item_id,
+        "status": status,
+        "role": "assistant",
+        "content": [part],
+    }
+
+
+def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters of a Responses body as Chat Completions ones (local model)."""
+    for param, value in body.items():
+        if param not in _LOCAL_KNOWN:
+            raise _unsupported(param, "is not a request argument the local model recognizes")
+        if param in ("include", "reasoning") and value not in (None, [], {}):
+            raise _unsupported(param)
+    fmt = ((body.get("text") or {}).get("format") or {}).get("type", "text")
+    if fmt != "text":
+        raise _unsupported("text.format", "other than text is not supported by the local model")
+    chat: dict[str, Any] = {"model": body["model"], "stream": bool(body.get("stream"))}
+    for name in ("temperature", "top_p", "top_k", "seed", "tools", "tool_choice", "user"):
+        if body.get(name) is not None:
+            chat[name] = body[name]
+    if body.get("max_output_tokens") is not None:
+        chat["max_completion_tokens"] = body["max_output_tokens"]
+    return chat
+
+
+def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
+    if item.get("type") != "message":
+        raise _unsupported(
+            f"input[{index}]", f"of type '{item.get('type')}' is not supported by the local model"
+        )
+    texts = []
+    for j, part in enumerate(item["content"]):
+        if part.get("type") not in ("input_text", "output_text", "text") or not isinstance(
+            part.get("text"), str
+        ):
+            raise _unsupported(
+                f"input[{index}].content[{j}]", "is not text, which is all the local model reads"
+            )
+        texts.append(part["text"])
+    return {"role": item["role"], "content": "".join(texts)}
+
+
+def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
+    """An item as a chat turn for the cache key: text parts as chat text parts (so the last
+    user turn is a question the semantic tier can compare); everything else as sent."""
+    if item.get("type") == _REFERENCE:
+        return item  # NOTE: its id is what the key must tell apart (unlike an item's own id)
+    if item.get("type") != "message":
+        return {k: v for k, v in item.items() if k not in ("id", "status")}
+    content = [
+        {"type": "text", "text": p["text"]}
+        if p.get("type") in ("input_text", "output_text") and isinstance(p.get("text"), str)
+        else p
+        for p in item["content"]
+    ]
+    rest = {k: v for k, v in item.items() if k not in ("id", "status", "type", "content", "role")}
+    return {"role": item["role"], "content": content, **rest}
+
+
+def _check_tools(tools: list[dict[str, Any]] | None) -> None:
+    for i, tool in enumerate(tools or ()):
+        if tool.get("type") == "function" and not isinstance(tool.get("name"), str):
+            raise APIError(
+                400,
+                f"Missing required parameter: 'tools[{i}].name'.",
+                param=f"tools[{i}].name",
+                code="missing",
+            )
+
+
+def _part(kind: str, text: str) -> dict[str, Any]:
+    return {"type": kind, "text": text}
+
+
+def _with_id(item: dict[str, Any]) -> dict[str, Any]:
+    return item if "id" in item else {"id": _item_id(item), **item}
+
+
+def _item_id(item: dict[str, Any]) -> str:
+    return _new_id({"message": "msg", "function_call": "fc"}.get(item.get("type", ""), "item"))
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(24)}"
+
+
+def _not_found(response_id: str | None) -> APIError:
+    return APIError(
+        400,
+        f"Previous response with id '{response_id}' not found.",
+        param="previous_response_id",
+        code="previous_response_not_found",
+    )
+
+
+def _unsupported(param: str, what: str = "is not supported by the local model") -> APIError:
+    return APIError(400, f"'{param}' {what}.", param=param, code="unsupported_parameter")
+
+
+def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    """``GET /v1/responses/{id}/input_items``: a page of a response's input items
+    (``limit`` 1-100, default 20; ``order`` ``desc`` (the default) or ``asc``; ``after``)."""
+    try:
+        limit = int(query.get("limit", 20))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 100:
+        raise APIError(400, "'limit' must be an integer from 1 to 100.", param="limit")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise APIError(400, "'order' must be 'asc' or 'desc'.", param="order")
+    ordered = items if order == "asc" else items[::-1]
+    after = query.get("after")
+    if after is not None:
+        ids = [i.get("id") for i in ordered]
+        ordered = ordered[ids.index(after) + 1 :] if after in ids else []
+    page = ordered[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0].get("id") if page else None,
+        "last_id": page[-1].get("id") if page else None,
+        "has_more": len(ordered) > limit,
+    }

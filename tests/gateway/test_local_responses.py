@@ -1,0 +1,85 @@
+"""``/v1/responses`` served by the bundled local model (real weights, CPU) through the openai
+SDK: converted through its chat path, so the prefix KV cache serves each next turn."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+from tests.gateway.test_local_api import MODEL, local_config
+from tests.gateway.test_responses import EVENTS, distinct_types
+
+INSTRUCTIONS = "You are a concise assistant for the ACME hardware store. " * 6
+
+
+@pytest.fixture(scope="module")
+def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    text = local_config(bundled_model_dir, tmp_path_factory.mktemp("local-responses"))
+    gateway = Gateway(load_config_text(text))
+    yield gateway
+    gateway.stop()
+
+
+def sdk(gw: Gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a", max_retries=0)
+
+
+def create(c: openai.OpenAI, **body: Any) -> tuple[Any, str]:
+    raw = c.responses.with_raw_response.create(
+        model=MODEL, temperature=0, max_output_tokens=12, **body
+    )
+    return raw.parse(), raw.headers["x-cache"]
+
+
+def test_turn_after_turn_reuses_the_prefix_kv(gw: Gateway) -> None:
+    c = sdk(gw)
+    first, cache = create(c, instructions=INSTRUCTIONS, input="Do you sell hammers?")
+    assert cache == "miss" and first.status in ("completed", "incomplete")
+    assert first.output_text and first.usage is not None and first.usage.output_tokens > 0
+    second, cache = create(
+        c, instructions=INSTRUCTIONS, input="And nails?", previous_response_id=first.id
+    )
+    assert cache == "miss" and second.output_text
+    assert second.usage is not None and second.usage.input_tokens > first.usage.input_tokens
+    # the instructions and the whole first turn came from the prefix KV cache
+    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    assert c.responses.retrieve(second.id).output_text == second.output_text
+
+
+def test_streaming_from_the_local_model_then_a_replay(gw: Gateway) -> None:
+    c = sdk(gw)
+    body: dict[str, Any] = {"model": MODEL, "input": "Name one tool.", "temperature": 0,
+                            "max_output_tokens": 64}  # fmt: skip
+    with c.responses.with_streaming_response.create(stream=True, **body) as raw:
+        assert raw.headers["x-cache"] == "miss"
+        events = list(raw.parse())
+    assert distinct_types(events) == EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response
+    assert text and final.output_text == text and final.status == "completed"
+    with c.responses.with_streaming_response.create(stream=True, **body) as raw:
+        assert raw.headers["x-cache"] == "exact"
+        replayed = list(raw.parse())
+    assert distinct_types(replayed) == EVENTS
+    assert replayed[-1].response.output_text == text
+
+
+def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
+    c = sdk(gw)
+    tool = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
+    for body, param in [
+        ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"tools": [tool]}, "tools"),
+        ({"previous_response_id": "resp_unknown"}, "previous_response_id"),
+        ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(c, input="Hello", **body)
+        assert refused.value.param == param

@@ -1,0 +1,295 @@
+"""``/v1/responses`` through the official openai SDK, against the fake upstream (which speaks
+the Responses API as OpenAI's reference describes it): caching, scope, streaming, stored
+responses, ``previous_response_id``, tenants, and what is never served across APIs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+MODEL = "fake-model"
+EVENTS = [
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+    "response.completed",
+]
+
+
+def sdk(gw: Gateway, key: str = "sk-anything") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
+
+
+def create(c: openai.OpenAI, **body: Any) -> Any:
+    """(response, x-cache) of a non-streaming create."""
+    raw = c.responses.with_raw_response.create(model=MODEL, **body)
+    return raw.parse(), raw.headers["x-cache"]
+
+
+def stream(c: openai.OpenAI, **body: Any) -> tuple[list[Any], str]:
+    with c.responses.with_streaming_response.create(model=MODEL, stream=True, **body) as raw:
+        return list(raw.parse()), raw.headers["x-cache"]
+
+
+def distinct_types(events: list[Any]) -> list[str]:
+    """Event types in order, repeated deltas folded into one."""
+    out: list[str] = []
+    for event in events:
+        if not out or out[-1] != event.type:
+            out.append(event.type)
+    return out
+
+
+@pytest.fixture
+def gw(make_gateway: Callable[..., Gateway]) -> Gateway:
+    return make_gateway()
+
+
+def test_create_miss_then_exact_hit_as_a_new_response(gw: Gateway, upstream: FakeUpstream) -> None:
+    c = sdk(gw)
+    first, cache1 = create(c, input="What is the tallest mountain?", instructions="Be brief.")
+    second, cache2 = create(c, input="What is the tallest mountain?", instructions="Be brief.")
+    assert (cache1, cache2) == ("miss", "exact")
+    assert (
+        first.output_text.startswith("answer #") and "instructions=Be brief." in first.output_text
+    )
+    assert second.output_text == first.output_text
+    assert second.id != first.id and second.status == "completed"
+    assert second.usage is not None and second.usage.output_tokens > 0
+    assert upstream.stats["responses"] == 1
+    assert upstream.last_body["input"] == "What is the tallest mountain?"  # forwarded as sent
+
+
+def test_every_output_changing_parameter_is_in_the_scope(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    c = sdk(gw)
+    tool = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
+    variants: list[dict[str, Any]] = [
+        {},
+        {"instructions": "Answer in French."},
+        {"instructions": "Answer in German."},
+        {"tools": [tool]},
+        {"tools": [tool], "tool_choice": "required"},
+        {"text": {"format": {"type": "json_object"}}},
+        {"temperature": 0.3},
+        {"top_p": 0.5},
+        {"max_output_tokens": 64},
+        {"extra_body": {"reasoning": {"effort": "low"}}},  # unknown to cachegate: in scope too
+    ]
+    for variant in variants:
+        _, cache = create(c, input="Tell me about Paris.", **variant)
+        assert cache == "miss", variant
+    assert upstream.stats["responses"] == len(variants)
+    _, cache = create(c, input="Tell me about Paris.", metadata={"run": "2"}, store=True)
+    assert cache == "exact"  # metadata and store do not change the answer
+
+
+def test_streaming_has_the_real_event_sequence_and_replays_from_the_cache(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    c = sdk(gw)
+    events, cache = stream(c, input="Stream me a haiku.")
+    assert cache == "miss" and distinct_types(events) == EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert events[-1].response.output_text == text and text.startswith("answer #")
+    replayed, cache = stream(c, input="Stream me a haiku.")
+    assert cache == "exact" and distinct_types(replayed) == EVENTS
+    assert [e.sequence_number for e in replayed] == list(range(len(replayed)))
+    assert replayed[-1].response.output_text == text
+    assert replayed[-1].response.id != events[-1].response.id
+    whole, cache = create(c, input="Stream me a haiku.")  # the stored stream serves JSON too
+    assert cache == "exact" and whole.output_text == text
+    assert upstream.stats["responses"] == 1
+
+
+@pytest.mark.parametrize(
+    "fake", [{"incomplete": True}, {"failed": True}, {"break_after": 4}, {"error_event": 3}]
+)
+def test_incomplete_failed_or_broken_answers_are_never_stored(
+    gw: Gateway, upstream: FakeUpstream, fake: dict[str, Any]
+) -> None:
+    c = sdk(gw)
+    for streamed in (True, False):
+        for _ in range(2):
+            body = {"model": MODEL, "input": f"Fail {fake} {streamed}", "fake": fake}
+            if streamed:
+                with gw.http.stream("POST", "/v1/responses", json={**body, "stream": True}) as r:
+                    assert r.status_code == 200
+                    "".join(r.iter_text())
+            elif "break_after" not in fake and "error_event" not in fake:
+                reply = gw.http.post("/v1/responses", json=body)
+                assert reply.status_code == 200 and reply.json()["status"] != "completed"
+    asked = upstream.stats["responses"]
+    assert asked == (4 if "break_after" not in fake and "error_event" not in fake else 2)
+    assert c is not None
+
+
+def test_a_mid_stream_error_reaches_the_sdk_as_an_error(gw: Gateway) -> None:
+    c = sdk(gw)
+    with pytest.raises(openai.APIError):
+        list(c.responses.create(model=MODEL, input="x", stream=True,
+                                extra_body={"fake": {"break_after": 3}}))  # fmt: skip
+
+
+def test_previous_response_id_is_resolved_into_the_conversation(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    c = sdk(gw)
+    first, _ = create(c, input="My name is Ann.")
+    follow, cache = create(c, input="What is my name?", previous_response_id=first.id)
+    assert cache == "miss" and "turns=3" in follow.output_text
+    # the upstream answered `first` itself: it gets the id, as sent
+    assert upstream.last_body["previous_response_id"] == first.id
+    # the same first turn again is a cache hit: a new id that only the gateway knows ...
+    again, cache = create(c, input="My name is Ann.")
+    assert cache == "exact" and again.id != first.id
+    # ... and the same follow-up on it is the same conversation: a hit, whatever the id
+    hit, cache = create(c, input="What is my name?", previous_response_id=again.id)
+    assert cache == "exact" and hit.output_text == follow.output_text
+    assert hit.previous_response_id == again.id
+    # a new follow-up on it goes upstream with the conversation inlined (no unknown id)
+    other, cache = create(c, input="How do you spell it?", previous_response_id=again.id)
+    assert cache == "miss" and "turns=3" in other.output_text
+    assert "previous_response_id" not in upstream.last_body
+    assert [i.get("role") for i in upstream.last_body["input"]] == ["user", "assistant", "user"]
+    assert upstream.stats["responses"] == 3
+
+
+def test_an_id_the_gateway_does_not_hold_is_forwarded_as_an_exact_key(
+    gw: Gateway, upstream: FakeUpstream, upstream_server: ThreadedServer
+) -> None:
+    c = sdk(gw)
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(c, input="Hi", previous_response_id="resp_nobody")
+    assert refused.value.code == "previous_response_not_found"
+    assert refused.value.param == "previous_response_id"
+    # a response the upstream holds but this gateway never saw
+    made = httpx.post(f"{upstream_server.url}/v1/responses",
+                      json={"model": MODEL, "input": "Remember 42."}).json()  # fmt: skip
+    first, cache = create(
+        c, input="What did I ask you to remember?", previous_response_id=made["id"]
+    )
+    assert cache == "miss" and "turns=3" in first.output_text
+    second, cache = create(
+        c, input="What did I ask you to remember?", previous_response_id=made["id"]
+    )
+    assert cache == "exact" and second.output_text == first.output_text
+    assert upstream.last_body["previous_response_id"] == made["id"]  # forwarded as sent
+    # the hit has an id only the gateway knows: a follow-up on it continues the upstream chain
+    more, cache = create(c, input="And why?", previous_response_id=second.id)
+    assert cache == "miss" and "turns=5" in more.output_text
+    assert upstream.last_body["previous_response_id"] == made["id"]
+    assert [i["role"] for i in upstream.last_body["input"]] == ["user", "assistant", "user"]
+    with pytest.raises(openai.BadRequestError):  # another unknown id: the upstream's 400
+        create(c, input="What did I ask you to remember?", previous_response_id="resp_1x")
+    assert upstream.stats["responses"] == 5  # two unknown ids, the direct one, two misses
+
+
+def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
+    c = sdk(gw)
+    made, _ = create(c, input=[{"role": "user", "content": "Keep this."}], metadata={"k": "v"})
+    got = c.responses.retrieve(made.id)
+    assert got.id == made.id and got.output_text == made.output_text and got.metadata == {"k": "v"}
+    items = c.responses.input_items.list(made.id)
+    assert [i.type for i in items.data] == ["message"]
+    assert items.data[0].content[0].text == "Keep this."  # type: ignore[union-attr]
+    c.responses.delete(made.id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(made.id)
+    unstored, _ = create(c, input="Forget this.", store=False)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(unstored.id)
+
+
+def test_one_tenant_never_reads_anothers_response(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    made, _ = create(a, input="Tenant a's secret plan.")
+    with pytest.raises(openai.NotFoundError):
+        b.responses.retrieve(made.id)
+    with pytest.raises(openai.NotFoundError):
+        b.responses.delete(made.id)
+    with pytest.raises(openai.BadRequestError):  # not forwarded: the upstream would resolve it
+        create(b, input="What was the plan?", previous_response_id=made.id)
+    assert a.responses.retrieve(made.id).id == made.id
+    _, cache = create(b, input="Tenant a's secret plan.")
+    assert cache == "miss"
+
+
+def test_a_responses_answer_is_never_served_to_chat_and_back(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    c = sdk(gw)
+    question = "Which planet is the largest?"
+    create(c, input=question)
+    chat = c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": question}]
+    )
+    assert chat.headers["x-cache"] == "miss"
+    c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi there"}])
+    _, cache = create(c, input="Hi there")
+    assert cache == "miss"
+    assert upstream.stats["responses"] == 2 and upstream.stats["chat"] == 2
+
+
+def test_bad_requests_get_an_openai_error(gw: Gateway) -> None:
+    for body, param in [
+        ({"model": MODEL}, "input"),
+        ({"input": "x"}, "model"),
+        ({"model": MODEL, "input": "x", "temperature": 3}, "temperature"),
+        ({"model": MODEL, "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
+        ({"model": MODEL, "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+    ]:
+        reply = gw.http.post("/v1/responses", json=body)
+        assert reply.status_code == 400, body
+        assert reply.json()["error"]["param"] == param
+        assert reply.json()["error"]["type"] == "invalid_request_error"
+    missing = gw.http.post("/v1/responses", json={"model": "nope", "input": "x"})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_prompt_cache_key_per_tenant_and_prefix_when_configured(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    gw = make_gateway(
+        "auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}",
+        "prompt_cache_key: true",
+    )
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+
+    def sent(c: openai.OpenAI, instructions: str, question: str, **body: Any) -> Any:
+        create(c, instructions=instructions, input=question, **body)
+        return upstream.last_body.get("prompt_cache_key")
+
+    first = sent(a, "You are a tax advisor.", "What is VAT?")
+    assert first.startswith("cg-")
+    assert sent(a, "You are a tax advisor.", "What is a deduction?") == first  # same prefix
+    assert sent(a, "You are a chef.", "What is VAT?") != first  # another prefix
+    assert sent(b, "You are a tax advisor.", "What is VAT?") != first  # another tenant
+    assert sent(a, "You are a tax advisor.", "Mine?", prompt_cache_key="mine") == "mine"
+    a.chat.completions.create(model=MODEL, messages=[
+        {"role": "system", "content": "You are a tax advisor."},
+        {"role": "user", "content": "What is VAT?"},
+    ])  # fmt: skip
+    assert upstream.last_body["prompt_cache_key"].startswith("cg-")
+
+
+def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
+    create(sdk(gw), input="What is VAT?")
+    assert "prompt_cache_key" not in upstream.last_body
