@@ -15,10 +15,13 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .errors import APIError, sse_error
+from . import messages
+from .errors import APIError
+from .messages_bridge import messages_backend
 from .pipeline import Reply
-from .requests import Kind, parse_request
+from .requests import GatewayRequest, Kind, parse_request
 from .runtime import SHUTTING_DOWN, Runtime, StreamWatch
+from .sse import DONE
 
 __all__ = ["ClientDisconnected", "error_response", "routes"]
 
@@ -45,6 +48,31 @@ async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/v1/embeddings", status_code=200)
 async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return await _serve(request, "embedding", "/v1/embeddings")
+
+
+@post("/v1/messages", status_code=200)
+async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Anthropic Messages: Anthropic's error bodies, ``x-api-key`` or a bearer token."""
+    return await _serve(request, "messages", "/v1/messages")
+
+
+@post("/v1/messages/count_tokens", status_code=200)
+async def count_message_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The input tokens a Messages request would use (never cached, never a model call)."""
+    runtime = _runtime(request)
+    try:
+        check, forward = messages.client_credential(request.headers)
+        tenant = runtime.authenticate(check)
+        parsed = messages.parse_count_tokens(await request.body(), request.headers, tenant)
+        backend = runtime.pipeline.backends.get(parsed.model)
+        if backend is None:
+            raise APIError(404, f"model: {parsed.model}", type="not_found_error")
+        count = await messages_backend(backend).count_tokens(parsed, forward)
+    except APIError as exc:
+        return _anthropic_error(exc)
+    except HTTPException as exc:
+        return _anthropic_error(_from_http(exc))
+    return _json({"input_tokens": count})
 
 
 @get("/v1/models")
@@ -88,7 +116,17 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     return _json({"status": status, **state}, 200 if state["ready"] else 503)
 
 
-routes = [chat_completions, completions, embeddings, list_models, get_model, healthz, readyz]
+routes = [
+    chat_completions,
+    completions,
+    embeddings,
+    create_message,
+    count_message_tokens,
+    list_models,
+    get_model,
+    healthz,
+    readyz,
+]
 
 
 def error_response(exc: APIError, cache: str = "bypass") -> Response[Any]:
@@ -108,23 +146,25 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
     runtime = _runtime(request)
     started = time.perf_counter()
     model = ""
+    failed = _anthropic_error if kind == "messages" else error_response
     try:
-        tenant = runtime.authenticate(request.headers.get("authorization"))
+        check, forward = _credential(kind, request)
+        tenant = runtime.authenticate(check)
         raw = await request.body()
-        parsed = parse_request(kind, raw, request.headers, tenant)
+        parsed = _parse(kind, raw, request, tenant)
         model = parsed.model if parsed.model in runtime.backends else ""
         with _abortable(runtime):
             reply = await runtime.pipeline.handle(
                 parsed,
-                auth=request.headers.get("authorization"),
+                auth=forward,
                 watch=lambda awaitable: _until_disconnect(request, awaitable),
             )
     except APIError as exc:
         _record(runtime, route, model, "bypass", exc.status, started)
-        return error_response(exc)
+        return failed(exc)
     except HTTPException as exc:  # raised by litestar itself, e.g. 413 for an oversized body
         _record(runtime, route, model, "bypass", exc.status_code, started)
-        return error_response(_from_http(exc))
+        return failed(_from_http(exc))
     except ClientDisconnected:
         _record(runtime, route, model, "bypass", 499, started)
         return Response(b"", status_code=499)
@@ -165,7 +205,7 @@ async def _observed(
                         first = False
                         elapsed = time.perf_counter() - started
                         metrics.latency.labels(route, reply.cache).observe(elapsed)
-                    done = piece.endswith(b"data: [DONE]\n\n")
+                    done = piece.endswith((DONE, messages.MESSAGE_STOP))
                     watch.since = loop.time()
                     yield piece
                     watch.since = None
@@ -173,7 +213,7 @@ async def _observed(
             assert reply.outcome is not None
             if not done:  # (else only the relay's cleanup after [DONE] was cut short)
                 reply.outcome.error = exc.code
-                yield sse_error(exc)
+                yield reply.error_event(exc)
         ended = True
     finally:
         runtime.streams.discard(watch)
@@ -239,6 +279,26 @@ async def _wait_disconnect(request: Request[Any, Any, Any]) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+def _credential(kind: Kind, request: Request[Any, Any, Any]) -> tuple[str | None, str | None]:
+    """(the Authorization the gateway checks, the credential a backend may forward)."""
+    if kind == "messages":
+        return messages.client_credential(request.headers)
+    authorization = request.headers.get("authorization")
+    return authorization, authorization
+
+
+def _parse(kind: Kind, raw: bytes, request: Request[Any, Any, Any], tenant: str) -> GatewayRequest:
+    if kind == "messages":
+        return messages.parse_messages(raw, request.headers, tenant)
+    return parse_request(kind, raw, request.headers, tenant)
+
+
+def _anthropic_error(exc: APIError, cache: str = "bypass") -> Response[Any]:
+    status, body = messages.error_body(exc)
+    headers = {"x-cache": cache, **exc.headers}
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
 def _record(

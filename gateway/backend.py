@@ -15,16 +15,17 @@ __all__ = ["RELAYED_HEADERS", "Backend", "BackendStream", "StreamEvent", "relaye
 #: see too (the pipeline sets a dict for each request it sends to a backend; the backend's task
 #: inherits the context and fills it in).
 RELAYED_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("relayed_headers", default=None)
-_RELAYED = ("x-request-id", "openai-processing-ms", "openai-version")
+_RELAYED = ("x-request-id", "openai-processing-ms", "openai-version", "request-id")
 
 
 def relayed(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers of an upstream answer worth passing on: its request id (the OpenAI SDKs'
-    ``_request_id``), processing time and rate-limit state. Nothing else (no cookies)."""
+    ``_request_id``, Anthropic's ``request-id``), processing time and rate-limit state.
+    Nothing else (no cookies)."""
     return {
         k.lower(): v
         for k, v in headers.items()
-        if k.lower() in _RELAYED or k.lower().startswith("x-ratelimit-")
+        if k.lower() in _RELAYED or k.lower().startswith(("x-ratelimit-", "anthropic-ratelimit-"))
     }
 
 

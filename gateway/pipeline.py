@@ -30,6 +30,16 @@ from .backend import RELAYED_HEADERS, Backend, BackendStream
 from .config import CoalesceConfig
 from .embeddings import embed
 from .errors import APIError, sse_error
+from .messages import (
+    MessageAssembler,
+    complete_message,
+    encode_event,
+    error_event,
+    fresh_message_id,
+    message_events,
+    messages_key,
+)
+from .messages_bridge import messages_backend
 from .requests import GatewayRequest, partitioned
 from .sse import Assembler, fresh_identity, replay
 
@@ -61,6 +71,8 @@ class Reply:
     coalesced: bool = False
     #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
     outcome: StreamOutcome | None = None
+    #: How an error is told inside this stream (the API's own event format).
+    error_event: Callable[[APIError], bytes] = sse_error
 
 
 @dataclass(slots=True)
@@ -106,6 +118,8 @@ class Pipeline:
             # requests carrying the same key (a missing or wrong key never reads another's).
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
+        if request.kind == "messages":
+            backend = messages_backend(backend)
         if request.kind == "embedding":
             return await embed(self, request, backend, auth, watch)
         control = request.control
@@ -147,7 +161,9 @@ class Pipeline:
                 if flight is not None:  # released by the relay, or if it is dropped unstarted
                     weakref.finalize(relay, self._land, save, flight)
                 flight = None
-                return Reply(state, headers, stream=relay, outcome=outcome)
+                return Reply(
+                    state, headers, stream=relay, outcome=outcome, error_event=_errors(request)
+                )
             pending = backend.complete(request, auth)
             response = await (watch(pending) if watch else pending)
             if save is not None and _complete(request, response):
@@ -204,6 +220,8 @@ class Pipeline:
 
     def _key(self, request: GatewayRequest) -> CacheKey:
         ns = request.control.namespace
+        if request.kind == "messages":
+            return messages_key(request, self._context_turns)
         if request.kind == "chat":
             return chat_key(request.tenant, ns, request.model, request.body, self._context_turns)
         return completion_key(request.tenant, ns, request.model, request.body)
@@ -220,8 +238,12 @@ class Pipeline:
         if found.kind == "semantic":
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
         usage = stored.get("usage") or {}
-        saved = int(usage.get("completion_tokens") or 0)
+        saved = int(usage.get("completion_tokens") or usage.get("output_tokens") or 0)
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
+        if request.kind == "messages":
+            reply = _replay_message(stored, request.stream, kind, headers)
+            reply.saved_tokens = saved
+            return reply
         if request.stream:
             events = replay(stored, kind=request.kind, include_usage=request.include_usage)
             return Reply(kind, headers, stream=_aiter(events), saved_tokens=saved)
@@ -259,7 +281,7 @@ class Pipeline:
         right after the last token still leaves a complete answer in the cache, while a stream
         that breaks before ``[DONE]`` (either side) never stores anything.
         """
-        assembler = Assembler(request.kind) if save is not None else None
+        assembler = _assembler(request.kind) if save is not None else None
         pending = b""  # events that arrived together leave together (one write, not several)
         try:
             async for event in stream:
@@ -268,6 +290,8 @@ class Pipeline:
                     yield pending + event.raw
                     return
                 if event.done:
+                    if assembler is not None and event.chunk is not None:
+                        assembler.add(event.chunk)  # Messages: message_stop
                     result = assembler.result() if assembler else None
                     if save is not None and result is not None and _complete(request, result):
                         await self._store(request, save, result)
@@ -278,7 +302,9 @@ class Pipeline:
                 if chunk is not None:
                     if assembler is not None:
                         assembler.add(chunk)
-                    dropped = not request.include_usage and _usage_only(chunk)
+                    dropped = request.kind != "messages" and (
+                        not request.include_usage and _usage_only(chunk)
+                    )
                 if not dropped:
                     pending += event.raw
                 if not event.more and pending:
@@ -287,29 +313,29 @@ class Pipeline:
             if pending:
                 yield pending
             yield self._failed(
+                request,
                 outcome,
                 APIError(
                     502, "The model's stream ended before it completed.", code="stream_incomplete"
                 ),
             )
         except APIError as exc:
-            yield self._failed(outcome, exc)
+            yield self._failed(request, outcome, exc)
         except Exception:  # a bug or a malformed chunk: the client still gets an error event
             log.exception("stream relay failed")
-            yield self._failed(
-                outcome, APIError(500, "The gateway failed while streaming.", code="internal_error")
-            )
+            error = APIError(500, "The gateway failed while streaming.", code="internal_error")
+            yield self._failed(request, outcome, error)
         finally:
             if flight is not None:
                 self._land(save, flight)
             await stream.aclose()
 
     @staticmethod
-    def _failed(outcome: StreamOutcome, error: APIError) -> bytes:
+    def _failed(request: GatewayRequest, outcome: StreamOutcome, error: APIError) -> bytes:
         # a metrics label: only the gateway's own short snake_case codes
         code = error.code or ""
         outcome.error = code if _CODE.fullmatch(code) else "stream_error"
-        return sse_error(error)
+        return _errors(request)(error)
 
 
 def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:
@@ -326,8 +352,30 @@ class _Save:
     vector: Any
 
 
+def _replay_message(
+    stored: dict[str, Any], stream: bool, kind: CacheState, headers: dict[str, str]
+) -> Reply:
+    """A stored Messages answer as a new message (JSON, or the Messages event sequence)."""
+    mid = fresh_message_id()
+    if not stream:
+        return Reply(kind, headers, body={**stored, "id": mid})
+    events = _aiter(map(encode_event, message_events(stored, message_id=mid)))
+    return Reply(kind, headers, stream=events, error_event=error_event)
+
+
+def _errors(request: GatewayRequest) -> Callable[[APIError], bytes]:
+    """How an error is told inside a stream of this request's API."""
+    return error_event if request.kind == "messages" else sse_error
+
+
+def _assembler(kind: str) -> Assembler | MessageAssembler:
+    return MessageAssembler() if kind == "messages" else Assembler(kind)
+
+
 def _complete(request: GatewayRequest, response: dict[str, Any]) -> bool:
     """Every choice the request asked for is there and finished normally."""
+    if request.kind == "messages":
+        return complete_message(response)
     choices = response.get("choices")
     if "error" in response or not isinstance(choices, list) or len(choices) != _expected(request):
         return False

@@ -26,9 +26,12 @@ __all__ = [
     "PARTITION_HEADER",
     "CacheControl",
     "GatewayRequest",
+    "check_nesting",
     "embedding_inputs",
+    "hops_of",
     "parse_cache_control",
     "parse_request",
+    "partition_of",
     "partitioned",
     "tenant_partition",
 ]
@@ -49,7 +52,7 @@ PARTITION_HEADER = "x-cachegate-partition"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
 
-Kind = Literal["chat", "completion", "embedding"]
+Kind = Literal["chat", "completion", "embedding", "messages"]
 
 #: Most inputs one embeddings request may carry (OpenAI's limit).
 MAX_EMBEDDING_INPUTS = 2048
@@ -145,6 +148,9 @@ class GatewayRequest:
     #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()
+    #: Headers of the client's API that go upstream and are part of the cache scope
+    #: (Anthropic's ``anthropic-version`` and ``anthropic-beta``).
+    api_headers: tuple[tuple[str, str], ...] = ()
 
 
 def partitioned(tenant: str, partition: str) -> str:
@@ -185,10 +191,7 @@ def parse_request(
         ) from None
     if not isinstance(body, dict):
         raise APIError(400, "The request body must be a JSON object.", code="invalid_type")
-    if _nesting(body) > MAX_NESTING:  # cache keys and checks walk the body recursively
-        raise APIError(
-            400, f"The request body nests deeper than {MAX_NESTING} levels.", code="invalid_json"
-        )
+    check_nesting(body)
     if "model" not in body:
         raise APIError(400, "You must provide a model parameter.", param="model", code="missing")
     if kind == "chat" and "messages" not in body:
@@ -239,6 +242,24 @@ def parse_request(
         partition=partition,
         account=account,
     )
+
+
+def check_nesting(body: Any) -> None:
+    """400 for a body nested deeper than MAX_NESTING (cache keys and checks walk it)."""
+    if _nesting(body) > MAX_NESTING:
+        raise APIError(
+            400, f"The request body nests deeper than {MAX_NESTING} levels.", code="invalid_json"
+        )
+
+
+def hops_of(value: str | None) -> int:
+    """The ``x-cachegate-hops`` header: 400 when malformed, 508 when it passed too many."""
+    return _hops(value)
+
+
+def partition_of(value: str | None) -> str:
+    """The ``x-cachegate-partition`` header ("" when absent; 400 when malformed)."""
+    return _partition(value)
 
 
 def embedding_inputs(value: Any) -> list[str | list[int]]:

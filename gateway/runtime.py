@@ -16,8 +16,9 @@ import httpx
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.store import DiskStore, EntryStore
 
+from .anthropic import AnthropicBackend
 from .backend import Backend
-from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
+from .config import AnthropicModelConfig, Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .errors import APIError
 from .metrics import Metrics
 from .pipeline import Pipeline
@@ -102,7 +103,15 @@ class Runtime:
         for name, model in config.models.items():
             if worker and not isinstance(model, LocalModelConfig):
                 continue
-            if isinstance(model, OpenAIModelConfig):
+            if isinstance(model, AnthropicModelConfig):
+                backends[name] = AnthropicBackend(
+                    name,
+                    model,
+                    forward_client_auth=not config.auth.keys,
+                    transport=transport,
+                    on_retry=metrics.on_retry,
+                )
+            elif isinstance(model, OpenAIModelConfig):
                 options: dict[str, Any] = {
                     "forward_client_auth": not config.auth.keys,
                     "transport": transport,

@@ -73,14 +73,17 @@ def chat_key(
     model: str,
     body: dict[str, Any],
     context_turns: int | None = None,
+    *,
+    api: str = "chat",
 ) -> CacheKey:
-    """The key of a chat completion request.
+    """The key of a chat completion request (or of another API's turns, named by ``api``).
 
     ``context_turns`` limits how many messages before the last user turn belong to the *semantic*
-    scope (None: all). The exact key always covers the whole conversation.
+    scope (None: all). The exact key always covers the whole conversation. ``api`` is part of
+    the scope: requests of two APIs never share an entry.
     """
     messages: list[dict[str, Any]] = body.get("messages") or []
-    params = _params(tenant, namespace, "chat", model, body)
+    params = _params(tenant, namespace, api, model, body)
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
     semantic = text_only and bool(question.strip())
