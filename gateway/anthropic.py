@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import httpx
 import msgspec
 
 from .backend import StreamEvent
@@ -27,7 +28,7 @@ from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
 from .prompt_cache import PromptCacher, min_cacheable_tokens
 from .requests import HOPS_HEADER, GatewayRequest
-from .upstream import UpstreamBackend, UpstreamStream, _not_a_stream, read_object
+from .upstream import UpstreamBackend, UpstreamError, UpstreamStream, _not_a_stream, read_object
 
 __all__ = ["AnthropicBackend", "AnthropicStream"]
 
@@ -109,6 +110,16 @@ class AnthropicBackend(UpstreamBackend):
             else:
                 headers["authorization"] = auth
         return headers
+
+    async def _send(
+        self, request: GatewayRequest, *, stream: bool, auth: str | None, path: str | None = None
+    ) -> httpx.Response:
+        try:
+            return await super()._send(request, stream=stream, auth=auth, path=path)
+        except UpstreamError as exc:
+            if exc.upstream_status == 529:  # Anthropic's "overloaded": the SDKs know it by status
+                exc.status, exc.type = 529, "overloaded_error"
+            raise
 
     async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> dict[str, Any]:
         response = await self._send(request, stream=False, auth=auth, path=path)

@@ -296,9 +296,9 @@ def _parse(kind: Kind, raw: bytes, request: Request[Any, Any, Any], tenant: str)
 
 
 def _anthropic_error(exc: APIError, cache: str = "bypass") -> Response[Any]:
-    status, body = messages.error_body(exc)
+    body = messages.error_json(exc)
     headers = {"x-cache": cache, **exc.headers}
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    return Response(body, status_code=exc.status, media_type="application/json", headers=headers)
 
 
 def _record(

@@ -51,8 +51,8 @@ __all__ = [
     "client_credential",
     "complete_message",
     "encode_event",
-    "error_body",
     "error_event",
+    "error_json",
     "fresh_message_id",
     "message_events",
     "messages_key",
@@ -122,15 +122,15 @@ def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | Non
     return None, None
 
 
-def error_body(exc: APIError) -> tuple[int, bytes]:
-    """Anthropic's status and error body for ``exc``."""
-    status, kind = _anthropic_status(exc)
-    return status, _encode({"type": "error", "error": {"type": kind, "message": exc.message}})
+def error_json(exc: APIError) -> bytes:
+    """Anthropic's error body for ``exc`` (sent with ``exc.status``)."""
+    kind = _anthropic_type(exc)
+    return _encode({"type": "error", "error": {"type": kind, "message": exc.message}})
 
 
 def error_event(exc: APIError) -> bytes:
     """An error inside a stream that has already started: ``event: error``."""
-    _, kind = _anthropic_status(exc)
+    kind = _anthropic_type(exc)
     return encode_event({"type": "error", "error": {"type": kind, "message": exc.message}})
 
 
@@ -259,18 +259,15 @@ _TYPES = {
 _ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "timeout_error"})
 
 
-def _anthropic_status(exc: APIError) -> tuple[int, str]:
+def _anthropic_type(exc: APIError) -> str:
     """NOTE: an upstream's own Anthropic error type (``overloaded_error`` …) is kept; statuses
-    the gateway uses that Anthropic does not (499, 508) keep their number, typed by class."""
-    upstream = getattr(exc, "upstream_status", None)
-    if upstream == 529:
-        return 529, "overloaded_error"
+    the gateway uses that Anthropic does not (499, 502, 508) are typed by their class."""
     # (OpenAI calls a 404 or 422 an invalid_request_error too; Anthropic names them by status)
     if exc.type in _ANTHROPIC_TYPES and not (exc.type == _TYPES[400] and exc.status != 400):
-        return exc.status, exc.type
+        return exc.type
     if exc.status in _TYPES:
-        return exc.status, _TYPES[exc.status]
-    return exc.status, "api_error" if exc.status >= 500 else "invalid_request_error"
+        return _TYPES[exc.status]
+    return "api_error" if exc.status >= 500 else "invalid_request_error"
 
 
 def _body(raw: bytes) -> dict[str, Any]:
