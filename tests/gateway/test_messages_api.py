@@ -247,7 +247,7 @@ def test_messages_and_chat_completions_never_share_an_answer(
 
 
 def test_automatic_cache_control_turns_into_cache_reads(
-    client: anthropic.Anthropic, fake: FakeAnthropic
+    gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
     """A conversation with a long system prompt: turn 2 reads what turn 1 wrote."""
     turn1 = [{"role": "user", "content": "Do you sell hammers? " * 10}]
@@ -264,6 +264,8 @@ def test_automatic_cache_control_turns_into_cache_reads(
     plain = ask(client, "", model="claude-plain", system=SYSTEM, messages=turn2).parse()
     assert plain.usage.cache_read_input_tokens == 0
     assert "cache_control" not in str(fake.bodies[-1])
+    counters = gw.http.get("/admin/stats").json()["backends"]["claude"]["prompt_caching"]
+    assert counters["requests"] == 2 and counters["marks_added"] == 4
 
 
 def test_client_breakpoints_are_kept_and_the_total_stays_four(
@@ -319,5 +321,33 @@ def test_gateway_keys_accept_x_api_key(
                               json={"model": "claude", "max_tokens": 5, "messages": []})  # fmt: skip
         assert response.status_code == 401
         assert response.json()["error"]["type"] == "authentication_error"
+    finally:
+        gateway.stop()
+
+
+def test_semantic_hits_stay_inside_the_messages_scope(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,
+) -> None:  # fmt: skip
+    """A paraphrase is a semantic hit through /v1/messages, streamed or not; a different
+    system prompt, or the chat API, never gets it."""
+    text = config(fake_server.url, upstream_server.url, tmp_path)
+    text = text.replace("semantic:\n    enabled: false", "semantic:\n    enabled: true")
+    gateway = Gateway(load_config_text(text))
+    try:
+        sdk = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-test", max_retries=0)
+        first = ask(sdk, "How do I reset my password?", system="Support desk.")
+        hit = ask(sdk, "How can I reset my password?", system="Support desk.")
+        assert (first.headers["x-cache"], hit.headers["x-cache"]) == ("miss", "semantic")
+        assert hit.parse().content[0].text == first.parse().content[0].text
+        assert float(hit.headers["x-cache-similarity"]) > 0.8
+        with sdk.messages.stream(model="claude", max_tokens=64, system="Support desk.",
+                                 messages=[{"role": "user",
+                                            "content": "How can I reset my password?"}]) as s:  # fmt: skip
+            assert s.get_final_message().content[0].text == first.parse().content[0].text
+        assert s.response.headers["x-cache"] == "semantic"
+        other = ask(sdk, "How can I reset my password?", system="Sales desk.")
+        assert other.headers["x-cache"] == "miss"
+        assert fake.stats["/v1/messages"] == 2
     finally:
         gateway.stop()
