@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import StreamEvent
+from .backend import Answer, StreamEvent, relayed
 from .config import AnthropicModelConfig
 from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
@@ -51,12 +51,13 @@ class AnthropicBackend(UpstreamBackend):
                 min_tokens=minimum, ttl=caching.ttl, max_tenants=caching.max_tenants
             )
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         _only_messages(self.name, request)
-        body = await self._post(request, auth, "v1/messages")
+        answer = await self._post(request, auth, "v1/messages")
+        body = answer.body
         if body.get("type") != "message" or not isinstance(body.get("content"), list):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
-        return body
+        return answer
 
     async def open_stream(
         self, request: GatewayRequest, auth: str | None = None
@@ -69,8 +70,9 @@ class AnthropicBackend(UpstreamBackend):
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens."""
-        body = await self._post(request, auth, "v1/messages/count_tokens")
-        count = body.get("input_tokens")
+        count = (await self._post(request, auth, "v1/messages/count_tokens")).body.get(
+            "input_tokens"
+        )
         if not isinstance(count, int):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
         return count
@@ -78,8 +80,8 @@ class AnthropicBackend(UpstreamBackend):
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "anthropic"}
 
-    def stats(self) -> dict[str, Any]:
-        return {"prompt_caching": self.cacher.stats()} if self.cacher is not None else {}
+    def stats(self) -> dict[str, Any] | None:
+        return {"prompt_caching": self.cacher.stats()} if self.cacher is not None else None
 
     # -- UpstreamBackend hooks -------------------------------------------------------------
 
@@ -121,14 +123,14 @@ class AnthropicBackend(UpstreamBackend):
                 exc.status, exc.type = 529, "overloaded_error"
             raise
 
-    async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> dict[str, Any]:
+    async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> Answer:
         response = await self._send(request, stream=False, auth=auth, path=path)
         body = await read_object(self.name, response)
         if body.get("type") == "error":  # an error sent with status 200
             error = body.get("error")
             detail = error.get("message") if isinstance(error, dict) else error
             raise APIError(502, f"Upstream for model '{self.name}' failed: {detail}")
-        return body
+        return Answer(body, relayed(response.headers))
 
 
 class AnthropicStream(UpstreamStream):

@@ -17,37 +17,32 @@ A stream is Anthropic's event sequence, each event named after its ``type``::
     event: message_delta         {"delta": {"stop_reason": "end_turn"}, "usage": {...}}
     event: message_stop
 
-``MessageAssembler`` folds such events back into the message the response cache stores, and
+``MessageFold`` folds such events back into the message the response cache stores, and
 ``message_events`` replays a stored message as a fresh stream.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from semantic.keys import CacheKey, chat_key
 
+from .canonical import GatewayRequest
 from .errors import APIError
-from .requests import (
-    HOPS_HEADER,
-    PARTITION_HEADER,
-    GatewayRequest,
-    check_nesting,
-    hops_of,
-    parse_cache_control,
-    partition_of,
-    partitioned,
-)
+from .requests import decode_body, gateway_request
 
 __all__ = [
     "ANTHROPIC_HEADERS",
     "COMPLETE_STOPS",
+    "MESSAGES",
     "MESSAGE_STOP",
-    "MessageAssembler",
+    "MessageFold",
+    "MessagesAdapter",
     "client_credential",
     "complete_message",
     "encode_event",
@@ -72,6 +67,43 @@ _decode = msgspec.json.decode
 
 #: The last event of a complete stream, byte for byte as cachegate sends it.
 MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+class MessagesAdapter:
+    """The Messages API as the tier walk sees it (gateway.canonical.Adapter).
+
+    Stored answers are Messages ``message`` objects; the API is part of every scope (see
+    ``messages_key``), so they are only ever replayed through this adapter.
+    """
+
+    kind: Literal["messages"] = "messages"
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return parse_messages(raw, headers, tenant)
+
+    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
+        return messages_key(request, context_turns)
+
+    def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        return complete_message(answer)
+
+    def fold(self, request: GatewayRequest) -> MessageFold:
+        return MessageFold()
+
+    def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
+        return {**stored, "id": fresh_message_id()}
+
+    def replay(self, request: GatewayRequest, stored: dict[str, Any]) -> Iterator[bytes]:
+        return map(encode_event, message_events(stored, message_id=fresh_message_id()))
+
+    def saved_tokens(self, stored: dict[str, Any]) -> int:
+        return int((stored.get("usage") or {}).get("output_tokens") or 0)
+
+    def error_json(self, error: APIError) -> bytes:
+        return error_json(error)
+
+    def error_event(self, error: APIError) -> bytes:
+        return error_event(error)
 
 
 def parse_messages(raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
@@ -181,7 +213,7 @@ def message_events(
     yield {"type": "message_stop"}
 
 
-class MessageAssembler:
+class MessageFold:
     """Folds a stream's events into the message they describe (what the cache stores)."""
 
     def __init__(self) -> None:
@@ -192,7 +224,12 @@ class MessageAssembler:
         #: Something arrived that this assembler cannot fold: the answer is not stored.
         self.unjoinable: str | None = None
 
-    def add(self, event: dict[str, Any]) -> None:
+    def add(self, event: dict[str, Any]) -> bool:
+        """Take one event (every event goes to the client too)."""
+        self._add(event)
+        return True
+
+    def _add(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "message_start" and isinstance(event.get("message"), dict):
             self._message = dict(event["message"])
@@ -237,6 +274,10 @@ class MessageAssembler:
             self.unjoinable = f"delta {kind!r}"
 
 
+#: The Messages adapter (it holds no state: one serves every request).
+MESSAGES = MessagesAdapter()
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 
@@ -272,32 +313,18 @@ def _anthropic_type(exc: APIError) -> str:
 
 def _body(raw: bytes) -> dict[str, Any]:
     try:
-        body = _decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        raise _invalid("The request body is not valid JSON.") from None
-    if not isinstance(body, dict):
-        raise _invalid("The request body must be a JSON object.")
-    check_nesting(body)
-    return body
+        return decode_body(raw)
+    except APIError as exc:  # the same checks, in Anthropic's words
+        raise _invalid(exc.message) from None
 
 
 def _request(
     body: dict[str, Any], headers: Mapping[str, str], tenant: str, *, stream: bool
 ) -> GatewayRequest:
     extension = body.pop("cache", None)
-    partition = partition_of(headers.get(PARTITION_HEADER))
-    return GatewayRequest(
-        kind="messages",
-        model=body["model"],
-        body=body,
-        stream=stream,
-        include_usage=True,
-        tenant=partitioned(tenant, partition),
-        control=parse_cache_control(headers, extension),
-        hops=hops_of(headers.get(HOPS_HEADER)),
-        partition=partition,
-        api_headers=tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h)),
-    )
+    request = gateway_request("messages", body, headers, tenant, extension, stream=stream)
+    api_headers = tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h))
+    return dataclasses.replace(request, api_headers=api_headers, account=())
 
 
 def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import msgspec
 
 from .anthropic import AnthropicBackend
-from .backend import Backend, BackendStream, StreamEvent
+from .backend import Answer, Backend, BackendStream, StreamEvent
 from .errors import APIError
 from .messages import encode_event, error_event, fresh_message_id
 from .requests import GatewayRequest
@@ -56,7 +56,7 @@ class TokenCounter(Protocol):
 
 def messages_backend(backend: Backend) -> MessagesBackend:
     """The backend that answers Messages requests for ``backend``'s model."""
-    if isinstance(backend, AnthropicBackend):
+    if isinstance(backend, AnthropicBackend | ChatBridge):
         return backend
     return ChatBridge(backend)
 
@@ -68,10 +68,11 @@ class ChatBridge:
         self.inner = inner
         self.name = inner.name
         self.forwards_client_auth = inner.forwards_client_auth
+        self.serves_embeddings = False
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         chat = await self.inner.complete(_chat_request(request), _bearer(auth))
-        return from_chat(chat, request.model)
+        return Answer(from_chat(chat.body, request.model), chat.headers)
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
         stream = await self.inner.open_stream(_chat_request(request), _bearer(auth))
@@ -86,14 +87,30 @@ class ChatBridge:
             )
         return await self.inner.count_tokens(_chat_request(request))
 
+    # NOTE: a bridge lives for one request; the inner backend is started, flushed and closed
+    # by the runtime, never through it.
+
     def describe(self) -> dict[str, Any]:
         return self.inner.describe()
+
+    async def start(self) -> None:
+        pass
 
     async def ready(self) -> bool:
         return await self.inner.ready()
 
+    @property
+    def failure(self) -> str | None:
+        return self.inner.failure
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def flush_prefix_cache(self) -> int:
+        return 0
+
     async def close(self) -> None:
-        await self.inner.close()
+        pass
 
 
 #: What answers a Messages request: the Anthropic API itself, or a chat model through the bridge.
@@ -157,6 +174,7 @@ class _MessagesStream:
 
     def __init__(self, inner: BackendStream, model: str) -> None:
         self._inner = inner
+        self.headers = inner.headers
         self._model = model
         self._started = False
         self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
