@@ -76,11 +76,12 @@ def chat_key(
     *,
     api: str = "chat",
 ) -> CacheKey:
-    """The key of a chat completion request (or of another API's turns, named by ``api``).
+    """The key of a chat completion request.
 
     ``context_turns`` limits how many messages before the last user turn belong to the *semantic*
-    scope (None: all). The exact key always covers the whole conversation. ``api`` is part of
-    the scope: requests of two APIs never share an entry.
+    scope (None: all). The exact key always covers the whole conversation. ``api`` names the
+    API whose answers the entry holds (another API that maps its turns to ``messages``, e.g.
+    ``"responses"``): part of the scope, so no answer is served across APIs.
     """
     messages: list[dict[str, Any]] = body.get("messages") or []
     params = _params(tenant, namespace, api, model, body)
