@@ -24,6 +24,8 @@ from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
 from .errors import APIError
+from .messages import MESSAGES, client_credential, parse_count_tokens
+from .messages_bridge import messages_backend
 from .observe import Seen, observe, request_id
 from .pipeline import Pipeline, Watch
 from .requests import request_tenant
@@ -99,6 +101,30 @@ async def delete_response(
     return _on_stored(request, response_id, forget)
 
 
+@post("/v1/messages", status_code=200)
+async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Anthropic Messages: Anthropic's error bodies, ``x-api-key`` or a bearer token."""
+    return await serve(request, MESSAGES, "/v1/messages", through(MESSAGES))
+
+
+@post("/v1/messages/count_tokens", status_code=200)
+async def count_message_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The input tokens of a Messages request (never cached, no model call)."""
+    runtime = _runtime(request)
+    try:
+        tenant = runtime.authenticate(_credential(MESSAGES, request)[0])
+        parsed = parse_count_tokens(await request.body(), request.headers, tenant)
+        backend, parsed = runtime.pipeline.route(parsed, _credential(MESSAGES, request)[1])
+        count = await messages_backend(backend).count_tokens(
+            parsed, _credential(MESSAGES, request)[1]
+        )
+    except APIError as exc:
+        return error_response(exc, wire=MESSAGES)
+    except HTTPException as exc:
+        return error_response(_from_http(exc), wire=MESSAGES)
+    return _json({"input_tokens": count})
+
+
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
     runtime = _runtime(request)
@@ -148,6 +174,8 @@ routes = [
     get_response,
     list_input_items,
     delete_response,
+    create_message,
+    count_message_tokens,
     list_models,
     get_model,
     healthz,
@@ -175,7 +203,7 @@ async def serve(
         seen.known(runtime, parsed)
         trace = seen.trace.active() if seen.trace else contextlib.nullcontext()
         with runtime.connections.abortable(), trace:
-            auth = request.headers.get("authorization")
+            auth = _credential(wire, request)[1]
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
     except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
         error = exc if isinstance(exc, APIError) else _from_http(exc)
@@ -226,9 +254,18 @@ def _identified(response: Response[Any], rid: str) -> Response[Any]:
 
 
 async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) -> GatewayRequest:
-    tenant = runtime.authenticate(request.headers.get("authorization"))
+    tenant = runtime.authenticate(_credential(wire, request)[0])
     raw = await request.body()
     return wire.parse(raw, request.headers, tenant)
+
+
+def _credential(wire: Wire, request: Request[Any, Any, Any]) -> tuple[str | None, str | None]:
+    """(the Authorization the gateway checks, the credential a backend may forward): the
+    Messages API's clients send their key as ``x-api-key`` too."""
+    if wire.kind == "messages":
+        return client_credential(request.headers)
+    authorization = request.headers.get("authorization")
+    return authorization, authorization
 
 
 def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response[Any]:

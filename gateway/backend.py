@@ -14,16 +14,17 @@ from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 
 __all__ = ["Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
 
-_RELAYED = ("x-request-id", "openai-processing-ms", "openai-version")
+_RELAYED = ("x-request-id", "openai-processing-ms", "openai-version", "request-id")
 
 
 def relayed(headers: Mapping[str, str]) -> dict[str, str]:
     """The headers of an upstream answer worth passing on: its request id (the OpenAI SDKs'
-    ``_request_id``), processing time and rate-limit state. Nothing else (no cookies)."""
+    ``_request_id``, Anthropic's ``request-id``), processing time and rate-limit state.
+    Nothing else (no cookies)."""
     return {
         k.lower(): v
         for k, v in headers.items()
-        if k.lower() in _RELAYED or k.lower().startswith("x-ratelimit-")
+        if k.lower() in _RELAYED or k.lower().startswith(("x-ratelimit-", "anthropic-ratelimit-"))
     }
 
 

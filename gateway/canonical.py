@@ -90,6 +90,9 @@ class GatewayRequest:
     previous: str | None = None
     #: Who may read what this request leaves behind (a stored response): see the adapter.
     owner: str = ""
+    #: Headers of the client's API that go upstream and are part of the cache scope
+    #: (Anthropic's ``anthropic-version`` and ``anthropic-beta``).
+    api_headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import yaml
 
 __all__ = [
     "AdminConfig",
+    "AnthropicModelConfig",
     "ApiKey",
     "AuthConfig",
     "CacheConfig",
@@ -38,6 +39,7 @@ __all__ = [
     "ModelConfig",
     "OpenAIModelConfig",
     "Price",
+    "PromptCachingConfig",
     "RedisConfig",
     "RoutingConfig",
     "SemanticCacheConfig",
@@ -248,7 +250,42 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     semantic_threshold: Fraction | None = None
 
 
-ModelConfig = OpenAIModelConfig | LocalModelConfig
+class PromptCachingConfig(_Base, frozen=True):
+    """Automatic ``cache_control`` breakpoints for an Anthropic upstream (gateway.prompt_cache)."""
+
+    #: Place breakpoints where a tenant's requests stop sharing a prefix (up to four, never
+    #: moving or exceeding the client's own).
+    enabled: bool = True
+    #: Shortest prefix (in tokens, estimated) worth a breakpoint; None: the model's documented
+    #: minimum (1024 tokens; 2048 for Haiku 3/3.5; 4096 for Opus 4.5 and Haiku 4.5).
+    min_tokens: PositiveInt | None = None
+    #: "auto": 1h when the measured gap between requests sharing a prefix outlives 5 minutes
+    #: (and stays under an hour), else 5m; or always "5m" / "1h".
+    ttl: Literal["auto", "5m", "1h"] = "auto"
+    #: Tenants whose recent prefixes are remembered (least recently seen forgotten first).
+    max_tenants: PositiveInt = 10_000
+
+
+class AnthropicModelConfig(OpenAIModelConfig, frozen=True, tag="anthropic", tag_field="backend"):
+    """A model served by the Anthropic Messages API (``POST {base_url}/v1/messages``).
+
+    Same connection, retry and replica settings as ``backend: openai``; ``base_url`` is the
+    API root without ``/v1`` (https://api.anthropic.com) and ``api_key`` goes out as
+    ``x-api-key``. Without ``api_key`` (and with no gateway keys) the client's own
+    ``x-api-key`` is forwarded.
+    """
+
+    base_url: str | None = "https://api.anthropic.com"
+    #: ``anthropic-version`` sent when the client sends none.
+    anthropic_version: str = "2023-06-01"
+    prompt_caching: PromptCachingConfig = PromptCachingConfig()
+
+    def __post_init__(self) -> None:
+        if self.replicas:
+            raise ValueError("backend: anthropic takes one base_url (replicas are for openai)")
+
+
+ModelConfig = OpenAIModelConfig | AnthropicModelConfig | LocalModelConfig
 
 
 class ExactCacheConfig(_Base, frozen=True):

@@ -121,6 +121,11 @@ class LocalBackend:
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
         return LocalStream(request, self.name, job, engine.stream(job))
 
+    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
+        """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``)."""
+        engine = await self._ready_engine()
+        return len(await asyncio.to_thread(_tokens, engine.engine, request))
+
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
             "id": self.name,

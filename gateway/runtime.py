@@ -16,9 +16,10 @@ import httpx
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.store import DiskStore, EntryStore
 
+from .anthropic import AnthropicBackend
 from .auth import KeyRing, bearer
 from .backend import Backend
-from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
+from .config import AnthropicModelConfig, Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .connections import Connections, StreamWatch
 from .errors import APIError
 from .history import History
@@ -223,12 +224,14 @@ def _backends(
     for name, model in config.models.items():
         if worker and not isinstance(model, LocalModelConfig):
             continue
-        if isinstance(model, OpenAIModelConfig):
-            options: dict[str, Any] = {
-                "forward_client_auth": not config.auth.keys,
-                "transport": transport,
-                "on_retry": metrics.on_retry,
-            }
+        options: dict[str, Any] = {
+            "forward_client_auth": not config.auth.keys,
+            "transport": transport,
+            "on_retry": metrics.on_retry,
+        }
+        if isinstance(model, AnthropicModelConfig):
+            backends[name] = AnthropicBackend(name, model, **options)
+        elif isinstance(model, OpenAIModelConfig):
             backends[name] = (
                 ReplicatedBackend(name, model, **options)
                 if len(model.replicas) > 1

@@ -37,6 +37,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamStream",
     "prompt_cache_key",
+    "read_object",
 ]
 
 #: What an OpenAI-compatible upstream is sent as is (its own path for each).
@@ -85,20 +86,7 @@ class UpstreamBackend:
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
-        try:
-            raw = await response.aread()
-        except httpx.TimeoutException:
-            raise _timeout(self.name) from None
-        except httpx.RequestError as exc:  # also DecodingError: a body its encoding cannot undo
-            raise _broken(self.name, exc) from None
-        finally:
-            await response.aclose()
-        try:
-            body = _decode(raw)
-        except msgspec.DecodeError:
-            raise APIError(502, f"Upstream for model '{self.name}' sent invalid JSON.") from None
-        if not isinstance(body, dict):
-            raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
+        body = await read_object(self.name, response)
         # an error sent with status 200 (a Response object always has "error", null or the
         # reason it failed: that is an answer, passed on)
         if "error" in body and "choices" not in body and body.get("object") != "response":
@@ -167,9 +155,9 @@ class UpstreamBackend:
         return headers
 
     async def _send(
-        self, request: GatewayRequest, *, stream: bool, auth: str | None
+        self, request: GatewayRequest, *, stream: bool, auth: str | None, path: str | None = None
     ) -> httpx.Response:
-        path = _PATHS[request.kind]
+        path = path or _PATHS[request.kind]
         payload = self._payload(request, stream)
         headers = self._headers(request, auth)
         if stream:
@@ -238,6 +226,25 @@ class UpstreamBackend:
         if self._on_retry is not None:
             self._on_retry(self.name, why)
         await asyncio.sleep(min(delay, self.config.max_retry_wait))
+
+
+async def read_object(name: str, response: httpx.Response) -> dict[str, Any]:
+    """Read and close a successful answer's body: a JSON object, or a 502/504 ``APIError``."""
+    try:
+        raw = await response.aread()
+    except httpx.TimeoutException:
+        raise _timeout(name) from None
+    except httpx.RequestError as exc:  # also DecodingError: a body its encoding cannot undo
+        raise _broken(name, exc) from None
+    finally:
+        await response.aclose()
+    try:
+        body = _decode(raw)
+    except msgspec.DecodeError:
+        raise APIError(502, f"Upstream for model '{name}' sent invalid JSON.") from None
+    if not isinstance(body, dict):
+        raise APIError(502, f"Upstream for model '{name}' sent an unexpected body.")
+    return body
 
 
 class ReplicatedBackend:
@@ -462,7 +469,7 @@ class UpstreamStream:
             async for data in self._chunks:
                 events = parser.feed(data)
                 for i, raw in enumerate(events, start=1):
-                    event = _event(self._name, raw, more=i < len(events), kind=self._kind)
+                    event = self._event(raw, more=i < len(events))
                     self._finished = self._finished or event.done
                     yield event
         except httpx.TimeoutException:
@@ -473,6 +480,9 @@ class UpstreamStream:
             raise _failure(
                 502, "upstream_error", f"Upstream for model '{self._name}' sent {exc}."
             ) from None
+
+    def _event(self, data: bytes, *, more: bool) -> StreamEvent:
+        return _event(self._name, data, more=more, kind=self._kind)
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

@@ -82,10 +82,7 @@ class FakeUpstream:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+            return await lifespan(receive, send)
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/_stats":
             return await _json(send, 200, dict(self.stats))
@@ -105,12 +102,7 @@ class FakeUpstream:
                 send, 404, {"error": {"message": "no such route", "type": "invalid_request_error"}}
             )
 
-        raw = b""
-        while True:
-            message = await receive()
-            raw += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
         body = _decode(raw)
         kind = "chat" if path.endswith("/chat/completions") else "completions"
         kind = "embeddings" if path.endswith("/embeddings") else kind
@@ -550,6 +542,22 @@ def _answer_headers(answer: dict[str, Any]) -> dict[str, str]:
     """What OpenAI sends with an answer: its request id and rate-limit state."""
     return {"x-request-id": f"req_{answer['id']}", "x-ratelimit-remaining-requests": "4999",
             "openai-processing-ms": "7", "set-cookie": "not-for-clients=1"}  # fmt: skip
+
+
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan scope (start-up and shutdown, nothing to do)."""
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
+async def read_body(receive: Any) -> bytes:
+    raw = b""
+    while True:
+        message = await receive()
+        raw += message.get("body", b"")
+        if not message.get("more_body"):
+            return raw
 
 
 async def _json(send: Any, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:

@@ -237,3 +237,18 @@ def test_cli_refuses_a_data_dir_another_process_holds(tmp_path: Path) -> None:
         asyncio.run(holder.close())
     assert result.returncode == 1
     assert result.stderr.startswith("error: data_dir: ") and "in use by another" in result.stderr
+
+
+def test_anthropic_backend_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gateway.config import AnthropicModelConfig
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-example")
+    example = load_config(EXAMPLE).models["claude-sonnet"]
+    assert isinstance(example, AnthropicModelConfig) and example.api_key == "sk-ant-example"
+    model = load_config_text("models: {c: {backend: anthropic}}").models["c"]
+    assert isinstance(model, AnthropicModelConfig)
+    assert model.base_url == "https://api.anthropic.com" and model.prompt_caching.ttl == "auto"
+    with pytest.raises(ConfigError, match=r"models\.c\.prompt_caching\.ttl"):
+        load_config_text("models: {c: {backend: anthropic, prompt_caching: {ttl: 2h}}}")
+    with pytest.raises(ConfigError, match="one base_url"):
+        load_config_text("models: {c: {backend: anthropic, replicas: [http://a, http://b]}}")

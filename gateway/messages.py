@@ -1,0 +1,499 @@
+"""The Anthropic Messages wire format: parse a request, render an answer (JSON and SSE), errors.
+
+A request is validated only in the fields cachegate reasons about (``model``, ``max_tokens``,
+``messages`` and their content blocks, ``system``, sampling parameters, ``tools``,
+``tool_choice``, ``metadata``, ``stream``); every other field is kept as sent and forwarded
+untouched. Errors use Anthropic's body and status codes::
+
+    {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}}
+
+A stream is Anthropic's event sequence, each event named after its ``type``::
+
+    event: message_start         {"type": "message_start", "message": {... "content": []}}
+    event: content_block_start   {"index": 0, "content_block": {"type": "text", "text": ""}}
+    event: ping
+    event: content_block_delta   {"index": 0, "delta": {"type": "text_delta", "text": "Hi"}}
+    event: content_block_stop    {"index": 0}
+    event: message_delta         {"delta": {"stop_reason": "end_turn"}, "usage": {...}}
+    event: message_stop
+
+``MessageFold`` folds such events back into the message the response cache stores, and
+``message_events`` replays a stored message as a fresh stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+from semantic.keys import CacheKey, chat_key
+
+from .canonical import GatewayRequest
+from .errors import APIError
+from .requests import decode_body, gateway_request
+
+__all__ = [
+    "ANTHROPIC_HEADERS",
+    "COMPLETE_STOPS",
+    "MESSAGES",
+    "MESSAGE_STOP",
+    "MessageFold",
+    "MessagesAdapter",
+    "client_credential",
+    "complete_message",
+    "encode_event",
+    "error_event",
+    "error_json",
+    "fresh_message_id",
+    "message_events",
+    "messages_key",
+    "parse_count_tokens",
+    "parse_messages",
+]
+
+#: Client headers of the Messages API that go upstream and into the cache scope (the version
+#: and beta features change what an answer may hold).
+ANTHROPIC_HEADERS = ("anthropic-version", "anthropic-beta")
+#: Stop reasons of a complete answer; ``refusal``, ``pause_turn`` (a server tool's turn that
+#: must be continued) or none at all are never stored.
+COMPLETE_STOPS = frozenset({"end_turn", "max_tokens", "stop_sequence", "tool_use"})
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.decode
+
+#: The last event of a complete stream, byte for byte as cachegate sends it.
+MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+class MessagesAdapter:
+    """The Messages API as the tier walk sees it (gateway.canonical.Adapter).
+
+    Stored answers are Messages ``message`` objects; the API is part of every scope (see
+    ``messages_key``), so they are only ever replayed through this adapter.
+    """
+
+    kind: Literal["messages"] = "messages"
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return parse_messages(raw, headers, tenant)
+
+    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
+        return messages_key(request, context_turns)
+
+    def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        return complete_message(answer)
+
+    def fold(self, request: GatewayRequest, *, cached: bool) -> MessageFold:
+        return MessageFold()  # (always assembled: its usage is spread over two events)
+
+    @property
+    def bridge(self) -> None:
+        return None  # chat-only backends are wrapped in messages_bridge.ChatBridge instead
+
+    def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
+        pass  # nothing is kept beyond the response cache
+
+    def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
+        return {**stored, "id": fresh_message_id()}
+
+    def replay(self, request: GatewayRequest, stored: dict[str, Any]) -> Iterator[bytes]:
+        return map(encode_event, message_events(stored, message_id=fresh_message_id()))
+
+    def saved_tokens(self, stored: dict[str, Any]) -> int:
+        return int((stored.get("usage") or {}).get("output_tokens") or 0)
+
+    def error_json(self, error: APIError) -> bytes:
+        return error_json(error)
+
+    def error_event(self, error: APIError) -> bytes:
+        return error_event(error)
+
+
+def parse_messages(raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+    """Decode and validate a ``POST /v1/messages`` body; raises APIError(400) on bad input."""
+    body = _body(raw)
+    _require(body, "max_tokens")
+    _check_messages_body(body, count=False)
+    return _request(body, headers, tenant, stream=body.get("stream") is True)
+
+
+def parse_count_tokens(raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+    """Decode and validate a ``POST /v1/messages/count_tokens`` body (no ``max_tokens``)."""
+    body = _body(raw)
+    _check_messages_body(body, count=True)
+    return _request(body, headers, tenant, stream=False)
+
+
+def messages_key(request: GatewayRequest, context_turns: int | None = None) -> CacheKey:
+    """The response-cache key of a Messages request.
+
+    The scope is the chat scope's rule applied to this API: tenant, namespace, the API itself
+    (``messages``: no answer is shared with /v1/chat/completions, whose requests differ in
+    what they can ask), model, every body field but the turns (``system``, ``tools``,
+    ``tool_choice``, ``max_tokens``, ``stop_sequences``, ``top_k``, unknown ones …) and the
+    ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
+    question compared by meaning, the earlier turns are scope.
+    """
+    # NOTE: the headers go into the API's name, not the body: no body field can collide.
+    api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
+    ns = request.control.namespace
+    return chat_key(request.tenant, ns, request.model, request.body, context_turns, api=api)
+
+
+def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(the ``Authorization`` the gateway checks, the credential to forward upstream).
+
+    The anthropic SDK sends its key as ``x-api-key``; Claude Code with a token sends
+    ``Authorization: Bearer``. Either authenticates a gateway key. Forwarded upstream (when the
+    model has no key of its own) as the client sent it: ``"x-api-key <key>"`` or the
+    ``Authorization`` value.
+    """
+    authorization = headers.get("authorization")
+    key = headers.get("x-api-key")
+    if authorization:
+        return authorization, authorization
+    if key:
+        return f"Bearer {key}", f"x-api-key {key}"
+    return None, None
+
+
+def error_json(exc: APIError) -> bytes:
+    """Anthropic's error body for ``exc`` (sent with ``exc.status``)."""
+    kind = _anthropic_type(exc)
+    return _encode({"type": "error", "error": {"type": kind, "message": exc.message}})
+
+
+def error_event(exc: APIError) -> bytes:
+    """An error inside a stream that has already started: ``event: error``."""
+    kind = _anthropic_type(exc)
+    return encode_event({"type": "error", "error": {"type": kind, "message": exc.message}})
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    """One SSE event, named after its ``type``."""
+    return b"event: " + str(event["type"]).encode() + b"\ndata: " + _encode(event) + b"\n\n"
+
+
+def fresh_message_id() -> str:
+    return "msg_" + secrets.token_hex(12)
+
+
+def complete_message(message: Any) -> bool:
+    """A finished, successful answer: the only kind the response cache stores."""
+    return (
+        isinstance(message, dict)
+        and message.get("type") == "message"
+        and isinstance(message.get("content"), list)
+        and message.get("stop_reason") in COMPLETE_STOPS
+    )
+
+
+def message_events(
+    message: dict[str, Any], *, message_id: str | None = None
+) -> Iterator[dict[str, Any]]:
+    """The events of a stream that delivers ``message`` (a replay of a stored answer)."""
+    usage = dict(message.get("usage") or {})
+    head = {
+        k: v for k, v in message.items() if k not in ("content", "stop_reason", "stop_sequence")
+    }
+    head.update(
+        id=message_id or message.get("id"), content=[], stop_reason=None, stop_sequence=None
+    )
+    head["usage"] = {**usage, "output_tokens": min(int(usage.get("output_tokens") or 0), 1)}
+    yield {"type": "message_start", "message": head}
+    yield {"type": "ping"}
+    for index, block in enumerate(message.get("content") or ()):
+        start, deltas = _block_deltas(block)
+        yield {"type": "content_block_start", "index": index, "content_block": start}
+        for delta in deltas:
+            yield {"type": "content_block_delta", "index": index, "delta": delta}
+        yield {"type": "content_block_stop", "index": index}
+    stop = {
+        "stop_reason": message.get("stop_reason"),
+        "stop_sequence": message.get("stop_sequence"),
+    }
+    yield {"type": "message_delta", "delta": stop, "usage": usage}
+    yield {"type": "message_stop"}
+
+
+class MessageFold:
+    """Folds a stream's events into the message they describe (what the cache stores)."""
+
+    def __init__(self) -> None:
+        self._message: dict[str, Any] | None = None
+        self._blocks: dict[int, dict[str, Any]] = {}
+        self._json: dict[int, str] = {}  # input_json_delta pieces of tool_use blocks
+        self._stopped = False
+        #: Something arrived that this assembler cannot fold: the answer is not stored.
+        self.unjoinable: str | None = None
+
+    def add(self, event: dict[str, Any]) -> bool:
+        """Take one event (every event goes to the client too)."""
+        self._add(event)
+        return True
+
+    def _add(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            self._message = dict(event["message"])
+            self._message["usage"] = dict(self._message.get("usage") or {})
+        elif kind == "content_block_start":
+            self._blocks[int(event.get("index", 0))] = dict(event.get("content_block") or {})
+        elif kind == "content_block_delta":
+            self._delta(int(event.get("index", 0)), event.get("delta") or {})
+        elif kind == "message_delta" and self._message is not None:
+            for field, value in (event.get("delta") or {}).items():
+                self._message[field] = value
+            self._message["usage"].update(event.get("usage") or {})
+        elif kind == "message_stop":
+            self._stopped = True
+
+    def usage(self) -> dict[str, Any] | None:
+        """``message_start``'s usage updated by ``message_delta``'s (complete or not)."""
+        return dict(self._message["usage"]) if self._message is not None else None
+
+    def result(self) -> dict[str, Any] | None:
+        """The whole message, or None when the stream did not finish or cannot be joined."""
+        if self._message is None or not self._stopped or self.unjoinable is not None:
+            return None
+        for index, text in self._json.items():
+            try:
+                self._blocks[index]["input"] = _decode(text) if text else {}
+            except msgspec.DecodeError:
+                return None
+        content = [self._blocks[i] for i in sorted(self._blocks)]
+        return {**self._message, "content": content}
+
+    def _delta(self, index: int, delta: dict[str, Any]) -> None:
+        block = self._blocks.get(index)
+        kind = delta.get("type")
+        if block is None:
+            self.unjoinable = "delta without a block"
+            return
+        field = _DELTA_FIELDS.get(str(kind))
+        if kind == "input_json_delta":
+            self._json[index] = self._json.get(index, "") + str(delta.get("partial_json") or "")
+        elif kind == "citations_delta":
+            block.setdefault("citations", []).append(delta.get("citation"))
+        elif field is not None:
+            block[field[1]] = (block.get(field[1]) or "") + str(delta.get(field[0]) or "")
+        else:
+            self.unjoinable = f"delta {kind!r}"
+
+
+#: The Messages adapter (it holds no state: one serves every request).
+MESSAGES = MessagesAdapter()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+#: delta type -> (its field, the block field it extends)
+_DELTA_FIELDS = {
+    "text_delta": ("text", "text"),
+    "thinking_delta": ("thinking", "thinking"),
+    "signature_delta": ("signature", "signature"),
+}
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
+_ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "timeout_error"})
+
+
+def _anthropic_type(exc: APIError) -> str:
+    """NOTE: an upstream's own Anthropic error type (``overloaded_error`` …) is kept; statuses
+    the gateway uses that Anthropic does not (499, 502, 508) are typed by their class."""
+    # (OpenAI calls a 404 or 422 an invalid_request_error too; Anthropic names them by status)
+    if exc.type in _ANTHROPIC_TYPES and not (exc.type == _TYPES[400] and exc.status != 400):
+        return exc.type
+    if exc.status in _TYPES:
+        return _TYPES[exc.status]
+    return "api_error" if exc.status >= 500 else "invalid_request_error"
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        return decode_body(raw)
+    except APIError as exc:  # the same checks, in Anthropic's words
+        raise _invalid(exc.message) from None
+
+
+def _request(
+    body: dict[str, Any], headers: Mapping[str, str], tenant: str, *, stream: bool
+) -> GatewayRequest:
+    extension = body.pop("cache", None)
+    request = gateway_request("messages", body, headers, tenant, extension, stream=stream)
+    api_headers = tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h))
+    return dataclasses.replace(request, api_headers=api_headers, account=())
+
+
+def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:
+    _require(body, "model")
+    _require(body, "messages")
+    _typed(body, "model", str)
+    if not count:
+        _integer(body, "max_tokens", 1)
+    _check_list(body, "messages", _check_message)
+    if not body["messages"]:
+        raise _invalid("messages: at least one message is required")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str):
+        if not isinstance(system, list):
+            raise _invalid("system: Input should be a valid string or a list of text blocks")
+        for i, block in enumerate(system):
+            _check_block(block, f"system.{i}", allowed=("text",))
+    for name, high in (("temperature", 1.0), ("top_p", 1.0)):
+        _number(body, name, 0.0, high)
+    _integer(body, "top_k", 0, optional=True)
+    _typed(body, "stream", bool, optional=True)
+    _typed(body, "metadata", dict, optional=True)
+    stops = body.get("stop_sequences")
+    if stops is not None and not (
+        isinstance(stops, list) and all(isinstance(s, str) for s in stops)
+    ):
+        raise _invalid("stop_sequences: Input should be a valid list of strings")
+    _check_list(body, "tools", _check_tool, optional=True)
+    if body.get("tool_choice") is not None:
+        _check_tool_choice(body["tool_choice"])
+
+
+def _check_message(message: Any, path: str) -> None:
+    if not isinstance(message, dict):
+        raise _invalid(f"{path}: Input should be a valid dictionary")
+    if message.get("role") not in ("user", "assistant"):
+        raise _invalid(f"{path}.role: Input should be 'user' or 'assistant'")
+    content = message.get("content")
+    if "content" not in message:
+        raise _invalid(f"{path}.content: Field required")
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _invalid(f"{path}.content: Input should be a valid string or a list of blocks")
+    for i, block in enumerate(content):
+        _check_block(block, f"{path}.content.{i}")
+
+
+def _check_block(block: Any, path: str, allowed: tuple[str, ...] | None = None) -> None:
+    """Known block types are checked; others (image, document, server tools …) pass on."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise _invalid(f"{path}.type: Field required")
+    kind = block["type"]
+    if allowed is not None and kind not in allowed:
+        raise _invalid(f"{path}.type: Input tag '{kind}' is not allowed here (expected 'text')")
+    if kind == "text":
+        _require(block, "text", path)
+        _typed(block, "text", str, path=path)
+    elif kind == "tool_use":
+        for field in ("id", "name"):
+            _require(block, field, path)
+            _typed(block, field, str, path=path)
+        _require(block, "input", path)
+        _typed(block, "input", dict, path=path)
+    elif kind == "tool_result":
+        _require(block, "tool_use_id", path)
+        _typed(block, "tool_use_id", str, path=path)
+        content = block.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _invalid(f"{path}.content: Input should be a valid string or a list of blocks")
+        for i, inner in enumerate(content if isinstance(content, list) else ()):
+            _check_block(inner, f"{path}.content.{i}")
+
+
+def _check_tool(tool: Any, path: str) -> None:
+    if not isinstance(tool, dict):
+        raise _invalid(f"{path}: Input should be a valid dictionary")
+    if tool.get("type") not in (None, "custom"):
+        return  # a server tool (web_search_…, bash_…): the upstream checks it
+    _require(tool, "name", path)
+    _typed(tool, "name", str, path=path)
+    _require(tool, "input_schema", path)
+    _typed(tool, "input_schema", dict, path=path)
+
+
+def _check_tool_choice(choice: Any) -> None:
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+        raise _invalid("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+    if choice["type"] == "tool" and not isinstance(choice.get("name"), str):
+        raise _invalid("tool_choice.name: Field required")
+
+
+def _check_list(body: dict[str, Any], name: str, check: Any, optional: bool = False) -> None:
+    value = body.get(name)
+    if value is None and optional:
+        return
+    if not isinstance(value, list):
+        raise _invalid(f"{name}: Input should be a valid list")
+    for i, item in enumerate(value):
+        check(item, f"{name}.{i}")
+
+
+def _require(obj: dict[str, Any], field: str, path: str = "") -> None:
+    if field not in obj:
+        raise _invalid(f"{path + '.' if path else ''}{field}: Field required")
+
+
+def _typed(
+    obj: dict[str, Any], field: str, kind: type, *, optional: bool = False, path: str = ""
+) -> None:
+    value = obj.get(field)
+    if value is None and optional:
+        return
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        name = {str: "string", dict: "dictionary", bool: "boolean"}.get(kind, kind.__name__)
+        raise _invalid(f"{path + '.' if path else ''}{field}: Input should be a valid {name}")
+
+
+def _integer(body: dict[str, Any], name: str, low: int, optional: bool = False) -> None:
+    value = body.get(name)
+    if value is None and optional:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _invalid(f"{name}: Input should be a valid integer")
+    if value < low:
+        raise _invalid(f"{name}: Input should be greater than or equal to {low}")
+
+
+def _number(body: dict[str, Any], name: str, low: float, high: float) -> None:
+    value = body.get(name)
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise _invalid(f"{name}: Input should be a valid number")
+    if not low <= value <= high:
+        raise _invalid(f"{name}: Input should be between {low:g} and {high:g}")
+
+
+def _invalid(message: str) -> APIError:
+    return APIError(400, message, type="invalid_request_error")
+
+
+def _block_deltas(block: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A content block as its ``content_block_start`` and its deltas."""
+    kind = block.get("type")
+    if kind == "text":
+        start = {k: v for k, v in block.items() if k != "citations"}
+        deltas = (
+            [{"type": "text_delta", "text": block.get("text", "")}] if block.get("text") else []
+        )
+        deltas += [{"type": "citations_delta", "citation": c} for c in block.get("citations") or ()]
+        return {**start, "text": ""}, deltas
+    if kind in ("tool_use", "server_tool_use"):
+        arguments = _encode(block.get("input") or {}).decode()
+        return {**block, "input": {}}, [{"type": "input_json_delta", "partial_json": arguments}]
+    if kind == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")}]
+        if block.get("signature"):
+            deltas.append({"type": "signature_delta", "signature": block["signature"]})
+        return {**block, "thinking": "", "signature": ""}, deltas
+    return block, []  # redacted_thinking, tool results of server tools: whole in the start

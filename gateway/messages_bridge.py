@@ -1,0 +1,373 @@
+"""Messages requests for models that speak only Chat Completions (the local model, OpenAI upstreams).
+
+``ChatBridge`` wraps such a backend: it converts a Messages request into the chat request that
+means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
+``tool`` messages, ``stop_sequences`` → ``stop``) and the chat answer back into a Messages
+answer, JSON or SSE. Plain string turns stay strings, so the local model's chat template
+renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
+reused turn after turn.
+
+Usage is normalised to Anthropic's: ``input_tokens`` excludes the prompt tokens read from a
+cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_tokens``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Protocol, runtime_checkable
+
+import msgspec
+
+from .anthropic import AnthropicBackend
+from .backend import Answer, Backend, BackendStream, StreamEvent
+from .errors import APIError
+from .messages import encode_event, error_event, fresh_message_id
+from .requests import GatewayRequest
+
+__all__ = [
+    "ChatBridge",
+    "MessagesBackend",
+    "TokenCounter",
+    "from_chat",
+    "messages_backend",
+    "to_chat",
+]
+
+_decode = msgspec.json.decode
+_encode = msgspec.json.encode
+
+#: Messages fields the conversion carries over; any other field changes what the request asks
+#: for in a way a chat model cannot honour, so it is refused rather than dropped.
+_CARRIED = frozenset({
+    "model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p",
+    "top_k", "stream", "tools", "tool_choice", "metadata", "service_tier",
+})  # fmt: skip
+_STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
+          "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A backend that can count a chat request's prompt tokens without running the model."""
+
+    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int: ...
+
+
+def messages_backend(backend: Backend) -> MessagesBackend:
+    """The backend that answers Messages requests for ``backend``'s model."""
+    if isinstance(backend, AnthropicBackend | ChatBridge):
+        return backend
+    return ChatBridge(backend)
+
+
+class ChatBridge:
+    """A chat backend that answers Messages requests (see the module docstring)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.forwards_client_auth = inner.forwards_client_auth
+        self.apis = frozenset({"messages"})  # what it makes of the inner backend's chat
+
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+        chat = await self.inner.complete(_chat_request(request), _bearer(auth))
+        return Answer(from_chat(chat.body, request.model), chat.headers)
+
+    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
+        stream = await self.inner.open_stream(_chat_request(request), _bearer(auth))
+        return _MessagesStream(stream, request.model)
+
+    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
+        if not isinstance(self.inner, TokenCounter):  # the local model has a tokenizer
+            raise APIError(
+                400,
+                f"Counting tokens is not supported for model '{self.name}'.",
+                type="invalid_request_error",
+            )
+        return await self.inner.count_tokens(_chat_request(request))
+
+    # NOTE: a bridge lives for one request; the inner backend is started, flushed and closed
+    # by the runtime, never through it.
+
+    def describe(self) -> dict[str, Any]:
+        return self.inner.describe()
+
+    async def start(self) -> None:
+        pass
+
+    async def ready(self) -> bool:
+        return await self.inner.ready()
+
+    @property
+    def failure(self) -> str | None:
+        return self.inner.failure
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def flush_prefix_cache(self) -> int:
+        return 0
+
+    async def close(self) -> None:
+        pass
+
+
+#: What answers a Messages request: the Anthropic API itself, or a chat model through the bridge.
+MessagesBackend = AnthropicBackend | ChatBridge
+
+
+def to_chat(body: dict[str, Any]) -> dict[str, Any]:
+    """The Chat Completions body asking what the Messages ``body`` asks."""
+    for field, value in body.items():
+        if field not in _CARRIED and value is not None:
+            raise _unsupported(field)
+    chat: dict[str, Any] = {"model": body["model"]}
+    if body.get("max_tokens") is not None:  # (count_tokens requests have none)
+        chat["max_tokens"] = body["max_tokens"]
+    messages = [*_system(body.get("system"))]
+    for message in body["messages"]:
+        messages.extend(_turn(message))
+    chat["messages"] = messages
+    for field in ("temperature", "top_p", "top_k", "stream"):
+        if body.get(field) is not None:
+            chat[field] = body[field]
+    if body.get("stop_sequences"):
+        chat["stop"] = list(body["stop_sequences"])
+    if body.get("tools"):
+        chat["tools"] = [_tool(t) for t in body["tools"]]
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    return chat
+
+
+def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
+    """The Messages answer for a chat completion (its first choice)."""
+    choice = (chat.get("choices") or [{}])[0]
+    message = choice.get("message") or {}
+    content: list[dict[str, Any]] = []
+    if message.get("content") or not message.get("tool_calls"):
+        content.append({"type": "text", "text": message.get("content") or ""})
+    for call in message.get("tool_calls") or ():
+        function = call.get("function") or {}
+        content.append({"type": "tool_use", "id": call.get("id") or _tool_id(),
+                        "name": function.get("name", ""),
+                        "input": _arguments(function.get("arguments"))})  # fmt: skip
+    return {
+        "id": fresh_message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": _STOPS.get(choice.get("finish_reason") or "", choice.get("finish_reason")),
+        "stop_sequence": None,
+        "usage": _usage(chat.get("usage") or {}),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+class _MessagesStream:
+    """A chat stream re-told as Messages events."""
+
+    def __init__(self, inner: BackendStream, model: str) -> None:
+        self._inner = inner
+        self.headers = inner.headers
+        self._model = model
+        self._started = False
+        self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
+        self._next = 0
+        self._stop: str | None = None
+        self._usage: dict[str, Any] = {}
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        async for event in self._inner:
+            if event.error:
+                message = _error_message(event.chunk)
+                yield StreamEvent(error_event(APIError(502, message)), None, error=True)
+                return
+            if event.chunk is None and not event.done:
+                yield event  # a keep-alive comment
+                continue
+            converted = list(self._convert(event))
+            for i, out in enumerate(converted, start=1):
+                done = event.done and i == len(converted)
+                yield StreamEvent(encode_event(out), out, done=done, more=i < len(converted))
+            if event.done:
+                return
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def _convert(self, event: StreamEvent) -> Iterator[dict[str, Any]]:
+        if not self._started:
+            self._started = True
+            head: dict[str, Any] = {"id": fresh_message_id(), "type": "message", "role": "assistant",
+                    "model": self._model, "content": [], "stop_reason": None,
+                    "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}  # fmt: skip
+            yield {"type": "message_start", "message": head}
+            yield {"type": "ping"}
+        if event.done:
+            yield from self._close_block()
+            stop = {"stop_reason": self._stop, "stop_sequence": None}
+            yield {"type": "message_delta", "delta": stop, "usage": _usage(self._usage)}
+            yield {"type": "message_stop"}
+            return
+        chunk = event.chunk or {}
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                yield from self._text(delta["content"])
+            for call in delta.get("tool_calls") or ():
+                yield from self._tool_call(call)
+            if choice.get("finish_reason"):
+                reason = choice["finish_reason"]
+                self._stop = _STOPS.get(reason, reason)
+
+    def _text(self, text: str) -> Iterator[dict[str, Any]]:
+        if self._open is None or self._open[1] != "text":
+            yield from self._close_block()
+            yield self._start({"type": "text", "text": ""}, "text")
+        assert self._open is not None
+        yield {"type": "content_block_delta", "index": self._open[0],
+               "delta": {"type": "text_delta", "text": text}}  # fmt: skip
+
+    def _tool_call(self, call: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        which = f"tool{call.get('index', 0)}"
+        function = call.get("function") or {}
+        if self._open is None or self._open[1] != which:
+            yield from self._close_block()
+            block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or _tool_id(),
+                     "name": function.get("name") or "", "input": {}}  # fmt: skip
+            yield self._start(block, which)
+        assert self._open is not None
+        if function.get("arguments"):
+            yield {"type": "content_block_delta", "index": self._open[0],
+                   "delta": {"type": "input_json_delta",
+                             "partial_json": function["arguments"]}}  # fmt: skip
+
+    def _start(self, block: dict[str, Any], which: str) -> dict[str, Any]:
+        self._open = (self._next, which)
+        self._next += 1
+        return {"type": "content_block_start", "index": self._open[0], "content_block": block}
+
+    def _close_block(self) -> Iterator[dict[str, Any]]:
+        if self._open is not None:
+            yield {"type": "content_block_stop", "index": self._open[0]}
+            self._open = None
+
+
+def _chat_request(request: GatewayRequest) -> GatewayRequest:
+    return dataclasses.replace(request, kind="chat", body=to_chat(request.body), include_usage=True)
+
+
+def _bearer(auth: str | None) -> str | None:
+    """The client's credential as a chat backend forwards it (``Authorization: Bearer``)."""
+    if auth and auth.startswith("x-api-key "):
+        return "Bearer " + auth[len("x-api-key ") :]
+    return auth
+
+
+def _system(system: Any) -> list[dict[str, Any]]:
+    if isinstance(system, str):
+        return [{"role": "system", "content": system}] if system else []
+    if isinstance(system, list) and system:
+        return [{"role": "system", "content": "\n\n".join(b.get("text", "") for b in system)}]
+    return []
+
+
+def _turn(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """One Messages turn as chat messages (a user turn's tool results go first, as ``tool``)."""
+    role, content = message["role"], message["content"]
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(block["text"])
+        elif kind == "tool_use" and role == "assistant":
+            calls.append({"id": block["id"], "type": "function",
+                          "function": {"name": block["name"],
+                                       "arguments": _encode(block["input"]).decode()}})  # fmt: skip
+        elif kind == "tool_result" and role == "user":
+            results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
+                            "content": _result_text(block.get("content"))})  # fmt: skip
+        elif kind not in ("thinking", "redacted_thinking"):  # earlier thinking is not re-read
+            raise _unsupported(f"content blocks of type '{kind}'", "are")
+    turn: list[dict[str, Any]] = list(results)
+    if texts or calls or not results:
+        chat: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
+        if calls:
+            chat["tool_calls"] = calls
+        elif chat["content"] is None:
+            chat["content"] = ""
+        turn.append(chat)
+    return turn
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, list):
+        for block in content:
+            if block.get("type") != "text":
+                raise _unsupported("tool results other than text", "are")
+        return "\n".join(b.get("text", "") for b in content)
+    return content or ""
+
+
+def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    if tool.get("type") not in (None, "custom"):
+        raise _unsupported(f"server tools ('{tool.get('type')}')", "are")
+    function = {"name": tool["name"], "parameters": tool["input_schema"]}
+    if tool.get("description"):
+        function["description"] = tool["description"]
+    return {"type": "function", "function": function}
+
+
+def _tool_choice(choice: dict[str, Any]) -> Any:
+    kind = choice["type"]
+    if kind == "tool":
+        return {"type": "function", "function": {"name": choice["name"]}}
+    return {"auto": "auto", "any": "required", "none": "none"}[kind]
+
+
+def _usage(usage: dict[str, Any]) -> dict[str, Any]:
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return {
+        "input_tokens": max(prompt - cached, 0),
+        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": cached,
+    }
+
+
+def _arguments(arguments: Any) -> Any:
+    try:
+        parsed = _decode(arguments) if isinstance(arguments, str | bytes) else arguments
+    except msgspec.DecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def _tool_id() -> str:
+    return "toolu_" + fresh_message_id()[4:]
+
+
+def _error_message(chunk: dict[str, Any] | None) -> str:
+    error = (chunk or {}).get("error")
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    return "The model failed mid-stream."
+
+
+def _unsupported(what: str, verb: str = "is") -> APIError:
+    return APIError(
+        400, f"'{what}' {verb} not supported by this model.", type="invalid_request_error"
+    )

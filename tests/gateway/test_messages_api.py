@@ -1,0 +1,353 @@
+"""POST /v1/messages with the official anthropic SDK: an Anthropic upstream (the fake in
+tests/fake_anthropic.py) and an OpenAI one through the chat bridge; the response cache, errors,
+automatic prompt caching, cross-API scopes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+import yaml
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+from tests.fake_anthropic import FakeAnthropic
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+SYSTEM = "You answer questions about the ACME hardware store. Prices include VAT. " * 12
+
+
+@pytest.fixture(scope="module")
+def fake_server() -> Iterator[ThreadedServer]:
+    server = ThreadedServer(FakeAnthropic(min_cacheable=50)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def fake(fake_server: ThreadedServer) -> FakeAnthropic:
+    app: FakeAnthropic = fake_server.app
+    app.reset()
+    return app
+
+
+def config(fake_url: str, openai_url: str, data_dir: Path, **extra: Any) -> str:
+    claude = {"backend": "anthropic", "base_url": fake_url, "api_key": "sk-ant-test",
+              "upstream_model": "claude-sonnet-4-5", "retry_backoff": 0.01,
+              "prompt_caching": {"min_tokens": 50}}  # fmt: skip
+    models = {
+        "claude": claude,
+        "claude-plain": {**claude, "prompt_caching": {"enabled": False}},
+        "claude-client-key": {**claude, "api_key": None},
+        "gpt": {"backend": "openai", "base_url": f"{openai_url}/v1", "api_key": "sk-test"},
+    }
+    return yaml.safe_dump({"data_dir": str(data_dir), "models": models,
+                           "cache": {"semantic": {"enabled": False}}, **extra})  # fmt: skip
+
+
+@pytest.fixture
+def gw(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
+) -> Iterator[Gateway]:
+    gateway = Gateway(load_config_text(config(fake_server.url, upstream_server.url, tmp_path)))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture
+def client(gw: Gateway) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+
+
+def ask(client: anthropic.Anthropic, question: str, **kwargs: Any) -> Any:
+    """``messages.create`` with the raw response, so the x-cache header can be read."""
+    params = {"model": "claude", "max_tokens": 64, **kwargs}
+    params.setdefault("messages", [{"role": "user", "content": question}])
+    return client.messages.with_raw_response.create(**params)
+
+
+def test_create_then_exact_hit_never_reaches_upstream(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    first = ask(client, "Do you sell hammers?")
+    assert first.headers["x-cache"] == "miss"
+    message = first.parse()
+    text = message.content[0].text
+    assert text.startswith("answer #") and text.endswith(" to: Do you sell hammers?")
+    assert message.stop_reason == "end_turn" and message.usage.output_tokens > 0
+    assert fake.bodies[-1]["model"] == "claude-sonnet-4-5"  # upstream_model
+    sent_version = first.http_request.headers["anthropic-version"]
+    assert fake.headers[-1]["anthropic-version"] == sent_version  # the client's own
+    second = ask(client, "Do you sell hammers?")
+    assert second.headers["x-cache"] == "exact"
+    again = second.parse()
+    assert again.content[0].text == message.content[0].text and again.id != message.id
+    assert fake.stats["/v1/messages"] == 1
+
+
+def test_stream_is_relayed_cached_and_replayed_as_messages_events(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    params = {"model": "claude", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Opening hours?"}]}  # fmt: skip
+    with client.messages.stream(**params) as stream:
+        streamed = "".join(stream.text_stream)
+        fresh = stream.get_final_message()
+    assert streamed == fresh.content[0].text and fresh.stop_reason == "end_turn"
+    with client.messages.with_streaming_response.create(**params, stream=True) as raw:
+        assert raw.headers["x-cache"] == "exact"
+        lines = [line for line in raw.iter_lines() if line.startswith("event: ")]
+    assert lines[0] == "event: message_start" and lines[-1] == "event: message_stop"
+    assert {"event: content_block_delta", "event: message_delta", "event: ping"} <= set(lines)
+    with client.messages.stream(**params) as stream:
+        replayed = stream.get_final_message()
+    assert replayed.content[0].text == streamed and replayed.stop_reason == "end_turn"
+    assert replayed.usage.output_tokens == fresh.usage.output_tokens
+    assert ask(client, "Opening hours?").headers["x-cache"] == "exact"  # JSON from a stream
+    assert fake.stats["/v1/messages"] == 1
+
+
+def test_tool_use_streams_and_replays_whole(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    tools = [{"name": "weather", "description": "Weather in a city",
+              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]  # fmt: skip
+    params = {"model": "claude", "max_tokens": 64, "tools": tools,
+              "messages": [{"role": "user", "content": "Weather in Paris?"}],
+              "extra_body": {"fake": {"tool_use": "weather"}}}  # fmt: skip
+    for expected in ("miss", "exact"):
+        with client.messages.stream(**params) as stream:
+            final = stream.get_final_message()
+        assert final.stop_reason == "tool_use"
+        call = final.content[-1]
+        assert (
+            call.type == "tool_use" and call.name == "weather" and call.input == {"city": "Paris"}
+        )
+        assert stream.response.headers["x-cache"] == expected
+    result = [{"type": "tool_result", "tool_use_id": call.id, "content": "sunny"}]
+    follow = ask(client, "", tools=tools, messages=[
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [b.model_dump() for b in final.content]},
+        {"role": "user", "content": result}])  # fmt: skip
+    assert follow.headers["x-cache"] == "miss"
+    assert fake.bodies[-1]["messages"][2]["content"][0]["tool_use_id"] == call.id
+
+
+def test_validation_errors_use_anthropics_body(gw: Gateway, fake: FakeAnthropic) -> None:
+    cases = [
+        ({"model": "claude", "messages": [{"role": "user", "content": "x"}]},
+         "max_tokens: Field required"),
+        ({"model": "claude", "max_tokens": 5, "messages": [{"role": "bot", "content": "x"}]},
+         "messages.0.role: Input should be 'user' or 'assistant'"),
+        ({"model": "claude", "max_tokens": 5, "temperature": 1.5,
+          "messages": [{"role": "user", "content": "x"}]},
+         "temperature: Input should be between 0 and 1"),
+        ({"model": "claude", "max_tokens": 5,
+          "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
+         "messages.0.content.0.tool_use_id: Field required"),
+    ]  # fmt: skip
+    for body, message in cases:
+        response = gw.http.post("/v1/messages", json=body)
+        assert response.status_code == 400
+        assert response.json() == {
+            "type": "error", "error": {"type": "invalid_request_error", "message": message}}  # fmt: skip
+    response = gw.http.post("/v1/messages", content=b"{nope")
+    assert response.status_code == 400 and response.json()["type"] == "error"
+    assert fake.stats["/v1/messages"] == 0
+
+
+def test_sdk_errors_not_found_and_overloaded(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        ask(client, "hi", model="claude-nope")
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(anthropic.OverloadedError) as overloaded:
+        ask(client, "hi", extra_body={"fake": {"status": 529}})
+    assert overloaded.value.status_code == 529
+    assert overloaded.value.response.headers["x-should-retry"] == "false"  # retried already
+    assert fake.stats["/v1/messages"] == 3  # one try and max_retries (2) by the gateway
+
+
+def test_failed_or_refused_answers_are_never_stored(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    params = {"model": "claude", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Tell me"}]}  # fmt: skip
+    for fault in ({"error_after": 3}, {"break_after": 3}):
+        with (
+            pytest.raises(anthropic.APIError),
+            client.messages.stream(**params, extra_body={"fake": fault}) as stream,
+        ):
+            stream.get_final_message()
+    refusal = {"fake": {"stop_reason": "refusal"}}
+    assert ask(client, "Tell me", extra_body=refusal).parse().stop_reason == "refusal"
+    assert ask(client, "Tell me", extra_body=refusal).headers["x-cache"] == "miss"
+    assert fake.stats["/v1/messages"] == 4
+
+
+def test_unknown_fields_and_headers_go_upstream_untouched(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    ask(client, "hi", extra_body={"custom": {"a": [1, 2]}},
+        extra_headers={"anthropic-beta": "some-feature-2026"})  # fmt: skip
+    assert fake.bodies[-1]["custom"] == {"a": [1, 2]}
+    assert fake.headers[-1]["anthropic-beta"] == "some-feature-2026"
+    assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
+
+
+def test_output_changing_fields_and_headers_are_in_the_scope(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """Each variation changes what the answer may be: each must reach the upstream."""
+    base: dict[str, Any] = {"system": "Be brief."}
+    variations: list[dict[str, Any]] = [
+        {}, {"system": "Be verbose."}, {"extra_body": {"top_k": 5}},  # (no SDK argument)
+        {"extra_body": {"temperature": 0.5}}, {"max_tokens": 9},
+        {"output_config": {"effort": "low"}},
+        {"stop_sequences": ["\n"]}, {"tool_choice": {"type": "none"}, "tools": []},
+        {"extra_headers": {"anthropic-beta": "x"}}, {"extra_headers": {"x-cache-namespace": "n"}},
+        {"messages": [{"role": "user", "content": "Earlier"},
+                      {"role": "assistant", "content": "Ok"},
+                      {"role": "user", "content": "Same question"}]},
+        {"extra_body": {"thinking": {"type": "disabled"}}},
+    ]  # fmt: skip
+    for variation in variations:
+        params = {**base, **variation}
+        assert ask(client, "Same question", **params).headers["x-cache"] == "miss", variation
+    assert fake.stats["/v1/messages"] == len(variations)
+    assert ask(client, "Same question", **base).headers["x-cache"] == "exact"
+
+
+def test_messages_and_chat_completions_never_share_an_answer(
+    gw: Gateway, client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """The same question to the same OpenAI-upstream model through both APIs: two answers."""
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    first = chat.chat.completions.with_raw_response.create(
+        model="gpt", max_tokens=64, messages=[{"role": "user", "content": "Same?"}])  # fmt: skip
+    assert first.headers["x-cache"] == "miss"
+    via_messages = ask(client, "Same?", model="gpt")  # the chat bridge to the same upstream
+    assert via_messages.headers["x-cache"] == "miss"
+    message = via_messages.parse()
+    assert message.content[0].text.startswith("answer #") and message.stop_reason == "end_turn"
+    assert upstream.last_body["messages"] == [{"role": "user", "content": "Same?"}]
+    assert upstream.stats["chat"] == 2
+    assert ask(client, "Same?", model="gpt").headers["x-cache"] == "exact"
+    again = chat.chat.completions.with_raw_response.create(
+        model="gpt", max_tokens=64, messages=[{"role": "user", "content": "Same?"}])  # fmt: skip
+    assert again.headers["x-cache"] == "exact"
+    assert again.parse().choices[0].message.content == first.parse().choices[0].message.content
+    assert upstream.stats["chat"] == 2
+
+
+def test_automatic_cache_control_turns_into_cache_reads(
+    gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """A conversation with a long system prompt: turn 2 reads what turn 1 wrote."""
+    turn1 = [{"role": "user", "content": "Do you sell hammers? " * 10}]
+    first = ask(client, "", system=SYSTEM, messages=turn1).parse()
+    assert first.usage.cache_creation_input_tokens > 0 and first.usage.cache_read_input_tokens == 0
+    sent = fake.bodies[-1]
+    assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert sent["messages"][0]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    turn2 = [*turn1, {"role": "assistant", "content": first.content[0].text},
+             {"role": "user", "content": "And nails?"}]  # fmt: skip
+    second = ask(client, "", system=SYSTEM, messages=turn2).parse()
+    prompt1 = first.usage.cache_creation_input_tokens + first.usage.input_tokens
+    assert second.usage.cache_read_input_tokens == prompt1  # all of turn 1's prompt
+    plain = ask(client, "", model="claude-plain", system=SYSTEM, messages=turn2).parse()
+    assert plain.usage.cache_read_input_tokens == 0
+    assert "cache_control" not in str(fake.bodies[-1])
+    counters = gw.http.get("/admin/stats").json()["backends"]["claude"]["prompt_caching"]
+    assert counters["requests"] == 2 and counters["marks_added"] == 4
+
+
+def test_client_breakpoints_are_kept_and_the_total_stays_four(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    mark = {"type": "ephemeral"}
+    blocks = [{"type": "text", "text": f"part {i} " * 60, "cache_control": mark} for i in range(3)]
+    ask(client, "", system=SYSTEM, messages=[{"role": "user", "content": blocks},
+                                             {"role": "assistant", "content": "ok"},
+                                             {"role": "user", "content": "next " * 60}])  # fmt: skip
+    sent = fake.bodies[-1]
+    assert [b.get("cache_control") for b in sent["messages"][0]["content"]] == [mark] * 3
+    assert str(sent).count("cache_control") == 4  # the fake refuses a fifth with 400
+
+
+def test_count_tokens(client: anthropic.Anthropic, fake: FakeAnthropic) -> None:
+    counted = client.messages.count_tokens(
+        model="claude", system=SYSTEM, messages=[{"role": "user", "content": "hi"}])  # fmt: skip
+    assert counted.input_tokens == len(SYSTEM) // 4 + 1 + 1
+    assert fake.stats["/v1/messages/count_tokens"] == 1
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model="gpt", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_client_key_is_forwarded_and_partitions_the_cache(gw: Gateway, fake: FakeAnthropic) -> None:
+    good = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+    bad = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-wrong", max_retries=0)
+    assert ask(good, "hi", model="claude-client-key").headers["x-cache"] == "miss"
+    assert fake.headers[-1]["authorization"] == "Bearer sk-ant-test"  # as the SDK sent it
+    with pytest.raises(anthropic.AuthenticationError):  # never the other key's cached answer
+        ask(bad, "hi", model="claude-client-key")
+    assert ask(good, "hi", model="claude-client-key").headers["x-cache"] == "exact"
+    by_header = httpx.post(f"{gw.url}/v1/messages", headers={"x-api-key": "sk-ant-test"},
+                           json={"model": "claude-client-key", "max_tokens": 64,
+                                 "messages": [{"role": "user", "content": "x-api-key"}]})  # fmt: skip
+    assert by_header.status_code == 200
+    assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
+
+
+def test_gateway_keys_accept_x_api_key(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    auth = {"auth": {"keys": [{"key": "gw-key", "tenant": "a"}]}}
+    gateway = Gateway(
+        load_config_text(config(fake_server.url, upstream_server.url, tmp_path, **auth))
+    )
+    try:
+        ok = anthropic.Anthropic(base_url=gateway.url, api_key="gw-key", max_retries=0)
+        assert ask(ok, "hi").parse().content[0].text
+        bearer = anthropic.Anthropic(base_url=gateway.url, auth_token="gw-key", max_retries=0)
+        assert ask(bearer, "hi").headers["x-cache"] == "exact"
+        response = httpx.post(f"{gateway.url}/v1/messages", headers={"x-api-key": "nope"},
+                              json={"model": "claude", "max_tokens": 5, "messages": []})  # fmt: skip
+        assert response.status_code == 401
+        assert response.json()["error"]["type"] == "authentication_error"
+    finally:
+        gateway.stop()
+
+
+def test_semantic_hits_stay_inside_the_messages_scope(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,
+) -> None:  # fmt: skip
+    """A paraphrase is a semantic hit through /v1/messages, streamed or not; a different
+    system prompt, or the chat API, never gets it."""
+    text = config(fake_server.url, upstream_server.url, tmp_path)
+    text = text.replace("semantic:\n    enabled: false", "semantic:\n    enabled: true")
+    gateway = Gateway(load_config_text(text))
+    try:
+        sdk = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-test", max_retries=0)
+        first = ask(sdk, "How do I reset my password?", system="Support desk.")
+        hit = ask(sdk, "How can I reset my password?", system="Support desk.")
+        assert (first.headers["x-cache"], hit.headers["x-cache"]) == ("miss", "semantic")
+        assert hit.parse().content[0].text == first.parse().content[0].text
+        assert float(hit.headers["x-cache-similarity"]) > 0.8
+        with sdk.messages.stream(model="claude", max_tokens=64, system="Support desk.",
+                                 messages=[{"role": "user",
+                                            "content": "How can I reset my password?"}]) as s:  # fmt: skip
+            assert s.get_final_message().content[0].text == first.parse().content[0].text
+        assert s.response.headers["x-cache"] == "semantic"
+        other = ask(sdk, "How can I reset my password?", system="Sales desk.")
+        assert other.headers["x-cache"] == "miss"
+        assert fake.stats["/v1/messages"] == 2
+    finally:
+        gateway.stop()

@@ -1,0 +1,99 @@
+"""POST /v1/messages served by the bundled local model (real weights, CPU) through its chat path,
+with the official anthropic SDK: answers, streaming, prefix KV reuse turn after turn reported as
+``cache_read_input_tokens``, the response cache, count_tokens, unsupported input."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+import yaml
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+
+MODEL = "smollm2"
+SYSTEM = "You are a concise assistant for the ACME hardware store. " * 6
+
+
+@pytest.fixture(scope="module")
+def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    settings = {"backend": "local", "source": str(bundled_model_dir), "threads": 1}
+    text = yaml.safe_dump({
+        "data_dir": str(tmp_path_factory.mktemp("messages-local")),
+        "cache": {"semantic": {"enabled": False}},
+        "models": {MODEL: settings},
+    })  # fmt: skip
+    gateway = Gateway(load_config_text(text))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture
+def client(gw: Gateway) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=gw.url, api_key="unused", max_retries=0)
+
+
+def create(client: anthropic.Anthropic, messages: list[dict[str, Any]], **kwargs: Any) -> Any:
+    extra = {"temperature": 0, **kwargs.pop("extra_body", {})}  # greedy: reproducible
+    return client.messages.with_raw_response.create(
+        model=MODEL, max_tokens=12, system=SYSTEM, messages=messages, extra_body=extra, **kwargs
+    )
+
+
+def test_create_and_prefix_reuse_turn_after_turn(client: anthropic.Anthropic) -> None:
+    turn1 = [{"role": "user", "content": "Do you sell hammers?"}]
+    first = create(client, turn1)
+    assert first.headers["x-cache"] == "miss"
+    message = first.parse()
+    assert message.type == "message" and message.role == "assistant" and message.model == MODEL
+    assert message.content[0].type == "text" and message.content[0].text.strip()
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.input_tokens > 60 and message.usage.cache_read_input_tokens == 0
+    turn2 = [*turn1, {"role": "assistant", "content": message.content[0].text},
+             {"role": "user", "content": "And nails?"}]  # fmt: skip
+    second = create(client, turn2).parse()
+    # turn 1's prompt, and its answer, came from the prefix KV cache
+    assert second.usage.cache_read_input_tokens >= message.usage.input_tokens
+    assert create(client, turn2).headers["x-cache"] == "exact"
+
+
+def test_stream_matches_create_and_is_cached(client: anthropic.Anthropic) -> None:
+    messages = [{"role": "user", "content": "What colour is the sky?"}]
+    reference = create(client, messages, extra_headers={"cache-control": "no-store"}).parse()
+    with client.messages.stream(
+        model=MODEL, max_tokens=12, system=SYSTEM, messages=messages,
+        extra_body={"temperature": 0},
+    ) as stream:  # fmt: skip
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert stream.response.headers["x-cache"] == "miss"
+    assert streamed == final.content[0].text == reference.content[0].text
+    assert final.stop_reason == reference.stop_reason
+    assert final.usage.output_tokens == reference.usage.output_tokens
+    hit = create(client, messages)
+    assert hit.headers["x-cache"] == "exact"
+    assert hit.parse().content[0].text == streamed
+
+
+def test_count_tokens_counts_the_chat_prompt(client: anthropic.Anthropic) -> None:
+    messages = [{"role": "user", "content": "Count me, please."}]
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+    usage = create(client, messages, extra_headers={"cache-control": "no-cache"}).parse().usage
+    assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
+
+
+def test_what_the_local_model_cannot_do_is_a_400(client: anthropic.Anthropic) -> None:
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+    }
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        create(client, [{"role": "user", "content": [image]}])
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "image" in refused.value.message
+    with pytest.raises(anthropic.BadRequestError):
+        create(client, [{"role": "user", "content": "hi"}], extra_body={"container": "c"})
