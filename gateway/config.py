@@ -227,7 +227,7 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: request skips the semantic lookup and goes straight to the model, and its answer is
     #: stored for exact hits only; counted in cachegate_semantic_skipped_total{reason}.
     #: None: always wait. Default measured in docs/benchmarks.md (overload).
-    max_wait_ms: PositiveInt | None = 250
+    max_wait_ms: PositiveInt | None = 100
 
 
 class RedisConfig(_Base, frozen=True):

@@ -358,6 +358,12 @@ class ResponseCache:
                 continue
             if not _fresh(entry, now, max_age):
                 continue
+            if self._settings.exact and entry.exact == key.exact:
+                # NOTE: the same request, stored while this one was embedded (identical requests
+                # arriving together): an exact hit, not a "semantic" one at similarity 1.0.
+                await self._store.record_hit(entry.id)
+                self._counters.hits["exact"] += 1
+                return Lookup("exact", entry, 1.0, now - entry.created, vector)
             if self.guard is not None:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity

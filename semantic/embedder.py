@@ -22,7 +22,8 @@ Repeated texts are answered from a small LRU (identical questions are common in 
 
 Overload: a caller may bound how long it waits for the model (``max_wait``, seconds). When the
 oldest text still queued has already waited longer, it is refused at once; otherwise it waits at
-most ``max_wait`` and then gives up (its text leaves the queue unencoded). Either way the call
+most ``max_wait`` for a worker to start on it and then gives up (its text leaves the queue
+unencoded; a text already being encoded is waited for). Either way the call
 raises :class:`EmbedderBusy`, and the semantic cache answers without its semantic tier.
 ``stats()`` reports how long texts waited for a worker (``wait_seconds`` over ``waits``).
 
@@ -372,12 +373,13 @@ class _Failed:
     exc: Exception
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Job:
     text: str
     fut: asyncio.Future[tuple[np.ndarray, Any]]
     then: Callable[[np.ndarray], Any] | None
     queued: float  # time.monotonic() when it joined the queue
+    started: bool = False  # handed to a worker
 
 
 class _Batcher:
@@ -417,13 +419,16 @@ class _Batcher:
         fut: asyncio.Future[tuple[np.ndarray, Any]] = self._loop.create_future()
         self._pending.append(_Job(text, fut, then, now))
         self._schedule()
-        if max_wait is None:
-            return await fut
-        try:
-            return await asyncio.wait_for(fut, max_wait)  # (cancels fut when it times out)
-        except TimeoutError:
-            emb._refused += 1
-            raise EmbedderBusy(f"no embedder worker within {max_wait:.3f} s") from None
+        job = self._pending[-1]
+        if max_wait is not None:
+            # NOTE: the bound is on the wait for a worker, not the encoding: a text that has
+            # started is waited for (on a slow CPU one encode alone may take longer).
+            await asyncio.wait([fut], timeout=max_wait)
+            if not fut.done() and not job.started:
+                fut.cancel()
+                emb._refused += 1
+                raise EmbedderBusy(f"no embedder worker within {max_wait:.3f} s")
+        return await fut
 
     def queued(self) -> int:
         return sum(1 for job in self._pending if not job.fut.done())
@@ -467,6 +472,8 @@ class _Batcher:
         now = time.monotonic()
         emb._waits += len(jobs)
         emb._wait_seconds += sum(now - job.queued for job in jobs)
+        for job in jobs:
+            job.started = True
         texts = list(dict.fromkeys(job.text for job in jobs))
         row = {text: i for i, text in enumerate(texts)}
         calls = [(j, row[job.text], job.then) for j, job in enumerate(jobs) if job.then is not None]
