@@ -70,16 +70,7 @@ class Runtime:
                 CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
                 _semantic_settings(config),
             )
-            metrics.gauges(
-                "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
-            )
-            metrics.labelled_gauges(  # cachegate_semantic_skipped_total{reason="overload"}
-                "cachegate_semantic",
-                "Semantic steps skipped",
-                "reason",
-                lambda: {r: {"skipped": n} for r, n in cache.stats()["semantic_skipped"].items()},
-                re.compile("skipped"),
-            )
+            _cache_metrics(metrics, cache)
 
         thresholds = {
             name: m.semantic_threshold
@@ -212,6 +203,19 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         hnsw_ef_search=semantic.hnsw_ef_search,
         index_path=index_path,
         max_wait=None if semantic.max_wait_ms is None else semantic.max_wait_ms / 1000,
+    )
+
+
+def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
+    metrics.gauges(
+        "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
+    )
+    metrics.labelled_gauges(  # cachegate_semantic_skipped_total{reason="overload"}
+        "cachegate_semantic",
+        "Semantic steps skipped",
+        "reason",
+        lambda: {r: {"skipped": n} for r, n in cache.stats()["semantic_skipped"].items()},
+        re.compile("skipped"),
     )
 
 
