@@ -313,6 +313,11 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: more (bench/semantic_latency.py, 100k entries: 32 -> 0.14 ms, recall@1 0.988, and 1.0
     #: where a hit is possible; 64 -> 0.24 ms, 0.996).
     hnsw_ef_search: PositiveInt = 32
+    #: Milliseconds a request may wait for the embedder. Past it (an overloaded CPU) the
+    #: request skips the semantic lookup and goes straight to the model, and its answer is
+    #: stored for exact hits only; counted in cachegate_semantic_skipped_total{reason}.
+    #: None: always wait. Default measured in docs/benchmarks.md (overload).
+    max_wait_ms: PositiveInt | None = 100
 
 
 class RedisConfig(_Base, frozen=True):

@@ -84,9 +84,7 @@ class Runtime:
                 CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
                 _semantic_settings(config),
             )
-            metrics.gauges(
-                "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
-            )
+            _cache_metrics(metrics, cache)
 
         pipeline = _pipeline(config, backends, cache)
         metrics.labelled_gauges(
@@ -263,6 +261,20 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         hnsw_threshold=semantic.hnsw_threshold,
         hnsw_ef_search=semantic.hnsw_ef_search,
         index_path=index_path,
+        max_wait=None if semantic.max_wait_ms is None else semantic.max_wait_ms / 1000,
+    )
+
+
+def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
+    metrics.gauges(
+        "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
+    )
+    metrics.labelled_gauges(  # cachegate_semantic_skipped_total{reason="overload"}
+        "cachegate_semantic",
+        "Semantic steps skipped",
+        "reason",
+        lambda: {r: {"skipped": n} for r, n in cache.stats()["semantic_skipped"].items()},
+        re.compile("skipped"),
     )
 
 
@@ -283,7 +295,7 @@ def _entry_store(config: Config) -> EntryStore:
 #: Statistics that only go up, exported as counters (``..._total``).
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|evictions|expirations"
-    r"|too_long_for_semantic"
+    r"|too_long_for_semantic|semantic_skipped_\w+|embedder_(waits|wait_seconds|texts_encoded)"
 )
 _BACKEND_COUNTERS = re.compile(
     r"prefix_cache_(queried_tokens|hit_tokens|evicted_tokens|evictions)"

@@ -80,6 +80,9 @@ class SemanticSettings:
     hnsw_ef_search: int = 32
     #: Where the vector index is saved (restarts load it); None: rebuilt from the store.
     index_path: Path | None = None
+    #: Seconds a request may wait for the embedder; past it the lookup skips the semantic
+    #: tier (and the answer is stored for exact hits only). None: wait as long as it takes.
+    max_wait: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,9 @@ class _Counters:
     evictions: int = 0
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
+    #: Semantic steps skipped because the embedder was overloaded: "overload" (lookups),
+    #: "overload_store" (answers stored without a vector: exact hits only).
+    skipped: Counter[str] = field(default_factory=lambda: Counter(overload=0, overload_store=0))
 
 
 class ResponseCache:
@@ -149,6 +155,8 @@ class ResponseCache:
         self._tasks.append(asyncio.create_task(self._sweep_forever(), name="cache-sweeper"))
         if self._semantic is None:
             self._ready.set()
+            if self._store.shared:  # no index to keep, but the entry count follows the others
+                self._tasks.append(asyncio.create_task(self._store.follow(self), name="follower"))
         else:
             self._tasks.append(asyncio.create_task(self._load_semantic(), name="cache-loader"))
 
@@ -228,8 +236,8 @@ class ResponseCache:
         semantic = key.semantic and await self._semantic_ready()  # waits while it loads
         semantic = semantic and self.embedder is not None and self.embedder.fits(key.question)
         if semantic and vector is None:
-            assert self.embedder is not None
-            vector = await self.embedder.embed(key.question)
+            vector = await self._embed_for_store(key.question)
+            semantic = vector is not None
         if not semantic:
             vector = None  # a vector without its model's name could never be searched
         entry = Entry(
@@ -297,8 +305,17 @@ class ResponseCache:
             "evictions": c.evictions,
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,
+            "semantic_skipped": dict(c.skipped),
             "semantic": _semantic_state(self._semantic, self._ready.is_set(), self._failed),
         }
+        if self.embedder is not None:
+            emb = self.embedder.stats()
+            out["embedder"] = {
+                "queued": emb.queued,
+                "waits": emb.waits,
+                "wait_seconds": emb.wait_seconds,
+                "texts_encoded": emb.texts_encoded,
+            }
         if self.index is not None:
             index = self.index.stats()
             out["index"] = {
@@ -328,6 +345,8 @@ class ResponseCache:
 
     async def on_reset(self) -> None:
         """Reload the whole index from the store (start-up, or after missing events)."""
+        if self._semantic is None:
+            return  # no index: nothing to list
         items = [
             (e.id, _index_scope(e.vector_model, e.scope), _vector(e))
             async for e in self._store.entries()
@@ -346,10 +365,18 @@ class ResponseCache:
         assert self.embedder is not None and self.index is not None and self._semantic is not None
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
+        from .embedder import EmbedderBusy  # (loaded with the embedder: torch is imported)
+
         # the search runs in the embedder's worker, right after the encode (off the event loop)
-        vector, hits = await self.embedder.embed_then(
-            key.question, lambda vec: index.search(scope, vec, k=_CANDIDATES)
-        )
+        try:
+            vector, hits = await self.embedder.embed_then(
+                key.question,
+                lambda vec: index.search(scope, vec, k=_CANDIDATES),
+                max_wait=self._semantic.max_wait,
+            )
+        except EmbedderBusy:  # overloaded: a miss now beats a hit seconds later
+            self._counters.skipped["overload"] += 1
+            return Lookup("miss")
         limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
         rejected: Rejection | None = None
         score: float | None = None
@@ -368,6 +395,12 @@ class ResponseCache:
                 continue
             if not _fresh(entry, now, max_age):
                 continue
+            if self._settings.exact and entry.exact == key.exact:
+                # NOTE: the same request, stored while this one was embedded (identical requests
+                # arriving together): an exact hit, not a "semantic" one at similarity 1.0.
+                await self._store.record_hit(entry.id)
+                self._counters.hits["exact"] += 1
+                return Lookup("exact", entry, 1.0, now - entry.created, vector)
             if self.guard is not None:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity
@@ -382,6 +415,17 @@ class ResponseCache:
             age = now - entry.created
             return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
         return Lookup("miss", vector=vector, rejected=rejected)
+
+    async def _embed_for_store(self, question: str) -> np.ndarray | None:
+        """The question's vector for storing, or None when the embedder is overloaded."""
+        from .embedder import EmbedderBusy
+
+        assert self.embedder is not None and self._semantic is not None
+        try:
+            return await self.embedder.embed(question, max_wait=self._semantic.max_wait)
+        except EmbedderBusy:
+            self._counters.skipped["overload_store"] += 1
+            return None
 
     def _dropped(self, ids: list[int]) -> None:
         """The store dropped ``ids`` (evicted, expired, flushed): their vectors go too.

@@ -20,6 +20,13 @@ barrier waits whenever the other core is busy. Parallelism across batch chunks d
 
 Repeated texts are answered from a small LRU (identical questions are common in caches).
 
+Overload: a caller may bound how long it waits for the model (``max_wait``, seconds). When the
+oldest text still queued has already waited longer, it is refused at once; otherwise it waits at
+most ``max_wait`` for a worker to start on it and then gives up (its text leaves the queue
+unencoded; a text already being encoded is waited for). Either way the call
+raises :class:`EmbedderBusy`, and the semantic cache answers without its semantic tier.
+``stats()`` reports how long texts waited for a worker (``wait_seconds`` over ``waits``).
+
 Example::
 
     emb = Embedder()                            # bundled all-MiniLM-L6-v2, 384-d, CPU
@@ -33,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -45,7 +53,7 @@ import numpy as np
 
 from ._packed import PackedEncoder, length_groups, right_padded
 
-__all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderStats", "default_model_path"]
+__all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderBusy", "EmbedderStats", "default_model_path"]
 
 T = TypeVar("T")
 
@@ -73,6 +81,14 @@ class EmbedderStats:
     texts_encoded: int  # texts that went through the model
     cache_hits: int  # texts answered from the LRU
     max_batch_seen: int  # largest batch so far
+    waits: int  # texts handed to a worker after queueing
+    wait_seconds: float  # their total time in the queue (mean wait: wait_seconds / waits)
+    queued: int  # texts waiting for a worker now
+    refused: int  # calls that gave up on their max_wait (EmbedderBusy)
+
+
+class EmbedderBusy(Exception):
+    """The embedder could not start on a text within the caller's ``max_wait``."""
 
 
 class Embedder:
@@ -143,6 +159,9 @@ class Embedder:
         self._texts_encoded = 0
         self._cache_hits = 0
         self._max_batch_seen = 0
+        self._waits = 0
+        self._wait_seconds = 0.0
+        self._refused = 0
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -192,18 +211,21 @@ class Embedder:
             ids = tokenizer(text, add_special_tokens=True, truncation=False, verbose=False)
         return len(ids["input_ids"]) <= limit
 
-    async def embed(self, text: str) -> np.ndarray:
+    async def embed(self, text: str, *, max_wait: float | None = None) -> np.ndarray:
         """Embed one text, batched with the other callers waiting right now. Returns ``[dim]``.
 
         The returned array is read-only (it may be shared with the LRU and other callers).
+        ``max_wait``: raise :class:`EmbedderBusy` rather than wait longer for a worker.
         """
         hit = self._cache_get(text)
         if hit is not None:
             return hit
-        vec, _ = await self._batcher().submit(text, None)
+        vec, _ = await self._batcher().submit(text, None, max_wait)
         return vec
 
-    async def embed_then(self, text: str, then: Callable[[np.ndarray], T]) -> tuple[np.ndarray, T]:
+    async def embed_then(
+        self, text: str, then: Callable[[np.ndarray], T], *, max_wait: float | None = None
+    ) -> tuple[np.ndarray, T]:
         """Embed ``text`` as :meth:`embed` does, then run ``then(vector)`` where it was encoded.
 
         ``then`` (a vector search, say) runs in the worker thread right after the text's batch,
@@ -215,7 +237,7 @@ class Embedder:
         hit = self._cache_get(text)
         if hit is not None:
             return hit, then(hit)
-        vec, outcome = await self._batcher().submit(text, then)
+        vec, outcome = await self._batcher().submit(text, then, max_wait)
         if isinstance(outcome, _Failed):
             raise outcome.exc
         return vec, outcome
@@ -227,8 +249,16 @@ class Embedder:
         return np.stack(await asyncio.gather(*(self.embed(t) for t in texts)))
 
     def stats(self) -> EmbedderStats:
+        queued = sum(b.queued() for b in list(self._batchers.values()))
         return EmbedderStats(
-            self._encode_calls, self._texts_encoded, self._cache_hits, self._max_batch_seen
+            self._encode_calls,
+            self._texts_encoded,
+            self._cache_hits,
+            self._max_batch_seen,
+            self._waits,
+            self._wait_seconds,
+            queued,
+            self._refused,
         )
 
     def close(self) -> None:
@@ -343,11 +373,13 @@ class _Failed:
     exc: Exception
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Job:
     text: str
     fut: asyncio.Future[tuple[np.ndarray, Any]]
     then: Callable[[np.ndarray], Any] | None
+    queued: float  # time.monotonic() when it joined the queue
+    started: bool = False  # handed to a worker
 
 
 class _Batcher:
@@ -370,13 +402,42 @@ class _Batcher:
         self._scheduled = False
 
     async def submit(
-        self, text: str, then: Callable[[np.ndarray], Any] | None
+        self, text: str, then: Callable[[np.ndarray], Any] | None, max_wait: float | None = None
     ) -> tuple[np.ndarray, Any]:
-        """``(vector, then(vector))`` (``None`` without ``then``; a :class:`_Failed` if it raised)."""
+        """``(vector, then(vector))`` (``None`` without ``then``; a :class:`_Failed` if it raised).
+
+        NOTE: with ``max_wait``, a caller is refused at once when the oldest queued text has
+        waited longer already (it would wait longer still), else it waits at most ``max_wait``
+        for its batch; a caller that gave up leaves a done future, which ``_dispatch`` drops,
+        so refused texts cost no encoding.
+        """
+        emb = self._embedder
+        now = time.monotonic()
+        if max_wait is not None and now - self._oldest(now) > max_wait:
+            emb._refused += 1
+            raise EmbedderBusy(f"the embedder's queue is older than {max_wait:.3f} s")
         fut: asyncio.Future[tuple[np.ndarray, Any]] = self._loop.create_future()
-        self._pending.append(_Job(text, fut, then))
+        self._pending.append(_Job(text, fut, then, now))
         self._schedule()
+        job = self._pending[-1]
+        if max_wait is not None:
+            # NOTE: the bound is on the wait for a worker, not the encoding: a text that has
+            # started is waited for (on a slow CPU one encode alone may take longer).
+            await asyncio.wait([fut], timeout=max_wait)
+            if not fut.done() and not job.started:
+                fut.cancel()
+                emb._refused += 1
+                raise EmbedderBusy(f"no embedder worker within {max_wait:.3f} s")
         return await fut
+
+    def queued(self) -> int:
+        return sum(1 for job in self._pending if not job.fut.done())
+
+    def _oldest(self, now: float) -> float:
+        """When the oldest text still waiting joined the queue (``now`` if none waits)."""
+        while self._pending and self._pending[0].fut.done():
+            self._pending.pop(0)  # callers that gave up
+        return self._pending[0].queued if self._pending else now
 
     def _schedule(self) -> None:
         # Scheduled, not run: every caller arriving in this loop iteration (and every caller
@@ -408,6 +469,11 @@ class _Batcher:
     def _start(self, jobs: list[_Job]) -> None:
         """Run ``jobs`` (their texts, then each one's ``then``) in one worker."""
         emb = self._embedder
+        now = time.monotonic()
+        emb._waits += len(jobs)
+        emb._wait_seconds += sum(now - job.queued for job in jobs)
+        for job in jobs:
+            job.started = True
         texts = list(dict.fromkeys(job.text for job in jobs))
         row = {text: i for i, text in enumerate(texts)}
         calls = [(j, row[job.text], job.then) for j, job in enumerate(jobs) if job.then is not None]

@@ -22,6 +22,12 @@ command timeout however large the cache.
 When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops for
 ``retry_after`` seconds, during which reads miss and writes are skipped, so requests keep being
 answered (by the model) with no added latency; it recovers on its own.
+
+A Redis restart (an upgrade, a failover) leaves every pooled connection dead. Each command that
+fails with a connection error is retried once on a fresh connection before Redis is declared
+unavailable, so a restart costs only the commands in flight at that moment; the follower polls
+for Redis every ``_RECONNECT_S`` once its own retries give up, and reloads the index as soon as
+Redis answers.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ from typing import Any, TypeVar
 import msgspec
 import numpy as np
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
 from .store import Entry, StoreListener, StoreUnavailable
@@ -50,6 +59,7 @@ _BATCH = 500  # ids per command (ZSCAN page, MGET, delete, sweep)
 _BLOCK_MS = 1000  # how long one XREAD of the follower waits for news
 _CONNECTIONS = 64  # commands in flight at once, per replica
 _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
+_RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unreachable
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
 
@@ -150,8 +160,14 @@ class RedisStore:
         # NOTE: a blocking pool: past _CONNECTIONS commands in flight, the next waits (up to
         # ``timeout``) for a connection; the default pool raises at once, which read as Redis
         # being down and switched the cache off for everyone under a burst of requests.
+        # NOTE: after a Redis restart every pooled connection is dead, and a command on one
+        # fails at once with a connection error. Without a retry each of the 64 connections,
+        # when next used, switched the cache off for ``retry_after`` (issue 16: 118 of 257
+        # answers never stored after a restart). One retry, on a fresh socket, with no backoff;
+        # a timeout is not retried (Redis answered too slowly: waiting twice helps nobody).
         pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            retry=_retry_once(),
             max_connections=_CONNECTIONS,
             timeout=timeout,
             socket_timeout=timeout,
@@ -160,6 +176,8 @@ class RedisStore:
         )
         self._redis: Any = aioredis.Redis(connection_pool=pool)
         # The follower blocks on XREAD for up to _BLOCK_MS: it needs its own, patient connection.
+        # NOTE: it keeps redis-py's default retry (10 tries, jittered backoff up to 1 s), which
+        # rides out a restart; Retry(NoBackoff(), 1) here made a cancelled XREAD hang on close.
         self._follower: Any = aioredis.Redis.from_url(
             url,
             socket_timeout=_BLOCK_MS / 1000 + timeout,
@@ -334,9 +352,13 @@ class RedisStore:
                         last = None
                         continue
                     checked, check_at = last, time.monotonic() + _TRIM_CHECK_S
+                    await self._count_entries()  # (also catches changes made without events)
                 reply = await self._follower.xread(
                     {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
                 )
+                if reply:
+                    last = _apply_all(listener, reply, last)
+                    await self._count_entries()  # other replicas' stores and evictions
             except ResponseError as exc:
                 log.warning("response-cache event stream: %s; reloading", exc)
                 last = None
@@ -345,15 +367,8 @@ class RedisStore:
                 if last is not None:
                     log.warning("response-cache event stream lost (%r); will reload", exc)
                 last = None  # events may be lost while disconnected: reload on return
-                await asyncio.sleep(self._retry_after)
+                await asyncio.sleep(_RECONNECT_S)
                 continue
-            for _stream, events in reply or ():
-                for event_id, fields in events:
-                    last = event_id
-                    try:
-                        _apply(listener, fields)
-                    except Exception:  # one bad event must not stop the replica following
-                        log.exception("response-cache event %r could not be applied", event_id)
 
     def __len__(self) -> int:
         return self._count
@@ -415,6 +430,14 @@ class RedisStore:
             if cursor == 0:
                 return
 
+    async def _count_entries(self) -> None:
+        """Refresh the entry count from Redis (one ZCARD on the follower's connection).
+
+        NOTE: a replica that only reads learns of the others' stores through events, which
+        carry no count: without this its ``len()`` changed only with its own writes.
+        """
+        self._count = int(await self._follower.zcard(self._p + "lru"))
+
     async def _reload_point(self) -> bytes:
         """The stream position a reload starts from (and the entry count, refreshed)."""
         try:
@@ -422,7 +445,7 @@ class RedisStore:
             tail = bytes(info["last-generated-id"])
         except ResponseError:  # no stream yet
             tail = b"0-0"
-        self._count = int(await self._follower.zcard(self._p + "lru"))
+        await self._count_entries()
         return tail
 
     async def _trimmed_since(self, position: bytes) -> bool:
@@ -464,6 +487,23 @@ class RedisStore:
         if self.available:
             log.warning("response cache: Redis unavailable (%r); answering without it", exc)
         self._down_until = time.monotonic() + self._retry_after
+
+
+def _retry_once() -> Retry:
+    """Retry a command once, at once, on a fresh connection after a connection error."""
+    return Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+
+
+def _apply_all(listener: StoreListener, reply: Any, last: bytes) -> bytes:
+    """Apply an XREAD reply's events in order; returns the position of the last one."""
+    for _stream, events in reply:
+        for event_id, fields in events:
+            last = event_id
+            try:
+                _apply(listener, fields)
+            except Exception:  # one bad event must not stop the replica following
+                log.exception("response-cache event %r could not be applied", event_id)
+    return last
 
 
 def _stream_id(value: bytes | str) -> tuple[int, int]:

@@ -153,7 +153,7 @@ class RedisServer:
     failure here, never a skip.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, appendonly: bool = False) -> None:
         import shutil
         import socket
 
@@ -168,6 +168,7 @@ class RedisServer:
             s.bind(("127.0.0.1", 0))
             self.port = int(s.getsockname()[1])
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.appendonly = appendonly  # AOF with appendfsync everysec, as deployment.md advises
         self.process: Any = None
 
     def start(self) -> RedisServer:
@@ -186,7 +187,9 @@ class RedisServer:
                 "--save",
                 "",
                 "--appendonly",
-                "no",
+                "yes" if self.appendonly else "no",
+                "--appendfsync",
+                "everysec",
                 "--dir",
                 str(self.directory),
             ],
@@ -209,6 +212,13 @@ class RedisServer:
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, no final save (AOF keeps what was written)."""
+        if self.process is not None:
+            self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
 

@@ -154,3 +154,26 @@ async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
     await cache.flush()
     assert (await cache.lookup(paraphrase)).kind == "miss"
     await cache.close()
+
+
+async def test_the_same_request_found_by_meaning_is_labelled_exact(tmp_path: Path) -> None:
+    """Identical requests arriving together: the second's exact lookup ran before the first
+    stored, its semantic lookup after; it is an exact hit, not semantic at 1.0 (issue 12.8)."""
+    store = DiskStore(tmp_path, max_entries=100)
+    cache = ResponseCache(store, CacheSettings(), SemanticSettings(guard=False))
+    await cache.start()
+    key = chat_key("t", "", "m", ask("How do I reset my password?"))
+    await cache.store(key, {"choices": []}, model="m", tenant="t", namespace="")
+    real_get, raced = store.get, []
+
+    async def get_before_the_store(entry_id: int) -> Entry | None:
+        if not raced:  # the exact lookup, as it ran before the identical request stored
+            raced.append(entry_id)
+            return None
+        return await real_get(entry_id)
+
+    store.get = get_before_the_store  # type: ignore[method-assign]
+    found = await cache.lookup(key)
+    assert raced and (found.kind, found.similarity) == ("exact", 1.0)
+    assert cache.stats()["hits"] == {"exact": 1, "semantic": 0}
+    await cache.close()

@@ -278,3 +278,28 @@ async def test_a_failing_then_fails_only_its_caller(embedder: Embedder) -> None:
         assert not isinstance(outcome, BaseException)
         vec, norm = outcome
         assert abs(norm - 1.0) < 1e-5 and vec.shape == (embedder.dim,)
+
+
+async def test_a_caller_past_its_max_wait_is_refused_and_costs_no_encoding(
+    embedder: Embedder,
+) -> None:
+    import uuid
+
+    from semantic.embedder import EmbedderBusy
+
+    tag = uuid.uuid4().hex  # texts the LRU has never seen
+    texts = [f"Question {i} about the weather in town {tag}" for i in range(160)]
+    before = embedder.stats()
+    backlog = [asyncio.ensure_future(embedder.embed(t)) for t in texts]
+    await asyncio.sleep(0)  # queued: two batches running, the rest waiting behind them
+    with pytest.raises(EmbedderBusy):  # cannot start within 1 ms behind ~30 queued texts
+        await embedder.embed(f"A late question {tag}", max_wait=0.001)
+    with pytest.raises(EmbedderBusy):  # refused at once: the queue's oldest text waited longer
+        await embedder.embed_then(f"Another late one {tag}", lambda v: v, max_wait=0.001)
+    vecs = await asyncio.gather(*backlog)
+    np.testing.assert_allclose(np.stack(vecs), embedder.encode(texts), atol=1e-5)
+    after = embedder.stats()
+    assert after.refused - before.refused == 2
+    assert after.texts_encoded - before.texts_encoded == len(texts)  # the late ones never ran
+    assert after.waits - before.waits == len(texts) and after.wait_seconds > before.wait_seconds
+    assert after.queued == 0

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -421,3 +422,43 @@ async def test_close_closes_every_connection(redis_server: RedisServer) -> None:
     await asyncio.sleep(0.1)
     assert len(await observer.client_list()) == before
     await observer.aclose()
+
+
+async def test_a_redis_restart_costs_no_command_after_it(tmp_path: Path) -> None:
+    """Every pooled connection dies with the restart; each is replaced on its next use, so
+    no lookup misses and no store is skipped once Redis answers (issue 16)."""
+    server = RedisServer(tmp_path, appendonly=True).start()
+    store = RedisStore(server.url, max_entries=1000)
+    recorder = Recorder()
+    task = asyncio.create_task(store.follow(recorder))
+    try:
+        await wait_for(lambda: recorder.resets == 1)
+        stored = [entry(n) for n in range(40)]
+        await asyncio.gather(*(store.put(e) for e in stored))  # opens many pooled connections
+        server.stop()
+        server.start()  # the same port, its data back from the AOF
+        found = await asyncio.gather(*(store.get(e.id) for e in stored))
+        assert [f.id if f else None for f in found] == [e.id for e in stored]
+        assert store.available
+        later = [entry(n) for n in range(40, 80)]
+        await asyncio.gather(*(store.put(e) for e in later))
+        assert all([await store.get(e.id) for e in later])
+        await wait_for(lambda: recorder.resets == 2)  # the follower reloaded once it was back
+        assert store.available
+    finally:
+        task.cancel()
+        await store.close()
+        server.stop()
+
+
+async def test_a_replica_that_only_reads_counts_the_others_entries(
+    redis_server: RedisServer,
+) -> None:
+    writer = RedisStore(redis_server.url, max_entries=3)
+    async with following(redis_server.url) as (reader, _recorder):
+        for n in range(5):
+            await writer.put(entry(n))
+        await wait_for(lambda: len(reader) == 3)  # 5 stored, 2 evicted
+        await writer.flush()
+        await wait_for(lambda: len(reader) == 0)
+    await writer.close()

@@ -1,0 +1,179 @@
+"""The semantic tier's cost on a miss, and overload with ``cache.semantic.max_wait_ms``.
+
+    python -m bench.overload                 # ~4 min; bench/results/overload.json + docs section
+    python -m bench.overload --seconds 20    # shorter overload runs
+
+Processes on 127.0.0.1: the fake upstream, one ``cachegate serve`` per configuration, and this
+load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, to a gateway
+with the semantic tier on and one with it off, in alternating rounds (same machine load).
+Part 2 (overload): 200 connections for ``--seconds``, 70% of requests repeat a stored question
+(exact hits), 30% ask a fresh one (misses, the upstream takes 0.2 s), against gateways whose
+``max_wait_ms`` is unbounded or bounded; errors, hit rate, miss and hit latency, and the
+semantic lookups skipped for overload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.report import (
+    CACHEGATE,
+    command,
+    free_port,
+    percentile,
+    publish,
+    run_header,
+    running,
+    table,
+)
+
+UPSTREAM_DELAY = 0.2  # seconds a fresh answer takes in part 2 (a model call)
+_serial = itertools.count()
+
+
+@contextlib.contextmanager
+def gateways(semantic: dict[str, dict[str, Any] | None]) -> Iterator[dict[str, str]]:
+    """The fake upstream and one gateway per ``name -> cache.semantic`` (None: semantic off)."""
+    up_port = free_port()
+    up = f"http://127.0.0.1:{up_port}"
+    urls = {name: f"http://127.0.0.1:{free_port()}" for name in semantic}
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [([sys.executable, "-m", "tests.fake_upstream", "--port", str(up_port)],
+                  f"{up}/_stats")]  # fmt: skip
+        for name, settings in semantic.items():
+            sem = "{enabled: false}" if settings is None else _flow({"enabled": True, **settings})
+            config = Path(tmp) / f"{name}.yaml"
+            config.write_text(
+                f"data_dir: {tmp}/{name}\nserver: {{log_level: warning}}\n"
+                f"cache: {{semantic: {sem}}}\nmodels:\n"
+                f"  fake-model: {{backend: openai, base_url: '{up}/v1', api_key: sk}}\n"
+            )
+            port = urls[name].rsplit(":", 1)[1]
+            procs.append(([CACHEGATE, "serve", "--config", str(config), "--port", port],
+                          f"{urls[name]}/readyz"))  # fmt: skip
+        with running(procs, ready_timeout=180, stop_timeout=20):
+            yield urls
+
+
+async def ask(client: httpx.AsyncClient, url: str, question: str, delay: float = 0.0) -> Any:
+    body: dict[str, Any] = {"model": "fake-model",
+                            "messages": [{"role": "user", "content": question}]}  # fmt: skip
+    if delay:
+        body["fake"] = {"delay": delay}
+    started = time.perf_counter()
+    try:
+        r = await client.post(f"{url}/v1/chat/completions", json=body)
+        cache = r.headers.get("x-cache", "") if r.status_code == 200 else f"error {r.status_code}"
+    except httpx.HTTPError as exc:
+        cache = f"error {type(exc).__name__}"
+    return cache, time.perf_counter() - started
+
+
+def fresh() -> str:
+    return f"Fresh question {next(_serial)} about {random.choice(TOPICS)}?"
+
+
+TOPICS = ["tax returns", "river fishing", "kernel modules", "sourdough", "solar panels",
+          "chess openings", "bus timetables", "violin strings", "tide tables", "visa rules"]  # fmt: skip
+
+
+async def miss_cost(urls: dict[str, str], n: int) -> list[list[Any]]:
+    """Misses one at a time (p50) and 16 at once (misses/s), semantic on vs off, alternating."""
+    lat: dict[str, list[float]] = {name: [] for name in urls}
+    rate: dict[str, list[float]] = {name: [] for name in urls}
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+        for _round in range(4):
+            for name, url in urls.items():
+                for _ in range(n // 4):
+                    lat[name].append((await ask(client, url, fresh()))[1])
+                started = time.perf_counter()
+                await asyncio.gather(*(ask(client, url, fresh()) for _ in range(n // 2)))
+                rate[name].append((n // 2) / (time.perf_counter() - started))
+    return [[name, len(lat[name]), f"{percentile(lat[name], 50) * 1000:.1f} ms",
+             f"{percentile(lat[name], 99) * 1000:.1f} ms",
+             f"{sum(rate[name]) / len(rate[name]):.0f}"] for name in urls]  # fmt: skip
+
+
+async def overload(url: str, seconds: float, connections: int = 200) -> dict[str, Any]:
+    """``connections`` clients in a loop for ``seconds``: 70% stored questions, 30% fresh."""
+    warm = [f"Stored question {i} about {TOPICS[i % len(TOPICS)]}?" for i in range(300)]
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        for start in range(0, len(warm), 20):
+            await asyncio.gather(*(ask(client, url, q) for q in warm[start : start + 20]))
+        before = (await client.get(f"{url}/admin/stats")).json()["cache"]
+        results: list[tuple[str, float]] = []
+        deadline = time.monotonic() + seconds
+
+        async def user() -> None:
+            while time.monotonic() < deadline:
+                if random.random() < 0.7:
+                    results.append(await ask(client, url, random.choice(warm)))
+                else:
+                    results.append(await ask(client, url, fresh(), UPSTREAM_DELAY))
+
+        await asyncio.gather(*(user() for _ in range(connections)))
+        after = (await client.get(f"{url}/admin/stats")).json()["cache"]
+    misses = [t for c, t in results if c == "miss"]
+    hits = [t for c, t in results if c in ("exact", "semantic")]
+    errors = [c for c, _ in results if c.startswith("error")]
+    skipped = after["semantic_skipped"]["overload"] - before["semantic_skipped"]["overload"]
+    return {"requests": len(results), "errors": len(errors), "hits": len(hits),
+            "misses": len(misses), "miss_p50": percentile(misses, 50),
+            "miss_p99": percentile(misses, 99), "hit_p99": percentile(hits, 99),
+            "skipped": skipped, "rps": len(results) / seconds}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--misses", type=int, default=200, help="misses per side, part 1")
+    parser.add_argument("--waits", default="none,250,100", help="max_wait_ms values, part 2")
+    parser.add_argument("--no-doc", action="store_true")
+    args = parser.parse_args(argv)
+    random.seed(0)
+    header = run_header()
+    with gateways({"semantic on": {"max_wait_ms": None}, "semantic off": None}) as urls:
+        cost = asyncio.run(miss_cost(urls, args.misses))
+    runs: dict[str, dict[str, Any]] = {}
+    for wait in args.waits.split(","):
+        setting = None if wait == "none" else int(wait)
+        with gateways({"gw": {"max_wait_ms": setting}}) as urls:
+            runs[wait] = asyncio.run(overload(urls["gw"], args.seconds))
+    rows = [[w, r["requests"], r["errors"], f"{r['hits'] / max(1, r['requests']):.0%}",
+             f"{r['miss_p50']:.2f} s", f"{r['miss_p99']:.2f} s", f"{r['hit_p99']:.3f} s",
+             r["skipped"], f"{r['rps']:.0f}"] for w, r in runs.items()]  # fmt: skip
+    text = "\n\n".join([
+        "## Miss cost and overload (`bench/overload.py`)",
+        f"`{command('overload', argv)}`, load average at start {header['loadavg_start'][0]:.1f} "
+        "(2 shared cores). Part 1: fresh questions (misses) through a gateway with the semantic "
+        "tier on and one with it off, alternating rounds in one run; instant fake upstream.",
+        table(["gateway", "misses one at a time", "p50", "p99", "misses/s at 16 concurrent"],
+              cost),
+        f"Part 2: 200 connections × {args.seconds:.0f} s, 70% repeats of stored questions, 30% "
+        f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; "
+        "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`.",
+        table(["max_wait_ms", "requests", "errors", "hits", "miss p50", "miss p99", "hit p99",
+               "skipped", "req/s"], rows),
+    ])  # fmt: skip
+    publish("overload", {**header, "miss_cost": cost, "overload": runs}, text, not args.no_doc)
+
+
+def _flow(d: dict[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {'null' if v is None else v}" for k, v in d.items()) + "}"
+
+
+if __name__ == "__main__":
+    main()
