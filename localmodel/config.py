@@ -45,6 +45,9 @@ class EngineConfig:
         prefix_disk_bytes: byte budget of the disk tier (files on disk, LRU), used only with
             ``prefix_disk_dir``. ``prefix_ttl_s`` applies on disk too.
         default_max_tokens: completion length when a request gives none (capped by what fits).
+        default_temperature, default_top_p, default_top_k: what a request that leaves these
+            unset samples with; ``None`` takes the model's recommendation (its
+            ``generation_config``; the bundled model's card: 0.2 and 0.9), else OpenAI's 1, 1, 0.
         threads: torch intra-op threads on CPU (process-wide); ``None`` keeps torch's default.
     """
 
@@ -58,6 +61,9 @@ class EngineConfig:
     prefix_disk_dir: Path | None = None
     prefix_disk_bytes: int = 8 * 2**30
     default_max_tokens: int = 512
+    default_temperature: float | None = None
+    default_top_p: float | None = None
+    default_top_k: int | None = None
     threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -79,5 +85,11 @@ class EngineConfig:
             raise ValueError("localmodel: prefix_disk_bytes must be >= 1")
         if self.default_max_tokens < 1:
             raise ValueError("localmodel: default_max_tokens must be >= 1")
+        if self.default_temperature is not None and not 0 <= self.default_temperature <= 2:
+            raise ValueError("localmodel: default_temperature must be between 0 and 2")
+        if self.default_top_p is not None and not 0 <= self.default_top_p <= 1:
+            raise ValueError("localmodel: default_top_p must be between 0 and 1")
+        if self.default_top_k is not None and self.default_top_k < 0:
+            raise ValueError("localmodel: default_top_k must be >= 0 (0 disables it)")
         if self.threads is not None and self.threads < 1:
             raise ValueError("localmodel: threads must be >= 1 or None")

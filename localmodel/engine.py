@@ -40,7 +40,7 @@ from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
 from localmodel.kv import KVLayout, RequestCache
-from localmodel.loader import load
+from localmodel.loader import load, model_sampling_defaults
 from localmodel.sampling import SamplingParams, make_generator, sample
 from prefix import RadixCache, RadixKey, RadixStats
 from prefix.offload import DiskStats
@@ -270,6 +270,10 @@ class Engine:
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
         self.stop_token_ids = _stop_token_ids(model, tokenizer)
+        #: what requests that set no temperature/top_p/top_k get: YAML over the model's own
+        self.sampling_defaults = model_sampling_defaults(model).merged(
+            config.default_temperature, config.default_top_p, config.default_top_k
+        )
         # The detokenizer runs on the worker thread while encode_* may run on the event
         # loop; a private copy keeps the Rust tokenizer from ever being borrowed twice.
         self._decoder_tokenizer = _clone_tokenizer(tokenizer)
@@ -329,9 +333,10 @@ class Engine:
 
         Raises :class:`ContextWindowExceeded` when prompt + ``max_tokens`` does not fit (or
         when not even one token fits); without ``max_tokens`` the completion may use what
-        fits, capped by ``config.default_max_tokens``.
+        fits, capped by ``config.default_max_tokens``. Unset ``temperature``/``top_p``/``top_k``
+        become ``sampling_defaults``.
         """
-        params = params or SamplingParams()
+        params = (params or SamplingParams()).with_defaults(self.sampling_defaults)
         n_prompt, limit = len(prompt_tokens), self.context_window
         if n_prompt == 0:
             raise InvalidRequestError("the prompt is empty")

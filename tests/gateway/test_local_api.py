@@ -323,6 +323,30 @@ def test_edge_sampling_values_are_served(gw: Gateway) -> None:
         assert response.json()["choices"][0]["message"]["content"] == text  # all argmax
 
 
+def test_unset_sampling_uses_the_model_defaults_and_yaml_overrides_them(
+    gw: Gateway, bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    body = {"model": MODEL, "messages": question, "max_tokens": 12, "seed": 0}
+    card = gw.http.post(
+        "/v1/chat/completions", json=body, headers={"authorization": "Bearer key-a"}
+    )
+    assert "Paris" in card.json()["choices"][0]["message"]["content"]  # model card: 0.2 / 0.9
+    greedy = chat(gw, question, headers={"cache-control": "no-store"})  # temperature 0
+    text = greedy.json()["choices"][0]["message"]["content"]
+    config = local_config(bundled_model_dir, tmp_path, default_temperature=0, default_top_p=0.5)
+    other = Gateway(load_config_text(config))
+    try:
+        for seed in (1, 2):
+            body["seed"] = seed
+            answer = other.http.post(
+                "/v1/chat/completions", json=body, headers={"authorization": "Bearer key-a"}
+            )
+            assert answer.json()["choices"][0]["message"]["content"] == text  # YAML: greedy
+    finally:
+        other.stop()
+
+
 def test_developer_role_is_the_system_role(gw: Gateway) -> None:
     def prompt_tokens(role: str) -> int:
         messages = [
