@@ -39,6 +39,7 @@ from localmodel import prompts
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
+from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import KVLayout, RequestCache
 from localmodel.loader import load, model_sampling_defaults
 from localmodel.sampling import SamplingParams, make_generator, sample
@@ -180,40 +181,6 @@ class EngineStats:
     disk: DiskStats | None
     disk_hit_tokens: int
     break_even: BreakEven | None
-
-
-# ── the phases (flat functions, gpt-fast style) ──────────────────────────────────────
-
-
-@torch.inference_mode()
-def prefill(model: Any, cache: RequestCache, input_ids: torch.Tensor, start: int) -> torch.Tensor:
-    """Run ``input_ids`` (``[1, n]``) at positions ``start…start+n-1``; return the last logits.
-
-    NOTE: ``start`` must equal ``cache.length``: the new tokens attend to every cached token
-    and get the positions that follow them, exactly as in a cold prefill of the whole prompt.
-    """
-    if start != cache.length:
-        raise ValueError(f"prefill at position {start} but the cache holds {cache.length} tokens")
-    n = input_ids.shape[1]
-    position_ids = torch.arange(start, start + n, device=input_ids.device)[None]  # [1, n]
-    out = model(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return out.logits[0, -1]  # [vocab]; logits_to_keep=1 skips the lm_head for the others
-
-
-@torch.inference_mode()
-def decode_one_token(model: Any, cache: RequestCache, token: int, pos: int) -> torch.Tensor:
-    """Feed one token at position ``pos`` against the KV cache; return the next logits."""
-    device = cache.key_buf.device
-    input_ids = torch.tensor([[token]], device=device)  # [1, 1]
-    position_ids = torch.tensor([[pos]], device=device)  # [1, 1]
-    out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
-    return out.logits[0, -1]  # [vocab]
 
 
 # ── the engine ────────────────────────────────────────────────────────────────────────
