@@ -197,6 +197,10 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     share_prefix_across_tenants: bool = False
     #: torch threads for CPU inference; None: all cores but one (the other serves HTTP).
     threads: PositiveInt | None = None
+    #: Requests decoded together in one forward pass (continuous batching); 1: one at a time.
+    max_batch: PositiveInt = 16
+    #: Tokens per batched step: one per decoding request, the rest prefill chunks (>= 16).
+    step_tokens: PositiveInt = 256
     semantic_threshold: Fraction | None = None
 
 

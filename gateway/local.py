@@ -82,6 +82,8 @@ class LocalBackend:
             default_temperature=model.default_temperature,
             default_top_p=model.default_top_p,
             default_top_k=model.default_top_k,
+            max_batch=model.max_batch,
+            step_tokens=model.step_tokens,
             threads=threads,
         )
         return cls(name, model, engine_config)

@@ -36,6 +36,8 @@ from typing import Any, Literal
 import torch
 
 from localmodel import prompts
+from localmodel.batch import Piece, use_batched_attention
+from localmodel.batch import forward as batched_forward
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
@@ -58,6 +60,7 @@ __all__ = [
     "Finished",
     "GenerationRequest",
     "InvalidRequestError",
+    "Steps",
     "TextDelta",
     "Usage",
     "decode_one_token",
@@ -168,6 +171,9 @@ class Finished:
 
 Event = TextDelta | ChoiceFinished | Finished
 
+#: A request as a coroutine (:meth:`Engine.steps`): yields events and pieces, receives logits.
+Steps = Generator[Event | Piece, torch.Tensor | None, None]
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -209,6 +215,7 @@ class Engine:
     ) -> None:
         self.config = config = config or EngineConfig()
         self.model = model.eval()
+        use_batched_attention(model)  # NOTE: plain sdpa unless a forward passes batch=
         self.tokenizer = tokenizer
         self.layout = KVLayout.of(model)
         self.disk: DiskPrefix | None = None
@@ -336,6 +343,32 @@ class Engine:
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream a request: ``TextDelta``s and one ``ChoiceFinished`` per choice, then ``Finished``.
 
+        The request alone, one forward pass per :class:`~localmodel.batch.Piece` that
+        :meth:`steps` asks for (``localmodel.scheduler`` runs many requests' steps batched).
+        """
+        steps = self.steps(request)
+        reply: torch.Tensor | None = None
+        try:
+            while True:
+                try:
+                    item = steps.send(reply)
+                except StopIteration:
+                    return
+                if isinstance(item, Piece):
+                    reply = self._forward_alone(item)
+                else:
+                    reply = None
+                    yield item
+        finally:
+            steps.close()
+
+    def steps(self, request: GenerationRequest) -> Steps:
+        """The request as a coroutine: it yields events, and a ``Piece`` when it needs logits.
+
+        Whoever drives it sends back, for each ``Piece``, the last logits (``[vocab]``) of
+        feeding the piece's tokens into its cache, and ``None`` after each event. Tier-2 work
+        (match, load, disk, insert) happens inside, on the driver's thread.
+
         ``n > 1`` choices share one prefill: each choice starts from the same last-prompt
         logits, and the request cache is truncated back to the prompt between choices (a
         length reset on the preallocated buffers, no copy). Each choice's tokens are
@@ -354,8 +387,8 @@ class Engine:
         n_cached = match.n_cached
         if self.disk is not None and n_cached < len(prompt) - 1:
             n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
-        suffix = torch.tensor([prompt[n_cached:]], device=self.layout.device)  # [1, n]
-        prompt_logits = prefill(self.model, cache, suffix, start=n_cached)
+        prompt_logits = yield Piece(cache, prompt[n_cached:])
+        assert prompt_logits is not None  # NOTE: the driver answers every Piece with logits
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
         first_token_at = insert_s = 0.0
@@ -381,7 +414,19 @@ class Engine:
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
 
+    def forward_batch(self, pieces: Sequence[Piece]) -> torch.Tensor:
+        """Feed many requests' pieces in one forward pass; their last logits ``[n, vocab]``."""
+        return batched_forward(self.model, pieces)
+
     # ── helpers ───────────────────────────────────────────────────────────────────────
+
+    def _forward_alone(self, piece: Piece) -> torch.Tensor:
+        """One request's piece on its own: a prefill, or one decode step (sdpa, no batching)."""
+        cache, tokens = piece.cache, piece.tokens
+        if len(tokens) == 1:
+            return decode_one_token(self.model, cache, tokens[0], cache.length)
+        ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
+        return prefill(self.model, cache, ids, start=cache.length)
 
     def _decode_choice(
         self,
@@ -390,7 +435,7 @@ class Engine:
         cache: RequestCache,
         logits: torch.Tensor,
         generator: torch.Generator,
-    ) -> Generator[Event, None, tuple[Choice, float]]:
+    ) -> Generator[Event | Piece, torch.Tensor | None, tuple[Choice, float]]:
         """Sample up to ``max_tokens`` tokens of one choice, streaming its text."""
         prompt, params = request.prompt_tokens, request.params
         detok = IncrementalDetokenizer(self._decoder_tokenizer, prompt[-CONTEXT_TOKENS:])
@@ -417,7 +462,9 @@ class Engine:
                 finish = "stop"
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
-                logits = decode_one_token(self.model, cache, token, len(prompt) + len(tokens) - 1)
+                reply = yield Piece(cache, (token,))  # at position len(prompt) + len(tokens) - 1
+                assert reply is not None
+                logits = reply
         if not stops.stopped:
             text, stopped = stops.push(detok.flush())
             text += stops.flush()
