@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,17 @@ def test_shared_prefix_across_tenants_when_configured(
         assert usage(other)["prompt_tokens_details"]["cached_tokens"] >= 60
     finally:
         gateway.stop()
+
+
+def test_concurrent_requests_answer_as_they_do_alone(gw: Gateway) -> None:
+    questions = ["Name a fruit.", "Name a planet.", "Name a colour.", "Name a tool."]
+    asks = [[SYSTEM, {"role": "user", "content": q}] for q in questions]
+    no_store = {"cache-control": "no-cache, no-store"}
+    alone = [chat(gw, m, headers=no_store).json()["choices"][0]["message"] for m in asks]
+    with ThreadPoolExecutor(len(asks)) as pool:  # at once: the scheduler batches them
+        together = list(pool.map(lambda m: chat(gw, m, headers=no_store), asks))
+    assert all(r.status_code == 200 for r in together)
+    assert [r.json()["choices"][0]["message"] for r in together] == alone
 
 
 def test_streaming_matches_non_streaming(gw: Gateway) -> None:
