@@ -23,6 +23,7 @@ from bench.report import DOC
 BENCHMARKS = [
     "overhead",
     "prefix",
+    "engine",
     "routing",
     "semantic_eval",
     "semantic_latency",

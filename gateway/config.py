@@ -234,6 +234,11 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     max_context: PositiveInt | None = None
     #: max_tokens when a request gives none (capped by what fits in the context window).
     default_max_tokens: PositiveInt = 256
+    #: What a request that sets no temperature / top_p / top_k samples with; None: the model's
+    #: recommendation (generation_config; the bundled model's card: 0.2 / 0.9), else 1 / 1 / 0.
+    default_temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
+    default_top_p: Fraction | None = None
+    default_top_k: NonNegativeInt | None = None
     #: Byte budget of the token-prefix KV cache (tier 2).
     prefix_cache_bytes: NonNegativeInt = 1024 * 1024 * 1024
     #: Seconds an unused prefix stays cached; None: until evicted by the budget.
@@ -247,6 +252,10 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     share_prefix_across_tenants: bool = False
     #: torch threads for CPU inference; None: all cores but one (the other serves HTTP).
     threads: PositiveInt | None = None
+    #: Requests decoded together in one forward pass (continuous batching); 1: one at a time.
+    max_batch: PositiveInt = 16
+    #: Tokens per batched step: one per decoding request, the rest prefill chunks (>= 16).
+    step_tokens: PositiveInt = 256
     semantic_threshold: Fraction | None = None
 
 

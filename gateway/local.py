@@ -80,6 +80,11 @@ class LocalBackend:
             prefix_disk_dir=Path(model.prefix_disk_dir) if model.prefix_disk_dir else None,
             prefix_disk_bytes=model.prefix_disk_bytes,
             default_max_tokens=model.default_max_tokens,
+            default_temperature=model.default_temperature,
+            default_top_p=model.default_top_p,
+            default_top_k=model.default_top_k,
+            max_batch=model.max_batch,
+            step_tokens=model.step_tokens,
             threads=threads,
         )
         return cls(name, model, engine_config)
@@ -360,14 +365,14 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
     stop = body.get("stop")
     temperature = body.get("temperature")
     top_p = body.get("top_p")
-    top_k = body.get("top_k", 0)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+    top_k = body.get("top_k")  # NOTE: None (unset) = the model's default, like temperature
+    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
         raise APIError(400, "'top_k' must be a non-negative integer.", param="top_k")
     try:
         return SamplingParams(
             max_tokens=_max_tokens(body),
-            temperature=1.0 if temperature is None else float(temperature),
-            top_p=1.0 if top_p is None else float(top_p),
+            temperature=None if temperature is None else float(temperature),
+            top_p=None if top_p is None else float(top_p),
             top_k=top_k,
             seed=body.get("seed"),
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),

@@ -45,7 +45,15 @@ class EngineConfig:
         prefix_disk_bytes: byte budget of the disk tier (files on disk, LRU), used only with
             ``prefix_disk_dir``. ``prefix_ttl_s`` applies on disk too.
         default_max_tokens: completion length when a request gives none (capped by what fits).
+        default_temperature, default_top_p, default_top_k: what a request that leaves these
+            unset samples with; ``None`` takes the model's recommendation (its
+            ``generation_config``; the bundled model's card: 0.2 and 0.9), else OpenAI's 1, 1, 0.
         threads: torch intra-op threads on CPU (process-wide); ``None`` keeps torch's default.
+        max_batch: requests decoded together (continuous batching); more wait to be admitted.
+            1 serves one request at a time.
+        step_tokens: tokens one batched forward pass takes: one per decoding request, the
+            rest (at least 16) prefill chunks of newly admitted prompts. Smaller: decoding
+            requests stall less behind a long new prompt; larger: prompts prefill faster.
     """
 
     source: str = BUNDLED
@@ -58,7 +66,12 @@ class EngineConfig:
     prefix_disk_dir: Path | None = None
     prefix_disk_bytes: int = 8 * 2**30
     default_max_tokens: int = 512
+    default_temperature: float | None = None
+    default_top_p: float | None = None
+    default_top_k: int | None = None
     threads: int | None = None
+    max_batch: int = 16
+    step_tokens: int = 256
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -79,5 +92,13 @@ class EngineConfig:
             raise ValueError("localmodel: prefix_disk_bytes must be >= 1")
         if self.default_max_tokens < 1:
             raise ValueError("localmodel: default_max_tokens must be >= 1")
+        if self.default_temperature is not None and not 0 <= self.default_temperature <= 2:
+            raise ValueError("localmodel: default_temperature must be between 0 and 2")
+        if self.default_top_p is not None and not 0 <= self.default_top_p <= 1:
+            raise ValueError("localmodel: default_top_p must be between 0 and 1")
+        if self.default_top_k is not None and self.default_top_k < 0:
+            raise ValueError("localmodel: default_top_k must be >= 0 (0 disables it)")
+        if self.max_batch < 1 or self.step_tokens < 1:
+            raise ValueError("localmodel: max_batch and step_tokens must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError("localmodel: threads must be >= 1 or None")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from localmodel.forward import prefill
 from localmodel.kv import KVLayout, RequestCache, TensorKV
 from prefix import KVSpan, RadixKey
 from prefix.offload import DiskStats, DiskTier
@@ -214,8 +215,6 @@ class DiskPrefix:
 
 @torch.inference_mode()
 def _prefill_from_zero(model: Any, layout: KVLayout, tokens: torch.Tensor) -> RequestCache:
-    from localmodel.engine import prefill  # NOTE: engine imports this module
-
     cache = RequestCache.allocate(layout, tokens.shape[1])
     prefill(model, cache, tokens, start=0)
     _sync(layout.device)

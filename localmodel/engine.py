@@ -36,11 +36,14 @@ from typing import Any, Literal
 import torch
 
 from localmodel import prompts
+from localmodel.batch import Piece, use_batched_attention
+from localmodel.batch import forward as batched_forward
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
+from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import KVLayout, RequestCache
-from localmodel.loader import load
+from localmodel.loader import load, model_sampling_defaults
 from localmodel.sampling import SamplingParams, make_generator, sample
 from prefix import RadixCache, RadixKey, RadixStats
 from prefix.offload import DiskStats
@@ -57,6 +60,7 @@ __all__ = [
     "Finished",
     "GenerationRequest",
     "InvalidRequestError",
+    "Steps",
     "TextDelta",
     "Usage",
     "decode_one_token",
@@ -167,6 +171,9 @@ class Finished:
 
 Event = TextDelta | ChoiceFinished | Finished
 
+#: A request as a coroutine (:meth:`Engine.steps`): yields events and pieces, receives logits.
+Steps = Generator[Event | Piece, torch.Tensor | None, None]
+
 
 @dataclass(frozen=True)
 class EngineStats:
@@ -180,40 +187,6 @@ class EngineStats:
     disk: DiskStats | None
     disk_hit_tokens: int
     break_even: BreakEven | None
-
-
-# ── the phases (flat functions, gpt-fast style) ──────────────────────────────────────
-
-
-@torch.inference_mode()
-def prefill(model: Any, cache: RequestCache, input_ids: torch.Tensor, start: int) -> torch.Tensor:
-    """Run ``input_ids`` (``[1, n]``) at positions ``start…start+n-1``; return the last logits.
-
-    NOTE: ``start`` must equal ``cache.length``: the new tokens attend to every cached token
-    and get the positions that follow them, exactly as in a cold prefill of the whole prompt.
-    """
-    if start != cache.length:
-        raise ValueError(f"prefill at position {start} but the cache holds {cache.length} tokens")
-    n = input_ids.shape[1]
-    position_ids = torch.arange(start, start + n, device=input_ids.device)[None]  # [1, n]
-    out = model(
-        input_ids=input_ids,
-        position_ids=position_ids,
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return out.logits[0, -1]  # [vocab]; logits_to_keep=1 skips the lm_head for the others
-
-
-@torch.inference_mode()
-def decode_one_token(model: Any, cache: RequestCache, token: int, pos: int) -> torch.Tensor:
-    """Feed one token at position ``pos`` against the KV cache; return the next logits."""
-    device = cache.key_buf.device
-    input_ids = torch.tensor([[token]], device=device)  # [1, 1]
-    position_ids = torch.tensor([[pos]], device=device)  # [1, 1]
-    out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)
-    return out.logits[0, -1]  # [vocab]
 
 
 # ── the engine ────────────────────────────────────────────────────────────────────────
@@ -242,6 +215,7 @@ class Engine:
     ) -> None:
         self.config = config = config or EngineConfig()
         self.model = model.eval()
+        use_batched_attention(model)  # NOTE: plain sdpa unless a forward passes batch=
         self.tokenizer = tokenizer
         self.layout = KVLayout.of(model)
         self.disk: DiskPrefix | None = None
@@ -270,6 +244,10 @@ class Engine:
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
         self.stop_token_ids = _stop_token_ids(model, tokenizer)
+        #: what requests that set no temperature/top_p/top_k get: YAML over the model's own
+        self.sampling_defaults = model_sampling_defaults(model).merged(
+            config.default_temperature, config.default_top_p, config.default_top_k
+        )
         # The detokenizer runs on the worker thread while encode_* may run on the event
         # loop; a private copy keeps the Rust tokenizer from ever being borrowed twice.
         self._decoder_tokenizer = _clone_tokenizer(tokenizer)
@@ -329,9 +307,10 @@ class Engine:
 
         Raises :class:`ContextWindowExceeded` when prompt + ``max_tokens`` does not fit (or
         when not even one token fits); without ``max_tokens`` the completion may use what
-        fits, capped by ``config.default_max_tokens``.
+        fits, capped by ``config.default_max_tokens``. Unset ``temperature``/``top_p``/``top_k``
+        become ``sampling_defaults``.
         """
-        params = params or SamplingParams()
+        params = (params or SamplingParams()).with_defaults(self.sampling_defaults)
         n_prompt, limit = len(prompt_tokens), self.context_window
         if n_prompt == 0:
             raise InvalidRequestError("the prompt is empty")
@@ -364,6 +343,32 @@ class Engine:
     def generate(self, request: GenerationRequest) -> Iterator[Event]:
         """Stream a request: ``TextDelta``s and one ``ChoiceFinished`` per choice, then ``Finished``.
 
+        The request alone, one forward pass per :class:`~localmodel.batch.Piece` that
+        :meth:`steps` asks for (``localmodel.scheduler`` runs many requests' steps batched).
+        """
+        steps = self.steps(request)
+        reply: torch.Tensor | None = None
+        try:
+            while True:
+                try:
+                    item = steps.send(reply)
+                except StopIteration:
+                    return
+                if isinstance(item, Piece):
+                    reply = self._forward_alone(item)
+                else:
+                    reply = None
+                    yield item
+        finally:
+            steps.close()
+
+    def steps(self, request: GenerationRequest) -> Steps:
+        """The request as a coroutine: it yields events, and a ``Piece`` when it needs logits.
+
+        Whoever drives it sends back, for each ``Piece``, the last logits (``[vocab]``) of
+        feeding the piece's tokens into its cache, and ``None`` after each event. Tier-2 work
+        (match, load, disk, insert) happens inside, on the driver's thread.
+
         ``n > 1`` choices share one prefill: each choice starts from the same last-prompt
         logits, and the request cache is truncated back to the prompt between choices (a
         length reset on the preallocated buffers, no copy). Each choice's tokens are
@@ -382,8 +387,8 @@ class Engine:
         n_cached = match.n_cached
         if self.disk is not None and n_cached < len(prompt) - 1:
             n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
-        suffix = torch.tensor([prompt[n_cached:]], device=self.layout.device)  # [1, n]
-        prompt_logits = prefill(self.model, cache, suffix, start=n_cached)
+        prompt_logits = yield Piece(cache, prompt[n_cached:])
+        assert prompt_logits is not None  # NOTE: the driver answers every Piece with logits
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
         first_token_at = insert_s = 0.0
@@ -409,7 +414,19 @@ class Engine:
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
 
+    def forward_batch(self, pieces: Sequence[Piece]) -> torch.Tensor:
+        """Feed many requests' pieces in one forward pass; their last logits ``[n, vocab]``."""
+        return batched_forward(self.model, pieces)
+
     # ── helpers ───────────────────────────────────────────────────────────────────────
+
+    def _forward_alone(self, piece: Piece) -> torch.Tensor:
+        """One request's piece on its own: a prefill, or one decode step (sdpa, no batching)."""
+        cache, tokens = piece.cache, piece.tokens
+        if len(tokens) == 1:
+            return decode_one_token(self.model, cache, tokens[0], cache.length)
+        ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
+        return prefill(self.model, cache, ids, start=cache.length)
 
     def _decode_choice(
         self,
@@ -418,7 +435,7 @@ class Engine:
         cache: RequestCache,
         logits: torch.Tensor,
         generator: torch.Generator,
-    ) -> Generator[Event, None, tuple[Choice, float]]:
+    ) -> Generator[Event | Piece, torch.Tensor | None, tuple[Choice, float]]:
         """Sample up to ``max_tokens`` tokens of one choice, streaming its text."""
         prompt, params = request.prompt_tokens, request.params
         detok = IncrementalDetokenizer(self._decoder_tokenizer, prompt[-CONTEXT_TOKENS:])
@@ -445,7 +462,9 @@ class Engine:
                 finish = "stop"
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
-                logits = decode_one_token(self.model, cache, token, len(prompt) + len(tokens) - 1)
+                reply = yield Piece(cache, (token,))  # at position len(prompt) + len(tokens) - 1
+                assert reply is not None
+                logits = reply
         if not stops.stopped:
             text, stopped = stops.push(detok.flush())
             text += stops.flush()

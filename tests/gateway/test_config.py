@@ -107,6 +107,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "f.yaml: cache.semantic.threshold: expected `float` <= 1.0",
         ),
         ("cache: {ttl: .inf}", "f.yaml: cache.ttl: expected `float` <= 315360000.0"),
+        (
+            "models: {m: {backend: local, default_temperature: 2.5}}",
+            "f.yaml: models.m.default_temperature: expected `float` <= 2.0",
+        ),
         ("cache: {backend: memcached}", "f.yaml: cache.backend: invalid enum value 'memcached'"),
         ("admin: {api_key: ''}", "f.yaml: admin.api_key: expected `str` of length >= 1"),
         ("models: {}", "f.yaml: models: expected a mapping"),

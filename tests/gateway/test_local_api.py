@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,17 @@ def test_shared_prefix_across_tenants_when_configured(
         gateway.stop()
 
 
+def test_concurrent_requests_answer_as_they_do_alone(gw: Gateway) -> None:
+    questions = ["Name a fruit.", "Name a planet.", "Name a colour.", "Name a tool."]
+    asks = [[SYSTEM, {"role": "user", "content": q}] for q in questions]
+    no_store = {"cache-control": "no-cache, no-store"}
+    alone = [chat(gw, m, headers=no_store).json()["choices"][0]["message"] for m in asks]
+    with ThreadPoolExecutor(len(asks)) as pool:  # at once: the scheduler batches them
+        together = list(pool.map(lambda m: chat(gw, m, headers=no_store), asks))
+    assert all(r.status_code == 200 for r in together)
+    assert [r.json()["choices"][0]["message"] for r in together] == alone
+
+
 def test_streaming_matches_non_streaming(gw: Gateway) -> None:
     messages = [{"role": "user", "content": "Say something about nails."}]
     plain = chat(gw, messages, headers={"cache-control": "no-store"})
@@ -325,6 +337,30 @@ def test_edge_sampling_values_are_served(gw: Gateway) -> None:
         response = chat(gw, question, headers={"cache-control": "no-cache, no-store"}, **extra)
         assert response.status_code == 200, (extra, response.text)  # was 500 (NaN) / 400
         assert response.json()["choices"][0]["message"]["content"] == text  # all argmax
+
+
+def test_unset_sampling_uses_the_model_defaults_and_yaml_overrides_them(
+    gw: Gateway, bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    body = {"model": MODEL, "messages": question, "max_tokens": 12, "seed": 0}
+    card = gw.http.post(
+        "/v1/chat/completions", json=body, headers={"authorization": "Bearer key-a"}
+    )
+    assert "Paris" in card.json()["choices"][0]["message"]["content"]  # model card: 0.2 / 0.9
+    greedy = chat(gw, question, headers={"cache-control": "no-store"})  # temperature 0
+    text = greedy.json()["choices"][0]["message"]["content"]
+    config = local_config(bundled_model_dir, tmp_path, default_temperature=0, default_top_p=0.5)
+    other = Gateway(load_config_text(config))
+    try:
+        for seed in (1, 2):
+            body["seed"] = seed
+            answer = other.http.post(
+                "/v1/chat/completions", json=body, headers={"authorization": "Bearer key-a"}
+            )
+            assert answer.json()["choices"][0]["message"]["content"] == text  # YAML: greedy
+    finally:
+        other.stop()
 
 
 def test_developer_role_is_the_system_role(gw: Gateway) -> None:

@@ -23,6 +23,8 @@ from localmodel import (
 )
 from localmodel.engine import prefill
 from localmodel.kv import RequestCache
+from localmodel.loader import BUNDLED_SAMPLING, model_sampling_defaults
+from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
 from prefix import RadixKey
 from tests.localmodel.conftest import MakeEngine
 
@@ -249,3 +251,34 @@ def test_cancel_stops_between_tokens_and_keeps_the_kv(tiny_engine: Engine) -> No
     assert choice.finish_reason == "cancelled"
     assert 3 <= len(choice.token_ids) < 10
     assert tiny_engine.prefix_cache.stats.tokens >= len(prompt)
+
+
+def test_bundled_model_samples_with_its_model_card_defaults(engine: Engine) -> None:
+    assert engine.sampling_defaults == BUNDLED_SAMPLING
+    request = engine.prepare([1, 2, 3], SamplingParams(), namespace=NS)
+    assert (request.params.temperature, request.params.top_p) == (0.2, 0.9)
+    kept = engine.prepare([1, 2, 3], SamplingParams(temperature=1.0, top_p=1.0), namespace=NS)
+    assert (kept.params.temperature, kept.params.top_p) == (1.0, 1.0)
+
+
+def test_readme_question_answers_paris_with_the_defaults(engine: Engine) -> None:
+    # OpenAI's temperature 1.0 made this 135M model answer "Alsace-Lille, a charming…".
+    prompt = engine.encode_chat([{"role": "user", "content": "What is the capital of France?"}])
+    answers = [_run(engine, prompt, SamplingParams(seed=s, max_tokens=12)) for s in range(3)]
+    assert all("Paris" in a.choices[0].text for a in answers)
+
+
+def test_config_overrides_and_generation_config_are_read(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    assert model_sampling_defaults(tiny_model) == OPENAI_DEFAULTS  # says nothing: OpenAI's
+    before = tiny_model.generation_config.temperature
+    tiny_model.generation_config.temperature = 0.6
+    try:
+        assert model_sampling_defaults(tiny_model).temperature == 0.6
+        engine = make_engine(tiny=tiny_model, default_top_p=0.5, default_top_k=7)
+        assert engine.sampling_defaults == SamplingDefaults(0.6, 0.5, 7)
+        engine = make_engine(tiny=tiny_model, default_temperature=0.0)
+        assert engine.prepare([1, 2], SamplingParams(), namespace=NS).params.greedy
+    finally:
+        tiny_model.generation_config.temperature = before

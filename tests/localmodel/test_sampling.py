@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from localmodel.sampling import SamplingError, SamplingParams, make_generator, sample
+from localmodel.sampling import (
+    SamplingDefaults,
+    SamplingError,
+    SamplingParams,
+    make_generator,
+    sample,
+)
 
 CPU = torch.device("cpu")
 
@@ -95,3 +101,17 @@ def test_top_p_zero_or_below_float32_keeps_the_most_likely_token() -> None:
         generator = make_generator(5, CPU)
         params = SamplingParams(temperature=1.0, top_p=top_p)
         assert {sample(logits, params, generator) for _ in range(10)} == {int(logits.argmax())}
+
+
+def test_unset_parameters_take_the_defaults_and_set_ones_stay() -> None:
+    defaults = SamplingDefaults(temperature=0.2, top_p=0.9, top_k=40)
+    assert SamplingParams().with_defaults(defaults) == SamplingParams(
+        temperature=0.2, top_p=0.9, top_k=40
+    )
+    explicit = SamplingParams(temperature=0.0, top_p=1.0, top_k=0)
+    assert explicit.with_defaults(defaults) == explicit  # 0 is a value, not "unset"
+
+
+def test_defaults_are_validated() -> None:
+    with pytest.raises(SamplingError):
+        SamplingDefaults(temperature=3.0)

@@ -1,14 +1,14 @@
-"""AsyncEngine: one worker thread, a FIFO queue, events delivered to the event loop."""
+"""AsyncEngine: one worker thread batching requests (FIFO admission), events to the loop."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import torch
 
 from localmodel import (
     AsyncEngine,
@@ -16,35 +16,46 @@ from localmodel import (
     Completion,
     Engine,
     EngineClosedError,
-    Event,
+    EngineConfig,
     Finished,
     GenerationRequest,
     SamplingParams,
     TextDelta,
     Usage,
 )
+from localmodel.batch import Piece
+from localmodel.engine import Steps
 
 NS = "smollm2|tenant-a"
 
 
 class _SlowEngine:
-    """Stands in for Engine: blocks its thread like a forward pass would."""
+    """Stands in for Engine: each batched step blocks its thread like a forward pass would."""
 
-    def __init__(self, step_s: float = 0.05, steps: int = 4, fail: bool = False) -> None:
-        self.step_s, self.steps, self.fail = step_s, steps, fail
+    def __init__(
+        self, step_s: float = 0.05, steps: int = 4, fail: bool = False, max_batch: int = 16
+    ) -> None:
+        self.step_s, self.n_steps, self.fail = step_s, steps, fail
+        self.config = EngineConfig(max_batch=max_batch)
         self.served: list[GenerationRequest] = []
+        self.batch_sizes: list[int] = []
 
-    def generate(self, request: GenerationRequest) -> Iterator[Event]:
+    def steps(self, request: GenerationRequest) -> Steps:
         self.served.append(request)
         if self.fail:
             raise RuntimeError("boom")
-        for i in range(self.steps):
+        for i in range(self.n_steps):
             if request.cancel.is_set():
                 break
-            time.sleep(self.step_s)
+            yield Piece(None, (i,))  # type: ignore[arg-type]  # no cache: nothing reads it
             yield TextDelta(0, str(i))
         choice = Choice(0, "", (), "length")
-        yield Finished(Completion((choice,), Usage(1, self.steps, 0), 0.0, 0.0))
+        yield Finished(Completion((choice,), Usage(1, self.n_steps, 0), 0.0, 0.0))
+
+    def forward_batch(self, pieces: list[Piece]) -> torch.Tensor:
+        self.batch_sizes.append(len(pieces))
+        time.sleep(self.step_s)
+        return torch.zeros(len(pieces), 1)
 
     def close(self) -> None:
         self.closed = True
@@ -87,11 +98,21 @@ async def test_stream_yields_deltas_then_finished_and_never_blocks_the_loop() ->
     assert len(ticks) > 10 and max(gaps) < 0.2  # the 0.3 s of "forward passes" ran elsewhere
 
 
-async def test_requests_are_served_one_after_another_in_order() -> None:
-    fake = _SlowEngine(step_s=0.01, steps=2)
+async def test_max_batch_one_serves_requests_one_after_another_in_order() -> None:
+    fake = _SlowEngine(step_s=0.01, steps=2, max_batch=1)
     async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
         await asyncio.gather(*(local.complete(_request(i)) for i in range(5)))
     assert [r.prompt_tokens[-1] for r in fake.served] == [0, 1, 2, 3, 4]
+    assert set(fake.batch_sizes) == {1}
+
+
+async def test_concurrent_requests_decode_together_in_one_step() -> None:
+    fake = _SlowEngine(step_s=0.02, steps=6, max_batch=3)
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        results = await asyncio.gather(*(local.complete(_request(i)) for i in range(5)))
+    assert len(results) == 5 and [r.prompt_tokens[-1] for r in fake.served] == [0, 1, 2, 3, 4]
+    assert max(fake.batch_sizes) == 3  # capped by max_batch; the last two admitted later
+    assert sum(fake.batch_sizes) == 5 * 6  # every token of every request, once
 
 
 async def test_leaving_the_stream_cancels_the_request_and_the_worker_moves_on() -> None:
@@ -103,7 +124,7 @@ async def test_leaving_the_stream_cancels_the_request_and_the_worker_moves_on() 
             break
         await stream.aclose()  # what a disconnecting client's handler does
         assert first.cancel.is_set()
-        fake.steps = 2
+        fake.n_steps = 2
         started = time.perf_counter()
         await local.complete(_request(2))  # not stuck behind 100 steps of the first
         assert time.perf_counter() - started < 2.5
@@ -139,7 +160,7 @@ async def test_real_engine_stream_deltas_add_up_to_the_text(tiny_engine: Engine)
 
 
 async def test_close_cancels_the_running_request_and_fails_queued_ones() -> None:
-    fake = _SlowEngine(step_s=0.05, steps=1000)
+    fake = _SlowEngine(step_s=0.05, steps=1000, max_batch=1)
     local = AsyncEngine(fake)  # type: ignore[arg-type]
     running, queued = _request(1), _request(2)
     first = asyncio.create_task(local.complete(running))

@@ -1,0 +1,156 @@
+"""Continuous batching of the local model: aggregate tokens/s and TTFT vs one request at a time.
+
+    python -m bench.engine            # 1/4/8/16 concurrent streams, bundled model, CPU fp32
+    python -m bench.engine --quick    # 1/8 only, fewer tokens
+
+Every figure comes from one run on one process: ``c`` streams are submitted at once to an
+``AsyncEngine`` (the scheduler the gateway uses, no HTTP) and decode ``--tokens`` tokens each
+from distinct prompts (no prefix reuse); the same ``c`` requests are then run through an engine
+with ``max_batch: 1`` (one at a time, as before batching). Single-stream decode is compared
+with the weight-read floor: bytes of the weights ÷ the memory bandwidth measured here.
+
+TTFT = submit → first event of the stream. Not measured here: transformers' own continuous
+batching (``generate_batch``) and llama.cpp (not installed on this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.prefix import CACHE_DIR, load_engine
+from bench.report import command, median, percentile, publish, run_header, table
+from localmodel import AsyncEngine, Engine, Finished, SamplingParams
+
+PROMPT_TOKENS = 64
+
+
+def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[str, Any]:
+    """``concurrency`` greedy streams at once; aggregate tokens/s, TTFT p50/p99 (seconds)."""
+    params = SamplingParams(temperature=0.0, max_tokens=n_tokens)
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(100, 40000, (PROMPT_TOKENS,), generator=gen).tolist()
+               for _ in range(concurrency)]  # fmt: skip
+    requests = [
+        engine.prepare(p, params, namespace=f"bench|{seed}|{i}") for i, p in enumerate(prompts)
+    ]
+
+    async def one(local: AsyncEngine, request: Any, started: float) -> tuple[float, int, float]:
+        first = 0.0
+        async for event in local.stream(request):
+            first = first or time.perf_counter() - started
+            if isinstance(event, Finished):
+                c = event.completion
+                per_token = c.decode_s / max(c.usage.completion_tokens - 1, 1)
+                return first, c.usage.completion_tokens, per_token
+        raise AssertionError("no Finished event")
+
+    async def run() -> tuple[list[tuple[float, int, float]], float]:
+        async with AsyncEngine(engine) as local:
+            started = time.perf_counter()
+            got = await asyncio.gather(*(one(local, r, started) for r in requests))
+            return list(got), time.perf_counter() - started
+
+    results, wall = asyncio.run(run())
+    ttfts = [r[0] for r in results]
+    tokens = sum(r[1] for r in results)
+    return {
+        "concurrency": concurrency,
+        "max_batch": engine.config.max_batch,
+        "tokens": tokens,
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "ttft_p50_s": median(ttfts),
+        "ttft_p99_s": percentile(ttfts, 99),
+        "ms_per_token": 1000 * median([r[2] for r in results]),
+    }
+
+
+def weight_floor(model: Any) -> dict[str, float]:
+    """Bytes the weights occupy (tied ones once), the read bandwidth, the ms/token floor."""
+    seen: dict[int, int] = {}
+    for p in model.parameters():
+        seen[p.data_ptr()] = p.numel() * p.element_size()
+    weight_bytes = sum(seen.values())
+    buf = torch.ones(256 * 2**20 // 4)  # 256 MiB of float32, read by a reduction
+    buf.sum()
+    best = min(_timed(buf.sum) for _ in range(5))
+    bandwidth = buf.numel() * 4 / best
+    return {"weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
+            "floor_ms": 1000 * weight_bytes / bandwidth}  # fmt: skip
+
+
+def run(engine: Engine, levels: tuple[int, ...], n_tokens: int) -> dict[str, Any]:
+    one_at_a_time = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
+    batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
+    baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
+    return {"header": run_header(), "threads": torch.get_num_threads(), "n_tokens": n_tokens,
+            "step_tokens": engine.config.step_tokens, "batched": batched,
+            "one_at_a_time": baseline, "floor": weight_floor(engine.model)}  # fmt: skip
+
+
+def markdown(results: dict[str, Any], cmd: str) -> str:
+    base = {r["concurrency"]: r for r in results["one_at_a_time"]}
+    single = results["batched"][0]
+    rows = []
+    for r in results["batched"]:
+        b = base.get(r["concurrency"])
+        rows.append([
+            r["concurrency"], f"{r['tokens_per_s']:.1f}",
+            f"{b['tokens_per_s']:.1f}" if b else "—",
+            f"**{r['tokens_per_s'] / b['tokens_per_s']:.2f}×**" if b else "—",
+            f"{1000 * r['ttft_p50_s']:.0f} / {1000 * r['ttft_p99_s']:.0f}",
+            f"{1000 * b['ttft_p50_s']:.0f} / {1000 * b['ttft_p99_s']:.0f}" if b else "—",
+        ])  # fmt: skip
+    floor = results["floor"]
+    share = floor["floor_ms"] / single["ms_per_token"]
+    return "\n".join([
+        "## Continuous batching of the local model (`bench/engine.py`)",
+        "",
+        f"`{cmd}` — {results['header']['machine']}, {results['threads']} torch thread(s), "
+        f"bundled SmolLM2-135M fp32, {PROMPT_TOKENS}-token distinct prompts, "
+        f"{results['n_tokens']} greedy tokens per stream, step_tokens {results['step_tokens']}. "
+        "Batched (`max_batch: 16`) and one at a time (`max_batch: 1`) in the same run. "
+        "**The machine is shared with other jobs**: absolute figures move between runs; the "
+        "ratios are side by side.",
+        "",
+        table(["streams", "tokens/s batched", "tokens/s one at a time", "ratio",
+               "TTFT p50 / p99 ms batched", "TTFT p50 / p99 ms one at a time"], rows),
+        "",
+        f"Single stream: {single['ms_per_token']:.1f} ms/token; weight-read floor "
+        f"{floor['floor_ms']:.1f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at a "
+        f"measured {floor['bandwidth_gb_s']:.1f} GB/s): **{100 * share:.0f}% of the floor**. "
+        "Not measured: transformers' `generate_batch`, llama.cpp (not installed), int8 KV.",
+    ])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> str:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1 and 8 streams, 16 tokens")
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--data-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    engine = load_engine(args.data_dir, "cpu", "float32", args.threads or None)
+    levels = (1, 8) if args.quick else (1, 4, 8, 16)
+    results = run(engine, levels, 16 if args.quick else args.tokens)
+    return publish("engine", results, markdown(results, command("engine", argv)), not args.no_doc)
+
+
+def _timed(fn: Any) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Continuous batching: many requests' steps, one forward pass per step.
+
+Every request is an :meth:`Engine.steps <localmodel.engine.Engine.steps>` coroutine that
+yields a :class:`~localmodel.batch.Piece` whenever it needs logits (its prompt suffix once,
+then one token per decode step). A scheduler step, as vLLM and SGLang run it::
+
+    admit   waiting requests, oldest first, while fewer than max_batch run (tier-2 match here)
+    batch   one token of every decoding request, then prefill chunks, oldest request first,
+            until step_tokens are used (a long prompt is prefilled over several steps)
+    forward all pieces at once (Engine.forward_batch): the weights are read once
+    reply   each finished piece's logits to its coroutine, which samples, streams text and
+            asks for its next piece — or finishes (its KV goes to the prefix tree)
+
+Fairness: admission is FIFO and every running request advances by one token a step, so no
+request waits for another's whole generation and none starves. Cancellation (``request.cancel``)
+is seen by the coroutine at its next token: it finishes ``"cancelled"`` and its KV buffers are
+freed at that step. A request's sampling parameters, stop strings, ``n`` and seed are its own
+(each coroutine holds its own RNG), so a request's tokens do not depend on what it is batched with.
+
+Example (what ``AsyncEngine``'s worker thread does)::
+
+    scheduler = Scheduler(engine, max_batch=16, step_tokens=256)
+    scheduler.add(request, send)          # send(event) -> False when the consumer is gone
+    while scheduler.busy:
+        scheduler.step()
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from localmodel.batch import Piece
+from localmodel.engine import Engine, Event, GenerationRequest, Steps
+
+__all__ = ["Scheduler", "Send"]
+
+logger = logging.getLogger(__name__)
+
+#: Delivers an event (or the exception that ended the request); False: nobody is listening.
+Send = Callable[[Event | BaseException], bool]
+
+#: Prefill tokens a step always gets, however many sequences decode (no prefill starves).
+MIN_PREFILL_CHUNK = 16
+
+
+@dataclass
+class _Sequence:
+    request: GenerationRequest
+    send: Send
+    steps: Steps
+    piece: Piece | None = None  # what the coroutine waits for
+    fed: int = 0  # tokens of `piece` already in the cache (chunked prefill)
+
+
+class Scheduler:
+    """Runs the requests given to :meth:`add` in batched steps (one thread; not thread-safe)."""
+
+    def __init__(self, engine: Engine, *, max_batch: int, step_tokens: int) -> None:
+        if max_batch < 1 or step_tokens < 1:
+            raise ValueError("Scheduler: max_batch and step_tokens must be >= 1")
+        self.engine = engine
+        self.max_batch = max_batch
+        self.step_tokens = step_tokens
+        self.waiting: deque[tuple[GenerationRequest, Send]] = deque()
+        self.running: list[_Sequence] = []
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, request: GenerationRequest, send: Send) -> None:
+        self.waiting.append((request, send))
+
+    def fail_waiting(self, error: BaseException) -> None:
+        """Answer every request not yet admitted with ``error`` (shutdown)."""
+        while self.waiting:
+            _, send = self.waiting.popleft()
+            send(error)
+
+    def step(self) -> None:
+        """Admit, run one batched forward pass, hand out its logits."""
+        self._admit()
+        batch = self._batch()
+        if not batch:
+            return
+        pieces = [piece for _, piece in batch]
+        try:
+            logits = self.engine.forward_batch(pieces)  # [len(batch), vocab]
+        except Exception as exc:  # e.g. out of memory: fail this step's requests, keep serving
+            logger.exception("localmodel: a batched step failed")
+            for seq, _ in batch:
+                self._fail(seq, exc)
+            return
+        for i, (seq, piece) in enumerate(batch):
+            assert seq.piece is not None
+            seq.fed += len(piece.tokens)
+            if seq.fed == len(seq.piece.tokens):
+                self._advance(seq, logits[i])
+
+    # ── helpers ───────────────────────────────────────────────────────────────────────
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.max_batch:
+            request, send = self.waiting.popleft()
+            if request.cancel.is_set():
+                continue  # the client left while the request waited
+            seq = _Sequence(request, send, self.engine.steps(request))
+            self.running.append(seq)
+            self._advance(seq, None)  # tier-2 match and load, up to its first Piece
+
+    def _batch(self) -> list[tuple[_Sequence, Piece]]:
+        """This step's pieces: every decode token, then prefill chunks oldest first."""
+        decodes = [s for s in self.running if s.piece is not None and len(s.piece.tokens) == 1]
+        batch = [(s, s.piece) for s in decodes if s.piece is not None]
+        budget = max(self.step_tokens - len(batch), MIN_PREFILL_CHUNK)
+        for seq in self.running:
+            piece = seq.piece
+            if budget <= 0 or piece is None or len(piece.tokens) == 1:
+                continue
+            take = min(budget, len(piece.tokens) - seq.fed)
+            batch.append((seq, Piece(piece.cache, piece.tokens[seq.fed : seq.fed + take])))
+            budget -= take
+        return batch
+
+    def _advance(self, seq: _Sequence, reply: torch.Tensor | None) -> None:
+        """Resume ``seq`` with ``reply`` until it asks for a piece or finishes."""
+        try:
+            while True:
+                item = seq.steps.send(reply)
+                if isinstance(item, Piece):
+                    seq.piece, seq.fed = item, 0
+                    return
+                reply = None
+                if not seq.send(item):
+                    seq.request.cancel.set()  # nobody listens: stop at the next token
+        except StopIteration:
+            self.running.remove(seq)
+        except Exception as exc:
+            logger.exception("localmodel: request failed")
+            self._fail(seq, exc)
+
+    def _fail(self, seq: _Sequence, exc: BaseException) -> None:
+        seq.steps.close()
+        seq.send(exc)
+        if seq in self.running:
+            self.running.remove(seq)
