@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
     from .guard import Guard
     from .index import VectorIndex
 
-__all__ = ["CacheSettings", "Lookup", "ResponseCache", "SemanticSettings"]
+__all__ = ["CacheSettings", "Lookup", "Rejection", "ResponseCache", "SemanticSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,20 @@ class Lookup:
     age: float | None = None
     #: The question's embedding, when one was computed (pass it to ``store``).
     vector: np.ndarray | None = None
+    #: The guard verifier's probability for a semantic hit (None: it did not run).
+    score: float | None = None
+    #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
+    rejected: Rejection | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A candidate over the threshold that the precision guard rejected."""
+
+    entry: Entry
+    similarity: float
+    reason: str
+    score: float | None
 
 
 @dataclass(slots=True)
@@ -250,6 +265,26 @@ class ResponseCache:
         self._dropped(ids)
         return len(ids)
 
+    # -- inspection (the admin API) -------------------------------------------------------
+
+    async def entries(self) -> AsyncIterator[Entry]:
+        """Every live entry, in the store's order (for listing; reads the whole store)."""
+        async for entry in self._store.entries():
+            yield entry
+
+    async def entry(self, entry_id: int) -> Entry | None:
+        """One entry by id (None when absent or expired); not counted as a lookup or a hit."""
+        entry = await self._store.get(entry_id)
+        return None if entry is None or entry.expired(time.time()) else entry
+
+    async def delete(self, entry_id: int) -> bool:
+        """Drop one entry (and its vector); False when there was none."""
+        if await self._store.get(entry_id) is None:
+            return False
+        await self._store.delete([entry_id])
+        self._dropped([entry_id])
+        return True
+
     def stats(self) -> dict[str, Any]:
         c = self._counters
         out: dict[str, Any] = {
@@ -316,6 +351,8 @@ class ResponseCache:
             key.question, lambda vec: index.search(scope, vec, k=_CANDIDATES)
         )
         limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
+        rejected: Rejection | None = None
+        score: float | None = None
         for hit in hits:
             if hit.similarity < limit:
                 break
@@ -335,13 +372,16 @@ class ResponseCache:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity
                 )
+                score = verdict.score
                 if not verdict.accept:
                     self._counters.rejections[verdict.reason] += 1
+                    rejected = Rejection(entry, hit.similarity, verdict.reason, verdict.score)
                     continue
             await self._store.record_hit(entry.id)
             self._counters.hits["semantic"] += 1
-            return Lookup("semantic", entry, hit.similarity, now - entry.created, vector)
-        return Lookup("miss", vector=vector)
+            age = now - entry.created
+            return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
+        return Lookup("miss", vector=vector, rejected=rejected)
 
     def _dropped(self, ids: list[int]) -> None:
         """The store dropped ``ids`` (evicted, expired, flushed): their vectors go too.
