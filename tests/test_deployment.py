@@ -391,7 +391,9 @@ _COMPOSE_VARIABLE = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
 
 
 def _variable_default(match: re.Match[str]) -> str:
-    assert match[2] is not None, f"${{{match[1]}}} has no default: a plain `up` would leave it empty"
+    assert match[2] is not None, (
+        f"${{{match[1]}}} has no default: a plain `up` would leave it empty"
+    )
     return match[2]
 
 
