@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from semantic.cache import Lookup, ResponseCache
-from semantic.keys import CacheKey, chat_key, completion_key
+from semantic.keys import CacheKey, ContextMode, chat_key, completion_key
 
 from .backend import RELAYED_HEADERS, Backend, BackendStream
 from .config import CoalesceConfig
@@ -79,12 +79,14 @@ class Pipeline:
         cache: ResponseCache | None,
         *,
         context_turns: int | None = None,
+        context: ContextMode = "exact",
         semantic_thresholds: Mapping[str, float] | None = None,
         coalesce: CoalesceConfig | None = None,
     ) -> None:
         self.backends = backends
         self.cache = cache
         self._context_turns = context_turns
+        self._context = context
         self._thresholds = dict(semantic_thresholds or {})
         self._coalesce = coalesce or CoalesceConfig(enabled=False)
         self._flights: dict[str, asyncio.Event] = {}
@@ -205,7 +207,8 @@ class Pipeline:
     def _key(self, request: GatewayRequest) -> CacheKey:
         ns = request.control.namespace
         if request.kind == "chat":
-            return chat_key(request.tenant, ns, request.model, request.body, self._context_turns)
+            body, turns = request.body, self._context_turns
+            return chat_key(request.tenant, ns, request.model, body, turns, self._context)
         return completion_key(request.tenant, ns, request.model, request.body)
 
     def _threshold(self, request: GatewayRequest) -> float | None:

@@ -145,6 +145,7 @@ class Runtime:
             backends,
             cache,
             context_turns=config.cache.semantic.context_turns,
+            context=config.cache.semantic.context,
             semantic_thresholds=thresholds,
             coalesce=config.cache.coalesce,
         )
@@ -261,6 +262,9 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         threshold=semantic.threshold,
         guard=semantic.guard,
         guard_min_score=semantic.guard_min_score,
+        verifier=None if semantic.verifier == "off" else semantic.verifier,
+        verifier_threshold=semantic.verifier_threshold,
+        max_wrong_rate=semantic.max_wrong_rate,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
         hnsw_threshold=semantic.hnsw_threshold,
         hnsw_ef_search=semantic.hnsw_ef_search,
