@@ -68,9 +68,8 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     prefix_bytes = 0
     if body.get("prefix"):
         for backend in runtime.backends.values():
-            flush_prefix = getattr(backend, "flush_prefix_cache", None)
-            if flush_prefix is not None:  # (off the loop: it may wait for a disk write)
-                prefix_bytes += await asyncio.to_thread(flush_prefix)
+            # (off the loop: it may wait for a disk write)
+            prefix_bytes += await asyncio.to_thread(backend.flush_prefix_cache)
     return Response(
         _encode({"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_bytes}),
         media_type="application/json",

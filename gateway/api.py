@@ -1,13 +1,16 @@
-"""HTTP routes of the data port: the OpenAI-compatible API and health checks."""
+"""HTTP routes of the data port: the OpenAI-compatible API and health checks.
+
+Each API route is an adapter (its wire format ↔ the canonical request and answer) handed to
+one serving function, ``_serve``: authenticate, read the body, parse it, walk the tiers (the
+pipeline, or the embeddings walk), and send the reply as JSON or as an SSE stream.
+Disconnects and shutdown are handled in connections.py.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import msgspec
 from litestar import Request, Response, get, post
@@ -15,36 +18,36 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .errors import APIError, sse_error
-from .pipeline import Reply
-from .requests import Kind, parse_request
-from .runtime import SHUTTING_DOWN, Runtime, StreamWatch
+from .canonical import GatewayRequest, Reply, Wire
+from .chat import CHAT, COMPLETION
+from .connections import ClientDisconnected, StreamWatch
+from .embeddings import EMBEDDINGS, embed
+from .errors import APIError
+from .pipeline import Pipeline
+from .runtime import Runtime
 
-__all__ = ["ClientDisconnected", "error_response", "routes"]
+__all__ = ["Walk", "error_response", "routes", "serve"]
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 _encode = msgspec.json.encode
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 
-
-class ClientDisconnected(Exception):
-    """The client closed the connection before the answer was ready."""
+#: A tier walk: the pipeline's (``Pipeline.handle``) or one of its own (embeddings).
+Walk = Callable[..., Awaitable[Reply]]
 
 
 @post("/v1/chat/completions", status_code=200)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await _serve(request, "chat", "/v1/chat/completions")
+    return await serve(request, CHAT, "/v1/chat/completions")
 
 
 @post("/v1/completions", status_code=200)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await _serve(request, "completion", "/v1/completions")
+    return await serve(request, COMPLETION, "/v1/completions")
 
 
 @post("/v1/embeddings", status_code=200)
 async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await _serve(request, "embedding", "/v1/embeddings")
+    return await serve(request, EMBEDDINGS, "/v1/embeddings", walk=embed)
 
 
 @get("/v1/models")
@@ -91,43 +94,58 @@ async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
 routes = [chat_completions, completions, embeddings, list_models, get_model, healthz, readyz]
 
 
-def error_response(exc: APIError, cache: str = "bypass") -> Response[Any]:
+def error_response(exc: APIError, cache: str = "bypass", wire: Wire = CHAT) -> Response[Any]:
     return Response(
-        exc.json(),
+        wire.error_json(exc),
         status_code=exc.status,
         media_type="application/json",
         headers={"x-cache": cache, **exc.headers},
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
-async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Response[Any]:
+async def serve(
+    request: Request[Any, Any, Any], wire: Wire, route: str, walk: Walk = Pipeline.handle
+) -> Response[Any]:
+    """Answer one API request: ``wire`` parses it and writes its errors, ``walk`` answers it."""
     runtime = _runtime(request)
     started = time.perf_counter()
     model = ""
     try:
-        tenant = runtime.authenticate(request.headers.get("authorization"))
-        raw = await request.body()
-        parsed = parse_request(kind, raw, request.headers, tenant)
+        parsed = await _parse(request, runtime, wire)
         model = parsed.model if parsed.model in runtime.backends else ""
-        with _abortable(runtime):
-            reply = await runtime.pipeline.handle(
+        with runtime.connections.abortable():
+            reply = await walk(
+                runtime.pipeline,
                 parsed,
+                wire,
                 auth=request.headers.get("authorization"),
-                watch=lambda awaitable: _until_disconnect(request, awaitable),
+                watch=runtime.connections.guard(request),
             )
     except APIError as exc:
         _record(runtime, route, model, "bypass", exc.status, started)
-        return error_response(exc)
+        return error_response(exc, wire=wire)
     except HTTPException as exc:  # raised by litestar itself, e.g. 413 for an oversized body
         _record(runtime, route, model, "bypass", exc.status_code, started)
-        return error_response(_from_http(exc))
+        return error_response(_from_http(exc), wire=wire)
     except ClientDisconnected:
         _record(runtime, route, model, "bypass", 499, started)
         return Response(b"", status_code=499)
+    return _send(runtime, reply, wire, route, model, started)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) -> GatewayRequest:
+    tenant = runtime.authenticate(request.headers.get("authorization"))
+    raw = await request.body()
+    return wire.parse(raw, request.headers, tenant)
+
+
+def _send(
+    runtime: Runtime, reply: Reply, wire: Wire, route: str, model: str, started: float
+) -> Response[Any]:
     metrics = runtime.metrics
     if reply.saved_tokens:
         metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
@@ -138,107 +156,16 @@ async def _serve(request: Request[Any, Any, Any], kind: Kind, route: str) -> Res
         _record(runtime, route, model, reply.cache, 200, started)
         return Response(_encode(reply.body), media_type="application/json", headers=headers)
     metrics.requests.labels(route, model, reply.cache, "200").inc()
+
+    def on_first() -> None:
+        metrics.latency.labels(route, reply.cache).observe(time.perf_counter() - started)
+
+    def on_error(code: str) -> None:
+        metrics.stream_errors.labels(route, model, code).inc()
+
     watch = StreamWatch()
-    watch.events = _observed(reply, runtime, route, model, started, watch)
+    watch.events = runtime.connections.send(reply, watch, wire.error_event, on_first, on_error)
     return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
-
-
-async def _observed(
-    reply: Reply, runtime: Runtime, route: str, model: str, started: float, watch: StreamWatch
-) -> AsyncIterator[bytes]:
-    """``reply.stream``, timing its first byte and counting how it ended if not normally.
-
-    ``watch`` tells the runtime's watchdog while the stream waits for its client to take an
-    event (a client that stopped reading holds it there: see ``Runtime._end_stuck_streams``).
-    """
-    assert reply.stream is not None
-    metrics, stream = runtime.metrics, reply.stream
-    first, ended, done = True, False, False
-    loop = asyncio.get_running_loop()
-    watch.task = asyncio.current_task()
-    runtime.streams.add(watch)
-    try:
-        try:
-            with _abortable(runtime, enabled=reply.outcome is not None):  # a model's stream
-                async for piece in stream:
-                    if first:
-                        first = False
-                        elapsed = time.perf_counter() - started
-                        metrics.latency.labels(route, reply.cache).observe(elapsed)
-                    done = piece.endswith(b"data: [DONE]\n\n")
-                    watch.since = loop.time()
-                    yield piece
-                    watch.since = None
-        except APIError as exc:  # the shutdown deadline passed while it streamed
-            assert reply.outcome is not None
-            if not done:  # (else only the relay's cleanup after [DONE] was cut short)
-                reply.outcome.error = exc.code
-                yield sse_error(exc)
-        ended = True
-    finally:
-        runtime.streams.discard(watch)
-        error = reply.outcome.error if reply.outcome is not None else None
-        if error is None and not ended:
-            error = "client_stuck" if watch.stuck else "client_disconnected"
-        if error is not None:
-            metrics.stream_errors.labels(route, model, error).inc()
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None and not ended:
-            await aclose()
-
-
-@contextlib.contextmanager
-def _abortable(runtime: Runtime, *, enabled: bool = True) -> Iterator[None]:
-    """Let the shutdown deadline stop this task's wait with a 503 ``shutting_down`` error.
-
-    NOTE: ``Runtime.abort_in_flight`` cancels the task; the cancellation is turned into an
-    ``APIError`` here (and the task uncancelled), so the client gets an OpenAI error body or
-    event rather than a connection cut by uvicorn's own deadline, which comes later.
-    """
-    task = asyncio.current_task()
-    if not enabled or task is None:
-        yield
-        return
-    runtime.in_flight.add(task)
-    try:
-        yield
-    except asyncio.CancelledError as exc:
-        if not (runtime.aborting and exc.args == (SHUTTING_DOWN,)):
-            raise
-        task.uncancel()
-        raise APIError(
-            503, "The gateway is shutting down; send the request again.", code="shutting_down"
-        ) from None
-    finally:
-        runtime.in_flight.discard(task)
-
-
-async def _until_disconnect(request: Request[Any, Any, Any], awaitable: Any) -> Any:
-    """Await ``awaitable`` unless the client disconnects first; then cancel it.
-
-    NOTE: the body has been read, so the next ASGI ``receive`` returns only when the client goes
-    away (``http.disconnect``); that is what cancels an upstream call nobody waits for.
-    """
-    work = asyncio.ensure_future(awaitable)
-    watcher = asyncio.ensure_future(_wait_disconnect(request))
-    try:
-        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        raise
-    finally:
-        watcher.cancel()
-    if work in done:
-        return work.result()
-    work.cancel()
-    raise ClientDisconnected
-
-
-async def _wait_disconnect(request: Request[Any, Any, Any]) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
 
 
 def _record(

@@ -1,20 +1,19 @@
-"""What the pipeline needs from a model backend (an upstream API or the local model)."""
+"""What the tier walk needs from a model backend (an upstream API or the local model).
+
+A backend answers a canonical ``GatewayRequest`` with an ``Answer`` (body + headers to relay)
+or opens a ``BackendStream`` (events + headers to relay). Everything a caller uses is declared
+here, so mypy checks every backend against it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .requests import GatewayRequest
+from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 
-__all__ = ["RELAYED_HEADERS", "Backend", "BackendStream", "StreamEvent", "relayed"]
+__all__ = ["Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
 
-#: Where a backend leaves the headers of its upstream's answer that the gateway's client should
-#: see too (the pipeline sets a dict for each request it sends to a backend; the backend's task
-#: inherits the context and fills it in).
-RELAYED_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("relayed_headers", default=None)
 _RELAYED = ("x-request-id", "openai-processing-ms", "openai-version")
 
 
@@ -28,26 +27,6 @@ def relayed(headers: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """One server-sent event of a response stream."""
-
-    raw: bytes  # the event exactly as it goes to the client: b"data: ...\n\n"
-    chunk: dict[str, Any] | None  # the parsed chunk (None for [DONE] and comments)
-    done: bool = False  # the ``data: [DONE]`` terminator
-    error: bool = False  # an ``{"error": ...}`` event: the answer failed mid-stream
-    #: More events arrived with this one: the relay may send them to the client together.
-    more: bool = False
-
-
-class BackendStream(Protocol):
-    """An opened stream: the backend accepted the request (status 200 is decided)."""
-
-    def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
-
-    async def aclose(self) -> None: ...
-
-
 class Backend(Protocol):
     """A model behind the gateway. Errors before the first byte raise ``APIError``."""
 
@@ -55,10 +34,10 @@ class Backend(Protocol):
     #: The client's own Authorization goes upstream (no key configured, no gateway keys): the
     #: upstream decides who may see an answer, so the cache must be partitioned by that key.
     forwards_client_auth: bool
+    #: ``POST /v1/embeddings`` can be sent to it.
+    serves_embeddings: bool
 
-    async def complete(
-        self, request: GatewayRequest, auth: str | None = None
-    ) -> dict[str, Any]: ...
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer: ...
 
     async def open_stream(
         self, request: GatewayRequest, auth: str | None = None
@@ -66,6 +45,17 @@ class Backend(Protocol):
 
     def describe(self) -> dict[str, Any]: ...  # the /v1/models entry
 
+    async def start(self) -> None: ...  # open or load what it needs (in the app's lifespan)
+
     async def ready(self) -> bool: ...
+
+    @property
+    def failure(self) -> str | None:
+        """Why the backend can never become ready (None: it is, or still may)."""
+        ...
+
+    def stats(self) -> dict[str, Any] | None: ...  # for /admin/stats and /metrics
+
+    def flush_prefix_cache(self) -> int: ...  # bytes of prefix KV dropped (admin flush)
 
     async def close(self) -> None: ...

@@ -18,21 +18,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
 from semantic.keys import CacheKey, embedding_key
 
-from .backend import RELAYED_HEADERS, Backend
-from .errors import APIError
-from .requests import GatewayRequest, embedding_inputs
+from .backend import Backend
+from .canonical import Answer, CacheState, GatewayRequest, Reply, Wire
+from .errors import APIError, sse_error
+from .pipeline import Pipeline, Save, Watch
+from .requests import embedding_inputs, parse_request
 
-if TYPE_CHECKING:
-    from .pipeline import CacheState, Pipeline, Reply, Watch
-
-__all__ = ["embed"]
+__all__ = ["EMBEDDINGS", "embed"]
 
 T = TypeVar("T")
 
@@ -41,82 +41,129 @@ T = TypeVar("T")
 _CONCURRENCY = 16
 
 
+class EmbeddingsWire:
+    """``POST /v1/embeddings`` at the HTTP edge (its walk is :func:`embed`, not the pipeline's)."""
+
+    kind: Literal["embedding"] = "embedding"
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return parse_request("embedding", raw, headers, tenant)
+
+    def error_json(self, error: APIError) -> bytes:
+        return error.json()
+
+    def error_event(self, error: APIError) -> bytes:
+        return sse_error(error)
+
+
+EMBEDDINGS: Wire = EmbeddingsWire()
+
+
 async def embed(
     pipeline: Pipeline,
     request: GatewayRequest,
-    backend: Backend,
-    auth: str | None,
-    watch: Watch[Any] | None,
+    wire: Wire,
+    *,
+    auth: str | None = None,
+    watch: Watch[Any] | None = None,
 ) -> Reply:
-    from .pipeline import Reply
-
-    if not getattr(backend, "serves_embeddings", False):
+    """Answer an embeddings request: cached inputs from the cache, the others upstream."""
+    backend, request = pipeline.route(request, auth)
+    if not backend.serves_embeddings:
         raise APIError(
             400,
             f"The model `{request.model}` does not serve embeddings.",
             param="model",
             code="unsupported_model",
         )
-    cache, control = pipeline.cache, request.control
     inputs = embedding_inputs(request.body["input"])
-    keys: list[CacheKey] = []
-    found: dict[int, dict[str, Any]] = {}  # input index -> {"embedding", "model"}
-    age = 0.0
-    state: CacheState = "bypass"
-    if cache is not None and cache.exact and not (control.no_cache and control.no_store):
-        ns = control.namespace
-        keys = [embedding_key(request.tenant, ns, request.model, request.body, x) for x in inputs]
-        state = "refresh" if control.no_cache else "miss"
-        if not control.no_cache:
-            looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in keys)
-            for i, hit in enumerate(looked):
-                if hit.entry is not None:
-                    found[i] = hit.entry.response
-                    age = max(age, hit.age or 0.0)
-    missing = [i for i in range(len(inputs)) if i not in found]
+    batch = await _look_up(pipeline, request, inputs)
+    missing = [i for i in range(len(inputs)) if i not in batch.found]
     usage: dict[str, Any] = {"prompt_tokens": 0, "total_tokens": 0}
-    model = next(iter(found.values()), {}).get("model") or request.model
+    model = next(iter(batch.found.values()), {}).get("model") or request.model
     headers: dict[str, str] = {}
     if missing:
-        # each distinct input once, however often the batch repeats it
-        first: dict[int, int] = {}  # input index -> the index of its first occurrence
-        seen: dict[bytes, int] = {}
-        for i in missing:
-            first[i] = seen.setdefault(_encode(inputs[i]), i)
-        asked = list(seen.values())
-        body = request.body
-        if len(asked) < len(inputs):  # only what the cache lacks
-            body = {**body, "input": [inputs[i] for i in asked]}
-        token = RELAYED_HEADERS.set(headers)
-        try:
-            pending = backend.complete(dataclasses.replace(request, body=body), auth)
-            response = await (watch(pending) if watch else pending)
-        except APIError as exc:
-            if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
-                _renumber(exc, asked)
-            raise
-        finally:
-            RELAYED_HEADERS.reset(token)
-        vectors = _vectors(request.model, response, len(asked))
-        usage = response.get("usage") or usage
-        model = response.get("model") or request.model
-        for i, vector in zip(asked, vectors, strict=True):
-            found[i] = {"embedding": vector, "model": model}
-        for i in missing:
-            found[i] = found[first[i]]
-        if cache is not None and keys and not control.no_store:
-            await _store(pipeline, request, [(keys[i], found[i]) for i in asked])
+        answer = await _ask(backend, request, inputs, missing, batch, auth, watch)
+        usage = answer.body.get("usage") or usage
+        model, headers = answer.body.get("model") or request.model, dict(answer.headers)
     else:
-        state = "exact"
-        headers["x-cache-age"] = str(int(age))
+        batch.state = "exact"
+        headers["x-cache-age"] = str(int(batch.age))
+    if batch.keys:
+        headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
+        if missing and not request.control.no_store:
+            fresh = [(batch.keys[i], batch.found[i]) for i in batch.asked]
+            await _bounded(pipeline.store(request, Save(k, None), a) for k, a in fresh)
     data = [
-        {"object": "embedding", "index": i, "embedding": found[i]["embedding"]}
+        {"object": "embedding", "index": i, "embedding": batch.found[i]["embedding"]}
         for i in range(len(inputs))
     ]
-    if keys:
-        headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
-    answer = {"object": "list", "data": data, "model": model, "usage": usage}
-    return Reply(state, headers, body=answer)
+    answer_body = {"object": "list", "data": data, "model": model, "usage": usage}
+    return Reply(batch.state, headers, body=answer_body)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """An embeddings request's inputs as the cache knows them."""
+
+    state: CacheState = "bypass"
+    keys: list[CacheKey] = field(default_factory=list)  # one per input (none: no cache)
+    found: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> embedding, model
+    age: float = 0.0  # of the oldest input found
+    asked: list[int] = field(default_factory=list)  # the inputs sent upstream
+
+
+async def _look_up(
+    pipeline: Pipeline, request: GatewayRequest, inputs: list[str | list[int]]
+) -> _Batch:
+    cache, control = pipeline.cache, request.control
+    batch = _Batch()
+    if cache is None or not cache.exact or (control.no_cache and control.no_store):
+        return batch
+    ns = control.namespace
+    batch.keys = [embedding_key(request.tenant, ns, request.model, request.body, x) for x in inputs]
+    batch.state = "refresh" if control.no_cache else "miss"
+    if not control.no_cache:
+        looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
+        for i, hit in enumerate(looked):
+            if hit.entry is not None:
+                batch.found[i] = hit.entry.response
+                batch.age = max(batch.age, hit.age or 0.0)
+    return batch
+
+
+async def _ask(
+    backend: Backend,
+    request: GatewayRequest,
+    inputs: list[str | list[int]],
+    missing: list[int],
+    batch: _Batch,
+    auth: str | None,
+    watch: Watch[Any] | None,
+) -> Answer:
+    """Send the missing inputs upstream, each distinct one once; fill them into ``batch``."""
+    first: dict[int, int] = {}  # input index -> the index of its first occurrence
+    seen: dict[bytes, int] = {}
+    for i in missing:
+        first[i] = seen.setdefault(_encode(inputs[i]), i)
+    batch.asked = asked = list(seen.values())
+    body = request.body
+    if len(asked) < len(inputs):  # only what the cache lacks
+        body = {**body, "input": [inputs[i] for i in asked]}
+    try:
+        pending = backend.complete(dataclasses.replace(request, body=body), auth)
+        answer: Answer = await (watch(pending) if watch else pending)
+    except APIError as exc:
+        if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
+            _renumber(exc, asked)
+        raise
+    vectors = _vectors(request.model, answer.body, len(asked))
+    model = answer.body.get("model") or request.model
+    for i, vector in zip(asked, vectors, strict=True):
+        batch.found[i] = {"embedding": vector, "model": model}
+    for i in missing:
+        batch.found[i] = batch.found[first[i]]
+    return answer
 
 
 async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:
@@ -165,12 +212,3 @@ def _vectors(model: str, response: dict[str, Any], expected: int) -> list[Any]:
             code="upstream_error",
         )
     return [vectors[i] for i in range(expected)]
-
-
-async def _store(
-    pipeline: Pipeline, request: GatewayRequest, fresh: list[tuple[CacheKey, dict[str, Any]]]
-) -> None:
-    """Store each input's answer the way the pipeline stores any answer (failures logged)."""
-    from .pipeline import _Save
-
-    await _bounded(pipeline._store(request, _Save(key, None), answer) for key, answer in fresh)

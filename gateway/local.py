@@ -36,7 +36,7 @@ from localmodel import (
     TextDelta,
 )
 
-from .backend import StreamEvent
+from .backend import Answer, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
@@ -55,6 +55,7 @@ class LocalBackend:
     """A ``local`` model: loads in the background; ``ready()`` turns true once it has."""
 
     forwards_client_auth = False
+    serves_embeddings = False
 
     def __init__(self, name: str, config: LocalModelConfig, engine_config: EngineConfig) -> None:
         self.name = name
@@ -106,14 +107,14 @@ class LocalBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         engine = await self._ready_engine()
         job = await self._prepare(engine.engine, request)
         try:
             completion = await engine.complete(job)
         except EngineClosedError as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
-        return _response(request, self.name, completion)
+        return Answer(_response(request, self.name, completion))
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
         engine = await self._ready_engine()
@@ -131,7 +132,7 @@ class LocalBackend:
             described["context_window"] = self._engine.engine.context_window
         return described
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, Any] | None:
         if self._engine is None:
             return {"loaded": False, "error": repr(self._error) if self._error else None}
         stats = self._engine.engine.stats
@@ -226,6 +227,7 @@ class LocalStream:
         self._model = model
         self._job = job
         self._events = events
+        self.headers: dict[str, str] = {}  # nothing to relay: no upstream
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         kind = self._request.kind

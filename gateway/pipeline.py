@@ -1,73 +1,65 @@
-"""The request pipeline: one walk through the tiers, in order.
+"""The tier walk: one path through the caching tiers, in order, for every API.
 
+    route by model name (404 when unknown)
     response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE)
         │ miss
     the same request already in flight? ── wait for its answer ──► replay (coalesced)
         │ no (or it stored nothing)
-    route by model name ──► backend (local model with its prefix KV cache, or an upstream)
+    backend (local model with its prefix KV cache, or an upstream)
         │
     store the answer, only when it is complete and successful
 
-HTTP lives in api.py; this module turns a ``GatewayRequest`` into a ``Reply``.
+The walk knows no wire format: it works on the canonical ``GatewayRequest`` and asks the
+request's ``Adapter`` whatever depends on one (key, completeness, folding, replay, errors).
+HTTP, disconnects and shutdown live in api.py and connections.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import logging
 import re
-import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from semantic.cache import Lookup, ResponseCache
-from semantic.keys import CacheKey, ContextMode, chat_key, completion_key
+from semantic.keys import CacheKey, ContextMode
 
-from .backend import RELAYED_HEADERS, Backend, BackendStream
+from .backend import Backend, BackendStream
+from .canonical import Adapter, CacheState, GatewayRequest, Reply, StreamOutcome
+from .coalesce import Flight, Flights
 from .config import CoalesceConfig
-from .embeddings import embed
-from .errors import APIError, sse_error
-from .requests import GatewayRequest, partitioned
-from .sse import Assembler, fresh_identity, replay
+from .errors import APIError
+from .requests import partitioned
 
-__all__ = ["CacheState", "Pipeline", "Reply", "StreamOutcome"]
+__all__ = ["Pipeline", "Save", "Watch"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-CacheState = Literal["exact", "semantic", "miss", "bypass", "refresh"]
+#: Wraps each wait for a backend (the HTTP layer's: cancel it when the client disconnects).
 Watch = Callable[[Awaitable[T]], Awaitable[T]]
 
 _CODE = re.compile(r"[a-z_]{1,40}")
 
-#: Finish reasons of a complete answer; anything else (content_filter, error, null) is not stored.
-_COMPLETE = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
+
+@dataclass(frozen=True, slots=True)
+class Save:
+    """Where a fresh answer goes: its key, and the question's embedding if already computed."""
+
+    key: CacheKey
+    vector: Any
 
 
-@dataclass(slots=True)
-class Reply:
-    """What the HTTP layer sends: a JSON body or an SSE stream, plus headers."""
+@dataclass(frozen=True, slots=True)
+class _Looked:
+    """The response cache's verdict on a request."""
 
-    cache: CacheState
-    headers: dict[str, str] = field(default_factory=dict)
-    body: dict[str, Any] | None = None
-    stream: AsyncIterator[bytes] | None = None
-    #: Completion tokens answered without running a model (cache hits).
-    saved_tokens: int = 0
-    #: Served the answer of an identical request that was in flight (see ``_follow``).
-    coalesced: bool = False
-    #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
-    outcome: StreamOutcome | None = None
-
-
-@dataclass(slots=True)
-class StreamOutcome:
-    """Set by the relay when it sends an error event instead of ``[DONE]``: its code."""
-
-    error: str | None = None
+    state: CacheState
+    hit: Lookup | None = None  # a servable stored answer
+    save: Save | None = None  # where to store a fresh answer (None: do not)
 
 
 class Pipeline:
@@ -88,13 +80,52 @@ class Pipeline:
         self._context_turns = context_turns
         self._context = context
         self._thresholds = dict(semantic_thresholds or {})
-        self._coalesce = coalesce or CoalesceConfig(enabled=False)
-        self._flights: dict[str, asyncio.Event] = {}
+        self.flights = Flights(coalesce or CoalesceConfig(enabled=False))
 
     async def handle(
-        self, request: GatewayRequest, *, auth: str | None = None, watch: Watch[Any] | None = None
+        self,
+        request: GatewayRequest,
+        adapter: Adapter,
+        *,
+        auth: str | None = None,
+        watch: Watch[Any] | None = None,
     ) -> Reply:
-        """Answer ``request``; ``watch`` wraps the backend call (e.g. cancel on disconnect)."""
+        """Answer ``request``; ``watch`` wraps every wait (e.g. cancel on disconnect)."""
+        backend, request = self.route(request, auth)
+        looked = await self._look_up(request, adapter)
+        if looked.hit is not None:
+            return self._replay(request, adapter, looked.hit)
+        flight: Flight | None = None
+        if looked.state == "miss" and looked.save is not None and self._coalesces(request):
+            exact = looked.save.key.exact
+            if self.flights.busy(exact) and (not request.stream or self.flights.config.streams):
+                reply = await self._follow(request, adapter, looked.save.key, watch)
+                if reply is not None:
+                    return reply
+            flight = self.flights.lead(exact)
+        try:
+            if request.stream:
+                stream = await _watched(backend.open_stream(request, auth), watch)
+                # the relay owns the flight from here: it lands it when it ends or is closed
+                relay, flight = _Relay(self, request, adapter, stream, looked.save, flight), None
+                return Reply(
+                    looked.state, dict(stream.headers), stream=relay, outcome=relay.outcome
+                )
+            answer = await _watched(backend.complete(request, auth), watch)
+            if looked.save is not None and adapter.complete(request, answer.body):
+                await self.store(request, looked.save, answer.body)
+            return Reply(looked.state, dict(answer.headers), body=answer.body)
+        finally:
+            if flight is not None:
+                flight.land()
+
+    def route(self, request: GatewayRequest, auth: str | None) -> tuple[Backend, GatewayRequest]:
+        """The backend of the request's model (404 when none), and the request as it sees it.
+
+        NOTE: when the backend forwards the client's own key, the upstream checks that key; a
+        cached answer is only for requests carrying the same key (a missing or wrong key never
+        reads another's), so the tenant becomes that key's digest.
+        """
         backend = self.backends.get(request.model)
         if backend is None:
             raise APIError(
@@ -104,63 +135,43 @@ class Pipeline:
                 code="model_not_found",
             )
         if backend.forwards_client_auth:
-            # NOTE: the upstream checks this client's own key; a cached answer is only for
-            # requests carrying the same key (a missing or wrong key never reads another's).
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
-        if request.kind == "embedding":
-            return await embed(self, request, backend, auth, watch)
-        control = request.control
-        key: CacheKey | None = None
-        vector: Any = None  # the question's embedding: computed once, for lookup and store
-        state: CacheState = "bypass"
-        if self.cache is not None and not (control.no_cache and control.no_store):
-            key = self._key(request)
-            if control.no_cache:
-                state = "refresh"
-            else:
-                found = await self.cache.lookup(
-                    key, max_age=control.max_age, threshold=self._threshold(request)
-                )
-                if found.entry is not None:
-                    return self._replay(request, found)
-                state, vector = "miss", found.vector
-        save = None if control.no_store or key is None else _Save(key, vector)
-        flight: asyncio.Event | None = None
-        if state == "miss" and save is not None and self._coalesces(request):
-            assert key is not None
-            if key.exact in self._flights and (not request.stream or self._coalesce.streams):
-                answered = await self._follow(request, key, watch)
-                if answered is not None:
-                    reply = self._replay(request, answered)
-                    reply.coalesced = True
-                    reply.headers["x-cache-coalesced"] = "true"
-                    return reply
-            if key.exact not in self._flights:
-                flight = self._flights[key.exact] = asyncio.Event()
-        headers: dict[str, str] = {}  # the upstream's request id etc. (a fresh answer only)
-        token = RELAYED_HEADERS.set(headers)
-        try:
-            if request.stream:
-                opened = backend.open_stream(request, auth)
-                stream = await (watch(opened) if watch else opened)
-                outcome = StreamOutcome()
-                relay = self._relay(request, stream, save, outcome, flight)
-                if flight is not None:  # released by the relay, or if it is dropped unstarted
-                    weakref.finalize(relay, self._land, save, flight)
-                flight = None
-                return Reply(state, headers, stream=relay, outcome=outcome)
-            pending = backend.complete(request, auth)
-            response = await (watch(pending) if watch else pending)
-            if save is not None and _complete(request, response):
-                await self._store(request, save, response)
-        finally:
-            RELAYED_HEADERS.reset(token)
-            if flight is not None:
-                self._land(save, flight)
-        return Reply(state, headers, body=response)
+        return backend, request
 
-    # -- coalescing -----------------------------------------------------------------------
+    async def store(self, request: GatewayRequest, save: Save, answer: dict[str, Any]) -> None:
+        """Store a complete answer; a failing cache write is logged, never lost to the client."""
+        assert self.cache is not None
+        try:
+            await self.cache.store(
+                save.key,
+                answer,
+                model=request.model,
+                tenant=request.tenant,
+                namespace=request.control.namespace,
+                ttl=request.control.ttl,
+                vector=save.vector,
+            )
+        except Exception:  # the answer is good; a cache write failure must not lose it
+            log.exception("storing a response failed")
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _look_up(self, request: GatewayRequest, adapter: Adapter) -> _Looked:
+        control = request.control
+        if self.cache is None or (control.no_cache and control.no_store):
+            return _Looked("bypass")
+        key = adapter.key(request, self._context_turns, self._context)
+        save = None if control.no_store else Save(key, None)
+        if control.no_cache:
+            return _Looked("refresh", save=save)
+        found = await self.cache.lookup(
+            key, max_age=control.max_age, threshold=self._threshold(request)
+        )
+        if found.entry is not None:
+            return _Looked("exact", hit=found)
+        # the question's embedding: computed once, for lookup and store
+        return _Looked("miss", save=None if control.no_store else Save(key, found.vector))
 
     def _coalesces(self, request: GatewayRequest) -> bool:
         """Whether identical misses of this request wait for each other's answer.
@@ -172,117 +183,118 @@ class Pipeline:
         max_age = request.control.max_age
         if max_age is not None and max_age <= 0:
             return False
-        return bool(self._coalesce.enabled and self.cache is not None and self.cache.exact)
+        config = self.flights.config
+        return bool(config.enabled and self.cache is not None and self.cache.exact)
 
     async def _follow(
-        self, request: GatewayRequest, key: CacheKey, watch: Watch[Any] | None
-    ) -> Lookup | None:
-        """Wait (at most ``max_wait``) for the identical request in flight, then look it up.
+        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
+    ) -> Reply | None:
+        """Wait for the identical request in flight, then serve what it stored.
 
         ``None`` when it stored nothing (it failed, was cancelled or its answer was not
-        complete) or took too long: this request then calls the model itself. It waits once
-        only, so a failing model is not retried one waiting request after another.
+        complete) or took too long: this request then calls the model itself.
         """
         assert self.cache is not None
-        flight = self._flights[key.exact]
-        waiting = asyncio.wait_for(flight.wait(), self._coalesce.max_wait)
-        try:
-            await (watch(waiting) if watch else waiting)
-        except TimeoutError:
+        if not await self.flights.follow(key.exact, watch):
             return None
         found = await self.cache.lookup(
             key, max_age=request.control.max_age, threshold=self._threshold(request), again=True
         )
-        return found if found.entry is not None else None
-
-    def _land(self, save: _Save | None, flight: asyncio.Event) -> None:
-        """The request that ran has stored its answer, or failed: wake those waiting on it."""
-        assert save is not None
-        if self._flights.get(save.key.exact) is flight:
-            del self._flights[save.key.exact]
-        flight.set()
-
-    # -- helpers ---------------------------------------------------------------------------
-
-    def _key(self, request: GatewayRequest) -> CacheKey:
-        ns = request.control.namespace
-        if request.kind == "chat":
-            body, turns = request.body, self._context_turns
-            return chat_key(request.tenant, ns, request.model, body, turns, self._context)
-        return completion_key(request.tenant, ns, request.model, request.body)
+        if found.entry is None:
+            return None
+        reply = self._replay(request, adapter, found)
+        reply.coalesced = True
+        reply.headers["x-cache-coalesced"] = "true"
+        return reply
 
     def _threshold(self, request: GatewayRequest) -> float | None:
         if request.control.threshold is not None:
             return request.control.threshold
         return self._thresholds.get(request.model)
 
-    def _replay(self, request: GatewayRequest, found: Lookup) -> Reply:
+    def _replay(self, request: GatewayRequest, adapter: Adapter, found: Lookup) -> Reply:
         assert found.entry is not None
         stored = found.entry.response
         headers = {"x-cache-age": str(int(found.age or 0))}
         if found.kind == "semantic":
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
-        usage = stored.get("usage") or {}
-        saved = int(usage.get("completion_tokens") or 0)
+        saved = adapter.saved_tokens(stored)
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
         if request.stream:
-            events = replay(stored, kind=request.kind, include_usage=request.include_usage)
-            return Reply(kind, headers, stream=_aiter(events), saved_tokens=saved)
-        rid, created = fresh_identity(request.kind)
-        return Reply(
-            kind, headers, body={**stored, "id": rid, "created": created}, saved_tokens=saved
-        )
+            events = _Replayed(adapter.replay(request, stored))
+            return Reply(kind, headers, stream=events, saved_tokens=saved)
+        return Reply(kind, headers, body=adapter.fresh(request, stored), saved_tokens=saved)
 
-    async def _store(self, request: GatewayRequest, save: _Save, response: dict[str, Any]) -> None:
-        assert self.cache is not None
-        try:
-            await self.cache.store(
-                save.key,
-                response,
-                model=request.model,
-                tenant=request.tenant,
-                namespace=request.control.namespace,
-                ttl=request.control.ttl,
-                vector=save.vector,
-            )
-        except Exception:  # the answer is good; a cache write failure must not lose it
-            log.exception("storing a response failed")
 
-    async def _relay(
+class _Relay:
+    """A model's stream on its way to the client: passed through as it arrives, folded into
+    the answer, which is stored if it completed.
+
+    NOTE: the answer is stored before the stream's last event is sent, so a client that
+    disconnects right after the last token still leaves a complete answer in the cache, while
+    a stream that breaks before it (either side) never stores anything.
+    """
+
+    def __init__(
         self,
+        pipeline: Pipeline,
         request: GatewayRequest,
+        adapter: Adapter,
         stream: BackendStream,
-        save: _Save | None,
-        outcome: StreamOutcome,
-        flight: asyncio.Event | None = None,
-    ) -> AsyncIterator[bytes]:
-        """Pass events through as they arrive; store the assembled answer if it completed.
+        save: Save | None,
+        flight: Flight | None,
+    ) -> None:
+        self._pipeline = pipeline
+        self._request = request
+        self._adapter = adapter
+        self._stream = stream
+        self._save = save
+        self._flight = flight
+        self._events: AsyncGenerator[bytes, None] | None = None
+        self._closed = False
+        self.outcome = StreamOutcome()
 
-        NOTE: the answer is stored before ``[DONE]`` is sent, so a client that disconnects
-        right after the last token still leaves a complete answer in the cache, while a stream
-        that breaks before ``[DONE]`` (either side) never stores anything.
-        """
-        assembler = Assembler(request.kind) if save is not None else None
+    def __aiter__(self) -> AsyncGenerator[bytes, None]:
+        if self._events is None:
+            self._events = self._relay()
+        return self._events
+
+    async def aclose(self) -> None:
+        """Close the backend's stream and land the flight, whether or not it was started."""
+        try:
+            if self._events is not None:
+                await self._events.aclose()
+        except RuntimeError:  # running in another task right now: that task cleans up
+            return
+        finally:
+            self._land()
+        await self._close_stream()
+
+    async def _close_stream(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._stream.aclose()
+
+    def _land(self) -> None:
+        if self._flight is not None:
+            self._flight.land()
+            self._flight = None
+
+    async def _relay(self) -> AsyncGenerator[bytes, None]:
+        fold = self._adapter.fold(self._request)
         pending = b""  # events that arrived together leave together (one write, not several)
         try:
-            async for event in stream:
+            async for event in self._stream:
                 if event.error:
-                    outcome.error = "upstream_error"  # the upstream's own error event
+                    self.outcome.error = "upstream_error"  # the upstream's own error event
                     yield pending + event.raw
                     return
                 if event.done:
-                    result = assembler.result() if assembler else None
-                    if save is not None and result is not None and _complete(request, result):
-                        await self._store(request, save, result)
+                    await self._store(fold, event.chunk)
+                    self.outcome.finished = True
                     yield pending + event.raw
                     return
-                chunk = event.chunk
-                dropped = False
-                if chunk is not None:
-                    if assembler is not None:
-                        assembler.add(chunk)
-                    dropped = not request.include_usage and _usage_only(chunk)
-                if not dropped:
+                if event.chunk is None or fold.add(event.chunk):
                     pending += event.raw
                 if not event.more and pending:
                     yield pending
@@ -290,29 +302,49 @@ class Pipeline:
             if pending:
                 yield pending
             yield self._failed(
-                outcome,
                 APIError(
                     502, "The model's stream ended before it completed.", code="stream_incomplete"
-                ),
+                )
             )
         except APIError as exc:
-            yield self._failed(outcome, exc)
+            yield self._failed(exc)
         except Exception:  # a bug or a malformed chunk: the client still gets an error event
             log.exception("stream relay failed")
             yield self._failed(
-                outcome, APIError(500, "The gateway failed while streaming.", code="internal_error")
+                APIError(500, "The gateway failed while streaming.", code="internal_error")
             )
         finally:
-            if flight is not None:
-                self._land(save, flight)
-            await stream.aclose()
+            self._land()
+            await self._close_stream()
 
-    @staticmethod
-    def _failed(outcome: StreamOutcome, error: APIError) -> bytes:
+    async def _store(self, fold: Any, last: dict[str, Any] | None) -> None:
+        if self._save is None:
+            return
+        if last is not None:  # a last event that carries data (Responses' response.completed)
+            fold.add(last)
+        result = fold.result()
+        if result is not None and self._adapter.complete(self._request, result):
+            await self._pipeline.store(self._request, self._save, result)
+
+    def _failed(self, error: APIError) -> bytes:
         # a metrics label: only the gateway's own short snake_case codes
         code = error.code or ""
-        outcome.error = code if _CODE.fullmatch(code) else "stream_error"
-        return sse_error(error)
+        self.outcome.error = code if _CODE.fullmatch(code) else "stream_error"
+        return self._adapter.error_event(error)
+
+
+class _Replayed:
+    """A stored answer's events, as a stream (nothing to free when closed)."""
+
+    def __init__(self, events: Iterator[bytes]) -> None:
+        self._events = events
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for event in self._events:
+            yield event
+
+    async def aclose(self) -> None:
+        pass
 
 
 def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:
@@ -321,48 +353,6 @@ def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str]
     return f"client-key:{hashlib.sha256(seen.encode()).hexdigest()[:32]}"
 
 
-@dataclass(frozen=True, slots=True)
-class _Save:
-    """Where a fresh answer goes: its key, and the question's embedding if already computed."""
-
-    key: CacheKey
-    vector: Any
-
-
-def _complete(request: GatewayRequest, response: dict[str, Any]) -> bool:
-    """Every choice the request asked for is there and finished normally."""
-    choices = response.get("choices")
-    if "error" in response or not isinstance(choices, list) or len(choices) != _expected(request):
-        return False
-    return all(_finished(request, c) for c in choices)
-
-
-def _finished(request: GatewayRequest, choice: Any) -> bool:
-    """A choice that finished normally and carries its answer (a message, or a text)."""
-    if not isinstance(choice, dict) or choice.get("finish_reason") not in _COMPLETE:
-        return False
-    if request.kind == "chat":
-        return isinstance(choice.get("message"), dict)
-    return isinstance(choice.get("text"), str)
-
-
-def _expected(request: GatewayRequest) -> int:
-    n = request.body.get("n") or 1
-    prompt = request.body.get("prompt")
-    if (
-        request.kind == "completion"
-        and isinstance(prompt, list)
-        and prompt
-        and not isinstance(prompt[0], int)
-    ):
-        return int(n) * len(prompt)  # one set of choices per prompt
-    return int(n)
-
-
-def _usage_only(chunk: dict[str, Any]) -> bool:
-    return not chunk.get("choices") and chunk.get("usage") is not None
-
-
-async def _aiter(events: Any) -> AsyncIterator[bytes]:
-    for event in events:
-        yield event
+async def _watched(call: Awaitable[T], watch: Watch[Any] | None) -> T:
+    result: T = await (watch(call) if watch else call)
+    return result

@@ -10,11 +10,11 @@ import hashlib
 import hmac
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .canonical import CacheControl, GatewayRequest, Kind
 from .config import MAX_TTL
 from .errors import NO_RETRY, APIError
 
@@ -26,7 +26,9 @@ __all__ = [
     "PARTITION_HEADER",
     "CacheControl",
     "GatewayRequest",
+    "decode_body",
     "embedding_inputs",
+    "gateway_request",
     "parse_cache_control",
     "parse_request",
     "partitioned",
@@ -48,8 +50,6 @@ MAX_NESTING = 64
 PARTITION_HEADER = "x-cachegate-partition"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
-
-Kind = Literal["chat", "completion", "embedding"]
 
 #: Most inputs one embeddings request may carry (OpenAI's limit).
 MAX_EMBEDDING_INPUTS = 2048
@@ -115,38 +115,6 @@ class _CompletionBody(_Sampling):
     suffix: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CacheControl:
-    """Per-request cache controls, from headers or the body's ``cache`` object."""
-
-    no_cache: bool = False  # do not read the cache (still store the fresh answer)
-    no_store: bool = False  # do not store the answer
-    namespace: str = ""  # a separate cache partition inside the tenant
-    threshold: float | None = None  # semantic threshold for this request
-    ttl: float | None = None  # seconds the stored answer stays servable
-    max_age: float | None = None  # serve only answers stored at most this many seconds ago
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayRequest:
-    """A validated request, ready for the pipeline."""
-
-    kind: Kind
-    model: str
-    #: The JSON body as received minus the ``cache`` extension; forwarded upstream as is.
-    body: dict[str, Any]
-    stream: bool
-    include_usage: bool
-    tenant: str
-    control: CacheControl
-    hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
-    #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
-    partition: str = ""
-    #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
-    #: the client's own key (when the gateway forwards it), never with the gateway's.
-    account: tuple[tuple[str, str], ...] = ()
-
-
 def partitioned(tenant: str, partition: str) -> str:
     """The tenant a request's caches use: its own, subdivided by the front gateway's.
 
@@ -172,9 +140,72 @@ def parse_request(
     kind: Kind, raw: bytes, headers: Mapping[str, str], tenant: str
 ) -> GatewayRequest:
     """Decode and validate a request body; raises APIError(400) with ``param`` on bad input."""
-    hops = _hops(headers.get(HOPS_HEADER))
+    _hops(headers.get(HOPS_HEADER))  # first: a loop is refused whatever its body says
+    body = decode_body(raw)
+    if "model" not in body:
+        raise APIError(400, "You must provide a model parameter.", param="model", code="missing")
+    if kind == "chat" and "messages" not in body:
+        raise APIError(
+            400, "Missing required parameter: 'messages'.", param="messages", code="missing"
+        )
+    if kind == "completion" and "prompt" not in body:
+        raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing")
+    if kind == "embedding":
+        extension = body.pop("cache", None)
+        _check_embedding(body)
+        return gateway_request(kind, body, headers, tenant, extension)
+    extension = body.pop("cache", None)
+    spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
+    try:
+        parsed = msgspec.convert(body, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        param, message = _explain(exc)
+        raise APIError(400, message, param=param, code="invalid_value") from None
+    if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
+        raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
+    if isinstance(parsed, _ChatBody):
+        _check_parts(parsed.messages)
+    include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+    return gateway_request(
+        kind, body, headers, tenant, extension, stream=bool(parsed.stream), usage=include_usage
+    )
+
+
+def gateway_request(
+    kind: Kind,
+    body: dict[str, Any],
+    headers: Mapping[str, str],
+    tenant: str,
+    extension: Any = None,
+    *,
+    stream: bool = False,
+    usage: bool = False,
+    chat: dict[str, Any] | None = None,
+) -> GatewayRequest:
+    """The canonical request of a validated ``body`` (its ``model`` a string, its ``cache``
+    extension removed and passed as ``extension``): what every adapter's ``parse`` returns.
+
+    The request's cache controls, the tenant (with the front gateway's partition), hops and
+    the client's account headers come from ``headers`` the same way for every API.
+    """
     partition = _partition(headers.get(PARTITION_HEADER))
-    account = tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h))
+    return GatewayRequest(
+        kind=kind,
+        model=body["model"],
+        body=body,
+        stream=stream,
+        include_usage=usage,
+        tenant=partitioned(tenant, partition),
+        control=parse_cache_control(headers, extension),
+        hops=_hops(headers.get(HOPS_HEADER)),
+        partition=partition,
+        account=tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h)),
+        chat=chat,
+    )
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object; 400 when it is not one or nests too deeply."""
     try:
         body = msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError):
@@ -189,56 +220,7 @@ def parse_request(
         raise APIError(
             400, f"The request body nests deeper than {MAX_NESTING} levels.", code="invalid_json"
         )
-    if "model" not in body:
-        raise APIError(400, "You must provide a model parameter.", param="model", code="missing")
-    if kind == "chat" and "messages" not in body:
-        raise APIError(
-            400, "Missing required parameter: 'messages'.", param="messages", code="missing"
-        )
-    if kind == "completion" and "prompt" not in body:
-        raise APIError(400, "Missing required parameter: 'prompt'.", param="prompt", code="missing")
-    if kind == "embedding":
-        extension = body.pop("cache", None)
-        _check_embedding(body)
-        return GatewayRequest(
-            kind=kind,
-            model=body["model"],
-            body=body,
-            stream=False,
-            include_usage=False,
-            tenant=partitioned(tenant, partition),
-            control=parse_cache_control(headers, extension),
-            hops=hops,
-            partition=partition,
-            account=account,
-        )
-
-    extension = body.pop("cache", None)
-    spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
-    try:
-        parsed = msgspec.convert(body, spec, strict=True)
-    except msgspec.ValidationError as exc:
-        param, message = _explain(exc)
-        raise APIError(400, message, param=param, code="invalid_value") from None
-    if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
-        raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
-    if isinstance(parsed, _ChatBody):
-        _check_parts(parsed.messages)
-
-    control = parse_cache_control(headers, extension)
-    include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
-    return GatewayRequest(
-        kind=kind,
-        model=parsed.model,
-        body=body,
-        stream=bool(parsed.stream),
-        include_usage=include_usage,
-        tenant=partitioned(tenant, partition),
-        control=control,
-        hops=hops,
-        partition=partition,
-        account=account,
-    )
+    return body
 
 
 def embedding_inputs(value: Any) -> list[str | list[int]]:
@@ -314,39 +296,46 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     threshold = _number(headers.get("x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
     ttl = _ttl(headers.get("x-cache-ttl"), "x-cache-ttl")
 
+    control = CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
     if extension is not None:
-        if not isinstance(extension, dict):
-            raise APIError(400, "'cache' must be an object.", param="cache", code="invalid_type")
-        for key, value in extension.items():
-            name = key.replace("_", "-")
-            if name in ("no-cache", "no-store"):
-                if not isinstance(value, bool):
-                    raise APIError(400, f"'cache.{key}' must be a boolean.", param=f"cache.{key}")
-                no_cache = no_cache or (name == "no-cache" and value)
-                no_store = no_store or (name == "no-store" and value)
-            elif name == "namespace":
-                if not isinstance(value, str):
-                    raise APIError(
-                        400, "'cache.namespace' must be a string.", param="cache.namespace"
-                    )
-                namespace = value
-            elif name in ("threshold", "ttl", "max-age"):
-                if not isinstance(value, int | float) or isinstance(value, bool):
-                    raise APIError(400, f"'cache.{key}' must be a number.", param=f"cache.{key}")
-                if name == "threshold":
-                    threshold = _number(value, "cache.threshold", 0.0, 1.0)
-                elif name == "ttl":
-                    ttl = _ttl(value, "cache.ttl")
-                else:
-                    max_age = _number(value, f"cache.{key}", 0.0, None, allow_zero=True)
-            else:
-                raise APIError(400, f"Unknown cache option '{key}'.", param=f"cache.{key}")
-    if len(namespace) > 128 or not _NAMESPACE.fullmatch(namespace):
+        control = _extension(extension, control)
+    if len(control.namespace) > 128 or not _NAMESPACE.fullmatch(control.namespace):
         raise APIError(
             400,
             "The cache namespace must be at most 128 letters, digits or '._:-' characters.",
             param="x-cache-namespace",
         )
+    return control
+
+
+def _extension(extension: Any, control: CacheControl) -> CacheControl:
+    """The body's ``cache`` object applied over the controls the headers gave."""
+    no_cache, no_store, namespace = control.no_cache, control.no_store, control.namespace
+    threshold, ttl, max_age = control.threshold, control.ttl, control.max_age
+    if not isinstance(extension, dict):
+        raise APIError(400, "'cache' must be an object.", param="cache", code="invalid_type")
+    for key, value in extension.items():
+        name = key.replace("_", "-")
+        if name in ("no-cache", "no-store"):
+            if not isinstance(value, bool):
+                raise APIError(400, f"'cache.{key}' must be a boolean.", param=f"cache.{key}")
+            no_cache = no_cache or (name == "no-cache" and value)
+            no_store = no_store or (name == "no-store" and value)
+        elif name == "namespace":
+            if not isinstance(value, str):
+                raise APIError(400, "'cache.namespace' must be a string.", param="cache.namespace")
+            namespace = value
+        elif name in ("threshold", "ttl", "max-age"):
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise APIError(400, f"'cache.{key}' must be a number.", param=f"cache.{key}")
+            if name == "threshold":
+                threshold = _number(value, "cache.threshold", 0.0, 1.0)
+            elif name == "ttl":
+                ttl = _ttl(value, "cache.ttl")
+            else:
+                max_age = _number(value, f"cache.{key}", 0.0, None, allow_zero=True)
+        else:
+            raise APIError(400, f"Unknown cache option '{key}'.", param=f"cache.{key}")
     return CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
 
 

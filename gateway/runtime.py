@@ -18,6 +18,7 @@ from semantic.store import DiskStore, EntryStore
 
 from .backend import Backend
 from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
+from .connections import Connections, StreamWatch
 from .errors import APIError
 from .metrics import Metrics
 from .pipeline import Pipeline
@@ -27,39 +28,6 @@ __all__ = ["Runtime"]
 
 log = logging.getLogger(__name__)
 
-
-class StreamWatch:
-    """A stream on its way to a client: since when it waits for the client (``since``)."""
-
-    __slots__ = ("events", "since", "stuck", "task")
-
-    def __init__(self) -> None:
-        self.since: float | None = None  # loop time it began waiting for the client; None: not
-        self.stuck = False
-        self.task: asyncio.Task[Any] | None = None  # the task sending it
-        self.events: Any = None  # the async generator it is sent from
-
-    async def end(self) -> None:
-        """Close the stream (its model call ends) and stop the task that sends it.
-
-        NOTE: the client's socket itself stays open until the client goes (uvicorn closes a
-        connection only once its buffered bytes are sent; it logs "ASGI callable returned
-        without completing response"): what is freed is the model call and the upstream
-        connection behind the stream.
-        """
-        self.stuck = True
-        if self.events is not None:
-            try:
-                await self.events.aclose()
-            except RuntimeError:  # it is running: its client took an event after all
-                self.stuck = False
-                return
-        if self.task is not None:
-            self.task.cancel()
-
-
-#: The cancel message of requests aborted at the shutdown deadline.
-SHUTTING_DOWN = "cachegate: shutdown deadline"
 
 #: Builds the backend of a ``local`` model (set by gateway.local when it is importable).
 LocalFactory = Callable[[str, LocalModelConfig, Config], Backend]
@@ -74,15 +42,10 @@ class Runtime:
     cache: ResponseCache | None
     pipeline: Pipeline
     metrics: Metrics
+    #: Requests being answered and streams being sent (disconnects, watchdog, shutdown).
+    connections: Connections
     started: float = field(default_factory=time.time)
     _tenants: dict[str, str] = field(default_factory=dict)
-    #: Tasks answering requests (waiting for a model, or relaying its stream).
-    in_flight: set[asyncio.Task[Any]] = field(default_factory=set)
-    #: Set by ``abort_in_flight``: a shutdown deadline passed.
-    aborting: bool = False
-    #: Streams being sent to clients (see ``StreamWatch``); the watchdog ends stuck ones.
-    streams: set[StreamWatch] = field(default_factory=set)
-    _watchdog: asyncio.Task[None] | None = None
 
     @classmethod
     def build(
@@ -98,33 +61,8 @@ class Runtime:
         ``worker``: serve only the ``local`` models, with no response cache (``cachegate worker``).
         """
         metrics = Metrics()
-        backends: dict[str, Backend] = {}
-        for name, model in config.models.items():
-            if worker and not isinstance(model, LocalModelConfig):
-                continue
-            if isinstance(model, OpenAIModelConfig):
-                options: dict[str, Any] = {
-                    "forward_client_auth": not config.auth.keys,
-                    "transport": transport,
-                    "on_retry": metrics.on_retry,
-                }
-                backends[name] = (
-                    ReplicatedBackend(name, model, **options)
-                    if len(model.replicas) > 1
-                    else UpstreamBackend(name, model, **options)
-                )
-            else:
-                if local_factory is None:
-                    from .local import LocalBackend
-
-                    local_factory = LocalBackend.from_config
-                backends[name] = local_factory(name, model, config)
-
+        backends = _backends(config, metrics, transport, local_factory, worker)
         cache: ResponseCache | None = None
-        if not backends:
-            raise ConfigError(
-                "no model to serve: a worker needs at least one `backend: local` model"
-            )
         if not worker and config.cache.enabled:
             store = _entry_store(config)
             cache = ResponseCache(
@@ -157,59 +95,31 @@ class Runtime:
             _BACKEND_COUNTERS,
         )
         tenants = {k.key: k.tenant for k in config.auth.keys}
-        return cls(config, backends, cache, pipeline, metrics, _tenants=tenants)
+        connections = Connections(config.server.stream_idle_timeout)
+        return cls(config, backends, cache, pipeline, metrics, connections, _tenants=tenants)
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
         if self.cache is not None:
             await self.cache.start()
         for backend in self.backends.values():
-            start = getattr(backend, "start", None)
-            if start is not None:
-                await start()
-        if (timeout := self.config.server.stream_idle_timeout) is not None:
-            self._watchdog = asyncio.create_task(self._end_stuck_streams(timeout), name="watchdog")
+            await backend.start()
+        self.connections.start()
 
     async def close(self) -> None:
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        self.connections.stop()
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
 
-    async def _end_stuck_streams(self, timeout: float) -> None:
-        """End streams whose client has taken nothing for ``timeout`` s (it stopped reading).
-
-        NOTE: such a stream waits in the server's write (the client's window is full), holding
-        its model call or upstream connection as long as the client keeps the socket open.
-        """
-        loop = asyncio.get_running_loop()
-
-        def stuck(watch: StreamWatch) -> bool:
-            return watch.since is not None and loop.time() - watch.since > timeout
-
-        while True:
-            await asyncio.sleep(min(timeout / 4, 5.0))
-            for watch in [w for w in self.streams if stuck(w)]:
-                if not stuck(watch):  # its client took an event while others were ended
-                    continue
-                log.warning("a client took no stream event for %.0fs: ending its stream", timeout)
-                try:
-                    await watch.end()
-                except Exception:  # one stream's cleanup must not stop the watchdog
-                    log.exception("ending a stuck stream failed")
+    @property
+    def streams(self) -> set[StreamWatch]:
+        """Streams being sent to clients right now."""
+        return self.connections.streams
 
     def abort_in_flight(self) -> int:
-        """Cancel every request still waiting for a model (the shutdown deadline passed).
-
-        Each gets an OpenAI error instead of a cut connection: a 503 ``shutting_down`` body,
-        or an error event on a stream that has started (see ``gateway.api``).
-        """
-        self.aborting = True
-        tasks = [t for t in self.in_flight if not t.done()]
-        for task in tasks:
-            task.cancel(msg=SHUTTING_DOWN)
-        return len(tasks)
+        """End every request still waiting for a model (see ``Connections.abort_in_flight``)."""
+        return self.connections.abort_in_flight()
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of a request; raises 401 when keys are configured and this one is not."""
@@ -230,11 +140,7 @@ class Runtime:
     async def readiness(self) -> dict[str, Any]:
         models = {name: await b.ready() for name, b in self.backends.items()}
         cache = self.cache is None or self.cache.ready
-        failed = {
-            name: failure
-            for name, b in self.backends.items()
-            if (failure := getattr(b, "failure", None))
-        }
+        failed = {name: failure for name, b in self.backends.items() if (failure := b.failure)}
         state = {"ready": all(models.values()) and cache, "models": models, "cache": cache}
         return {**state, "failed": failed} if failed else state
 
@@ -245,10 +151,43 @@ class Runtime:
             "cache": self.cache.stats() if self.cache is not None else None,
         }
         for name, backend in self.backends.items():
-            backend_stats = getattr(backend, "stats", None)
-            if backend_stats is not None:
-                out.setdefault("backends", {})[name] = backend_stats()
+            if (backend_stats := backend.stats()) is not None:
+                out.setdefault("backends", {})[name] = backend_stats
         return out
+
+
+def _backends(
+    config: Config,
+    metrics: Metrics,
+    transport: httpx.AsyncBaseTransport | None,
+    local_factory: LocalFactory | None,
+    worker: bool,
+) -> dict[str, Backend]:
+    """One backend per configured model (a worker: only the ``local`` ones)."""
+    backends: dict[str, Backend] = {}
+    for name, model in config.models.items():
+        if worker and not isinstance(model, LocalModelConfig):
+            continue
+        if isinstance(model, OpenAIModelConfig):
+            options: dict[str, Any] = {
+                "forward_client_auth": not config.auth.keys,
+                "transport": transport,
+                "on_retry": metrics.on_retry,
+            }
+            backends[name] = (
+                ReplicatedBackend(name, model, **options)
+                if len(model.replicas) > 1
+                else UpstreamBackend(name, model, **options)
+            )
+        else:
+            if local_factory is None:
+                from .local import LocalBackend
+
+                local_factory = LocalBackend.from_config
+            backends[name] = local_factory(name, model, config)
+    if not backends:
+        raise ConfigError("no model to serve: a worker needs at least one `backend: local` model")
+    return backends
 
 
 def _semantic_settings(config: Config) -> SemanticSettings | None:
@@ -303,9 +242,8 @@ def _backend_stats(backends: dict[str, Backend]) -> dict[str, dict[str, float]]:
     """Per model: prefix-cache counters of local models, routing counters of replicas."""
     out = {}
     for name, backend in backends.items():
-        stats = getattr(backend, "stats", None)
-        if stats is not None:
-            out[name] = _flat(stats())
+        if (stats := backend.stats()) is not None:
+            out[name] = _flat(stats)
     return out
 
 

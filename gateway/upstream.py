@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import RELAYED_HEADERS, BackendStream, StreamEvent, relayed
+from .backend import Answer, BackendStream, StreamEvent, relayed
 from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
@@ -72,7 +72,7 @@ class UpstreamBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
         try:
             raw = await response.aread()
@@ -94,7 +94,7 @@ class UpstreamBackend:
             raise _failure(
                 502, "upstream_error", f"Upstream for model '{self.name}' failed: {detail}"
             )
-        return body
+        return Answer(body, relayed(response.headers))
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
@@ -106,8 +106,21 @@ class UpstreamBackend:
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "upstream"}
 
+    async def start(self) -> None:
+        pass
+
     async def ready(self) -> bool:
         return True
+
+    @property
+    def failure(self) -> str | None:
+        return None
+
+    def stats(self) -> dict[str, Any] | None:
+        return None
+
+    def flush_prefix_cache(self) -> int:
+        return 0  # the upstream's own prompt cache is not ours to flush
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -157,10 +170,7 @@ class UpstreamBackend:
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
                 if last:
-                    error = _unreachable(self.name, exc)
-                    if attempt:  # retried here already: a client should not
-                        error.final()
-                    raise error from None
+                    raise _unreachable(self.name, exc, final=attempt > 0) from None
                 await self._backoff(attempt, None, f"connect error: {exc!r}")
                 attempt += 1
                 continue
@@ -185,22 +195,24 @@ class UpstreamBackend:
             except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
             if 200 <= response.status_code < 300:
-                if (relay := RELAYED_HEADERS.get()) is not None:
-                    relay.update(relayed(response.headers))
                 return response
-            # 508: the request came back to a gateway it had passed; another try loops again.
-            retryable = response.status_code == 429 or response.status_code >= 500
-            retryable = retryable and response.status_code != 508
-            wait = _retry_after(response.headers.get("retry-after"))
-            if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
-                await response.aclose()
-                await self._backoff(attempt, wait, f"HTTP {response.status_code}")
-                attempt += 1
-                continue
-            error = await _upstream_error(self.name, response, retryable=retryable)
-            if retryable and last and attempt:  # retried here already: a client should not
-                error.final()
-            raise error
+            await self._refused(response, attempt, last)  # raises unless it is to be retried
+            attempt += 1
+
+    async def _refused(self, response: httpx.Response, attempt: int, last: bool) -> None:
+        """An error status: back off when it is worth another try, else raise its error."""
+        # 508: the request came back to a gateway it had passed; another try loops again.
+        retryable = response.status_code == 429 or response.status_code >= 500
+        retryable = retryable and response.status_code != 508
+        wait = _retry_after(response.headers.get("retry-after"))
+        if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
+            await response.aclose()
+            await self._backoff(attempt, wait, f"HTTP {response.status_code}")
+            return
+        error = await _upstream_error(self.name, response, retryable=retryable)
+        if retryable and last and attempt:  # retried here already: a client should not
+            error.final()
+        raise error
 
     async def _backoff(self, attempt: int, retry_after: float | None, why: str) -> None:
         delay = retry_after
@@ -242,8 +254,11 @@ class ReplicatedBackend:
             for url in config.replicas
         ]
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> dict[str, Any]:
-        return await self._routed(request, lambda b: b.complete(request, auth), stream=False)
+    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+        answer: Answer = await self._routed(
+            request, lambda b: b.complete(request, auth), stream=False
+        )
+        return answer
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
         stream: BackendStream = await self._routed(
@@ -254,14 +269,24 @@ class ReplicatedBackend:
     def describe(self) -> dict[str, Any]:
         return self._replicas[0].describe()
 
+    async def start(self) -> None:
+        pass
+
     async def ready(self) -> bool:
         return True
 
+    @property
+    def failure(self) -> str | None:
+        return None
+
+    def stats(self) -> dict[str, Any] | None:
+        return {"routing": self.router.stats()}
+
+    def flush_prefix_cache(self) -> int:
+        return 0
+
     async def close(self) -> None:
         await asyncio.gather(*(r.close() for r in self._replicas))
-
-    def stats(self) -> dict[str, Any]:
-        return {"routing": self.router.stats()}
 
     async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
         """Send to the chosen replica; on failure before the first byte, to the next choice.
@@ -317,6 +342,7 @@ class _Released:
 
     def __init__(self, inner: BackendStream, release: Any) -> None:
         self._inner = inner
+        self.headers = inner.headers
         self._release = release
         self._done = False
 
@@ -409,6 +435,7 @@ class UpstreamStream:
     def __init__(self, name: str, response: httpx.Response) -> None:
         self._name = name
         self._response = response
+        self.headers = relayed(response.headers)
         self._chunks: AsyncIterator[bytes] | None = None
         self._finished = False  # [DONE] was seen
 
@@ -586,11 +613,14 @@ def _busy(name: str, connections: int) -> APIError:
     return UpstreamError(503, message, code="upstream_busy")
 
 
-def _unreachable(name: str, exc: Exception) -> UpstreamError:
+def _unreachable(name: str, exc: Exception, *, final: bool = False) -> UpstreamError:
     message = f"Upstream for model '{name}' is unreachable: {exc!r}"
-    return UpstreamError(
+    error = UpstreamError(
         502, message, code="upstream_unreachable", retryable=True, unreachable=True
     )
+    if final:  # retried here already: a client should not
+        error.final()
+    return error
 
 
 def _broken(name: str, exc: Exception) -> UpstreamError:

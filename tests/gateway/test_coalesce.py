@@ -212,4 +212,4 @@ def test_first_request_cancelled_by_its_client_releases_the_others(
     # no flight is left behind: a later identical request is a plain hit, at once
     again = gw.http.post("/v1/chat/completions", json=body)
     assert again.headers["x-cache"] == "exact"
-    assert not gw.runtime.pipeline._flights
+    assert not len(gw.runtime.pipeline.flights)

@@ -82,7 +82,7 @@ def test_the_watchdog_spares_a_stream_whose_client_reads_again() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from gateway.runtime import Runtime, StreamWatch
+    from gateway.connections import Connections, StreamWatch
 
     async def scenario() -> tuple[list[str], bool, bool]:
         loop = asyncio.get_running_loop()
@@ -105,7 +105,7 @@ def test_the_watchdog_spares_a_stream_whose_client_reads_again() -> None:
 
         resumed = Resumed()
         runtime = SimpleNamespace(streams=[Slow(), resumed])  # (a list: this order)
-        watchdog = asyncio.create_task(Runtime._end_stuck_streams(runtime, 0.04))  # type: ignore[arg-type]
+        watchdog = asyncio.create_task(Connections._end_stuck_streams(runtime, 0.04))  # type: ignore[arg-type]
         await asyncio.sleep(0.3)
         watchdog.cancel()
 

@@ -1,0 +1,209 @@
+"""The canonical request and answer: what every API adapter maps its wire format to and from.
+
+This is a leaf module (it imports nothing from ``gateway``), so adapters, the tier walk and
+backends can all share its types without importing each other.
+
+One request travels through four files::
+
+    api.py        route → adapter.parse(body) → GatewayRequest           (wire → canonical)
+    pipeline.py   the tier walk over the GatewayRequest: lookup, coalesce, backend, store
+    backend.py    Backend.complete / open_stream → Answer / BackendStream  (+ headers to relay)
+    chat.py ...   adapter.fresh / replay / fold render the answer back     (canonical → wire)
+
+The walk never looks at a wire format: whatever depends on one (the cache key, whether an
+answer is complete, how a stream folds into an answer, how a stored answer is replayed and
+how an error is written) is a method of the request's :class:`Adapter`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from semantic.keys import CacheKey, ContextMode
+
+    from .errors import APIError
+
+__all__ = [
+    "Adapter",
+    "Answer",
+    "BackendStream",
+    "ByteStream",
+    "CacheControl",
+    "CacheState",
+    "Fold",
+    "GatewayRequest",
+    "Kind",
+    "Reply",
+    "StreamEvent",
+    "StreamOutcome",
+    "Wire",
+]
+
+#: The wire format (API) of a request; part of every cache scope.
+Kind = Literal["chat", "completion", "embedding", "responses", "messages"]
+CacheState = Literal["exact", "semantic", "miss", "bypass", "refresh"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheControl:
+    """Per-request cache controls, from headers or the body's ``cache`` object."""
+
+    no_cache: bool = False  # do not read the cache (still store the fresh answer)
+    no_store: bool = False  # do not store the answer
+    namespace: str = ""  # a separate cache partition inside the tenant
+    threshold: float | None = None  # semantic threshold for this request
+    ttl: float | None = None  # seconds the stored answer stays servable
+    max_age: float | None = None  # serve only answers stored at most this many seconds ago
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayRequest:
+    """A validated request, ready for the tier walk."""
+
+    kind: Kind
+    model: str
+    #: The JSON body as received minus the ``cache`` extension; forwarded upstream as is.
+    body: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    tenant: str
+    control: CacheControl
+    hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
+    #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
+    partition: str = ""
+    #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
+    #: the client's own key (when the gateway forwards it), never with the gateway's.
+    account: tuple[tuple[str, str], ...] = ()
+    #: The request in Chat Completions form, for backends that speak only that (the local
+    #: model); None when ``body`` is that form already (or the API has none).
+    chat: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A backend's complete answer, and the headers of it the client should see too."""
+
+    body: dict[str, Any]
+    #: e.g. the upstream's ``x-request-id`` and rate-limit state (see ``backend.relayed``).
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One server-sent event of a response stream."""
+
+    raw: bytes  # the event exactly as it goes to the client: b"data: ...\n\n"
+    chunk: dict[str, Any] | None  # the parsed chunk (None for [DONE] and comments)
+    done: bool = False  # the stream's last event: the answer is complete (``data: [DONE]``)
+    error: bool = False  # an ``{"error": ...}`` event: the answer failed mid-stream
+    #: More events arrived with this one: the relay may send them to the client together.
+    more: bool = False
+
+
+class BackendStream(Protocol):
+    """An opened stream: the backend accepted the request (status 200 is decided)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Headers of the backend's answer to relay to the client (known once opened)."""
+        ...
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ByteStream(Protocol):
+    """What the HTTP layer sends as an SSE body; ``aclose`` must be safe to call at any time
+    (unstarted, running elsewhere or finished) and frees what the stream holds."""
+
+    def __aiter__(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(slots=True)
+class StreamOutcome:
+    """How a stream from a model ended, as far as the relay knows."""
+
+    #: The code of the error event sent instead of the answer's end (None: no error).
+    error: str | None = None
+    #: The answer's last event was sent (what follows is only cleanup).
+    finished: bool = False
+
+
+@dataclass(slots=True)
+class Reply:
+    """What the HTTP layer sends: a JSON body or an SSE stream, plus headers."""
+
+    cache: CacheState
+    headers: dict[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    stream: ByteStream | None = None
+    #: Completion tokens answered without running a model (cache hits).
+    saved_tokens: int = 0
+    #: Served the answer of an identical request that was in flight (coalescing).
+    coalesced: bool = False
+    #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
+    outcome: StreamOutcome | None = None
+
+
+class Fold(Protocol):
+    """Folds a stream's events into the complete answer the cache stores."""
+
+    def add(self, chunk: dict[str, Any]) -> bool:
+        """Take one parsed event; False when the client did not ask to see it."""
+        ...
+
+    def result(self) -> dict[str, Any] | None:
+        """The complete answer, or None when the stream did not complete it."""
+        ...
+
+
+class Wire(Protocol):
+    """One wire format (API) at the HTTP edge: its requests and its errors."""
+
+    @property
+    def kind(self) -> Kind: ...
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest: ...
+
+    def error_json(self, error: APIError) -> bytes: ...
+
+    def error_event(self, error: APIError) -> bytes:
+        """An error inside a stream that has started (the status line is gone)."""
+        ...
+
+
+class Adapter(Wire, Protocol):
+    """A wire format whose answers go through the tier walk: judge and render its answers.
+
+    The tier walk calls only these methods, so a new API is a new adapter, not a new branch
+    in the walk. Cached answers are stored in the adapter's own wire format, which is why the
+    API (``kind``) is part of every cache scope.
+    """
+
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey: ...
+
+    def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        """Whether ``answer`` is complete and successful (only such answers are stored)."""
+        ...
+
+    def fold(self, request: GatewayRequest) -> Fold: ...
+
+    def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
+        """A stored answer as a new response (a fresh id and creation time)."""
+        ...
+
+    def replay(self, request: GatewayRequest, stored: dict[str, Any]) -> Iterator[bytes]:
+        """A stored answer as this API's SSE events, as a fresh answer would stream."""
+        ...
+
+    def saved_tokens(self, stored: dict[str, Any]) -> int:
+        """Output tokens a cache hit of ``stored`` avoided generating."""
+        ...

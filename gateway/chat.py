@@ -1,0 +1,114 @@
+"""The OpenAI Chat Completions and legacy Completions adapters.
+
+Both speak ``data: {chunk}`` SSE ending in ``data: [DONE]``, and their answers carry
+``choices``; only the shape of a choice (``message`` or ``text``) differs. A stored answer is
+a ``chat.completion`` or ``text_completion`` object, replayed as chunks of the same kind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from semantic.keys import CacheKey, ContextMode, chat_key, completion_key
+
+from .canonical import GatewayRequest
+from .errors import APIError, sse_error
+from .requests import parse_request
+from .sse import Assembler, fresh_identity, replay
+
+__all__ = ["CHAT", "COMPLETION", "ChoicesAdapter"]
+
+#: Finish reasons of a complete answer; anything else (content_filter, error, null) is not stored.
+_COMPLETE = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
+
+
+class ChoicesAdapter:
+    """An OpenAI API whose answers are ``choices``: chat completions or legacy completions."""
+
+    def __init__(self, kind: Literal["chat", "completion"]) -> None:
+        self.kind: Literal["chat", "completion"] = kind
+
+    def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return parse_request(self.kind, raw, headers, tenant)
+
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey:
+        ns = request.control.namespace
+        if self.kind == "chat":
+            body = request.body
+            return chat_key(request.tenant, ns, request.model, body, context_turns, context)
+        return completion_key(request.tenant, ns, request.model, request.body)
+
+    def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        """Every choice the request asked for is there and finished normally."""
+        choices = answer.get("choices")
+        if "error" in answer or not isinstance(choices, list) or len(choices) != _expected(request):
+            return False
+        return all(self._finished(c) for c in choices)
+
+    def fold(self, request: GatewayRequest) -> ChunkFold:
+        return ChunkFold(self.kind, request.include_usage)
+
+    def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
+        rid, created = fresh_identity(self.kind)
+        return {**stored, "id": rid, "created": created}
+
+    def replay(self, request: GatewayRequest, stored: dict[str, Any]) -> Iterator[bytes]:
+        return replay(stored, kind=self.kind, include_usage=request.include_usage)
+
+    def saved_tokens(self, stored: dict[str, Any]) -> int:
+        usage = stored.get("usage") or {}
+        return int(usage.get("completion_tokens") or 0)
+
+    def error_json(self, error: APIError) -> bytes:
+        return error.json()
+
+    def error_event(self, error: APIError) -> bytes:
+        return sse_error(error)
+
+    def _finished(self, choice: Any) -> bool:
+        """A choice that finished normally and carries its answer (a message, or a text)."""
+        if not isinstance(choice, dict) or choice.get("finish_reason") not in _COMPLETE:
+            return False
+        if self.kind == "chat":
+            return isinstance(choice.get("message"), dict)
+        return isinstance(choice.get("text"), str)
+
+
+class ChunkFold:
+    """Folds chunks into the answer; hides the usage chunk from clients that did not ask.
+
+    NOTE: backends always ask their model for usage, so an assembled stream can be cached
+    with it; this fold drops that chunk for a client that did not ask for it.
+    """
+
+    def __init__(self, kind: str, include_usage: bool) -> None:
+        self._assembler = Assembler(kind)
+        self._include_usage = include_usage
+
+    def add(self, chunk: dict[str, Any]) -> bool:
+        self._assembler.add(chunk)
+        usage_only = not chunk.get("choices") and chunk.get("usage") is not None
+        return self._include_usage or not usage_only
+
+    def result(self) -> dict[str, Any] | None:
+        return self._assembler.result()
+
+
+CHAT = ChoicesAdapter("chat")
+COMPLETION = ChoicesAdapter("completion")
+
+
+def _expected(request: GatewayRequest) -> int:
+    n = request.body.get("n") or 1
+    prompt = request.body.get("prompt")
+    if (
+        request.kind == "completion"
+        and isinstance(prompt, list)
+        and prompt
+        and not isinstance(prompt[0], int)
+    ):
+        return int(n) * len(prompt)  # one set of choices per prompt
+    return int(n)

@@ -1,0 +1,226 @@
+"""Client connections: the one place that handles disconnects, stuck clients and shutdown.
+
+Every request the data port answers passes through here:
+
+* ``Connections.guard(request)`` wraps each wait for a model: a client that disconnects
+  cancels the wait (``ClientDisconnected``), and the shutdown deadline ends it with a 503
+  ``shutting_down`` error instead of a cut connection;
+* ``Connections.send(reply, ...)`` sends a stream: it is watched for a client that stopped
+  reading (the watchdog ends it), the shutdown deadline ends it with an error event, and it
+  is always closed at the end, which frees the model call or upstream connection behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from .canonical import Reply
+from .errors import APIError
+
+__all__ = ["SHUTTING_DOWN", "ClientDisconnected", "Connections", "StreamWatch"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: The cancel message of requests aborted at the shutdown deadline.
+SHUTTING_DOWN = "cachegate: shutdown deadline"
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the answer was ready."""
+
+
+class Receiver(Protocol):
+    """What a disconnect is heard from (a litestar ``Request``)."""
+
+    receive: Callable[..., Awaitable[Any]]
+
+
+class StreamWatch:
+    """A stream on its way to a client: since when it waits for the client (``since``)."""
+
+    __slots__ = ("events", "since", "stuck", "task")
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # loop time it began waiting for the client; None: not
+        self.stuck = False
+        self.task: asyncio.Task[Any] | None = None  # the task sending it
+        self.events: Any = None  # the async generator it is sent from
+
+    async def end(self) -> None:
+        """Close the stream (its model call ends) and stop the task that sends it.
+
+        NOTE: the client's socket itself stays open until the client goes (uvicorn closes a
+        connection only once its buffered bytes are sent; it logs "ASGI callable returned
+        without completing response"): what is freed is the model call and the upstream
+        connection behind the stream.
+        """
+        self.stuck = True
+        if self.events is not None:
+            try:
+                await self.events.aclose()
+            except RuntimeError:  # it is running: its client took an event after all
+                self.stuck = False
+                return
+        if self.task is not None:
+            self.task.cancel()
+
+
+class Connections:
+    """The requests being answered and the streams being sent, for the watchdog and shutdown."""
+
+    def __init__(self, stream_idle_timeout: float | None = None) -> None:
+        self._idle_timeout = stream_idle_timeout
+        #: Tasks answering requests (waiting for a model, or relaying its stream).
+        self.in_flight: set[asyncio.Task[Any]] = set()
+        #: Set by ``abort_in_flight``: a shutdown deadline passed.
+        self.aborting = False
+        #: Streams being sent to clients (see ``StreamWatch``); the watchdog ends stuck ones.
+        self.streams: set[StreamWatch] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._idle_timeout is not None:
+            self._watchdog = asyncio.create_task(
+                self._end_stuck_streams(self._idle_timeout), name="watchdog"
+            )
+
+    def stop(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+
+    def abort_in_flight(self) -> int:
+        """Cancel every request still waiting for a model (the shutdown deadline passed).
+
+        Each gets an error instead of a cut connection: a 503 ``shutting_down`` body, or an
+        error event on a stream that has started.
+        """
+        self.aborting = True
+        tasks = [t for t in self.in_flight if not t.done()]
+        for task in tasks:
+            task.cancel(msg=SHUTTING_DOWN)
+        return len(tasks)
+
+    @contextlib.contextmanager
+    def abortable(self, *, enabled: bool = True) -> Iterator[None]:
+        """Let the shutdown deadline stop this task's wait with a 503 ``shutting_down`` error.
+
+        NOTE: ``abort_in_flight`` cancels the task; the cancellation is turned into an
+        ``APIError`` here (and the task uncancelled), so the client gets an error body or
+        event rather than a connection cut by uvicorn's own deadline, which comes later.
+        """
+        task = asyncio.current_task()
+        if not enabled or task is None:
+            yield
+            return
+        self.in_flight.add(task)
+        try:
+            yield
+        except asyncio.CancelledError as exc:
+            if not (self.aborting and exc.args == (SHUTTING_DOWN,)):
+                raise
+            task.uncancel()
+            raise APIError(
+                503, "The gateway is shutting down; send the request again.", code="shutting_down"
+            ) from None
+        finally:
+            self.in_flight.discard(task)
+
+    def guard(self, client: Receiver) -> Callable[[Awaitable[T]], Awaitable[T]]:
+        """A ``watch`` for the tier walk: each wait ends when ``client`` disconnects."""
+        return lambda awaitable: until_disconnect(client, awaitable)
+
+    async def send(
+        self,
+        reply: Reply,
+        watch: StreamWatch,
+        error_event: Callable[[APIError], bytes],
+        on_first: Callable[[], None],
+        on_error: Callable[[str], None],
+    ) -> AsyncIterator[bytes]:
+        """``reply.stream`` to the client: ``on_first`` at its first byte, ``on_error`` with
+        the code of how it ended if not normally; closed whatever happens."""
+        assert reply.stream is not None
+        stream, outcome = reply.stream, reply.outcome
+        first, ended = True, False
+        loop = asyncio.get_running_loop()
+        watch.task = asyncio.current_task()
+        self.streams.add(watch)
+        try:
+            try:
+                with self.abortable(enabled=outcome is not None):  # a model's stream
+                    async for piece in stream:
+                        if first:
+                            first = False
+                            on_first()
+                        watch.since = loop.time()
+                        yield piece
+                        watch.since = None
+            except APIError as exc:  # the shutdown deadline passed while it streamed
+                assert outcome is not None
+                if not outcome.finished:  # (else only cleanup after the end was cut short)
+                    outcome.error = exc.code
+                    yield error_event(exc)
+            ended = True
+        finally:
+            self.streams.discard(watch)
+            error = outcome.error if outcome is not None else None
+            if error is None and not ended:
+                error = "client_stuck" if watch.stuck else "client_disconnected"
+            if error is not None:
+                on_error(error)
+            await stream.aclose()
+
+    async def _end_stuck_streams(self, timeout: float) -> None:
+        """End streams whose client has taken nothing for ``timeout`` s (it stopped reading).
+
+        NOTE: such a stream waits in the server's write (the client's window is full), holding
+        its model call or upstream connection as long as the client keeps the socket open.
+        """
+        loop = asyncio.get_running_loop()
+
+        def stuck(watch: StreamWatch) -> bool:
+            return watch.since is not None and loop.time() - watch.since > timeout
+
+        while True:
+            await asyncio.sleep(min(timeout / 4, 5.0))
+            for watch in [w for w in self.streams if stuck(w)]:
+                if not stuck(watch):  # its client took an event while others were ended
+                    continue
+                log.warning("a client took no stream event for %.0fs: ending its stream", timeout)
+                try:
+                    await watch.end()
+                except Exception:  # one stream's cleanup must not stop the watchdog
+                    log.exception("ending a stuck stream failed")
+
+
+async def until_disconnect(client: Receiver, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable`` unless the client disconnects first; then cancel it.
+
+    NOTE: the body has been read, so the next ASGI ``receive`` returns only when the client goes
+    away (``http.disconnect``); that is what cancels an upstream call nobody waits for.
+    """
+    work = asyncio.ensure_future(awaitable)
+    watcher = asyncio.ensure_future(_wait_disconnect(client))
+    try:
+        done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    finally:
+        watcher.cancel()
+    if work in done:
+        return work.result()
+    work.cancel()
+    raise ClientDisconnected
+
+
+async def _wait_disconnect(client: Receiver) -> None:
+    while True:
+        message = await client.receive()
+        if message["type"] == "http.disconnect":
+            return
