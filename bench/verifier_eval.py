@@ -1,7 +1,7 @@
 """Old guard vs the new verifier, pair by pair, on the held-out parts only.
 
     python -m bench.verifier_eval              # ~10 min on 2 busy cores; writes docs/benchmarks.md
-    python -m bench.verifier_eval --qqp 500 --no-doc   # smoke run
+    python -m bench.verifier_eval --limit 60 --no-doc  # smoke run
 
 Held-out data (nothing here was trained or tuned on; see bench/contrast_data.py and
 bench/train_verifier.py for the splits):
@@ -69,9 +69,11 @@ def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def evaluate(verifier: PairVerifier, n_qqp: int) -> dict[str, Any]:
+def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> dict[str, Any]:
     embedder, guard = Embedder(), Guard()
     sets = load_sets(n_qqp)
+    if limit is not None:  # a seeded sample of each set (a shorter run on a busy machine)
+        sets = {k: random.Random(SEED).sample(v, min(limit, len(v))) for k, v in sets.items()}
     floor, threshold = verifier.cosine_floor, verifier.default_threshold
     result: dict[str, Any] = {"machine": machine(), "cosine_floor": floor,
                               "score_threshold": threshold, "vetoes": list(verifier.vetoes)}  # fmt: skip
@@ -106,10 +108,11 @@ def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--verifier", type=Path, default=None, help="model directory (default: shipped)")
     p.add_argument("--qqp", type=int, default=3000, help="Quora held-out pairs sampled")
+    p.add_argument("--limit", type=int, default=None, help="a seeded sample of N rows per set")
     p.add_argument("--no-doc", action="store_true")
     args = p.parse_args(argv)
     verifier = PairVerifier(args.verifier)
-    result = evaluate(verifier, args.qqp)
+    result = evaluate(verifier, args.qqp, args.limit)
     return publish("verifier_eval", result, markdown(result, args), write_doc=not args.no_doc)
 
 
@@ -137,7 +140,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "### Verifier vs old guard, held-out parts (`python -m bench.verifier_eval`)",
             "",
-            f"Command: `python -m bench.verifier_eval --qqp {args.qqp}`; data: bench/data/*_heldout.jsonl "
+            f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}`; data: bench/data/*_heldout.jsonl "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
             "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "
             f"cosine floor {r['cosine_floor']}, score threshold {r['score_threshold']}, vetoes "
