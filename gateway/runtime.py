@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
+from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
 
 from .backend import Backend
@@ -83,7 +84,7 @@ class Runtime:
             backends,
             cache,
             context_turns=config.cache.semantic.context_turns,
-            context=config.cache.semantic.context,
+            context=_context_mode(config),
             semantic_thresholds=thresholds,
             coalesce=config.cache.coalesce,
         )
@@ -188,6 +189,12 @@ def _backends(
     if not backends:
         raise ConfigError("no model to serve: a worker needs at least one `backend: local` model")
     return backends
+
+
+def _context_mode(config: Config) -> ContextMode:
+    """Earlier turns leave the exact scope only when a verifier judges them."""
+    semantic = config.cache.semantic
+    return "verify" if semantic.context == "verify" and semantic.verifier != "off" else "exact"
 
 
 def _semantic_settings(config: Config) -> SemanticSettings | None:
