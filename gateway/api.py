@@ -8,8 +8,9 @@ Disconnects and shutdown are handled in connections.py.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -23,8 +24,10 @@ from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
 from .errors import APIError
+from .observe import Seen, observe, request_id
 from .pipeline import Pipeline
 from .runtime import Runtime
+from .tracing import RequestTrace
 
 __all__ = ["Walk", "error_response", "routes", "serve"]
 
@@ -108,12 +111,12 @@ async def serve(
 ) -> Response[Any]:
     """Answer one API request: ``wire`` parses it and writes its errors, ``walk`` answers it."""
     runtime = _runtime(request)
-    started = time.perf_counter()
-    model = ""
+    seen = _Seeing(route, request_id(request.headers.get("x-request-id")))
     try:
         parsed = await _parse(request, runtime, wire)
-        model = parsed.model if parsed.model in runtime.backends else ""
-        with runtime.connections.abortable():
+        seen.known(runtime, parsed)
+        trace = seen.trace.active() if seen.trace else contextlib.nullcontext()
+        with runtime.connections.abortable(), trace:
             reply = await walk(
                 runtime.pipeline,
                 parsed,
@@ -121,20 +124,52 @@ async def serve(
                 auth=request.headers.get("authorization"),
                 watch=runtime.connections.guard(request),
             )
-    except APIError as exc:
-        _record(runtime, route, model, "bypass", exc.status, started)
-        return error_response(exc, wire=wire)
-    except HTTPException as exc:  # raised by litestar itself, e.g. 413 for an oversized body
-        _record(runtime, route, model, "bypass", exc.status_code, started)
-        return error_response(_from_http(exc), wire=wire)
+    except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
+        error = exc if isinstance(exc, APIError) else _from_http(exc)
+        _record(runtime, route, seen.model, "bypass", error.status, seen.started)
+        observe(runtime, seen.now(error.status), None)
+        return _identified(error_response(error, wire=wire), seen.request_id)
     except ClientDisconnected:
-        _record(runtime, route, model, "bypass", 499, started)
+        _record(runtime, route, seen.model, "bypass", 499, seen.started)
+        observe(runtime, seen.now(499), None)
         return Response(b"", status_code=499)
-    return _send(runtime, reply, wire, route, model, started)
+    return _send(runtime, reply, wire, seen)
 
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+class _Seeing:
+    """What ``serve`` learns about a request as it goes, for ``observe`` (see gateway.observe)."""
+
+    def __init__(self, route: str, rid: str) -> None:
+        self.route, self.request_id = route, rid
+        self.started = time.perf_counter()
+        self.tenant = self.model = self.namespace = self.upstream_id = ""
+        self.trace: RequestTrace | None = None
+
+    def known(self, runtime: Runtime, parsed: GatewayRequest) -> None:
+        self.tenant, self.namespace = parsed.tenant, parsed.control.namespace
+        self.model = parsed.model if parsed.model in runtime.backends else ""
+        if runtime.tracing is not None:
+            self.trace = runtime.tracing.start(
+                parsed.kind, parsed.model, self.request_id, self.tenant
+            )
+
+    def now(self, status: int, ttft: float | None = None) -> Seen:
+        latency = time.perf_counter() - self.started
+        return Seen(self.route, self.request_id, self.tenant, self.model, self.namespace, status,
+                    latency, ttft, self.trace, self.upstream_id)  # fmt: skip
+
+
+def _identified(response: Response[Any], rid: str) -> Response[Any]:
+    """``x-request-id`` on an error; an upstream's own, relayed, keeps its place."""
+    if "x-request-id" in response.headers:
+        response.headers["x-cachegate-request-id"] = rid
+    else:
+        response.headers["x-request-id"] = rid
+    return response
 
 
 async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) -> GatewayRequest:
@@ -143,29 +178,61 @@ async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) 
     return wire.parse(raw, request.headers, tenant)
 
 
-def _send(
-    runtime: Runtime, reply: Reply, wire: Wire, route: str, model: str, started: float
-) -> Response[Any]:
-    metrics = runtime.metrics
+def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response[Any]:
+    metrics, route, model = runtime.metrics, seen.route, seen.model
     if reply.saved_tokens:
         metrics.saved_tokens.labels(model).inc(reply.saved_tokens)
     if reply.coalesced:
         metrics.coalesced.labels(model).inc()
-    headers = {"x-cache": reply.cache, **reply.headers}
+    headers = _headers(reply, seen)
     if reply.stream is None:
-        _record(runtime, route, model, reply.cache, 200, started)
+        _record(runtime, route, model, reply.cache, 200, seen.started)
+        observe(runtime, seen.now(200), reply)
         return Response(_encode(reply.body), media_type="application/json", headers=headers)
     metrics.requests.labels(route, model, reply.cache, "200").inc()
+    ended: dict[str, Any] = {"ttft": None, "error": None}
 
     def on_first() -> None:
-        metrics.latency.labels(route, reply.cache).observe(time.perf_counter() - started)
+        ended["ttft"] = time.perf_counter() - seen.started
+        metrics.latency.labels(route, reply.cache).observe(ended["ttft"])
 
     def on_error(code: str) -> None:
+        ended["error"] = code
         metrics.stream_errors.labels(route, model, code).inc()
 
+    def on_end() -> None:
+        usage = reply.outcome.usage if reply.outcome is not None else None
+        status = 200 if ended["error"] is None else 502
+        observe(runtime, seen.now(status, ended["ttft"]), reply, usage if status == 200 else None)
+
     watch = StreamWatch()
-    watch.events = runtime.connections.send(reply, watch, wire.error_event, on_first, on_error)
+    events = runtime.connections.send(reply, watch, wire.error_event, on_first, on_error)
+    watch.events = _then(events, on_end)
     return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+
+
+def _headers(reply: Reply, seen: _Seeing) -> dict[str, str]:
+    """The reply's headers with ``x-cache`` and ``x-request-id``.
+
+    NOTE: a fresh upstream answer keeps the provider's x-request-id (what its support asks
+    for, and what the SDKs expose as ``_request_id``); the gateway's own is then beside it.
+    """
+    headers = {"x-cache": reply.cache, "x-request-id": seen.request_id, **reply.headers}
+    if headers["x-request-id"] != seen.request_id:
+        seen.upstream_id = headers["x-request-id"]
+        headers["x-cachegate-request-id"] = seen.request_id
+    return headers
+
+
+async def _then(events: AsyncIterator[bytes], done: Callable[[], None]) -> AsyncIterator[bytes]:
+    """``events``, then ``done()`` once they have ended (or were closed)."""
+    try:
+        async for piece in events:
+            yield piece
+    finally:
+        if isinstance(events, AsyncGenerator):  # (Connections.send is one: it closes the stream)
+            await events.aclose()
+        done()
 
 
 def _record(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
+    from semantic.cache import Lookup
     from semantic.keys import CacheKey, ContextMode
 
     from .errors import APIError
@@ -133,6 +134,8 @@ class StreamOutcome:
     error: str | None = None
     #: The answer's last event was sent (what follows is only cleanup).
     finished: bool = False
+    #: The ``usage`` of the answer the stream folded into, once it completed (the ledger's).
+    usage: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -149,6 +152,10 @@ class Reply:
     coalesced: bool = False
     #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
     outcome: StreamOutcome | None = None
+    #: The response-cache lookup: the hit served, or a miss (with any guard rejection).
+    lookup: Lookup | None = None
+    #: The request's cache key (None: the cache was bypassed).
+    key: CacheKey | None = None
 
 
 class Fold(Protocol):

@@ -3,6 +3,8 @@
 cachegate serve [--config FILE] [--host HOST] [--port PORT]   run the gateway
 cachegate config check FILE                                   validate a config file
 cachegate config show [FILE]                                  print the effective config
+cachegate key new [--tenant NAME | --admin]                   a new key and its SHA-256 digest
+cachegate stats / cache ls|show|rm|flush [--url URL] [--key KEY]   inspect a running gateway
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from .admin_cli import add_commands
 from .config import (
     Config,
     ConfigError,
@@ -47,6 +50,9 @@ examples:
   cachegate serve --config cachegate.yaml --port 9000
   cachegate worker --port 8081                     the bundled model alone, for gateways to share
   cachegate config check cachegate.yaml            exit status 0 when the file is valid
+  cachegate key new --tenant team-a                a key for auth.keys, stored as its digest
+  cachegate stats --url http://127.0.0.1:8080      hit rates, prefix KV cache, money saved
+  cachegate cache ls --kind semantic               cached answers, newest first
 
 configuration reference: docs/configuration.md
 """
@@ -108,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     show = config_commands.add_parser("show", help="print the effective configuration")
     show.add_argument("file", nargs="?", help="YAML configuration file (default: built-in)")
     show.set_defaults(func=_config_check)
+    add_commands(commands)
     return parser
 
 
@@ -154,11 +161,6 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     _setup_logging(config.server.log_level)
-    if config.auth.keys and not config.admin.api_key:
-        log.warning(
-            "admin.api_key is not set: every gateway key opens /admin/* and /metrics, so any "
-            "tenant can flush the cache and read its statistics; set admin.api_key"
-        )
     from semantic.store import StoreOpenError
 
     from .app import create_admin_app, create_app
@@ -172,6 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
     except StoreOpenError as exc:
         print(f"error: data_dir: {exc}", file=sys.stderr)
         return 1
+    _log_admin_access(config)
     app = create_app(config, runtime=runtime)
     admin = create_admin_app(runtime) if config.server.admin_port is not None else None
     log.info(
@@ -250,6 +253,29 @@ async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
     if aborted := runtime.abort_in_flight():
         log.warning("shutdown: %d requests still open after %.0fs; ended", aborted,
                     config.server.shutdown_timeout)  # fmt: skip
+
+
+def _log_admin_access(config: Config) -> None:
+    """Say at start who can open /admin/*, /metrics and /dashboard (see gateway.auth)."""
+    where = f"port {config.server.admin_port or config.server.port}"
+    if config.admin.keyed:
+        log.info("admin routes on %s need admin.api_key", where)
+    elif config.auth.keys:
+        log.warning(
+            "admin routes (/admin/*, /metrics, /dashboard) are CLOSED: auth.keys is set and "
+            "admin.api_key is not, and tenant keys never open them; set admin.api_key "
+            "(or admin.api_key_sha256) to use them"
+        )
+    else:
+        local = config.server.host in ("127.0.0.1", "localhost", "::1")
+        log.log(
+            logging.INFO if local else logging.WARNING,
+            "admin routes on %s are open to anyone who can reach %s (no auth.keys, no "
+            "admin.api_key)%s",
+            where,
+            config.server.host,
+            "" if local else ": set admin.api_key or bind to localhost",
+        )
 
 
 def _prepare(args: argparse.Namespace) -> int:

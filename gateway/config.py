@@ -17,6 +17,7 @@ Every key is documented in docs/configuration.md; config.example.yaml shows them
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -36,11 +37,13 @@ __all__ = [
     "LocalModelConfig",
     "ModelConfig",
     "OpenAIModelConfig",
+    "Price",
     "RedisConfig",
     "RoutingConfig",
     "SemanticCacheConfig",
     "ServerConfig",
     "TimeoutConfig",
+    "TracingConfig",
     "default_config",
     "dump_config",
     "load_config",
@@ -91,9 +94,20 @@ class ServerConfig(_Base, frozen=True):
 TenantName = Annotated[str, msgspec.Meta(min_length=1, pattern=r"^[^\x00-\x1f\x7f]+$")]
 
 
+#: A key's SHA-256 digest, 64 lowercase hex digits (``cachegate key new`` prints one).
+KeyDigest = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")]
+
+
 class ApiKey(_Base, frozen=True):
-    key: str
+    """One gateway key: the key itself, or its SHA-256 digest (so the file holds no secret)."""
+
     tenant: TenantName
+    key: str | None = None
+    key_sha256: KeyDigest | None = None
+
+    def __post_init__(self) -> None:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError("set either key or key_sha256")
 
 
 class AuthConfig(_Base, frozen=True):
@@ -107,8 +121,41 @@ Secret = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class AdminConfig(_Base, frozen=True):
-    #: Bearer token for /admin/*, /metrics and /dashboard. None: open (bind to localhost!).
+    #: Bearer token for /admin/*, /metrics and /dashboard. None: open when ``auth.keys`` is
+    #: empty (bind to localhost!); closed to every key when it is not (tenant keys never open
+    #: the admin routes).
     api_key: Secret | None = None
+    #: The admin key's SHA-256 digest instead of the key (``cachegate key new --admin``).
+    api_key_sha256: KeyDigest | None = None
+    #: Show question texts in /admin/cache/entries, the CLI and the dashboard's recent hits.
+    #: False: only their SHA-256 prefixes and lengths (operators need not read users' prompts).
+    show_text: bool = False
+    #: Seconds per point of the dashboard's history, and how many points are kept in memory.
+    history_interval: Seconds = 10.0
+    history_points: PositiveInt = 360
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and self.api_key_sha256 is not None:
+            raise ValueError("set either api_key or api_key_sha256, not both")
+
+    @property
+    def keyed(self) -> bool:
+        """Whether an admin key (plain or digest) is configured."""
+        return self.api_key is not None or self.api_key_sha256 is not None
+
+
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class Price(_Base, frozen=True):
+    """A model's prices in USD per million tokens (for the usage ledger's savings)."""
+
+    input: NonNegativeFloat = 0.0
+    #: Input tokens read from a provider's prompt cache (or the local prefix cache); None: input.
+    cached_input: NonNegativeFloat | None = None
+    #: Input tokens written into a provider's prompt cache (Anthropic); None: input.
+    cache_write: NonNegativeFloat | None = None
+    output: NonNegativeFloat = 0.0
 
 
 class TimeoutConfig(_Base, frozen=True):
@@ -274,6 +321,18 @@ class CacheConfig(_Base, frozen=True):
     redis: RedisConfig = RedisConfig()
 
 
+class TracingConfig(_Base, frozen=True):
+    """OpenTelemetry traces (the ``otel`` extra): one span per request, one per tier."""
+
+    enabled: bool = False
+    #: OTLP/HTTP traces endpoint; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
+    #: $OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, or http://localhost:4318/v1/traces.
+    endpoint: str | None = None
+    service_name: str = "cachegate"
+    #: Share of requests traced (head sampling by trace id).
+    sample_rate: Fraction = 1.0
+
+
 class Config(_Base, frozen=True):
     server: ServerConfig = ServerConfig()
     #: Where caches and converted model weights live.
@@ -282,18 +341,25 @@ class Config(_Base, frozen=True):
     admin: AdminConfig = AdminConfig()
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     cache: CacheConfig = CacheConfig()
+    #: Per-model prices (USD per million tokens) for the usage ledger; unpriced: tokens only.
+    prices: dict[str, Price] = msgspec.field(default_factory=dict)
+    tracing: TracingConfig = TracingConfig()
 
     def __post_init__(self) -> None:
-        tenants: dict[str, str] = {}
+        tenants: set[str] = set()
         for i, key in enumerate(self.auth.keys):
-            if not key.key:
+            if key.key is not None and not key.key:
                 raise ValueError(f"auth.keys[{i}].key is empty (is its ${{VAR}} set?)")
-            if key.key in tenants:
+            digest = key.key_sha256 or hashlib.sha256((key.key or "").encode()).hexdigest()
+            if digest in tenants:
                 raise ValueError(f"auth.keys[{i}]: the same key is listed twice")
-            tenants[key.key] = key.tenant
+            tenants.add(digest)
         for name in self.models:
             if not name.strip():
                 raise ValueError("models: a model name is empty")
+        unknown = sorted(set(self.prices) - set(self.models)) if self.models else []
+        if unknown:
+            raise ValueError(f"prices: {', '.join(unknown)}: not a configured model")
 
 
 def default_config() -> Config:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -94,11 +95,44 @@ class Metrics:
         """Export ``read()`` ({label value: flat stats}) as ``{name}_{key}{label=...}``."""
         self.registry.register(_Gauges(name, help_text, label, read, counters))
 
+    def ledger(self, ledger: Any) -> None:
+        """Export the usage ledger (``gateway.ledger``) by tenant and model.
+
+        Counters ``cachegate_ledger_{field}_total{tenant, model}``, and the gauge
+        ``cachegate_ledger_saved_usd`` (net of cache-write premiums, so it can go down).
+        """
+        self.registry.register(_LedgerCollector(ledger))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def on_retry(self, model: str, why: str) -> None:
         self.upstream_retries.labels(model, why.split(":")[0]).inc()
+
+
+class _LedgerCollector(Collector):
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        for key, row in sorted(self._ledger.series().items()):
+            tenant, model = key.split("\x1f", 1)
+            for field, value in sorted(row.items()):
+                family = families.get(field)
+                if family is None:
+                    # NOTE: saved_usd is net of cache-write premiums: it can go down
+                    kind = GaugeMetricFamily if field == "saved_usd" else CounterMetricFamily
+                    family = families[field] = kind(
+                        f"cachegate_ledger_{field}",
+                        f"Usage ledger: {field.replace('_', ' ')}, by tenant and model.",
+                        labels=["tenant", "model"],
+                    )
+                family.add_metric([tenant, model], value)
+        yield from families.values()
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
 
 
 class _Gauges(Collector):

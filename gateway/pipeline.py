@@ -33,8 +33,9 @@ from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
 from .requests import partitioned
+from .tracing import tier
 
-__all__ = ["Pipeline", "Save", "Watch"]
+__all__ = ["Pipeline", "Save", "Watch", "cache_key_id"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class _Looked:
     state: CacheState
     hit: Lookup | None = None  # a servable stored answer
     save: Save | None = None  # where to store a fresh answer (None: do not)
+    key: CacheKey | None = None  # None: the cache was bypassed
+    missed: Lookup | None = None  # the miss (with any guard rejection), for the dashboard
 
 
 class Pipeline:
@@ -94,7 +97,8 @@ class Pipeline:
         backend, request = self.route(request, auth)
         looked = await self._look_up(request, adapter)
         if looked.hit is not None:
-            return self._replay(request, adapter, looked.hit)
+            assert looked.key is not None
+            return self._replay(request, adapter, looked.hit, looked.key)
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
             exact = looked.save.key.exact
@@ -103,18 +107,21 @@ class Pipeline:
                 if reply is not None:
                     return reply
             flight = self.flights.lead(exact)
+        seen: dict[str, Any] = {"lookup": looked.missed, "key": looked.key}
         try:
             if request.stream:
-                stream = await _watched(backend.open_stream(request, auth), watch)
+                with tier("model", **{"gen_ai.request.model": request.model, "stream": True}):
+                    stream = await _watched(backend.open_stream(request, auth), watch)
                 # the relay owns the flight from here: it lands it when it ends or is closed
                 relay, flight = _Relay(self, request, adapter, stream, looked.save, flight), None
-                return Reply(
-                    looked.state, dict(stream.headers), stream=relay, outcome=relay.outcome
-                )
-            answer = await _watched(backend.complete(request, auth), watch)
+                headers = _keyed(stream.headers, looked.key)
+                return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
+            with tier("model", **{"gen_ai.request.model": request.model}):
+                answer = await _watched(backend.complete(request, auth), watch)
             if looked.save is not None and adapter.complete(request, answer.body):
                 await self.store(request, looked.save, answer.body)
-            return Reply(looked.state, dict(answer.headers), body=answer.body)
+            headers = _keyed(answer.headers, looked.key)
+            return Reply(looked.state, headers, body=answer.body, **seen)
         finally:
             if flight is not None:
                 flight.land()
@@ -143,15 +150,16 @@ class Pipeline:
         """Store a complete answer; a failing cache write is logged, never lost to the client."""
         assert self.cache is not None
         try:
-            await self.cache.store(
-                save.key,
-                answer,
-                model=request.model,
-                tenant=request.tenant,
-                namespace=request.control.namespace,
-                ttl=request.control.ttl,
-                vector=save.vector,
-            )
+            with tier("cache.store"):
+                await self.cache.store(
+                    save.key,
+                    answer,
+                    model=request.model,
+                    tenant=request.tenant,
+                    namespace=request.control.namespace,
+                    ttl=request.control.ttl,
+                    vector=save.vector,
+                )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
 
@@ -164,14 +172,18 @@ class Pipeline:
         key = adapter.key(request, self._context_turns, self._context)
         save = None if control.no_store else Save(key, None)
         if control.no_cache:
-            return _Looked("refresh", save=save)
-        found = await self.cache.lookup(
-            key, max_age=control.max_age, threshold=self._threshold(request)
-        )
+            return _Looked("refresh", save=save, key=key)
+        with tier("cache.lookup") as span:
+            found = await self.cache.lookup(
+                key, max_age=control.max_age, threshold=self._threshold(request)
+            )
+            if span is not None:
+                span.set_attribute("cachegate.cache", found.kind)
         if found.entry is not None:
-            return _Looked("exact", hit=found)
+            return _Looked("exact", hit=found, key=key)
         # the question's embedding: computed once, for lookup and store
-        return _Looked("miss", save=None if control.no_store else Save(key, found.vector))
+        save = None if control.no_store else Save(key, found.vector)
+        return _Looked("miss", save=save, key=key, missed=found)
 
     def _coalesces(self, request: GatewayRequest) -> bool:
         """Whether identical misses of this request wait for each other's answer.
@@ -195,14 +207,15 @@ class Pipeline:
         complete) or took too long: this request then calls the model itself.
         """
         assert self.cache is not None
-        if not await self.flights.follow(key.exact, watch):
-            return None
+        with tier("coalesce.wait"):
+            if not await self.flights.follow(key.exact, watch):
+                return None
         found = await self.cache.lookup(
             key, max_age=request.control.max_age, threshold=self._threshold(request), again=True
         )
         if found.entry is None:
             return None
-        reply = self._replay(request, adapter, found)
+        reply = self._replay(request, adapter, found, key)
         reply.coalesced = True
         reply.headers["x-cache-coalesced"] = "true"
         return reply
@@ -212,18 +225,21 @@ class Pipeline:
             return request.control.threshold
         return self._thresholds.get(request.model)
 
-    def _replay(self, request: GatewayRequest, adapter: Adapter, found: Lookup) -> Reply:
+    def _replay(
+        self, request: GatewayRequest, adapter: Adapter, found: Lookup, key: CacheKey
+    ) -> Reply:
         assert found.entry is not None
         stored = found.entry.response
-        headers = {"x-cache-age": str(int(found.age or 0))}
+        headers = _keyed({"x-cache-age": str(int(found.age or 0))}, key)
+        headers["x-cache-entry"] = str(found.entry.id)  # GET /admin/cache/entries/{id}
         if found.kind == "semantic":
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
         saved = adapter.saved_tokens(stored)
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
+        seen: dict[str, Any] = {"saved_tokens": saved, "lookup": found, "key": key}
         if request.stream:
-            events = _Replayed(adapter.replay(request, stored))
-            return Reply(kind, headers, stream=events, saved_tokens=saved)
-        return Reply(kind, headers, body=adapter.fresh(request, stored), saved_tokens=saved)
+            return Reply(kind, headers, stream=_Replayed(adapter.replay(request, stored)), **seen)
+        return Reply(kind, headers, body=adapter.fresh(request, stored), **seen)
 
 
 class _Relay:
@@ -318,11 +334,13 @@ class _Relay:
             await self._close_stream()
 
     async def _store(self, fold: Any, last: dict[str, Any] | None) -> None:
-        if self._save is None:
-            return
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
         result = fold.result()
+        if result is not None:  # (its usage feeds the ledger, stored or not)
+            self.outcome.usage = result.get("usage")
+        if self._save is None:
+            return
         if result is not None and self._adapter.complete(self._request, result):
             await self._pipeline.store(self._request, self._save, result)
 
@@ -345,6 +363,16 @@ class _Replayed:
 
     async def aclose(self) -> None:
         pass
+
+
+def cache_key_id(key: CacheKey) -> str:
+    """``x-cache-key``: 16 hex digits of the exact key's hash; equal values, same exact key."""
+    return key.exact[:16]
+
+
+def _keyed(headers: Mapping[str, str], key: CacheKey | None) -> dict[str, str]:
+    """``headers`` plus ``x-cache-key`` when the cache was consulted."""
+    return {**headers, "x-cache-key": cache_key_id(key)} if key is not None else dict(headers)
 
 
 def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str], ...]) -> str:

@@ -17,12 +17,16 @@ from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
 
+from .auth import KeyRing, bearer
 from .backend import Backend
 from .config import Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .connections import Connections, StreamWatch
 from .errors import APIError
+from .history import History
+from .ledger import Ledger
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .tracing import Tracing
 from .upstream import ReplicatedBackend, UpstreamBackend
 
 __all__ = ["Runtime"]
@@ -46,7 +50,12 @@ class Runtime:
     #: Requests being answered and streams being sent (disconnects, watchdog, shutdown).
     connections: Connections
     started: float = field(default_factory=time.time)
-    _tenants: dict[str, str] = field(default_factory=dict)
+    keys: KeyRing = field(default_factory=lambda: KeyRing({}, None))
+    #: The dashboard's history ring and the usage ledger (gateway.observe feeds both).
+    history: History = field(default_factory=History)
+    ledger: Ledger = field(default_factory=Ledger)
+    #: OpenTelemetry traces (None: tracing.enabled is false).
+    tracing: Tracing | None = None
 
     @classmethod
     def build(
@@ -95,9 +104,10 @@ class Runtime:
             lambda: _backend_stats(backends),
             _BACKEND_COUNTERS,
         )
-        tenants = {k.key: k.tenant for k in config.auth.keys}
         connections = Connections(config.server.stream_idle_timeout)
-        return cls(config, backends, cache, pipeline, metrics, connections, _tenants=tenants)
+        observers = _observers(config, cache, backends, metrics)
+        keys = KeyRing.from_config(config)
+        return cls(config, backends, cache, pipeline, metrics, connections, keys=keys, **observers)
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -112,6 +122,8 @@ class Runtime:
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
+        if self.tracing is not None:
+            self.tracing.close()  # (exports the spans still batched)
 
     @property
     def streams(self) -> set[StreamWatch]:
@@ -124,12 +136,10 @@ class Runtime:
 
     def authenticate(self, authorization: str | None) -> str:
         """The tenant of a request; raises 401 when keys are configured and this one is not."""
-        if not self._tenants:
+        if not self.keys.has_tenants:
             return "default"
-        token = ""
-        if authorization and authorization[:7].lower() == "bearer ":
-            token = authorization[7:].strip()
-        tenant = self._tenants.get(token)
+        token = bearer(authorization)
+        tenant = self.keys.tenant(token)
         if tenant is None:
             raise APIError(
                 401,
@@ -150,11 +160,36 @@ class Runtime:
             "uptime_s": round(time.time() - self.started, 1),
             "models": list(self.backends),
             "cache": self.cache.stats() if self.cache is not None else None,
+            "ledger": self.ledger.stats(),
         }
         for name, backend in self.backends.items():
             if (backend_stats := backend.stats()) is not None:
                 out.setdefault("backends", {})[name] = backend_stats
         return out
+
+
+def _observers(
+    config: Config, cache: ResponseCache | None, backends: dict[str, Backend], metrics: Metrics
+) -> dict[str, Any]:
+    """The usage ledger (exported in /metrics), the history ring and the tracing, if on."""
+    ledger = Ledger(config.prices)
+    metrics.ledger(ledger)
+    history = History(
+        config.admin.history_interval,
+        config.admin.history_points,
+        gauges=lambda: _history_gauges(cache, backends),
+    )
+    tracing = Tracing(config.tracing) if config.tracing.enabled else None
+    return {"ledger": ledger, "history": history, "tracing": tracing}
+
+
+def _history_gauges(cache: ResponseCache | None, backends: dict[str, Backend]) -> dict[str, float]:
+    """What the dashboard plots as levels: cached answers, and each model's prefix KV stats
+    (bytes and budget, hit and queried tokens, evictions, disk tier)."""
+    out = {"cache_entries": float(cache.stats()["entries"])} if cache is not None else {}
+    for name, stats in _backend_stats(backends).items():
+        out.update({f"{name}\x1f{k}": v for k, v in stats.items() if k.startswith("prefix_")})
+    return out
 
 
 def _backends(

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -41,7 +42,14 @@ if TYPE_CHECKING:
     from .index import Hit, VectorIndex
     from .verifier import PairVerifier
 
-__all__ = ["CacheSettings", "Lookup", "ResponseCache", "SemanticSettings", "score_threshold"]
+__all__ = [
+    "CacheSettings",
+    "Lookup",
+    "Rejection",
+    "ResponseCache",
+    "SemanticSettings",
+    "score_threshold",
+]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,20 @@ class Lookup:
     age: float | None = None
     #: The question's embedding, when one was computed (pass it to ``store``).
     vector: np.ndarray | None = None
+    #: The guard's (or verifier's) probability for a semantic hit (None: it did not run).
+    score: float | None = None
+    #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
+    rejected: Rejection | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A candidate over the threshold that the precision guard (or verifier) rejected."""
+
+    entry: Entry
+    similarity: float
+    reason: str
+    score: float | None
 
 
 @dataclass(slots=True)
@@ -301,6 +323,26 @@ class ResponseCache:
             }
         return out
 
+    # -- inspection (the admin API) -------------------------------------------------------
+
+    async def entries(self) -> AsyncIterator[Entry]:
+        """Every live entry, in the store's order (for listing; reads the whole store)."""
+        async for entry in self._store.entries():
+            yield entry
+
+    async def entry(self, entry_id: int) -> Entry | None:
+        """One entry by id (None when absent or expired); not counted as a lookup or a hit."""
+        entry = await self._store.get(entry_id)
+        return None if entry is None or entry.expired(time.time()) else entry
+
+    async def delete(self, entry_id: int) -> bool:
+        """Drop one entry (and its vector); False when there was none."""
+        if await self._store.get(entry_id) is None:
+            return False
+        await self._store.delete([entry_id])
+        self._dropped([entry_id])
+        return True
+
     # -- StoreListener: changes made by other replicas (Redis) -----------------------------
 
     def on_put(self, entry_id: int, scope: str, vector: bytes | None, vector_model: str) -> None:
@@ -346,15 +388,16 @@ class ResponseCache:
         limit = (self.cosine_threshold if threshold is None else threshold) - _EPSILON
         candidates = await self._candidates(key, hits, limit, now, max_age)
         if self.verifier is not None:
-            found = await self._verified(key, candidates)
+            found, score, rejected = await self._verified(key, candidates)
         else:
-            found = self._guarded(key, vector, candidates)
+            found, score, rejected = self._guarded(key, vector, candidates)
         if found is None:
-            return Lookup("miss", vector=vector)
+            return Lookup("miss", vector=vector, rejected=rejected)
         hit, entry = found
         await self._store.record_hit(entry.id)
         self._counters.hits["semantic"] += 1
-        return Lookup("semantic", entry, hit.similarity, now - entry.created, vector)
+        age = now - entry.created
+        return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
 
     async def _candidates(
         self, key: CacheKey, hits: list[Hit], limit: float, now: float, max_age: float | None
@@ -381,42 +424,48 @@ class ResponseCache:
 
     def _guarded(
         self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]
-    ) -> tuple[Hit, Entry] | None:
+    ) -> _Judged:
         """Without the verifier: the first candidate the guard accepts."""
+        rejected: Rejection | None = None
         for hit, entry in candidates:
+            score: float | None = None
             if self.guard is not None:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity
                 )
+                score = verdict.score
                 if not verdict.accept:
                     self._counters.rejections[verdict.reason] += 1
+                    rejected = Rejection(entry, hit.similarity, verdict.reason, verdict.score)
                     continue
-            return hit, entry
-        return None
+            return (hit, entry), score, rejected
+        return None, None, rejected
 
-    async def _verified(
-        self, key: CacheKey, candidates: list[tuple[Hit, Entry]]
-    ) -> tuple[Hit, Entry] | None:
+    async def _verified(self, key: CacheKey, candidates: list[tuple[Hit, Entry]]) -> _Judged:
         """The hard vetoes, then the verifier on the rest in one batch: the best score at or
         above the score threshold wins."""
         assert self.verifier is not None and self.score_threshold is not None
         judged = []
+        rejected: Rejection | None = None
         for hit, entry in candidates:
             veto = self._veto(entry.question, key.question)
             if veto is None:
                 judged.append((hit, entry))
             else:
                 self._counters.rejections[veto] += 1
+                rejected = rejected or Rejection(entry, hit.similarity, veto, None)
         verifier = self.verifier
         scores = await asyncio.gather(
             *(verifier.verify(e.question, key.question) for _, e in judged)
         )
         best = max(zip(scores, range(len(judged)), strict=True), default=None)
         if best is None or best[0] < self.score_threshold:
-            if judged:
+            if best is not None:
                 self._counters.rejections["verifier"] += 1
-            return None
-        return judged[best[1]]
+                hit, entry = judged[best[1]]
+                rejected = Rejection(entry, hit.similarity, "verifier", float(best[0]))
+            return None, None, rejected
+        return judged[best[1]], float(best[0]), None
 
     def _veto(self, stored: str, new: str) -> str | None:
         """The first of the verifier's veto checks that fails (None: no veto, or guard off)."""
@@ -532,6 +581,10 @@ class ResponseCache:
                 self._counters.expirations += len(gone)
             except Exception:  # a failed sweep must not stop later ones
                 log.exception("cache sweep failed")
+
+
+#: A judged lookup: the winning candidate (or None), its score, the rejection to report.
+_Judged = tuple[tuple["Hit", Entry] | None, float | None, "Rejection | None"]
 
 
 def score_threshold(settings: SemanticSettings, verifier: PairVerifier) -> float:

@@ -162,7 +162,9 @@ def test_upstream_request_id_and_rate_limits_reach_the_sdk_on_a_miss(
     assert "".join(c.choices[0].delta.content or "" for c in streamed.parse() if c.choices)
     hit = ask(c, "Which request was this?")
     assert hit.headers["x-cache"] == "exact"
-    assert "x-request-id" not in hit.headers  # a hit ran no upstream request
+    # a hit ran no upstream request: its id is the gateway's own
+    assert hit.headers["x-request-id"].startswith("req_")
+    assert hit.parse()._request_id != miss.parse()._request_id
 
 
 def test_sdk_does_not_retry_what_the_gateway_already_retried(

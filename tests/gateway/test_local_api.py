@@ -24,6 +24,9 @@ SYSTEM = {
 }
 
 
+ADMIN = {"authorization": "Bearer adm"}
+
+
 def local_config(model_dir: Path, data_dir: Path, **model: Any) -> str:
     settings = {
         "backend": "local",
@@ -36,6 +39,7 @@ def local_config(model_dir: Path, data_dir: Path, **model: Any) -> str:
         "data_dir": str(data_dir),
         "cache": {"semantic": {"enabled": False}},
         "auth": {"keys": [{"key": "key-a", "tenant": "a"}, {"key": "key-b", "tenant": "b"}]},
+        "admin": {"api_key": "adm"},  # (with tenants, tenant keys never open the admin routes)
         "models": {MODEL: settings},
     })  # fmt: skip
 
@@ -58,7 +62,7 @@ def chat(
 
 
 def admin_stats(gw: Gateway) -> dict[str, Any]:
-    return dict(gw.http.get("/admin/stats", headers={"authorization": "Bearer key-a"}).json())
+    return dict(gw.http.get("/admin/stats", headers=ADMIN).json())
 
 
 def usage(response: httpx.Response) -> dict[str, Any]:
@@ -80,7 +84,7 @@ def test_shared_prefix_is_reused_and_reported(gw: Gateway) -> None:
     assert cached >= 60  # the system prompt's tokens came from the prefix KV cache
     assert cached < usage(second)["prompt_tokens"]
     assert second.json()["choices"][0]["message"]["content"]
-    metrics = gw.http.get("/metrics", headers={"authorization": "Bearer key-a"}).text
+    metrics = gw.http.get("/metrics", headers=ADMIN).text
     hit_tokens = [
         line
         for line in metrics.splitlines()
@@ -435,7 +439,7 @@ def test_a_model_that_cannot_load_is_503_and_readyz_says_why(tmp_path: Path) -> 
 
 
 def test_admin_flush_of_the_prefix_cache_alone_keeps_the_answers(gw: Gateway) -> None:
-    admin = {"authorization": "Bearer key-a"}
+    admin = ADMIN
     messages = [SYSTEM, {"role": "user", "content": "Do you sell ladders?"}]
     first = chat(gw, messages)
     assert first.headers["x-cache"] == "miss"
@@ -449,3 +453,13 @@ def test_admin_flush_of_the_prefix_cache_alone_keeps_the_answers(gw: Gateway) ->
     assert usage(fresh)["prompt_tokens_details"]["cached_tokens"] == 0  # its KV did not
     bad = gw.http.post("/admin/cache/flush", json={"answers": "no"}, headers=admin)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "answers"
+
+
+def test_the_ledger_counts_prefix_cached_tokens_per_tenant(gw: Gateway) -> None:
+    before = admin_stats(gw)["ledger"].get("b", {}).get(MODEL, {}).get("prefix_cached_tokens", 0)
+    chat(gw, [SYSTEM, {"role": "user", "content": "Do you sell paint?"}], key="key-b")
+    second = chat(gw, [SYSTEM, {"role": "user", "content": "Do you sell glue?"}], key="key-b")
+    cached = usage(second)["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= 60
+    row = admin_stats(gw)["ledger"]["b"][MODEL]
+    assert row["prefix_cached_tokens"] - before >= cached and row["model_calls"] >= 2

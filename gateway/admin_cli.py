@@ -1,0 +1,268 @@
+"""The operator's commands of the ``cachegate`` CLI: keys, and a running gateway's admin API.
+
+    cachegate key new [--tenant NAME | --admin]    a fresh key, its SHA-256 and the YAML to use
+    cachegate stats [--url URL] [--key KEY]         a terminal summary of a running gateway
+    cachegate cache ls [--namespace NS] [--model M] [--kind exact|semantic] [--search TEXT]
+    cachegate cache show ID | rm ID | flush [--namespace NS] [--prefix]
+
+``--url`` defaults to ``$CACHEGATE_URL`` or http://127.0.0.1:8080 (the admin port, when the
+gateway has one), ``--key`` to ``$CACHEGATE_ADMIN_KEY``. A gateway that cannot be reached or
+refuses the key is one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from .auth import digest, new_key
+
+__all__ = ["add_commands"]
+
+_DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class _Failed(Exception):
+    """One line for stderr: what went wrong talking to the gateway."""
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``key``, ``stats`` and ``cache`` to the CLI's subparsers."""
+    key = commands.add_parser("key", help="make gateway or admin keys (printed with their digest)")
+    key_commands = key.add_subparsers(title="key commands", metavar="ACTION")
+    new = key_commands.add_parser(
+        "new", help="print a fresh random key, its SHA-256 digest and the YAML that uses it"
+    )
+    who = new.add_mutually_exclusive_group()
+    who.add_argument("--tenant", help="the tenant the key belongs to (auth.keys)")
+    who.add_argument("--admin", action="store_true", help="an admin key (admin.api_key_sha256)")
+    new.set_defaults(func=_key_new)
+
+    stats = commands.add_parser("stats", help="a summary of a running gateway (/admin/stats)")
+    _client_options(stats)
+    stats.set_defaults(func=_run(_stats))
+
+    cache = commands.add_parser("cache", help="list, show, remove or flush cached answers")
+    cache_commands = cache.add_subparsers(title="cache commands", metavar="ACTION")
+    ls = cache_commands.add_parser("ls", help="list cached answers, newest first")
+    _client_options(ls)
+    ls.add_argument("--namespace", help='only this namespace ("" is the default one)')
+    ls.add_argument("--model", help="only this model")
+    ls.add_argument("--tenant", help="only this tenant")
+    ls.add_argument("--kind", choices=("exact", "semantic"), help="exact-only or searchable")
+    ls.add_argument("--search", help="question text contains (needs admin.show_text)")
+    ls.add_argument("--limit", type=int, default=20)
+    ls.add_argument("--offset", type=int, default=0)
+    ls.set_defaults(func=_run(_ls))
+    show = cache_commands.add_parser("show", help="one cached answer in full")
+    _client_options(show)
+    show.add_argument("id")
+    show.set_defaults(func=_run(_show))
+    rm = cache_commands.add_parser("rm", help="remove one cached answer")
+    _client_options(rm)
+    rm.add_argument("id")
+    rm.set_defaults(func=_run(_rm))
+    flush = cache_commands.add_parser("flush", help="drop all cached answers (or a namespace)")
+    _client_options(flush)
+    flush.add_argument("--namespace", help='only this namespace ("" is the default one)')
+    flush.add_argument("--prefix", action="store_true", help="also the prefix KV caches")
+    flush.set_defaults(func=_run(_flush))
+
+
+# ---------------------------------------------------------------------------------------------
+# commands
+
+
+def _key_new(args: argparse.Namespace) -> int:
+    key = new_key()
+    print(f"key:    {key}")
+    print(f"sha256: {digest(key)}")
+    print("\n# in cachegate.yaml (the file then holds no secret):")
+    if args.admin:
+        print(f"admin:\n  api_key_sha256: {digest(key)}")
+    else:
+        print(f"auth:\n  keys:\n    - tenant: {args.tenant or 'TENANT'}\n"
+              f"      key_sha256: {digest(key)}")  # fmt: skip
+    return 0
+
+
+def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
+    stats = _get(client, "/admin/stats")
+    cache = stats.get("cache") or {}
+    hits = cache.get("hits") or {}
+    lookups = cache.get("lookups") or 0
+    served = (hits.get("exact") or 0) + (hits.get("semantic") or 0)
+    print(f"gateway {args.url}  up {_duration(stats.get('uptime_s') or 0)}  "
+          f"models: {', '.join(stats.get('models') or [])}")  # fmt: skip
+    if stats.get("cache") is None:
+        print("response cache: off")
+    else:
+        rate = f"{100 * served / lookups:.1f}%" if lookups else "-"
+        print(f"response cache: {cache.get('entries', 0)} answers, {lookups} lookups, hit rate "
+              f"{rate} (exact {hits.get('exact', 0)}, semantic {hits.get('semantic', 0)}), "
+              f"guard rejections {cache.get('guard_rejections', 0)}, "
+              f"semantic tier {cache.get('semantic')}")  # fmt: skip
+    for name, backend in (stats.get("backends") or {}).items():
+        prefix = backend.get("prefix_cache")
+        if prefix:
+            print(f"prefix KV cache of {name}: {_bytes(prefix['bytes'])} of "
+                  f"{_bytes(prefix['max_bytes'])}, hit {prefix['hit_tokens']} of "
+                  f"{prefix['queried_tokens']} tokens, {prefix['evictions']} evictions")  # fmt: skip
+    rows = [
+        [tenant, model, row["requests"], row["calls_avoided"],
+         row["avoided_input_tokens"] + row["avoided_output_tokens"],
+         row["prefix_cached_tokens"] + row["provider_cached_tokens"],
+         row["unread_write_tokens"], f"${row['saved_usd']:.4f}"]
+        for tenant, models in (stats.get("ledger") or {}).items()
+        for model, row in models.items()
+    ]  # fmt: skip
+    if rows:
+        print("\nsavings (usage ledger):")
+        head = ["TENANT", "MODEL", "REQUESTS", "CALLS SAVED", "TOKENS SAVED", "CACHED INPUT",
+                "UNREAD WRITES", "USD SAVED"]  # fmt: skip
+        _table(head, rows)
+
+
+def _ls(client: httpx.Client, args: argparse.Namespace) -> None:
+    params: dict[str, Any] = {"limit": args.limit, "offset": args.offset}
+    for name, param in (("namespace", "namespace"), ("model", "model"), ("tenant", "tenant"),
+                        ("kind", "kind"), ("search", "q")):  # fmt: skip
+        if getattr(args, name) is not None:
+            params[param] = getattr(args, name)
+    page = _get(client, "/admin/cache/entries", params)
+    rows = [
+        [e["id"], e["kind"], e["model"], e["tenant"], e["namespace"] or '""',
+         _duration(e["age_s"]), e["hits"], _cut(e["question"], 50)]
+        for e in page["data"]
+    ]  # fmt: skip
+    _table(["ID", "KIND", "MODEL", "TENANT", "NAMESPACE", "AGE", "HITS", "QUESTION"], rows)
+    shown = f"{page['offset'] + 1}-{page['offset'] + len(rows)}" if rows else "none"
+    print(f"\n{shown} of {page['total']} matching answers")
+
+
+def _show(client: httpx.Client, args: argparse.Namespace) -> None:
+    entry = _get(client, f"/admin/cache/entries/{args.id}")
+    for name in ("id", "kind", "model", "tenant", "namespace", "hits", "finish_reason"):
+        print(f"{name + ':':15}{entry[name]}")
+    created = datetime.datetime.fromtimestamp(entry["created"], datetime.UTC)
+    print(f"{'stored:':15}{created:%Y-%m-%d %H:%M:%S} UTC ({_duration(entry['age_s'])} ago)")
+    expires = entry.get("expires")
+    print(
+        f"{'expires:':15}{'never' if expires is None else _duration(expires - entry['created']) + ' after'}"
+    )
+    print(f"{'usage:':15}{entry.get('usage')}")
+    print(f"{'question:':15}{entry['question']}")
+    print(f"{'answer:':15}{entry['answer']}")
+
+
+def _rm(client: httpx.Client, args: argparse.Namespace) -> None:
+    _call(client, "DELETE", f"/admin/cache/entries/{args.id}")
+    print(f"removed {args.id}")
+
+
+def _flush(client: httpx.Client, args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"prefix": args.prefix}
+    if args.namespace is not None:
+        body["namespace"] = args.namespace
+    result = _call(client, "POST", "/admin/cache/flush", json=body)
+    where = "all namespaces" if args.namespace is None else f"namespace {args.namespace!r}"
+    print(f"flushed {result['flushed']} answers ({where}); "
+          f"prefix KV freed: {_bytes(result['prefix_bytes_freed'])}")  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("CACHEGATE_URL", _DEFAULT_URL),
+        help=f"the gateway (or its admin port); default $CACHEGATE_URL or {_DEFAULT_URL}",
+    )
+    parser.add_argument(
+        "--key",
+        default=os.environ.get("CACHEGATE_ADMIN_KEY"),
+        help="admin key (admin.api_key); default $CACHEGATE_ADMIN_KEY",
+    )
+
+
+def _run(command: Any) -> Any:
+    def run(args: argparse.Namespace) -> int:
+        headers = {"authorization": f"Bearer {args.key}"} if args.key else {}
+        url = args.url.rstrip("/")
+        try:
+            with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+                command(client, args)
+        except _Failed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
+
+    return run
+
+
+def _get(client: httpx.Client, path: str, params: dict[str, Any] | None = None) -> Any:
+    return _call(client, "GET", path, params=params)
+
+
+def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
+    try:
+        response = client.request(method, path, **kwargs)
+    except httpx.HTTPError as exc:
+        raise _Failed(f"cannot reach the gateway at {client.base_url} ({_reason(exc)})") from None
+    if response.status_code in (401, 403):
+        raise _Failed(f"the gateway refused the admin key ({response.status_code}: "
+                      f"{_message(response)}); pass --key or set CACHEGATE_ADMIN_KEY")  # fmt: skip
+    if response.status_code >= 400:
+        raise _Failed(f"{response.status_code}: {_message(response)}")
+    try:
+        return response.json()
+    except ValueError:
+        raise _Failed(f"{client.base_url} did not answer JSON: is it a cachegate?") from None
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:200]
+
+
+def _reason(exc: httpx.HTTPError) -> str:
+    text = str(exc) or type(exc).__name__
+    return "connection refused" if "refused" in text.lower() else text
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) for c in row] for row in [head, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cut(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(float(seconds), 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"

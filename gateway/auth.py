@@ -1,0 +1,80 @@
+"""Who a request is: gateway keys map to tenants, the admin key opens the admin routes.
+
+Keys are kept as SHA-256 digests only, whether the YAML gives the key (``key:``) or its digest
+(``key_sha256:``), so a presented key is hashed once and looked up::
+
+    >>> ring = KeyRing.from_config(config)
+    >>> ring.tenant("sk-team-a")        # "team-a", or None for an unknown key
+    >>> ring.admin_access("sk-admin")   # AdminAccess.GRANTED / DENIED / CLOSED / OPEN
+
+NOTE: the admin policy. With no admin key and no gateway keys the admin routes are open (a
+local gateway). With gateway keys but no admin key they are *closed*: a tenant key never opens
+them, since /admin/cache/* and /metrics span every tenant. docs/security.md explains why.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import secrets
+
+from .config import Config
+
+__all__ = ["AdminAccess", "KeyRing", "bearer", "digest", "new_key"]
+
+
+class AdminAccess(enum.Enum):
+    OPEN = "open"  # no keys configured at all
+    GRANTED = "granted"  # the admin key was presented
+    DENIED = "denied"  # an admin key is configured and this is not it
+    CLOSED = "closed"  # tenants exist and no admin key is configured: nobody gets in
+
+
+class KeyRing:
+    """Digests of the gateway keys (→ tenant) and of the admin key."""
+
+    def __init__(self, tenants: dict[str, str], admin: str | None) -> None:
+        self._tenants = tenants  # sha256 hex digest -> tenant
+        self._admin = admin  # sha256 hex digest, or None
+
+    @classmethod
+    def from_config(cls, config: Config) -> KeyRing:
+        tenants = {k.key_sha256 or digest(k.key or ""): k.tenant for k in config.auth.keys}
+        admin = config.admin.api_key_sha256
+        if admin is None and config.admin.api_key is not None:
+            admin = digest(config.admin.api_key)
+        return cls(tenants, admin)
+
+    @property
+    def has_tenants(self) -> bool:
+        return bool(self._tenants)
+
+    def tenant(self, token: str) -> str | None:
+        """The tenant of gateway key ``token``; None when it is not one."""
+        # NOTE: a dict lookup of the digest: timing tells an attacker about digests of keys
+        # they chose, never about the stored keys themselves.
+        return self._tenants.get(digest(token)) if token else None
+
+    def admin_access(self, token: str) -> AdminAccess:
+        if self._admin is None:
+            return AdminAccess.CLOSED if self._tenants else AdminAccess.OPEN
+        if token and secrets.compare_digest(digest(token), self._admin):
+            return AdminAccess.GRANTED
+        return AdminAccess.DENIED
+
+
+def digest(key: str) -> str:
+    """The SHA-256 hex digest that ``key_sha256`` / ``api_key_sha256`` take."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key(prefix: str = "cg-") -> str:
+    """A fresh random key (256 bits)."""
+    return prefix + secrets.token_urlsafe(32)
+
+
+def bearer(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer ...`` header ("" when there is none)."""
+    if authorization and authorization[:7].lower() == "bearer ":
+        return authorization[7:].strip()
+    return ""

@@ -1,0 +1,220 @@
+"""The dashboard's memory: a bounded ring of per-interval counters, and the recent semantic hits.
+
+Nothing here is a database: ``points`` intervals of ``interval`` seconds are kept (one hour of
+10 s points by default) and the oldest is overwritten. Each point counts answers by tier, model
+and namespace, holds latency histograms (hits vs misses, and time to first token of streams)
+from which percentiles are read, money and tokens saved, and the last gauge readings (prefix
+KV bytes, ...)::
+
+    >>> history = History(interval=10, points=360)
+    >>> history.record(Answer(tier="exact", model="gpt-4o", namespace="", latency=0.002))
+    >>> history.snapshot()["points"][-1]["tiers"]        # {"exact": 1}
+
+Latency percentiles come from fixed log-spaced bins (``_EDGES``): a percentile is the upper
+edge of the bin where the running count reaches it, so it is exact to within one bin (~19%).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Answer", "History", "RecentHit", "describe_text"]
+
+#: The tiers an answer can come from (``x-cache``, with ``coalesced`` split out of ``exact``).
+Tier = Literal["exact", "semantic", "coalesced", "miss", "bypass", "refresh"]
+TIERS: tuple[Tier, ...] = ("exact", "semantic", "coalesced", "miss", "bypass", "refresh")
+_HITS = frozenset({"exact", "semantic", "coalesced"})
+
+#: Latency bin edges in seconds: 0.25 ms to ~2 min, 2**(1/4) apart.
+_EDGES = tuple(0.00025 * 2 ** (i / 4) for i in range(76))
+_QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One answered request, as the history counts it."""
+
+    tier: Tier
+    model: str
+    namespace: str
+    latency: float  # seconds to the body (streams: to the first event)
+    ttft: float | None = None  # streams: seconds to the first token event
+    status: int = 200
+
+
+@dataclass(frozen=True, slots=True)
+class RecentHit:
+    """A semantic hit (``accepted``) or a guard rejection, for the dashboard's table.
+
+    ``question`` / ``stored`` are the texts, or ``describe_text`` of them when texts are hidden.
+    """
+
+    at: float
+    accepted: bool
+    model: str
+    namespace: str
+    question: str
+    stored: str
+    similarity: float
+    score: float | None  # the verifier's probability, when it ran
+    reason: str  # "ok" or the guard's rejection reason
+    age: float | None  # seconds the stored answer had been cached
+    entry_id: int
+
+
+@dataclass(slots=True)
+class _Point:
+    start: float
+    tiers: Counter[str] = field(default_factory=Counter)
+    by_model: Counter[tuple[str, str]] = field(default_factory=Counter)
+    by_namespace: Counter[tuple[str, str]] = field(default_factory=Counter)
+    errors: int = 0
+    latency: dict[str, list[int]] = field(default_factory=dict)  # "hit"/"miss"/"ttft" -> bins
+    saved: Counter[str] = field(default_factory=Counter)  # ledger deltas (tokens, usd)
+    gauges: dict[str, float] = field(default_factory=dict)
+
+
+class History:
+    """The last ``points`` intervals of counters, and the last ``recent`` semantic verdicts."""
+
+    def __init__(
+        self,
+        interval: float = 10.0,
+        points: int = 360,
+        *,
+        recent: int = 50,
+        gauges: Callable[[], dict[str, float]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.interval = interval
+        self._points: deque[_Point] = deque(maxlen=points)
+        self._hits: deque[RecentHit] = deque(maxlen=recent)
+        self._rejections: deque[RecentHit] = deque(maxlen=recent)
+        self._gauges = gauges
+        self._clock = clock
+
+    def record(self, answer: Answer) -> None:
+        point = self._current()
+        point.tiers[answer.tier] += 1
+        point.by_model[(answer.model, answer.tier)] += 1
+        point.by_namespace[(answer.namespace, answer.tier)] += 1
+        if answer.status >= 400:
+            point.errors += 1
+        series = "hit" if answer.tier in _HITS else "miss"
+        _observe(point.latency, series, answer.latency)
+        if answer.ttft is not None:
+            _observe(point.latency, "ttft", answer.ttft)
+
+    def record_saving(self, amounts: dict[str, float]) -> None:
+        """Add the ledger's deltas of one answer (tokens and USD saved) to this interval."""
+        self._current().saved.update({k: v for k, v in amounts.items() if v})
+
+    def record_verdict(self, hit: RecentHit) -> None:
+        (self._hits if hit.accepted else self._rejections).appendleft(hit)
+
+    def snapshot(self, since: float | None = None) -> dict[str, Any]:
+        """The points (oldest first, those starting after ``since``) and the recent verdicts."""
+        self._current()
+        self._sample_gauges()
+        points = [p for p in self._points if since is None or p.start > since]
+        return {
+            "interval_s": self.interval,
+            "points": [_render(p) for p in points],
+            "recent_hits": [_hit(h) for h in self._hits],
+            "recent_rejections": [_hit(h) for h in self._rejections],
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _current(self) -> _Point:
+        now = self._clock()
+        start = math.floor(now / self.interval) * self.interval
+        if not self._points or self._points[-1].start != start:
+            self._points.append(_Point(start))
+            self._sample_gauges()
+        return self._points[-1]
+
+    def _sample_gauges(self) -> None:
+        """Read the gauges (prefix KV bytes, entries, ...) into the current point."""
+        if self._gauges is None or not self._points:
+            return
+        point = self._points[-1]
+        try:
+            point.gauges = self._gauges()
+        except Exception:  # a stats reader must never fail a request
+            point.gauges = {}
+
+
+def describe_text(text: str, show: bool) -> str:
+    """``text`` when texts are shown, else its SHA-256 prefix and length (``sha256:1a2b… 42 chars``)."""
+    if show:
+        return text
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]} ({len(text)} chars)"
+
+
+def percentile(bins: list[int], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of a histogram over ``_EDGES`` (None when it is empty)."""
+    total = sum(bins)
+    if not total:
+        return None
+    rank, running = q * total, 0
+    for i, count in enumerate(bins):
+        running += count
+        if running >= rank and count:
+            return _EDGES[i] if i < len(_EDGES) else _EDGES[-1] * 2
+    return _EDGES[-1]
+
+
+def _observe(latency: dict[str, list[int]], series: str, seconds: float) -> None:
+    bins = latency.get(series)
+    if bins is None:
+        bins = latency[series] = [0] * (len(_EDGES) + 1)
+    bins[bisect.bisect_left(_EDGES, seconds)] += 1  # bin i: (_EDGES[i-1], _EDGES[i]]
+
+
+def _render(point: _Point) -> dict[str, Any]:
+    latency = {
+        series: {f"p{round(q * 100)}": percentile(bins, q) for q in _QUANTILES}
+        | {"count": sum(bins)}
+        for series, bins in point.latency.items()
+    }
+    return {
+        "t": point.start,
+        "tiers": dict(point.tiers),
+        "by_model": _nest(point.by_model),
+        "by_namespace": _nest(point.by_namespace),
+        "errors": point.errors,
+        "latency": latency,
+        "saved": {k: round(v, 6) for k, v in point.saved.items()},
+        "gauges": point.gauges,
+    }
+
+
+def _nest(counts: Counter[tuple[str, str]]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for (name, tier), n in counts.items():
+        out.setdefault(name, {})[tier] = n
+    return out
+
+
+def _hit(hit: RecentHit) -> dict[str, Any]:
+    return {
+        "at": hit.at,
+        "accepted": hit.accepted,
+        "model": hit.model,
+        "namespace": hit.namespace,
+        "question": hit.question,
+        "stored_question": hit.stored,
+        "similarity": round(hit.similarity, 4),
+        "verifier_score": None if hit.score is None else round(hit.score, 4),
+        "reason": hit.reason,
+        "age_s": None if hit.age is None else round(hit.age, 1),
+        "entry_id": str(hit.entry_id),
+    }

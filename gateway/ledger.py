@@ -1,0 +1,229 @@
+"""The usage ledger: one account of tokens and money saved, by tenant and model.
+
+Four things save tokens, and each API reports them its own way; ``usage_of`` normalises them:
+
+- a **response-cache hit** (exact, semantic, coalesced) avoids the whole call: the stored
+  answer's input and output tokens are saved, at the model's input and output prices;
+- the **local prefix KV cache** serves prompt tokens without prefill
+  (``usage.prompt_tokens_details.cached_tokens`` of a local model);
+- a **provider's prompt cache** bills cached input cheaper: OpenAI's
+  ``prompt_tokens_details.cached_tokens`` (Responses: ``input_tokens_details``), Anthropic's
+  ``cache_read_input_tokens``;
+- an Anthropic **cache write** (``cache_creation_input_tokens``) costs *more* than plain input;
+  a write that no later request of the same tenant and model read within ``write_ttl`` is
+  waste, counted as ``unread_write_tokens`` / ``unread_write_usd``.
+
+Prices are USD per million tokens from the YAML ``prices:`` map (unpriced models count tokens,
+and $0)::
+
+    >>> ledger = Ledger({"gpt-4o": Price(input=2.5, cached_input=1.25, output=10)})
+    >>> ledger.record("team-a", "gpt-4o", usage_of(body["usage"]), source="upstream", hit=False)
+    >>> ledger.stats()["team-a"]["gpt-4o"]["saved_usd"]
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .config import Price
+
+__all__ = ["Ledger", "Usage", "usage_of"]
+
+Source = Literal["local", "upstream"]
+
+#: Seconds an Anthropic cache write stays readable (its default 5-minute TTL). NOTE: a write
+#: made with the 1-hour TTL and read after 5 minutes is counted as unread: an over-estimate of
+#: waste, never an under-estimate of cost.
+WRITE_TTL = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One answer's tokens, whichever API reported them.
+
+    ``input_tokens`` counts every prompt token, cached or not (Anthropic reports cache reads
+    and writes apart from ``input_tokens``; they are added back here).
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0  # read from a prompt cache (provider's, or the local prefix cache)
+    cache_write_tokens: int = 0  # written into a provider's prompt cache (Anthropic)
+
+
+def usage_of(usage: Any) -> Usage:
+    """Normalise an OpenAI (chat, completions, Responses) or Anthropic ``usage`` object."""
+    if not isinstance(usage, dict):
+        return Usage()
+    if "cache_read_input_tokens" in usage or "cache_creation_input_tokens" in usage:
+        read, write = (
+            _int(usage.get("cache_read_input_tokens")),
+            _int(usage.get("cache_creation_input_tokens")),
+        )
+        return Usage(_int(usage.get("input_tokens")) + read + write,
+                     _int(usage.get("output_tokens")), read, write)  # fmt: skip
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    output = usage.get("completion_tokens", usage.get("output_tokens"))
+    return Usage(_int(prompt), _int(output), cached)
+
+
+@dataclass(slots=True)
+class _Account:
+    requests: int = 0
+    model_calls: int = 0
+    calls_avoided: int = 0  # response-cache hits
+    input_tokens: int = 0  # of model calls
+    output_tokens: int = 0
+    avoided_input_tokens: int = 0  # of the answers served from the response cache
+    avoided_output_tokens: int = 0
+    prefix_cached_tokens: int = 0  # local prefix KV cache
+    provider_cached_tokens: int = 0  # provider prompt-cache reads
+    cache_write_tokens: int = 0
+    unread_write_tokens: int = 0
+    spent_usd: float = 0.0  # what the model calls cost (estimated from the prices)
+    saved_response_cache_usd: float = 0.0
+    saved_prefix_usd: float = 0.0
+    saved_provider_cache_usd: float = 0.0
+    write_premium_usd: float = 0.0  # paid above the input price for cache writes
+    unread_write_usd: float = 0.0  # the premium of writes never read
+    #: [written at, tokens not yet read] of recent cache writes, oldest first.
+    writes: deque[list[float]] = field(default_factory=deque)
+
+
+class Ledger:
+    """Per (tenant, model) accounts; ``record`` is called once per answered request."""
+
+    def __init__(
+        self,
+        prices: Mapping[str, Price] | None = None,
+        *,
+        write_ttl: float = WRITE_TTL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._prices = dict(prices or {})
+        self._write_ttl = write_ttl
+        self._clock = clock
+        self._accounts: dict[tuple[str, str], _Account] = {}
+
+    def record(
+        self, tenant: str, model: str, usage: Usage, *, source: Source, hit: bool
+    ) -> dict[str, float]:
+        """Account one answer; returns what it saved (``tokens_saved``, ``usd_saved``)."""
+        account = self._accounts.setdefault((tenant, model), _Account())
+        account.requests += 1
+        price = self._prices.get(model, Price())
+        before = _saved(account)
+        if hit:
+            account.calls_avoided += 1
+            account.avoided_input_tokens += usage.input_tokens
+            account.avoided_output_tokens += usage.output_tokens
+            account.saved_response_cache_usd += _usd(usage.input_tokens, price.input) + _usd(
+                usage.output_tokens, price.output
+            )
+        else:
+            self._charge(account, usage, price, source)
+        tokens = usage.input_tokens + usage.output_tokens if hit else usage.cached_tokens
+        return {"tokens_saved": tokens, "usd_saved": _saved(account) - before}
+
+    def stats(self) -> dict[str, dict[str, dict[str, float]]]:
+        """tenant → model → counters (tokens, calls, USD)."""
+        self._expire_writes()
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for (tenant, model), a in sorted(self._accounts.items()):
+            row: dict[str, float] = {
+                k: (round(v, 6) if isinstance(v, float) else v) for k, v in _fields(a).items()
+            }
+            row["saved_usd"] = round(_saved(a), 6)
+            out.setdefault(tenant, {})[model] = row
+        return out
+
+    def series(self) -> dict[str, dict[str, float]]:
+        """The accounts flat, keyed ``tenant\\x1fmodel`` (for labelled /metrics counters)."""
+        return {
+            f"{tenant}\x1f{model}": row
+            for tenant, models in self.stats().items()
+            for model, row in models.items()
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _charge(self, account: _Account, usage: Usage, price: Price, source: Source) -> None:
+        cached_price = price.input if price.cached_input is None else price.cached_input
+        write_price = price.input if price.cache_write is None else price.cache_write
+        account.model_calls += 1
+        account.input_tokens += usage.input_tokens
+        account.output_tokens += usage.output_tokens
+        plain = max(usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
+        saving = _usd(usage.cached_tokens, price.input - cached_price)
+        if source == "local":
+            account.prefix_cached_tokens += usage.cached_tokens
+            account.saved_prefix_usd += saving
+        else:
+            account.provider_cached_tokens += usage.cached_tokens
+            account.saved_provider_cache_usd += saving
+        account.spent_usd += (
+            _usd(plain, price.input)
+            + _usd(usage.cached_tokens, cached_price)
+            + _usd(usage.cache_write_tokens, write_price)
+            + _usd(usage.output_tokens, price.output)
+        )
+        self._expire_writes()
+        if usage.cached_tokens:
+            _read_writes(account, usage.cached_tokens)
+        if usage.cache_write_tokens:
+            account.cache_write_tokens += usage.cache_write_tokens
+            account.write_premium_usd += _usd(usage.cache_write_tokens, write_price - price.input)
+            account.writes.append([self._clock(), float(usage.cache_write_tokens)])
+
+    def _expire_writes(self) -> None:
+        """Writes older than ``write_ttl`` with tokens left unread become waste."""
+        cutoff = self._clock() - self._write_ttl
+        for (_tenant, model), account in self._accounts.items():
+            price = self._prices.get(model, Price())
+            premium = (
+                price.input if price.cache_write is None else price.cache_write
+            ) - price.input
+            while account.writes and account.writes[0][0] < cutoff:
+                _, left = account.writes.popleft()
+                account.unread_write_tokens += int(left)
+                account.unread_write_usd += _usd(int(left), premium)
+
+
+def _read_writes(account: _Account, tokens: int) -> None:
+    """A cache read consumes the oldest live writes of this tenant and model."""
+    left = float(tokens)
+    while left > 0 and account.writes:
+        write = account.writes[0]
+        taken = min(write[1], left)
+        write[1] -= taken
+        left -= taken
+        if write[1] <= 0:
+            account.writes.popleft()
+
+
+def _saved(a: _Account) -> float:
+    """Net USD saved: the three savings, less the premium of cache writes."""
+    return (
+        a.saved_response_cache_usd
+        + a.saved_prefix_usd
+        + a.saved_provider_cache_usd
+        - a.write_premium_usd
+    )
+
+
+def _fields(a: _Account) -> dict[str, Any]:
+    return {k: getattr(a, k) for k in a.__slots__ if k != "writes"}
+
+
+def _usd(tokens: int, per_million: float) -> float:
+    return tokens * per_million / 1_000_000
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

@@ -1,0 +1,143 @@
+"""What every answered request leaves behind: a history point, a ledger entry, a log line.
+
+The HTTP layer calls ``observe`` once per request, when its answer is complete (a JSON body
+sent, or a stream ended), with what it measured; this module decides what the dashboard's
+history, the usage ledger and the semantic-verdict table learn from it::
+
+    >>> observe(runtime, Seen(route, request_id, tenant, model, namespace, status=200,
+    ...                       latency=0.004), reply)
+
+NOTE: never raises: observability must not fail a request that was answered.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from semantic.cache import Lookup
+
+from .config import LocalModelConfig
+from .history import Answer, RecentHit, Tier, describe_text
+from .ledger import usage_of
+
+if TYPE_CHECKING:
+    from .canonical import Reply
+    from .runtime import Runtime
+    from .tracing import RequestTrace
+
+__all__ = ["Seen", "observe", "request_id"]
+
+log = logging.getLogger("cachegate.requests")
+
+_CLIENT_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the HTTP layer measured about one request."""
+
+    route: str
+    request_id: str
+    tenant: str
+    model: str  # "" when the request named no configured model
+    namespace: str
+    status: int
+    latency: float  # seconds to the complete answer (streams: to their end)
+    ttft: float | None = None  # streams: seconds to the first event
+    trace: RequestTrace | None = None  # its OpenTelemetry span, when tracing is on
+    upstream_id: str = ""  # the provider's x-request-id of a fresh upstream answer
+
+
+def request_id(incoming: str | None) -> str:
+    """``x-request-id``: the client's own when it sent a sane one, else a fresh one."""
+    if incoming and _CLIENT_ID.fullmatch(incoming):
+        return incoming
+    return "req_" + secrets.token_hex(12)
+
+
+def observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any = None) -> None:
+    """Count one answered request (``reply`` None: it failed before an answer).
+
+    ``usage``: the answer's usage object when the reply does not carry it (a stream's).
+    """
+    try:
+        _observe(runtime, seen, reply, usage)
+    except Exception:  # NOTE: see the module docstring
+        log.exception("observing request %s failed", seen.request_id)
+
+
+def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> None:
+    tier: Tier = "bypass" if reply is None else reply.cache
+    if reply is not None and reply.coalesced:
+        tier = "coalesced"
+    runtime.history.record(
+        Answer(tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)
+    )
+    log.info(
+        "%s %s model=%s cache=%s status=%d %.1fms%s",
+        seen.request_id, seen.route, seen.model or "-", tier, seen.status,
+        seen.latency * 1000, f" upstream_request_id={seen.upstream_id}" if seen.upstream_id else "",
+    )  # fmt: skip
+    local = isinstance(runtime.config.models.get(seen.model), LocalModelConfig)
+    answered = reply is not None and seen.status < 400 and bool(seen.model)
+    hit = tier in ("exact", "semantic", "coalesced")
+    if answered and reply is not None:
+        if hit and reply.lookup is not None and reply.lookup.entry is not None:
+            usage = reply.lookup.entry.response.get("usage")
+        elif usage is None and reply.body is not None:
+            usage = reply.body.get("usage")
+    counted = usage_of(usage) if answered and usage is not None else None
+    if seen.trace is not None:
+        similarity = (
+            reply.lookup.similarity if reply and reply.lookup and tier == "semantic" else None
+        )
+        provider = "cachegate" if hit else "cachegate.local" if local else "openai"
+        seen.trace.end(status=seen.status, cache=tier, provider=provider, usage=counted,
+                       similarity=similarity)  # fmt: skip
+    if counted is None or reply is None:
+        return
+    saved = runtime.ledger.record(
+        seen.tenant, seen.model, counted, source="local" if local else "upstream", hit=hit
+    )
+    runtime.history.record_saving(saved)
+    if reply.lookup is not None and reply.key is not None:
+        _verdict(runtime, seen, reply.lookup, reply.key.question)
+
+
+def _verdict(runtime: Runtime, seen: Seen, lookup: Lookup, question: str) -> None:
+    """A semantic hit, or the guard's rejection of the nearest entry, for the dashboard."""
+    show = runtime.config.admin.show_text
+    if lookup.kind == "semantic" and lookup.entry is not None:
+        entry, similarity, score, reason = (
+            lookup.entry,
+            lookup.similarity or 0.0,
+            lookup.score,
+            "ok",
+        )
+        accepted = True
+    elif lookup.rejected is not None:
+        rejected = lookup.rejected
+        entry, similarity, score = rejected.entry, rejected.similarity, rejected.score
+        reason, accepted = rejected.reason, False
+    else:
+        return
+    runtime.history.record_verdict(
+        RecentHit(
+            at=time.time(),
+            accepted=accepted,
+            model=seen.model,
+            namespace=seen.namespace,
+            question=describe_text(question, show),
+            stored=describe_text(entry.question, show),
+            similarity=similarity,
+            score=score,
+            reason=reason,
+            age=time.time() - entry.created,
+            entry_id=entry.id,
+        )
+    )

@@ -1,0 +1,243 @@
+"""Admin access with tenants, cache inspection (HTTP and CLI), debugging headers, history."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.cli import main
+from tests.fake_upstream import FakeUpstream
+
+KEY_B_DIGEST = hashlib.sha256(b"key-b").hexdigest()
+TENANTS = f"""
+auth:
+  keys:
+    - {{key: key-a, tenant: a}}
+    - {{key_sha256: {KEY_B_DIGEST}, tenant: b}}
+"""
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def test_tenant_keys_never_open_admin_routes(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(TENANTS)
+    assert gw.chat("hi", headers=bearer("key-b")).status_code == 200  # a key given as digest
+    assert gw.chat("hi", headers=bearer(hashlib.sha256(b"key-b").hexdigest())).status_code == 401
+    for key in ("key-a", "key-b", ""):
+        for method, path in (("GET", "/admin/stats"), ("POST", "/admin/cache/flush"),
+                             ("GET", "/metrics"), ("GET", "/admin/cache/entries")):  # fmt: skip
+            response = gw.http.request(method, path, headers=bearer(key) if key else None)
+            assert response.status_code == 403, (key, path)
+            assert response.json()["error"]["code"] == "admin_closed"
+    assert gw.http.get("/dashboard?key=key-a").status_code == 403
+
+
+def test_admin_key_as_digest(make_gateway: Any, upstream: FakeUpstream) -> None:
+    digest = hashlib.sha256(b"the-admin").hexdigest()
+    gw = make_gateway(TENANTS + f"admin: {{api_key_sha256: {digest}}}\n")
+    assert gw.http.get("/admin/stats", headers=bearer("key-a")).status_code == 401
+    assert gw.http.get("/admin/stats", headers=bearer(digest)).status_code == 401
+    assert gw.http.get("/admin/stats", headers=bearer("the-admin")).status_code == 200
+    assert gw.http.get("/dashboard?key=the-admin").status_code == 200
+
+
+def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["key", "new", "--tenant", "team-a"]) == 0
+    out = capsys.readouterr().out
+    key = out.split("key:", 1)[1].split()[0]
+    digest = out.split("sha256:", 1)[1].split()[0]
+    assert hashlib.sha256(key.encode()).hexdigest() == digest and len(key) > 40
+    assert f"key_sha256: {digest}" in out and "tenant: team-a" in out
+    assert main(["key", "new", "--admin"]) == 0
+    assert "api_key_sha256:" in capsys.readouterr().out
+
+
+def test_serve_says_who_can_open_the_admin_routes(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+    config.write_text(
+        f"data_dir: {tmp_path}\ncache: {{enabled: false}}\nmodels: {{m: {model}}}\n" + TENANTS
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        lines = [process.stderr.readline() for _ in range(2)]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    said = " ".join(lines)
+    assert "admin routes" in said and "CLOSED" in said and "admin.api_key" in said
+
+
+def test_debug_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    first = gw.chat("what is the key?")
+    assert first.headers["x-cache"] == "miss" and first.headers["x-request-id"].startswith("req_")
+    again = gw.chat("what is the key?", headers={"x-request-id": "client-42"})
+    assert again.headers["x-cache"] == "exact" and again.headers["x-request-id"] == "client-42"
+    assert again.headers["x-cache-key"] == first.headers["x-cache-key"]
+    assert len(first.headers["x-cache-key"]) == 16
+    assert gw.chat("another question").headers["x-cache-key"] != first.headers["x-cache-key"]
+    entry = gw.http.get(f"/admin/cache/entries/{again.headers['x-cache-entry']}").json()
+    assert entry["hits"] == 1 and entry["model"] == "fake-model"
+    error = gw.chat("x", model="no-such-model", headers={"x-request-id": "bad id with spaces"})
+    assert error.status_code == 404 and error.headers["x-request-id"].startswith("req_")
+    streamed = gw.chat("what is the key?", stream=True)
+    assert streamed.headers["x-cache"] == "exact" and streamed.headers["x-request-id"]
+
+
+def test_request_ids_are_logged_and_the_upstreams_is_kept(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = make_gateway()
+    caplog.set_level(logging.INFO, logger="cachegate.requests")
+    miss = gw.chat("whose id is it?", headers={"x-request-id": "mine-1"})
+    # a fresh upstream answer keeps the provider's id; the gateway's is next to it
+    assert miss.headers["x-request-id"].startswith("req_chatcmpl")
+    assert miss.headers["x-cachegate-request-id"] == "mine-1"
+    hit = gw.chat("whose id is it?", headers={"x-request-id": "mine-2"})
+    assert hit.headers["x-request-id"] == "mine-2" and "x-cachegate-request-id" not in hit.headers
+    logged = [r.getMessage() for r in caplog.records if r.name == "cachegate.requests"]
+    assert any(m.startswith("mine-1 /v1/chat/completions") and "cache=miss" in m
+               and f"upstream_request_id={miss.headers['x-request-id']}" in m for m in logged)  # fmt: skip
+    assert any(m.startswith("mine-2 ") and "cache=exact" in m for m in logged)
+
+
+def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    for i in range(3):
+        gw.chat(f"question {i}", headers={"x-cache-namespace": "ns1" if i else ""})
+    page = gw.http.get("/admin/cache/entries", params={"limit": 2}).json()
+    assert page["total"] == 3 and len(page["data"]) == 2 and page["has_more"]
+    newest = page["data"][0]
+    # texts hidden by default: a hash and a length
+    assert newest["question"].startswith("sha256:") and "(10 chars)" in newest["question"]
+    assert newest["kind"] == "exact" and newest["model"] == "fake-model"
+    assert gw.http.get("/admin/cache/entries", params={"namespace": "ns1"}).json()["total"] == 2
+    assert gw.http.get("/admin/cache/entries", params={"namespace": ""}).json()["total"] == 1
+    assert gw.http.get("/admin/cache/entries", params={"model": "other"}).json()["total"] == 0
+    assert gw.http.get("/admin/cache/entries", params={"q": "question"}).status_code == 403
+    assert gw.http.get("/admin/cache/entries", params={"limit": 0}).status_code == 400
+    assert gw.http.get("/admin/cache/entries", params={"kind": "odd"}).status_code == 400
+    shown = gw.http.get(f"/admin/cache/entries/{newest['id']}").json()
+    assert shown["id"] == newest["id"] and shown["response"] is None  # (text hidden)
+    assert gw.http.delete(f"/admin/cache/entries/{newest['id']}").json()["deleted"] is True
+    assert gw.http.get(f"/admin/cache/entries/{newest['id']}").status_code == 404
+    assert gw.http.delete(f"/admin/cache/entries/{newest['id']}").status_code == 404
+    assert gw.http.get("/admin/cache/entries/not-a-number").status_code == 404
+    assert gw.chat("question 2", headers={"x-cache-namespace": "ns1"}).headers["x-cache"] == "miss"
+
+
+def test_entries_show_text_when_configured(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("admin: {show_text: true}")
+    gw.chat("Where is the Eiffel tower?")
+    gw.chat("Who painted the Mona Lisa?")
+    found = gw.http.get("/admin/cache/entries", params={"q": "eiffel"}).json()
+    assert found["total"] == 1 and found["data"][0]["question"] == "Where is the Eiffel tower?"
+    shown = gw.http.get(f"/admin/cache/entries/{found['data'][0]['id']}").json()
+    assert "Eiffel" in shown["answer"] and shown["response"]["choices"]
+
+
+def test_cli_against_a_running_gateway(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gw = make_gateway("admin: {api_key: adm, show_text: true}")
+    gw.chat("How tall is Mont Blanc?")
+    gw.chat("How tall is Mont Blanc?")
+    url = ["--url", gw.url, "--key", "adm"]
+    assert main(["stats", *url]) == 0
+    out = capsys.readouterr().out
+    assert "hit rate 50.0%" in out and "fake-model" in out and "CALLS SAVED" in out
+    assert main(["cache", "ls", *url]) == 0
+    out = capsys.readouterr().out
+    assert "How tall is Mont Blanc?" in out and "1 of 1 matching" in out
+    entry_id = out.splitlines()[1].split()[0]
+    assert main(["cache", "show", entry_id, *url]) == 0
+    assert "question:      How tall is Mont Blanc?" in capsys.readouterr().out
+    assert main(["cache", "rm", entry_id, *url]) == 0
+    assert main(["cache", "rm", entry_id, *url]) == 1
+    assert "No cached answer" in capsys.readouterr().err
+    gw.chat("Another one")
+    assert main(["cache", "flush", *url]) == 0
+    assert "flushed 1 answers" in capsys.readouterr().out
+    # a wrong key, and a gateway that is not there: one line each
+    assert main(["stats", "--url", gw.url, "--key", "wrong"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "refused the admin key (401" in err
+    assert main(["stats", "--url", "http://127.0.0.1:9", "--key", "adm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot reach the gateway" in err
+
+
+def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    gw.chat("history one")
+    gw.chat("history one")
+    gw.chat("history one", stream=True)
+    gw.chat("bypassed", headers={"cache-control": "no-cache, no-store"})
+    gw.chat("x", model="missing")
+    history = gw.http.get("/admin/history").json()
+    tiers: dict[str, int] = {}
+    for point in history["points"]:
+        for tier, n in point["tiers"].items():
+            tiers[tier] = tiers.get(tier, 0) + n
+    assert tiers == {"miss": 1, "exact": 2, "bypass": 2}
+    last = history["points"][-1]
+    assert last["by_model"]["fake-model"] == {"miss": 1, "exact": 2, "bypass": 1}
+    assert last["errors"] == 1
+    assert last["latency"]["hit"]["count"] == 2 and last["latency"]["hit"]["p50"] > 0
+    assert last["latency"]["ttft"]["count"] == 1
+    assert history["interval_s"] == 10
+    later = gw.http.get("/admin/history", params={"since": time.time() + 60}).json()
+    assert later["points"] == []
+
+
+def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("prices: {fake-model: {input: 2.0, cached_input: 0.5, output: 8.0}}")
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
+             "prompt_tokens_details": {"cached_tokens": 800}}  # fmt: skip
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
+              "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
+              "message": {"role": "assistant", "content": "cached upstream"}}]}  # fmt: skip
+    raw = {"raw": {"body": json.dumps(answer)}}
+    assert gw.chat("priced", fake=raw).headers["x-cache"] == "miss"
+    assert gw.chat("priced", fake=raw).headers["x-cache"] == "exact"
+    row = gw.http.get("/admin/stats").json()["ledger"]["default"]["fake-model"]
+    assert row["model_calls"] == 1 and row["calls_avoided"] == 1
+    assert row["provider_cached_tokens"] == 800
+    assert row["saved_provider_cache_usd"] == pytest.approx(800 * 1.5 / 1e6)
+    assert row["saved_response_cache_usd"] == pytest.approx((1000 * 2 + 100 * 8) / 1e6)
+    assert row["spent_usd"] == pytest.approx((200 * 2 + 800 * 0.5 + 100 * 8) / 1e6)
+    metrics = gw.http.get("/metrics").text
+    line = 'cachegate_ledger_calls_avoided_total{model="fake-model",tenant="default"} 1.0'
+    assert line in metrics
+    assert sum(p["saved"].get("usd_saved", 0) for p in gw.http.get("/admin/history").json()[
+        "points"]) == pytest.approx(row["saved_usd"])  # fmt: skip
+
+
+def test_entries_of_a_redis_cache(
+    make_gateway: Any, upstream: FakeUpstream, redis_server: Any
+) -> None:
+    gw = make_gateway(f"cache: {{backend: redis, redis: {{url: '{redis_server.url}'}}}}")
+    for question in ("red one", "red two"):
+        gw.chat(question)
+    page = gw.http.get("/admin/cache/entries").json()
+    assert page["total"] == 2 and {e["kind"] for e in page["data"]} == {"exact"}
+    gone = page["data"][1]["id"]
+    assert gw.http.delete(f"/admin/cache/entries/{gone}").status_code == 200
+    assert gw.http.get(f"/admin/cache/entries/{gone}").status_code == 404
+    assert gw.http.get("/admin/cache/entries").json()["total"] == 1

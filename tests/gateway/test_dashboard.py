@@ -1,0 +1,61 @@
+"""The dashboard in a real browser (Debian's chromium, headless, driven over CDP)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.browser import Browser
+from tests.fake_upstream import FakeUpstream
+
+#: Set to a path (docs/dashboard.png) to keep the screenshot the test takes.
+SCREENSHOT = os.environ.get("CACHEGATE_SCREENSHOT")
+
+
+def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_path: Path) -> None:
+    gw = make_gateway(
+        "admin: {api_key: adm, show_text: true, history_interval: 1}\n"
+        "prices: {fake-model: {input: 2.5, cached_input: 1.25, output: 10}}",
+        semantic=True,
+    )
+    auth = {"authorization": "Bearer adm"}
+    assert gw.chat("How do I reset my password?").headers["x-cache"] == "miss"
+    assert gw.chat("How do I reset my password?").headers["x-cache"] == "exact"
+    hit = gw.chat("How can I reset my password?")
+    assert hit.headers["x-cache"] == "semantic"
+    time.sleep(1.1)  # (the next answers land in the history's next point: a line, not a dot)
+    gw.chat("What is the capital of France?", stream=True)
+    gw.chat("What is the capital of France?", stream=True)
+    gw.chat("Is it cheaper to fly on a Tuesday?", headers={"x-cache-namespace": "travel"})
+    rejected = gw.chat(
+        "Is it cheaper to fly on a Wednesday?", headers={"x-cache-namespace": "travel"}
+    )
+    assert rejected.headers["x-cache"] == "miss"
+    time.sleep(1.1)
+    gw.chat("How can I reset my password?")
+    assert gw.http.get("/admin/history", headers=auth).json()["recent_hits"]
+
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard?key=adm")
+        page.wait_for("document.querySelector('#hits table') !== null")
+        # the semantic hit this test made, with both questions side by side
+        row = page.evaluate("document.querySelector('#hits table tr:nth-child(2)').innerText")
+        assert "How can I reset my password?" in row and "How do I reset my password?" in row
+        assert hit.headers["x-cache-similarity"] in row
+        # charts have data: a drawn line in the tier and latency charts, ledger rows
+        for chart in ("chart-tiers", "chart-latency", "chart-saved"):
+            page.wait_for(f"document.querySelectorAll('#{chart} path').length > 0")
+        legend = page.evaluate("document.getElementById('legend-tiers').innerText")
+        assert "semantic" in legend and "miss" in legend
+        ledger = page.evaluate("document.getElementById('ledger').innerText")
+        assert "fake-model" in ledger and "default" in ledger
+        cards = page.evaluate("document.getElementById('cards').innerText")
+        assert "hit rate" in cards and "%" in cards
+        page.screenshot(tmp_path / "dashboard.png")
+        assert page.errors == []
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+    if SCREENSHOT:
+        shutil.copy(tmp_path / "dashboard.png", SCREENSHOT)

@@ -1,0 +1,69 @@
+"""The usage ledger and the history ring, unit by unit (the HTTP path is in test_admin.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import Price
+from gateway.history import Answer, History, percentile
+from gateway.ledger import Ledger, Usage, usage_of
+
+
+def test_usage_of_each_api() -> None:
+    openai_chat = {"prompt_tokens": 120, "completion_tokens": 30,
+                   "prompt_tokens_details": {"cached_tokens": 64}}  # fmt: skip
+    assert usage_of(openai_chat) == Usage(120, 30, 64, 0)
+    responses = {"input_tokens": 50, "output_tokens": 5,
+                 "input_tokens_details": {"cached_tokens": 32}}  # fmt: skip
+    assert usage_of(responses) == Usage(50, 5, 32, 0)
+    # Anthropic: input_tokens excludes what was read from or written to its cache
+    anthropic = {"input_tokens": 10, "output_tokens": 7, "cache_read_input_tokens": 900,
+                 "cache_creation_input_tokens": 100}  # fmt: skip
+    assert usage_of(anthropic) == Usage(1010, 7, 900, 100)
+    assert usage_of(None) == Usage() and usage_of({"prompt_tokens": "x"}) == Usage()
+
+
+def test_anthropic_cache_writes_read_and_unread() -> None:
+    now = [1000.0]
+    price = Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0)
+    ledger = Ledger({"claude": price}, write_ttl=300, clock=lambda: now[0])
+    write = {"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 2000}
+    ledger.record("a", "claude", usage_of(write), source="upstream", hit=False)
+    now[0] += 60
+    read = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1500}
+    ledger.record("a", "claude", usage_of(read), source="upstream", hit=False)
+    ledger.record("b", "claude", usage_of(write), source="upstream", hit=False)  # never read
+    now[0] += 301
+    a, b = ledger.stats()["a"]["claude"], ledger.stats()["b"]["claude"]
+    assert a["cache_write_tokens"] == 2000 and a["provider_cached_tokens"] == 1500
+    assert a["unread_write_tokens"] == 500  # what the one read did not cover
+    assert b["unread_write_tokens"] == 2000
+    assert b["unread_write_usd"] == pytest.approx(2000 * 0.75 / 1e6)
+    premium, read_saving = 2000 * 0.75 / 1e6, 1500 * 2.7 / 1e6
+    assert a["saved_usd"] == pytest.approx(read_saving - premium)
+    assert b["saved_usd"] == pytest.approx(-premium)  # a write nobody read only cost money
+
+
+def test_hits_and_local_prefix_tokens() -> None:
+    ledger = Ledger({"m": Price(input=1.0, output=2.0)})
+    saved = ledger.record("t", "m", Usage(100, 10), source="upstream", hit=True)
+    assert saved == {"tokens_saved": 110, "usd_saved": pytest.approx(120 / 1e6)}
+    ledger.record("t", "local", Usage(300, 20, 256), source="local", hit=False)
+    row = ledger.stats()["t"]["local"]
+    assert row["prefix_cached_tokens"] == 256 and row["saved_usd"] == 0  # unpriced: tokens only
+    assert ledger.stats()["t"]["m"]["avoided_output_tokens"] == 10
+
+
+def test_history_ring_is_bounded_and_percentiles_are_binned() -> None:
+    now = [0.0]
+    history = History(interval=10, points=3, clock=lambda: now[0])
+    for step in range(6):
+        now[0] = step * 10.0
+        history.record(Answer("miss", "m", "", latency=0.1 * (step + 1)))
+        history.record(Answer("exact", "m", "", latency=0.001))
+    points = history.snapshot()["points"]
+    assert [p["t"] for p in points] == [30.0, 40.0, 50.0]  # the oldest went
+    assert points[-1]["tiers"] == {"miss": 1, "exact": 1}
+    p50 = points[-1]["latency"]["miss"]["p50"]
+    assert 0.6 <= p50 <= 0.6 * 2**0.25  # the bin's upper edge, within one bin
+    assert percentile([0] * 10, 0.5) is None

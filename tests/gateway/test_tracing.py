@@ -1,0 +1,100 @@
+"""OpenTelemetry traces: one span per request, a child per tier, GenAI attributes, OTLP export."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from gateway.config import TracingConfig
+from gateway.tracing import Tracing
+from tests.fake_upstream import FakeUpstream
+
+
+def traced(gw: Any) -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    gw.runtime.tracing = Tracing(TracingConfig(enabled=True), exporter=exporter)
+    return exporter
+
+
+def by_trace(exporter: InMemorySpanExporter) -> dict[int, dict[str, Any]]:
+    traces: dict[int, dict[str, Any]] = {}
+    for span in exporter.get_finished_spans():
+        assert span.context is not None
+        traces.setdefault(span.context.trace_id, {})[span.name] = span
+    return traces
+
+
+def test_a_span_per_request_and_per_tier(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway()
+    exporter = traced(gw)
+    assert gw.chat("trace me").headers["x-cache"] == "miss"
+    assert gw.chat("trace me").headers["x-cache"] == "exact"
+    miss, hit = sorted(by_trace(exporter).values(), key=lambda t: len(t), reverse=True)
+    assert set(miss) == {"chat fake-model", "cache.lookup", "model", "cache.store"}
+    assert set(hit) == {"chat fake-model", "cache.lookup"}
+    root = miss["chat fake-model"]
+    for child in ("cache.lookup", "model", "cache.store"):
+        assert miss[child].parent.span_id == root.context.span_id
+    attributes = root.attributes
+    assert attributes["gen_ai.operation.name"] == "chat"
+    assert attributes["gen_ai.request.model"] == "fake-model"
+    assert attributes["gen_ai.usage.input_tokens"] == 11
+    assert attributes["gen_ai.usage.output_tokens"] > 0
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 0
+    assert (
+        attributes["cachegate.cache"] == "miss" and attributes["http.response.status_code"] == 200
+    )
+    assert miss["cache.lookup"].attributes["cachegate.cache"] == "miss"
+    assert hit["chat fake-model"].attributes["cachegate.cache"] == "exact"
+    # a stream's span ends with the stream, and an error is a span too
+    gw.chat("streamed", stream=True).read()
+    gw.chat("x", model="missing")
+    names = [s.name for s in exporter.get_finished_spans()]
+    assert names.count("chat fake-model") == 3 and "chat missing" in names
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        _Collector.received.append(body)
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def collector() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Collector.received = []
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    server.shutdown()
+
+
+def test_spans_are_exported_over_otlp(
+    make_gateway: Any, upstream: FakeUpstream, collector: str
+) -> None:
+    gw = make_gateway(f"tracing: {{enabled: true, endpoint: '{collector}', service_name: cg-test}}")
+    assert gw.chat("exported").status_code == 200
+    gw.stop()  # shutting down exports what is batched
+    names, services = set(), set()
+    for body in _Collector.received:
+        request = ExportTraceServiceRequest.FromString(body)
+        for resource_spans in request.resource_spans:
+            services |= {a.value.string_value for a in resource_spans.resource.attributes
+                         if a.key == "service.name"}  # fmt: skip
+            names |= {s.name for scope in resource_spans.scope_spans for s in scope.spans}
+    assert services == {"cg-test"}
+    assert {"chat fake-model", "cache.lookup", "model", "cache.store"} <= names
