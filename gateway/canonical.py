@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from semantic.cache import Lookup
-    from semantic.keys import CacheKey
+    from semantic.keys import CacheKey, ContextMode
 
     from .errors import APIError
 
@@ -223,7 +223,9 @@ class Adapter(Wire, Protocol):
     API (``kind``) is part of every cache scope.
     """
 
-    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey: ...
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey: ...
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
         """Whether ``answer`` is complete and successful (only such answers are stored)."""

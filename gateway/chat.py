@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
-from semantic.keys import CacheKey, chat_key, completion_key
+from semantic.keys import CacheKey, ContextMode, chat_key, completion_key
 
 from .canonical import GatewayRequest
 from .errors import APIError, sse_error
@@ -32,10 +32,13 @@ class ChoicesAdapter:
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
         return parse_request(self.kind, raw, headers, tenant)
 
-    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey:
         ns = request.control.namespace
         if self.kind == "chat":
-            return chat_key(request.tenant, ns, request.model, request.body, context_turns)
+            body = request.body
+            return chat_key(request.tenant, ns, request.model, body, context_turns, context)
         return completion_key(request.tenant, ns, request.model, request.body)
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:

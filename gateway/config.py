@@ -303,9 +303,23 @@ class ExactCacheConfig(_Base, frozen=True):
 
 class SemanticCacheConfig(_Base, frozen=True):
     enabled: bool = True
-    #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
-    #: 0.8 is tuned together with the guard; without the guard, 0.9 or more is advisable.
-    threshold: Fraction = 0.8
+    #: Cosine similarity a stored question needs before it is judged (0 and 1 are valid). With
+    #: the verifier it is a recall-oriented pre-filter; None: the verifier's calibrated floor
+    #: (0.8, tuned with the guard, when the verifier is off; then 0.9+ without the guard).
+    threshold: Fraction | None = None
+    #: The answer-equivalence verifier (a cross-encoder): "off" (the guard alone decides, as
+    #: before), "bundled" or a model directory. Off by default: the shipped weights do not yet
+    #: beat the guard on the held-out sets (docs/benchmarks.md).
+    verifier: str = "off"
+    #: The verifier score a hit needs; None: from max_wrong_rate, else the shipped default.
+    verifier_threshold: Fraction | None = None
+    #: Target share of wrong hits among non-equivalent candidates (e.g. 0.01), mapped to a
+    #: score threshold through the calibration table shipped with the verifier.
+    max_wrong_rate: Fraction | None = None
+    #: Where earlier turns go: "verify" (compared by the verifier, so a reworded history can
+    #: hit) or "exact" (conservative: part of the exact scope, only an identical history hits).
+    #: "verify" needs the verifier (with verifier: off it behaves as "exact").
+    context: Literal["verify", "exact"] = "exact"
     #: Run the precision guard after the threshold (rejects negations, changed numbers, ...).
     guard: bool = True
     #: Probability the guard's learned verifier needs to accept a hit; None: the tuned value
@@ -313,7 +327,8 @@ class SemanticCacheConfig(_Base, frozen=True):
     guard_min_score: Fraction | None = None
     #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.
     embedding_model: str = "bundled"
-    #: Earlier messages (before the last user turn) that belong to the scope; None: all.
+    #: Earlier messages (before the last user turn) that are matched: compared by the verifier
+    #: (context "verify"; None: the last 4) or part of the scope (context "exact"; None: all).
     context_turns: NonNegativeInt | None = None
     #: Entries of one scope above which its search switches from exact to HNSW (exact search
     #: costs ~0.3 ms at 8k entries and grows linearly; HNSW takes 0.14 ms at 100k).
@@ -445,8 +460,17 @@ def load_config_text(
     return _resolve_paths(config, base_dir or Path.cwd())
 
 
+def _verifier_switch(raw: dict[str, Any]) -> dict[str, Any]:
+    """``cache.semantic.verifier: off`` unquoted is YAML's false: read it as "off"."""
+    cache = raw.get("cache")
+    semantic = cache.get("semantic") if isinstance(cache, dict) else None
+    if isinstance(semantic, dict) and semantic.get("verifier") is False:
+        raw["cache"] = {**cache, "semantic": {**semantic, "verifier": "off"}}
+    return raw
+
+
 def _build(raw: dict[str, Any], source: str) -> Config:
-    raw = dict(raw)
+    raw = _verifier_switch(dict(raw))
     raw_models = raw.pop("models", {BUNDLED_MODEL_NAME: {"backend": "local"}})
     if not isinstance(raw_models, dict) or not raw_models:
         raise ConfigError(f"{source}: models: expected a mapping of model name to settings")
@@ -534,6 +558,9 @@ def _resolve_paths(config: Config, base: Path) -> Config:
             model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model
     semantic = config.cache.semantic
+    if semantic.verifier not in ("bundled", "off"):
+        verifier = str((base / semantic.verifier).resolve())
+        semantic = msgspec.structs.replace(semantic, verifier=verifier)
     if semantic.embedding_model != "bundled":
         candidate = base / semantic.embedding_model
         if semantic.embedding_model.startswith((".", "/")) or candidate.exists():

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from semantic.keys import CacheKey, chat_key
+from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .canonical import GatewayRequest
 from .errors import APIError
@@ -81,8 +81,10 @@ class MessagesAdapter:
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
         return parse_messages(raw, headers, tenant)
 
-    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
-        return messages_key(request, context_turns)
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey:
+        return messages_key(request, context_turns, context)
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
         return complete_message(answer)
@@ -128,7 +130,9 @@ def parse_count_tokens(raw: bytes, headers: Mapping[str, str], tenant: str) -> G
     return _request(body, headers, tenant, stream=False)
 
 
-def messages_key(request: GatewayRequest, context_turns: int | None = None) -> CacheKey:
+def messages_key(
+    request: GatewayRequest, context_turns: int | None = None, context: ContextMode = "exact"
+) -> CacheKey:
     """The response-cache key of a Messages request.
 
     The scope is the chat scope's rule applied to this API: tenant, namespace, the API itself
@@ -141,7 +145,9 @@ def messages_key(request: GatewayRequest, context_turns: int | None = None) -> C
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
     ns = request.control.namespace
-    return chat_key(request.tenant, ns, request.model, request.body, context_turns, api=api)
+    return chat_key(
+        request.tenant, ns, request.model, request.body, context_turns, context, api=api
+    )
 
 
 def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | None]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from semantic.cache import Lookup, ResponseCache
-from semantic.keys import CacheKey
+from semantic.keys import CacheKey, ContextMode
 
 from .backend import Backend, BackendStream
 from .canonical import (
@@ -84,12 +84,14 @@ class Pipeline:
         cache: ResponseCache | None,
         *,
         context_turns: int | None = None,
+        context: ContextMode = "exact",
         semantic_thresholds: Mapping[str, float] | None = None,
         coalesce: CoalesceConfig | None = None,
     ) -> None:
         self.backends = backends
         self.cache = cache
         self._context_turns = context_turns
+        self._context = context
         self._thresholds = dict(semantic_thresholds or {})
         self.flights = Flights(coalesce or CoalesceConfig(enabled=False))
 
@@ -182,7 +184,7 @@ class Pipeline:
         control = request.control
         if self.cache is None or (control.no_cache and control.no_store):
             return _Looked("bypass")
-        key = adapter.key(request, self._context_turns)
+        key = adapter.key(request, self._context_turns, self._context)
         save = None if control.no_store else Save(key, None)
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)

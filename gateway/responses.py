@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from semantic.keys import CacheKey, chat_key
+from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 from .errors import APIError, sse_error
@@ -192,7 +192,9 @@ class ResponsesAdapter:
 
     # -- Adapter ---------------------------------------------------------------------------
 
-    def key(self, request: GatewayRequest, context_turns: int | None) -> CacheKey:
+    def key(
+        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
+    ) -> CacheKey:
         """Every output-changing field (instructions, tools, text, temperature, …) is in the
         scope; the conversation is compared as chat turns, its last user turn by meaning."""
         ns, turns = request.control.namespace, request.turns or ()
@@ -204,7 +206,9 @@ class ResponsesAdapter:
             # NOTE: earlier turns only the upstream knows: exact match only, the id in the key
             key = chat_key(request.tenant, ns, request.model, fields, None, api=self.kind)
             return dataclasses.replace(key, question="", semantic=False)
-        return chat_key(request.tenant, ns, request.model, fields, context_turns, api=self.kind)
+        return chat_key(
+            request.tenant, ns, request.model, fields, context_turns, context, api=self.kind
+        )
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
         return (

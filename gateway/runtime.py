@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
+from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
 
 from .anthropic import AnthropicBackend
@@ -205,6 +206,7 @@ def _pipeline(
         backends,
         cache,
         context_turns=config.cache.semantic.context_turns,
+        context=_context_mode(config),
         semantic_thresholds=thresholds,
         coalesce=config.cache.coalesce,
     )
@@ -246,6 +248,12 @@ def _backends(
     return backends
 
 
+def _context_mode(config: Config) -> ContextMode:
+    """Earlier turns leave the exact scope only when a verifier judges them."""
+    semantic = config.cache.semantic
+    return "verify" if semantic.context == "verify" and semantic.verifier != "off" else "exact"
+
+
 def _semantic_settings(config: Config) -> SemanticSettings | None:
     semantic = config.cache.semantic
     if not semantic.enabled:
@@ -257,6 +265,9 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         threshold=semantic.threshold,
         guard=semantic.guard,
         guard_min_score=semantic.guard_min_score,
+        verifier=None if semantic.verifier == "off" else semantic.verifier,
+        verifier_threshold=semantic.verifier_threshold,
+        max_wrong_rate=semantic.max_wrong_rate,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
         hnsw_threshold=semantic.hnsw_threshold,
         hnsw_ef_search=semantic.hnsw_ef_search,

@@ -39,18 +39,30 @@ from .store import Entry, EntryStore, StoreUnavailable
 if TYPE_CHECKING:
     from .embedder import Embedder
     from .guard import Guard
-    from .index import VectorIndex
+    from .index import Hit, VectorIndex
+    from .verifier import PairVerifier
 
-__all__ = ["CacheSettings", "Lookup", "Rejection", "ResponseCache", "SemanticSettings"]
+__all__ = [
+    "CacheSettings",
+    "Lookup",
+    "Rejection",
+    "ResponseCache",
+    "SemanticSettings",
+    "score_threshold",
+]
 
 log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
 
-#: Nearest neighbours checked per semantic lookup. NOTE: only the nearest: when it fails the
-#: guard, the next ones are less similar still and were measured to add more wrong hits than
-#: right ones (Quora as a cache: precision 0.667 with 1 candidate, 0.654 with 4).
+#: Nearest neighbours checked per semantic lookup. NOTE: only the nearest with the guard alone:
+#: the next ones were measured to add more wrong hits than right ones (Quora as a cache:
+#: precision 0.667 with 1 candidate, 0.654 with 4). The verifier scores the nearest few in one
+#: batch: follow-ups that share their question ("And the price?") differ only in context.
 _CANDIDATES = 1
+_VERIFIED_CANDIDATES = 3
+#: Cosine threshold with the guard alone (tuned with it; see guard.DEFAULT_THRESHOLD).
+_GUARD_THRESHOLD = 0.8
 #: Similarities are float32 dot products: identical texts give 0.99999994, not 1.
 _EPSILON = 1e-5
 
@@ -68,9 +80,20 @@ class CacheSettings:
 class SemanticSettings:
     """The semantic tier (``cache.semantic`` in YAML)."""
 
-    #: Cosine similarity at or above which a stored answer may be served (0 and 1 are valid).
-    threshold: float = 0.8
+    #: Cosine similarity a stored question needs before it is judged (0 and 1 are valid). With
+    #: the verifier it is a recall-oriented pre-filter; None: the verifier's calibrated floor
+    #: (0.8, tuned with the guard, when the verifier is off).
+    threshold: float | None = None
     guard: bool = True
+    #: The answer-equivalence verifier: None (off, the default: the guard decides alone),
+    #: "bundled" (the shipped weights) or a model directory (see semantic/verifier.py). Off by
+    #: default: the shipped weights do not yet beat the guard (docs/benchmarks.md).
+    verifier: str | None = None
+    #: The verifier's score a hit needs. None: from ``max_wrong_rate`` through the calibration
+    #: table, or the shipped default (1% wrong hits on the calibration pairs).
+    verifier_threshold: float | None = None
+    #: Target rate of wrong hits among non-equivalent candidates, mapped to a score threshold.
+    max_wrong_rate: float | None = None
     #: The guard verifier's acceptance probability; None: the value shipped with its weights.
     guard_min_score: float | None = None
     #: sentence-transformers model directory; None: the bundled all-MiniLM-L6-v2.
@@ -97,7 +120,7 @@ class Lookup:
     age: float | None = None
     #: The question's embedding, when one was computed (pass it to ``store``).
     vector: np.ndarray | None = None
-    #: The guard verifier's probability for a semantic hit (None: it did not run).
+    #: The guard's (or verifier's) probability for a semantic hit (None: it did not run).
     score: float | None = None
     #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
     rejected: Rejection | None = None
@@ -105,7 +128,7 @@ class Lookup:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """A candidate over the threshold that the precision guard rejected."""
+    """A candidate over the threshold that the precision guard (or verifier) rejected."""
 
     entry: Entry
     similarity: float
@@ -147,6 +170,10 @@ class ResponseCache:
         self.embedder: Embedder | None = None
         self.index: VectorIndex | None = None
         self.guard: Guard | None = None
+        self.verifier: PairVerifier | None = None
+        #: Resolved at load: the cosine pre-filter and the verifier's score threshold.
+        self.cosine_threshold = _GUARD_THRESHOLD
+        self.score_threshold: float | None = None
 
     # -- public ----------------------------------------------------------------------------
 
@@ -273,26 +300,6 @@ class ResponseCache:
         self._dropped(ids)
         return len(ids)
 
-    # -- inspection (the admin API) -------------------------------------------------------
-
-    async def entries(self) -> AsyncIterator[Entry]:
-        """Every live entry, in the store's order (for listing; reads the whole store)."""
-        async for entry in self._store.entries():
-            yield entry
-
-    async def entry(self, entry_id: int) -> Entry | None:
-        """One entry by id (None when absent or expired); not counted as a lookup or a hit."""
-        entry = await self._store.get(entry_id)
-        return None if entry is None or entry.expired(time.time()) else entry
-
-    async def delete(self, entry_id: int) -> bool:
-        """Drop one entry (and its vector); False when there was none."""
-        if await self._store.get(entry_id) is None:
-            return False
-        await self._store.delete([entry_id])
-        self._dropped([entry_id])
-        return True
-
     def stats(self) -> dict[str, Any]:
         c = self._counters
         out: dict[str, Any] = {
@@ -316,6 +323,13 @@ class ResponseCache:
                 "wait_seconds": emb.wait_seconds,
                 "texts_encoded": emb.texts_encoded,
             }
+        if self.verifier is not None:
+            out["verifier"] = {
+                "path": str(self.verifier.path),
+                "score_threshold": self.score_threshold,
+                "cosine_threshold": self.cosine_threshold,
+                "vetoes": list(self.verifier.vetoes),
+            }
         if self.index is not None:
             index = self.index.stats()
             out["index"] = {
@@ -325,6 +339,26 @@ class ResponseCache:
                 "ef_search": self.index.ef_search,
             }
         return out
+
+    # -- inspection (the admin API) -------------------------------------------------------
+
+    async def entries(self) -> AsyncIterator[Entry]:
+        """Every live entry, in the store's order (for listing; reads the whole store)."""
+        async for entry in self._store.entries():
+            yield entry
+
+    async def entry(self, entry_id: int) -> Entry | None:
+        """One entry by id (None when absent or expired); not counted as a lookup or a hit."""
+        entry = await self._store.get(entry_id)
+        return None if entry is None or entry.expired(time.time()) else entry
+
+    async def delete(self, entry_id: int) -> bool:
+        """Drop one entry (and its vector); False when there was none."""
+        if await self._store.get(entry_id) is None:
+            return False
+        await self._store.delete([entry_id])
+        self._dropped([entry_id])
+        return True
 
     # -- StoreListener: changes made by other replicas (Redis) -----------------------------
 
@@ -362,24 +396,56 @@ class ResponseCache:
     async def _lookup_semantic(
         self, key: CacheKey, now: float, max_age: float | None, threshold: float | None
     ) -> Lookup:
-        assert self.embedder is not None and self.index is not None and self._semantic is not None
+        assert self.embedder is not None and self.index is not None
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
+        k = _CANDIDATES if self.verifier is None else _VERIFIED_CANDIDATES
         from .embedder import EmbedderBusy  # (loaded with the embedder: torch is imported)
 
+        max_wait = self._semantic.max_wait if self._semantic is not None else None
         # the search runs in the embedder's worker, right after the encode (off the event loop)
         try:
             vector, hits = await self.embedder.embed_then(
-                key.question,
-                lambda vec: index.search(scope, vec, k=_CANDIDATES),
-                max_wait=self._semantic.max_wait,
+                key.question, lambda vec: index.search(scope, vec, k=k), max_wait=max_wait
             )
         except EmbedderBusy:  # overloaded: a miss now beats a hit seconds later
             self._counters.skipped["overload"] += 1
             return Lookup("miss")
-        limit = (self._semantic.threshold if threshold is None else threshold) - _EPSILON
-        rejected: Rejection | None = None
-        score: float | None = None
+        limit = (self.cosine_threshold if threshold is None else threshold) - _EPSILON
+        candidates = await self._candidates(key, hits, limit, now, max_age)
+        same = self._same_request(key, candidates)
+        if same is not None:
+            await self._store.record_hit(same.id)
+            self._counters.hits["exact"] += 1
+            return Lookup("exact", same, 1.0, now - same.created, vector)
+        if self.verifier is not None:
+            found, score, rejected = await self._verified(key, candidates)
+        else:
+            found, score, rejected = self._guarded(key, vector, candidates)
+        if found is None:
+            return Lookup("miss", vector=vector, rejected=rejected)
+        hit, entry = found
+        await self._store.record_hit(entry.id)
+        self._counters.hits["semantic"] += 1
+        age = now - entry.created
+        return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
+
+    def _same_request(self, key: CacheKey, candidates: list[tuple[Hit, Entry]]) -> Entry | None:
+        """A candidate that is this very request (its exact key).
+
+        NOTE: the same request, stored while this one was embedded (identical requests arriving
+        together), is an exact hit, not a "semantic" one at similarity 1.0.
+        """
+        if not self._settings.exact:
+            return None
+        return next((entry for _, entry in candidates if entry.exact == key.exact), None)
+
+    async def _candidates(
+        self, key: CacheKey, hits: list[Hit], limit: float, now: float, max_age: float | None
+    ) -> list[tuple[Hit, Entry]]:
+        """The live, fresh entries of ``key``'s scope among ``hits`` at or above ``limit``."""
+        assert self.index is not None
+        out: list[tuple[Hit, Entry]] = []
         for hit in hits:
             if hit.similarity < limit:
                 break
@@ -393,14 +459,17 @@ class ResponseCache:
             ):
                 self.index.remove(hit.id)
                 continue
-            if not _fresh(entry, now, max_age):
-                continue
-            if self._settings.exact and entry.exact == key.exact:
-                # NOTE: the same request, stored while this one was embedded (identical requests
-                # arriving together): an exact hit, not a "semantic" one at similarity 1.0.
-                await self._store.record_hit(entry.id)
-                self._counters.hits["exact"] += 1
-                return Lookup("exact", entry, 1.0, now - entry.created, vector)
+            if _fresh(entry, now, max_age):
+                out.append((hit, entry))
+        return out
+
+    def _guarded(
+        self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]
+    ) -> _Judged:
+        """Without the verifier: the first candidate the guard accepts."""
+        rejected: Rejection | None = None
+        for hit, entry in candidates:
+            score: float | None = None
             if self.guard is not None:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity
@@ -410,11 +479,44 @@ class ResponseCache:
                     self._counters.rejections[verdict.reason] += 1
                     rejected = Rejection(entry, hit.similarity, verdict.reason, verdict.score)
                     continue
-            await self._store.record_hit(entry.id)
-            self._counters.hits["semantic"] += 1
-            age = now - entry.created
-            return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
-        return Lookup("miss", vector=vector, rejected=rejected)
+            return (hit, entry), score, rejected
+        return None, None, rejected
+
+    async def _verified(self, key: CacheKey, candidates: list[tuple[Hit, Entry]]) -> _Judged:
+        """The hard vetoes, then the verifier on the rest in one batch: the best score at or
+        above the score threshold wins."""
+        assert self.verifier is not None and self.score_threshold is not None
+        judged = []
+        rejected: Rejection | None = None
+        for hit, entry in candidates:
+            veto = self._veto(entry.question, key.question)
+            if veto is None:
+                judged.append((hit, entry))
+            else:
+                self._counters.rejections[veto] += 1
+                rejected = rejected or Rejection(entry, hit.similarity, veto, None)
+        verifier = self.verifier
+        scores = await asyncio.gather(
+            *(verifier.verify(e.question, key.question) for _, e in judged)
+        )
+        best = max(zip(scores, range(len(judged)), strict=True), default=None)
+        if best is None or best[0] < self.score_threshold:
+            if best is not None:
+                self._counters.rejections["verifier"] += 1
+                hit, entry = judged[best[1]]
+                rejected = Rejection(entry, hit.similarity, "verifier", float(best[0]))
+            return None, None, rejected
+        return judged[best[1]], float(best[0]), None
+
+    def _veto(self, stored: str, new: str) -> str | None:
+        """The first of the verifier's veto checks that fails (None: no veto, or guard off)."""
+        assert self.verifier is not None and self._semantic is not None
+        if not (self._semantic.guard and self.verifier.vetoes):
+            return None
+        from ._guard_checks import analyze, compare
+
+        failed = compare(analyze(stored), analyze(new)).failed
+        return next((name for name in failed if name in self.verifier.vetoes), None)
 
     async def _embed_for_store(self, question: str) -> np.ndarray | None:
         """The question's vector for storing, or None when the embedder is overloaded."""
@@ -469,14 +571,16 @@ class ResponseCache:
             from .index import IndexFileError, VectorIndex
 
             self.embedder = await asyncio.to_thread(Embedder, settings.embedding_model)
-            self.guard = (
-                Guard(
-                    GuardConfig(enabled=settings.guard, min_score=settings.guard_min_score),
-                    embedding_model=self.embedder.model_name,
-                )
-                if settings.guard
-                else None
-            )
+            if settings.verifier is not None:
+                from .verifier import PairVerifier
+
+                path = None if settings.verifier == "bundled" else settings.verifier
+                self.verifier = await asyncio.to_thread(PairVerifier, path)
+                self.score_threshold = score_threshold(settings, self.verifier)
+            elif settings.guard:
+                config = GuardConfig(enabled=True, min_score=settings.guard_min_score)
+                self.guard = Guard(config, embedding_model=self.embedder.model_name)
+            self.cosine_threshold = _cosine_threshold(settings, self.verifier)
             options: dict[str, Any] = {
                 "hnsw_threshold": settings.hnsw_threshold,
                 "ef_search": settings.hnsw_ef_search,
@@ -529,6 +633,34 @@ class ResponseCache:
                 self._counters.expirations += len(gone)
             except Exception:  # a failed sweep must not stop later ones
                 log.exception("cache sweep failed")
+
+
+#: A judged lookup: the winning candidate (or None), its score, the rejection to report.
+_Judged = tuple[tuple["Hit", Entry] | None, float | None, "Rejection | None"]
+
+
+def score_threshold(settings: SemanticSettings, verifier: PairVerifier) -> float:
+    """The verifier's score threshold: ``verifier_threshold``, else ``max_wrong_rate`` through
+    the verifier's calibration table, else the default shipped with it.
+
+    >>> score_threshold(SemanticSettings(max_wrong_rate=0.05), PairVerifier())  # doctest: +SKIP
+    """
+    if settings.verifier_threshold is not None:
+        return settings.verifier_threshold
+    if settings.max_wrong_rate is not None:
+        if verifier.calibration is None:
+            raise ValueError(
+                f"the verifier at {verifier.path} has no calibration table (meta.json): "
+                "set cache.semantic.verifier_threshold instead of max_wrong_rate"
+            )
+        return verifier.calibration.threshold_for(settings.max_wrong_rate)
+    return verifier.default_threshold
+
+
+def _cosine_threshold(settings: SemanticSettings, verifier: PairVerifier | None) -> float:
+    if settings.threshold is not None:
+        return settings.threshold
+    return verifier.cosine_floor if verifier is not None else _GUARD_THRESHOLD
 
 
 def _semantic_state(

@@ -21,14 +21,19 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
+
+#: Where a chat request's earlier turns go (see ``chat_key``).
+ContextMode = Literal["exact", "verify"]
 
 __all__ = [
     "NON_SCOPE_FIELDS",
     "CacheKey",
+    "ContextMode",
     "chat_key",
+    "compared_text",
     "completion_key",
     "embedding_key",
     "entry_id",
@@ -59,7 +64,8 @@ class CacheKey:
 
     #: Hex digest of everything that must match exactly (semantic lookups stay inside it).
     scope: str
-    #: The last user message's text; compared by meaning. Empty when the request has none.
+    #: What is compared by meaning: the last user message's text (with the recent earlier turns
+    #: in the "verify" context mode, see ``compared_text``). Empty when the request has none.
     question: str
     #: Hex digest of the full request (scope with the whole conversation, plus the question).
     exact: str
@@ -73,14 +79,20 @@ def chat_key(
     model: str,
     body: dict[str, Any],
     context_turns: int | None = None,
+    context: ContextMode = "exact",
     *,
     api: str = "chat",
 ) -> CacheKey:
     """The key of a chat completion request.
 
-    ``context_turns`` limits how many messages before the last user turn belong to the *semantic*
-    scope (None: all). The exact key always covers the whole conversation. ``api`` names the
-    API whose answers the entry holds (another API that maps its turns to ``messages``, e.g.
+    ``context``: where the earlier turns go. ``"exact"`` (conservative): the last
+    ``context_turns`` messages before the last user turn belong to the semantic *scope* (None:
+    all), so only an identical history can give a semantic hit. ``"verify"``: they leave the
+    scope (system/developer messages stay) and join the compared text
+    (:func:`compared_text`, the last ``context_turns`` messages, None: ``DEFAULT_WINDOW``), so
+    a reworded or padded history can hit and the verifier judges whether the context is the
+    same. The exact key always covers the whole conversation. ``api`` names the API whose
+    answers the entry holds (another API that maps its turns to ``messages``, e.g.
     ``"responses"``): part of the scope, so no answer is served across APIs.
     """
     messages: list[dict[str, Any]] = body.get("messages") or []
@@ -91,7 +103,12 @@ def chat_key(
     if semantic:
         # The last message's fields other than its text (e.g. "name") belong to the scope.
         extra = {k: v for k, v in last.items() if k != "content"}
-        scope = _digest([params, _context(messages[:-1], context_turns), extra])
+        if context == "verify":
+            system = [m for m in messages[:-1] if m.get("role") in _SYSTEM_ROLES]
+            scope = _digest([params, "verify", system, extra])
+            question = compared_text(question, messages[:-1], context_turns)
+        else:
+            scope = _digest([params, _context(messages[:-1], context_turns), extra])
         # NOTE: the exact key takes the content as sent, not the joined question: parts joined
         # one way here may be joined another way by a model, so two shapes are two requests.
         exact = _digest([params, messages[:-1], extra, last.get("content")])
@@ -135,6 +152,32 @@ def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[d
 
 
 _SYSTEM_ROLES = ("system", "developer")
+
+
+#: Characters kept of each earlier turn in the compared text (the verifier reads 128 tokens).
+TURN_CHARS = 200
+#: Earlier messages compared when ``context_turns`` is None in the verified-context mode.
+DEFAULT_WINDOW = 4
+
+
+def compared_text(question: str, earlier: list[dict[str, Any]], window: int | None) -> str:
+    """What the embedder and the verifier compare: the question, then the last ``window``
+    earlier user/assistant messages, most recent first (so truncation drops the oldest).
+
+    >>> compared_text("And the price?", [{"role": "user", "content": "Flights to Rome"},
+    ...                                  {"role": "assistant", "content": "Daily at 9."}], 2)
+    'And the price? || assistant: Daily at 9. | user: Flights to Rome'
+
+    With no earlier turns it is the question itself, so single-turn entries compare as before.
+    """
+    turns = [m for m in earlier if m.get("role") in ("user", "assistant")]
+    recent = turns[-(DEFAULT_WINDOW if window is None else window) :] if window != 0 else []
+    parts = []
+    for m in reversed(recent):
+        text, _ = _text(m.get("content"))
+        if text.strip():
+            parts.append(f"{m['role']}: {' '.join(text.split())[:TURN_CHARS]}")
+    return f"{question} || {' | '.join(parts)}" if parts else question
 
 
 def entry_id(exact: str) -> int:

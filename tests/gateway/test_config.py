@@ -256,3 +256,9 @@ def test_anthropic_backend_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) 
         load_config_text("models: {c: {backend: anthropic, prompt_caching: {ttl: 2h}}}")
     with pytest.raises(ConfigError, match="one base_url"):
         load_config_text("models: {c: {backend: anthropic, replicas: [http://a, http://b]}}")
+
+
+def test_unquoted_verifier_off_is_off() -> None:
+    """YAML reads a bare `off` as false; the verifier switch takes it as "off"."""
+    config = load_config_text("cache:\n  semantic:\n    verifier: off\n")
+    assert config.cache.semantic.verifier == "off"

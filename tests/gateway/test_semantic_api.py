@@ -262,13 +262,16 @@ def test_guard_min_score_from_yaml(
     strict = Gateway(
         load_config_text(
             config_text(
-                upstream_server.url, tmp_path, semantic={"enabled": True, "guard_min_score": 1.0}
+                upstream_server.url,
+                tmp_path,
+                semantic={"enabled": True, "verifier": "off", "guard_min_score": 1.0},
             )
         )
     )
     try:
         ask(strict, "How do I reset my password?", ns="strict")
-        # the verifier never reaches probability 1: only exact hits remain
+        # (guard_min_score is the guard's, used with verifier: off) the guard's MLP never
+        # reaches probability 1: only exact hits remain
         assert ask(strict, "How can I reset my password?", ns="strict").headers["x-cache"] == "miss"
         assert ask(strict, "How do I reset my password?", ns="strict").headers["x-cache"] == "exact"
     finally:

@@ -1,0 +1,249 @@
+"""Old guard vs the new verifier, pair by pair, on the held-out parts only.
+
+    python -m bench.verifier_eval              # ~10 min on 2 busy cores; writes docs/benchmarks.md
+    python -m bench.verifier_eval --limit 60 --no-doc  # smoke run
+
+Held-out data (nothing here was trained or tuned on; see bench/contrast_data.py and
+bench/train_verifier.py for the splits):
+
+* **quora**: a seeded sample (seed 12) of the Quora dev pairs' held-out half
+  (bench/semantic_pairs.py's grouped split);
+* **contrast**: bench/data/contrast_heldout.jsonl (held-out families and domains);
+* **adversarial**: the held-out half of bench/data/adversarial_pairs.jsonl;
+* **multiturn**: bench/data/multiturn_heldout.jsonl.
+
+A pair is (stored request, new request). **Old guard** = what shipped before: cosine of the
+last user turns >= 0.80 and ``Guard.check`` accepting, and (multi-turn) the earlier turns
+identical, since they were part of the exact scope. **Verifier** = the new default: cosine of
+the compared texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto,
+and the verifier's score >= its default threshold (1% wrong on the calibration pairs).
+Reported: wrong-hit rate (share of must-not-hit pairs that would be served), should-hit rate
+(share of equivalent pairs served), precision; and the verifier's latency on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench import semantic_pairs
+from bench.report import machine, percentile, publish, table
+from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
+from semantic._guard_checks import analyze, compare
+from semantic.embedder import Embedder
+from semantic.guard import DEFAULT_THRESHOLD, Guard
+from semantic.verifier import PairVerifier
+
+SETS = ("quora", "contrast", "adversarial", "multiturn")
+RATES = (0.005, 0.01, 0.02, 0.05)
+
+
+def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
+    """Each held-out set as rows: a/b (compared texts), qa/qb (last user turns), same, kind,
+    history (the earlier turns are identical)."""
+    a, b, same, _, held = semantic_pairs.read_qqp()
+    rows = [i for i in np.flatnonzero(held)]
+    pick = sorted(random.Random(SEED).sample(rows, min(n_qqp, len(rows))))
+    out: dict[str, list[dict[str, Any]]] = {
+        "quora": [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
+    }
+    out["contrast"] = [
+        _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / "contrast_heldout.jsonl")
+    ]
+    out["adversarial"] = [
+        _pair(r["a"], r["b"], r["same"], r["kind"])
+        for r in _rows(DATA / "adversarial_pairs.jsonl")
+        if adversarial_held(r["a"])
+    ]
+    out["multiturn"] = [
+        {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
+         "qa": r["a"][-1]["content"], "qb": r["b"][-1]["content"], "same": r["same"],
+         "kind": r["kind"], "history": r["a"][:-1] == r["b"][:-1]}
+        for r in _rows(DATA / "multiturn_heldout.jsonl")
+    ]  # fmt: skip
+    return out
+
+
+def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> dict[str, Any]:
+    embedder, guard = Embedder(), Guard()
+    sets = load_sets(n_qqp)
+    if limit is not None:  # a seeded sample of each set (a shorter run on a busy machine)
+        sets = {k: random.Random(SEED).sample(v, min(limit, len(v))) for k, v in sets.items()}
+    floor, threshold = verifier.cosine_floor, verifier.default_threshold
+    result: dict[str, Any] = {"machine": machine(), "cosine_floor": floor,
+                              "score_threshold": threshold, "vetoes": list(verifier.vetoes)}  # fmt: skip
+    for name, rows in sets.items():
+        t0 = time.monotonic()
+        same = np.array([r["same"] for r in rows])
+        old = _old_guard(embedder, guard, rows)
+        cos = _cos(embedder, [r["a"] for r in rows], [r["b"] for r in rows])
+        veto = np.array([_vetoed(verifier.vetoes, r["a"], r["b"]) for r in rows])
+        scores = np.zeros(len(rows), dtype=np.float32)
+        judged = np.flatnonzero((cos >= floor) & ~veto)
+        scores[judged] = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])
+        new = (cos >= floor) & ~veto & (scores >= threshold)
+        kinds = sorted({r["kind"] for r in rows})
+        result[name] = {
+            "pairs": len(rows), "should_hit": int(same.sum()), "must_not_hit": int((~same).sum()),
+            "old_guard": _rates(old, same), "verifier": _rates(new, same),
+            "by_kind": {k: {"old_guard": _rates(old[m], same[m]), "verifier": _rates(new[m], same[m])}
+                        for k in kinds for m in [np.array([r["kind"] == k for r in rows])]},
+            "operating_points": {
+                str(rate): _rates((cos >= floor) & ~veto & (scores >= _at(verifier, rate)), same)
+                for rate in RATES if verifier.calibration is not None
+            },
+            "seconds": round(time.monotonic() - t0, 1),
+        }  # fmt: skip
+        print(name, result[name]["old_guard"], result[name]["verifier"], flush=True)
+    result["latency_ms"] = _latency(embedder, verifier, sets["quora"])
+    return result
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--verifier", type=Path, default=None, help="model directory (default: shipped)")
+    p.add_argument("--qqp", type=int, default=3000, help="Quora held-out pairs sampled")
+    p.add_argument("--limit", type=int, default=None, help="a seeded sample of N rows per set")
+    p.add_argument("--no-doc", action="store_true")
+    args = p.parse_args(argv)
+    verifier = PairVerifier(args.verifier)
+    result = evaluate(verifier, args.qqp, args.limit)
+    return publish("verifier_eval", result, markdown(result, args), write_doc=not args.no_doc)
+
+
+def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
+    rows = []
+    for name in SETS:
+        s = r[name]
+        for label in ("old_guard", "verifier"):
+            m = s[label]
+            rows.append([name, label.replace("_", " "), f"{m['wrong_hit_rate']:.1%}",
+                         f"{m['should_hit_rate']:.1%}", f"{m['precision']:.3f}",
+                         f"{s['should_hit']}/{s['must_not_hit']}"])  # fmt: skip
+    kinds = []
+    for name in ("contrast", "multiturn", "adversarial"):
+        for kind, k in r[name]["by_kind"].items():
+            o, v = k["old_guard"], k["verifier"]
+            rate = "should_hit_rate" if o["should"] else "wrong_hit_rate"
+            kinds.append([name, kind, "should hit" if o["should"] else "must not hit",
+                          f"{o[rate]:.1%}", f"{v[rate]:.1%}"])  # fmt: skip
+    points = [[name, rate, f"{m['wrong_hit_rate']:.1%}", f"{m['should_hit_rate']:.1%}",
+               f"{m['precision']:.3f}"]
+              for name in SETS for rate, m in r[name]["operating_points"].items()]  # fmt: skip
+    lat = r["latency_ms"]
+    return "\n".join(
+        [
+            "### Verifier vs old guard, held-out parts (`python -m bench.verifier_eval`)",
+            "",
+            f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}`; data: bench/data/*_heldout.jsonl "
+            "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
+            "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "
+            f"cosine floor {r['cosine_floor']}, score threshold {r['score_threshold']}, vetoes "
+            f"{r['vetoes'] or 'none'}. Old guard: cosine 0.80 + guard, exact history. "
+            f"Machine: {r['machine']}.",
+            "",
+            table(
+                [
+                    "set",
+                    "",
+                    "wrong hits (of must-not-hit)",
+                    "should-hit served",
+                    "precision",
+                    "should/must-not",
+                ],
+                rows,
+            ),
+            "",
+            "By kind (wrong-hit rate for traps, served rate for should-hit):",
+            "",
+            table(["set", "kind", "", "old guard", "verifier"], kinds),
+            "",
+            "Verifier at other `max_wrong_rate` operating points (calibration table):",
+            "",
+            table(
+                ["set", "max_wrong_rate", "wrong hits", "should-hit served", "precision"], points
+            ),
+            "",
+            f"Latency on this machine (p50 / p95 ms): embed one question {lat['embed']}; verifier "
+            f"on 1 pair {lat['verify_1']}, on 3 pairs in one batch {lat['verify_3']}.",
+        ]
+    )
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _pair(a: str, b: str, same: bool, kind: str) -> dict[str, Any]:
+    return {"a": a, "b": b, "qa": a, "qb": b, "same": same, "kind": kind, "history": True}
+
+
+def _cos(embedder: Embedder, a: list[str], b: list[str]) -> np.ndarray:
+    ua, ub = semantic_pairs._embed_pairs(embedder, a, b)
+    return np.einsum("ij,ij->i", ua, ub)  # [n]
+
+
+def _old_guard(embedder: Embedder, guard: Guard, rows: list[dict[str, Any]]) -> np.ndarray:
+    qa, qb = [r["qa"] for r in rows], [r["qb"] for r in rows]
+    ua, ub = semantic_pairs._embed_pairs(embedder, qa, qb)
+    cos = np.einsum("ij,ij->i", ua, ub)
+    out = np.zeros(len(rows), dtype=bool)
+    for i in np.flatnonzero((cos >= DEFAULT_THRESHOLD - 1e-5) & [r["history"] for r in rows]):
+        out[i] = guard.check(qb[i], ub[i], qa[i], ua[i], float(cos[i])).accept
+    return out
+
+
+def _vetoed(vetoes: list[str] | tuple[str, ...], a: str, b: str) -> bool:
+    return bool(vetoes) and bool(set(compare(analyze(a), analyze(b)).failed) & set(vetoes))
+
+
+def _score(verifier: PairVerifier, pairs: list[tuple[str, str]]) -> np.ndarray:
+    order = np.argsort([len(x) + len(y) for x, y in pairs])
+    out = np.empty(len(pairs), dtype=np.float32)
+    for i in range(0, len(order), 64):
+        idx = order[i : i + 64]
+        out[idx] = verifier.score([pairs[j] for j in idx])
+    return out
+
+
+def _at(verifier: PairVerifier, rate: float) -> float:
+    assert verifier.calibration is not None
+    return verifier.calibration.threshold_for(rate)
+
+
+def _rates(hit: np.ndarray, same: np.ndarray) -> dict[str, Any]:
+    neg, pos = ~same, same
+    return {
+        "wrong_hit_rate": float(hit[neg].mean()) if neg.any() else 0.0,
+        "should_hit_rate": float(hit[pos].mean()) if pos.any() else 0.0,
+        "precision": float((hit & pos).sum() / max(int(hit.sum()), 1)),
+        "hits": int(hit.sum()),
+        "should": bool(pos.any()) and not neg.any(),
+    }
+
+
+def _latency(
+    embedder: Embedder, verifier: PairVerifier, rows: list[dict[str, Any]]
+) -> dict[str, str]:
+    def timed(fn: Any, n: int = 60) -> str:
+        ms = []
+        for i in range(n):
+            t = time.perf_counter()
+            fn(i)
+            ms.append(1000 * (time.perf_counter() - t))
+        return f"{percentile(ms, 50):.1f} / {percentile(ms, 95):.1f}"
+
+    pairs = [(r["a"], r["b"]) for r in rows[:200]]
+    return {
+        "embed": timed(lambda i: embedder.encode([pairs[i][1] + " x"])),  # never cached
+        "verify_1": timed(lambda i: verifier.score([pairs[i]])),
+        "verify_3": timed(lambda i: verifier.score(pairs[i : i + 3])),
+    }
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+"""The answer-equivalence verifier: a cross-encoder that reads the stored and the new request together.
+
+Cosine similarity of two sentence embeddings cannot tell "Is it safe to take ibuprofen with
+alcohol?" from "... dangerous ...", nor "send money from Alice to Bob" from "from Bob to Alice":
+the vectors are dominated by the topic. A cross-encoder attends across both texts, so it sees the
+one word that changes the answer. The semantic tier therefore uses the cosine only as a
+recall-oriented pre-filter (``cache.semantic.threshold``) and lets this model decide:
+
+    >>> verifier = PairVerifier()                     # the shipped weights (semantic/verifier/)
+    >>> verifier.score([("Is the pharmacy open on Sunday?", "Is the pharmacy closed on Sunday?")])
+    array([0.02], dtype=float32)                      # P(the stored answer fits the new request)
+    >>> verifier.calibration.threshold_for(0.01)      # score giving <= 1% wrong hits (calibrated)
+
+The shipped model is all-MiniLM-L6-v2 (the bundled embedder's weights) with its top layers and
+a classifier head fine-tuned by ``python -m bench.train_verifier``; only the tensors training
+changed are shipped (``delta.safetensors``, fp16), and the rest is read from the bundled
+embedder at load time. ``meta.json`` holds the calibration table (measured on pairs kept out of
+training), the hard checks kept as vetoes, and how it was trained. Any Hugging Face
+sequence-classification directory with one output logit works as well (``path=``); without a
+``meta.json`` it has no calibration, so give it a score threshold.
+
+Texts are compared as :func:`semantic.keys.compared_text` renders them: the question, then the
+recent earlier turns, so a conversation's context is part of what is judged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["DEFAULT_PATH", "Calibration", "PairVerifier"]
+
+DEFAULT_PATH = Path(__file__).with_name("verifier")
+"""The shipped verifier (package data): ``delta.safetensors`` + ``meta.json``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Measured operating points: at score threshold ``thresholds[i]``, a fraction
+    ``wrong_rate[i]`` of non-equivalent candidates is served and ``recall[i]`` of equivalent ones.
+
+    Measured on calibration pairs (kept out of training) that pass the cosine pre-filter, after
+    the hard vetoes, i.e. on what the verifier sees in the cache.
+    """
+
+    thresholds: tuple[float, ...]
+    wrong_rate: tuple[float, ...]
+    recall: tuple[float, ...]
+
+    def threshold_for(self, max_wrong_rate: float) -> float:
+        """The lowest score threshold whose measured wrong-hit rate is at most ``max_wrong_rate``.
+
+        NOTE: ``wrong_rate`` falls as the threshold rises (checked at load), so the first
+        threshold that meets the target serves the most right answers.
+        """
+        for t, w in zip(self.thresholds, self.wrong_rate, strict=True):
+            if w <= max_wrong_rate:
+                return t
+        return 1.0  # nothing measured meets it: serve nothing semantically
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        cal = cls(tuple(d["thresholds"]), tuple(d["wrong_rate"]), tuple(d["recall"]))
+        if list(cal.thresholds) != sorted(cal.thresholds) or len(cal.thresholds) != len(
+            cal.wrong_rate
+        ):
+            raise ValueError("calibration table: thresholds must be ascending, one rate each")
+        # a measured table can wiggle by one pair; make it monotone so threshold_for is exact
+        rates = np.minimum.accumulate(np.asarray(cal.wrong_rate, dtype=float))
+        return cls(cal.thresholds, tuple(float(r) for r in rates), cal.recall)
+
+
+class PairVerifier:
+    """Score (stored, new) text pairs: ``P(the stored answer also answers the new request)``.
+
+    ``path``: the shipped verifier (None) or a model directory. ``max_length``: tokens read of
+    a pair (longer pairs lose the end of each text first: the oldest context turns).
+    Thread-safe; :meth:`verify` batches concurrent calls from the event loop into one forward
+    pass in the verifier's own worker thread.
+    """
+
+    def __init__(
+        self, path: str | Path | None = None, *, max_length: int = 128, num_threads: int = 1
+    ) -> None:
+        self.path = Path(path) if path is not None else DEFAULT_PATH
+        self.max_length = max_length
+        self.meta: dict[str, Any] = _read_meta(self.path)
+        self.calibration: Calibration | None = (
+            Calibration.from_dict(self.meta["calibration"]) if "calibration" in self.meta else None
+        )
+        #: Hard checks (semantic._guard_checks) that veto a pair before the model runs.
+        self.vetoes: tuple[str, ...] = tuple(self.meta.get("vetoes", ()))
+        #: Score threshold chosen at training time (used when neither YAML knob is given).
+        self.default_threshold = float(self.meta.get("default_threshold", 0.5))
+        #: Cosine pre-filter the calibration was measured with.
+        self.cosine_floor = float(self.meta.get("cosine_floor", 0.5))
+        self._tokenizer, self._model = load_model(self.path)
+        self._lock = threading.Lock()
+        self._num_threads = num_threads
+        self._pending: list[tuple[str, str, asyncio.Future[float]]] = []
+        self._running = False
+
+    def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Probabilities ``[n]`` float32 for ``pairs`` of (stored, new) texts, in one batch."""
+        import torch
+
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        with self._lock:
+            batch = self._tokenizer(
+                [a for a, _ in pairs],
+                [b for _, b in pairs],
+                truncation="longest_first",
+                max_length=self.max_length,
+                padding=True,
+                return_tensors="pt",
+            )
+            with torch.inference_mode():
+                logits = self._model(**batch).logits[:, 0]  # [n]
+            return torch.sigmoid(logits.float()).numpy().astype(np.float32)
+
+    async def verify(self, stored: str, new: str) -> float:
+        """Score one pair off the event loop; concurrent calls share one forward pass."""
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._pending.append((stored, new, future))
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        try:
+            while self._pending:
+                jobs, self._pending = self._pending, []
+                try:
+                    scores = await asyncio.to_thread(self._score_in_worker, [j[:2] for j in jobs])
+                except Exception as exc:  # every waiter sees the failure
+                    for *_, fut in jobs:
+                        if not fut.done():
+                            fut.set_exception(exc)
+                    continue
+                for (*_, fut), s in zip(jobs, scores, strict=True):
+                    if not fut.done():
+                        fut.set_result(float(s))
+        finally:
+            self._running = False
+
+    def _score_in_worker(self, pairs: list[tuple[str, str]]) -> np.ndarray:
+        import torch
+
+        torch.set_num_threads(self._num_threads)
+        return self.score(pairs)
+
+
+def load_model(path: Path) -> tuple[Any, Any]:
+    """(tokenizer, model) of a verifier directory: a delta over the bundled MiniLM, or a full
+    sequence-classification model. Never downloads (the files must be local)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    delta = path / "delta.safetensors"
+    base = Path(_bundled()) if delta.exists() else path
+    tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
+    model = AutoModelForSequenceClassification.from_pretrained(
+        str(base), num_labels=1, local_files_only=True
+    )
+    if delta.exists():
+        from safetensors.torch import load_file
+
+        tensors = {k: v.float() for k, v in load_file(str(delta)).items()}
+        missing = set(tensors) - set(model.state_dict())
+        if missing:
+            raise ValueError(f"{delta}: tensors the model does not have: {sorted(missing)[:3]}")
+        model.load_state_dict(tensors, strict=False)
+    model.eval()
+    return tokenizer, model
+
+
+def _bundled() -> str:
+    from .embedder import default_model_path
+
+    return default_model_path()
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise FileNotFoundError(f"verifier model directory not found: {path}")
+    meta = path / "meta.json"
+    return json.loads(meta.read_text()) if meta.exists() else {}
