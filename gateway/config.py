@@ -463,7 +463,9 @@ def load_config_text(
 def _verifier_switch(raw: dict[str, Any]) -> dict[str, Any]:
     """``cache.semantic.verifier: off`` unquoted is YAML's false: read it as "off"."""
     cache = raw.get("cache")
-    semantic = cache.get("semantic") if isinstance(cache, dict) else None
+    if not isinstance(cache, dict):
+        return raw
+    semantic = cache.get("semantic")
     if isinstance(semantic, dict) and semantic.get("verifier") is False:
         raw["cache"] = {**cache, "semantic": {**semantic, "verifier": "off"}}
     return raw
