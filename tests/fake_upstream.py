@@ -26,6 +26,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     tool_call      answer with a call of this function name
     content        answer with this text (``repeat``: this many times over)
     chunks         number of content pieces a stream is split into (default 4)
+    endless        chat/completions streams: after the first content piece, repeat it until
+                   the client disconnects (an answer no buffer between here and a client holds)
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
 
@@ -49,6 +51,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import threading
 import time
 from collections import Counter
@@ -292,7 +295,12 @@ class FakeUpstream:
         if fake.get("first_delay"):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(disconnected.wait(), fake["first_delay"])
-        for i, event in enumerate(events):
+        # endless: the first content piece over and over, until the client disconnects
+        endless = bool(fake.get("endless"))
+        sent = itertools.chain(events[:2], itertools.repeat(events[1])) if endless else events
+        for i, event in enumerate(sent):
+            if endless:
+                await asyncio.sleep(0)  # (a send into free buffer space does not yield)
             if disconnected.is_set():
                 self.stats["streams_cancelled"] += 1
                 return

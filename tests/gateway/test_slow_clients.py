@@ -37,8 +37,10 @@ def test_a_stream_nobody_reads_ends_after_stream_idle_timeout(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
     gw = make_gateway("server: {stream_idle_timeout: 1}")
-    # 12 MB in 3,000 events: far more than the socket buffers between gateway and client hold
-    fake = {"content": "x" * 1000, "repeat": 12_000, "chunks": 3000}
+    # events of 4 kB until the gateway hangs up: more than any socket buffer between the fake
+    # upstream, the gateway and the client holds (loopback receive buffers grow to 32 MB), so
+    # the upstream can only end by being cancelled
+    fake = {"content": "x" * 4000, "chunks": 1, "endless": True}
     body = {"model": "fake-model", "stream": True, "fake": fake,
             "messages": [{"role": "user", "content": "a very long answer"}]}  # fmt: skip
     client = open_stream_and_stop_reading(gw, body)
@@ -56,7 +58,7 @@ def test_a_stream_nobody_reads_ends_after_stream_idle_timeout(
         received = 0
         while chunk := client.recv(1 << 20):
             received += len(chunk)
-        assert 0 < received < 12_000_000
+        assert received > 0  # what was buffered for it, then the end of the connection
     finally:
         client.close()
     # nothing of the cut answer was stored, and the gateway serves on
