@@ -18,7 +18,12 @@ import httpx
 import pytest
 import yaml
 
+from gateway.chat import CHAT, COMPLETION
+from gateway.cli import main
 from gateway.config import ConfigError, load_config_text
+from gateway.messages import MESSAGES
+from gateway.responses import ResponsesAdapter
+from gateway.stored import ResponseStore
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -239,6 +244,75 @@ def test_audits_past_the_concurrency_limit_are_dropped_and_shutdown_cancels_them
         gw.stop()
     # shutdown cancelled the running audit: its upstream call was closed
     wait_for(lambda: upstream.stats["cancelled"] == 1, "the audit's call to be cancelled")
+
+
+def test_a_responses_api_hit_is_audited_and_the_upstream_keeps_no_response(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    fake = {"content": "Use the reset link on the sign-in page."}
+    headers = {"x-cache-namespace": "responses"}
+    for question, state in ((STORED, "miss"), (PARAPHRASE, "semantic")):
+        body = {"model": "fake-model", "input": question, "fake": fake}
+        response = gw.http.post("/v1/responses", json=body, headers=headers)
+        assert response.status_code == 200 and response.headers["x-cache"] == state
+    row = settled(gw, "responses", 1)
+    assert (row["audits"], row["wrong"]) == (1, 0)
+    assert upstream.stats["responses"] == 2 and upstream.last_body["input"] == PARAPHRASE
+    assert upstream.last_body["store"] is False  # the audit leaves no response object behind
+    assert sum(r[0]["output"][0]["content"][0]["text"] == fake["content"]
+               for r in upstream.responses.values()) == 1  # fmt: skip
+
+
+def test_the_text_an_audit_compares_in_each_api() -> None:
+    chat = {
+        "choices": [
+            {
+                "message": {
+                    "content": "Hi.",
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": 1}'},
+                        }
+                    ],
+                }
+            }
+        ]
+    }
+    assert CHAT.text(chat) == 'Hi.\nlookup({"q": 1})'
+    parts = {"choices": [{"message": {"content": [{"type": "text", "text": "A"}]}}]}
+    assert CHAT.text(parts) == "A"
+    assert COMPLETION.text({"choices": [{"text": "B"}, {"text": "C"}]}) == "B\nC"
+    response = {
+        "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "D"}]},
+            {"type": "function_call", "name": "f", "arguments": "{}"},
+        ]
+    }
+    assert ResponsesAdapter(ResponseStore(), keyed=False).text(response) == "D\nf({})"
+    message = {
+        "content": [
+            {"type": "text", "text": "E"},
+            {"type": "tool_use", "name": "g", "input": {"x": 2}},
+        ]
+    }
+    assert MESSAGES.text(message) == 'E\ng({"x":2})'
+    assert CHAT.text({"error": "x"}) == MESSAGES.text({}) == ""  # fmt: skip
+
+
+def test_cachegate_stats_prints_the_estimates(
+    gw: Gateway, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    costs = {"contents": ["Delivery takes 3 days.", "Delivery takes 7 days."]}
+    served_then_hit(gw, "cli", costs)
+    settled(gw, "cli", 1)
+    assert main(["stats", "--url", gw.url]) == 0
+    out = capsys.readouterr().out
+    assert "semantic audit: 100% of semantic hits re-asked" in out and "WRONG-HIT RATE" in out
+    row = next(line.split() for line in out.splitlines() if " cli " in line)
+    assert row[:5] == ["fake-model", "cli", "1", "1", "100.00%"]
+    assert "AUDITS (SPENT)" in out
 
 
 def test_audit_settings_are_validated(tmp_path: Path) -> None:
