@@ -1,7 +1,8 @@
 """The tier walk: one path through the caching tiers, in order, for every API.
 
     route by model name (404 when unknown)
-    response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE)
+    response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE); a sampled
+        │                                                semantic hit carries an AuditJob (audit.py)
         │ miss
     the same request already in flight? ── wait for its answer ──► replay (coalesced)
         │ no (or it stored nothing)

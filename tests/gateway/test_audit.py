@@ -40,7 +40,10 @@ def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
         "models": {
             # NOTE: no retries, so an upstream failure is the audit's, not hidden by a retry
             "fake-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
-                           "max_retries": 0, "timeout": {"read": 2.0}},
+                           "max_retries": 0},
+            # a short read timeout, for the audit that times out (and only for it)
+            "impatient-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
+                                "max_retries": 0, "timeout": {"read": 3.0}},
             # no key of its own: the client's key goes upstream (and partitions the cache)
             "open-model": {"backend": "openai", "base_url": url, "max_retries": 0},
         },
@@ -181,19 +184,23 @@ def test_exact_hits_are_not_audited(gw: Gateway, upstream: FakeUpstream) -> None
     assert upstream.stats["chat"] == 3  # two misses and one audit
 
 
-@pytest.mark.parametrize("failure", [{"status": 503}, {"delay": 30}], ids=["5xx", "timeout"])
+@pytest.mark.parametrize(
+    ("model", "failure"),
+    [("fake-model", {"status": 503}), ("impatient-model", {"delay": 60})],
+    ids=["5xx", "timeout"],
+)
 def test_a_failing_audit_is_an_error_verdict_and_never_reaches_the_client(
-    gw: Gateway, upstream: FakeUpstream, failure: dict[str, Any]
+    gw: Gateway, upstream: FakeUpstream, model: str, failure: dict[str, Any]
 ) -> None:
     ns = f"fail-{next(iter(failure))}"
-    errors_before = audits_total(gw, "error")
+    errors_before = audits_total(gw, "error", model)
     fake = {"contents": ["Reset it from your profile page.", failure]}
-    first, hit = served_then_hit(gw, ns, fake)
+    first, hit = served_then_hit(gw, ns, fake, model=model)
     assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
-    row = settled(gw, ns, 1)
+    row = settled(gw, ns, 1, model)
     assert (row["audits"], row["errors"]) == (0, 1)
     assert row["interval95"] == [0.0, 1.0]  # nothing judged: nothing known
-    assert audits_total(gw, "error") == errors_before + 1
+    assert audits_total(gw, "error", model) == errors_before + 1
     assert upstream.stats["chat"] == 2  # no retry: the audit's call was made once
 
 
@@ -229,7 +236,7 @@ def test_audits_past_the_concurrency_limit_are_dropped_and_shutdown_cancels_them
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     text = config_text(upstream_server.url, tmp_path, audit_max_concurrency=1)
-    gw = Gateway(load_config_text(text.replace("read: 2.0", "read: 300.0")))
+    gw = Gateway(load_config_text(text))
     try:
         slow = {"contents": ["Reset it on the login page.", {"delay": 300}]}
         served_then_hit(gw, "busy", slow)
