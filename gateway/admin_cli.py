@@ -108,6 +108,7 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
               f"{rate} (exact {hits.get('exact', 0)}, semantic {hits.get('semantic', 0)}), "
               f"guard rejections {cache.get('guard_rejections', 0)}, "
               f"semantic tier {cache.get('semantic')}")  # fmt: skip
+    _audit(cache.get("audit"))
     for name, backend in (stats.get("backends") or {}).items():
         prefix = backend.get("prefix_cache")
         if prefix:
@@ -118,14 +119,34 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
         [tenant, model, row["requests"], row["calls_avoided"],
          row["avoided_input_tokens"] + row["avoided_output_tokens"],
          row["prefix_cached_tokens"] + row["provider_cached_tokens"],
-         row["unread_write_tokens"], f"${row['saved_usd']:.4f}"]
+         row["unread_write_tokens"], f"{row['audit_calls']} (${row['audit_usd']:.4f})",
+         f"${row['saved_usd']:.4f}"]
         for tenant, models in (stats.get("ledger") or {}).items()
         for model, row in models.items()
     ]  # fmt: skip
     if rows:
         print("\nsavings (usage ledger):")
         head = ["TENANT", "MODEL", "REQUESTS", "CALLS SAVED", "TOKENS SAVED", "CACHED INPUT",
-                "UNREAD WRITES", "USD SAVED"]  # fmt: skip
+                "UNREAD WRITES", "AUDITS (SPENT)", "USD SAVED"]  # fmt: skip
+        _table(head, rows)
+
+
+def _audit(audit: dict[str, Any] | None) -> None:
+    """The semantic audit's estimates (``cache.audit``), when it runs."""
+    if not audit:
+        return
+    print(f"semantic audit: {100 * audit['rate']:g}% of semantic hits re-asked, answers "
+          f"compared by {audit['comparison']}, {audit['running']} running")  # fmt: skip
+    rows = [
+        [a["model"], a["namespace"] or '""', a["audits"], a["wrong"],
+         f"{100 * a['false_hit_rate']:.2f}%" if a["audits"] else "-",
+         "{:.2f}% - {:.2f}%".format(*(100 * v for v in a["interval95"])) if a["audits"] else "-",
+         a["errors"], a["dropped"]]
+        for a in audit["estimates"]
+    ]  # fmt: skip
+    if rows:
+        head = ["MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
+                "ERRORS", "DROPPED"]  # fmt: skip
         _table(head, rows)
 
 

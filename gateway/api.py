@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, delete, get, post
+from litestar.background_tasks import BackgroundTask
 from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
@@ -278,7 +279,12 @@ def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response
     if reply.stream is None:
         _record(runtime, route, model, reply.cache, 200, seen.started)
         observe(runtime, seen.now(200), reply)
-        return Response(_encode(reply.body), media_type="application/json", headers=headers)
+        return Response(
+            _encode(reply.body),
+            media_type="application/json",
+            headers=headers,
+            background=_audit_after(runtime, reply),
+        )
     metrics.requests.labels(route, model, reply.cache, "200").inc()
     ended: dict[str, Any] = {"ttft": None, "error": None}
 
@@ -294,11 +300,26 @@ def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response
         usage = reply.outcome.usage if reply.outcome is not None else None
         status = 200 if ended["error"] is None else 502
         observe(runtime, seen.now(status, ended["ttft"]), reply, usage if status == 200 else None)
+        if reply.audit is not None and runtime.auditor is not None:
+            runtime.auditor.submit(reply.audit)  # the replay has been sent
 
     watch = StreamWatch()
     events = runtime.connections.send(reply, watch, wire.error_event, on_first, on_error)
     watch.events = _then(events, on_end)
     return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+
+
+def _audit_after(runtime: Runtime, reply: Reply) -> BackgroundTask | None:
+    """Hands a sampled semantic hit to the auditor once its response has been sent (litestar
+    runs a response's background task after the last byte)."""
+    job, auditor = reply.audit, runtime.auditor
+    if job is None or auditor is None:
+        return None
+
+    async def start() -> None:
+        auditor.submit(job)  # (returns at once: the audit runs in a task of its own)
+
+    return BackgroundTask(start)
 
 
 def _headers(reply: Reply, seen: _Seeing) -> dict[str, str]:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from semantic.cache import Lookup
     from semantic.keys import CacheKey, ContextMode
 
+    from .audit import AuditJob
     from .errors import APIError
 
 __all__ = [
@@ -168,6 +169,8 @@ class Reply:
     lookup: Lookup | None = None
     #: The request's cache key (None: the cache was bypassed).
     key: CacheKey | None = None
+    #: A sampled semantic hit's audit, for the auditor once the response is sent.
+    audit: AuditJob | None = None
 
 
 class Fold(Protocol):
@@ -246,6 +249,11 @@ class Adapter(Wire, Protocol):
 
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         """Output tokens a cache hit of ``stored`` avoided generating."""
+        ...
+
+    def text(self, answer: dict[str, Any]) -> str:
+        """What an answer says, as a reader sees it: its text and tool calls (``name(args)``),
+        one part a line. The semantic audit compares two answers by it."""
         ...
 
     @property

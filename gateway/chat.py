@@ -17,7 +17,7 @@ from .errors import APIError, sse_error
 from .requests import parse_request
 from .sse import Assembler, fresh_identity, replay
 
-__all__ = ["CHAT", "COMPLETION", "ChoicesAdapter"]
+__all__ = ["CHAT", "COMPLETION", "ChoicesAdapter", "content_text"]
 
 #: Finish reasons of a complete answer; anything else (content_filter, error, null) is not stored.
 _COMPLETE = frozenset({"stop", "length", "tool_calls", "function_call", "eos"})
@@ -61,6 +61,21 @@ class ChoicesAdapter:
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         usage = stored.get("usage") or {}
         return int(usage.get("completion_tokens") or 0)
+
+    def text(self, answer: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for choice in answer.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            if self.kind == "completion":
+                parts.append(str(choice.get("text") or ""))
+                continue
+            message = choice.get("message") or {}
+            parts.append(content_text(message.get("content")) or str(message.get("refusal") or ""))
+            for call in message.get("tool_calls") or ():
+                function = (call.get("function") if isinstance(call, dict) else None) or {}
+                parts.append(f"{function.get('name')}({function.get('arguments') or ''})")
+        return "\n".join(p for p in parts if p)
 
     @property
     def bridge(self) -> None:
@@ -113,6 +128,17 @@ class ChunkFold:
 
 CHAT = ChoicesAdapter("chat")
 COMPLETION = ChoicesAdapter("completion")
+
+
+def content_text(content: Any) -> str:
+    """A chat message's ``content``: a string, or the text of its parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("text")
+        )
+    return ""
 
 
 def _expected(request: GatewayRequest) -> int:

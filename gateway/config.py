@@ -342,6 +342,14 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: stored for exact hits only; counted in cachegate_semantic_skipped_total{reason}.
     #: None: always wait. Default measured in docs/benchmarks.md (overload).
     max_wait_ms: PositiveInt | None = 100
+    #: Share of semantic hits audited: served as usual, then (in the background, after the
+    #: response) asked again of their model and the two answers compared, which gives a live
+    #: estimate of the false-hit rate (cachegate_semantic_audits_total, /admin/stats
+    #: cache.audit). Each audit is a model call: it is billed, and counted in the usage ledger
+    #: (audit_*). 0 turns it off.
+    audit_rate: Fraction = 0.01
+    #: Audits running at once; a hit sampled while they all run is counted "dropped".
+    audit_max_concurrency: PositiveInt = 2
 
 
 class RedisConfig(_Base, frozen=True):

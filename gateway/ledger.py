@@ -13,6 +13,10 @@ Four things save tokens, and each API reports them its own way; ``usage_of`` nor
   a write that no later request of the same tenant and model read within ``write_ttl`` is
   waste, counted as ``unread_write_tokens`` / ``unread_write_usd``.
 
+The semantic audit's model calls (gateway.audit) are spending the cache causes, not requests
+and not savings: they are a line of their own (``audit_calls``, ``audit_input_tokens``,
+``audit_output_tokens``, ``audit_usd``), outside ``requests``, ``spent_usd`` and ``saved_usd``.
+
 Prices are USD per million tokens from the YAML ``prices:`` map (unpriced models count tokens,
 and $0)::
 
@@ -92,6 +96,10 @@ class _Account:
     saved_provider_cache_usd: float = 0.0
     write_premium_usd: float = 0.0  # paid above the input price for cache writes
     unread_write_usd: float = 0.0  # the premium of writes never read
+    audit_calls: int = 0  # the semantic audit's model calls (gateway.audit)
+    audit_input_tokens: int = 0
+    audit_output_tokens: int = 0
+    audit_usd: float = 0.0  # what they cost: spent on top of spent_usd
     #: [written at, tokens not yet read] of recent cache writes, oldest first.
     writes: deque[list[float]] = field(default_factory=deque)
 
@@ -131,6 +139,14 @@ class Ledger:
         tokens = usage.input_tokens + usage.output_tokens if hit else usage.cached_tokens
         return {"tokens_saved": tokens, "usd_saved": _saved(account) - before}
 
+    def record_audit(self, tenant: str, model: str, usage: Usage) -> None:
+        """Account one audit's model call: its tokens and cost, apart from the requests'."""
+        account = self._accounts.setdefault((tenant, model), _Account())
+        account.audit_calls += 1
+        account.audit_input_tokens += usage.input_tokens
+        account.audit_output_tokens += usage.output_tokens
+        account.audit_usd += _cost(usage, self._prices.get(model, Price()))
+
     def stats(self) -> dict[str, dict[str, dict[str, float]]]:
         """tenant → model → counters (tokens, calls, USD)."""
         self._expire_writes()
@@ -159,7 +175,6 @@ class Ledger:
         account.model_calls += 1
         account.input_tokens += usage.input_tokens
         account.output_tokens += usage.output_tokens
-        plain = max(usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
         saving = _usd(usage.cached_tokens, price.input - cached_price)
         if source == "local":
             account.prefix_cached_tokens += usage.cached_tokens
@@ -167,12 +182,7 @@ class Ledger:
         else:
             account.provider_cached_tokens += usage.cached_tokens
             account.saved_provider_cache_usd += saving
-        account.spent_usd += (
-            _usd(plain, price.input)
-            + _usd(usage.cached_tokens, cached_price)
-            + _usd(usage.cache_write_tokens, write_price)
-            + _usd(usage.output_tokens, price.output)
-        )
+        account.spent_usd += _cost(usage, price)
         self._expire_writes()
         if usage.cached_tokens:
             _read_writes(account, usage.cached_tokens)
@@ -205,6 +215,19 @@ def _read_writes(account: _Account, tokens: int) -> None:
         left -= taken
         if write[1] <= 0:
             account.writes.popleft()
+
+
+def _cost(usage: Usage, price: Price) -> float:
+    """What one model call cost: plain, cached and cache-written input, and output."""
+    cached_price = price.input if price.cached_input is None else price.cached_input
+    write_price = price.input if price.cache_write is None else price.cache_write
+    plain = max(usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
+    return (
+        _usd(plain, price.input)
+        + _usd(usage.cached_tokens, cached_price)
+        + _usd(usage.cache_write_tokens, write_price)
+        + _usd(usage.output_tokens, price.output)
+    )
 
 
 def _saved(a: _Account) -> float:

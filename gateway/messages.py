@@ -108,6 +108,17 @@ class MessagesAdapter:
     def saved_tokens(self, stored: dict[str, Any]) -> int:
         return int((stored.get("usage") or {}).get("output_tokens") or 0)
 
+    def text(self, answer: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for block in answer.get("content") or ():
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "text":
+                parts.append(str(block.get("text") or ""))
+            elif block.get("type") == "tool_use":
+                parts.append(f"{block.get('name')}({_encode(block.get('input')).decode()})")
+        return "\n".join(p for p in parts if p)
+
     def error_json(self, error: APIError) -> bytes:
         return error_json(error)
 

@@ -63,6 +63,13 @@ class Metrics:
             ["route", "model", "code"],
             registry=r,
         )
+        self.semantic_audits = Counter(
+            "cachegate_semantic_audits",
+            "Audited semantic hits by verdict: ok, wrong (the fresh answer differs from the "
+            "served one), error (the audit's model call failed), dropped (too many running).",
+            ["model", "verdict"],
+            registry=r,
+        )
         self.coalesced = Counter(
             "cachegate_coalesced_requests",
             "Misses answered with the answer of an identical request that was in flight.",

@@ -1,7 +1,8 @@
 """The tier walk: one path through the caching tiers, in order, for every API.
 
     route by model name (404 when unknown)
-    response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE)
+    response cache lookup (exact, then semantic)  ── hit ──► replay (JSON or SSE); a sampled
+        │                                                semantic hit carries an AuditJob (audit.py)
         │ miss
     the same request already in flight? ── wait for its answer ──► replay (coalesced)
         │ no (or it stored nothing)
@@ -27,6 +28,7 @@ from typing import Any, TypeVar
 from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, ContextMode
 
+from .audit import AuditJob, Auditor
 from .backend import Backend, BackendStream
 from .canonical import (
     Adapter,
@@ -87,8 +89,10 @@ class Pipeline:
         context: ContextMode = "exact",
         semantic_thresholds: Mapping[str, float] | None = None,
         coalesce: CoalesceConfig | None = None,
+        auditor: Auditor | None = None,
     ) -> None:
         self.backends = backends
+        self.auditor = auditor
         self.cache = cache
         self._context_turns = context_turns
         self._context = context
@@ -109,7 +113,10 @@ class Pipeline:
         looked = await self._look_up(request, adapter)
         if looked.hit is not None:
             assert looked.key is not None
-            return self._replay(request, adapter, looked.hit, looked.key)
+            served = self._replay(request, adapter, looked.hit, looked.key)
+            if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
+                served.audit = _audit_job(backend, bridge, request, adapter, auth, looked.hit)
+            return served
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
             exact = looked.save.key.exact
@@ -413,6 +420,36 @@ def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Brid
             code="unsupported_model",
         )
     return bridge
+
+
+def _audit_job(
+    backend: Backend,
+    bridge: Bridge | None,
+    request: GatewayRequest,
+    adapter: Adapter,
+    auth: str | None,
+    hit: Lookup,
+) -> AuditJob:
+    """The audit of a semantic hit: the same request to the same backend with the same
+    credentials, as one non-streamed call whose answer nobody stores.
+
+    NOTE: it calls the backend directly, past the response cache, so the fresh answer can
+    never be stored or served; a Responses request says ``store: false`` so the upstream keeps
+    no response object for it either.
+    """
+    assert hit.entry is not None
+    body = {k: v for k, v in request.body.items() if k not in ("stream", "stream_options")}
+    if request.kind == "responses":
+        body["store"] = False
+    control = dataclasses.replace(request.control, no_cache=True, no_store=True)
+    asked = dataclasses.replace(
+        request, body=body, stream=False, include_usage=False, control=control
+    )
+
+    def ask() -> Awaitable[Answer]:
+        return _complete(backend, bridge, asked, auth, None)
+
+    return AuditJob(asked, adapter, hit.entry.response, ask)
 
 
 async def _complete(

@@ -247,6 +247,19 @@ class ResponsesAdapter:
         usage = stored.get("usage") or {}
         return int(usage.get("output_tokens") or 0)
 
+    def text(self, answer: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for item in answer.get("output") or ():
+            if not isinstance(item, dict):
+                continue
+            if item.get("type") == "function_call":
+                parts.append(f"{item.get('name')}({item.get('arguments') or ''})")
+            elif item.get("type") == "message":
+                for part in item.get("content") or ():
+                    if isinstance(part, dict):
+                        parts.append(str(part.get("text") or part.get("refusal") or ""))
+        return "\n".join(p for p in parts if p)
+
     @property
     def bridge(self) -> ResponsesAdapter:
         return self  # it renders the chat form's answers itself (to_chat, from_chat, ...)

@@ -13,11 +13,13 @@ from typing import Any
 
 import httpx
 
+from semantic.audit import Audit
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
 
 from .anthropic import AnthropicBackend
+from .audit import Auditor
 from .auth import KeyRing, bearer
 from .backend import Backend
 from .config import AnthropicModelConfig, Config, ConfigError, LocalModelConfig, OpenAIModelConfig
@@ -61,6 +63,8 @@ class Runtime:
     ledger: Ledger = field(default_factory=Ledger)
     #: OpenTelemetry traces (None: tracing.enabled is false).
     tracing: Tracing | None = None
+    #: The semantic audit (None: no semantic tier, or cache.semantic.audit_rate is 0).
+    auditor: Auditor | None = None
 
     @classmethod
     def build(
@@ -86,8 +90,6 @@ class Runtime:
                 _semantic_settings(config),
             )
             _cache_metrics(metrics, cache)
-
-        pipeline = _pipeline(config, backends, cache)
         metrics.labelled_gauges(
             "cachegate_backend",
             "Model backend",
@@ -97,6 +99,8 @@ class Runtime:
         )
         connections = Connections(config.server.stream_idle_timeout)
         observers = _observers(config, cache, backends, metrics)
+        auditor = _auditor(config, cache, metrics, observers["ledger"])
+        pipeline = _pipeline(config, backends, cache, auditor)
         keys = KeyRing.from_config(config)
         responses = ResponsesAdapter(ResponseStore(), keyed=bool(config.auth.keys))
         return cls(
@@ -108,6 +112,7 @@ class Runtime:
             connections,
             responses,
             keys=keys,
+            auditor=auditor,
             **observers,
         )
 
@@ -121,6 +126,8 @@ class Runtime:
 
     async def close(self) -> None:
         self.connections.stop()
+        if self.auditor is not None:  # (audits use the backends: they stop first)
+            await self.auditor.close()
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)
         if self.cache is not None:
             await self.cache.close()
@@ -161,13 +168,36 @@ class Runtime:
         out: dict[str, Any] = {
             "uptime_s": round(time.time() - self.started, 1),
             "models": list(self.backends),
-            "cache": self.cache.stats() if self.cache is not None else None,
+            "cache": self._cache_stats(),
             "ledger": self.ledger.stats(),
         }
         for name, backend in self.backends.items():
             if (backend_stats := backend.stats()) is not None:
                 out.setdefault("backends", {})[name] = backend_stats
         return out
+
+    def _cache_stats(self) -> dict[str, Any] | None:
+        if self.cache is None:
+            return None
+        stats = self.cache.stats()
+        if self.auditor is not None:
+            stats["audit"] = self.auditor.stats()
+        return stats
+
+
+def _auditor(
+    config: Config, cache: ResponseCache | None, metrics: Metrics, ledger: Ledger
+) -> Auditor | None:
+    """The semantic audit, when there is a semantic tier and ``audit_rate`` is above 0.
+
+    NOTE: the sampler is seeded, so a run is reproducible (which hits of a process get audited
+    depends only on their order, never on their content).
+    """
+    semantic = config.cache.semantic
+    if cache is None or not semantic.enabled or semantic.audit_rate == 0:
+        return None
+    audit = Audit(semantic.audit_rate, seed=0)
+    return Auditor(audit, cache, metrics, ledger, max_concurrency=semantic.audit_max_concurrency)
 
 
 def _observers(
@@ -195,7 +225,10 @@ def _history_gauges(cache: ResponseCache | None, backends: dict[str, Backend]) -
 
 
 def _pipeline(
-    config: Config, backends: dict[str, Backend], cache: ResponseCache | None
+    config: Config,
+    backends: dict[str, Backend],
+    cache: ResponseCache | None,
+    auditor: Auditor | None,
 ) -> Pipeline:
     thresholds = {
         name: m.semantic_threshold
@@ -209,6 +242,7 @@ def _pipeline(
         context=_context_mode(config),
         semantic_thresholds=thresholds,
         coalesce=config.cache.coalesce,
+        auditor=auditor,
     )
 
 

@@ -25,6 +25,9 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
     content        answer with this text (``repeat``: this many times over)
+    contents       a list: the k-th request carrying this same list is answered by its k-th
+                   entry (cycling): a text (as ``content``) or an object of these options
+                   (``{"status": 503}``, ``{"delay": 5}``): one scope, different answers
     chunks         number of content pieces a stream is split into (default 4)
     endless        chat/completions streams: after the first content piece, repeat it until
                    the client disconnects (an answer no buffer between here and a client holds)
@@ -72,12 +75,14 @@ class FakeUpstream:
         self.last_headers: dict[str, str] = {}
         self.clients: set[tuple[Any, ...]] = set()  # (host, port) of each connection seen
         self._seen: Counter[str] = Counter()
+        self._turns: Counter[str] = Counter()  # requests seen per ``contents`` list
         self._serial = 0
         #: Stored Responses: id -> (response, the conversation up to and including its output)
         self.responses: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
 
     def reset(self) -> None:
         self.stats.clear()
+        self._turns.clear()
         self._seen.clear()
         self.clients.clear()
         self.last_body = {}
@@ -115,7 +120,7 @@ class FakeUpstream:
         self.clients.add(tuple(scope.get("client") or ()))
         self.last_body = body
         self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
-        fake = body.get("fake") or {}
+        fake = self._turn(body.get("fake") or {})
         self._seen[hashlib.sha256(raw).hexdigest()] += 1
         attempt = self._seen[hashlib.sha256(raw).hexdigest()]
 
@@ -244,6 +249,16 @@ class FakeUpstream:
         return await _json(send, 200, stored[0])
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _turn(self, fake: dict[str, Any]) -> dict[str, Any]:
+        """``fake`` with its ``contents`` entry for this request applied."""
+        contents = fake.get("contents")
+        if not contents:
+            return fake
+        key = _encode(contents).decode()
+        entry = contents[self._turns[key] % len(contents)]
+        self._turns[key] += 1
+        return {**fake, **(entry if isinstance(entry, dict) else {"content": entry})}
 
     def _answer(self, kind: str, body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
         question = body["messages"][-1].get("content") if kind == "chat" else body.get("prompt")

@@ -18,7 +18,8 @@ SCREENSHOT = os.environ.get("CACHEGATE_SCREENSHOT")
 def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_path: Path) -> None:
     gw = make_gateway(
         "admin: {api_key: adm, show_text: true, history_interval: 1}\n"
-        "prices: {fake-model: {input: 2.5, cached_input: 1.25, output: 10}}",
+        "prices: {fake-model: {input: 2.5, cached_input: 1.25, output: 10}}\n"
+        "cache: {semantic: {audit_rate: 1.0}}",
         semantic=True,
     )
     auth = {"authorization": "Bearer adm"}
@@ -37,6 +38,11 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
     time.sleep(1.1)
     gw.chat("How can I reset my password?")
     assert gw.http.get("/admin/history", headers=auth).json()["recent_hits"]
+    # both semantic hits were audited (in the background: wait for it)
+    deadline = time.monotonic() + 120
+    while _audited(gw, auth) < 2:
+        assert time.monotonic() < deadline, "the audits did not end"
+        time.sleep(0.05)
 
     with Browser(tmp_path) as browser:
         page = browser.open(f"{gw.url}/dashboard?key=adm")
@@ -52,10 +58,19 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
         assert "semantic" in legend and "miss" in legend
         ledger = page.evaluate("document.getElementById('ledger').innerText")
         assert "fake-model" in ledger and "default" in ledger
+        assert "2 ($0.0" in ledger  # the two audits' calls, on a line of their own
         cards = page.evaluate("document.getElementById('cards').innerText")
         assert "hit rate" in cards and "%" in cards
+        # the audit panel: the fake upstream's fresh answers carry another serial number
+        audit = page.evaluate("document.querySelector('#audit table tr:nth-child(2)').innerText")
+        assert audit.split("\t")[:5] == ["fake-model", '""', "2", "2", "100.00 %"]
         page.screenshot(tmp_path / "dashboard.png")
         assert page.errors == []
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
     if SCREENSHOT:
         shutil.copy(tmp_path / "dashboard.png", SCREENSHOT)
+
+
+def _audited(gw: Any, auth: dict[str, str]) -> int:
+    stats = gw.http.get("/admin/stats", headers=auth).json()
+    return sum(row["audits"] for row in stats["cache"]["audit"]["estimates"])

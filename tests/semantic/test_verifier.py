@@ -3,7 +3,6 @@ weights and the real embedder (a paraphrase hits, a trap does not, a context swa
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +13,6 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, load_config_text
-from semantic.audit import Audit, wilson
 from semantic.cache import SemanticSettings, score_threshold
 from semantic.keys import chat_key, compared_text
 from semantic.verifier import DEFAULT_PATH, Calibration, PairVerifier
@@ -195,33 +193,3 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, reworded, "c").headers["x-cache"] == "semantic"
     swapped = convo("How do I renew my passport in Mexico?", "You can renew it by mail.")
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
-
-
-# ---- the audit (semantic side) ------------------------------------------------------------------
-
-
-def test_audit_estimate_covers_the_true_rate_of_a_replayed_labelled_workload() -> None:
-    """20,000 labelled hits, 4% wrong, audited at 5%: the estimate's interval holds the truth."""
-    rng = random.Random(3)
-    labels = [rng.random() < 0.04 for _ in range(20_000)]
-    audit = Audit(rate=0.05, seed=7)
-    for wrong in labels:
-        if audit.sample():
-            audit.record("m", "ns", "different" if wrong else "same")
-    est = audit.estimate("m", "ns")
-    truth = sum(labels) / len(labels)
-    assert 800 <= est.audits <= 1200
-    assert est.low <= truth <= est.high and est.high - est.low < 0.04
-    assert audit.stats()[0]["interval95"] == [round(est.low, 4), round(est.high, 4)]
-
-
-def test_audit_judges_a_changed_number_different_and_the_wilson_bounds() -> None:
-    audit = Audit(rate=0.0)
-    assert not audit.sample()
-    assert audit.judge("It costs 20 dollars.", "It costs 35 dollars.", None) == "different"
-    assert audit.judge("It costs 20 dollars.", "It costs 20 dollars.", None) == "same"
-    assert wilson(0, 0) == (0.0, 1.0)
-    low, high = wilson(0, 100)
-    assert low == 0.0 and 0.03 < high < 0.04
-    with pytest.raises(ValueError, match="audit_rate"):
-        Audit(rate=1.5)

@@ -1,0 +1,152 @@
+"""The semantic audit, live: a sampled share of semantic hits is asked again of its model.
+
+The tier walk samples a semantic hit (``cache.semantic.audit_rate``) and attaches an
+:class:`AuditJob` to its reply; the HTTP layer hands the job to the :class:`Auditor` once the
+response has been sent, so an audit never delays the client. The auditor then, in the
+background:
+
+    ask      the same canonical request, to the same backend, with the same credentials the
+             client's request would have used (the gateway's key for the model, or the client's
+             own key it forwards), as one non-streamed call with nothing stored: the call goes to
+             the backend directly, past the response cache, and a Responses request is sent
+             with ``store: false`` (the upstream keeps no response object either)
+    judge    the fresh answer against the served one (semantic.audit.Audit.judge)
+    count    ``cachegate_semantic_audits_total{model,verdict}``, the estimate per model and
+             namespace (/admin/stats ``cache.audit``), and the call's cost in the usage ledger
+             (``audit_*`` fields: spending, never savings)
+
+At most ``audit_max_concurrency`` audits run at once; a hit sampled while they all run is
+counted ``dropped`` rather than queued (an audit is worth less than the capacity it takes from
+live traffic). Shutdown cancels the running audits.
+
+    >>> auditor = Auditor(Audit(rate=0.01), cache, metrics, ledger, max_concurrency=2)
+    >>> if auditor.sample(): reply.audit = AuditJob(...)       # pipeline.py
+    >>> auditor.submit(reply.audit)                            # api.py, after the send
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from semantic.audit import Audit, Verdict
+
+from .canonical import Adapter, Answer, GatewayRequest
+from .ledger import Ledger, usage_of
+from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from semantic.cache import ResponseCache
+
+__all__ = ["AuditJob", "Auditor"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditJob:
+    """One served semantic hit to check against a fresh answer of its model."""
+
+    #: The request as its backend sees it, made non-streamed and unstored (see the module).
+    request: GatewayRequest
+    adapter: Adapter
+    #: The answer that was served (the stored entry's response).
+    served: dict[str, Any]
+    #: The model call: the backend's ``complete`` with the original request's credentials.
+    ask: Callable[[], Awaitable[Answer]]
+
+
+class Auditor:
+    """Runs audits in the background, bounded, and counts their verdicts."""
+
+    def __init__(
+        self,
+        audit: Audit,
+        cache: ResponseCache,
+        metrics: Metrics,
+        ledger: Ledger,
+        *,
+        max_concurrency: int = 2,
+    ) -> None:
+        self.audit = audit
+        self._cache = cache
+        self._metrics = metrics
+        self._ledger = ledger
+        self._max = max_concurrency
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    def sample(self) -> bool:
+        """Whether to audit the semantic hit being served."""
+        return not self._closed and self.audit.sample()
+
+    def submit(self, job: AuditJob) -> bool:
+        """Start ``job`` in the background (call it after the response is sent); False when it
+        was dropped because ``max_concurrency`` audits are running already."""
+        if self._closed:
+            return False
+        if len(self._tasks) >= self._max:
+            self._count(job, "dropped")
+            return False
+        task = asyncio.get_running_loop().create_task(self._run(job), name="semantic-audit")
+        self._tasks.add(task)  # NOTE: the loop keeps only weak references to tasks
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    @property
+    def running(self) -> int:
+        return len(self._tasks)
+
+    async def close(self) -> None:
+        """Cancel the running audits (at shutdown, before the backends close)."""
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stats(self) -> dict[str, Any]:
+        """``cache.audit`` of /admin/stats: the sampling rate and, per model and namespace,
+        the verdicts with the estimated false-hit rate and its 95% interval."""
+        return {
+            "rate": self.audit.rate,
+            "running": len(self._tasks),
+            "max_concurrency": self._max,
+            "comparison": "verifier" if self._cache.verifier is not None else "embedding",
+            "estimates": self.audit.stats(),
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    async def _run(self, job: AuditJob) -> None:
+        request = job.request
+        try:
+            answer = await job.ask()
+        except Exception as exc:  # an APIError (5xx, timeout, ...) or a broken backend
+            log.warning("semantic audit of %s: the model call failed: %s", request.model, exc)
+            self._count(job, "error")
+            return
+        usage = answer.body.get("usage")
+        self._ledger.record_audit(request.tenant, request.model, usage_of(usage))
+        if not job.adapter.complete(request, answer.body):
+            self._count(job, "error")  # e.g. a content filter: nothing to compare with
+            return
+        try:
+            verdict = await self.audit.judge(
+                job.adapter.text(job.served),
+                job.adapter.text(answer.body),
+                verifier=self._cache.verifier,
+                embedder=self._cache.embedder,
+            )
+        except Exception:
+            log.exception("semantic audit of %s: judging the answers failed", request.model)
+            verdict = "error"
+        self._count(job, verdict)
+
+    def _count(self, job: AuditJob, verdict: Verdict) -> None:
+        model = job.request.model
+        self.audit.record(model, job.request.control.namespace, verdict)
+        self._metrics.semantic_audits.labels(model, verdict).inc()

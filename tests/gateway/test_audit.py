@@ -1,0 +1,332 @@
+"""The semantic audit through the HTTP API: a sampled semantic hit is served, then asked again of
+its model in the background, and the verdict shows in /metrics, /admin/stats and the ledger.
+
+Real embedder, real HTTP on 127.0.0.1, the fake upstream answering what each test tells it
+(``fake.contents``: the k-th request of one scope gets the k-th answer). Background work is
+waited for by polling, never by sleeping a fixed time.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from gateway.chat import CHAT, COMPLETION
+from gateway.cli import main
+from gateway.config import ConfigError, load_config_text
+from gateway.messages import MESSAGES
+from gateway.responses import ResponsesAdapter
+from gateway.stored import ResponseStore
+from tests.conftest import Gateway
+from tests.fake_upstream import FakeUpstream, ThreadedServer
+
+STORED = "How do I reset my password?"
+PARAPHRASE = "How can I reset my password?"  # a semantic hit of STORED (test_semantic_api)
+WAIT = 120.0  # seconds: CI is a loaded 2-core machine
+
+
+def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
+    url = f"{upstream_url}/v1"
+    return yaml.safe_dump({
+        "data_dir": str(data_dir),
+        "cache": {"semantic": {"enabled": True, "audit_rate": 1.0, **semantic}},
+        "models": {
+            # NOTE: no retries, so an upstream failure is the audit's, not hidden by a retry
+            "fake-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
+                           "max_retries": 0},
+            # a short read timeout, for the audit that times out (and only for it)
+            "impatient-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
+                                "max_retries": 0, "timeout": {"read": 3.0}},
+            # no key of its own: the client's key goes upstream (and partitions the cache)
+            "open-model": {"backend": "openai", "base_url": url, "max_retries": 0},
+        },
+        "prices": {"fake-model": {"input": 2.5, "output": 10}},
+    })  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    gateway = Gateway(
+        load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("audit")))
+    )
+    yield gateway
+    gateway.stop()
+
+
+def ask(gw: Gateway, question: str, ns: str, fake: dict[str, Any], **body: Any) -> httpx.Response:
+    headers = {"x-cache-namespace": ns, **body.pop("headers", {})}
+    payload = {"model": body.pop("model", "fake-model"), "fake": fake,
+               "messages": [{"role": "user", "content": question}], **body}  # fmt: skip
+    response = gw.http.post("/v1/chat/completions", json=payload, headers=headers)
+    assert response.status_code == 200, response.text
+    return response
+
+
+def served_then_hit(
+    gw: Gateway, ns: str, fake: dict[str, Any], **body: Any
+) -> tuple[httpx.Response, httpx.Response]:
+    first = ask(gw, STORED, ns, fake, **body)
+    assert first.headers["x-cache"] == "miss"
+    hit = ask(gw, PARAPHRASE, ns, fake, **body)
+    assert hit.headers["x-cache"] == "semantic"
+    return first, hit
+
+
+def estimate(gw: Gateway, ns: str, model: str = "fake-model") -> dict[str, Any] | None:
+    rows = gw.http.get("/admin/stats").json()["cache"]["audit"]["estimates"]
+    return next((r for r in rows if r["model"] == model and r["namespace"] == ns), None)
+
+
+def wait_for(check: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def settled(gw: Gateway, ns: str, n: int, model: str = "fake-model") -> dict[str, Any]:
+    """The namespace's estimate once ``n`` audits have ended, whatever their verdict."""
+
+    def done() -> dict[str, Any] | None:
+        row = estimate(gw, ns, model)
+        return row if row and row["audits"] + row["errors"] + row["dropped"] >= n else None
+
+    return wait_for(done, f"{n} audits in namespace {ns}")  # type: ignore[no-any-return]
+
+
+def audits_total(gw: Gateway, verdict: str, model: str = "fake-model") -> float:
+    text = gw.http.get("/metrics").text
+    line = f'cachegate_semantic_audits_total{{model="{model}",verdict="{verdict}"}} '
+    match = re.search(re.escape(line) + r"(\S+)", text)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_a_semantic_hit_is_audited_once_and_the_audit_answer_is_not_stored(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    ok_before = audits_total(gw, "ok")
+    fake = {"content": "Open the login page and click 'Forgot password'."}
+    first, hit = served_then_hit(gw, "same", fake)
+    assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    row = settled(gw, "same", 1)
+    assert (row["audits"], row["wrong"], row["errors"]) == (1, 0, 0)
+    assert row["false_hit_rate"] == 0.0 and row["interval95"][0] == 0.0
+    assert 0.5 < row["interval95"][1] < 1.0  # one audit: a wide interval
+    assert upstream.stats["chat"] == 2  # the miss, and the one audit
+    sent = upstream.last_body
+    assert sent["messages"][0]["content"] == PARAPHRASE and "stream" not in sent
+    assert audits_total(gw, "ok") == ok_before + 1
+    # the audit's answer was not stored: the paraphrase is still a semantic hit, not exact
+    stats = gw.http.get("/admin/stats").json()
+    assert stats["cache"]["stores"] >= 1
+    entries = gw.http.get("/admin/cache/entries", params={"namespace": "same"}).json()["data"]
+    assert len(entries) == 1
+    assert ask(gw, PARAPHRASE, "same", fake).headers["x-cache"] == "semantic"
+    settled(gw, "same", 2)
+    # ... its cost is its own line in the ledger: not a request, not a saving
+    account = stats["ledger"]["default"]["fake-model"]
+    assert account["audit_calls"] >= 1 and account["audit_usd"] > 0
+    assert account["audit_output_tokens"] >= len(fake["content"].split())
+
+
+def test_a_different_fresh_answer_is_a_wrong_verdict(gw: Gateway, upstream: FakeUpstream) -> None:
+    wrong_before = audits_total(gw, "wrong")
+    costs = {"contents": ["The basic plan costs 10 dollars a month.",
+                          "The basic plan costs 25 dollars a month."]}  # fmt: skip
+    _, hit = served_then_hit(gw, "numbers", costs)
+    assert "10 dollars" in hit.json()["choices"][0]["message"]["content"]  # served as usual
+    row = settled(gw, "numbers", 1)
+    assert (row["audits"], row["wrong"], row["false_hit_rate"]) == (1, 1, 1.0)
+    # no shared number: the answers' embeddings tell them apart
+    topics = {"contents": ["Paris is the capital of France.",
+                           "Bananas are rich in potassium and fibre."]}  # fmt: skip
+    served_then_hit(gw, "topics", topics)
+    assert settled(gw, "topics", 1)["wrong"] == 1
+    assert audits_total(gw, "wrong") == wrong_before + 2
+    assert upstream.stats["chat"] == 4
+
+
+def test_a_streamed_semantic_hit_is_audited_with_one_unstreamed_call(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    fake = {"content": "Use the reset link on the sign-in page."}
+    assert ask(gw, STORED, "stream", fake).headers["x-cache"] == "miss"
+    body = {"model": "fake-model", "fake": fake, "stream": True,
+            "messages": [{"role": "user", "content": PARAPHRASE}]}  # fmt: skip
+    headers = {"x-cache-namespace": "stream"}
+    with gw.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        assert response.headers["x-cache"] == "semantic"
+        assert "data: [DONE]" in response.read().decode()
+    row = settled(gw, "stream", 1)
+    assert (row["audits"], row["wrong"]) == (1, 0)
+    assert upstream.stats["chat"] == 2 and "stream" not in upstream.last_body
+
+
+def test_exact_hits_are_not_audited(gw: Gateway, upstream: FakeUpstream) -> None:
+    fake = {"content": "Exact answers are served as stored."}
+    for _ in range(3):
+        ask(gw, STORED, "exact", fake)
+    served_then_hit(gw, "exact-then-semantic", fake)
+    row = settled(gw, "exact-then-semantic", 1)
+    assert row["audits"] == 1
+    assert estimate(gw, "exact") is None  # three requests, two exact hits: no audit
+    assert upstream.stats["chat"] == 3  # two misses and one audit
+
+
+@pytest.mark.parametrize(
+    ("model", "failure"),
+    [("fake-model", {"status": 503}), ("impatient-model", {"delay": 60})],
+    ids=["5xx", "timeout"],
+)
+def test_a_failing_audit_is_an_error_verdict_and_never_reaches_the_client(
+    gw: Gateway, upstream: FakeUpstream, model: str, failure: dict[str, Any]
+) -> None:
+    ns = f"fail-{next(iter(failure))}"
+    errors_before = audits_total(gw, "error", model)
+    fake = {"contents": ["Reset it from your profile page.", failure]}
+    first, hit = served_then_hit(gw, ns, fake, model=model)
+    assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    row = settled(gw, ns, 1, model)
+    assert (row["audits"], row["errors"]) == (0, 1)
+    assert row["interval95"] == [0.0, 1.0]  # nothing judged: nothing known
+    assert audits_total(gw, "error", model) == errors_before + 1
+    assert upstream.stats["chat"] == 2  # no retry: the audit's call was made once
+
+
+def test_the_audit_goes_upstream_with_the_clients_own_key(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A model without a key of its own forwards the client's: so does its audit."""
+    fake = {"content": "Use the reset link."}
+    headers = {"authorization": "Bearer sk-client-a", "openai-organization": "org-a"}
+    served_then_hit(gw, "keys", fake, model="open-model", headers=headers)
+    assert upstream.last_headers["authorization"] == "Bearer sk-client-a"
+    settled(gw, "keys", 1, model="open-model")
+    assert upstream.stats["chat"] == 2
+    assert upstream.last_headers["authorization"] == "Bearer sk-client-a"
+    assert upstream.last_headers["openai-organization"] == "org-a"
+    # the audit is billed to the client key's tenant, as its requests are
+    ledger = gw.http.get("/admin/stats").json()["ledger"]
+    tenant = next(t for t in ledger if t.startswith("client-key:"))
+    assert ledger[tenant]["open-model"]["audit_calls"] == 1
+
+
+def test_the_gateways_key_goes_upstream_for_a_model_that_has_one(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    fake = {"content": "The reset link is on the sign-in page."}
+    served_then_hit(gw, "gateway-key", fake, headers={"authorization": "Bearer sk-client-b"})
+    settled(gw, "gateway-key", 1)
+    assert upstream.stats["chat"] == 2
+    assert upstream.last_headers["authorization"] == "Bearer sk-gateway"
+
+
+def test_audits_past_the_concurrency_limit_are_dropped_and_shutdown_cancels_them(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    text = config_text(upstream_server.url, tmp_path, audit_max_concurrency=1)
+    gw = Gateway(load_config_text(text))
+    try:
+        slow = {"contents": ["Reset it on the login page.", {"delay": 300}]}
+        served_then_hit(gw, "busy", slow)
+        wait_for(lambda: upstream.stats["chat"] == 2, "the audit's call upstream")
+        running = gw.http.get("/admin/stats").json()["cache"]["audit"]
+        assert running["running"] == 1 and running["max_concurrency"] == 1
+        assert ask(gw, PARAPHRASE, "busy", slow).headers["x-cache"] == "semantic"
+        row = settled(gw, "busy", 1)
+        assert (row["dropped"], row["audits"], row["errors"]) == (1, 0, 0)
+        assert audits_total(gw, "dropped") == 1
+    finally:
+        gw.stop()
+    # shutdown cancelled the running audit: its upstream call was closed
+    wait_for(lambda: upstream.stats["cancelled"] == 1, "the audit's call to be cancelled")
+
+
+def test_a_responses_api_hit_is_audited_and_the_upstream_keeps_no_response(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    fake = {"content": "Use the reset link on the sign-in page."}
+    headers = {"x-cache-namespace": "responses"}
+    for question, state in ((STORED, "miss"), (PARAPHRASE, "semantic")):
+        body = {"model": "fake-model", "input": question, "fake": fake}
+        response = gw.http.post("/v1/responses", json=body, headers=headers)
+        assert response.status_code == 200 and response.headers["x-cache"] == state
+    row = settled(gw, "responses", 1)
+    assert (row["audits"], row["wrong"]) == (1, 0)
+    assert upstream.stats["responses"] == 2 and upstream.last_body["input"] == PARAPHRASE
+    assert upstream.last_body["store"] is False  # the audit leaves no response object behind
+    assert sum(r[0]["output"][0]["content"][0]["text"] == fake["content"]
+               for r in upstream.responses.values()) == 1  # fmt: skip
+
+
+def test_the_text_an_audit_compares_in_each_api() -> None:
+    chat = {
+        "choices": [
+            {
+                "message": {
+                    "content": "Hi.",
+                    "tool_calls": [
+                        {
+                            "type": "function",
+                            "function": {"name": "lookup", "arguments": '{"q": 1}'},
+                        }
+                    ],
+                }
+            }
+        ]
+    }
+    assert CHAT.text(chat) == 'Hi.\nlookup({"q": 1})'
+    parts = {"choices": [{"message": {"content": [{"type": "text", "text": "A"}]}}]}
+    assert CHAT.text(parts) == "A"
+    assert COMPLETION.text({"choices": [{"text": "B"}, {"text": "C"}]}) == "B\nC"
+    response = {
+        "output": [
+            {"type": "reasoning", "summary": []},
+            {"type": "message", "content": [{"type": "output_text", "text": "D"}]},
+            {"type": "function_call", "name": "f", "arguments": "{}"},
+        ]
+    }
+    assert ResponsesAdapter(ResponseStore(), keyed=False).text(response) == "D\nf({})"
+    message = {
+        "content": [
+            {"type": "text", "text": "E"},
+            {"type": "tool_use", "name": "g", "input": {"x": 2}},
+        ]
+    }
+    assert MESSAGES.text(message) == 'E\ng({"x":2})'
+    assert CHAT.text({"error": "x"}) == MESSAGES.text({}) == ""  # fmt: skip
+
+
+def test_cachegate_stats_prints_the_estimates(
+    gw: Gateway, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    costs = {"contents": ["Delivery takes 3 days.", "Delivery takes 7 days."]}
+    served_then_hit(gw, "cli", costs)
+    settled(gw, "cli", 1)
+    assert main(["stats", "--url", gw.url]) == 0
+    out = capsys.readouterr().out
+    assert "semantic audit: 100% of semantic hits re-asked" in out and "WRONG-HIT RATE" in out
+    row = next(line.split() for line in out.splitlines() if " cli " in line)
+    assert row[:5] == ["fake-model", "cli", "1", "1", "100.00%"]
+    assert "AUDITS (SPENT)" in out
+
+
+def test_audit_settings_are_validated(tmp_path: Path) -> None:
+    for bad, message in (("audit_rate: 1.5", "audit_rate"),
+                         ("audit_max_concurrency: 0", "audit_max_concurrency")):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            load_config_text(f"cache: {{semantic: {{{bad}}}}}")
+    config = load_config_text("cache: {semantic: {audit_rate: 0}}")
+    assert config.cache.semantic.audit_rate == 0
+    assert load_config_text("").cache.semantic.audit_rate == 0.01

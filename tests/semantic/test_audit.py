@@ -1,0 +1,138 @@
+"""The audit's estimator and judge (semantic side): a replayed labelled workload, the Wilson
+interval, and how two answers are compared. The gateway side is tests/gateway/test_audit.py."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from semantic.audit import Audit, answer_difference, wilson
+
+#: Answer pairs as an audit sees them: (served, fresh, the served answer was wrong). A wrong
+#: hit's fresh answer differs in a number, unit or date, which the hard checks see.
+SAME = [
+    ("The office opens at 9 am.", "The office opens at 9 am."),
+    ("Click 'Forgot password' on the login page.", "Click 'Forgot password' on the login page."),
+    ("Shipping to Canada takes 5 days.", "Shipping to Canada takes 5 days."),
+]
+DIFFERENT = [
+    ("The office opens at 9 am.", "The office opens at 10 am."),
+    ("Shipping to Canada takes 5 days.", "Shipping to Canada takes 12 days."),
+    ("The race is 10 km long.", "The race is 10 miles long."),
+    ("The sale ends on Monday.", "The sale ends on Friday."),
+]
+
+
+def replay(labels: list[bool], audit: Audit, rng: random.Random) -> None:
+    """Serve each labelled hit; judge the sampled ones from their answers, as the gateway does."""
+    for wrong in labels:
+        if audit.sample():
+            served, fresh = rng.choice(DIFFERENT if wrong else SAME)
+            audit.record("m", "ns", asyncio.run(audit.judge(served, fresh)))
+
+
+def test_the_estimate_covers_the_true_rate_of_a_replayed_labelled_workload() -> None:
+    """4,000 labelled hits, 4% wrong, audited at 25% and judged from their answers: the true
+    wrong-hit rate lies inside the estimate's own 95% interval."""
+    assert all(answer_difference(*pair) for pair in DIFFERENT)
+    assert not any(answer_difference(*pair) for pair in SAME)
+    rng = random.Random(3)
+    labels = [rng.random() < 0.04 for _ in range(4_000)]
+    audit = Audit(rate=0.25, seed=7)
+    replay(labels, audit, rng)
+    est = audit.estimate("m", "ns")
+    truth = sum(labels) / len(labels)
+    assert 850 <= est.audits <= 1150
+    assert est.low <= truth <= est.high and est.high - est.low < 0.04
+    row = audit.stats()[0]
+    assert row["interval95"] == [round(est.low, 4), round(est.high, 4)]
+    assert row["audits"] == est.audits and row["wrong"] == est.wrong
+
+
+def test_the_interval_holds_the_truth_about_95_percent_of_the_time() -> None:
+    """Over 400 replayed workloads (rates 1% to 20%, 1,000 hits audited at 20%), the Wilson
+    interval covers the workload's true rate in at least 90% of them (nominally 95%)."""
+    covered = 0
+    for run in range(400):
+        rng = random.Random(run)
+        true_rate = rng.choice((0.01, 0.03, 0.08, 0.2))
+        labels = [rng.random() < true_rate for _ in range(1_000)]
+        audit = Audit(rate=0.2, seed=run)
+        for wrong in labels:
+            if audit.sample():
+                audit.record("m", "ns", "wrong" if wrong else "ok")
+        est = audit.estimate("m", "ns")
+        covered += est.low <= sum(labels) / len(labels) <= est.high
+    assert covered >= 360
+
+
+def test_only_judged_audits_enter_the_estimate() -> None:
+    audit = Audit(rate=1.0)
+    for verdict in ("ok", "wrong", "error", "dropped", "dropped"):
+        audit.record("m", "", verdict)  # type: ignore[arg-type]
+    est = audit.estimate("m", "")
+    assert (est.audits, est.wrong, est.rate) == (2, 1, 0.5)
+    row = audit.stats()[0]
+    assert (row["errors"], row["dropped"], row["false_hit_rate"]) == (1, 2, 0.5)
+    assert audit.estimate("other", "") == audit.estimate("m", "x")  # nothing audited: [0, 1]
+    assert audit.estimate("other", "").high == 1.0
+
+
+def test_wilson_bounds_and_the_rate_setting() -> None:
+    assert wilson(0, 0) == (0.0, 1.0)
+    low, high = wilson(0, 100)
+    assert low == 0.0 and 0.03 < high < 0.04
+    low, high = wilson(50, 100)
+    assert 0.40 < low < 0.41 and 0.59 < high < 0.60
+    assert not Audit(rate=0.0).sample()
+    assert all(Audit(rate=1.0).sample() for _ in range(100))
+    with pytest.raises(ValueError, match="audit_rate"):
+        Audit(rate=1.5)
+
+
+class _Verifier:
+    def __init__(self, score: float) -> None:
+        self.score, self.pairs = score, []  # type: ignore[var-annotated]
+
+    async def verify(self, stored: str, new: str) -> float:
+        self.pairs.append((stored, new))
+        return self.score
+
+
+class _Embedder:
+    """Two fixed directions: texts that mention Paris point one way, the others another."""
+
+    async def embed(self, text: str, *, max_wait: float | None = None) -> Any:
+        return np.array([1.0, 0.0]) if "Paris" in text else np.array([0.6, 0.8])
+
+
+def test_judge_hard_checks_first_then_the_verifier_else_the_embedding() -> None:
+    audit = Audit(rate=1.0)
+
+    def judge(served: str, fresh: str, **kw: Any) -> str:
+        return asyncio.run(audit.judge(served, fresh, **kw))
+
+    assert answer_difference("It costs 20 dollars.", "It costs 35 dollars.") == "number_mismatch"
+    assert answer_difference("It costs 20 dollars.", "The price is 20 dollars.") is None
+    assert judge("It costs 20 dollars.", "It costs 35 dollars.") == "wrong"
+    assert judge("It costs 20 dollars.", "It costs 20 dollars.") == "ok"
+    # a changed number is wrong whatever the verifier says (it is not even asked)
+    sure = _Verifier(0.99)
+    assert judge("Open at 9.", "Open at 10.", verifier=sure) == "wrong" and not sure.pairs
+    assert judge("Yes, on Sundays.", "It opens Sundays.", verifier=sure) == "ok"
+    assert sure.pairs == [("Yes, on Sundays.", "It opens Sundays.")]
+    assert judge("Yes, on Sundays.", "No, it is closed.", verifier=_Verifier(0.2)) == "wrong"
+    # the verifier off: the answers' cosine (0.6 here) against same_similarity (0.8)
+    embedder = _Embedder()
+    assert judge("Paris is the capital.", "It is Paris.", embedder=embedder) == "ok"
+    assert judge("Paris is the capital.", "Berlin is.", embedder=embedder) == "wrong"
+    assert (
+        asyncio.run(
+            Audit(rate=1.0, same_similarity=0.5).judge("Paris.", "Berlin.", embedder=embedder)
+        )
+        == "ok"
+    )
