@@ -14,7 +14,7 @@ cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_token
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -31,6 +31,7 @@ __all__ = [
     "TokenCounter",
     "from_chat",
     "messages_backend",
+    "stop_of",
     "to_chat",
 ]
 
@@ -72,11 +73,11 @@ class ChatBridge:
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         chat = await self.inner.complete(_chat_request(request), _bearer(auth))
-        return Answer(from_chat(chat.body, request.model), chat.headers)
+        return Answer(from_chat(chat.body, request.model, _stops(request)), chat.headers)
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
         stream = await self.inner.open_stream(_chat_request(request), _bearer(auth))
-        return _MessagesStream(stream, request.model)
+        return _MessagesStream(stream, request.model, _stops(request))
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         if not isinstance(self.inner, TokenCounter):  # the local model has a tokenizer
@@ -141,8 +142,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
-    """The Messages answer for a chat completion (its first choice)."""
+def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> dict[str, Any]:
+    """The Messages answer for a chat completion (its first choice); ``stops``: the request's
+    ``stop_sequences``."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
@@ -159,10 +161,34 @@ def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _STOPS.get(choice.get("finish_reason") or "", choice.get("finish_reason")),
-        "stop_sequence": None,
+        **stop_of(choice, stops, called=bool(message.get("tool_calls"))),
         "usage": _usage(chat.get("usage") or {}),
     }
+
+
+def stop_of(choice: dict[str, Any], stops: Sequence[str], *, called: bool) -> dict[str, Any]:
+    """``stop_reason`` and ``stop_sequence`` of a Messages answer, from its chat choice;
+    ``called``: the answer calls a tool.
+
+    Chat says ``finish_reason: "stop"`` for the end of a turn, for a stop sequence and (OpenAI,
+    when ``tool_choice`` names a function) for a tool call. The choice's ``stop_reason`` (vLLM,
+    SGLang and the local model: the stop string that ended it) tells a stop sequence apart; an
+    upstream that does not send it (OpenAI) reads as ``end_turn``.
+
+    >>> stop_of({"finish_reason": "stop", "stop_reason": "END"}, ["END"], called=False)
+    {'stop_reason': 'stop_sequence', 'stop_sequence': 'END'}
+    >>> stop_of({"finish_reason": "length"}, [], called=False)
+    {'stop_reason': 'max_tokens', 'stop_sequence': None}
+    >>> stop_of({"finish_reason": "stop"}, [], called=True)
+    {'stop_reason': 'tool_use', 'stop_sequence': None}
+    """
+    finish = choice.get("finish_reason") or ""
+    matched = choice.get("stop_reason")
+    if finish == "stop" and isinstance(matched, str) and matched in stops:
+        return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+    if finish == "stop" and called:
+        finish = "tool_calls"
+    return {"stop_reason": _STOPS.get(finish, finish or None), "stop_sequence": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,14 +198,16 @@ def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
 class _MessagesStream:
     """A chat stream re-told as Messages events."""
 
-    def __init__(self, inner: BackendStream, model: str) -> None:
+    def __init__(self, inner: BackendStream, model: str, stops: Sequence[str]) -> None:
         self._inner = inner
         self.headers = inner.headers
         self._model = model
+        self._stops = stops
         self._started = False
         self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
         self._next = 0
-        self._stop: str | None = None
+        self._stop: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
+        self._called = False  # a tool call was streamed
         self._usage: dict[str, Any] = {}
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -211,8 +239,7 @@ class _MessagesStream:
             yield {"type": "ping"}
         if event.done:
             yield from self._close_block()
-            stop = {"stop_reason": self._stop, "stop_sequence": None}
-            yield {"type": "message_delta", "delta": stop, "usage": _usage(self._usage)}
+            yield {"type": "message_delta", "delta": self._stop, "usage": _usage(self._usage)}
             yield {"type": "message_stop"}
             return
         chunk = event.chunk or {}
@@ -223,10 +250,10 @@ class _MessagesStream:
             if delta.get("content"):
                 yield from self._text(delta["content"])
             for call in delta.get("tool_calls") or ():
+                self._called = True
                 yield from self._tool_call(call)
             if choice.get("finish_reason"):
-                reason = choice["finish_reason"]
-                self._stop = _STOPS.get(reason, reason)
+                self._stop = stop_of(choice, self._stops, called=self._called)
 
     def _text(self, text: str) -> Iterator[dict[str, Any]]:
         if self._open is None or self._open[1] != "text":
@@ -259,6 +286,11 @@ class _MessagesStream:
         if self._open is not None:
             yield {"type": "content_block_stop", "index": self._open[0]}
             self._open = None
+
+
+def _stops(request: GatewayRequest) -> tuple[str, ...]:
+    """The Messages request's ``stop_sequences`` (parsing checked they are strings)."""
+    return tuple(request.body.get("stop_sequences") or ())
 
 
 def _chat_request(request: GatewayRequest) -> GatewayRequest:

@@ -246,6 +246,44 @@ def test_messages_and_chat_completions_never_share_an_answer(
     assert upstream.stats["chat"] == 2
 
 
+def test_bridged_answers_say_why_they_stopped(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """Through the chat bridge (an OpenAI upstream): the stop sequence that matched, and a
+    tool call, JSON and streamed, fresh and replayed from the cache."""
+    # the fake, like vLLM, ends its answer ("answer #N to: ...") before a stop string in it and
+    # names that string in the choice's stop_reason
+    stopped = ask(client, "Which aisle?", model="gpt", stop_sequences=["zzz", "to:"]).parse()
+    assert upstream.last_body["stop"] == ["zzz", "to:"]
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == "to:"
+    assert stopped.content[0].text.startswith("answer #") and "to:" not in stopped.content[0].text
+    params = {"model": "gpt", "max_tokens": 64, "stop_sequences": ["shelf"],
+              "messages": [{"role": "user", "content": "Which shelf?"}]}  # fmt: skip
+    for expected in ("miss", "exact"):  # fresh, then replayed as events
+        with client.messages.stream(**params) as stream:
+            final = stream.get_final_message()
+        assert stream.response.headers["x-cache"] == expected
+        assert final.stop_reason == "stop_sequence" and final.stop_sequence == "shelf"
+        assert final.content[0].text.endswith("to: Which ")
+    hit = ask(client, "Which shelf?", model="gpt", stop_sequences=["shelf"])  # JSON from a stream
+    assert hit.headers["x-cache"] == "exact"
+    assert (hit.parse().stop_reason, hit.parse().stop_sequence) == ("stop_sequence", "shelf")
+    assert ask(client, "Plain?", model="gpt", stop_sequences=["zzz"]).parse().stop_reason == (
+        "end_turn"
+    )
+    # a tool the request names: OpenAI answers finish_reason "stop"; Messages says tool_use
+    tool = {"name": "weather", "description": "Weather in a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+    forced = {"tools": [tool], "tool_choice": {"type": "tool", "name": "weather"}}
+    called = ask(client, "Weather in Paris?", model="gpt", **forced).parse()
+    assert called.stop_reason == "tool_use" and called.stop_sequence is None
+    assert called.content[-1].type == "tool_use" and called.content[-1].input == {"city": "Paris"}
+    with client.messages.stream(model="gpt", max_tokens=64, **forced,
+                                messages=[{"role": "user", "content": "Weather in Rome?"}]) as stream:  # fmt: skip
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].name == "weather"
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
