@@ -306,6 +306,61 @@ def test_automatic_cache_control_turns_into_cache_reads(
     assert counters["requests"] == 2 and counters["marks_added"] == 4
 
 
+def test_the_ledger_counts_anthropic_cache_reads_and_writes(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
+) -> None:  # fmt: skip
+    """Through HTTP with the anthropic SDK: a cache write (JSON), a read of it and a new write
+    (streamed), a response-cache hit; /admin/stats and /metrics account each as its usage
+    said, at the configured prices."""
+    prices = {"claude": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}
+    text = config(fake_server.url, upstream_server.url, tmp_path, prices=prices)
+    gw = Gateway(load_config_text(text))
+    try:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+        turn1 = [{"role": "user", "content": "Do you sell hammers? " * 10}]
+        first = ask(client, "", system=SYSTEM, messages=turn1).parse().usage
+        turn2 = [*turn1, {"role": "assistant", "content": "Yes."},
+                 {"role": "user", "content": "And nails? " * 10}]  # fmt: skip
+        with client.messages.stream(model="claude", max_tokens=64, system=SYSTEM,
+                                    messages=turn2) as stream:  # fmt: skip
+            second = stream.get_final_message().usage
+        assert ask(client, "", system=SYSTEM, messages=turn1).headers["x-cache"] == "exact"
+        row = gw.http.get("/admin/stats").json()["ledger"]["default"]["claude"]
+        metrics = gw.http.get("/metrics").text
+    finally:
+        gw.stop()
+    assert first.cache_creation_input_tokens > 0 and first.cache_read_input_tokens == 0
+    assert second.cache_read_input_tokens > 0 and second.cache_creation_input_tokens > 0
+    calls = [first, second]
+    prompt = [u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+              for u in calls]  # fmt: skip
+    assert (row["requests"], row["model_calls"], row["calls_avoided"]) == (3, 2, 1)
+    assert row["input_tokens"] == sum(prompt)
+    assert row["output_tokens"] == first.output_tokens + second.output_tokens
+    assert row["provider_cached_tokens"] == second.cache_read_input_tokens
+    writes = first.cache_creation_input_tokens + second.cache_creation_input_tokens
+    assert row["cache_write_tokens"] == writes
+    assert row["unread_write_tokens"] == 0  # (turn 2's write is younger than 5 minutes)
+    assert (row["avoided_input_tokens"], row["avoided_output_tokens"]) == (
+        prompt[0], first.output_tokens)  # fmt: skip
+    spent = sum(u.input_tokens * 3.0 + u.cache_read_input_tokens * 0.3
+                + u.cache_creation_input_tokens * 3.75 + u.output_tokens * 15.0
+                for u in calls) / 1e6  # fmt: skip
+    assert row["spent_usd"] == pytest.approx(spent)
+    assert row["saved_provider_cache_usd"] == pytest.approx(
+        second.cache_read_input_tokens * 2.7 / 1e6)  # fmt: skip
+    assert row["write_premium_usd"] == pytest.approx(writes * 0.75 / 1e6)
+    hit_saved = (prompt[0] * 3.0 + first.output_tokens * 15.0) / 1e6
+    assert row["saved_response_cache_usd"] == pytest.approx(hit_saved)
+    assert row["saved_usd"] == pytest.approx(
+        hit_saved + row["saved_provider_cache_usd"] - row["write_premium_usd"])  # fmt: skip
+    labels = '{model="claude",tenant="default"}'
+    read = float(second.cache_read_input_tokens)
+    assert f"cachegate_ledger_provider_cached_tokens_total{labels} {read}" in metrics
+    assert f"cachegate_ledger_cache_write_tokens_total{labels} {float(writes)}" in metrics
+
+
 def test_client_breakpoints_are_kept_and_the_total_stays_four(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
@@ -365,7 +420,7 @@ def test_gateway_keys_accept_x_api_key(
 
 def test_semantic_hits_stay_inside_the_messages_scope(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
-    fake: FakeAnthropic,
+    fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
 ) -> None:  # fmt: skip
     """A paraphrase is a semantic hit through /v1/messages, streamed or not; a different
     system prompt, or the chat API, never gets it."""
