@@ -1,11 +1,12 @@
 """Messages requests for models that speak only Chat Completions (the local model, OpenAI upstreams).
 
-``ChatBridge`` wraps such a backend: it converts a Messages request into the chat request that
+``MessagesBridge`` is the Messages adapter's chat bridge (gateway.canonical.Bridge), the same
+mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
-``tool`` messages, ``stop_sequences`` → ``stop``) and the chat answer back into a Messages
+``tool`` messages, ``stop_sequences`` → ``stop``) and renders the chat answer back as a Messages
 answer, JSON or SSE. Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
-reused turn after turn.
+reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
 Usage is normalised to Anthropic's: ``input_tokens`` excludes the prompt tokens read from a
 cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_tokens``).
@@ -19,18 +20,17 @@ from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from .anthropic import AnthropicBackend
 from .backend import Answer, Backend, BackendStream, StreamEvent
 from .errors import APIError
-from .messages import encode_event, error_event, fresh_message_id
+from .messages import MessagesAdapter, encode_event, error_event, fresh_message_id
 from .requests import GatewayRequest
 
 __all__ = [
-    "ChatBridge",
-    "MessagesBackend",
+    "MESSAGES",
+    "MessagesBridge",
     "TokenCounter",
+    "count_tokens",
     "from_chat",
-    "messages_backend",
     "stop_of",
     "to_chat",
 ]
@@ -50,72 +50,44 @@ _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """A backend that can count a chat request's prompt tokens without running the model."""
+    """A backend that can count a request's prompt tokens without running the model (the
+    Anthropic API its Messages requests, the local model its chat requests)."""
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int: ...
 
 
-def messages_backend(backend: Backend) -> MessagesBackend:
-    """The backend that answers Messages requests for ``backend``'s model."""
-    if isinstance(backend, AnthropicBackend | ChatBridge):
-        return backend
-    return ChatBridge(backend)
+class MessagesBridge:
+    """Messages through a chat backend (see the module docstring)."""
 
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest:
+        body = to_chat(request.body)
+        return dataclasses.replace(request, kind="chat", body=body, include_usage=True)
 
-class ChatBridge:
-    """A chat backend that answers Messages requests (see the module docstring)."""
+    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
+        return Answer(from_chat(answer.body, request.model, _stops(request)), answer.headers)
 
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.forwards_client_auth = inner.forwards_client_auth
-        self.apis = frozenset({"messages"})  # what it makes of the inner backend's chat
-
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        chat = await self.inner.complete(_chat_request(request), _bearer(auth))
-        return Answer(from_chat(chat.body, request.model, _stops(request)), chat.headers)
-
-    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
-        stream = await self.inner.open_stream(_chat_request(request), _bearer(auth))
+    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
         return _MessagesStream(stream, request.model, _stops(request))
 
-    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
-        if not isinstance(self.inner, TokenCounter):  # the local model has a tokenizer
-            raise APIError(
-                400,
-                f"Counting tokens is not supported for model '{self.name}'.",
-                type="invalid_request_error",
-            )
-        return await self.inner.count_tokens(_chat_request(request))
 
-    # NOTE: a bridge lives for one request; the inner backend is started, flushed and closed
-    # by the runtime, never through it.
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-    async def start(self) -> None:
-        pass
-
-    async def ready(self) -> bool:
-        return await self.inner.ready()
-
-    @property
-    def failure(self) -> str | None:
-        return self.inner.failure
-
-    def stats(self) -> dict[str, Any] | None:
-        return None
-
-    def flush_prefix_cache(self) -> int:
-        return 0
-
-    async def close(self) -> None:
-        pass
+_BRIDGE = MessagesBridge()
+#: The Messages adapter, whose chat-only backends are served through ``MessagesBridge``.
+MESSAGES = MessagesAdapter(_BRIDGE)
 
 
-#: What answers a Messages request: the Anthropic API itself, or a chat model through the bridge.
-MessagesBackend = AnthropicBackend | ChatBridge
+async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | None) -> int:
+    """``POST /v1/messages/count_tokens``: asked of an Anthropic upstream, counted by the local
+    model's tokenizer for the chat form of the request; other backends cannot (400)."""
+    if isinstance(backend, TokenCounter):
+        if "messages" in backend.apis:
+            return await backend.count_tokens(request, auth)
+        if "chat" in backend.apis:
+            return await backend.count_tokens(_BRIDGE.to_chat(request))
+    raise APIError(
+        400,
+        f"Counting tokens is not supported for model '{backend.name}'.",
+        type="invalid_request_error",
+    )
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -291,17 +263,6 @@ class _MessagesStream:
 def _stops(request: GatewayRequest) -> tuple[str, ...]:
     """The Messages request's ``stop_sequences`` (parsing checked they are strings)."""
     return tuple(request.body.get("stop_sequences") or ())
-
-
-def _chat_request(request: GatewayRequest) -> GatewayRequest:
-    return dataclasses.replace(request, kind="chat", body=to_chat(request.body), include_usage=True)
-
-
-def _bearer(auth: str | None) -> str | None:
-    """The client's credential as a chat backend forwards it (``Authorization: Bearer``)."""
-    if auth and auth.startswith("x-api-key "):
-        return "Bearer " + auth[len("x-api-key ") :]
-    return auth
 
 
 def _system(system: Any) -> list[dict[str, Any]]:

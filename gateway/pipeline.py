@@ -41,7 +41,6 @@ from .canonical import (
 from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
-from .messages_bridge import messages_backend
 from .requests import partitioned
 from .tracing import tier
 
@@ -154,8 +153,6 @@ class Pipeline:
                 param="model",
                 code="model_not_found",
             )
-        if request.kind == "messages":  # an Anthropic upstream, or a chat model bridged
-            backend = messages_backend(backend)
         if backend.forwards_client_auth:
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)

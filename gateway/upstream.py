@@ -151,7 +151,7 @@ class UpstreamBackend:
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:
-            headers["authorization"] = auth
+            headers["authorization"] = _bearer(auth)
             headers.update(request.account)  # the client's organization/project, with its key
         return headers
 
@@ -599,6 +599,14 @@ async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
         "upstream_error",
         f"Upstream for model '{name}' answered a stream request with application/json.",
     )
+
+
+def _bearer(auth: str) -> str:
+    """The client's credential as an ``Authorization`` header: a Messages client's
+    ``x-api-key`` (``"x-api-key <key>"``, see messages.client_credential), bridged to chat,
+    goes as the bearer token."""
+    prefix = "x-api-key "
+    return "Bearer " + auth[len(prefix) :] if auth.startswith(prefix) else auth
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -398,6 +398,26 @@ def test_client_key_is_forwarded_and_partitions_the_cache(gw: Gateway, fake: Fak
     assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
 
 
+def test_a_bridged_openai_model_gets_the_client_key_as_a_bearer_token(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    upstream: FakeUpstream,
+) -> None:  # fmt: skip
+    """A ``backend: openai`` model without a key of its own, asked through /v1/messages with
+    ``x-api-key``: the chat upstream gets that key as ``Authorization: Bearer``."""
+    settings = yaml.safe_load(config(fake_server.url, upstream_server.url, tmp_path))
+    settings["models"]["gpt-client-key"] = {**settings["models"]["gpt"], "api_key": None}
+    gw = Gateway(load_config_text(yaml.safe_dump(settings)))
+    try:
+        body = {"model": "gpt-client-key", "max_tokens": 64,
+                "messages": [{"role": "user", "content": "Whose key?"}]}  # fmt: skip
+        answer = httpx.post(f"{gw.url}/v1/messages", headers={"x-api-key": "sk-client"}, json=body)
+    finally:
+        gw.stop()
+    assert answer.status_code == 200 and answer.json()["type"] == "message"
+    assert upstream.last_headers["authorization"] == "Bearer sk-client"
+    assert "x-api-key" not in upstream.last_headers
+
+
 def test_gateway_keys_accept_x_api_key(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
