@@ -25,8 +25,8 @@ from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
 from .errors import APIError
-from .messages import MESSAGES, client_credential, parse_count_tokens
-from .messages_bridge import messages_backend
+from .messages import client_credential, parse_count_tokens
+from .messages_bridge import MESSAGES, count_tokens
 from .observe import Seen, observe, request_id
 from .pipeline import Pipeline, Watch
 from .requests import request_tenant
@@ -116,9 +116,7 @@ async def count_message_tokens(request: Request[Any, Any, Any]) -> Response[Any]
         tenant = runtime.authenticate(_credential(MESSAGES, request)[0])
         parsed = parse_count_tokens(await request.body(), request.headers, tenant)
         backend, parsed = runtime.pipeline.route(parsed, _credential(MESSAGES, request)[1])
-        count = await messages_backend(backend).count_tokens(
-            parsed, _credential(MESSAGES, request)[1]
-        )
+        count = await count_tokens(backend, parsed, _credential(MESSAGES, request)[1])
     except APIError as exc:
         return error_response(exc, wire=MESSAGES)
     except HTTPException as exc:

@@ -438,13 +438,20 @@ def _response(request: GatewayRequest, model: str, completion: Completion) -> di
                 "message": {"role": "assistant", "content": c.text},
                 "logprobs": None,
                 "finish_reason": c.finish_reason,
+                **_stop_string(c.stop_string),
             }
             for c in completion.choices
         ]
         obj = "chat.completion"
     else:
         choices = [
-            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            {
+                "index": c.index,
+                "text": c.text,
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+                **_stop_string(c.stop_string),
+            }
             for c in completion.choices
         ]
         obj = "text_completion"
@@ -474,8 +481,15 @@ def _chunks(
     if isinstance(event, TextDelta):
         choices.append(_choice(kind, index, event.text, None))
     else:  # ChoiceFinished
-        choices.append(_choice(kind, index, None, event.finish_reason))
+        choice = _choice(kind, index, None, event.finish_reason)
+        choices.append({**choice, **_stop_string(event.stop_string)})
     return [{**head, "choices": [choice]} for choice in choices]
+
+
+def _stop_string(stop: str | None) -> dict[str, str]:
+    """A choice's ``stop_reason``: the stop string that ended it, as vLLM reports it (only
+    when one did; what tells a Messages client ``stop_sequence`` from ``end_turn``)."""
+    return {"stop_reason": stop} if stop is not None else {}
 
 
 def _choice(

@@ -32,14 +32,13 @@ import msgspec
 
 from semantic.keys import CacheKey, ContextMode, chat_key
 
-from .canonical import GatewayRequest
+from .canonical import Bridge, GatewayRequest
 from .errors import APIError
 from .requests import decode_body, gateway_request
 
 __all__ = [
     "ANTHROPIC_HEADERS",
     "COMPLETE_STOPS",
-    "MESSAGES",
     "MESSAGE_STOP",
     "MessageFold",
     "MessagesAdapter",
@@ -78,6 +77,9 @@ class MessagesAdapter:
 
     kind: Literal["messages"] = "messages"
 
+    def __init__(self, bridge: Bridge | None = None) -> None:
+        self._bridge = bridge
+
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
         return parse_messages(raw, headers, tenant)
 
@@ -93,8 +95,9 @@ class MessagesAdapter:
         return MessageFold()  # (always assembled: its usage is spread over two events)
 
     @property
-    def bridge(self) -> None:
-        return None  # chat-only backends are wrapped in messages_bridge.ChatBridge instead
+    def bridge(self) -> Bridge | None:
+        """How chat-only backends serve it (messages_bridge.MESSAGES has the bridge)."""
+        return self._bridge
 
     def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
         pass  # nothing is kept beyond the response cache
@@ -300,10 +303,6 @@ class MessageFold:
             block[field[1]] = (block.get(field[1]) or "") + str(delta.get(field[0]) or "")
         else:
             self.unjoinable = f"delta {kind!r}"
-
-
-#: The Messages adapter (it holds no state: one serves every request).
-MESSAGES = MessagesAdapter()
 
 
 # ---------------------------------------------------------------------------------------------

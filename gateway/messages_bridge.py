@@ -1,11 +1,12 @@
 """Messages requests for models that speak only Chat Completions (the local model, OpenAI upstreams).
 
-``ChatBridge`` wraps such a backend: it converts a Messages request into the chat request that
+``MessagesBridge`` is the Messages adapter's chat bridge (gateway.canonical.Bridge), the same
+mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
-``tool`` messages, ``stop_sequences`` → ``stop``) and the chat answer back into a Messages
+``tool`` messages, ``stop_sequences`` → ``stop``) and renders the chat answer back as a Messages
 answer, JSON or SSE. Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
-reused turn after turn.
+reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
 Usage is normalised to Anthropic's: ``input_tokens`` excludes the prompt tokens read from a
 cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_tokens``).
@@ -14,23 +15,23 @@ cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_token
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
 
-from .anthropic import AnthropicBackend
 from .backend import Answer, Backend, BackendStream, StreamEvent
 from .errors import APIError
-from .messages import encode_event, error_event, fresh_message_id
+from .messages import MessagesAdapter, encode_event, error_event, fresh_message_id
 from .requests import GatewayRequest
 
 __all__ = [
-    "ChatBridge",
-    "MessagesBackend",
+    "MESSAGES",
+    "MessagesBridge",
     "TokenCounter",
+    "count_tokens",
     "from_chat",
-    "messages_backend",
+    "stop_of",
     "to_chat",
 ]
 
@@ -49,72 +50,44 @@ _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """A backend that can count a chat request's prompt tokens without running the model."""
+    """A backend that can count a request's prompt tokens without running the model (the
+    Anthropic API its Messages requests, the local model its chat requests)."""
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int: ...
 
 
-def messages_backend(backend: Backend) -> MessagesBackend:
-    """The backend that answers Messages requests for ``backend``'s model."""
-    if isinstance(backend, AnthropicBackend | ChatBridge):
-        return backend
-    return ChatBridge(backend)
+class MessagesBridge:
+    """Messages through a chat backend (see the module docstring)."""
+
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest:
+        body = to_chat(request.body)
+        return dataclasses.replace(request, kind="chat", body=body, include_usage=True)
+
+    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
+        return Answer(from_chat(answer.body, request.model, _stops(request)), answer.headers)
+
+    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
+        return _MessagesStream(stream, request.model, _stops(request))
 
 
-class ChatBridge:
-    """A chat backend that answers Messages requests (see the module docstring)."""
-
-    def __init__(self, inner: Backend) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.forwards_client_auth = inner.forwards_client_auth
-        self.apis = frozenset({"messages"})  # what it makes of the inner backend's chat
-
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        chat = await self.inner.complete(_chat_request(request), _bearer(auth))
-        return Answer(from_chat(chat.body, request.model), chat.headers)
-
-    async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
-        stream = await self.inner.open_stream(_chat_request(request), _bearer(auth))
-        return _MessagesStream(stream, request.model)
-
-    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
-        if not isinstance(self.inner, TokenCounter):  # the local model has a tokenizer
-            raise APIError(
-                400,
-                f"Counting tokens is not supported for model '{self.name}'.",
-                type="invalid_request_error",
-            )
-        return await self.inner.count_tokens(_chat_request(request))
-
-    # NOTE: a bridge lives for one request; the inner backend is started, flushed and closed
-    # by the runtime, never through it.
-
-    def describe(self) -> dict[str, Any]:
-        return self.inner.describe()
-
-    async def start(self) -> None:
-        pass
-
-    async def ready(self) -> bool:
-        return await self.inner.ready()
-
-    @property
-    def failure(self) -> str | None:
-        return self.inner.failure
-
-    def stats(self) -> dict[str, Any] | None:
-        return None
-
-    def flush_prefix_cache(self) -> int:
-        return 0
-
-    async def close(self) -> None:
-        pass
+_BRIDGE = MessagesBridge()
+#: The Messages adapter, whose chat-only backends are served through ``MessagesBridge``.
+MESSAGES = MessagesAdapter(_BRIDGE)
 
 
-#: What answers a Messages request: the Anthropic API itself, or a chat model through the bridge.
-MessagesBackend = AnthropicBackend | ChatBridge
+async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | None) -> int:
+    """``POST /v1/messages/count_tokens``: asked of an Anthropic upstream, counted by the local
+    model's tokenizer for the chat form of the request; other backends cannot (400)."""
+    if isinstance(backend, TokenCounter):
+        if "messages" in backend.apis:
+            return await backend.count_tokens(request, auth)
+        if "chat" in backend.apis:
+            return await backend.count_tokens(_BRIDGE.to_chat(request))
+    raise APIError(
+        400,
+        f"Counting tokens is not supported for model '{backend.name}'.",
+        type="invalid_request_error",
+    )
 
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
@@ -141,8 +114,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
-    """The Messages answer for a chat completion (its first choice)."""
+def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> dict[str, Any]:
+    """The Messages answer for a chat completion (its first choice); ``stops``: the request's
+    ``stop_sequences``."""
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
@@ -159,10 +133,34 @@ def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
         "role": "assistant",
         "model": model,
         "content": content,
-        "stop_reason": _STOPS.get(choice.get("finish_reason") or "", choice.get("finish_reason")),
-        "stop_sequence": None,
+        **stop_of(choice, stops, called=bool(message.get("tool_calls"))),
         "usage": _usage(chat.get("usage") or {}),
     }
+
+
+def stop_of(choice: dict[str, Any], stops: Sequence[str], *, called: bool) -> dict[str, Any]:
+    """``stop_reason`` and ``stop_sequence`` of a Messages answer, from its chat choice;
+    ``called``: the answer calls a tool.
+
+    Chat says ``finish_reason: "stop"`` for the end of a turn, for a stop sequence and (OpenAI,
+    when ``tool_choice`` names a function) for a tool call. The choice's ``stop_reason`` (vLLM,
+    SGLang and the local model: the stop string that ended it) tells a stop sequence apart; an
+    upstream that does not send it (OpenAI) reads as ``end_turn``.
+
+    >>> stop_of({"finish_reason": "stop", "stop_reason": "END"}, ["END"], called=False)
+    {'stop_reason': 'stop_sequence', 'stop_sequence': 'END'}
+    >>> stop_of({"finish_reason": "length"}, [], called=False)
+    {'stop_reason': 'max_tokens', 'stop_sequence': None}
+    >>> stop_of({"finish_reason": "stop"}, [], called=True)
+    {'stop_reason': 'tool_use', 'stop_sequence': None}
+    """
+    finish = choice.get("finish_reason") or ""
+    matched = choice.get("stop_reason")
+    if finish == "stop" and isinstance(matched, str) and matched in stops:
+        return {"stop_reason": "stop_sequence", "stop_sequence": matched}
+    if finish == "stop" and called:
+        finish = "tool_calls"
+    return {"stop_reason": _STOPS.get(finish, finish or None), "stop_sequence": None}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,14 +170,16 @@ def from_chat(chat: dict[str, Any], model: str) -> dict[str, Any]:
 class _MessagesStream:
     """A chat stream re-told as Messages events."""
 
-    def __init__(self, inner: BackendStream, model: str) -> None:
+    def __init__(self, inner: BackendStream, model: str, stops: Sequence[str]) -> None:
         self._inner = inner
         self.headers = inner.headers
         self._model = model
+        self._stops = stops
         self._started = False
         self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
         self._next = 0
-        self._stop: str | None = None
+        self._stop: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
+        self._called = False  # a tool call was streamed
         self._usage: dict[str, Any] = {}
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -211,8 +211,7 @@ class _MessagesStream:
             yield {"type": "ping"}
         if event.done:
             yield from self._close_block()
-            stop = {"stop_reason": self._stop, "stop_sequence": None}
-            yield {"type": "message_delta", "delta": stop, "usage": _usage(self._usage)}
+            yield {"type": "message_delta", "delta": self._stop, "usage": _usage(self._usage)}
             yield {"type": "message_stop"}
             return
         chunk = event.chunk or {}
@@ -223,10 +222,10 @@ class _MessagesStream:
             if delta.get("content"):
                 yield from self._text(delta["content"])
             for call in delta.get("tool_calls") or ():
+                self._called = True
                 yield from self._tool_call(call)
             if choice.get("finish_reason"):
-                reason = choice["finish_reason"]
-                self._stop = _STOPS.get(reason, reason)
+                self._stop = stop_of(choice, self._stops, called=self._called)
 
     def _text(self, text: str) -> Iterator[dict[str, Any]]:
         if self._open is None or self._open[1] != "text":
@@ -261,15 +260,9 @@ class _MessagesStream:
             self._open = None
 
 
-def _chat_request(request: GatewayRequest) -> GatewayRequest:
-    return dataclasses.replace(request, kind="chat", body=to_chat(request.body), include_usage=True)
-
-
-def _bearer(auth: str | None) -> str | None:
-    """The client's credential as a chat backend forwards it (``Authorization: Bearer``)."""
-    if auth and auth.startswith("x-api-key "):
-        return "Bearer " + auth[len("x-api-key ") :]
-    return auth
+def _stops(request: GatewayRequest) -> tuple[str, ...]:
+    """The Messages request's ``stop_sequences`` (parsing checked they are strings)."""
+    return tuple(request.body.get("stop_sequences") or ())
 
 
 def _system(system: Any) -> list[dict[str, Any]]:

@@ -43,7 +43,6 @@ from .canonical import (
 from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
-from .messages_bridge import messages_backend
 from .requests import partitioned
 from .tracing import tier
 
@@ -161,8 +160,6 @@ class Pipeline:
                 param="model",
                 code="model_not_found",
             )
-        if request.kind == "messages":  # an Anthropic upstream, or a chat model bridged
-            backend = messages_backend(backend)
         if backend.forwards_client_auth:
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
@@ -378,14 +375,17 @@ class _Relay:
 
 
 class _Replayed:
-    """A stored answer's events, as a stream (nothing to free when closed)."""
+    """A stored answer's events, as a stream (nothing to free when closed).
+
+    NOTE: sent in one write, like a JSON body: event by event, each write woke the client and
+    a loaded machine made the gateway wait for the CPU again after each (see gateway.readahead).
+    """
 
     def __init__(self, events: Iterator[bytes]) -> None:
         self._events = events
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for event in self._events:
-            yield event
+        yield b"".join(self._events)
 
     async def aclose(self) -> None:
         pass

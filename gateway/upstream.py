@@ -9,7 +9,7 @@ away) closes the upstream connection, which cancels the upstream request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import email.utils
 import functools
 import hashlib
@@ -26,6 +26,7 @@ import msgspec
 from .backend import Answer, BackendStream, StreamEvent, relayed
 from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
+from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
 from .sse import EventTooLarge, SSEParser
@@ -150,7 +151,7 @@ class UpstreamBackend:
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:
-            headers["authorization"] = auth
+            headers["authorization"] = _bearer(auth)
             headers.update(request.account)  # the client's organization/project, with its key
         return headers
 
@@ -452,34 +453,48 @@ class _Releasing(httpx.AsyncByteStream):
 
 
 class UpstreamStream:
-    """Events of an upstream SSE response, as they arrive."""
+    """Events of an upstream SSE response, as they arrive (those that arrived together are
+    marked ``more``, so the relay sends them in one write; see gateway.readahead)."""
 
     def __init__(self, name: str, response: httpx.Response, kind: str = "chat") -> None:
         self._name = name
         self._response = response
         self._kind = kind
         self.headers = relayed(response.headers)
-        self._chunks: AsyncIterator[bytes] | None = None
+        self._body: ReadAhead | None = None
+        self._parser = SSEParser()
+        self._ready: collections.deque[StreamEvent] = collections.deque()
         self._finished = False  # [DONE] was seen
 
-    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        parser = SSEParser()
-        self._chunks = self._response.aiter_bytes()
+    def __aiter__(self) -> UpstreamStream:
+        if self._body is None:
+            self._body = ReadAhead(self._response.aiter_bytes())
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        while not self._ready:
+            data = await self._read()
+            try:
+                events = self._parser.feed(data)
+            except EventTooLarge as exc:
+                raise _failure(
+                    502, "upstream_error", f"Upstream for model '{self._name}' sent {exc}."
+                ) from None
+            for i, raw in enumerate(events, start=1):
+                self._ready.append(self._event(raw, more=i < len(events)))
+        event = self._ready.popleft()
+        self._finished = self._finished or event.done
+        return event
+
+    async def _read(self) -> bytes:
+        """What arrived since the last read (StopAsyncIteration at the body's end)."""
+        assert self._body is not None, "iterate the stream"
         try:
-            async for data in self._chunks:
-                events = parser.feed(data)
-                for i, raw in enumerate(events, start=1):
-                    event = self._event(raw, more=i < len(events))
-                    self._finished = self._finished or event.done
-                    yield event
+            return await anext(self._body)
         except httpx.TimeoutException:
             raise _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
             raise _broken(self._name, exc) from None
-        except EventTooLarge as exc:
-            raise _failure(
-                502, "upstream_error", f"Upstream for model '{self._name}' sent {exc}."
-            ) from None
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
         return _event(self._name, data, more=more, kind=self._kind)
@@ -492,11 +507,8 @@ class UpstreamStream:
         streamed request would cost a new connection (a TLS handshake, upstream).
         """
         try:
-            if self._finished and self._chunks is not None:
-                with contextlib.suppress(Exception):
-                    async with asyncio.timeout(1.0):
-                        async for _ in self._chunks:
-                            pass
+            if self._body is not None:
+                await self._body.aclose(drain=self._finished)
         finally:
             await self._response.aclose()
 
@@ -587,6 +599,14 @@ async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
         "upstream_error",
         f"Upstream for model '{name}' answered a stream request with application/json.",
     )
+
+
+def _bearer(auth: str) -> str:
+    """The client's credential as an ``Authorization`` header: a Messages client's
+    ``x-api-key`` (``"x-api-key <key>"``, see messages.client_credential), bridged to chat,
+    goes as the bearer token."""
+    prefix = "x-api-key "
+    return "Bearer " + auth[len(prefix) :] if auth.startswith(prefix) else auth
 
 
 def _retry_after(value: str | None) -> float | None:

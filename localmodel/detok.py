@@ -89,6 +89,9 @@ class StopMatcher:
         self._stops = tuple(s for s in stops if s)
         self._held = ""
         self.stopped = False
+        #: The stop string that was reached (the earliest in the text; of two that start
+        #: there, the first listed).
+        self.matched: str | None = None
 
     def push(self, text: str) -> tuple[str, bool]:
         """Return ``(text safe to emit, whether a stop string was reached)``."""
@@ -97,9 +100,10 @@ class StopMatcher:
         if not self._stops:
             return text, False
         buffer = self._held + text
-        cut = min((i for i in (buffer.find(s) for s in self._stops) if i >= 0), default=-1)
-        if cut >= 0:
-            self._held, self.stopped = "", True
+        found = [(i, n) for n, i in enumerate(buffer.find(s) for s in self._stops) if i >= 0]
+        if found:
+            cut, which = min(found)
+            self._held, self.stopped, self.matched = "", True, self._stops[which]
             return buffer[:cut], True
         keep = self._partial_stop_len(buffer)
         self._held = buffer[len(buffer) - keep :]

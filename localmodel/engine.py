@@ -138,6 +138,8 @@ class Choice:
     text: str
     token_ids: tuple[int, ...]  # sampled tokens, a final stop token (eos) included
     finish_reason: FinishReason
+    #: The stop string that ended it (as vLLM reports it); None: eos, length or cancelled.
+    stop_string: str | None = None
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,7 @@ class TextDelta:
 class ChoiceFinished:
     index: int
     finish_reason: FinishReason
+    stop_string: str | None = None  # see Choice
 
 
 @dataclass(frozen=True)
@@ -472,8 +475,9 @@ class Engine:
             if text:
                 parts.append(text)
                 yield TextDelta(index, text)
-        yield ChoiceFinished(index, finish)
-        return Choice(index, "".join(parts), tuple(tokens), finish), first_token_at
+        yield ChoiceFinished(index, finish, stops.matched)
+        choice = Choice(index, "".join(parts), tuple(tokens), finish, stops.matched)
+        return choice, first_token_at
 
     @torch.inference_mode()
     def _insert(self, namespace: str, tokens: tuple[int, ...], cache: RequestCache) -> None:

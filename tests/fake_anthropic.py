@@ -14,10 +14,14 @@ body field asks for misbehaviour: ``status`` (an error with that status; 529 is
 ``overloaded_error``), ``error_after`` (an ``event: error`` after N stream events),
 ``break_after`` (cut the stream after N events), ``stop_reason`` (e.g. ``refusal``),
 ``tool_use`` (answer with a call of that tool), ``content`` (answer with this text).
+
+Run standalone (benchmarks): ``python -m tests.fake_anthropic --port 9998`` (API key
+``sk-ant-test``).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import time
@@ -250,3 +254,18 @@ async def _json(send: Any, status: int, obj: Any) -> None:
 async def _error(send: Any, status: int, message: str) -> None:
     kind = _ERROR_TYPES.get(status, "api_error")
     await _json(send, status, {"type": "error", "error": {"type": kind, "message": message}})
+
+
+def main() -> None:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9998)
+    args = parser.parse_args()
+    uvicorn.run(FakeAnthropic(), host=args.host, port=args.port, http="httptools",
+                log_level="warning", access_log=False)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -34,6 +34,11 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
 
+``stop`` is honoured as vLLM honours it: the answer ends before the first stop string it
+contains, with ``finish_reason: "stop"`` and the choice's ``stop_reason`` naming that string.
+A chat ``tool_choice`` that names a function is answered with a call of it, and, as OpenAI
+does, ``finish_reason: "stop"``.
+
 ``POST /v1/responses`` speaks the Responses API as OpenAI's reference describes it: a Response
 object (``store`` defaults to true, and stored responses serve ``previous_response_id`` and
 ``GET``/``DELETE /v1/responses/{id}``), or the event stream (``event:`` lines, a
@@ -268,6 +273,8 @@ class FakeUpstream:
         )
         text *= fake.get("repeat", 1)
         finish = fake.get("finish_reason", "stop")
+        text, matched = _stopped(text, body.get("stop"))
+        ends = {"finish_reason": "stop", "stop_reason": matched} if matched else {}
         n = body.get("n") or 1
         usage = {
             "prompt_tokens": 11,
@@ -277,19 +284,21 @@ class FakeUpstream:
         created = int(time.time())
         if kind == "completions":
             choices = [
-                {"index": i, "text": text, "logprobs": None, "finish_reason": finish}
+                {"index": i, "text": text, "logprobs": None, "finish_reason": finish, **ends}
                 for i in range(n)
             ]
             return {"id": f"cmpl-{self._serial}", "object": "text_completion", "created": created,
                     "model": body["model"], "choices": choices, "usage": usage}  # fmt: skip
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        if fake.get("tool_call"):
+        called = fake.get("tool_call") or _forced_function(body.get("tool_choice"))
+        if called:
             message = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": f"call_{self._serial}", "type": "function",
-                "function": {"name": fake["tool_call"], "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
-            finish = "tool_calls"
+                "function": {"name": called, "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
+            # NOTE: as OpenAI answers a tool_choice that names a function: finish_reason "stop"
+            finish, ends = "tool_calls" if fake.get("tool_call") else "stop", {}
         choices = [
-            {"index": i, "message": message, "logprobs": None, "finish_reason": finish}
+            {"index": i, "message": message, "logprobs": None, "finish_reason": finish, **ends}
             for i in range(n)
         ]
         return {"id": f"chatcmpl-{self._serial}", "object": "chat.completion", "created": created,
@@ -507,6 +516,7 @@ def _chunks(kind: str, answer: dict[str, Any], pieces: int) -> Any:
                         "text": "",
                         "logprobs": None,
                         "finish_reason": choice["finish_reason"],
+                        **_stop_reason(choice),
                     }
                 ],
             }
@@ -548,10 +558,29 @@ def _chunks(kind: str, answer: dict[str, Any], pieces: int) -> Any:
                         {"index": index, "delta": {"tool_calls": [more]}, "finish_reason": None}
                     ],
                 }
-        yield {
-            **head,
-            "choices": [{"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}],
-        }
+        last = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"]}
+        yield {**head, "choices": [{**last, **_stop_reason(choice)}]}
+
+
+def _forced_function(choice: Any) -> str | None:
+    """The function a chat ``tool_choice`` names (``{"type": "function", ...}``), if any."""
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        return str((choice.get("function") or {}).get("name") or "") or None
+    return None
+
+
+def _stopped(text: str, stop: Any) -> tuple[str, str | None]:
+    """``text`` cut before the first stop string in it, and that string (vLLM's ``stop``)."""
+    stops = [stop] if isinstance(stop, str) else list(stop or ())
+    found = [(text.find(s), n, s) for n, s in enumerate(stops) if s and s in text]
+    if not found:
+        return text, None
+    at, _, matched = min(found)
+    return text[:at], matched
+
+
+def _stop_reason(choice: dict[str, Any]) -> dict[str, Any]:
+    return {"stop_reason": choice["stop_reason"]} if "stop_reason" in choice else {}
 
 
 def _split(text: str, pieces: int) -> list[str]:

@@ -246,6 +246,44 @@ def test_messages_and_chat_completions_never_share_an_answer(
     assert upstream.stats["chat"] == 2
 
 
+def test_bridged_answers_say_why_they_stopped(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """Through the chat bridge (an OpenAI upstream): the stop sequence that matched, and a
+    tool call, JSON and streamed, fresh and replayed from the cache."""
+    # the fake, like vLLM, ends its answer ("answer #N to: ...") before a stop string in it and
+    # names that string in the choice's stop_reason
+    stopped = ask(client, "Which aisle?", model="gpt", stop_sequences=["zzz", "to:"]).parse()
+    assert upstream.last_body["stop"] == ["zzz", "to:"]
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == "to:"
+    assert stopped.content[0].text.startswith("answer #") and "to:" not in stopped.content[0].text
+    params = {"model": "gpt", "max_tokens": 64, "stop_sequences": ["shelf"],
+              "messages": [{"role": "user", "content": "Which shelf?"}]}  # fmt: skip
+    for expected in ("miss", "exact"):  # fresh, then replayed as events
+        with client.messages.stream(**params) as stream:
+            final = stream.get_final_message()
+        assert stream.response.headers["x-cache"] == expected
+        assert final.stop_reason == "stop_sequence" and final.stop_sequence == "shelf"
+        assert final.content[0].text.endswith("to: Which ")
+    hit = ask(client, "Which shelf?", model="gpt", stop_sequences=["shelf"])  # JSON from a stream
+    assert hit.headers["x-cache"] == "exact"
+    assert (hit.parse().stop_reason, hit.parse().stop_sequence) == ("stop_sequence", "shelf")
+    assert ask(client, "Plain?", model="gpt", stop_sequences=["zzz"]).parse().stop_reason == (
+        "end_turn"
+    )
+    # a tool the request names: OpenAI answers finish_reason "stop"; Messages says tool_use
+    tool = {"name": "weather", "description": "Weather in a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+    forced = {"tools": [tool], "tool_choice": {"type": "tool", "name": "weather"}}
+    called = ask(client, "Weather in Paris?", model="gpt", **forced).parse()
+    assert called.stop_reason == "tool_use" and called.stop_sequence is None
+    assert called.content[-1].type == "tool_use" and called.content[-1].input == {"city": "Paris"}
+    with client.messages.stream(model="gpt", max_tokens=64, **forced,
+                                messages=[{"role": "user", "content": "Weather in Rome?"}]) as stream:  # fmt: skip
+        final = stream.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].name == "weather"
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
@@ -266,6 +304,61 @@ def test_automatic_cache_control_turns_into_cache_reads(
     assert "cache_control" not in str(fake.bodies[-1])
     counters = gw.http.get("/admin/stats").json()["backends"]["claude"]["prompt_caching"]
     assert counters["requests"] == 2 and counters["marks_added"] == 4
+
+
+def test_the_ledger_counts_anthropic_cache_reads_and_writes(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
+) -> None:  # fmt: skip
+    """Through HTTP with the anthropic SDK: a cache write (JSON), a read of it and a new write
+    (streamed), a response-cache hit; /admin/stats and /metrics account each as its usage
+    said, at the configured prices."""
+    prices = {"claude": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}
+    text = config(fake_server.url, upstream_server.url, tmp_path, prices=prices)
+    gw = Gateway(load_config_text(text))
+    try:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+        turn1 = [{"role": "user", "content": "Do you sell hammers? " * 10}]
+        first = ask(client, "", system=SYSTEM, messages=turn1).parse().usage
+        turn2 = [*turn1, {"role": "assistant", "content": "Yes."},
+                 {"role": "user", "content": "And nails? " * 10}]  # fmt: skip
+        with client.messages.stream(model="claude", max_tokens=64, system=SYSTEM,
+                                    messages=turn2) as stream:  # fmt: skip
+            second = stream.get_final_message().usage
+        assert ask(client, "", system=SYSTEM, messages=turn1).headers["x-cache"] == "exact"
+        row = gw.http.get("/admin/stats").json()["ledger"]["default"]["claude"]
+        metrics = gw.http.get("/metrics").text
+    finally:
+        gw.stop()
+    assert first.cache_creation_input_tokens > 0 and first.cache_read_input_tokens == 0
+    assert second.cache_read_input_tokens > 0 and second.cache_creation_input_tokens > 0
+    calls = [first, second]
+    prompt = [u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
+              for u in calls]  # fmt: skip
+    assert (row["requests"], row["model_calls"], row["calls_avoided"]) == (3, 2, 1)
+    assert row["input_tokens"] == sum(prompt)
+    assert row["output_tokens"] == first.output_tokens + second.output_tokens
+    assert row["provider_cached_tokens"] == second.cache_read_input_tokens
+    writes = first.cache_creation_input_tokens + second.cache_creation_input_tokens
+    assert row["cache_write_tokens"] == writes
+    assert row["unread_write_tokens"] == 0  # (turn 2's write is younger than 5 minutes)
+    assert (row["avoided_input_tokens"], row["avoided_output_tokens"]) == (
+        prompt[0], first.output_tokens)  # fmt: skip
+    spent = sum(u.input_tokens * 3.0 + u.cache_read_input_tokens * 0.3
+                + u.cache_creation_input_tokens * 3.75 + u.output_tokens * 15.0
+                for u in calls) / 1e6  # fmt: skip
+    assert row["spent_usd"] == pytest.approx(spent)
+    assert row["saved_provider_cache_usd"] == pytest.approx(
+        second.cache_read_input_tokens * 2.7 / 1e6)  # fmt: skip
+    assert row["write_premium_usd"] == pytest.approx(writes * 0.75 / 1e6)
+    hit_saved = (prompt[0] * 3.0 + first.output_tokens * 15.0) / 1e6
+    assert row["saved_response_cache_usd"] == pytest.approx(hit_saved)
+    assert row["saved_usd"] == pytest.approx(
+        hit_saved + row["saved_provider_cache_usd"] - row["write_premium_usd"])  # fmt: skip
+    labels = '{model="claude",tenant="default"}'
+    read = float(second.cache_read_input_tokens)
+    assert f"cachegate_ledger_provider_cached_tokens_total{labels} {read}" in metrics
+    assert f"cachegate_ledger_cache_write_tokens_total{labels} {float(writes)}" in metrics
 
 
 def test_client_breakpoints_are_kept_and_the_total_stays_four(
@@ -305,6 +398,26 @@ def test_client_key_is_forwarded_and_partitions_the_cache(gw: Gateway, fake: Fak
     assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
 
 
+def test_a_bridged_openai_model_gets_the_client_key_as_a_bearer_token(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    upstream: FakeUpstream,
+) -> None:  # fmt: skip
+    """A ``backend: openai`` model without a key of its own, asked through /v1/messages with
+    ``x-api-key``: the chat upstream gets that key as ``Authorization: Bearer``."""
+    settings = yaml.safe_load(config(fake_server.url, upstream_server.url, tmp_path))
+    settings["models"]["gpt-client-key"] = {**settings["models"]["gpt"], "api_key": None}
+    gw = Gateway(load_config_text(yaml.safe_dump(settings)))
+    try:
+        body = {"model": "gpt-client-key", "max_tokens": 64,
+                "messages": [{"role": "user", "content": "Whose key?"}]}  # fmt: skip
+        answer = httpx.post(f"{gw.url}/v1/messages", headers={"x-api-key": "sk-client"}, json=body)
+    finally:
+        gw.stop()
+    assert answer.status_code == 200 and answer.json()["type"] == "message"
+    assert upstream.last_headers["authorization"] == "Bearer sk-client"
+    assert "x-api-key" not in upstream.last_headers
+
+
 def test_gateway_keys_accept_x_api_key(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
@@ -327,7 +440,7 @@ def test_gateway_keys_accept_x_api_key(
 
 def test_semantic_hits_stay_inside_the_messages_scope(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
-    fake: FakeAnthropic,
+    fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
 ) -> None:  # fmt: skip
     """A paraphrase is a semantic hit through /v1/messages, streamed or not; a different
     system prompt, or the chat API, never gets it."""

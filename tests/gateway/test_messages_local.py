@@ -79,6 +79,32 @@ def test_stream_matches_create_and_is_cached(client: anthropic.Anthropic) -> Non
     assert hit.parse().content[0].text == streamed
 
 
+def test_stop_reasons_max_tokens_and_the_stop_sequence_that_matched(
+    client: anthropic.Anthropic,
+) -> None:
+    """Greedy answers to one question: cut by max_tokens, and by a stop sequence taken from
+    the uncut answer (JSON and streamed), which the model never shows."""
+    question = [{"role": "user", "content": "Describe the ACME hardware store in detail."}]
+    params: dict[str, Any] = {"model": MODEL, "system": SYSTEM, "messages": question,
+                              "extra_body": {"temperature": 0},  # greedy: reproducible
+                              "extra_headers": {"cache-control": "no-store"}}  # fmt: skip
+    reference = client.messages.create(max_tokens=12, **params)
+    text = reference.content[0].text
+    words = text.split()
+    assert len(words) >= 3  # so the answer did not end within its first two tokens
+    cut = client.messages.create(max_tokens=2, **params)
+    assert cut.stop_reason == "max_tokens" and cut.stop_sequence is None
+    assert text.startswith(cut.content[0].text) and cut.usage.output_tokens == 2
+    stop = " " + words[1]  # its first occurrence ends the answer
+    stopped = client.messages.create(max_tokens=12, stop_sequences=["zzz", stop], **params)
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == stop
+    assert stopped.content[0].text == text[: text.index(stop)]
+    with client.messages.stream(max_tokens=12, stop_sequences=[stop], **params) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == stop
+    assert final.content[0].text == stopped.content[0].text
+
+
 def test_count_tokens_counts_the_chat_prompt(client: anthropic.Anthropic) -> None:
     messages = [{"role": "user", "content": "Count me, please."}]
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)

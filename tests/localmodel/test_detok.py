@@ -62,11 +62,16 @@ def test_stop_matcher_finds_a_stop_split_across_pieces() -> None:
     assert out[1] == ("", True)
     assert out[2] == ("", True)
     assert stops.flush() == ""
+    assert stops.matched == "\n\n"
 
 
 def test_stop_matcher_earliest_stop_wins_and_flush_returns_tail() -> None:
     stops = StopMatcher(("cd", "bcdx"))
     assert stops.push("abcd") == ("ab", True)
+    assert stops.matched == "cd"
     tail = StopMatcher(("xyz",))
     assert tail.push("abc xy") == ("abc ", False)
     assert tail.flush() == "xy"
+    assert tail.matched is None  # never reached
+    same_place = StopMatcher(("abc", "ab"))  # both start at one place: the first listed
+    assert same_place.push("xabc") == ("x", True) and same_place.matched == "abc"

@@ -139,8 +139,8 @@ def test_stop_string_cuts_the_text_and_the_stream_never_shows_it(engine: Engine)
     assert isinstance(events[-1], Finished)
     choice = events[-1].completion.choices[0]
     assert choice.text == base.text[: base.text.index(stop)] == "".join(deltas)
-    assert choice.finish_reason == "stop"
-    assert ChoiceFinished(0, "stop") in events
+    assert choice.finish_reason == "stop" and choice.stop_string == stop  # (not "zzz")
+    assert ChoiceFinished(0, "stop", stop) in events
 
 
 def test_max_tokens_ends_with_length(engine: Engine) -> None:
