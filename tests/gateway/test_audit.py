@@ -21,7 +21,7 @@ import yaml
 from gateway.chat import CHAT, COMPLETION
 from gateway.cli import main
 from gateway.config import ConfigError, load_config_text
-from gateway.messages import MESSAGES
+from gateway.messages_bridge import MESSAGES
 from gateway.responses import ResponsesAdapter
 from gateway.stored import ResponseStore
 from tests.conftest import Gateway
