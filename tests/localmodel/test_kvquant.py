@@ -106,6 +106,16 @@ def test_int8_rows_round_trip_spans_with_different_scales_bit_for_bit() -> None:
     assert torch.equal(cache.view(13).values, expected.view(13).values)
 
 
+def test_half_rows_of_a_float32_model_round_trip() -> None:
+    layout = KVLayout(3, 2, 8, torch.float32, torch.device("cpu"))
+    codec = RowCodec(layout, torch.bfloat16)
+    assert codec.bytes_per_token == layout.bytes_per_token // 2
+    span = StoringView(_kv(), torch.bfloat16).slice(0, 20)
+    cache = RequestCache.allocate(layout, 20)
+    codec.decode_into(cache, codec.encode([span], 0, 20), 0)
+    assert torch.equal(cache.view(20).keys, span.keys.float())
+
+
 # ── the bundled model ─────────────────────────────────────────────────────────────────
 
 

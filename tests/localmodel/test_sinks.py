@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from localmodel import ContextWindowExceeded, InvalidRequestError, SamplingParams
+from localmodel import ContextWindowExceeded, Event, Finished, InvalidRequestError, SamplingParams
 from localmodel.engine import prefill
 from localmodel.kv import KVLayout, RequestCache, UnsupportedModelError
+from localmodel.scheduler import Scheduler
 from localmodel.sinks import ContextShift
 from prefix import RadixKey
 from tests.localmodel.conftest import MakeEngine
@@ -118,3 +119,29 @@ def test_sink_tokens_must_leave_room(make_engine: MakeEngine) -> None:
         make_engine(max_context=16, context_overflow="sinks", sink_tokens=8)
     with pytest.raises(ValueError, match="context_overflow"):
         make_engine(context_overflow="truncate")
+
+
+def test_batched_requests_past_the_window_get_the_tokens_they_get_alone(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks")
+    jobs = [
+        (list(range(300, 350)), SamplingParams(temperature=0.0, max_tokens=40)),  # prompt > window
+        (list(range(400, 410)), SamplingParams(temperature=0.0, max_tokens=8)),  # fits
+        (list(range(500, 520)), SamplingParams(temperature=0.0, max_tokens=30)),  # decode shifts
+    ]
+    alone = [
+        engine.complete(engine.prepare(p, params, namespace=f"alone{i}")).choices
+        for i, (p, params) in enumerate(jobs)
+    ]
+    assert len(alone[2][0].token_ids) > 32 - 20  # its decode went past the window
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=12)  # prompts prefill in chunks
+    events: list[list[Event | BaseException]] = [[] for _ in jobs]
+    for i, (prompt, params) in enumerate(jobs):
+        request = engine.prepare(prompt, params, namespace=f"batched{i}")
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    while scheduler.busy:
+        scheduler.step()
+    finished = [e[-1] for e in events]
+    assert all(isinstance(f, Finished) for f in finished), finished
+    assert [f.completion.choices for f in finished if isinstance(f, Finished)] == alone
