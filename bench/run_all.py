@@ -24,6 +24,7 @@ BENCHMARKS = [
     "overhead",
     "prefix",
     "engine",
+    "kv",
     "routing",
     "semantic_eval",
     "semantic_latency",

@@ -256,6 +256,16 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     max_batch: PositiveInt = 16
     #: Tokens per batched step: one per decoding request, the rest prefill chunks (>= 16).
     step_tokens: PositiveInt = 256
+    #: The dtype of the KV the prefix cache stores (and the disk tier writes): "auto" (the
+    #: model's), "float32", "bfloat16" / "float16" (2x the tokens in prefix_cache_bytes) or
+    #: "int8" (~3.9x; per-channel K and per-token V scales, dequantised when a request loads it).
+    kv_dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
+    #: A prompt + max_tokens longer than the context window: "error" (400
+    #: context_length_exceeded) or "sinks" (keep the first sink_tokens and the most recent
+    #: window of KV, StreamingLLM; K re-rotated when the window slides).
+    context_overflow: Literal["error", "sinks"] = "error"
+    #: Tokens at the start that context_overflow: sinks always keeps.
+    sink_tokens: PositiveInt = 4
     semantic_threshold: Fraction | None = None
 
 

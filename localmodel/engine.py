@@ -42,9 +42,11 @@ from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
 from localmodel.forward import decode_one_token, prefill
-from localmodel.kv import KVLayout, RequestCache
+from localmodel.kv import KVLayout, RequestCache, TensorKV
+from localmodel.kvquant import StoringView, resolve_kv_dtype
 from localmodel.loader import load, model_sampling_defaults
 from localmodel.sampling import SamplingParams, make_generator, sample
+from localmodel.sinks import ContextShift
 from prefix import RadixCache, RadixKey, RadixStats
 from prefix.offload import DiskStats
 
@@ -221,6 +223,8 @@ class Engine:
         use_batched_attention(model)  # NOTE: plain sdpa unless a forward passes batch=
         self.tokenizer = tokenizer
         self.layout = KVLayout.of(model)
+        #: the dtype of stored KV (tree and disk); int8: ``localmodel.kvquant.Int8KV``
+        self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.layout.dtype)
         self.disk: DiskPrefix | None = None
         if config.prefix_disk_dir is not None:
             if prefix_cache is not None:
@@ -233,6 +237,7 @@ class Engine:
                     self.layout,
                     ttl_s=config.prefix_ttl_s,  # NOTE: a TTL bounds a prefix's life on disk too
                     break_even=break_even,
+                    kv_dtype=self.kv_dtype,
                 )
             except OSError as exc:  # a full, read-only or missing disk: the tier is optional
                 logger.error(
@@ -246,6 +251,14 @@ class Engine:
         )
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
+        #: context_overflow: sinks — how a request past the window keeps going (else None)
+        self.shift = (
+            ContextShift.of(model, config.sink_tokens)
+            if config.context_overflow == "sinks"
+            else None
+        )
+        if self.shift is not None and config.sink_tokens >= self.context_window // 2:
+            raise ValueError("localmodel: sink_tokens must be below half the context window")
         self.stop_token_ids = _stop_token_ids(model, tokenizer)
         #: what requests that set no temperature/top_p/top_k get: YAML over the model's own
         self.sampling_defaults = model_sampling_defaults(model).merged(
@@ -310,7 +323,9 @@ class Engine:
 
         Raises :class:`ContextWindowExceeded` when prompt + ``max_tokens`` does not fit (or
         when not even one token fits); without ``max_tokens`` the completion may use what
-        fits, capped by ``config.default_max_tokens``. Unset ``temperature``/``top_p``/``top_k``
+        fits, capped by ``config.default_max_tokens``. With ``context_overflow: sinks``
+        nothing is too long (the window slides, see ``localmodel.sinks``) and an unset
+        ``max_tokens`` is ``default_max_tokens``. Unset ``temperature``/``top_p``/``top_k``
         become ``sampling_defaults``.
         """
         params = (params or SamplingParams()).with_defaults(self.sampling_defaults)
@@ -321,12 +336,20 @@ class Engine:
         if any(not 0 <= t < vocab for t in prompt_tokens):
             raise InvalidRequestError(f"prompt token ids must be in 0..{vocab - 1}")
         max_tokens = params.max_tokens
+        sinks = self.shift is not None
         if max_tokens is None:
-            max_tokens = min(self.config.default_max_tokens, limit - n_prompt)
-            if max_tokens < 1:
-                raise ContextWindowExceeded(n_prompt, 1, limit)
-        elif n_prompt + max_tokens > limit:
+            max_tokens = self.config.default_max_tokens
+            if not sinks:
+                max_tokens = min(max_tokens, limit - n_prompt)
+                if max_tokens < 1:
+                    raise ContextWindowExceeded(n_prompt, 1, limit)
+        elif n_prompt + max_tokens > limit and not sinks:
             raise ContextWindowExceeded(n_prompt, max_tokens, limit)
+        if n_prompt + max_tokens > limit and params.n > 1:
+            # NOTE: choices restart from the prompt's KV, which a shift would have overwritten
+            raise InvalidRequestError(
+                f"n > 1 needs prompt + max_tokens within the context window ({limit} tokens)"
+            )
         return GenerationRequest(
             prompt_tokens=tuple(int(t) for t in prompt_tokens),
             namespace=namespace,
@@ -379,26 +402,29 @@ class Engine:
         """
         started = time.perf_counter()
         prompt = request.prompt_tokens
-        cache = RequestCache.allocate(self.layout, len(prompt) + request.max_tokens)
+        # NOTE: only with context_overflow: sinks can a request be longer than the window;
+        # its cache then holds a window, and shifts (localmodel.sinks) when full.
+        capacity = min(len(prompt) + request.max_tokens, self.context_window)
+        cache = RequestCache.allocate(self.layout, capacity)
         key = RadixKey(request.namespace, prompt)
         match = self.prefix_cache.match(key)
+        n_cached = min(match.n_cached, capacity)
         # NOTE: the lock covers the only read of the tree's tensors: the copy into this
         # request's buffers. The request owns its KV afterwards, and releasing the path
         # before `insert` lets the tree evict even the node the match ended inside.
         with self.prefix_cache.hold(match):
-            cache.load(match.spans, match.n_cached)
-        n_cached = match.n_cached
-        if self.disk is not None and n_cached < len(prompt) - 1:
+            cache.load(match.spans, n_cached)
+        if self.disk is not None and n_cached < min(len(prompt) - 1, capacity):
             n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
-        prompt_logits = yield Piece(cache, prompt[n_cached:])
-        assert prompt_logits is not None  # NOTE: the driver answers every Piece with logits
+        prompt_logits = yield from self._prefill(request, cache, n_cached)
+        n_prompt_kv = cache.length  # the prompt's KV: len(prompt) unless the window slid
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
         first_token_at = insert_s = 0.0
         for index in range(request.params.n):
             if index and request.cancel.is_set():
                 break
-            cache.truncate(len(prompt))
+            cache.truncate(n_prompt_kv)
             choice, sampled_at = yield from self._decode_choice(
                 request, index, cache, prompt_logits, generator
             )
@@ -430,6 +456,30 @@ class Engine:
             return decode_one_token(self.model, cache, tokens[0], cache.length)
         ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
         return prefill(self.model, cache, ids, start=cache.length)
+
+    def _prefill(
+        self, request: GenerationRequest, cache: RequestCache, n_cached: int
+    ) -> Generator[Piece, torch.Tensor | None, torch.Tensor]:
+        """Feed the prompt from ``n_cached`` on; return its last logits.
+
+        One piece, unless the prompt overflows the window (``context_overflow: sinks``):
+        then a piece per window-full, with a context shift in between; the first window of
+        the prompt goes to the prefix tree before the first shift overwrites it, so the
+        next turn of the conversation prefills from there.
+        """
+        prompt = request.prompt_tokens
+        logits, fed = None, n_cached
+        while fed < len(prompt):
+            if cache.length == cache.capacity:
+                assert self.shift is not None  # NOTE: without sinks the prompt always fits
+                if not cache.dropped:
+                    self._insert(request.namespace, prompt[:fed], cache)
+                self.shift.shift(cache)
+            room = cache.capacity - cache.length
+            logits = yield Piece(cache, prompt[fed : fed + room])
+            fed += room
+        assert logits is not None  # NOTE: the driver answers every Piece with logits
+        return logits
 
     def _decode_choice(
         self,
@@ -465,7 +515,10 @@ class Engine:
                 finish = "stop"
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
-                reply = yield Piece(cache, (token,))  # at position len(prompt) + len(tokens) - 1
+                if cache.length == cache.capacity:
+                    assert self.shift is not None  # NOTE: without sinks max_tokens fits
+                    self.shift.shift(cache)
+                reply = yield Piece(cache, (token,))  # at position cache.length
                 assert reply is not None
                 logits = reply
         if not stops.stopped:
@@ -485,10 +538,16 @@ class Engine:
 
         NOTE: the last sampled token (and a final eos) was never fed to the model, so the
         cache covers ``tokens[:cache.length]`` only; the tree copies the part it lacks.
+        A cache whose window slid (``cache.dropped``) holds no token prefix: nothing is kept.
         """
+        if cache.dropped:
+            return
         n = cache.length
+        view: TensorKV | StoringView = cache.view(n)
+        if self.kv_dtype != self.layout.dtype:
+            view = StoringView(cache.view(n), self.kv_dtype)  # the tree's copies convert
         try:
-            self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), cache.view(n))
+            self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), view)
         except (RuntimeError, MemoryError) as exc:  # e.g. torch.OutOfMemoryError in the copy
             # The answer is complete and right; only its reuse is lost (the tree stays whole).
             logger.warning("prefix cache: could not keep %d tokens of KV: %s", n, exc)

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-__all__ = ["KVLayout", "RequestCache", "TensorKV", "UnsupportedModelError"]
+__all__ = ["KVLayout", "RequestCache", "StoredKV", "TensorKV", "UnsupportedModelError"]
 
 
 class UnsupportedModelError(ValueError):
@@ -74,6 +74,18 @@ class KVLayout:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim * itemsize
 
 
+@runtime_checkable
+class StoredKV(Protocol):
+    """A span the prefix tree stores (``TensorKV``, ``localmodel.kvquant.Int8KV``): what
+    :meth:`RequestCache.load` needs of it, besides the ``prefix.KVSpan`` protocol."""
+
+    def __len__(self) -> int: ...
+
+    def write_into(self, keys_out: torch.Tensor, values_out: torch.Tensor) -> None:
+        """Write the first ``keys_out.shape[2]`` tokens (``[n_layers, n_kv_heads, n, head_dim]``)."""
+        ...
+
+
 class TensorKV:
     """K and V of a contiguous token span, all layers: the prefix tree's node value.
 
@@ -113,6 +125,12 @@ class TensorKV:
             keys = self.keys[:, :, start:stop].clone(memory_format=torch.contiguous_format)
             values = self.values[:, :, start:stop].clone(memory_format=torch.contiguous_format)
         return TensorKV(keys, values)
+
+    def write_into(self, keys_out: torch.Tensor, values_out: torch.Tensor) -> None:
+        """Copy the first ``keys_out.shape[2]`` tokens out (converting to the output's dtype)."""
+        n = keys_out.shape[2]  # keys_out: [n_layers, n_kv_heads, n, head_dim]
+        keys_out.copy_(self.keys[:, :, :n])
+        values_out.copy_(self.values[:, :, :n])
 
 
 class _BufferLayer(DynamicLayer):
@@ -170,6 +188,8 @@ class RequestCache(DynamicCache):
         self.value_buf = value_buf  # [n_layers, 1, n_kv_heads, capacity, head_dim]
         self._buffer_layers = [_BufferLayer(k, v) for k, v in zip(key_buf, value_buf, strict=True)]
         Cache.__init__(self, layers=list(self._buffer_layers))  # DynamicCache's __init__ can't
+        #: tokens a context shift dropped (``localmodel.sinks``); then the KV is no prefix's
+        self.dropped = 0
 
     @classmethod
     @torch.inference_mode()
@@ -193,7 +213,8 @@ class RequestCache(DynamicCache):
     def load(self, spans: Iterable[Any], n_tokens: int) -> None:
         """Copy the first ``n_tokens`` tokens of the concatenated ``spans`` into positions 0…n-1.
 
-        ``spans`` are the ``TensorKV`` handles of a ``prefix.Match``; their concatenation may
+        ``spans`` are the ``StoredKV`` handles of a ``prefix.Match`` (``TensorKV`` in any
+        dtype, or ``Int8KV``: converted or dequantised here, once); their concatenation may
         cover more than ``n_tokens`` (the tree's last node can reach past the match point).
         """
         if n_tokens > self.capacity:
@@ -202,12 +223,14 @@ class RequestCache(DynamicCache):
         for span in spans:
             if filled == n_tokens:
                 break
-            if not isinstance(span, TensorKV):
-                raise TypeError(f"RequestCache.load: expected TensorKV spans, got {type(span)}")
+            if not isinstance(span, StoredKV):
+                raise TypeError(f"RequestCache.load: expected StoredKV spans, got {type(span)}")
             take = min(len(span), n_tokens - filled)
             # span: [n_layers, n_kv_heads, take, head_dim] → buffer[:, 0, :, filled:filled+take]
-            self.key_buf[:, 0, :, filled : filled + take].copy_(span.keys[:, :, :take])
-            self.value_buf[:, 0, :, filled : filled + take].copy_(span.values[:, :, :take])
+            span.write_into(
+                self.key_buf[:, 0, :, filled : filled + take],
+                self.value_buf[:, 0, :, filled : filled + take],
+            )
             filled += take
         if filled != n_tokens:
             raise ValueError(f"prefix spans cover {filled} tokens, match promised {n_tokens}")

@@ -1,0 +1,180 @@
+"""Stored KV in a smaller dtype: what the prefix tree keeps when ``kv_dtype`` is not the model's.
+
+``kv_dtype`` (per local model) names the dtype of the KV the prefix cache *stores*; the
+running request's own buffers stay in the model's dtype. A stored span is converted once,
+when the tree copies it (``slice``), and back when a later request loads it into its
+buffers (``write_into``), before attention reads it:
+
+* ``float16`` / ``bfloat16``: a :class:`~localmodel.kv.TensorKV` in that dtype (2× the
+  tokens of float32 in the same bytes);
+* ``int8``: an :class:`Int8KV`, symmetric int8 with **per-channel** scales for K (one per
+  layer, head and channel over the span: K has outlier channels, KIVI) and **per-token**
+  scales for V (one per layer, head and token), both stored as float16. SmolLM2-135M:
+  11 520 B of int8 + 180 B of V scales a token, plus 11 520 B of K scales a span, against
+  46 080 B a token in float32: ~3.9× the tokens for spans of a few hundred tokens.
+
+Why dequantise on load, not inside attention: a request loads a matched span once, while
+attention reads the whole history at every decode step; dequantising it there costs ~1 ms a
+step at 1k tokens on this CPU (``make bench``, ``bench/prefix.py`` *kv_dtype*) for no gain,
+because a running request's buffers are not what fills memory on a CPU: the cache is.
+
+NOTE: a slice of an ``Int8KV`` (the tree splitting a node) keeps the span's scales, so a
+stored token is quantised exactly once; the int8 path only ever adds one rounding.
+
+Example::
+
+    fmt = resolve_kv_dtype("int8", model_dtype=torch.float32)     # torch.int8
+    tree.insert(key, StoringView(cache.view(n), fmt))              # the tree keeps Int8KV
+    cache.load(match.spans, match.n_cached)                        # dequantised here
+"""
+
+from __future__ import annotations
+
+import torch
+
+from localmodel.config import KV_DTYPES
+from localmodel.kv import KVLayout, TensorKV
+
+__all__ = ["KV_DTYPES", "Int8KV", "StoringView", "resolve_kv_dtype", "stored_bytes_per_token"]
+
+_SCALE_DTYPE = torch.float16
+_MIN_SCALE = 1e-6  # an all-zero channel or token: any positive scale dequantises to 0
+
+
+def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
+    """``"auto"`` → the model's dtype; otherwise the named one (``torch.int8`` for int8)."""
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"localmodel: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
+    return model_dtype if kv_dtype == "auto" else getattr(torch, kv_dtype)
+
+
+def stored_bytes_per_token(layout: KVLayout, dtype: torch.dtype) -> int:
+    """Bytes a stored token costs, per-span K scales excluded (int8: data + V scales)."""
+    elements = layout.n_layers * layout.n_kv_heads * layout.head_dim
+    if dtype == torch.int8:
+        return 2 * elements + layout.n_layers * layout.n_kv_heads * _scale_itemsize()
+    return 2 * elements * torch.empty((), dtype=dtype).element_size()
+
+
+class Int8KV:
+    """int8 K and V of a token span, all layers, with their scales: a ``prefix.KVSpan``.
+
+    ``keys``/``values``: int8 ``[n_layers, n_kv_heads, span, head_dim]``;
+    ``key_scales``: ``[n_layers, n_kv_heads, 1, head_dim]`` (per channel; per token and
+    channel, ``[…, span, head_dim]``, when decoded from disk rows of several spans);
+    ``value_scales``: ``[n_layers, n_kv_heads, span, 1]`` (per token). ``x ≈ q · scale``.
+    """
+
+    __slots__ = ("key_scales", "keys", "value_scales", "values")
+
+    def __init__(
+        self,
+        keys: torch.Tensor,
+        key_scales: torch.Tensor,
+        values: torch.Tensor,
+        value_scales: torch.Tensor,
+    ) -> None:
+        if keys.dtype != torch.int8 or keys.shape != values.shape or keys.dim() != 4:
+            raise ValueError(f"Int8KV: bad K/V {tuple(keys.shape)} {keys.dtype}")
+        self.keys = keys  # [L, H, S, D] int8
+        self.key_scales = key_scales  # [L, H, 1, D]
+        self.values = values  # [L, H, S, D] int8
+        self.value_scales = value_scales  # [L, H, S, 1]
+
+    @classmethod
+    @torch.inference_mode()
+    def quantize(cls, keys: torch.Tensor, values: torch.Tensor) -> Int8KV:
+        """Quantise float K/V ``[n_layers, n_kv_heads, span, head_dim]`` (a copy, always)."""
+        k_scales = _scales(keys.abs().amax(dim=2, keepdim=True))  # [L, H, 1, D]
+        v_scales = _scales(values.abs().amax(dim=3, keepdim=True))  # [L, H, S, 1]
+        return cls(_round(keys, k_scales), k_scales, _round(values, v_scales), v_scales)
+
+    def __len__(self) -> int:
+        return int(self.keys.shape[2])
+
+    def __repr__(self) -> str:
+        return f"Int8KV(tokens={len(self)}, shape={tuple(self.keys.shape)})"
+
+    @property
+    def nbytes(self) -> int:
+        """The real bytes held: int8 K and V plus both scales."""
+        return sum(t.numel() * t.element_size() for t in self._tensors())
+
+    def slice(self, start: int, stop: int) -> Int8KV:
+        """Tokens ``[start, stop)``, a copy that keeps the span's K scales (no re-rounding)."""
+        if not 0 <= start <= stop <= len(self):
+            raise IndexError(f"Int8KV.slice({start}, {stop}) out of range 0..{len(self)}")
+        k_scales = self.key_scales
+        if k_scales.shape[2] != 1:
+            k_scales = k_scales[:, :, start:stop]
+        with torch.inference_mode():
+            return Int8KV(
+                self.keys[:, :, start:stop].clone(memory_format=torch.contiguous_format),
+                k_scales.clone(memory_format=torch.contiguous_format),
+                self.values[:, :, start:stop].clone(memory_format=torch.contiguous_format),
+                self.value_scales[:, :, start:stop].clone(memory_format=torch.contiguous_format),
+            )
+
+    @torch.inference_mode()
+    def write_into(self, keys_out: torch.Tensor, values_out: torch.Tensor) -> None:
+        """Dequantise the first ``keys_out.shape[2]`` tokens into ``keys_out``/``values_out``."""
+        n = keys_out.shape[2]  # keys_out: [L, H, n, D] in the request's dtype
+        k_scales = self.key_scales if self.key_scales.shape[2] == 1 else self.key_scales[:, :, :n]
+        keys_out.copy_(self.keys[:, :, :n] * k_scales.to(keys_out.dtype))
+        values_out.copy_(self.values[:, :, :n] * self.value_scales[:, :, :n].to(values_out.dtype))
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> TensorKV:
+        keys = torch.empty(self.keys.shape, dtype=dtype)
+        values = torch.empty(self.values.shape, dtype=dtype)
+        self.write_into(keys, values)
+        return TensorKV(keys, values)
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.keys, self.key_scales, self.values, self.value_scales
+
+
+class StoringView:
+    """The span the engine inserts: a request's ``TensorKV`` view whose slices are stored in
+    ``dtype`` (``Int8KV`` for ``torch.int8``). ``nbytes`` is the stored size, so the tree
+    estimates its room before it copies anything."""
+
+    __slots__ = ("dtype", "view")
+
+    def __init__(self, view: TensorKV, dtype: torch.dtype) -> None:
+        self.view = view
+        self.dtype = dtype
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    @property
+    def nbytes(self) -> int:
+        layers, heads, n, dim = self.view.keys.shape
+        if self.dtype == torch.int8:  # int8 K and V, V scales per token, K scales per span
+            scales = _scale_itemsize() * layers * heads * (n + dim)
+            return 2 * self.view.keys.numel() + scales
+        return 2 * self.view.keys.numel() * torch.empty((), dtype=self.dtype).element_size()
+
+    def slice(self, start: int, stop: int) -> TensorKV | Int8KV:
+        keys = self.view.keys[:, :, start:stop]  # [L, H, stop - start, D]
+        values = self.view.values[:, :, start:stop]
+        if self.dtype == torch.int8:
+            return Int8KV.quantize(keys, values)
+        with torch.inference_mode():
+            return TensorKV(
+                keys.to(self.dtype, memory_format=torch.contiguous_format, copy=True),
+                values.to(self.dtype, memory_format=torch.contiguous_format, copy=True),
+            )
+
+
+def _scales(absmax: torch.Tensor) -> torch.Tensor:
+    """absmax / 127, rounded to the stored dtype *before* quantising (so q · scale is exact)."""
+    return (absmax.float() / 127.0).clamp_min(_MIN_SCALE).to(_SCALE_DTYPE)
+
+
+def _round(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return (x.float() / scales.float()).round_().clamp_(-127, 127).to(torch.int8)
+
+
+def _scale_itemsize() -> int:
+    return torch.empty((), dtype=_SCALE_DTYPE).element_size()

@@ -1,0 +1,108 @@
+"""``kv_dtype`` and ``context_overflow`` from the YAML to the engine, and a conversation past
+the context window through the HTTP API with the official openai SDK (bundled model, CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from gateway.config import ConfigError, LocalModelConfig, load_config_text
+from gateway.local import LocalBackend
+from tests.conftest import Gateway
+
+STORY = (
+    "The lighthouse keeper wrote down every ship that passed, the weather of each morning, "
+    "and the colour of the sea at dusk. "
+) * 5
+WINDOW = 96
+
+
+def _model(model_dir: Path, **settings: object) -> dict[str, object]:
+    return {"backend": "local", "source": str(model_dir), "threads": 1, "max_context": WINDOW,
+            "default_max_tokens": 8, **settings}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    text = yaml.safe_dump({
+        "data_dir": str(tmp_path_factory.mktemp("overflow")),
+        "cache": {"semantic": {"enabled": False}, "exact": {"enabled": False}},
+        # NOTE: one local model per gateway: two load in parallel threads, and transformers'
+        # loading is not thread-safe (a meta-tensor error, seen once under load).
+        "models": {"sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8")},
+    })  # fmt: skip
+    gateway = Gateway(load_config_text(text))
+    yield gateway
+    gateway.stop()
+
+
+def test_yaml_reaches_the_engine_config() -> None:
+    config = load_config_text(
+        "models: {m: {backend: local, kv_dtype: int8, context_overflow: sinks, sink_tokens: 8}}"
+    )
+    model = config.models["m"]
+    assert isinstance(model, LocalModelConfig)
+    engine_config = LocalBackend.from_config("m", model, config).engine_config
+    assert engine_config.kv_dtype == "int8"
+    assert (engine_config.context_overflow, engine_config.sink_tokens) == ("sinks", 8)
+    default = load_config_text("models: {m: {backend: local}}").models["m"]
+    assert isinstance(default, LocalModelConfig)
+    assert (default.kv_dtype, default.context_overflow) == ("auto", "error")
+
+
+@pytest.mark.parametrize(
+    ("setting", "where"),
+    [
+        ("kv_dtype: int4", "models.m.kv_dtype"),
+        ("context_overflow: truncate", "models.m.context_overflow"),
+        ("sink_tokens: 0", "models.m.sink_tokens"),
+    ],
+)
+def test_bad_values_are_config_errors(setting: str, where: str) -> None:
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        load_config_text(f"models: {{m: {{backend: local, {setting}}}}}")
+
+
+def test_past_the_window_sinks_answer(gw: Gateway) -> None:
+    """(With context_overflow: error the same request is a 400: tests/gateway/test_local_api.py.)"""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": STORY + "What did the keeper write down?"}]
+    answer = client.chat.completions.create(
+        model="sliding",
+        messages=messages,
+        temperature=0,
+        max_tokens=6,  # type: ignore[arg-type]
+    )
+    assert answer.usage is not None and answer.usage.prompt_tokens > WINDOW
+    assert answer.choices[0].message.content
+    # streamed, and past the window during decode (a plain-text continuation runs on)
+    stream = client.completions.create(
+        model="sliding",
+        prompt=STORY[:200],
+        temperature=0,
+        max_tokens=72,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    usage = chunks[-1].usage
+    assert usage is not None and usage.prompt_tokens + usage.completion_tokens > WINDOW + 10
+    assert "".join(c.choices[0].text for c in chunks if c.choices)
+
+
+def test_int8_kv_serves_prefix_hits_over_http(gw: Gateway) -> None:
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    system = {"role": "system", "content": "You answer in one short sentence. " * 4}
+    for question, cached in (("What is a ship?", 0), ("What is a lighthouse?", 30)):
+        answer = client.chat.completions.create(
+            model="sliding",
+            messages=[system, {"role": "user", "content": question}],  # type: ignore[list-item]
+            temperature=0,
+            max_tokens=4,
+        )
+        details = answer.usage.prompt_tokens_details if answer.usage else None
+        assert details is not None and (details.cached_tokens or 0) >= cached

@@ -1,0 +1,147 @@
+"""``context_overflow: sinks``: the context shift re-rotates K exactly, nothing changes below
+the window, and past it requests are answered instead of refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from localmodel import ContextWindowExceeded, Event, Finished, InvalidRequestError, SamplingParams
+from localmodel.engine import prefill
+from localmodel.kv import KVLayout, RequestCache, UnsupportedModelError
+from localmodel.scheduler import Scheduler
+from localmodel.sinks import ContextShift
+from prefix import RadixKey
+from tests.localmodel.conftest import MakeEngine
+
+NS = "smollm2|tenant-a"
+STORY = (
+    "The lighthouse keeper wrote down every ship that passed, the weather of each morning, "
+    "and the colour of the sea at dusk. "
+) * 6
+
+
+def _layer0_kv(model: Any, tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0's K/V of a cold forward at positions 0…n-1 (depends on tokens and positions only)."""
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode():
+        model(torch.tensor([tokens]), cache=cache, use_cache=True)
+    return cache.layers[0].keys[0], cache.layers[0].values[0]  # [n_kv_heads, n, head_dim]
+
+
+def test_shift_keeps_sinks_and_recent_tokens_with_k_rotated_to_new_positions(
+    tiny_model: Any,
+) -> None:
+    tokens = list(range(100, 132))
+    cache = RequestCache.allocate(KVLayout.of(tiny_model), capacity=32)
+    prefill(tiny_model, cache, torch.tensor([tokens]), start=0)
+    shift = ContextShift.of(tiny_model, sink_tokens=4)
+    dropped = shift.shift(cache)
+    assert dropped == (32 - 4) // 4 == 7 and cache.length == 25 and cache.dropped == 7
+    kept = tokens[:4] + tokens[4 + dropped :]
+    # Layer 0 sees no other token, so its K/V of the kept tokens at their new slots is
+    # exactly what a cold forward of the kept tokens computes: the rotation is RoPE's.
+    keys, values = _layer0_kv(tiny_model, kept)
+    assert (cache.view(25).keys[0] - keys).abs().max().item() <= 1e-5
+    assert torch.equal(cache.view(25).values[0], values)
+    assert not torch.equal(cache.view(25).keys[0, :, 4:], cache.key_buf[0, 0, :, 11:32])
+
+
+def test_models_without_linear_rope_are_refused(tiny_model: Any) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{**tiny_model.config.to_dict(), "rope_parameters": {
+        "rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}})  # fmt: skip
+    with pytest.raises(UnsupportedModelError, match="context_overflow"):
+        ContextShift.of(LlamaForCausalLM(config), sink_tokens=4)
+
+
+def test_nothing_changes_below_the_window(make_engine: MakeEngine) -> None:
+    error, sinks = (
+        make_engine(max_context=96),
+        make_engine(max_context=96, context_overflow="sinks"),
+    )
+    prompt = error.encode_chat([{"role": "user", "content": STORY[:180] + " Tell me more."}])
+    assert 60 < len(prompt) < 90
+    params = SamplingParams(temperature=0.0, max_tokens=96 - len(prompt))  # fills the window
+    a = error.complete(error.prepare(prompt, params, namespace=NS))
+    b = sinks.complete(sinks.prepare(prompt, params, namespace=NS))
+    assert a.choices[0].token_ids == b.choices[0].token_ids
+    assert a.usage == b.usage
+    assert error.prefix_cache.stats.tokens == sinks.prefix_cache.stats.tokens  # both cached
+
+
+def test_a_prompt_past_the_window_is_answered_with_sinks(make_engine: MakeEngine) -> None:
+    error, sinks = (
+        make_engine(max_context=96),
+        make_engine(max_context=96, context_overflow="sinks"),
+    )
+    messages = [{"role": "user", "content": STORY + "What did the keeper write down?"}]
+    prompt = sinks.encode_chat(messages)
+    assert len(prompt) > 96 + 72  # more than one shift
+    with pytest.raises(ContextWindowExceeded):
+        error.prepare(prompt, namespace=NS)
+    request = sinks.prepare(prompt, SamplingParams(temperature=0.0, max_tokens=8), namespace=NS)
+    first = sinks.complete(request)
+    assert len(first.choices[0].token_ids) >= 1 and first.choices[0].text.strip()
+    # the prompt's first window went to the prefix tree before the shift overwrote it
+    stats = sinks.prefix_cache.stats
+    assert stats.tokens == 96
+    assert sinks.prefix_cache.match(RadixKey(NS, prompt)).n_cached == 96
+    again = sinks.complete(sinks.prepare(prompt, request.params, namespace=NS))
+    assert again.usage.cached_tokens == 96
+    assert again.choices[0].token_ids == first.choices[0].token_ids  # the same windows
+
+
+def test_decode_past_the_window_shifts_and_caches_nothing_shifted(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks")
+    prompt = list(range(200, 220))
+    params = SamplingParams(temperature=0.0, max_tokens=60)
+    with pytest.raises(InvalidRequestError, match="n > 1"):
+        engine.prepare(prompt, SamplingParams(max_tokens=60, n=2), namespace=NS)
+    result = engine.complete(engine.prepare(prompt, params, namespace=NS))
+    stop_ids = engine.stop_token_ids
+    tokens = result.choices[0].token_ids
+    assert len(tokens) == 60 or tokens[-1] in stop_ids
+    assert len(tokens) > 32 - 20  # it went past the window
+    assert engine.prefix_cache.stats.tokens == 0  # the window slid during decode: no prefix
+    # default max_tokens is not capped by the window with sinks
+    assert engine.prepare(prompt, namespace=NS).max_tokens == engine.config.default_max_tokens
+
+
+def test_sink_tokens_must_leave_room(make_engine: MakeEngine) -> None:
+    with pytest.raises(ValueError, match="sink_tokens"):
+        make_engine(max_context=16, context_overflow="sinks", sink_tokens=8)
+    with pytest.raises(ValueError, match="context_overflow"):
+        make_engine(context_overflow="truncate")
+
+
+def test_batched_requests_past_the_window_get_the_tokens_they_get_alone(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks")
+    jobs = [
+        (list(range(300, 350)), SamplingParams(temperature=0.0, max_tokens=40)),  # prompt > window
+        (list(range(400, 410)), SamplingParams(temperature=0.0, max_tokens=8)),  # fits
+        (list(range(500, 520)), SamplingParams(temperature=0.0, max_tokens=30)),  # decode shifts
+    ]
+    alone = [
+        engine.complete(engine.prepare(p, params, namespace=f"alone{i}")).choices
+        for i, (p, params) in enumerate(jobs)
+    ]
+    assert len(alone[2][0].token_ids) > 32 - 20  # its decode went past the window
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=12)  # prompts prefill in chunks
+    events: list[list[Event | BaseException]] = [[] for _ in jobs]
+    for i, (prompt, params) in enumerate(jobs):
+        request = engine.prepare(prompt, params, namespace=f"batched{i}")
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    while scheduler.busy:
+        scheduler.step()
+    finished = [e[-1] for e in events]
+    assert all(isinstance(f, Finished) for f in finished), finished
+    assert [f.completion.choices for f in finished if isinstance(f, Finished)] == alone
