@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,19 @@ class LoadedModel:
 # ── public ────────────────────────────────────────────────────────────────────────────
 
 
+#: Loads run one at a time: a gateway starts its local models in parallel threads, and
+#: transformers' ``from_pretrained`` is not thread-safe (two at once failed under load with
+#: "Cannot copy out of meta tensor"); the bundled GGUF conversion must not run twice at once either.
+_LOADING = threading.Lock()
+
+
 def load(config: EngineConfig) -> LoadedModel:
     """Load the model named by ``config.source`` onto the configured device and dtype."""
+    with _LOADING:
+        return _load(config)
+
+
+def _load(config: EngineConfig) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = resolve_device(config.device)

@@ -31,9 +31,10 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     text = yaml.safe_dump({
         "data_dir": str(tmp_path_factory.mktemp("overflow")),
         "cache": {"semantic": {"enabled": False}, "exact": {"enabled": False}},
-        # NOTE: one local model per gateway: two load in parallel threads, and transformers'
-        # loading is not thread-safe (a meta-tensor error, seen once under load).
-        "models": {"sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8")},
+        "models": {
+            "strict": _model(bundled_model_dir),
+            "sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8"),
+        },
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
     yield gateway
@@ -67,10 +68,12 @@ def test_bad_values_are_config_errors(setting: str, where: str) -> None:
         load_config_text(f"models: {{m: {{backend: local, {setting}}}}}")
 
 
-def test_past_the_window_sinks_answer(gw: Gateway) -> None:
-    """(With context_overflow: error the same request is a 400: tests/gateway/test_local_api.py.)"""
+def test_past_the_window_error_is_400_and_sinks_answer(gw: Gateway) -> None:
     client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
     messages = [{"role": "user", "content": STORY + "What did the keeper write down?"}]
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="strict", messages=messages, temperature=0)  # type: ignore[arg-type]
+    assert info.value.code == "context_length_exceeded"
     answer = client.chat.completions.create(
         model="sliding",
         messages=messages,
