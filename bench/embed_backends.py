@@ -118,6 +118,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="2,000 held-out pairs")
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args(argv)
+    import torch
+
+    # NOTE: as in the embedder's workers: one intra-op thread. The main thread's default (one
+    # per core) makes torch wait on an OpenMP barrier whenever another process holds a core,
+    # which made torch ~20x slower than ONNX Runtime (1 thread) in a first run at load 9.
+    torch.set_num_threads(1)
     header = run_header()
     started = time.time()
     a, b, same, _group, held = read_qqp()

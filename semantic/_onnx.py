@@ -2,7 +2,7 @@
 
 A BERT sentence encoder is exported (``torch.onnx``, the TorchScript exporter: no extra
 packages beyond ``onnx``) with its mean pooling, as ``[texts, tokens] -> [texts, hidden]``,
-into ``<export_dir>/<model>-<digest>/model.onnx``; ``int8`` adds ``model.int8.onnx``, the
+into ``<export_dir>/embedder-<model>-<digest>/model.onnx``; ``int8`` adds ``model.int8.onnx``, the
 same graph with its MatMul weights quantised to int8 per channel
 (``onnxruntime.quantization.quantize_dynamic``; activations are quantised per call). The
 digest names the model's files and this module's export format, so a changed model or exporter
@@ -91,12 +91,17 @@ class OnnxEncoder:
 
 
 def export_name(model_path: str) -> str:
-    """``embedder-<model dir name>-<digest>``: the digest covers the model's files and the format."""
+    """``embedder-<model dir name>-<digest>``: the digest covers the model's file names and
+    sizes and the export format.
+
+    NOTE: not paths or mtimes, so an image that copies the model and its export elsewhere
+    keeps using the export; a model changed in place with the same sizes is caught by the
+    agreement check at load (semantic/embedder.py), which exports again.
+    """
     root = Path(model_path)
-    h = hashlib.sha256(f"{EXPORT_FORMAT}\n{root.resolve()}\n".encode())
+    h = hashlib.sha256(f"{EXPORT_FORMAT}\n".encode())
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
-        stat = file.stat()
-        h.update(f"{file.relative_to(root)}\t{stat.st_size}\t{stat.st_mtime_ns}\n".encode())
+        h.update(f"{file.relative_to(root)}\t{file.stat().st_size}\n".encode())
     return f"embedder-{root.name}-{h.hexdigest()[:12]}"
 
 
