@@ -128,6 +128,7 @@ async def overload(
         for start in range(0, len(warm), 20):
             await asyncio.gather(*(ask(client, url, q) for q in warm[start : start + 20]))
         before = (await client.get(f"{url}/admin/stats")).json()["cache"]
+        served0 = _served((await client.get(f"{url}/metrics")).text)
         results: list[tuple[str, float]] = []
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
         own0, wall0 = time.process_time(), time.monotonic()
@@ -147,6 +148,11 @@ async def overload(
         cpu["load generator"] = (time.process_time() - own0) / cores
         loadavg = os.getloadavg()[0]
         after = (await client.get(f"{url}/admin/stats")).json()["cache"]
+        served = _served((await client.get(f"{url}/metrics")).text)
+    server_p99 = {
+        cache: _bucket_p99({le: n - served0.get(cache, {}).get(le, 0) for le, n in bounds.items()})
+        for cache, bounds in served.items()
+    }
     misses = [t for c, t in results if c == "miss"]
     hits = [t for c, t in results if c in ("exact", "semantic")]
     errors = [c for c, _ in results if c.startswith("error")]
@@ -155,7 +161,8 @@ async def overload(
             "misses": len(misses), "miss_p50": percentile(misses, 50),
             "miss_p99": percentile(misses, 99), "hit_p99": percentile(hits, 99),
             "skipped": skipped, "rps": len(results) / seconds, "cpu_share": cpu,
-            "loadavg_1min_end": loadavg, "embedder": after.get("embedder")}  # fmt: skip
+            "loadavg_1min_end": loadavg, "embedder": after.get("embedder"),
+            "server_p99_le": server_p99}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,7 +191,9 @@ def main(argv: list[str] | None = None) -> None:
              f"{r['miss_p50']:.2f} s", f"{r['miss_p99']:.2f} s", f"{r['hit_p99']:.3f} s",
              r["skipped"], f"{r['rps']:.0f}",
              " / ".join(f"{r['cpu_share'][k]:.0%}" for k in ("gateway", "upstream", "load generator")),
-             f"{r['loadavg_1min_end']:.1f}"] for w, r in runs.items()]  # fmt: skip
+             f"{r['loadavg_1min_end']:.1f}",
+             " / ".join(f"≤ {r['server_p99_le'].get(c, float('nan')):g} s" for c in ("miss", "exact"))]
+            for w, r in runs.items()]  # fmt: skip
     text = "\n\n".join([
         "## Miss cost and overload (`bench/overload.py`)",
         f"`{command('overload', argv)}`, load average at start {header['loadavg_start'][0]:.1f} "
@@ -197,12 +206,37 @@ def main(argv: list[str] | None = None) -> None:
         f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; "
         "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`; CPU: each "
         "process's CPU time over the run as a share of all cores (the rest went to other jobs "
-        "on the machine or was idle); the gateway runs the shipped `embedder_backend`.",
+        "on the machine or was idle); the gateway runs the shipped `embedder_backend`. The "
+        "gateway's own p99 is read from its `cachegate_request_duration_seconds` histogram "
+        "(the bucket bound holding 99%): the time inside the gateway, not in the client's or "
+        "the kernel's queues.",
         table(["max_wait_ms", "requests", "errors", "hits", "miss p50", "miss p99", "hit p99",
                "skipped", "req/s", "CPU: gateway / upstream / load generator",
-               "load avg at end"], rows),
+               "load avg at end", "gateway's own p99: miss / exact"], rows),
     ])  # fmt: skip
     publish("overload", {**header, "miss_cost": cost, "overload": runs}, text, not args.no_doc)
+
+
+def _served(metrics: str) -> dict[str, dict[float, float]]:
+    """``cachegate_request_duration_seconds`` buckets by cache outcome, summed over routes."""
+    out: dict[str, dict[float, float]] = {}
+    for line in metrics.splitlines():
+        if line.startswith("cachegate_request_duration_seconds_bucket{"):
+            labels, value = line[line.index("{") + 1 :].rsplit("} ", 1)
+            tags = dict(part.split("=", 1) for part in labels.split(","))
+            cache, le = tags["cache"].strip('"'), float(tags["le"].strip('"'))
+            out.setdefault(cache, {})
+            out[cache][le] = out[cache].get(le, 0.0) + float(value)
+    return out
+
+
+def _bucket_p99(cumulative: dict[float, float]) -> float:
+    """The smallest bucket bound holding 99% of the requests (the gateway's own p99, bounded)."""
+    total = cumulative.get(float("inf"), 0.0)
+    for le in sorted(cumulative):
+        if total and cumulative[le] >= 0.99 * total:
+            return le
+    return float("nan")
 
 
 def _flow(d: dict[str, Any]) -> str:
