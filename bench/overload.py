@@ -4,12 +4,14 @@
     python -m bench.overload --seconds 20    # shorter overload runs
 
 Processes on 127.0.0.1: the fake upstream, one ``cachegate serve`` per configuration, and this
-load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, to a gateway
-with the semantic tier on and one with it off, in alternating rounds (same machine load).
+load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, to gateways
+with the semantic tier on (one per ``--backends`` embedder backend) and one with it off, in
+alternating rounds (same machine load).
 Part 2 (overload): 200 connections for ``--seconds``, 70% of requests repeat a stored question
 (exact hits), 30% ask a fresh one (misses, the upstream takes 0.2 s), against gateways whose
 ``max_wait_ms`` is unbounded or bounded; errors, hit rate, miss and hit latency, and the
-semantic lookups skipped for overload.
+semantic lookups skipped for overload, and the CPU each process used (on a small shared machine
+the load generator and the fake upstream compete with the gateway for the same cores).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import os
 import random
 import sys
 import tempfile
@@ -31,6 +34,7 @@ import httpx
 from bench.report import (
     CACHEGATE,
     command,
+    cpu_seconds,
     free_port,
     percentile,
     publish,
@@ -44,8 +48,11 @@ _serial = itertools.count()
 
 
 @contextlib.contextmanager
-def gateways(semantic: dict[str, dict[str, Any] | None]) -> Iterator[dict[str, str]]:
-    """The fake upstream and one gateway per ``name -> cache.semantic`` (None: semantic off)."""
+def gateways(
+    semantic: dict[str, dict[str, Any] | None],
+) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
+    """The fake upstream and one gateway per ``name -> cache.semantic`` (None: semantic off):
+    their URLs and process ids (the upstream's under ``"upstream"``)."""
     up_port = free_port()
     up = f"http://127.0.0.1:{up_port}"
     urls = {name: f"http://127.0.0.1:{free_port()}" for name in semantic}
@@ -63,8 +70,9 @@ def gateways(semantic: dict[str, dict[str, Any] | None]) -> Iterator[dict[str, s
             port = urls[name].rsplit(":", 1)[1]
             procs.append(([CACHEGATE, "serve", "--config", str(config), "--port", port],
                           f"{urls[name]}/readyz"))  # fmt: skip
-        with running(procs, ready_timeout=180, stop_timeout=20):
-            yield urls
+        with running(procs, ready_timeout=180, stop_timeout=20) as started:
+            pids = dict(zip(["upstream", *urls], (p.pid for p in started), strict=True))
+            yield urls, pids
 
 
 async def ask(client: httpx.AsyncClient, url: str, question: str, delay: float = 0.0) -> Any:
@@ -106,15 +114,24 @@ async def miss_cost(urls: dict[str, str], n: int) -> list[list[Any]]:
              f"{sum(rate[name]) / len(rate[name]):.0f}"] for name in urls]  # fmt: skip
 
 
-async def overload(url: str, seconds: float, connections: int = 200) -> dict[str, Any]:
-    """``connections`` clients in a loop for ``seconds``: 70% stored questions, 30% fresh."""
+async def overload(
+    url: str, seconds: float, pids: dict[str, int], connections: int = 200
+) -> dict[str, Any]:
+    """``connections`` clients in a loop for ``seconds``: 70% stored questions, 30% fresh.
+
+    Also the CPU each process used meanwhile (gateway, upstream, this load generator), as a
+    share of the machine's cores over the run: what the gateway had to work with.
+    """
     warm = [f"Stored question {i} about {TOPICS[i % len(TOPICS)]}?" for i in range(300)]
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         for start in range(0, len(warm), 20):
             await asyncio.gather(*(ask(client, url, q) for q in warm[start : start + 20]))
         before = (await client.get(f"{url}/admin/stats")).json()["cache"]
+        served0 = _served((await client.get(f"{url}/metrics")).text)
         results: list[tuple[str, float]] = []
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        own0, wall0 = time.process_time(), time.monotonic()
         deadline = time.monotonic() + seconds
 
         async def user() -> None:
@@ -125,7 +142,17 @@ async def overload(url: str, seconds: float, connections: int = 200) -> dict[str
                     results.append(await ask(client, url, fresh(), UPSTREAM_DELAY))
 
         await asyncio.gather(*(user() for _ in range(connections)))
+        wall = time.monotonic() - wall0
+        cores = wall * (os.cpu_count() or 1)
+        cpu = {name: (cpu_seconds(pid) - cpu0[name]) / cores for name, pid in pids.items()}
+        cpu["load generator"] = (time.process_time() - own0) / cores
+        loadavg = os.getloadavg()[0]
         after = (await client.get(f"{url}/admin/stats")).json()["cache"]
+        served = _served((await client.get(f"{url}/metrics")).text)
+    server_p99 = {
+        cache: _bucket_p99({le: n - served0.get(cache, {}).get(le, 0) for le, n in bounds.items()})
+        for cache, bounds in served.items()
+    }
     misses = [t for c, t in results if c == "miss"]
     hits = [t for c, t in results if c in ("exact", "semantic")]
     errors = [c for c, _ in results if c.startswith("error")]
@@ -133,7 +160,9 @@ async def overload(url: str, seconds: float, connections: int = 200) -> dict[str
     return {"requests": len(results), "errors": len(errors), "hits": len(hits),
             "misses": len(misses), "miss_p50": percentile(misses, 50),
             "miss_p99": percentile(misses, 99), "hit_p99": percentile(hits, 99),
-            "skipped": skipped, "rps": len(results) / seconds}  # fmt: skip
+            "skipped": skipped, "rps": len(results) / seconds, "cpu_share": cpu,
+            "loadavg_1min_end": loadavg, "embedder": after.get("embedder"),
+            "server_p99_le": server_p99}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -141,34 +170,73 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--misses", type=int, default=200, help="misses per side, part 1")
     parser.add_argument("--waits", default="none,250,100", help="max_wait_ms values, part 2")
+    parser.add_argument("--backends", default="torch,onnx,onnx-int8",
+                        help="cache.semantic.embedder_backend values, part 1")  # fmt: skip
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args(argv)
     random.seed(0)
     header = run_header()
-    with gateways({"semantic on": {"max_wait_ms": None}, "semantic off": None}) as urls:
+    sides: dict[str, dict[str, Any] | None] = {
+        f"semantic on, {b}": {"max_wait_ms": None, "embedder_backend": b}
+        for b in args.backends.split(",")
+    }
+    with gateways({**sides, "semantic off": None}) as (urls, _):
         cost = asyncio.run(miss_cost(urls, args.misses))
     runs: dict[str, dict[str, Any]] = {}
     for wait in args.waits.split(","):
         setting = None if wait == "none" else int(wait)
-        with gateways({"gw": {"max_wait_ms": setting}}) as urls:
-            runs[wait] = asyncio.run(overload(urls["gw"], args.seconds))
+        with gateways({"gateway": {"max_wait_ms": setting}}) as (urls, pids):
+            runs[wait] = asyncio.run(overload(urls["gateway"], args.seconds, pids))
     rows = [[w, r["requests"], r["errors"], f"{r['hits'] / max(1, r['requests']):.0%}",
              f"{r['miss_p50']:.2f} s", f"{r['miss_p99']:.2f} s", f"{r['hit_p99']:.3f} s",
-             r["skipped"], f"{r['rps']:.0f}"] for w, r in runs.items()]  # fmt: skip
+             r["skipped"], f"{r['rps']:.0f}",
+             " / ".join(f"{r['cpu_share'][k]:.0%}" for k in ("gateway", "upstream", "load generator")),
+             f"{r['loadavg_1min_end']:.1f}",
+             " / ".join(f"≤ {r['server_p99_le'].get(c, float('nan')):g} s" for c in ("miss", "exact"))]
+            for w, r in runs.items()]  # fmt: skip
     text = "\n\n".join([
         "## Miss cost and overload (`bench/overload.py`)",
         f"`{command('overload', argv)}`, load average at start {header['loadavg_start'][0]:.1f} "
         "(2 shared cores). Part 1: fresh questions (misses) through a gateway with the semantic "
-        "tier on and one with it off, alternating rounds in one run; instant fake upstream.",
+        "tier on (one gateway per `embedder_backend`) and one with it off, alternating rounds in "
+        "one run; instant fake upstream.",
         table(["gateway", "misses one at a time", "p50", "p99", "misses/s at 16 concurrent"],
               cost),
         f"Part 2: 200 connections × {args.seconds:.0f} s, 70% repeats of stored questions, 30% "
         f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; "
-        "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`.",
+        "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`; CPU: each "
+        "process's CPU time over the run as a share of all cores (the rest went to other jobs "
+        "on the machine or was idle); the gateway runs the shipped `embedder_backend`. The "
+        "gateway's own p99 is read from its `cachegate_request_duration_seconds` histogram "
+        "(the bucket bound holding 99%): the time inside the gateway, not in the client's or "
+        "the kernel's queues.",
         table(["max_wait_ms", "requests", "errors", "hits", "miss p50", "miss p99", "hit p99",
-               "skipped", "req/s"], rows),
+               "skipped", "req/s", "CPU: gateway / upstream / load generator",
+               "load avg at end", "gateway's own p99: miss / exact"], rows),
     ])  # fmt: skip
     publish("overload", {**header, "miss_cost": cost, "overload": runs}, text, not args.no_doc)
+
+
+def _served(metrics: str) -> dict[str, dict[float, float]]:
+    """``cachegate_request_duration_seconds`` buckets by cache outcome, summed over routes."""
+    out: dict[str, dict[float, float]] = {}
+    for line in metrics.splitlines():
+        if line.startswith("cachegate_request_duration_seconds_bucket{"):
+            labels, value = line[line.index("{") + 1 :].rsplit("} ", 1)
+            tags = dict(part.split("=", 1) for part in labels.split(","))
+            cache, le = tags["cache"].strip('"'), float(tags["le"].strip('"'))
+            out.setdefault(cache, {})
+            out[cache][le] = out[cache].get(le, 0.0) + float(value)
+    return out
+
+
+def _bucket_p99(cumulative: dict[float, float]) -> float:
+    """The smallest bucket bound holding 99% of the requests (the gateway's own p99, bounded)."""
+    total = cumulative.get(float("inf"), 0.0)
+    for le in sorted(cumulative):
+        if total and cumulative[le] >= 0.99 * total:
+            return le
+    return float("nan")
 
 
 def _flow(d: dict[str, Any]) -> str:

@@ -60,10 +60,10 @@ def running(
     *,
     ready_timeout: float = 60,
     stop_timeout: float = 30,
-) -> Iterator[None]:
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """Start every ``(command, ready_url)`` at once, wait until each URL answers, and on exit
     terminate them all (gracefully: SIGTERM, then wait). The processes run in the repository
-    root with it on ``PYTHONPATH`` and ``HF_HUB_OFFLINE=1``."""
+    root with it on ``PYTHONPATH`` and ``HF_HUB_OFFLINE=1``. Yields them, in order."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -71,12 +71,18 @@ def running(
             procs.append(subprocess.Popen(command, env=env, cwd=ROOT))
         for _, url in processes:
             wait_ready(url, ready_timeout)
-        yield
+        yield procs
     finally:
         for proc in procs:
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=stop_timeout)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system, all threads) a live process has used so far (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -299,8 +299,21 @@ def _prepare(args: argparse.Namespace) -> int:
         from semantic.embedder import Embedder
 
         model_path = None if semantic.embedding_model == "bundled" else semantic.embedding_model
-        embedder = Embedder(model_path)
-        log.info("embedding model %s ready (%d dimensions)", embedder.model_name, embedder.dim)
+        embedder = Embedder(
+            model_path,
+            backend=semantic.embedder_backend,
+            export_dir=semantic.embedder_export_dir,
+        )
+        log.info(
+            "embedding model %s ready (%d dimensions, %s backend)",
+            embedder.model_name,
+            embedder.dim,
+            embedder.backend,
+        )
+        if embedder.fallback:  # an image built now would embed slowly: say so, fail the build
+            print(f"error: embedder: {embedder.fallback}", file=sys.stderr)
+            embedder.close()
+            return 1
         embedder.close()
     return 0
 

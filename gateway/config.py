@@ -337,6 +337,15 @@ class SemanticCacheConfig(_Base, frozen=True):
     guard_min_score: Fraction | None = None
     #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.
     embedding_model: str = "bundled"
+    #: How the embedder runs: "onnx" (ONNX Runtime, float32: the same vectors as torch, ~3x
+    #: faster for one question), "onnx-int8" (int8 weights: faster still, vectors within
+    #: ~0.99 cosine) or "torch" (eager PyTorch). ONNX files are exported once, by `cachegate
+    #: prepare` or the first start, into embedder_export_dir; if that fails the embedder falls
+    #: back to torch and logs why. Measured in docs/benchmarks.md (embedder backends).
+    embedder_backend: Literal["torch", "onnx", "onnx-int8"] = "onnx"
+    #: Where ONNX exports are kept (one subdirectory per model and format, shared by data
+    #: dirs); None: $XDG_CACHE_HOME/cachegate/models (~/.cache/cachegate/models).
+    embedder_export_dir: str | None = None
     #: Earlier messages (before the last user turn) that are matched: compared by the verifier
     #: (context "verify"; None: the last 4) or part of the scope (context "exact"; None: all).
     context_turns: NonNegativeInt | None = None
@@ -581,6 +590,9 @@ def _resolve_paths(config: Config, base: Path) -> Config:
     if semantic.verifier not in ("bundled", "off"):
         verifier = str((base / semantic.verifier).resolve())
         semantic = msgspec.structs.replace(semantic, verifier=verifier)
+    if semantic.embedder_export_dir is not None:
+        export_dir = str((base / semantic.embedder_export_dir).resolve())
+        semantic = msgspec.structs.replace(semantic, embedder_export_dir=export_dir)
     if semantic.embedding_model != "bundled":
         candidate = base / semantic.embedding_model
         if semantic.embedding_model.startswith((".", "/")) or candidate.exists():

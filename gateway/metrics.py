@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from prometheus_client import (
@@ -13,7 +13,12 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics"]
@@ -102,6 +107,16 @@ class Metrics:
         """Export ``read()`` ({label value: flat stats}) as ``{name}_{key}{label=...}``."""
         self.registry.register(_Gauges(name, help_text, label, read, counters))
 
+    def histogram(
+        self,
+        name: str,
+        help_text: str,
+        read: Callable[[], tuple[Sequence[float], Sequence[int], int, float] | None],
+    ) -> None:
+        """Export a histogram kept elsewhere: ``read()`` gives ``(bounds, cumulative counts
+        per bound, count, sum)``, or None while there is nothing to report."""
+        self.registry.register(_Histogram(name, help_text, read))
+
     def ledger(self, ledger: Any) -> None:
         """Export the usage ledger (``gateway.ledger``) by tenant and model.
 
@@ -137,6 +152,29 @@ class _LedgerCollector(Collector):
                     )
                 family.add_metric([tenant, model], value)
         yield from families.values()
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+
+class _Histogram(Collector):
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        read: Callable[[], tuple[Sequence[float], Sequence[int], int, float] | None],
+    ) -> None:
+        self._name, self._help, self._read = name, help_text, read
+
+    def collect(self) -> Iterator[Metric]:
+        read = self._read()
+        if read is None:
+            return
+        bounds, counts, count, total = read
+        buckets = [(repr(float(b)), float(c)) for b, c in zip(bounds, counts, strict=True)]
+        yield HistogramMetricFamily(
+            self._name, self._help, buckets=[*buckets, ("+Inf", float(count))], sum_value=total
+        )
 
     def describe(self) -> Iterator[Metric]:
         return iter(())

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -303,6 +303,10 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         verifier_threshold=semantic.verifier_threshold,
         max_wrong_rate=semantic.max_wrong_rate,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
+        embedder_backend=semantic.embedder_backend,
+        export_dir=None
+        if semantic.embedder_export_dir is None
+        else Path(semantic.embedder_export_dir),
         hnsw_threshold=semantic.hnsw_threshold,
         hnsw_ef_search=semantic.hnsw_ef_search,
         index_path=index_path,
@@ -321,6 +325,28 @@ def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
         lambda: {r: {"skipped": n} for r, n in cache.stats()["semantic_skipped"].items()},
         re.compile("skipped"),
     )
+    metrics.labelled_gauges(  # cachegate_embedder_backend_info{backend="onnx"} 1
+        "cachegate_embedder",
+        "The embedder's forward pass in use",
+        "backend",
+        lambda: {} if cache.embedder is None else {cache.embedder.backend: {"backend_info": 1}},
+    )
+    metrics.histogram(
+        "cachegate_embedder_wait_seconds",
+        "Time questions waited in the embedder's queue for a worker (lookups and stores).",
+        lambda: _embedder_waits(cache),
+    )
+
+
+def _embedder_waits(
+    cache: ResponseCache,
+) -> tuple[Sequence[float], Sequence[int], int, float] | None:
+    if cache.embedder is None:
+        return None
+    from semantic.embedder import WAIT_BUCKETS  # (loaded with the embedder)
+
+    stats = cache.embedder.stats()
+    return WAIT_BUCKETS, stats.wait_buckets, stats.waits, stats.wait_seconds
 
 
 def _entry_store(config: Config) -> EntryStore:

@@ -34,24 +34,28 @@ _MIN_GROUP = 2
 
 
 class PackedEncoder:
-    """Mean-pooled token embeddings of a BERT encoder, computed over packed tokens."""
+    """Mean-pooled token embeddings of a BERT encoder, computed over packed tokens.
 
-    def __init__(self, bert: Any) -> None:
+    ``int8``: the encoder's Linear layers (Q/K/V, attention output, feed-forward: ~95% of its
+    multiply-adds) run as dynamically quantised int8 matmuls (weights int8 per output channel,
+    activations quantised per batch), as ``torch.ao.quantization.quantize_dynamic`` makes them;
+    embeddings, LayerNorm, attention and pooling stay float32. Measured agreement with the
+    float32 forward and speed: docs/benchmarks.md ("Embedder backends").
+    """
+
+    def __init__(self, bert: Any, *, int8: bool = False) -> None:
         config = bert.config
         self._bert = bert
         self._heads = int(config.num_attention_heads)
         self._hidden = int(config.hidden_size)
-        # Q, K and V as one matrix: one matmul per layer instead of three.
-        self._qkv = [
-            (
-                torch.cat([a.query.weight, a.key.weight, a.value.weight]).detach(),
-                torch.cat([a.query.bias, a.key.bias, a.value.bias]).detach(),
-            )
-            for a in (layer.attention.self for layer in bert.encoder.layer)
-        ]
+        self.int8 = int8
+        layers = torch.nn.ModuleList(_layer_linears(layer) for layer in bert.encoder.layer)
+        if int8:
+            layers = _quantized(layers)
+        self._layers: list[Any] = list(layers)  # each a ModuleDict: qkv, out, up, down
 
     @classmethod
-    def from_model(cls, model: Any) -> PackedEncoder | None:
+    def from_model(cls, model: Any, *, int8: bool = False) -> PackedEncoder | None:
         """The packed forward of a sentence-transformers ``model``, or None if not supported."""
         modules = list(model)
         names = [type(m).__name__ for m in modules]
@@ -79,7 +83,7 @@ class PackedEncoder:
             or config.hidden_size % config.num_attention_heads
         ):
             return None
-        return cls(bert)
+        return cls(bert, int8=int8)
 
     def __call__(self, features: dict[str, Any]) -> torch.Tensor | None:
         """``[n, hidden]`` mean-pooled embeddings of a tokenised batch (not normalised).
@@ -114,8 +118,8 @@ class PackedEncoder:
         h = emb.LayerNorm(h)
         tokens = h.shape[0]
         groups = _attention_groups(lengths.tolist(), device)
-        for layer, (w_qkv, b_qkv) in zip(bert.encoder.layer, self._qkv, strict=True):
-            qkv = F.linear(h, w_qkv, b_qkv)  # [T, 3 * hidden]
+        for layer, lin in zip(bert.encoder.layer, self._layers, strict=True):
+            qkv = lin["qkv"](h)  # [T, 3 * hidden]
             ctx = h.new_empty(tokens, hidden)  # [T, hidden]
             for group in groups:
                 block = qkv.new_zeros(group.count * group.width, 3 * hidden)
@@ -125,14 +129,45 @@ class PackedEncoder:
                 )  # each [count, heads, width, head_dim]
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=group.mask)
                 ctx[group.packed] = out.transpose(1, 2).reshape(-1, hidden)[group.padded]
-            attn_out = layer.attention.output
-            h = attn_out.LayerNorm(attn_out.dense(ctx) + h)
-            ffn_out = layer.output
-            h = ffn_out.LayerNorm(ffn_out.dense(layer.intermediate(h)) + h)
+            h = layer.attention.output.LayerNorm(lin["out"](ctx) + h)
+            up = layer.intermediate.intermediate_act_fn(lin["up"](h))  # [T, intermediate]
+            h = layer.output.LayerNorm(lin["down"](up) + h)
         # [T]: the text each packed token belongs to
         rows = torch.repeat_interleave(torch.arange(n, device=device), lengths)
         sums = h.new_zeros(n, hidden).index_add_(0, rows, h)  # [n, hidden]
         return sums / lengths.to(h.dtype)[:, None]
+
+
+def _layer_linears(layer: Any) -> torch.nn.ModuleDict:
+    """One encoder layer's Linear layers, Q, K and V fused into one (one matmul, not three)."""
+    a = layer.attention.self
+    weight = torch.cat([a.query.weight, a.key.weight, a.value.weight]).detach()
+    bias = torch.cat([a.query.bias, a.key.bias, a.value.bias]).detach()
+    qkv = torch.nn.Linear(weight.shape[1], weight.shape[0], device=weight.device)
+    qkv.weight = torch.nn.Parameter(weight, requires_grad=False)
+    qkv.bias = torch.nn.Parameter(bias, requires_grad=False)
+    return torch.nn.ModuleDict(
+        {
+            "qkv": qkv,
+            "out": layer.attention.output.dense,
+            "up": layer.intermediate.dense,
+            "down": layer.output.dense,
+        }
+    )
+
+
+def _quantized(layers: torch.nn.ModuleList) -> torch.nn.ModuleList:
+    """A copy of ``layers`` whose Linear layers are dynamically quantised int8 (per channel)."""
+    import warnings
+
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao.quantization's deprecation notices
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        spec = {torch.nn.Linear: per_channel_dynamic_qconfig}
+        quantized: torch.nn.ModuleList = quantize_dynamic(layers, spec, dtype=torch.qint8)
+    return quantized
 
 
 class _Group:

@@ -98,6 +98,10 @@ class SemanticSettings:
     guard_min_score: float | None = None
     #: sentence-transformers model directory; None: the bundled all-MiniLM-L6-v2.
     embedding_model: str | None = None
+    #: The embedder's forward pass: "torch", "onnx" or "onnx-int8" (see semantic/embedder.py).
+    embedder_backend: str = "torch"
+    #: Where ONNX exports are kept; None: $XDG_CACHE_HOME/cachegate/models.
+    export_dir: Path | None = None
     hnsw_threshold: int = 8192
     #: HNSW search beam width (see VectorIndex).
     hnsw_ef_search: int = 32
@@ -318,6 +322,7 @@ class ResponseCache:
         if self.embedder is not None:
             emb = self.embedder.stats()
             out["embedder"] = {
+                "backend": self.embedder.backend,
                 "queued": emb.queued,
                 "waits": emb.waits,
                 "wait_seconds": emb.wait_seconds,
@@ -570,7 +575,12 @@ class ResponseCache:
             from .guard import Guard, GuardConfig
             from .index import IndexFileError, VectorIndex
 
-            self.embedder = await asyncio.to_thread(Embedder, settings.embedding_model)
+            self.embedder = await asyncio.to_thread(
+                Embedder,
+                settings.embedding_model,
+                backend=settings.embedder_backend,
+                export_dir=settings.export_dir,
+            )
             if settings.verifier is not None:
                 from .verifier import PairVerifier
 

