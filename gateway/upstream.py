@@ -13,6 +13,7 @@ import collections
 import email.utils
 import functools
 import hashlib
+import http.cookiejar
 import logging
 import math
 import random
@@ -80,6 +81,11 @@ class UpstreamBackend:
                 transport or httpx.AsyncHTTPTransport(limits=limits),
                 limit=config.max_connections,
                 timeout=t.pool,
+            ),
+            # One client serves every tenant: a cookie an upstream sets for one request (a
+            # load balancer's, a bot-check's) must not ride along on everyone else's.
+            cookies=http.cookiejar.CookieJar(
+                http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
             ),
         )
 

@@ -149,6 +149,24 @@ def test_tenants_from_api_keys_are_isolated(make_gateway: Any, upstream: FakeUps
     assert upstream.last_headers["authorization"] == "Bearer sk-test"
 
 
+def test_cookies_an_upstream_sets_are_not_sent_on_later_requests(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """One upstream client serves every tenant: a cookie set in one answer stays out of the next
+    request (it could be another tenant's)."""
+    gw = make_gateway(
+        "auth:\n  keys:\n    - {key: key-a, tenant: a}\n    - {key: key-b, tenant: b}\n"
+    )
+    body = '{"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}'
+    cookie = {"set-cookie": "session=tenant-a-secret; Path=/; HttpOnly"}
+    raw = {"body": body, "headers": cookie}
+    first = gw.chat("cookie please", fake={"raw": raw}, headers={"authorization": "Bearer key-a"})
+    assert first.status_code == 200 and "set-cookie" not in first.headers
+    assert gw.chat("next", headers={"authorization": "Bearer key-b"}).status_code == 200
+    assert upstream.last_headers["authorization"] == "Bearer sk-test"
+    assert "cookie" not in upstream.last_headers
+
+
 def test_cache_disabled_bypasses(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("cache:\n  enabled: false\n")
     assert gw.chat("q5").headers["x-cache"] == "bypass"
