@@ -323,6 +323,10 @@ def _setup_logging(level: str) -> None:
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every upstream request at INFO: cachegate.requests already has one line per
+    # request (with the upstream's request id), so httpx's own lines show only at debug.
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _uvicorn_server() -> type:

@@ -321,3 +321,21 @@ models:
     log = gateway.log.read_text()
     assert "GET /dashboard?key=*** HTTP/1.1" in log and "x=1&key=***" in log
     assert "admin-secret-123" not in log and "wrong-guess" not in log
+
+
+def test_info_log_has_one_line_per_request_not_httpx_own(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    gateway = serve(f"""
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+    messages = [{"role": "user", "content": "log me once"}]
+    client.chat.completions.create(model="fake-model", messages=messages)  # type: ignore[arg-type]
+    gateway.stop()
+    log = gateway.log.read_text()
+    assert "cachegate.requests:" in log and "model=fake-model cache=miss status=200" in log
+    assert "HTTP Request: POST" not in log  # httpx's own line per upstream request
