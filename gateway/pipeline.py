@@ -59,10 +59,12 @@ _CODE = re.compile(r"[a-z_]{1,40}")
 
 @dataclass(frozen=True, slots=True)
 class Save:
-    """Where a fresh answer goes: its key, and the question's embedding if already computed."""
+    """Where a fresh answer goes: its key, and the question's embedding if already computed
+    (``overloaded``: the lookup found the embedder overloaded; store for exact hits only)."""
 
     key: CacheKey
     vector: Any
+    overloaded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,7 @@ class Pipeline:
                     namespace=request.control.namespace,
                     ttl=request.control.ttl,
                     vector=save.vector,
+                    overloaded=save.overloaded,
                 )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
@@ -201,7 +204,7 @@ class Pipeline:
         if found.entry is not None:
             return _Looked("exact", hit=found, key=key)
         # the question's embedding: computed once, for lookup and store
-        save = None if control.no_store else Save(key, found.vector)
+        save = None if control.no_store else Save(key, found.vector, found.overloaded)
         return _Looked("miss", save=save, key=key, missed=found)
 
     def _coalesces(self, request: GatewayRequest) -> bool:

@@ -128,6 +128,8 @@ class Lookup:
     score: float | None = None
     #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
     rejected: Rejection | None = None
+    #: The semantic lookup was skipped: the embedder was overloaded (pass it to ``store``).
+    overloaded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,14 +262,21 @@ class ResponseCache:
         namespace: str,
         ttl: float | None = None,
         vector: np.ndarray | None = None,
+        overloaded: bool = False,
     ) -> Entry:
-        """Store a complete, successful answer. ``ttl`` overrides the configured one."""
+        """Store a complete, successful answer. ``ttl`` overrides the configured one.
+
+        ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
+        the answer is stored for exact hits only, without waiting for the embedder again.
+        """
         now = time.time()
         ttl = self._settings.ttl if ttl is None else ttl
         semantic = key.semantic and await self._semantic_ready()  # waits while it loads
         semantic = semantic and self.embedder is not None and self.embedder.fits(key.question)
         if semantic and vector is None:
-            vector = await self._embed_for_store(key.question)
+            vector = None if overloaded else await self._embed_for_store(key.question)
+            if overloaded:
+                self._counters.skipped["overload_store"] += 1
             semantic = vector is not None
         if not semantic:
             vector = None  # a vector without its model's name could never be searched
@@ -415,7 +424,7 @@ class ResponseCache:
             )
         except EmbedderBusy:  # overloaded: a miss now beats a hit seconds later
             self._counters.skipped["overload"] += 1
-            return Lookup("miss")
+            return Lookup("miss", overloaded=True)
         limit = (self.cosine_threshold if threshold is None else threshold) - _EPSILON
         candidates = await self._candidates(key, hits, limit, now, max_age)
         same = self._same_request(key, candidates)

@@ -40,6 +40,8 @@ def test_an_overloaded_embedder_is_skipped_and_counted(
     stats = gw.http.get("/admin/stats").json()["cache"]
     skipped = stats["semantic_skipped"]["overload"]
     assert skipped >= 1
+    # a request that skipped the lookup stores its answer without waiting for the embedder again
+    assert stats["semantic_skipped"]["overload_store"] >= skipped
     metrics = gw.http.get("/metrics").text
     found = re.search(r'cachegate_semantic_skipped_total\{reason="overload"\} (\S+)', metrics)
     assert found and float(found.group(1)) == skipped

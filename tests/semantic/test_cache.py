@@ -177,3 +177,34 @@ async def test_the_same_request_found_by_meaning_is_labelled_exact(tmp_path: Pat
     assert raced and (found.kind, found.similarity) == ("exact", 1.0)
     assert cache.stats()["hits"] == {"exact": 1, "semantic": 0}
     await cache.close()
+
+
+async def test_an_overloaded_lookup_stores_for_exact_hits_without_embedding_again(
+    tmp_path: Path,
+) -> None:
+    cache = ResponseCache(
+        DiskStore(tmp_path, max_entries=100), CacheSettings(), SemanticSettings(guard=False)
+    )
+    await cache.start()
+    assert await cache.lookup(chat_key("t", "", "m", ask("warm up"))) is not None
+    assert cache.embedder is not None
+    embedded: list[str] = []
+    real_embed = cache.embedder.embed
+
+    async def counting_embed(text: str, **kwargs: object) -> object:
+        embedded.append(text)
+        return await real_embed(text, **kwargs)  # type: ignore[arg-type]
+
+    cache.embedder.embed = counting_embed  # type: ignore[method-assign]
+    stored = chat_key("t", "", "m", ask("How do I reset my password?"))
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="", overloaded=True)
+    assert embedded == []  # no second wait for the embedder
+    assert cache.stats()["semantic_skipped"]["overload_store"] == 1
+    assert (await cache.lookup(stored)).kind == "exact"
+    paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
+    assert (await cache.lookup(paraphrase)).kind == "miss"  # stored for exact hits only
+    # the same answer stored by a lookup that was not overloaded is embedded as before
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    assert embedded == [stored.question]
+    assert (await cache.lookup(paraphrase)).kind == "semantic"
+    await cache.close()
