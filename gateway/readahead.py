@@ -14,8 +14,10 @@ received since it last asked, joined::
         await body.aclose(drain=finished)
 
 NOTE: each write to a client that is waiting wakes it, and on a loaded machine the writer then
-waits for the CPU again: a stream relayed event by event paid that once per event, which is
-why pass-through streams added ~15 ms at concurrency 1 where JSON added ~2 ms
+waits for the CPU again: a stream relayed event by event paid that once per event (9 writes
+for a 6-event answer that arrived in one read, now 3). The ~15 ms that pass-through streams
+once added at concurrency 1 turned out to be that run's machine load (the pre-restructure
+gateway showed it too); on a quiet machine streams add about what JSON adds
 (docs/benchmarks.md). Nothing is held back to make a batch: the reader drains what httpx
 has already received and then waits for the network, and only then does the consumer run,
 so a batch is exactly what was there, and a lone event still goes out at once.
