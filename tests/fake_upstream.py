@@ -650,7 +650,7 @@ class ThreadedServer:
 
     def start(self) -> ThreadedServer:
         self._thread.start()
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # (10 s was once too short on a machine at load 9)
         while not self._server.started:
             if time.time() > deadline:
                 raise RuntimeError("fake upstream did not start")
