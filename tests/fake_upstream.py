@@ -215,12 +215,8 @@ class FakeUpstream:
                     "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
         events = _response_events(response, fake.get("chunks", 4))
         for i, event in enumerate(events):
-            if disconnected.is_set():
-                self.stats["streams_cancelled"] += 1
+            if self._ended(i, fake, disconnected):
                 return
-            if fake.get("break_after") is not None and i >= fake["break_after"]:
-                self.stats["streams_broken"] += 1
-                raise ConnectionAbortedError("fake upstream cut the stream")
             if fake.get("error_event") is not None and i >= fake["error_event"]:
                 event = {"type": "error", "code": "server_error", "param": None,
                          "message": "fake mid-stream failure", "sequence_number": i}  # fmt: skip
@@ -232,6 +228,17 @@ class FakeUpstream:
                     "streams_completed" if event["type"] != "error" else "streams_errored"
                 ] += 1
                 return
+
+    def _ended(self, i: int, fake: dict[str, Any], disconnected: asyncio.Event) -> bool:
+        """Before stream event ``i``: True when the client went away (counted cancelled);
+        raises to cut the connection at ``break_after``."""
+        if disconnected.is_set():
+            self.stats["streams_cancelled"] += 1
+            return True
+        if fake.get("break_after") is not None and i >= fake["break_after"]:
+            self.stats["streams_broken"] += 1
+            raise ConnectionAbortedError("fake upstream cut the stream")
+        return False
 
     async def _stored(self, path: str, method: str, send: Any) -> None:
         rest = path.split("/responses/", 1)[1]
@@ -325,12 +332,8 @@ class FakeUpstream:
         for i, event in enumerate(sent):
             if endless:
                 await asyncio.sleep(0)  # (a send into free buffer space does not yield)
-            if disconnected.is_set():
-                self.stats["streams_cancelled"] += 1
+            if self._ended(i, fake, disconnected):
                 return
-            if fake.get("break_after") is not None and i >= fake["break_after"]:
-                self.stats["streams_broken"] += 1
-                raise ConnectionAbortedError("fake upstream cut the stream")
             if fake.get("bad_chunk") is not None and i == fake["bad_chunk"]:
                 event = {**event, "choices": [{"index": 0, "delta": "not an object"}]}
             if fake.get("error_event") is not None and i >= fake["error_event"]:
