@@ -70,15 +70,11 @@ class UpstreamBackend:
         self.apis = OPENAI_APIS
         self._on_retry = on_retry
         t = config.timeout
-        limits = httpx.Limits(
-            max_connections=config.max_connections,
-            max_keepalive_connections=config.max_connections,
-        )
         self._client = httpx.AsyncClient(
             base_url=(base_url or config.urls[0]).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             transport=_Admission(
-                transport or httpx.AsyncHTTPTransport(limits=limits),
+                [transport] if transport else _pools(config.max_connections),
                 limit=config.max_connections,
                 timeout=t.pool,
             ),
@@ -398,10 +394,31 @@ class _Released:
 _ADMITTED = "cachegate.admitted_at"
 
 
+#: Connections per httpcore pool: see ``_pools``.
+_POOL_SIZE = 16
+
+
+def _pools(max_connections: int) -> list[httpx.AsyncBaseTransport]:
+    """``max_connections`` split over pools of at most ``_POOL_SIZE`` connections each.
+
+    NOTE: httpcore 1.0.9 walks its whole pool whenever a request arrives and whenever a
+    response is closed: a socket-readability poll per connection (``has_expired``) and, for each
+    idle one, an ``is_idle`` call per connection (O(n²)). With 200 requests in flight on one
+    pool that walk took 47% of the event loop's time (py-spy, bench/overload.py with wrk):
+    misses queued behind it for seconds. Pools of 16 keep each walk short; keep-alive reuse is
+    unchanged (an idle connection stays open in its pool).
+    """
+    n = -(-max_connections // _POOL_SIZE)
+    size = -(-max_connections // n)
+    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
+    return [httpx.AsyncHTTPTransport(limits=limits) for _ in range(n)]
+
+
 class _Admission(httpx.AsyncBaseTransport):
     """At most ``limit`` requests on the wire; one that waits ``timeout`` s for its turn gets
     ``httpx.PoolTimeout`` (a ``503 upstream_busy``), and the turn is held until the response
-    is closed.
+    is closed. A request goes to the first of ``pools`` with room (so that, at low load, the
+    first pool's kept-alive connections serve everything).
 
     NOTE: httpcore's own pool timeout restarts whenever a freed connection is raced for
     (encode/httpcore#822), so under overload requests queued far past ``timeout`` (120
@@ -409,8 +426,12 @@ class _Admission(httpx.AsyncBaseTransport):
     queue, tasks and sockets grew with the load a client sends.
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, *, limit: int, timeout: float) -> None:
-        self._inner = inner
+    def __init__(
+        self, pools: list[httpx.AsyncBaseTransport], *, limit: int, timeout: float
+    ) -> None:
+        self._pools = pools
+        self._room = -(-limit // len(pools))  # (every pool holds at least this many)
+        self._busy = [0] * len(pools)
         self._gate = asyncio.Semaphore(limit)
         self._timeout = timeout
 
@@ -423,19 +444,28 @@ class _Admission(httpx.AsyncBaseTransport):
                 f"no connection free within {self._timeout}s", request=request
             ) from None
         request.extensions[_ADMITTED] = time.monotonic()
+        # (the gate lets at most ``limit`` through, and the pools hold at least that many)
+        pool = next(i for i, busy in enumerate(self._busy) if busy < self._room)
+        self._busy[pool] += 1
+        release = functools.partial(self._release, pool)
         try:
-            response = await self._inner.handle_async_request(request)
+            response = await self._pools[pool].handle_async_request(request)
         except BaseException:
-            self._gate.release()
+            release()
             raise
         if response.is_closed:  # read whole already (a test's MockTransport): nothing to hold
-            self._gate.release()
+            release()
             return response
-        response.stream = _Releasing(response.stream, self._gate.release)
+        response.stream = _Releasing(response.stream, release)
         return response
 
+    def _release(self, pool: int) -> None:
+        self._busy[pool] -= 1
+        self._gate.release()
+
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        for pool in self._pools:
+            await pool.aclose()
 
 
 class _Releasing(httpx.AsyncByteStream):
