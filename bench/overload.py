@@ -22,6 +22,8 @@ import contextlib
 import itertools
 import os
 import random
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -115,40 +117,36 @@ async def miss_cost(urls: dict[str, str], n: int) -> list[list[Any]]:
 
 
 async def overload(
-    url: str, seconds: float, pids: dict[str, int], connections: int = 200
+    url: str, seconds: float, pids: dict[str, int], client: str = "wrk", connections: int = 200
 ) -> dict[str, Any]:
     """``connections`` clients in a loop for ``seconds``: 70% stored questions, 30% fresh.
 
-    Also the CPU each process used meanwhile (gateway, upstream, this load generator), as a
-    share of the machine's cores over the run: what the gateway had to work with.
+    ``client``: ``wrk`` (bench/overload.lua; C, one thread) or ``python`` (httpx in this
+    process). Also the CPU each process used meanwhile (gateway, upstream, the load generator),
+    as a share of the machine's cores over the run: what the gateway had to work with.
     """
     warm = [f"Stored question {i} about {TOPICS[i % len(TOPICS)]}?" for i in range(300)]
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=60, limits=limits) as http:
         for start in range(0, len(warm), 20):
-            await asyncio.gather(*(ask(client, url, q) for q in warm[start : start + 20]))
-        before = (await client.get(f"{url}/admin/stats")).json()["cache"]
-        served0 = _served((await client.get(f"{url}/metrics")).text)
-        results: list[tuple[str, float]] = []
+            await asyncio.gather(*(ask(http, url, q) for q in warm[start : start + 20]))
+        before = (await http.get(f"{url}/admin/stats")).json()["cache"]
+        served0 = _served((await http.get(f"{url}/metrics")).text)
         cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        own0, wall0 = time.process_time(), time.monotonic()
-        deadline = time.monotonic() + seconds
-
-        async def user() -> None:
-            while time.monotonic() < deadline:
-                if random.random() < 0.7:
-                    results.append(await ask(client, url, random.choice(warm)))
-                else:
-                    results.append(await ask(client, url, fresh(), UPSTREAM_DELAY))
-
-        await asyncio.gather(*(user() for _ in range(connections)))
+        wall0 = time.monotonic()
+        if client == "wrk":
+            results, lost, generator_cpu = _wrk(url, seconds, connections, len(warm))
+        else:
+            own0 = time.process_time()
+            results = await _python_users(http, url, seconds, connections, warm)
+            lost, generator_cpu = 0, time.process_time() - own0
         wall = time.monotonic() - wall0
         cores = wall * (os.cpu_count() or 1)
         cpu = {name: (cpu_seconds(pid) - cpu0[name]) / cores for name, pid in pids.items()}
-        cpu["load generator"] = (time.process_time() - own0) / cores
+        cpu["load generator"] = generator_cpu / cores
         loadavg = os.getloadavg()[0]
-        after = (await client.get(f"{url}/admin/stats")).json()["cache"]
-        served = _served((await client.get(f"{url}/metrics")).text)
+        after = (await http.get(f"{url}/admin/stats")).json()["cache"]
+        served = _served((await http.get(f"{url}/metrics")).text)
     server_p99 = {
         cache: _bucket_p99({le: n - served0.get(cache, {}).get(le, 0) for le, n in bounds.items()})
         for cache, bounds in served.items()
@@ -157,12 +155,68 @@ async def overload(
     hits = [t for c, t in results if c in ("exact", "semantic")]
     errors = [c for c, _ in results if c.startswith("error")]
     skipped = after["semantic_skipped"]["overload"] - before["semantic_skipped"]["overload"]
-    return {"requests": len(results), "errors": len(errors), "hits": len(hits),
-            "misses": len(misses), "miss_p50": percentile(misses, 50),
+    return {"client": client, "requests": len(results) + lost, "errors": len(errors) + lost,
+            "hits": len(hits), "misses": len(misses), "miss_p50": percentile(misses, 50),
             "miss_p99": percentile(misses, 99), "hit_p99": percentile(hits, 99),
             "skipped": skipped, "rps": len(results) / seconds, "cpu_share": cpu,
             "loadavg_1min_end": loadavg, "embedder": after.get("embedder"),
             "server_p99_le": server_p99}  # fmt: skip
+
+
+async def _python_users(
+    http: httpx.AsyncClient, url: str, seconds: float, connections: int, warm: list[str]
+) -> list[tuple[str, float]]:
+    results: list[tuple[str, float]] = []
+    deadline = time.monotonic() + seconds
+
+    async def user() -> None:
+        while time.monotonic() < deadline:
+            if random.random() < 0.7:
+                results.append(await ask(http, url, random.choice(warm)))
+            else:
+                results.append(await ask(http, url, fresh(), UPSTREAM_DELAY))
+
+    await asyncio.gather(*(user() for _ in range(connections)))
+    return results
+
+
+_CLIENTS = {
+    "wrk": "wrk 4.1 (C, one thread, bench/overload.lua; latency from the request's write to its "
+    "response, matched by x-request-id)",
+    "python": "httpx, 200 connections in one Python process",
+}
+
+
+def _wrk(
+    url: str, seconds: float, connections: int, warm: int
+) -> tuple[list[tuple[str, float]], int, float]:
+    """Part 2's load from wrk: ``(x-cache or error, seconds)`` per answered request, the
+    requests wrk counted as failed without a response (socket errors, timeouts), and wrk's
+    CPU seconds."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise SystemExit("bench.overload --client wrk needs wrk: apt-get install wrk "
+                         "(or use --client python)")  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "responses"
+        cmd = [wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "60s",
+               "-s", str(Path(__file__).with_name("overload.lua")), url, "--",
+               str(out), str(warm), str(UPSTREAM_DELAY), "0.7", f"{os.getpid()}x{next(_serial)}"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        stdout = proc.stdout.read() if proc.stdout else ""
+        if status != 0:
+            raise RuntimeError(f"wrk failed ({status}):\n{stdout}")
+        results: list[tuple[str, float]] = []
+        for path in sorted(Path(tmp).glob("responses.*")):
+            for line in path.read_text().splitlines():
+                cache, took = line.split(" ")
+                if float(took) < 0:  # (its request id did not come back)
+                    cache = "error-unmatched"
+                results.append((cache.replace("-", " ", 1), float(took)))
+    summary = dict(kv.split("=") for kv in stdout.split("wrk-summary ", 1)[1].split())
+    lost = sum(int(summary[k]) for k in ("connect", "read", "write", "timeout"))
+    return results, lost, usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -172,6 +226,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--waits", default="none,250,100", help="max_wait_ms values, part 2")
     parser.add_argument("--backends", default="torch,onnx,onnx-int8",
                         help="cache.semantic.embedder_backend values, part 1")  # fmt: skip
+    parser.add_argument("--client", choices=("wrk", "python"), default="wrk",
+                        help="part 2's load generator (wrk: Debian's package)")  # fmt: skip
     parser.add_argument("--no-doc", action="store_true")
     args = parser.parse_args(argv)
     random.seed(0)
@@ -180,13 +236,15 @@ def main(argv: list[str] | None = None) -> None:
         f"semantic on, {b}": {"max_wait_ms": None, "embedder_backend": b}
         for b in args.backends.split(",")
     }
-    with gateways({**sides, "semantic off": None}) as (urls, _):
-        cost = asyncio.run(miss_cost(urls, args.misses))
+    cost: list[list[Any]] = []
+    if args.misses:  # (0: part 2 only, not published)
+        with gateways({**sides, "semantic off": None}) as (urls, _):
+            cost = asyncio.run(miss_cost(urls, args.misses))
     runs: dict[str, dict[str, Any]] = {}
     for wait in args.waits.split(","):
         setting = None if wait == "none" else int(wait)
         with gateways({"gateway": {"max_wait_ms": setting}}) as (urls, pids):
-            runs[wait] = asyncio.run(overload(urls["gateway"], args.seconds, pids))
+            runs[wait] = asyncio.run(overload(urls["gateway"], args.seconds, pids, args.client))
     rows = [[w, r["requests"], r["errors"], f"{r['hits'] / max(1, r['requests']):.0%}",
              f"{r['miss_p50']:.2f} s", f"{r['miss_p99']:.2f} s", f"{r['hit_p99']:.3f} s",
              r["skipped"], f"{r['rps']:.0f}",
@@ -203,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
         table(["gateway", "misses one at a time", "p50", "p99", "misses/s at 16 concurrent"],
               cost),
         f"Part 2: 200 connections × {args.seconds:.0f} s, 70% repeats of stored questions, 30% "
-        f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; "
+        f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; load "
+        f"generator: {_CLIENTS[args.client]}; "
         "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`; CPU: each "
         "process's CPU time over the run as a share of all cores (the rest went to other jobs "
         "on the machine or was idle); the gateway runs the shipped `embedder_backend`. The "
@@ -214,7 +273,8 @@ def main(argv: list[str] | None = None) -> None:
                "skipped", "req/s", "CPU: gateway / upstream / load generator",
                "load avg at end", "gateway's own p99: miss / exact"], rows),
     ])  # fmt: skip
-    publish("overload", {**header, "miss_cost": cost, "overload": runs}, text, not args.no_doc)
+    doc = bool(cost) and not args.no_doc
+    publish("overload", {**header, "miss_cost": cost, "overload": runs}, text, doc)
 
 
 def _served(metrics: str) -> dict[str, dict[float, float]]:
