@@ -1,17 +1,21 @@
-"""The semantic tier's cost on a miss, and overload with ``cache.semantic.max_wait_ms``.
+"""The semantic tier's cost on a miss, and overload: ``server.admission_max_lag_ms`` and
+``cache.semantic.max_wait_ms``.
 
-    python -m bench.overload                 # ~4 min; bench/results/overload.json + docs section
+    python -m bench.overload                 # ~6 min; bench/results/overload.json + docs section
     python -m bench.overload --seconds 20    # shorter overload runs
+    python -m bench.overload --misses 0 --seconds 20 --no-doc   # part 2 only, quick
 
-Processes on 127.0.0.1: the fake upstream, one ``cachegate serve`` per configuration, and this
-load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, to gateways
-with the semantic tier on (one per ``--backends`` embedder backend) and one with it off, in
-alternating rounds (same machine load).
-Part 2 (overload): 200 connections for ``--seconds``, 70% of requests repeat a stored question
-(exact hits), 30% ask a fresh one (misses, the upstream takes 0.2 s), against gateways whose
-``max_wait_ms`` is unbounded or bounded; errors, hit rate, miss and hit latency, and the
-semantic lookups skipped for overload, and the CPU each process used (on a small shared machine
-the load generator and the fake upstream compete with the gateway for the same cores).
+Processes on 127.0.0.1: the fake upstream, one ``cachegate serve`` per configuration, and the
+load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, from this
+process, to gateways with the semantic tier on (one per ``--backends`` embedder backend) and
+one with it off, in alternating rounds (same machine load).
+Part 2 (overload): 200 connections for ``--seconds`` from wrk (``--client wrk``, Debian's
+package, with bench/overload.lua; ``--client python``: httpx in this process), 70% of requests
+repeat a stored question (exact hits), 30% ask a fresh one (misses, the upstream takes 0.2 s),
+against gateways with admission off and on (``--admission``) and the given ``max_wait_ms``
+values (``--waits``); errors, hit rate, miss and hit latency, the semantic lookups skipped for
+overload, and the CPU each process used (on a small shared machine the load generator and the
+fake upstream compete with the gateway for the same cores).
 """
 
 from __future__ import annotations
@@ -51,10 +55,11 @@ _serial = itertools.count()
 
 @contextlib.contextmanager
 def gateways(
-    semantic: dict[str, dict[str, Any] | None],
+    semantic: dict[str, dict[str, Any] | None], admission: str = "null"
 ) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
     """The fake upstream and one gateway per ``name -> cache.semantic`` (None: semantic off):
-    their URLs and process ids (the upstream's under ``"upstream"``)."""
+    their URLs and process ids (the upstream's under ``"upstream"``). ``admission``: their
+    ``server.admission_max_lag_ms``."""
     up_port = free_port()
     up = f"http://127.0.0.1:{up_port}"
     urls = {name: f"http://127.0.0.1:{free_port()}" for name in semantic}
@@ -65,7 +70,8 @@ def gateways(
             sem = "{enabled: false}" if settings is None else _flow({"enabled": True, **settings})
             config = Path(tmp) / f"{name}.yaml"
             config.write_text(
-                f"data_dir: {tmp}/{name}\nserver: {{log_level: warning}}\n"
+                f"data_dir: {tmp}/{name}\n"
+                f"server: {{log_level: warning, admission_max_lag_ms: {admission}}}\n"
                 f"cache: {{semantic: {sem}}}\nmodels:\n"
                 f"  fake-model: {{backend: openai, base_url: '{up}/v1', api_key: sk}}\n"
             )
@@ -223,9 +229,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--misses", type=int, default=200, help="misses per side, part 1")
-    parser.add_argument("--waits", default="none,250,100", help="max_wait_ms values, part 2")
+    parser.add_argument("--waits", default="100", help="max_wait_ms values (none: null), part 2")
     parser.add_argument("--backends", default="torch,onnx,onnx-int8",
                         help="cache.semantic.embedder_backend values, part 1")  # fmt: skip
+    parser.add_argument("--admission", default="off,10",
+                        help="server.admission_max_lag_ms values (off: none), part 2")  # fmt: skip
     parser.add_argument("--client", choices=("wrk", "python"), default="wrk",
                         help="part 2's load generator (wrk: Debian's package)")  # fmt: skip
     parser.add_argument("--no-doc", action="store_true")
@@ -241,11 +249,15 @@ def main(argv: list[str] | None = None) -> None:
         with gateways({**sides, "semantic off": None}) as (urls, _):
             cost = asyncio.run(miss_cost(urls, args.misses))
     runs: dict[str, dict[str, Any]] = {}
-    for wait in args.waits.split(","):
-        setting = None if wait == "none" else int(wait)
-        with gateways({"gateway": {"max_wait_ms": setting}}) as (urls, pids):
-            runs[wait] = asyncio.run(overload(urls["gateway"], args.seconds, pids, args.client))
-    rows = [[w, r["requests"], r["errors"], f"{r['hits'] / max(1, r['requests']):.0%}",
+    for admission in args.admission.split(","):
+        for wait in args.waits.split(","):
+            setting = None if wait == "none" else int(wait)
+            lag = "null" if admission == "off" else admission
+            with gateways({"gateway": {"max_wait_ms": setting}}, lag) as (urls, pids):
+                runs[f"{admission} {wait}"] = asyncio.run(
+                    overload(urls["gateway"], args.seconds, pids, args.client)
+                )
+    rows = [[*w.split(" "), r["requests"], r["errors"], f"{r['hits'] / max(1, r['requests']):.0%}",
              f"{r['miss_p50']:.2f} s", f"{r['miss_p99']:.2f} s", f"{r['hit_p99']:.3f} s",
              r["skipped"], f"{r['rps']:.0f}",
              " / ".join(f"{r['cpu_share'][k]:.0%}" for k in ("gateway", "upstream", "load generator")),
@@ -261,15 +273,16 @@ def main(argv: list[str] | None = None) -> None:
         table(["gateway", "misses one at a time", "p50", "p99", "misses/s at 16 concurrent"],
               cost),
         f"Part 2: 200 connections × {args.seconds:.0f} s, 70% repeats of stored questions, 30% "
-        f"fresh questions (upstream {UPSTREAM_DELAY} s), by `cache.semantic.max_wait_ms`; load "
+        f"fresh questions (upstream {UPSTREAM_DELAY} s), by `server.admission_max_lag_ms` and "
+        "`cache.semantic.max_wait_ms`; load "
         f"generator: {_CLIENTS[args.client]}; "
         "`skipped` is `cachegate_semantic_skipped_total{reason=\"overload\"}`; CPU: each "
         "process's CPU time over the run as a share of all cores (the rest went to other jobs "
         "on the machine or was idle); the gateway runs the shipped `embedder_backend`. The "
         "gateway's own p99 is read from its `cachegate_request_duration_seconds` histogram "
-        "(the bucket bound holding 99%): the time inside the gateway, not in the client's or "
-        "the kernel's queues.",
-        table(["max_wait_ms", "requests", "errors", "hits", "miss p50", "miss p99", "hit p99",
+        "(the bucket bound holding 99%): the time inside the gateway (admission's wait "
+        "included), not in the client's or the kernel's queues.",
+        table(["admission_max_lag_ms", "max_wait_ms", "requests", "errors", "hits", "miss p50", "miss p99", "hit p99",
                "skipped", "req/s", "CPU: gateway / upstream / load generator",
                "load avg at end", "gateway's own p99: miss / exact"], rows),
     ])  # fmt: skip

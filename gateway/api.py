@@ -203,6 +203,8 @@ async def serve(
         trace = seen.trace.active() if seen.trace else contextlib.nullcontext()
         with runtime.connections.abortable(), trace:
             auth = _credential(wire, request)[1]
+            if runtime.admission is not None and (door := runtime.admission.door()) is not None:
+                await runtime.connections.guard(request)(door)  # the loop runs late: wait
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
     except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
         error = exc if isinstance(exc, APIError) else _from_http(exc)

@@ -62,6 +62,7 @@ TTL = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+PositiveFloat = Annotated[float, msgspec.Meta(gt=0)]
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 
 
@@ -86,6 +87,9 @@ class ServerConfig(_Base, frozen=True):
     #: Seconds a stream may wait for its client to take the next event (a client that stopped
     #: reading); then the stream and its model call end. None: wait as long as the client.
     stream_idle_timeout: Seconds | None = 300.0
+    #: Admission by event-loop lag (gateway.admission): while the loop runs later than this
+    #: (milliseconds), new API requests wait their turn in FIFO order. None: no admission.
+    admission_max_lag_ms: PositiveFloat | None = 10.0
 
     def __post_init__(self) -> None:
         if self.admin_port is not None and self.admin_port == self.port:

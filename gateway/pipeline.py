@@ -91,8 +91,12 @@ class Pipeline:
         semantic_thresholds: Mapping[str, float] | None = None,
         coalesce: CoalesceConfig | None = None,
         auditor: Auditor | None = None,
+        overloaded: Callable[[], bool] | None = None,
     ) -> None:
         self.backends = backends
+        #: True while the gateway turns requests away at its door (gateway.admission): the
+        #: semantic lookup then steps aside, as when the embedder is overloaded.
+        self.overloaded = overloaded or (lambda: False)
         self.auditor = auditor
         self.cache = cache
         self._context_turns = context_turns
@@ -197,7 +201,10 @@ class Pipeline:
             return _Looked("refresh", save=save, key=key)
         with tier("cache.lookup") as span:
             found = await self.cache.lookup(
-                key, max_age=control.max_age, threshold=self._threshold(request)
+                key,
+                max_age=control.max_age,
+                threshold=self._threshold(request),
+                overloaded=self.overloaded(),
             )
             if span is not None:
                 span.set_attribute("cachegate.cache", found.kind)

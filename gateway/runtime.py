@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import time
@@ -18,6 +19,7 @@ from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
 
+from .admission import WAIT_BUCKETS, Admission
 from .anthropic import AnthropicBackend
 from .audit import Auditor
 from .auth import KeyRing, bearer
@@ -65,6 +67,8 @@ class Runtime:
     tracing: Tracing | None = None
     #: The semantic audit (None: no semantic tier, or cache.semantic.audit_rate is 0).
     auditor: Auditor | None = None
+    #: Admission by event-loop lag (None: server.admission_max_lag_ms is null).
+    admission: Admission | None = None
 
     @classmethod
     def build(
@@ -90,17 +94,13 @@ class Runtime:
                 _semantic_settings(config),
             )
             _cache_metrics(metrics, cache)
-        metrics.labelled_gauges(
-            "cachegate_backend",
-            "Model backend",
-            "model",
-            lambda: _backend_stats(backends),
-            _BACKEND_COUNTERS,
-        )
+        metrics.labelled_gauges("cachegate_backend", "Model backend", "model",
+                                lambda: _backend_stats(backends), _BACKEND_COUNTERS)  # fmt: skip
         connections = Connections(config.server.stream_idle_timeout)
         observers = _observers(config, cache, backends, metrics)
         auditor = _auditor(config, cache, metrics, observers["ledger"])
-        pipeline = _pipeline(config, backends, cache, auditor)
+        admission = _admission(config, metrics)
+        pipeline = _pipeline(config, backends, cache, auditor, admission)
         keys = KeyRing.from_config(config)
         responses = ResponsesAdapter(ResponseStore(), keyed=bool(config.auth.keys))
         return cls(
@@ -113,6 +113,7 @@ class Runtime:
             responses,
             keys=keys,
             auditor=auditor,
+            admission=admission,
             **observers,
         )
 
@@ -171,6 +172,8 @@ class Runtime:
             "cache": self._cache_stats(),
             "ledger": self.ledger.stats(),
         }
+        if self.admission is not None:
+            out["admission"] = dataclasses.asdict(self.admission.stats())
         for name, backend in self.backends.items():
             if (backend_stats := backend.stats()) is not None:
                 out.setdefault("backends", {})[name] = backend_stats
@@ -183,6 +186,27 @@ class Runtime:
         if self.auditor is not None:
             stats["audit"] = self.auditor.stats()
         return stats
+
+
+def _admission(config: Config, metrics: Metrics) -> Admission | None:
+    """The door of the API routes (gateway.admission), and its metrics."""
+    if config.server.admission_max_lag_ms is None:
+        return None
+    admission = Admission(config.server.admission_max_lag_ms / 1000)
+
+    def read() -> dict[str, float]:
+        stats = admission.stats()
+        return {"loop_lag_seconds": stats.loop_lag_seconds, "rate": stats.rate,
+                "queued": stats.queued, "admitted": stats.admitted}  # fmt: skip
+
+    metrics.gauges("cachegate_admission", "Admission by event-loop lag", read,
+                   re.compile("admitted"))  # fmt: skip
+    metrics.histogram(
+        "cachegate_admission_wait_seconds",
+        "Time requests waited at the door while the event loop ran late (those that waited).",
+        lambda: (WAIT_BUCKETS, (s := admission.stats()).wait_buckets, s.waited, s.wait_seconds),
+    )
+    return admission
 
 
 def _auditor(
@@ -229,6 +253,7 @@ def _pipeline(
     backends: dict[str, Backend],
     cache: ResponseCache | None,
     auditor: Auditor | None,
+    admission: Admission | None,
 ) -> Pipeline:
     thresholds = {
         name: m.semantic_threshold
@@ -243,6 +268,7 @@ def _pipeline(
         semantic_thresholds=thresholds,
         coalesce=config.cache.coalesce,
         auditor=auditor,
+        overloaded=admission.limiting if admission is not None else None,
     )
 
 

@@ -228,12 +228,15 @@ class ResponseCache:
         max_age: float | None = None,
         threshold: float | None = None,
         again: bool = False,
+        overloaded: bool = False,
     ) -> Lookup:
         """Find a stored answer for ``key``.
 
         ``max_age`` (seconds) rejects older entries; ``threshold`` overrides the configured
         semantic similarity threshold for this lookup. ``again``: a second lookup for the same
         request (after waiting for an identical one), not counted as another lookup.
+        ``overloaded``: the caller is overloaded (its CPU cannot keep up): unless ``max_wait``
+        is None (always wait), the semantic lookup is skipped as when the embedder is busy.
         """
         if not again:
             self._counters.lookups += 1
@@ -250,6 +253,9 @@ class ResponseCache:
         if not self.embedder.fits(key.question):
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
+        if overloaded and self._semantic is not None and self._semantic.max_wait is not None:
+            self._counters.skipped["overload"] += 1
+            return Lookup("miss", overloaded=True)
         return await self._lookup_semantic(key, now, max_age, threshold)
 
     async def store(

@@ -117,6 +117,11 @@ def make_gateway(
     ) -> Gateway:
         config: dict[str, Any] = {
             "data_dir": str(tmp_path / f"data{len(started)}"),
+            # NOTE: an in-process gateway shares the GIL with the test's own client threads, so
+            # its event loop's lag measures the test as much as the gateway: admission is off
+            # here unless a test turns it on (tests/gateway/test_admission.py); the gateways
+            # that tests start as processes (`cachegate serve`) run with the default.
+            "server": {"admission_max_lag_ms": None},
             "cache": {"semantic": {"enabled": semantic}},
             "models": {
                 "fake-model": {

@@ -1,0 +1,161 @@
+"""Admission by event-loop lag: under CPU overload, new requests wait their turn at the door.
+
+One Python process answers every request on one event loop. When more requests arrive than
+its CPU can take, every callback runs late, and a request pays that lateness at each of its
+waits: a cache hit has a few, a miss that goes upstream has a dozen or more (connect, send,
+headers, body, store...). Measured with wrk at 200 connections (bench/overload.py): the loop
+ran 50-100 ms late, hits took 0.5 s and misses 4 s at p99, most of it inside the gateway.
+
+``server.admission_max_lag_ms`` bounds that lateness instead. A probe callback measures how
+late the loop runs (every ``TICK`` s while requests come); while it runs later than the bound,
+new API requests are let in at a rate that backs off (x ``DECREASE`` a tick) and creeps up
+again (+ ``INCREASE`` a tick) while the loop is on time and requests wait, and the others wait
+in FIFO order. Requests already in flight then finish at an on-time loop; the queueing moves
+to the door, where every request waits the same. Nothing is refused: a request waits as long
+as it takes (its client's timeout applies), and a waiting client that goes away is dropped.
+
+NOTE: a rate, not a concurrency limit: a long stream or a slow upstream call in flight holds
+nothing, so an I/O-bound gateway (the usual LLM traffic) is never throttled by it. Only API
+requests are gated; /readyz, /metrics, /admin and the dashboard always answer at once.
+With the loop on time and nobody waiting for ``RELEASE_AFTER`` s, the gate opens fully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import itertools
+import time
+from dataclasses import dataclass
+
+__all__ = ["WAIT_BUCKETS", "Admission", "AdmissionStats"]
+
+TICK = 0.01  # seconds between two lag probes (while requests come)
+DECREASE = 0.9  # rate x this, each tick the loop runs late
+INCREASE = 0.02  # rate x (1 + this) + 1 req/s, each on-time tick while requests wait
+FLOOR = 5.0  # requests/s let in however late the loop runs (nothing starves)
+RELEASE_AFTER = 1.0  # on time with nobody waiting this long: no limit
+IDLE_AFTER = 5.0  # the probe stops this long after the last request (lag then reads 0)
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionStats:
+    loop_lag_seconds: float  # how late the last probe ran
+    rate: float  # requests/s let in now (0: no limit)
+    queued: int  # requests waiting at the door now
+    admitted: int  # requests let in so far
+    waited: int  # of them, those that had to wait
+    wait_seconds: float  # their total wait
+    wait_buckets: tuple[int, ...]  # waits <= each of WAIT_BUCKETS (cumulative counts)
+
+
+class Admission:
+    """The door of one event loop (built at startup; ``enter``/``leave`` wrap each request)."""
+
+    def __init__(self, max_lag: float) -> None:
+        self.max_lag = max_lag
+        self.lag = 0.0
+        self.rate = 0.0  # 0: no limit
+        self._tokens = 0.0
+        #: waiting requests' doors, with when each came
+        self._queue: collections.deque[tuple[asyncio.Future[None], float]] = collections.deque()
+        self._admitted_recent = 0  # admitted since the last tick
+        self._recent_rate = 0.0  # admissions/s, smoothed over ~10 ticks
+        self._last_request = 0.0
+        self._last_busy = 0.0  # last time the loop ran late or someone waited
+        self._probing = False
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop it watches (first request's)
+        self._admitted = self._waited = 0
+        self._wait_seconds = 0.0
+        self._wait_counts = [0] * len(WAIT_BUCKETS)
+
+    def door(self) -> asyncio.Future[None] | None:
+        """None: this request may start now; else a future set when its turn comes (cancel it
+        when its client goes away: the turn passes to the next one)."""
+        now = time.monotonic()
+        self._last_request = now
+        self.loop = loop = asyncio.get_running_loop()
+        if not self._probing:
+            self._probing = True
+            loop.call_later(TICK, self._probe, now + TICK)
+        if not self._queue and self._take():
+            self._admitted += 1
+            return None
+        door: asyncio.Future[None] = loop.create_future()
+        self._queue.append((door, now))
+        return door
+
+    def limiting(self) -> bool:
+        """Whether requests wait at the door now (the gateway's CPU cannot keep up)."""
+        return bool(self._queue)
+
+    def stats(self) -> AdmissionStats:
+        return AdmissionStats(
+            self.lag,
+            self.rate,
+            sum(1 for door, _ in self._queue if not door.done()),
+            self._admitted,
+            self._waited,
+            self._wait_seconds,
+            tuple(itertools.accumulate(self._wait_counts)),
+        )
+
+    # -- the controller (one tick every TICK s while requests come) -----------------------
+
+    def tick(self, lag: float, now: float) -> None:
+        """Adjust the rate to the loop's lateness ``lag`` (s), then let waiting requests in."""
+        self.lag = lag
+        recent = self._admitted_recent / TICK
+        self._admitted_recent = 0
+        self._recent_rate = 0.9 * self._recent_rate + 0.1 * recent
+        if lag > self.max_lag:
+            start = self.rate or max(self._recent_rate, FLOOR)
+            self.rate = max(FLOOR, start * DECREASE)
+            self._last_busy = now
+        elif self.rate and self._queue:
+            self.rate = self.rate * (1 + INCREASE) + 1
+            self._last_busy = now
+        elif self.rate and now - self._last_busy > RELEASE_AFTER:
+            self.rate = 0.0  # on time, nobody waiting: open
+        if self.rate:
+            self._tokens = min(self._tokens + self.rate * TICK, max(1.0, 2 * self.rate * TICK))
+        self._release()
+
+    def _take(self) -> bool:
+        if not self.rate:
+            self._admitted_recent += 1
+            return True
+        if self._tokens >= 1:
+            self._tokens -= 1
+            self._admitted_recent += 1
+            return True
+        return False
+
+    def _release(self) -> None:
+        now = time.monotonic()
+        while self._queue:
+            door, came = self._queue[0]
+            if door.done():  # its client went away
+                self._queue.popleft()
+                continue
+            if not self._take():
+                return
+            self._queue.popleft()
+            self._admitted += 1
+            self._waited += 1
+            self._wait_seconds += now - came
+            slot = bisect.bisect_left(WAIT_BUCKETS, now - came)
+            if slot < len(WAIT_BUCKETS):
+                self._wait_counts[slot] += 1
+            door.set_result(None)
+
+    def _probe(self, due: float) -> None:
+        now = time.monotonic()
+        self.tick(max(0.0, now - due), now)
+        if now - self._last_request > IDLE_AFTER and not self._queue:
+            self._probing, self.lag = False, 0.0
+            return
+        assert self.loop is not None
+        self.loop.call_later(TICK, self._probe, now + TICK)
