@@ -109,6 +109,7 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
               f"guard rejections {cache.get('guard_rejections', 0)}, "
               f"semantic tier {cache.get('semantic')}")  # fmt: skip
     _audit(cache.get("audit"))
+    _admission(stats.get("admission"))
     for name, backend in (stats.get("backends") or {}).items():
         prefix = backend.get("prefix_cache")
         if prefix:
@@ -129,6 +130,16 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
         head = ["TENANT", "MODEL", "REQUESTS", "CALLS SAVED", "TOKENS SAVED", "CACHED INPUT",
                 "UNREAD WRITES", "AUDITS (SPENT)", "USD SAVED"]  # fmt: skip
         _table(head, rows)
+
+
+def _admission(door: dict[str, Any] | None) -> None:
+    """Admission by event-loop lag (``admission``), when it is on."""
+    if door is None:
+        return
+    limit = f"{door['rate']:.0f} requests/s let in" if door["rate"] else "open"
+    print(f"admission: event loop {1000 * door['loop_lag_seconds']:.1f} ms late, {limit}, "
+          f"{door['queued']} waiting; {door['waited']} of {door['admitted']} requests waited "
+          f"({door['wait_seconds']:.1f} s in all)")  # fmt: skip
 
 
 def _audit(audit: dict[str, Any] | None) -> None:

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 import openai
+import pytest
 
+from gateway.cli import main as cli
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 from tests.gateway.test_admission import blocking
@@ -73,7 +75,7 @@ def _in_parallel(calls: list[Callable[[], Any]]) -> list[Any]:
 
 
 def test_an_overloaded_gateway_queues_at_the_door_and_skips_the_semantic_tier(
-    make_gateway: Callable[..., Gateway],
+    make_gateway: Callable[..., Gateway], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Through HTTP with the official SDK: while the gateway's loop runs late, requests wait
     at the door (all answered, none refused), lookups skip the semantic tier, and /metrics and
@@ -105,3 +107,6 @@ def test_an_overloaded_gateway_queues_at_the_door_and_skips_the_semantic_tier(
     assert waited is not None and float(waited.group(1)) >= 1
     assert re.search(r"^cachegate_admission_admitted_total 13(\.0)?$", metrics, re.M)
     assert "cachegate_admission_loop_lag_seconds" in metrics
+    assert cli(["stats", "--url", gw.url]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("admission:"))
+    assert re.search(rf"; {stats['admission']['waited']} of 13 requests waited", line), line
