@@ -1,0 +1,196 @@
+"""Does the live audit's estimate hold the true wrong-hit rate? A labelled workload, replayed.
+
+    python -m bench.audit_replay                 # ~15 min here; bench/results/audit_replay.json + docs
+    python -m bench.audit_replay --rate 1.0      # audit every semantic hit
+
+Issue 12's target: on a replayed labelled workload, the audit's estimate (``/admin/stats``
+``cache.audit``) lands within its own 95% interval of the true wrong-hit rate.
+
+Workload: the held-out labelled pairs (bench/data/contrast_heldout.jsonl and the adversarial
+set's held-out half), each in a namespace of its own (``x-cache-namespace``), shuffled (seed
+12): the pair's stored question is asked (a miss, stored), then the new one (a semantic hit, or
+not), through ``cachegate serve`` at the shipped semantic defaults with ``audit_rate``. The
+upstream is an oracle (this file; the pair travels in the request's ``user`` field, which the
+gateway passes on but does not key on): it answers each question with its pair's answer,
+reworded on every call (three templates in turn, so an audit's fresh answer is never the
+stored wording): one answer for both questions of a ``same`` pair, two of a different one.
+Truth of a served semantic hit: its pair's label. The audit's verdicts are summed over the
+namespaces (its estimate is per namespace) and the Wilson interval taken over the sums.
+
+Two answer models, each a scenario of its own (a fresh gateway):
+
+* ``numbers``: an answer restates its question and gives a number of its own (two different
+  answers differ in the number: what the audit's hard check compares);
+* ``words``: the same, with a word of its own (a plan name) instead of a number: two answers
+  then differ in one word, which only the answers' embedding cosine can tell.
+
+Requests are sent one at a time; at the end the run waits for the audits still running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import random
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.contrast_data import DATA
+from bench.report import CACHEGATE, command, free_port, publish, run_header, running, table
+from bench.train_verifier import adversarial_held
+
+SEED = 12
+WORDS = ["amber", "basalt", "cedar", "dune", "ember", "fjord", "garnet", "harbor", "indigo",
+         "juniper", "kestrel", "lagoon", "meadow", "nimbus", "onyx", "prairie", "quartz",
+         "raven", "sierra", "tundra", "umber", "violet", "willow", "xenon", "yarrow", "zephyr"]  # fmt: skip
+TEMPLATES = ["{q} The answer is {v}.", "{q} It is {v}, according to our records.",
+             'To answer "{q}": {v}.']  # fmt: skip
+
+
+def labelled_pairs() -> list[dict[str, Any]]:
+    """The held-out labelled pairs, shuffled (seed 12)."""
+    rows = [json.loads(line) for line in (DATA / "contrast_heldout.jsonl").open()]
+    rows += [r for r in map(json.loads, (DATA / "adversarial_pairs.jsonl").open())
+             if adversarial_held(r["a"])]  # fmt: skip
+    random.Random(SEED).shuffle(rows)
+    return rows
+
+
+class Oracle:
+    """An OpenAI-compatible upstream answering each question with its pair's answer."""
+
+    def __init__(self, pairs: list[dict[str, Any]], answers: str) -> None:
+        self.answers = answers
+        #: (pair, question) -> (answer number, the question it restates)
+        self.intent: dict[tuple[str, str], tuple[int, str]] = {}
+        for i, r in enumerate(pairs):
+            self.intent[(f"p{i}", r["a"])] = (2 * i, r["a"])
+            self.intent.setdefault(
+                (f"p{i}", r["b"]), (2 * i, r["a"]) if r["same"] else (2 * i + 1, r["b"])
+            )
+        self.calls: dict[int, int] = {}
+
+    def value(self, n: int) -> str:
+        if self.answers == "numbers":
+            return str(1000 + 7 * n)
+        return f"the {WORDS[n % len(WORDS)]} {WORDS[(n // len(WORDS)) % len(WORDS)]} plan"
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        request = json.loads(body)
+        n, restated = self.intent[(request["user"], request["messages"][-1]["content"])]
+        k = self.calls[n] = self.calls.get(n, -1) + 1
+        text = TEMPLATES[k % len(TEMPLATES)].format(q=restated, v=self.value(n))
+        answer = {"id": f"chatcmpl-{n}-{k}", "object": "chat.completion", "created": 0,
+                  "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
+                  "message": {"role": "assistant", "content": text}}],
+                  "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}  # fmt: skip
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+
+
+@contextlib.contextmanager
+def gateway(oracle_url: str, rate: float) -> Iterator[str]:
+    url = f"http://127.0.0.1:{free_port()}"
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "gateway.yaml"
+        config.write_text(
+            f"data_dir: {tmp}/data\nserver: {{log_level: warning}}\n"
+            f"cache: {{semantic: {{enabled: true, audit_rate: {rate}, "
+            "audit_max_concurrency: 4}}\n"
+            f"models:\n  oracle: {{backend: openai, base_url: '{oracle_url}/v1', api_key: sk}}\n"
+        )
+        cmd = [CACHEGATE, "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
+        with running([(cmd, f"{url}/readyz")], ready_timeout=180, stop_timeout=20):
+            yield url
+
+
+def scenario(answers: str, rate: float) -> dict[str, Any]:
+    from semantic.audit import wilson
+    from tests.fake_upstream import ThreadedServer
+
+    pairs = labelled_pairs()
+    upstream = ThreadedServer(Oracle(pairs, answers)).start()
+    try:
+        with gateway(upstream.url, rate) as url, httpx.Client(base_url=url, timeout=60) as http:
+            hits = wrong = 0
+            for i, pair in enumerate(pairs):
+                for question in (pair["a"], pair["b"]):
+                    r = http.post("/v1/chat/completions", headers={"x-cache-namespace": f"p{i}"},
+                                  json={"model": "oracle", "user": f"p{i}",
+                                        "messages": [{"role": "user", "content": question}]})  # fmt: skip
+                    r.raise_for_status()
+                hits += r.headers["x-cache"] == "semantic"
+                wrong += r.headers["x-cache"] == "semantic" and not pair["same"]
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                audit = http.get("/admin/stats").json()["cache"]["audit"]
+                if audit["running"] == 0:
+                    break
+                time.sleep(0.2)
+    finally:
+        upstream.stop()
+    counts = {
+        k: sum(e[k] for e in audit["estimates"]) for k in ("audits", "wrong", "errors", "dropped")
+    }
+    low, high = wilson(counts["wrong"], counts["audits"])
+    true_rate = wrong / hits if hits else 0.0
+    return {"answers": answers, "rate": rate, "pairs": len(pairs), "semantic_hits": hits,
+            "wrong_hits": wrong, "true_rate": true_rate, "audits": counts["audits"],
+            "audit_wrong": counts["wrong"], "errors": counts["errors"],
+            "dropped": counts["dropped"],
+            "estimate": counts["wrong"] / counts["audits"] if counts["audits"] else 0.0,
+            "interval95": [low, high], "within": low <= true_rate <= high}  # fmt: skip
+
+
+def section(runs: list[dict[str, Any]], rate: float, cmd: str, machine: str) -> str:
+    """The docs section of a run (also rebuilt from bench/results/audit_replay.json)."""
+    rows = [[r["answers"], r["pairs"], r["semantic_hits"], r["wrong_hits"],
+             f"{r['true_rate']:.1%}", f"{r['audits']} ({r['dropped']} dropped, {r['errors']} errors)",
+             r["audit_wrong"], f"{r['estimate']:.1%}",
+             f"[{r['interval95'][0]:.1%}, {r['interval95'][1]:.1%}]",
+             "**yes**" if r["within"] else "**no**"] for r in runs]  # fmt: skip
+    return "\n\n".join([
+        "## Live audit vs the truth (`bench/audit_replay.py`)",
+        f"`{cmd}`, {machine}. The held-out labelled pairs "
+        "(contrast held-out set and the adversarial set's held-out half), each in a namespace "
+        "of its own: its stored question, then its new one, through a `cachegate serve` at "
+        f"the shipped semantic defaults with `audit_rate: {rate}`; an oracle upstream "
+        "answers with the pair's answer (one for a `same` pair, two otherwise), reworded on "
+        "every call. `numbers`: two answers differ in a number; `words`: in one word (a plan "
+        "name). True rate: semantic hits of pairs labelled different, over all semantic hits. "
+        "The audit's verdicts summed over the namespaces, Wilson 95% interval. Target (issue "
+        "12): the true rate inside the interval.",
+        table(["answers", "pairs", "semantic hits", "wrong hits", "true rate",
+               "audits", "judged wrong", "estimate", "95% interval", "true rate inside"], rows),
+    ])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=0.5, help="cache.semantic.audit_rate")
+    parser.add_argument("--answers", default="numbers,words")
+    parser.add_argument("--no-doc", action="store_true")
+    args = parser.parse_args(argv)
+    header = run_header()
+    runs = [scenario(a, args.rate) for a in args.answers.split(",")]
+    text = section(runs, args.rate, command("audit_replay", argv), header["machine"])
+    publish("audit_replay", {**header, "runs": runs}, text, not args.no_doc)
+
+
+if __name__ == "__main__":
+    main()
