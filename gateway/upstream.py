@@ -27,6 +27,7 @@ import msgspec
 from .backend import Answer, BackendStream, StreamEvent, relayed
 from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
+from .http11 import HTTP11Transport
 from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
@@ -71,15 +72,11 @@ class UpstreamBackend:
         self.apis = OPENAI_APIS
         self._on_retry = on_retry
         t = config.timeout
-        limits = httpx.Limits(
-            max_connections=config.max_connections,
-            max_keepalive_connections=config.max_connections,
-        )
         self._client = httpx.AsyncClient(
             base_url=(base_url or config.urls[0]).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             transport=_Admission(
-                transport or httpx.AsyncHTTPTransport(limits=limits),
+                transport or HTTP11Transport(max_idle=config.max_connections),
                 limit=config.max_connections,
                 timeout=t.pool,
             ),
