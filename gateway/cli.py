@@ -197,6 +197,8 @@ _SHUTDOWN_GRACE = 2.0
 async def _run_servers(config: Config, app: object, admin: object | None, runtime: Any) -> None:
     import uvicorn
 
+    from .corked import CorkedHttpToolsProtocol
+
     def server_config(application: object, port: int) -> uvicorn.Config:
         return uvicorn.Config(
             application,  # type: ignore[arg-type]
@@ -204,7 +206,7 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
             port=port,
             log_level=config.server.log_level,
             access_log=config.server.log_level == "debug",
-            http="httptools",
+            http=CorkedHttpToolsProtocol,
             loop="none",
             timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout + _SHUTDOWN_GRACE),
         )

@@ -27,6 +27,7 @@ import msgspec
 from .backend import Answer, BackendStream, StreamEvent, relayed
 from .config import OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
+from .http11 import HTTP11Transport
 from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
@@ -46,6 +47,7 @@ __all__ = [
 OPENAI_APIS = frozenset({"chat", "completion", "embedding", "responses"})
 
 log = logging.getLogger(__name__)
+_httpx_log = logging.getLogger("httpx")
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 
@@ -74,7 +76,7 @@ class UpstreamBackend:
             base_url=(base_url or config.urls[0]).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             transport=_Admission(
-                [transport] if transport else _pools(config.max_connections),
+                transport or HTTP11Transport(max_idle=config.max_connections),
                 limit=config.max_connections,
                 timeout=t.pool,
             ),
@@ -84,6 +86,8 @@ class UpstreamBackend:
                 http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
             ),
         )
+        self._urls: dict[str, httpx.URL] = {}
+        self._timeouts = self._client.timeout.as_dict()
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -170,9 +174,9 @@ class UpstreamBackend:
         while True:
             last = attempt >= attempts - 1
             try:
-                built = self._client.build_request("POST", path, content=payload, headers=headers)
+                built = self._build(path, payload, headers)
                 sent_at = time.monotonic()
-                response = await self._client.send(built, stream=True)
+                response = await self._post_built(built)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # Nothing reached the upstream yet, so a retry cannot run the request twice.
                 if last:
@@ -204,6 +208,36 @@ class UpstreamBackend:
                 return response
             await self._refused(response, attempt, last)  # raises unless it is to be retried
             attempt += 1
+
+    def _build(self, path: str, payload: bytes, headers: dict[str, str]) -> httpx.Request:
+        """The request ``AsyncClient.build_request`` makes, from what is the same every time
+        precomputed (the URL, the client's default headers, the timeouts); no cookies: the
+        client's jar never keeps any (see ``__init__``)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = self._client._merge_url(path)
+        merged = self._client.headers.copy()
+        merged.update(headers)
+        return httpx.Request(
+            "POST", url, content=payload, headers=merged, extensions={"timeout": self._timeouts}
+        )
+
+    async def _post_built(self, request: httpx.Request) -> httpx.Response:
+        """``AsyncClient.send(request, stream=True)`` without its layers that do nothing
+        here (auth, event hooks, redirects: not followed, cookies: never kept).
+
+        NOTE: measured, those layers and ``build_request`` cost ~0.2 ms a request
+        (bench/overhead.py); the transport is the client's own (its proxy mounts included).
+        """
+        if self._client.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        transport = self._client._transport_for_url(request.url)
+        response = await transport.handle_async_request(request)
+        response.request = request
+        if _httpx_log.isEnabledFor(logging.INFO):  # httpx's own line (shown at debug)
+            _httpx_log.info('HTTP Request: %s %s "%s %d %s"', request.method, request.url,
+                            response.http_version, response.status_code, response.reason_phrase)  # fmt: skip
+        return response
 
     async def _refused(self, response: httpx.Response, attempt: int, last: bool) -> None:
         """An error status: back off when it is worth another try, else raise its error."""
@@ -394,44 +428,23 @@ class _Released:
 _ADMITTED = "cachegate.admitted_at"
 
 
-#: Connections per httpcore pool: see ``_pools``.
-_POOL_SIZE = 16
-
-
-def _pools(max_connections: int) -> list[httpx.AsyncBaseTransport]:
-    """``max_connections`` split over pools of at most ``_POOL_SIZE`` connections each.
-
-    NOTE: httpcore 1.0.9 walks its whole pool whenever a request arrives and whenever a
-    response is closed: a socket-readability poll per connection (``has_expired``) and, for each
-    idle one, an ``is_idle`` call per connection (O(n²)). With 200 requests in flight on one
-    pool that walk took 47% of the event loop's time (py-spy, bench/overload.py with wrk):
-    misses queued behind it for seconds. Pools of 16 keep each walk short; keep-alive reuse is
-    unchanged (an idle connection stays open in its pool).
-    """
-    n = -(-max_connections // _POOL_SIZE)
-    size = -(-max_connections // n)
-    limits = httpx.Limits(max_connections=size, max_keepalive_connections=size)
-    return [httpx.AsyncHTTPTransport(limits=limits) for _ in range(n)]
-
-
 class _Admission(httpx.AsyncBaseTransport):
     """At most ``limit`` requests on the wire; one that waits ``timeout`` s for its turn gets
     ``httpx.PoolTimeout`` (a ``503 upstream_busy``), and the turn is held until the response
-    is closed. A request goes to the first of ``pools`` with room (so that, at low load, the
-    first pool's kept-alive connections serve everything).
+    is closed.
 
-    NOTE: httpcore's own pool timeout restarts whenever a freed connection is raced for
+    NOTE: httpcore's own pool timeout restarted whenever a freed connection was raced for
     (encode/httpcore#822), so under overload requests queued far past ``timeout`` (120
     requests on 4 connections with a 2 s pool timeout: all waited, the last 30 s), and the
-    queue, tasks and sockets grew with the load a client sends.
+    queue, tasks and sockets grew with the load a client sends. httpcore also walked its whole
+    pool on every request and every closed response (a readability poll per connection, an
+    O(n^2) idle count): at 200 requests in flight that took 47% of the event loop (py-spy,
+    bench/overload.py with wrk). The transport now is gateway.http11's, which takes an idle
+    connection in O(1) and queues nothing: this gate is the only queue.
     """
 
-    def __init__(
-        self, pools: list[httpx.AsyncBaseTransport], *, limit: int, timeout: float
-    ) -> None:
-        self._pools = pools
-        self._room = -(-limit // len(pools))  # (every pool holds at least this many)
-        self._busy = [0] * len(pools)
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, limit: int, timeout: float) -> None:
+        self._inner = inner
         self._gate = asyncio.Semaphore(limit)
         self._timeout = timeout
 
@@ -444,28 +457,19 @@ class _Admission(httpx.AsyncBaseTransport):
                 f"no connection free within {self._timeout}s", request=request
             ) from None
         request.extensions[_ADMITTED] = time.monotonic()
-        # (the gate lets at most ``limit`` through, and the pools hold at least that many)
-        pool = next(i for i, busy in enumerate(self._busy) if busy < self._room)
-        self._busy[pool] += 1
-        release = functools.partial(self._release, pool)
         try:
-            response = await self._pools[pool].handle_async_request(request)
+            response = await self._inner.handle_async_request(request)
         except BaseException:
-            release()
+            self._gate.release()
             raise
         if response.is_closed:  # read whole already (a test's MockTransport): nothing to hold
-            release()
+            self._gate.release()
             return response
-        response.stream = _Releasing(response.stream, release)
+        response.stream = _Releasing(response.stream, self._gate.release)
         return response
 
-    def _release(self, pool: int) -> None:
-        self._busy[pool] -= 1
-        self._gate.release()
-
     async def aclose(self) -> None:
-        for pool in self._pools:
-            await pool.aclose()
+        await self._inner.aclose()
 
 
 class _Releasing(httpx.AsyncByteStream):

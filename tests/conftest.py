@@ -13,6 +13,7 @@ import yaml
 
 from gateway.app import create_app
 from gateway.config import Config, load_config_text
+from gateway.corked import CorkedHttpToolsProtocol
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -67,7 +68,10 @@ class Gateway:
     def __init__(self, config: Config, *, port: int = 0, wait: bool = True, **kwargs: Any) -> None:
         self.config = config
         self.app = create_app(config, **kwargs)
-        self.server = ThreadedServer(self.app, port=port, lifespan="on").start()
+        # (the protocol `cachegate serve` runs)
+        self.server = ThreadedServer(
+            self.app, port=port, lifespan="on", http=CorkedHttpToolsProtocol
+        ).start()
         self.url = self.server.url
         self.http = httpx.Client(base_url=self.url, timeout=30)
         if wait:

@@ -631,7 +631,9 @@ async def _raw(
 class ThreadedServer:
     """Runs an ASGI app with uvicorn on 127.0.0.1 in a background thread (tests, benchmarks)."""
 
-    def __init__(self, app: Any, port: int = 0, lifespan: str = "off") -> None:
+    def __init__(
+        self, app: Any, port: int = 0, lifespan: str = "off", http: Any = "httptools"
+    ) -> None:
         import socket
 
         import uvicorn
@@ -643,7 +645,7 @@ class ThreadedServer:
         self.port = self._socket.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         config = uvicorn.Config(
-            app, log_level="warning", http="httptools", lifespan=lifespan, access_log=False
+            app, log_level="warning", http=http, lifespan=lifespan, access_log=False
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, daemon=True, name="fake-upstream")
