@@ -15,7 +15,9 @@ The shipped model is all-MiniLM-L6-v2 (the bundled embedder's weights) with its 
 a classifier head fine-tuned by ``python -m bench.train_verifier``; only the tensors training
 changed are shipped (``delta.safetensors``, fp16), and the rest is read from the bundled
 embedder at load time. ``meta.json`` holds the calibration table (measured on pairs kept out of
-training), the hard checks kept as vetoes, and how it was trained. Any Hugging Face
+training), the hard checks kept as vetoes, the conversation logit shift (pairs with earlier turns
+score on another scale than single questions; the shift, added to their logit, makes one
+threshold mean the same wrong-hit rate for both), and how it was trained. Any Hugging Face
 sequence-classification directory with one output logit works as well (``path=``); without a
 ``meta.json`` it has no calibration, so give it a score threshold.
 
@@ -35,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_PATH", "Calibration", "PairVerifier"]
+__all__ = ["DEFAULT_PATH", "Calibration", "PairVerifier", "is_conversation"]
 
 DEFAULT_PATH = Path(__file__).with_name("verifier")
 """The shipped verifier (package data): ``delta.safetensors`` + ``meta.json``."""
@@ -101,6 +103,9 @@ class PairVerifier:
         self.default_threshold = float(self.meta.get("default_threshold", 0.5))
         #: Cosine pre-filter the calibration was measured with.
         self.cosine_floor = float(self.meta.get("cosine_floor", 0.5))
+        #: Added to the logit of a conversation pair (see :func:`is_conversation`) so that one
+        #: threshold means the same wrong-hit rate for single questions and conversations.
+        self.conversation_shift = float(self.meta.get("conversation_shift", 0.0))
         self._tokenizer, self._model = load_model(self.path)
         self._lock = threading.Lock()
         self._num_threads = num_threads
@@ -123,8 +128,11 @@ class PairVerifier:
                 return_tensors="pt",
             )
             with torch.inference_mode():
-                logits = self._model(**batch).logits[:, 0]  # [n]
-            return torch.sigmoid(logits.float()).numpy().astype(np.float32)
+                logits = self._model(**batch).logits[:, 0].float()  # [n]
+            if self.conversation_shift:
+                conv = torch.tensor([is_conversation(a, b) for a, b in pairs])
+                logits = logits + conv.float() * self.conversation_shift
+            return torch.sigmoid(logits).numpy().astype(np.float32)
 
     async def verify(self, stored: str, new: str) -> float:
         """Score one pair off the event loop; concurrent calls share one forward pass."""
@@ -159,6 +167,11 @@ class PairVerifier:
 
         torch.set_num_threads(self._num_threads)
         return self.score(pairs)
+
+
+def is_conversation(a: str, b: str) -> bool:
+    """Whether a pair carries earlier turns (:func:`semantic.keys.compared_text`'s separator)."""
+    return " || " in a or " || " in b
 
 
 def load_model(path: Path) -> tuple[Any, Any]:

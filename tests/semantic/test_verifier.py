@@ -9,13 +9,14 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 
 from gateway.config import ConfigError, load_config_text
 from semantic.cache import SemanticSettings, score_threshold
 from semantic.keys import chat_key, compared_text
-from semantic.verifier import DEFAULT_PATH, Calibration, PairVerifier
+from semantic.verifier import DEFAULT_PATH, Calibration, PairVerifier, is_conversation
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -69,6 +70,26 @@ def test_the_shipped_verifier_has_a_usable_calibration() -> None:
         ]
     )
     assert trap < 0.5 < para
+
+
+def test_conversation_pairs_get_the_calibrated_logit_shift() -> None:
+    verifier = PairVerifier()
+    single = ("How do I reset my password?", "How can I reset my password?")
+    conv = (
+        compared_text("And the price?", [{"role": "user", "content": "Flights to Rome"}], 2),
+        compared_text("And the cost?", [{"role": "user", "content": "Plane tickets to Rome"}], 2),
+    )
+    assert is_conversation(*conv) and not is_conversation(*single)
+    verifier.conversation_shift = 0.0
+    base = verifier.score([single, conv])
+    verifier.conversation_shift = -1.5
+    shifted = verifier.score([single, conv])
+
+    def logit(p: float) -> float:
+        return float(np.log(p / (1 - p)))
+
+    assert shifted[0] == pytest.approx(base[0], abs=1e-6)
+    assert logit(shifted[1]) == pytest.approx(logit(base[1]) - 1.5, abs=1e-3)
 
 
 # ---- config and keys ----------------------------------------------------------------------------
