@@ -14,6 +14,11 @@ in FIFO order. Requests already in flight then finish at an on-time loop; the qu
 to the door, where every request waits the same. Nothing is refused: a request waits as long
 as it takes (its client's timeout applies), and a waiting client that goes away is dropped.
 
+NOTE: only lateness of a busy loop counts: while its thread used under ``BUSY`` of a core
+(measured with ``time.thread_time`` between probes), the loop is late because something else
+has the CPU or the GIL (a local model's decode threads, another process): fewer requests would
+not make it punctual, and holding them at the door would only add their wait.
+
 NOTE: a rate, not a concurrency limit: a long stream or a slow upstream call in flight holds
 nothing, so an I/O-bound gateway (the usual LLM traffic) is never throttled by it. Only API
 requests are gated; /readyz, /metrics, /admin and the dashboard always answer at once.
@@ -27,6 +32,7 @@ import bisect
 import collections
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["WAIT_BUCKETS", "Admission", "AdmissionStats"]
@@ -35,6 +41,7 @@ TICK = 0.01  # seconds between two lag probes (while requests come)
 DECREASE = 0.9  # rate x this, each tick the loop runs late
 INCREASE = 0.02  # rate x (1 + this) + 1 req/s, each on-time tick while requests wait
 FLOOR = 5.0  # requests/s let in however late the loop runs (nothing starves)
+BUSY = 0.5  # the loop's thread must use this share of a core for its lateness to count
 RELEASE_AFTER = 1.0  # on time with nobody waiting this long: no limit
 IDLE_AFTER = 5.0  # the probe stops this long after the last request (lag then reads 0)
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -43,6 +50,7 @@ WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 @dataclass(frozen=True, slots=True)
 class AdmissionStats:
     loop_lag_seconds: float  # how late the last probe ran
+    loop_busy: float  # the loop thread's CPU time over wall time, smoothed (0..1)
     rate: float  # requests/s let in now (0: no limit)
     queued: int  # requests waiting at the door now
     admitted: int  # requests let in so far
@@ -54,8 +62,11 @@ class AdmissionStats:
 class Admission:
     """The door of one event loop (built at startup; ``enter``/``leave`` wrap each request)."""
 
-    def __init__(self, max_lag: float) -> None:
+    def __init__(self, max_lag: float, cpu_clock: Callable[[], float] = time.thread_time) -> None:
+        """``cpu_clock``: the CPU time of the calling thread (a test may count wall time, as
+        if the loop's thread were always busy)."""
         self.max_lag = max_lag
+        self.cpu_clock = cpu_clock
         self.lag = 0.0
         self.rate = 0.0  # 0: no limit
         self._tokens = 0.0
@@ -66,6 +77,8 @@ class Admission:
         self._last_request = 0.0
         self._last_busy = 0.0  # last time the loop ran late or someone waited
         self._probing = False
+        self.busy = self._busy = 0.0  # the loop thread's CPU share (see _probe)
+        self._cpu_at: tuple[float, float] | None = None  # its CPU time and the time, last probe
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it watches (first request's)
         self._admitted = self._waited = 0
         self._wait_seconds = 0.0
@@ -94,6 +107,7 @@ class Admission:
     def stats(self) -> AdmissionStats:
         return AdmissionStats(
             self.lag,
+            round(self.busy, 3),
             self.rate,
             sum(1 for door, _ in self._queue if not door.done()),
             self._admitted,
@@ -104,13 +118,14 @@ class Admission:
 
     # -- the controller (one tick every TICK s while requests come) -----------------------
 
-    def tick(self, lag: float, now: float) -> None:
-        """Adjust the rate to the loop's lateness ``lag`` (s), then let waiting requests in."""
-        self.lag = lag
+    def tick(self, lag: float, now: float, busy: float = 1.0) -> None:
+        """Adjust the rate to the loop's lateness ``lag`` (s) and how busy its thread was
+        (``busy``: its CPU time over wall time, smoothed), then let waiting requests in."""
+        self.lag, self.busy = lag, busy
         recent = self._admitted_recent / TICK
         self._admitted_recent = 0
         self._recent_rate = 0.9 * self._recent_rate + 0.1 * recent
-        if lag > self.max_lag:
+        if lag > self.max_lag and busy >= BUSY:
             start = self.rate or max(self._recent_rate, FLOOR)
             self.rate = max(FLOOR, start * DECREASE)
             self._last_busy = now
@@ -152,10 +167,14 @@ class Admission:
             door.set_result(None)
 
     def _probe(self, due: float) -> None:
-        now = time.monotonic()
-        self.tick(max(0.0, now - due), now)
+        now, cpu = time.monotonic(), self.cpu_clock()  # (this runs in the loop's thread)
+        if self._cpu_at is not None:
+            share = (cpu - self._cpu_at[0]) / max(now - self._cpu_at[1], 1e-6)
+            self._busy = 0.8 * self._busy + 0.2 * min(share, 1.0)
+        self._cpu_at = (cpu, now)
+        self.tick(max(0.0, now - due), now, self._busy)
         if now - self._last_request > IDLE_AFTER and not self._queue:
-            self._probing, self.lag = False, 0.0
+            self._probing, self.lag, self._cpu_at = False, 0.0, None
             return
         assert self.loop is not None
         self.loop.call_later(TICK, self._probe, now + TICK)

@@ -196,7 +196,8 @@ def _admission(config: Config, metrics: Metrics) -> Admission | None:
 
     def read() -> dict[str, float]:
         stats = admission.stats()
-        return {"loop_lag_seconds": stats.loop_lag_seconds, "rate": stats.rate,
+        return {"loop_lag_seconds": stats.loop_lag_seconds, "loop_busy": stats.loop_busy,
+                "rate": stats.rate,
                 "queued": stats.queued, "admitted": stats.admitted}  # fmt: skip
 
     metrics.gauges("cachegate_admission", "Admission by event-loop lag", read,
