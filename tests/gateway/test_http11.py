@@ -47,21 +47,23 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
     return head + await reader.readexactly(length)
 
 
+async def keep_answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A kept-alive server: 200 to every request until the client closes."""
+    while True:
+        try:
+            await read_request(reader)
+        except asyncio.IncompleteReadError:
+            return
+        writer.write(OK)
+
+
 def client(base: str, **options: float) -> httpx.AsyncClient:
     transport = HTTP11Transport(max_idle=4, **options)
     return httpx.AsyncClient(base_url=base, transport=transport, timeout=2)
 
 
 async def test_kept_alive_connections_are_reused() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(OK)
-
-    async with server(handler) as (base, connections), client(base) as c:
+    async with server(keep_answering) as (base, connections), client(base) as c:
         for _ in range(3):
             r = await c.post("/v1/x", content=b'{"a": 1}')
             assert r.status_code == 200 and r.json() == {}
@@ -116,15 +118,10 @@ async def test_an_idle_connection_the_server_closed_is_not_used_again() -> None:
 
 
 async def test_idle_connections_expire() -> None:
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                await read_request(reader)
-            except asyncio.IncompleteReadError:
-                return
-            writer.write(OK)
-
-    async with server(handler) as (base, connections), client(base, keepalive_expiry=0.05) as c:
+    async with (
+        server(keep_answering) as (base, connections),
+        client(base, keepalive_expiry=0.05) as c,
+    ):
         await c.post("/", content=b"")
         await asyncio.sleep(0.1)
         await c.post("/", content=b"")
