@@ -8,7 +8,7 @@ more wrong pairs than right ones. This compares, on the same calibration trap pa
 adversarial, multi-turn; never a held-out part), three choices: the vetoes shipped in
 meta.json, no veto, and every hard check as a veto. Each is swept over the score thresholds;
 "at equal served share" is the lowest wrong-hit rate of any threshold that serves at least the
-share of should-hit pairs the shipped vetoes serve at the default threshold.
+share of should-hit pairs the shipped vetoes serve at the default threshold (and 30/50/60%).
 """
 
 from __future__ import annotations
@@ -60,9 +60,15 @@ def main(argv: list[str] | None = None) -> None:
                      for t in GRID]  # fmt: skip
             w0, s0 = _rate(ok & (scores >= t0), ~same & m), _rate(ok & (scores >= t0), same & m)
             ref = s0 if ref is None else ref
-            equal = min((w for w, s in curve if s >= ref - 1e-9), default=float("nan"))
-            print(f"{src:12} {name:40} at {t0}: wrong {w0:.2%} served {s0:.2%}; "
-                  f"wrong at served >= {ref:.2%}: {equal:.2%}")  # fmt: skip
+            equal = [min((w for w, s in curve if s >= r - 1e-9), default=float("nan"))
+                     for r in (ref, *SERVED)]  # fmt: skip
+            print(f"{src:12} {name:28} at {t0}: wrong {w0:.2%} served {s0:.2%}; wrong at "
+                  + ", ".join(f"served >= {r:.0%}: {w:.2%}"
+                              for r, w in zip((ref, *SERVED), equal, strict=True)))  # fmt: skip
+
+
+#: Further served shares (of should-hit pairs) at which the choices are compared.
+SERVED = (0.3, 0.5, 0.6)
 
 
 def _rate(hit: np.ndarray, of: np.ndarray) -> float:
