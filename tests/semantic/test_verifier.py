@@ -108,6 +108,23 @@ def _config(semantic: dict[str, Any], tmp_path: Path) -> Any:
     return load_config_text(text, base_dir=tmp_path)
 
 
+def test_the_calibration_split_covers_every_kind_and_keeps_families_whole() -> None:
+    from bench.train_verifier import calibration_groups
+
+    # (source, kind, group): kind "rare" lives in 2 families only, "common" in 40
+    rows = [("contrast", "common", f"f{i}") for i in range(40) for _ in range(5)]
+    rows += [("contrast", "rare", f"f{i}") for i in (3, 17) for _ in range(4)]
+    rows += [("adversarial", "date", f"q{i}") for i in range(3)]
+    cal = calibration_groups(rows)
+    assert cal == calibration_groups(list(reversed(rows)))  # deterministic, order-free
+    for kind in ("common", "rare", "date"):
+        n = sum(1 for s, k, _ in rows if k == kind)
+        kept = sum(1 for s, k, g in rows if k == kind and (s, g) in cal)
+        assert kept >= n / 8 and kept < n  # every kind is represented, none wholly kept out
+    assert all(source in ("contrast", "adversarial") for source, _ in cal)
+    assert ("adversarial", "f3") not in cal  # families are per source
+
+
 def test_config_paths(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     config = _config({"verifier": "mine", "max_wrong_rate": 0.02, "context": "exact"}, tmp_path)
