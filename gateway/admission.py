@@ -75,9 +75,9 @@ class Admission:
         self._admitted_recent = 0  # admitted since the last tick
         self._recent_rate = 0.0  # admissions/s, smoothed over ~10 ticks
         self._last_request = 0.0
-        self._last_busy = 0.0  # last time the loop ran late or someone waited
+        self._last_late = 0.0  # last time the loop ran late or someone waited
         self._probing = False
-        self.busy = self._busy = 0.0  # the loop thread's CPU share (see _probe)
+        self.busy = 0.0  # the loop thread's CPU share, smoothed (see _probe)
         self._cpu_at: tuple[float, float] | None = None  # its CPU time and the time, last probe
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop it watches (first request's)
         self._admitted = self._waited = 0
@@ -128,11 +128,11 @@ class Admission:
         if lag > self.max_lag and busy >= BUSY:
             start = self.rate or max(self._recent_rate, FLOOR)
             self.rate = max(FLOOR, start * DECREASE)
-            self._last_busy = now
+            self._last_late = now
         elif self.rate and self._queue:
             self.rate = self.rate * (1 + INCREASE) + 1
-            self._last_busy = now
-        elif self.rate and now - self._last_busy > RELEASE_AFTER:
+            self._last_late = now
+        elif self.rate and now - self._last_late > RELEASE_AFTER:
             self.rate = 0.0  # on time, nobody waiting: open
         if self.rate:
             self._tokens = min(self._tokens + self.rate * TICK, max(1.0, 2 * self.rate * TICK))
@@ -170,9 +170,9 @@ class Admission:
         now, cpu = time.monotonic(), self.cpu_clock()  # (this runs in the loop's thread)
         if self._cpu_at is not None:
             share = (cpu - self._cpu_at[0]) / max(now - self._cpu_at[1], 1e-6)
-            self._busy = 0.8 * self._busy + 0.2 * min(share, 1.0)
+            self.busy = 0.8 * self.busy + 0.2 * min(share, 1.0)
         self._cpu_at = (cpu, now)
-        self.tick(max(0.0, now - due), now, self._busy)
+        self.tick(max(0.0, now - due), now, self.busy)
         if now - self._last_request > IDLE_AFTER and not self._queue:
             self._probing, self.lag, self._cpu_at = False, 0.0, None
             return
