@@ -82,25 +82,19 @@ class Oracle:
         return f"the {WORDS[n % len(WORDS)]} {WORDS[(n // len(WORDS)) % len(WORDS)]} plan"
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        from tests.fake_upstream import read_body, send_json
+
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        request = json.loads(body)
+        request = json.loads(await read_body(receive))
         n, restated = self.intent[(request["user"], request["messages"][-1]["content"])]
         k = self.calls[n] = self.calls.get(n, -1) + 1
         text = TEMPLATES[k % len(TEMPLATES)].format(q=restated, v=self.value(n))
-        answer = {"id": f"chatcmpl-{n}-{k}", "object": "chat.completion", "created": 0,
-                  "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
-                  "message": {"role": "assistant", "content": text}}],
-                  "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}  # fmt: skip
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})  # fmt: skip
-        await send({"type": "http.response.body", "body": json.dumps(answer).encode()})
+        await send_json(send, 200, {
+            "id": f"chatcmpl-{n}-{k}", "object": "chat.completion", "created": 0,
+            "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text}}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -98,20 +98,20 @@ class FakeUpstream:
             return await lifespan(receive, send)
         path, method = scope["path"], scope["method"]
         if method == "GET" and path == "/_stats":
-            return await _json(send, 200, dict(self.stats))
+            return await send_json(send, 200, dict(self.stats))
         if method == "POST" and path == "/_reset":
             self.reset()
-            return await _json(send, 200, {"ok": True})
+            return await send_json(send, 200, {"ok": True})
         if "/responses/" in path and method in ("GET", "DELETE"):
             return await self._stored(path, method, send)
         if method == "GET" and path.endswith("/models"):
-            return await _json(
+            return await send_json(
                 send, 200, {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             )
         if method != "POST" or not path.endswith(
             ("/chat/completions", "/completions", "/embeddings", "/responses")
         ):
-            return await _json(
+            return await send_json(
                 send, 404, {"error": {"message": "no such route", "type": "invalid_request_error"}}
             )
 
@@ -163,11 +163,11 @@ class FakeUpstream:
             headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
             headers["x-request-id"] = f"req_failed_{fake['status']}"
             message = {"message": f"fake failure {fake['status']}", "type": "server_error"}
-            return await _json(send, fake["status"], {"error": message}, headers)
+            return await send_json(send, fake["status"], {"error": message}, headers)
         if fake.get("invalid_json"):
             return await _raw(send, 200, b"{not json", "application/json")
         if fake.get("error_body"):
-            return await _json(
+            return await send_json(
                 send, 200, {"error": {"message": "fake error in a 200", "type": "server_error"}}
             )
 
@@ -181,13 +181,13 @@ class FakeUpstream:
                 k = value.index(fake["error_input"]) if isinstance(value, list) else 0
                 error = {"message": f"'$.input[{k}]' is invalid: too long", "param": f"input[{k}]",
                          "type": "invalid_request_error", "code": None}  # fmt: skip
-                return await _json(send, 400, {"error": error})
-            return await _json(send, 200, answer, {"x-request-id": f"req_emb_{self._serial}"})
+                return await send_json(send, 400, {"error": error})
+            return await send_json(send, 200, answer, {"x-request-id": f"req_emb_{self._serial}"})
         answer = self._answer(kind, body, fake)
         if fake.get("drop_choices"):
             answer["choices"] = answer["choices"][: -fake["drop_choices"]]
         if not body.get("stream"):
-            return await _json(send, 200, answer, _answer_headers(answer))
+            return await send_json(send, 200, answer, _answer_headers(answer))
         await self._stream(kind, body, fake, answer, disconnected, send)
 
     # -- the Responses API -----------------------------------------------------------------
@@ -202,13 +202,13 @@ class FakeUpstream:
                 error = {"message": f"Previous response with id '{previous}' not found.",
                          "type": "invalid_request_error", "param": "previous_response_id",
                          "code": "previous_response_not_found"}  # fmt: skip
-                return await _json(send, 400, {"error": error})
+                return await send_json(send, 400, {"error": error})
             conversation = [*self.responses[previous][1], *conversation]
         response = _response(self._serial, body, conversation, fake)
         if body.get("store", True):
             self.responses[response["id"]] = (response, [*conversation, *response["output"]])
         if not body.get("stream"):
-            return await _json(send, 200, response, _answer_headers(response))
+            return await send_json(send, 200, response, _answer_headers(response))
         self.stats["streams"] += 1
         headers = [(k.encode(), v.encode()) for k, v in _answer_headers(response).items()]
         await send({"type": "http.response.start", "status": 200,
@@ -247,18 +247,18 @@ class FakeUpstream:
         if stored is None:
             error = {"message": f"Response with id '{rid}' not found.",
                      "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
-            return await _json(send, 404, {"error": error})
+            return await send_json(send, 404, {"error": error})
         self.stats["responses_" + method.lower()] += 1
         if method == "DELETE":
             del self.responses[rid]
-            return await _json(send, 200, {"id": rid, "object": "response", "deleted": True})
+            return await send_json(send, 200, {"id": rid, "object": "response", "deleted": True})
         if tail == "input_items":
-            return await _json(
+            return await send_json(
                 send,
                 200,
                 {"object": "list", "data": stored[1][: -len(stored[0]["output"]) or None]},
             )
-        return await _json(send, 200, stored[0])
+        return await send_json(send, 200, stored[0])
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -615,7 +615,9 @@ async def read_body(receive: Any) -> bytes:
             return raw
 
 
-async def _json(send: Any, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+async def send_json(
+    send: Any, status: int, obj: Any, headers: dict[str, str] | None = None
+) -> None:
     await _raw(send, status, _encode(obj), "application/json", headers)
 
 
