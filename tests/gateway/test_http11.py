@@ -205,8 +205,7 @@ async def test_https(tmp_path: Path) -> None:
          "-keyout", str(key), "-out", str(cert)],
         capture_output=True,
     )  # fmt: skip
-    if made.returncode != 0:
-        pytest.skip("openssl cannot make a certificate here")
+    assert made.returncode == 0, made.stderr  # (Debian's openssl, in every image this runs on)
     served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     served.load_cert_chain(cert, key)
 
