@@ -104,6 +104,12 @@ class Gateway:
         self.http.close()
         self.server.stop()
 
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 @pytest.fixture
 def make_gateway(

@@ -55,11 +55,9 @@ def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
 def gw(
     upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    gateway = Gateway(
-        load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("audit")))
-    )
-    yield gateway
-    gateway.stop()
+    text = config_text(upstream_server.url, tmp_path_factory.mktemp("audit"))
+    with Gateway(load_config_text(text)) as gateway:
+        yield gateway
 
 
 def ask(gw: Gateway, question: str, ns: str, fake: dict[str, Any], **body: Any) -> httpx.Response:

@@ -54,9 +54,10 @@ def config(fake_url: str, openai_url: str, data_dir: Path, **extra: Any) -> str:
 def gw(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
 ) -> Iterator[Gateway]:
-    gateway = Gateway(load_config_text(config(fake_server.url, upstream_server.url, tmp_path)))
-    yield gateway
-    gateway.stop()
+    with Gateway(
+        load_config_text(config(fake_server.url, upstream_server.url, tmp_path))
+    ) as gateway:
+        yield gateway
 
 
 @pytest.fixture

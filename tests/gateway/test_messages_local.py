@@ -27,9 +27,8 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "cache": {"semantic": {"enabled": False}},
         "models": {MODEL: settings},
     })  # fmt: skip
-    gateway = Gateway(load_config_text(text))
-    yield gateway
-    gateway.stop()
+    with Gateway(load_config_text(text)) as gateway:
+        yield gateway
 
 
 @pytest.fixture

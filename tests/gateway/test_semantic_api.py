@@ -31,11 +31,9 @@ def config_text(upstream_url: str, data_dir: Path, **cache: Any) -> str:
 def gw(
     upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    gateway = Gateway(
-        load_config_text(config_text(upstream_server.url, tmp_path_factory.mktemp("sem")))
-    )
-    yield gateway
-    gateway.stop()
+    text = config_text(upstream_server.url, tmp_path_factory.mktemp("sem"))
+    with Gateway(load_config_text(text)) as gateway:
+        yield gateway
 
 
 def ask(
