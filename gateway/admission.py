@@ -60,7 +60,7 @@ class AdmissionStats:
 
 
 class Admission:
-    """The door of one event loop (built at startup; ``enter``/``leave`` wrap each request)."""
+    """The door of one event loop (built at startup; each API request asks ``door()``)."""
 
     def __init__(self, max_lag: float, cpu_clock: Callable[[], float] = time.thread_time) -> None:
         """``cpu_clock``: the CPU time of the calling thread (a test may count wall time, as
@@ -72,7 +72,7 @@ class Admission:
         self._tokens = 0.0
         #: waiting requests' doors, with when each came
         self._queue: collections.deque[tuple[asyncio.Future[None], float]] = collections.deque()
-        self._admitted_recent = 0  # admitted since the last tick
+        self._admitted_at_tick = 0  # ``_admitted`` at the last tick
         self._recent_rate = 0.0  # admissions/s, smoothed over ~10 ticks
         self._last_request = 0.0
         self._last_late = 0.0  # last time the loop ran late or someone waited
@@ -94,7 +94,6 @@ class Admission:
             self._probing = True
             loop.call_later(TICK, self._probe, now + TICK)
         if not self._queue and self._take():
-            self._admitted += 1
             return None
         door: asyncio.Future[None] = loop.create_future()
         self._queue.append((door, now))
@@ -122,8 +121,8 @@ class Admission:
         """Adjust the rate to the loop's lateness ``lag`` (s) and how busy its thread was
         (``busy``: its CPU time over wall time, smoothed), then let waiting requests in."""
         self.lag, self.busy = lag, busy
-        recent = self._admitted_recent / TICK
-        self._admitted_recent = 0
+        recent = (self._admitted - self._admitted_at_tick) / TICK
+        self._admitted_at_tick = self._admitted
         self._recent_rate = 0.9 * self._recent_rate + 0.1 * recent
         if lag > self.max_lag and busy >= BUSY:
             start = self.rate or max(self._recent_rate, FLOOR)
@@ -139,14 +138,13 @@ class Admission:
         self._release()
 
     def _take(self) -> bool:
-        if not self.rate:
-            self._admitted_recent += 1
-            return True
-        if self._tokens >= 1:
+        """Let one request in if the rate allows (counted in ``_admitted``)."""
+        if self.rate:
+            if self._tokens < 1:
+                return False
             self._tokens -= 1
-            self._admitted_recent += 1
-            return True
-        return False
+        self._admitted += 1
+        return True
 
     def _release(self) -> None:
         now = time.monotonic()
@@ -158,7 +156,6 @@ class Admission:
             if not self._take():
                 return
             self._queue.popleft()
-            self._admitted += 1
             self._waited += 1
             self._wait_seconds += now - came
             slot = bisect.bisect_left(WAIT_BUCKETS, now - came)
