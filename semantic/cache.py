@@ -253,10 +253,7 @@ class ResponseCache:
         if not self.embedder.fits(key.question):
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
-        if overloaded and self._semantic is not None and self._semantic.max_wait is not None:
-            self._counters.skipped["overload"] += 1
-            return Lookup("miss", overloaded=True)
-        return await self._lookup_semantic(key, now, max_age, threshold)
+        return await self._lookup_semantic(key, now, max_age, threshold, overloaded)
 
     async def store(
         self,
@@ -414,7 +411,12 @@ class ResponseCache:
     # -- helpers ---------------------------------------------------------------------------
 
     async def _lookup_semantic(
-        self, key: CacheKey, now: float, max_age: float | None, threshold: float | None
+        self,
+        key: CacheKey,
+        now: float,
+        max_age: float | None,
+        threshold: float | None,
+        overloaded: bool,
     ) -> Lookup:
         assert self.embedder is not None and self.index is not None
         index = self.index
@@ -425,6 +427,8 @@ class ResponseCache:
         max_wait = self._semantic.max_wait if self._semantic is not None else None
         # the search runs in the embedder's worker, right after the encode (off the event loop)
         try:
+            if overloaded and max_wait is not None:  # the caller is: as if the embedder were
+                raise EmbedderBusy("the gateway is overloaded")
             vector, hits = await self.embedder.embed_then(
                 key.question, lambda vec: index.search(scope, vec, k=k), max_wait=max_wait
             )
