@@ -393,7 +393,8 @@ def _entry_store(config: Config) -> EntryStore:
 #: Statistics that only go up, exported as counters (``..._total``).
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|evictions|expirations"
-    r"|too_long_for_semantic|semantic_skipped_\w+|embedder_(waits|wait_seconds|texts_encoded)"
+    r"|too_long_for_semantic|store_skipped_commands|semantic_skipped_\w+"
+    r"|embedder_(waits|wait_seconds|texts_encoded)"
 )
 _BACKEND_COUNTERS = re.compile(
     r"prefix_cache_(queried_tokens|hit_tokens|evicted_tokens|evictions)"

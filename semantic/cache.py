@@ -329,6 +329,8 @@ class ResponseCache:
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,
             "semantic_skipped": dict(c.skipped),
+            # a shared store's commands skipped because this replica had too many in flight
+            "store_skipped_commands": getattr(self._store, "skipped_turns", 0),
             "semantic": _semantic_state(self._semantic, self._ready.is_set(), self._failed),
         }
         if self.embedder is not None:

@@ -405,6 +405,27 @@ async def test_a_burst_of_commands_waits_for_connections_not_marks_redis_down(
     got = await asyncio.gather(*(store.get(e.id) for _ in range(300)))
     assert all(g is not None and g.id == e.id for g in got)
     assert store.available  # was: MaxConnectionsError read as "Redis is down" for a second
+    # and then: the queue's wait counted against each command's deadline, and a cold pool's
+    # 64 connects on a busy 2-core machine took longer than that (a CI failure)
+    assert store.skipped_turns == 0
+    await store.close()
+
+
+async def test_a_command_that_cannot_get_a_connection_in_time_is_skipped_redis_stays_up(
+    redis_server: RedisServer,
+) -> None:
+    """This replica's own congestion is not Redis failing: skip the command, keep the cache on."""
+    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.05)
+    e = entry(1)
+    await store.put(e)
+    for _ in range(64):  # every connection busy with other requests' commands
+        await store._turns.acquire()
+    assert await store.get(e.id) is None  # waited 4 x 0.05 s for a turn, then gave up
+    assert store.skipped_turns == 1 and store.available
+    for _ in range(64):
+        store._turns.release()
+    got = await store.get(e.id)
+    assert got is not None and got.id == e.id  # the turns came back
     await store.close()
 
 
