@@ -11,12 +11,20 @@ with the weight-read floor: bytes of the weights ÷ the memory bandwidth measure
 
 TTFT = submit → first event of the stream. Not measured here: transformers' own continuous
 batching (``generate_batch``) and llama.cpp (not installed on this machine).
+
+``weights: float16`` (``localmodel.weights``) is measured beside the float32 weights in the same
+run: single-stream ms/token, each against the weight-read floor of its own bytes (rounds
+alternate between the two so that the machine's noise falls on both), and its quality: over
+``--prompts`` chat prompts the float32 engine answers greedily, then the float16 model is fed
+the same tokens one decode step at a time (teacher forcing: the one-row path decode takes) and
+its argmax and logits are compared with a float32 forward of the same tokens.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import sys
 import time
 from dataclasses import replace
@@ -25,9 +33,13 @@ from typing import Any
 
 import torch
 
+from bench.kv import _questions, teacher_forced
 from bench.prefix import CACHE_DIR, load_engine
 from bench.report import command, median, percentile, publish, run_header, table
 from localmodel import AsyncEngine, Engine, Finished, SamplingParams
+from localmodel.forward import decode_one_token, prefill
+from localmodel.kv import RequestCache
+from localmodel.weights import use_half_weights
 
 PROMPT_TOKENS = 64
 
@@ -74,10 +86,18 @@ def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[
 
 
 def weight_floor(model: Any) -> dict[str, float]:
-    """Bytes the weights occupy (tied ones once), the read bandwidth, the ms/token floor."""
+    """Bytes a decode step reads, the read bandwidth, the ms/token floor.
+
+    Every weight once (tied ones once), less the input embedding table (one row is read per
+    token) unless the output layer reads it as its weight.
+    """
     seen: dict[int, int] = {}
     for p in model.parameters():
         seen[p.data_ptr()] = p.numel() * p.element_size()
+    table = model.get_input_embeddings().weight
+    output = model.get_output_embeddings()
+    if output is None or output.weight.data_ptr() != table.data_ptr():
+        seen.pop(table.data_ptr())
     weight_bytes = sum(seen.values())
     buf = torch.ones(256 * 2**20 // 4)  # 256 MiB of float32, read by a reduction
     buf.sum()
@@ -87,13 +107,57 @@ def weight_floor(model: Any) -> dict[str, float]:
             "floor_ms": 1000 * weight_bytes / bandwidth}  # fmt: skip
 
 
-def run(engine: Engine, levels: tuple[int, ...], n_tokens: int) -> dict[str, Any]:
+def half_weights(engine: Engine) -> Engine:
+    """The same engine with ``weights: float16`` (a converted copy of its model)."""
+    model = copy.deepcopy(engine.model)
+    use_half_weights(model)
+    return Engine(model, engine.tokenizer, replace(engine.config, weights="float16"))
+
+
+def single_stream(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dict[str, float]:
+    """Median single-stream decode ms/token of each engine, the engines taking turns."""
+    got: dict[str, list[float]] = {name: [] for name in engines}
+    for r in range(rounds):
+        for name, engine in engines.items():
+            got[name].append(measure(engine, 1, n_tokens, seed=100 + r)["ms_per_token"])
+    return {name: median(values) for name, values in got.items()}
+
+
+def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
+    """Greedy-token agreement and logit drift of float16 weights on the decode (one-row) path."""
+    greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
+    agree = positions = 0
+    drift_max = drift_sum = 0.0
+    for question in _questions(n_prompts):
+        prompt, fed, cold = teacher_forced(engine, question, greedy)
+        cache = RequestCache.allocate(half.layout, len(prompt) + len(fed))
+        prefill(half.model, cache, torch.tensor([prompt[:-1]]), 0)
+        warm = torch.stack([decode_one_token(half.model, cache, t, cache.length) for t in fed])
+        agree += int((warm.argmax(-1) == cold.argmax(-1)).sum())
+        positions += len(fed)
+        delta = (warm - cold).abs()
+        drift_max = max(drift_max, float(delta.max()))
+        drift_sum += float(delta.max(-1).values.sum())
+    return {"prompts": n_prompts, "positions": positions, "agreement": agree / positions,
+            "drift_max": drift_max, "drift_mean_of_max": drift_sum / positions}  # fmt: skip
+
+
+def run(
+    engine: Engine, levels: tuple[int, ...], n_tokens: int, prompts: int = 40
+) -> dict[str, Any]:
     one_at_a_time = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
     batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
+    half = half_weights(engine)
+    weights = {
+        "ms_per_token": single_stream({"auto": engine, "float16": half}, n_tokens, rounds=3),
+        "floor": {"auto": weight_floor(engine.model), "float16": weight_floor(half.model)},
+        "quality": half_quality(engine, half, prompts, n_tokens),
+    }
     return {"header": run_header(), "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
-            "one_at_a_time": baseline, "floor": weight_floor(engine.model)}  # fmt: skip
+            "one_at_a_time": baseline, "floor": weight_floor(engine.model),
+            "weights": weights}  # fmt: skip
 
 
 def markdown(results: dict[str, Any], cmd: str) -> str:
@@ -128,7 +192,26 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         f"{floor['floor_ms']:.1f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at a "
         f"measured {floor['bandwidth_gb_s']:.1f} GB/s): **{100 * share:.0f}% of the floor**. "
         "Not measured: transformers' `generate_batch`, llama.cpp (not installed), int8 KV.",
+        "",
+        *_weights_markdown(results["weights"]),
     ])  # fmt: skip
+
+
+def _weights_markdown(weights: dict[str, Any]) -> list[str]:
+    ms, floors, q = weights["ms_per_token"], weights["floor"], weights["quality"]
+    rows = [[f"`{name}`", f"{ms[name]:.1f}", f"{floors[name]['weight_bytes'] / 1e6:.0f} MB",
+             f"{floors[name]['floor_ms']:.1f}", f"{100 * floors[name]['floor_ms'] / ms[name]:.0f}%"]
+            for name in ("auto", "float16")]  # fmt: skip
+    return [
+        "### `weights: float16` beside the float32 weights (single stream, same run)",
+        "",
+        table(["weights", "ms/token", "read per token", "floor ms", "share of the floor"], rows),
+        "",
+        f"float16 weights decode **{ms['auto'] / ms['float16']:.2f}×** faster. Quality on the "
+        f"decode path, {q['prompts']} chat prompts, {q['positions']} teacher-forced tokens: "
+        f"greedy-token agreement **{q['agreement']:.2%}**, max |Δ logit| {q['drift_max']:.3f} "
+        f"(mean of per-token max {q['drift_mean_of_max']:.3f}).",
+    ]
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -137,12 +220,14 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--quick", action="store_true", help="1 and 8 streams, 16 tokens")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--prompts", type=int, default=40, help="float16 weights' quality")
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     args = parser.parse_args(argv)
     engine = load_engine(args.data_dir, "cpu", "float32", args.threads or None)
     levels = (1, 8) if args.quick else (1, 4, 8, 16)
-    results = run(engine, levels, 16 if args.quick else args.tokens)
+    quick = args.quick
+    results = run(engine, levels, 16 if quick else args.tokens, 12 if quick else args.prompts)
     return publish("engine", results, markdown(results, command("engine", argv)), not args.no_doc)
 
 

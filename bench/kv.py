@@ -74,13 +74,7 @@ def measure_quality(engine: Engine, n_prompts: int, n_answer: int) -> dict[str, 
     drift_sum = {d: 0.0 for d in DTYPES}
     positions = 0
     for question in _questions(n_prompts):
-        prompt = engine.encode_chat(
-            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-        )
-        answer = engine.complete(engine.prepare(prompt, greedy, namespace="ref"))
-        fed = [prompt[-1], *answer.choices[0].token_ids[:-1]]  # teacher forcing
-        with torch.inference_mode():
-            cold = model(torch.tensor([prompt[:-1] + fed])).logits[0, -len(fed) :]  # [n, vocab]
+        prompt, fed, cold = teacher_forced(engine, question, greedy)
         positions += len(fed)
         for dtype, store in stores.items():
             store.complete(store.prepare(prompt, one, namespace="q"))  # stores the prompt's KV
@@ -237,6 +231,21 @@ def _ppl(logits: torch.Tensor, tokens: list[int], start: int, stop: int) -> floa
     target = torch.tensor(tokens[start:stop])
     nll = torch.nn.functional.cross_entropy(logits[start - 1 : stop - 1].float(), target)
     return math.exp(float(nll))
+
+
+def teacher_forced(
+    engine: Engine, question: str, greedy: SamplingParams
+) -> tuple[list[int], list[int], torch.Tensor]:
+    """A chat prompt, the tokens to feed after its last-but-one (its last token, then the
+    float32 engine's greedy answer) and the float32 logits at each fed token ``[n, vocab]``."""
+    prompt = engine.encode_chat(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+    )
+    answer = engine.complete(engine.prepare(prompt, greedy, namespace="ref"))
+    fed = [prompt[-1], *answer.choices[0].token_ids[:-1]]  # teacher forcing
+    with torch.inference_mode():
+        cold = engine.model(torch.tensor([prompt[:-1] + fed])).logits[0, -len(fed) :]
+    return prompt, fed, cold
 
 
 def _forward_all(model: Any, cache: RequestCache, tokens: list[int]) -> torch.Tensor:

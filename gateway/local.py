@@ -86,6 +86,7 @@ class LocalBackend:
             max_batch=model.max_batch,
             step_tokens=model.step_tokens,
             kv_dtype=model.kv_dtype,
+            weights=model.weights,
             context_overflow=model.context_overflow,
             sink_tokens=model.sink_tokens,
             threads=threads,

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from localmodel.config import BUNDLED, EngineConfig
 from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
+from localmodel.weights import use_half_weights
 
 __all__ = [
     "BUNDLED_DIRNAME",
@@ -106,6 +107,11 @@ def _load(config: EngineConfig) -> LoadedModel:
     except OSError as exc:  # missing files, or a hub id that is not in the offline cache
         raise ModelLoadError(f"localmodel: cannot load model {path!r}: {exc}") from exc
     model.to(device).eval()
+    if config.weights == "float16":
+        saved = use_half_weights(model)
+        logger.info(
+            "localmodel: linear weights in float16 (%.0f MB less read a token)", saved / 1e6
+        )
     logger.info(
         "localmodel: loaded %s on %s (%s) in %.2f s",
         path,

@@ -1,5 +1,6 @@
-"""``kv_dtype`` and ``context_overflow`` from the YAML to the engine, and a conversation past
-the context window through the HTTP API with the official openai SDK (bundled model, CPU)."""
+"""``kv_dtype``, ``weights`` and ``context_overflow`` from the YAML to the engine, and a
+conversation past the context window through the HTTP API with the official openai SDK
+(bundled model, CPU)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "models": {
             "strict": _model(bundled_model_dir),
             "sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8"),
+            "half": _model(bundled_model_dir, weights="float16"),
         },
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
@@ -43,16 +45,21 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def test_yaml_reaches_the_engine_config() -> None:
     config = load_config_text(
-        "models: {m: {backend: local, kv_dtype: int8, context_overflow: sinks, sink_tokens: 8}}"
+        "models: {m: {backend: local, kv_dtype: int8, context_overflow: sinks, sink_tokens: 8,"
+        " weights: float16}}"
     )
     model = config.models["m"]
     assert isinstance(model, LocalModelConfig)
     engine_config = LocalBackend.from_config("m", model, config).engine_config
-    assert engine_config.kv_dtype == "int8"
+    assert (engine_config.kv_dtype, engine_config.weights) == ("int8", "float16")
     assert (engine_config.context_overflow, engine_config.sink_tokens) == ("sinks", 8)
     default = load_config_text("models: {m: {backend: local}}").models["m"]
     assert isinstance(default, LocalModelConfig)
-    assert (default.kv_dtype, default.context_overflow) == ("auto", "error")
+    assert (default.kv_dtype, default.context_overflow, default.weights) == (
+        "auto",
+        "error",
+        "auto",
+    )
 
 
 @pytest.mark.parametrize(
@@ -61,6 +68,9 @@ def test_yaml_reaches_the_engine_config() -> None:
         ("kv_dtype: int4", "models.m.kv_dtype"),
         ("context_overflow: truncate", "models.m.context_overflow"),
         ("sink_tokens: 0", "models.m.sink_tokens"),
+        ("weights: int8", "models.m.weights"),
+        ("weights: float16, dtype: bfloat16", "models.m"),
+        ("weights: float16, device: cuda", "models.m"),
     ],
 )
 def test_bad_values_are_config_errors(setting: str, where: str) -> None:
@@ -109,3 +119,20 @@ def test_int8_kv_serves_prefix_hits_over_http(gw: Gateway) -> None:
         )
         details = answer.usage.prompt_tokens_details if answer.usage else None
         assert details is not None and (details.cached_tokens or 0) >= cached
+
+
+def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> None:
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    for question in ("What is the capital of France?", "Name a colour."):
+        answers = [
+            client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": question}],
+                temperature=0,
+                max_tokens=10,
+            )
+            .choices[0]
+            .message.content
+            for model in ("strict", "half")
+        ]
+        assert answers[0] and answers[0] == answers[1]

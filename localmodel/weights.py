@@ -1,0 +1,99 @@
+"""Weight-only float16 for CPU decode (``weights: float16``): half the bytes read per token.
+
+Decoding one token is a chain of matrix-vector products, and on a CPU each one is bound by how
+fast the weights stream from memory. This module swaps every ``nn.Linear`` of a float32 model
+for a :class:`HalfLinear` that keeps its weight in float16, so decode reads half the bytes.
+What it computes depends on how many rows come in:
+
+* **one row** (a single-stream decode step): float16 activations against the float16 weight
+  (MKL's half-precision GEMV; accumulated in float32), the result back in float32. Measured on
+  this project's 2-core CPU: the bundled model's linear layers take ~14 ms a token instead of
+  ~37 ms in float32. If the float16 result is not finite (an activation past float16's range,
+  ±65504), that row is recomputed the other way;
+* **several rows** (prefill, batched decode): the weight is widened to float32 once (a copy
+  that stays in cache) and multiplied in float32. CPU float16 GEMM runs per row and is ~4×
+  slower than float32 at 64 rows, so the float32 product is faster there, and it reads half
+  the bytes from memory as well.
+
+Norms, attention, RoPE, residuals and the KV cache stay float32; only the stored weights are
+rounded to float16 (relative error ≤ 2⁻¹¹). The two paths round differently, so a request's
+logits depend slightly on whether it ran alone or batched (greedy tokens agreed on every
+benchmark prompt; ``bench/engine.py`` measures it) — the default ``weights: auto`` keeps the
+model's dtype and batched output identical to the same request alone.
+
+Any decoder-only architecture works: the swap is by module type, not by layer names. The input
+embedding table stays as loaded (one row is read per token); a tied ``lm_head`` gets its own
+float16 copy.
+
+Example::
+
+    saved = use_half_weights(model)   # float32 model on CPU; returns the bytes no longer read
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["HalfLinear", "use_half_weights"]
+
+
+class HalfLinear(nn.Module):
+    """``nn.Linear`` with its weight stored in float16 and results in the input's dtype."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        with torch.no_grad():
+            weight = linear.weight.detach().to(torch.float16).contiguous()  # [out, in]
+        self.weight16 = nn.Parameter(weight, requires_grad=False)
+        self.bias = linear.bias  # None or [out], kept in the model's dtype
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The stored float16 weight ``[out, in]`` (what code that inspects ``.weight`` sees)."""
+        return self.weight16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # x: [..., in] → [..., out]
+        if x.numel() == x.shape[-1]:  # one row: the half-precision GEMV reads half the bytes
+            y = F.linear(x.to(torch.float16), self.weight16)
+            # NOTE: one reduction tells an inf/nan apart (finite halves sum finite in float32)
+            finite = math.isfinite(y.sum(dtype=torch.float32).item())
+            y = y.to(x.dtype) if finite else self._widened(x)
+        else:
+            y = self._widened(x)
+        return y if self.bias is None else y + self.bias
+
+    def _widened(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight16.to(x.dtype))
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, float16"
+
+
+def use_half_weights(model: Any) -> int:
+    """Swap every ``nn.Linear`` of ``model`` (float32, on CPU) for a :class:`HalfLinear`.
+
+    Returns how many bytes of weights a decode step no longer reads. Raises ValueError for a
+    model that is not float32 on a CPU (on a GPU, run the model in bfloat16 instead).
+    """
+    param = next(model.parameters())
+    if param.dtype != torch.float32 or param.device.type != "cpu":
+        raise ValueError(
+            "localmodel: weights: float16 needs a float32 model on the CPU "
+            f"(got {str(param.dtype).removeprefix('torch.')} on {param.device}); "
+            "on a GPU use dtype: bfloat16"
+        )
+    saved = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear:  # NOTE: exact type: subclasses may compute otherwise
+                setattr(parent, name, HalfLinear(child))
+                saved += child.weight.numel() * (child.weight.element_size() - 2)
+    return saved

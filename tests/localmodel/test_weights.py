@@ -1,0 +1,89 @@
+"""``weights: float16``: every linear layer stores float16, answers stay the model's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from localmodel import Engine, EngineConfig, SamplingParams
+from localmodel.loader import LoadedModel, load
+from localmodel.weights import HalfLinear, use_half_weights
+from tests.conftest import CACHE_DIR
+
+
+@pytest.fixture(scope="module")
+def half() -> LoadedModel:
+    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="float16"))
+
+
+def test_every_linear_is_swapped_and_stores_half_the_bytes(
+    half: LoadedModel, bundled: LoadedModel
+) -> None:
+    linears = [m for m in bundled.model.modules() if type(m) is nn.Linear]
+    halves = [m for m in half.model.modules() if isinstance(m, HalfLinear)]
+    assert len(linears) == 30 * 7 + 1 == len(halves)  # q k v o gate up down per layer, lm_head
+    assert not any(type(m) is nn.Linear for m in half.model.modules())
+    assert all(m.weight.dtype == torch.float16 for m in halves)
+    # the input embedding stays float32 (one row read per token); lm_head got its own copy
+    assert half.model.get_input_embeddings().weight.dtype == torch.float32
+    before = sum(m.weight.numel() * 4 for m in linears)
+    assert sum(m.weight16.numel() * m.weight16.element_size() for m in halves) == before // 2
+
+
+def test_logits_stay_close_and_greedy_answers_are_the_models(
+    half: LoadedModel, bundled: LoadedModel
+) -> None:
+    ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        full = bundled.model(input_ids=ids).logits[0, -1]
+        rounded = half.model(input_ids=ids).logits[0, -1]
+    assert (full - rounded).abs().max() < 0.5  # weights rounded to 2^-11: small, not zero
+    assert (full - rounded).abs().max() > 0
+    assert int(full.argmax()) == int(rounded.argmax())
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    for question in ("What is the capital of France?", "Name three colours.", "What is 2+2?"):
+        answers = []
+        for loaded in (bundled, half):
+            engine = Engine(loaded.model, loaded.tokenizer, EngineConfig(data_dir=CACHE_DIR))
+            prompt = engine.encode_chat([{"role": "user", "content": question}])
+            request = engine.prepare(prompt, params, namespace="t")
+            answers.append(engine.complete(request).choices[0].text)
+        assert answers[0] == answers[1], question
+
+
+def test_one_row_is_a_half_gemv_several_rows_widen_the_weight() -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40, bias=True)
+    layer = HalfLinear(linear)
+    widened = nn.functional.linear  # the reference: the rounded weight in float32
+    rounded = layer.weight16.float()
+    rows = torch.randn(1, 5, 96)
+    with torch.inference_mode():
+        many = layer(rows)  # several rows: float32 product of the widened weight, exact
+        assert torch.equal(many, widened(rows, rounded, linear.bias))
+        one = layer(rows[:, :1])  # one row: float16 activations, float32 out
+        assert one.dtype == torch.float32 and one.shape == (1, 1, 40)
+        assert torch.allclose(one, many[:, :1], atol=2e-2)
+        assert not torch.equal(one, many[:, :1])  # it did take the half-precision path
+
+
+def test_a_row_past_float16s_range_is_recomputed_in_float32() -> None:
+    torch.manual_seed(0)
+    layer = HalfLinear(nn.Linear(64, 8, bias=False))
+    row = torch.randn(1, 64) * 1e6  # inf in float16
+    with torch.inference_mode():
+        out = layer(row)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out, nn.functional.linear(row, layer.weight16.float()))
+
+
+def test_only_a_float32_model_on_the_cpu_is_converted(tiny_model: nn.Module) -> None:
+    import copy
+
+    bf16 = copy.deepcopy(tiny_model).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="float32 model on the CPU"):
+        use_half_weights(bf16)
+    assert any(type(m) is nn.Linear for m in bf16.modules())  # left as it was
+    with pytest.raises(ValueError, match="weights must be one of"):
+        EngineConfig(weights="int8")
