@@ -68,6 +68,17 @@ def test_one_row_is_a_half_gemv_several_rows_widen_the_weight() -> None:
         assert not torch.equal(one, many[:, :1])  # it did take the half-precision path
 
 
+def test_a_large_weight_is_widened_in_slices_with_the_same_result() -> None:
+    torch.manual_seed(0)
+    layer = HalfLinear(nn.Linear(64, 2**15 + 5, bias=True))  # 2**20 // 64 rows a slice: 3 slices
+    rows = torch.randn(2, 3, 64)
+    with torch.inference_mode():
+        got = layer(rows)
+    want = nn.functional.linear(rows, layer.weight16.float(), layer.bias)
+    assert got.shape == (2, 3, 2**15 + 5) and torch.allclose(got, want, atol=1e-5)
+    assert layer._scratch.buffer.numel() == 2**14 * 64
+
+
 def test_a_row_past_float16s_range_is_recomputed_in_float32() -> None:
     torch.manual_seed(0)
     layer = HalfLinear(nn.Linear(64, 8, bias=False))
@@ -87,3 +98,25 @@ def test_only_a_float32_model_on_the_cpu_is_converted(tiny_model: nn.Module) -> 
     assert any(type(m) is nn.Linear for m in bf16.modules())  # left as it was
     with pytest.raises(ValueError, match="weights must be one of"):
         EngineConfig(weights="int8")
+
+
+def test_several_rows_widen_into_one_reused_buffer(half: LoadedModel) -> None:
+    """A fresh float32 copy per call was sometimes mapped afresh by malloc: ~4x slower."""
+    import copy
+
+    model = copy.deepcopy(half.model)  # buffers of its own, not shared with `half`
+    layers = [m for m in model.modules() if isinstance(m, HalfLinear)]
+    scratch = layers[0]._scratch
+    assert all(m._scratch is scratch for m in layers)
+    assert (
+        scratch is not next(m for m in half.model.modules() if isinstance(m, HalfLinear))._scratch
+    )
+    ids = half.tokenizer("Reused buffers", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        model(input_ids=ids)
+        buffer = scratch.buffer
+        # the 49152-row output layer went through it in slices of 1820 rows (≤ 2**20 floats)
+        assert max(m.weight16.numel() for m in layers[:-1]) <= buffer.numel() == 1820 * 576
+        assert model.lm_head is layers[-1]
+        model(input_ids=ids)
+    assert scratch.buffer is buffer  # reused, not reallocated
