@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import sys
 import time
 from dataclasses import replace
@@ -39,7 +38,6 @@ from bench.report import command, median, percentile, publish, run_header, table
 from localmodel import AsyncEngine, Engine, Finished, SamplingParams
 from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
-from localmodel.weights import use_half_weights
 
 PROMPT_TOKENS = 64
 #: one stream: TTFT, tokens, decode ms/token, end (seconds from the submit)
@@ -102,7 +100,7 @@ def weight_floor(model: Any) -> dict[str, float]:
         seen[p.data_ptr()] = p.numel() * p.element_size()
     table = model.get_input_embeddings().weight
     output = model.get_output_embeddings()
-    if output is None or output.weight.data_ptr() != table.data_ptr():
+    if output is None or output.weight is not table:  # (tied: the same Parameter)
         seen.pop(table.data_ptr())
     weight_bytes = sum(seen.values())
     buf = torch.ones(256 * 2**20 // 4)  # 256 MiB of float32, read by a reduction
@@ -113,11 +111,9 @@ def weight_floor(model: Any) -> dict[str, float]:
             "floor_ms": 1000 * weight_bytes / bandwidth}  # fmt: skip
 
 
-def half_weights(engine: Engine) -> Engine:
-    """The same engine with ``weights: float16`` (a converted copy of its model)."""
-    model = copy.deepcopy(engine.model)
-    use_half_weights(model)
-    return Engine(model, engine.tokenizer, replace(engine.config, weights="float16"))
+def variant(engine: Engine, weights: str) -> Engine:
+    """The same engine with another ``weights`` setting (the model loaded again)."""
+    return Engine.load(replace(engine.config, weights=weights))
 
 
 def single_stream(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dict[str, float]:
@@ -126,6 +122,15 @@ def single_stream(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dic
     for r in range(rounds):
         for name, engine in engines.items():
             got[name].append(measure(engine, 1, n_tokens, seed=100 + r)["ms_per_token"])
+    return {name: median(values) for name, values in got.items()}
+
+
+def eight_streams(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dict[str, float]:
+    """Median decode tokens/s of 8 concurrent streams on each engine, taking turns."""
+    got: dict[str, list[float]] = {name: [] for name in engines}
+    for r in range(rounds):
+        for name, engine in engines.items():
+            got[name].append(measure(engine, 8, n_tokens, seed=200 + r)["decode_tokens_per_s"])
     return {name: median(values) for name, values in got.items()}
 
 
@@ -154,15 +159,18 @@ def run(
     one_at_a_time = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
     batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
-    half = half_weights(engine)
+    engines = {"unpacked": variant(engine, "unpacked"), "auto": engine,
+               "float16": variant(engine, "float16")}  # fmt: skip
+    floors = {name: weight_floor(engines[name].model) for name in ("unpacked", "float16")}
     weights = {
-        "ms_per_token": single_stream({"auto": engine, "float16": half}, n_tokens, rounds=3),
-        "floor": {"auto": weight_floor(engine.model), "float16": weight_floor(half.model)},
-        "quality": half_quality(engine, half, prompts, n_tokens),
+        "ms_per_token": single_stream(engines, n_tokens, rounds=3),
+        "decode_8": eight_streams(engines, n_tokens, rounds=2),
+        "floor": {**floors, "auto": floors["unpacked"]},  # (packed: the same bytes)
+        "quality": half_quality(engine, engines["float16"], prompts, n_tokens),
     }
     return {"header": run_header(), "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
-            "one_at_a_time": baseline, "floor": weight_floor(engine.model),
+            "one_at_a_time": baseline, "floor": floors["unpacked"],
             "weights": weights}  # fmt: skip
 
 
@@ -188,7 +196,7 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         "## Continuous batching of the local model (`bench/engine.py`)",
         "",
         f"`{cmd}` — {results['header']['machine']}, {results['threads']} torch thread(s), "
-        f"bundled SmolLM2-135M fp32, {PROMPT_TOKENS}-token distinct prompts, "
+        f"bundled SmolLM2-135M fp32 (`weights: auto`: oneDNN-packed), {PROMPT_TOKENS}-token distinct prompts, "
         f"{results['n_tokens']} greedy tokens per stream, step_tokens {results['step_tokens']}. "
         "Batched (`max_batch: 16`) and one at a time (`max_batch: 1`) in the same run. "
         "**The machine is shared with other jobs**: absolute figures move between runs; the "
@@ -212,19 +220,35 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
 
 
 def _weights_markdown(weights: dict[str, Any]) -> list[str]:
-    ms, floors, q = weights["ms_per_token"], weights["floor"], weights["quality"]
+    ms, d8, floors, q = (weights[k] for k in ("ms_per_token", "decode_8", "floor", "quality"))
+    names = ("unpacked", "auto", "float16")
     rows = [[f"`{name}`", f"{ms[name]:.1f}", f"{floors[name]['weight_bytes'] / 1e6:.0f} MB",
-             f"{floors[name]['floor_ms']:.1f}", f"{100 * floors[name]['floor_ms'] / ms[name]:.0f}%"]
-            for name in ("auto", "float16")]  # fmt: skip
+             f"{floors[name]['floor_ms']:.1f}", f"{100 * floors[name]['floor_ms'] / ms[name]:.0f}%",
+             f"{d8[name]:.1f}"] for name in names]  # fmt: skip
     return [
-        "### `weights: float16` beside the float32 weights (single stream, same run)",
+        "### `weights` settings side by side (same run, taking turns)",
         "",
-        table(["weights", "ms/token", "read per token", "floor ms", "share of the floor"], rows),
+        "`unpacked`: the float32 weights as loaded (MKL); `auto`: the same weights prepacked "
+        "for oneDNN (the default on a CPU); `float16`: weights stored in float16.",
         "",
-        f"float16 weights decode **{ms['auto'] / ms['float16']:.2f}×** faster. Quality on the "
-        f"decode path, {q['prompts']} chat prompts, {q['positions']} teacher-forced tokens: "
-        f"greedy-token agreement **{q['agreement']:.2%}**, max |Δ logit| {q['drift_max']:.3f} "
-        f"(mean of per-token max {q['drift_mean_of_max']:.3f}).",
+        table(
+            [
+                "weights",
+                "single-stream ms/token",
+                "read per token",
+                "floor ms",
+                "share of the floor",
+                "decode tokens/s, 8 streams",
+            ],
+            rows,
+        ),
+        "",
+        f"Single stream: `auto` {ms['unpacked'] / ms['auto']:.2f}×, `float16` "
+        f"**{ms['unpacked'] / ms['float16']:.2f}×** the speed of `unpacked`; 8 streams: `auto` "
+        f"**{d8['auto'] / d8['unpacked']:.2f}×**, `float16` {d8['float16'] / d8['unpacked']:.2f}×. "
+        f"`float16` quality on the decode path, {q['prompts']} chat prompts, {q['positions']} "
+        f"teacher-forced tokens: greedy-token agreement **{q['agreement']:.2%}**, max |Δ logit| "
+        f"{q['drift_max']:.3f} (mean of per-token max {q['drift_mean_of_max']:.3f}).",
     ]
 
 

@@ -375,7 +375,11 @@ def main(argv: list[str] | None = None) -> str:
 
 
 def load_engine(
-    data_dir: Path, device: str = "auto", dtype: str = "auto", threads: int | None = None
+    data_dir: Path,
+    device: str = "auto",
+    dtype: str = "auto",
+    threads: int | None = None,
+    weights: str = "auto",
 ) -> Engine:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     config = EngineConfig(
@@ -384,6 +388,7 @@ def load_engine(
         dtype=dtype,
         threads=threads,
         prefix_cache_bytes=2 * 2**30,
+        weights=weights,
     )
     return Engine.load(config)
 

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from localmodel.config import BUNDLED, EngineConfig
 from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
-from localmodel.weights import use_half_weights
+from localmodel.weights import can_pack, use_half_weights, use_packed_weights
 
 __all__ = [
     "BUNDLED_DIRNAME",
@@ -112,6 +112,8 @@ def _load(config: EngineConfig) -> LoadedModel:
         logger.info(
             "localmodel: linear weights in float16 (%.0f MB less read a token)", saved / 1e6
         )
+    elif config.weights == "auto" and can_pack(model):
+        logger.info("localmodel: %d linear layers prepacked for oneDNN", use_packed_weights(model))
     logger.info(
         "localmodel: loaded %s on %s (%s) in %.2f s",
         path,

@@ -8,7 +8,13 @@ from torch import nn
 
 from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.loader import LoadedModel, load
-from localmodel.weights import HalfLinear, use_half_weights
+from localmodel.weights import (
+    HalfLinear,
+    PackedLinear,
+    can_pack,
+    use_half_weights,
+    use_packed_weights,
+)
 from tests.conftest import CACHE_DIR
 
 
@@ -20,15 +26,43 @@ def half() -> LoadedModel:
 def test_every_linear_is_swapped_and_stores_half_the_bytes(
     half: LoadedModel, bundled: LoadedModel
 ) -> None:
-    linears = [m for m in bundled.model.modules() if type(m) is nn.Linear]
+    packed = [m for m in bundled.model.modules() if isinstance(m, PackedLinear)]  # the default
     halves = [m for m in half.model.modules() if isinstance(m, HalfLinear)]
-    assert len(linears) == 30 * 7 + 1 == len(halves)  # q k v o gate up down per layer, lm_head
+    assert len(packed) == 30 * 7 + 1 == len(halves)  # q k v o gate up down per layer, lm_head
     assert not any(type(m) is nn.Linear for m in half.model.modules())
     assert all(m.weight.dtype == torch.float16 for m in halves)
     # the input embedding stays float32 (one row read per token); lm_head got its own copy
     assert half.model.get_input_embeddings().weight.dtype == torch.float32
-    before = sum(m.weight.numel() * 4 for m in linears)
+    before = sum(m.in_features * m.out_features * 4 for m in packed)
     assert sum(m.weight16.numel() * m.weight16.element_size() for m in halves) == before // 2
+
+
+@pytest.fixture(scope="module")
+def unpacked() -> LoadedModel:
+    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="unpacked"))
+
+
+def test_auto_prepacks_every_linear_for_onednn_with_the_same_results(
+    bundled: LoadedModel, unpacked: LoadedModel
+) -> None:
+    assert not any(isinstance(m, PackedLinear) for m in unpacked.model.modules())
+    assert not any(type(m) is nn.Linear for m in bundled.model.modules())  # auto: all packed
+    ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        diff = (bundled.model(input_ids=ids).logits - unpacked.model(input_ids=ids).logits).abs()
+    assert diff.max() < 1e-3  # summation order only (measured 2e-4 over 40 tokens)
+
+
+def test_a_packed_layer_computes_what_nn_linear_does() -> None:
+    torch.manual_seed(0)
+    for bias in (True, False):
+        linear = nn.Linear(96, 40, bias=bias)
+        layer = PackedLinear(linear)
+        assert layer.weight.shape == (40, 96)
+        for rows in (1, 3, 64):
+            x = torch.randn(2, rows, 96)
+            with torch.inference_mode():
+                assert torch.allclose(layer(x), linear(x), atol=1e-5)
 
 
 def test_logits_stay_close_and_greedy_answers_are_the_models(
@@ -95,6 +129,9 @@ def test_only_a_float32_model_on_the_cpu_is_converted(tiny_model: nn.Module) -> 
     bf16 = copy.deepcopy(tiny_model).to(torch.bfloat16)
     with pytest.raises(ValueError, match="float32 model on the CPU"):
         use_half_weights(bf16)
+    assert not can_pack(bf16)
+    with pytest.raises(ValueError, match="float32 model on a CPU with oneDNN"):
+        use_packed_weights(bf16)
     assert any(type(m) is nn.Linear for m in bf16.modules())  # left as it was
     with pytest.raises(ValueError, match="weights must be one of"):
         EngineConfig(weights="int8")
