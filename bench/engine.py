@@ -116,21 +116,15 @@ def variant(engine: Engine, weights: str) -> Engine:
     return Engine.load(replace(engine.config, weights=weights))
 
 
-def single_stream(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dict[str, float]:
-    """Median single-stream decode ms/token of each engine, the engines taking turns."""
+def taking_turns(
+    engines: dict[str, Engine], streams: int, figure: str, n_tokens: int, rounds: int
+) -> dict[str, float]:
+    """Median ``figure`` of ``measure`` at ``streams`` streams per engine, the engines taking
+    turns round after round (so that the machine's noise falls on all of them)."""
     got: dict[str, list[float]] = {name: [] for name in engines}
     for r in range(rounds):
         for name, engine in engines.items():
-            got[name].append(measure(engine, 1, n_tokens, seed=100 + r)["ms_per_token"])
-    return {name: median(values) for name, values in got.items()}
-
-
-def eight_streams(engines: dict[str, Engine], n_tokens: int, rounds: int) -> dict[str, float]:
-    """Median decode tokens/s of 8 concurrent streams on each engine, taking turns."""
-    got: dict[str, list[float]] = {name: [] for name in engines}
-    for r in range(rounds):
-        for name, engine in engines.items():
-            got[name].append(measure(engine, 8, n_tokens, seed=200 + r)["decode_tokens_per_s"])
+            got[name].append(measure(engine, streams, n_tokens, seed=100 * streams + r)[figure])
     return {name: median(values) for name, values in got.items()}
 
 
@@ -163,8 +157,8 @@ def run(
                "float16": variant(engine, "float16")}  # fmt: skip
     floors = {name: weight_floor(engines[name].model) for name in ("unpacked", "float16")}
     weights = {
-        "ms_per_token": single_stream(engines, n_tokens, rounds=3),
-        "decode_8": eight_streams(engines, n_tokens, rounds=2),
+        "ms_per_token": taking_turns(engines, 1, "ms_per_token", n_tokens, rounds=3),
+        "decode_8": taking_turns(engines, 8, "decode_tokens_per_s", n_tokens, rounds=2),
         "floor": {**floors, "auto": floors["unpacked"]},  # (packed: the same bytes)
         "quality": half_quality(engine, engines["float16"], prompts, n_tokens),
     }
