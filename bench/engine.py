@@ -9,8 +9,9 @@ from distinct prompts (no prefix reuse); the same ``c`` requests are then run th
 with ``max_batch: 1`` (one at a time, as before batching). Single-stream decode is compared
 with the weight-read floor: bytes of the weights ÷ the memory bandwidth measured here.
 
-TTFT = submit → first event of the stream. Not measured here: transformers' own continuous
-batching (``generate_batch``) and llama.cpp (not installed on this machine).
+TTFT = submit → first event of the stream. transformers' own continuous batching
+(``generate_batch``) runs the same 8 prompts for comparison. Not measured here: llama.cpp
+(not installed on this machine).
 
 ``weights: float16`` (``localmodel.weights``) is measured beside the float32 weights in the same
 run: single-stream ms/token, each against the weight-read floor of its own bytes (rounds
@@ -38,6 +39,7 @@ from bench.report import command, median, percentile, publish, run_header, table
 from localmodel import AsyncEngine, Engine, Finished, SamplingParams
 from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
+from localmodel.loader import load
 
 PROMPT_TOKENS = 64
 #: one stream: TTFT, tokens, decode ms/token, end (seconds from the submit)
@@ -128,6 +130,27 @@ def taking_turns(
     return {name: median(values) for name, values in got.items()}
 
 
+def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, Any]:
+    """transformers' own continuous batching (``generate_batch``, paged attention) on the same
+    prompts as :func:`measure` at ``streams`` streams; a fresh copy of the model as loaded."""
+    from transformers import GenerationConfig
+
+    model = load(replace(engine.config, weights="unpacked")).model
+    gen = torch.Generator().manual_seed(streams)  # measure()'s prompts at this level
+    prompts = [torch.randint(100, 40000, (PROMPT_TOKENS,), generator=gen).tolist()
+               for _ in range(streams)]  # fmt: skip
+    # no stop token: n_tokens each, as in measure()
+    config = GenerationConfig(
+        max_new_tokens=n_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0
+    )
+    model.generate_batch(inputs=prompts[:1], generation_config=config, max_new_tokens=2)  # warm
+    started = time.perf_counter()
+    out = model.generate_batch(inputs=prompts, generation_config=config)
+    wall = time.perf_counter() - started
+    tokens = sum(len(o.generated_tokens) for o in out.values())
+    return {"streams": streams, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
+
+
 def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
     """Greedy-token agreement and logit drift of float16 weights on the decode (one-row) path."""
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
@@ -164,8 +187,8 @@ def run(
     }
     return {"header": run_header(), "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
-            "one_at_a_time": baseline, "floor": floors["unpacked"],
-            "weights": weights}  # fmt: skip
+            "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
+            "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens)}  # fmt: skip
 
 
 def markdown(results: dict[str, Any], cmd: str) -> str:
@@ -207,10 +230,24 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         f"Single stream: {single['ms_per_token']:.1f} ms/token; weight-read floor "
         f"{floor['floor_ms']:.1f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at a "
         f"measured {floor['bandwidth_gb_s']:.1f} GB/s): **{100 * share:.0f}% of the floor**. "
-        "Not measured: transformers' `generate_batch`, llama.cpp (not installed), int8 KV.",
+        "Not measured: llama.cpp (not installed).",
+        "",
+        *_hf_markdown(results),
         "",
         *_weights_markdown(results["weights"]),
     ])  # fmt: skip
+
+
+def _hf_markdown(results: dict[str, Any]) -> list[str]:
+    hf = results["hf_generate_batch"]
+    ours = next(r for r in results["batched"] if r["concurrency"] == hf["streams"])
+    return [
+        f"transformers' own continuous batching (`generate_batch`, its paged attention), the "
+        f"same {hf['streams']} prompts and {results['n_tokens']} greedy tokens each, the model "
+        f"as loaded: {hf['tokens_per_s']:.1f} tokens/s over the whole run ({hf['wall_s']:.1f} "
+        f"s) against the engine's {ours['tokens_per_s']:.1f} "
+        f"(**{ours['tokens_per_s'] / hf['tokens_per_s']:.1f}×**).",
+    ]
 
 
 def _weights_markdown(weights: dict[str, Any]) -> list[str]:
