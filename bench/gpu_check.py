@@ -21,6 +21,11 @@ Tolerance:
   either meaningless or flaky. Top-1 agreement is reported too (a near-tie may
   legitimately flip in bf16). The tolerance never goes below 2^-7 (one bf16 step at 1.0).
 
+Then concurrent streams (``--streams``, default 1/8/32/64 on CUDA, 1/8 on a CPU): that many
+greedy streams submitted at once to the engine's scheduler (``bench/engine.py``'s measure:
+distinct 64-token prompts, ``--tokens`` each), with aggregate and decode tokens/s and TTFT
+p50/p99, and the same 8 streams one at a time (``max_batch: 1``) for the batching ratio.
+
 Exit status 1 when a check fails. The JSON goes to bench/results/gpu_check.json.
 """
 
@@ -29,10 +34,12 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from dataclasses import replace
 from typing import Any
 
 import torch
 
+from bench.engine import measure
 from bench.prefix import CACHE_DIR, SUFFIX, _ids, _tokens, load_engine, markdown, run
 from bench.report import command as report_command
 from bench.report import save_json, table
@@ -82,6 +89,20 @@ def check_logits(engine: Engine, prefix_len: int, reference: Any | None) -> dict
     return result
 
 
+def concurrent_streams(engine: Engine, levels: list[int], n_tokens: int) -> dict[str, Any]:
+    """``measure`` at each level, and 8 streams one at a time for the batching ratio."""
+    batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
+    alone = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
+    one_at_a_time = measure(alone, 8, n_tokens, seed=8)
+    rows = [[r["concurrency"], f"{r['tokens_per_s']:.1f}", f"{r['decode_tokens_per_s']:.1f}",
+             f"{1000 * r['ttft_p50_s']:.0f} / {1000 * r['ttft_p99_s']:.0f}"]
+            for r in [*batched, {**one_at_a_time, "concurrency": "8 one at a time"}]]  # fmt: skip
+    print(f"\nConcurrent streams, {n_tokens} greedy tokens each (max_batch "
+          f"{engine.config.max_batch}):\n")  # fmt: skip
+    print(table(["streams", "tokens/s", "decode tokens/s", "TTFT p50 / p99 ms"], rows))
+    return {"batched": batched, "one_at_a_time_8": one_at_a_time}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -89,10 +110,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = default)")
     parser.add_argument("--no-bench", action="store_true", help="only the logits check")
+    parser.add_argument("--streams", help="concurrent streams, e.g. 1,8,32,64 (0: none)")
+    parser.add_argument("--tokens", type=int, default=32, help="greedy tokens per stream")
     args = parser.parse_args(argv)
 
     engine = load_engine(CACHE_DIR, args.device, args.dtype, args.threads or None)
     on_cuda = engine.layout.device.type == "cuda"
+    streams = [int(c) for c in (args.streams or ("1,8,32,64" if on_cuda else "1,8")).split(",")]
+    if max(streams) > engine.config.max_batch:
+        engine = Engine(engine.model, engine.tokenizer,
+                        replace(engine.config, max_batch=max(streams)))  # fmt: skip
     sizes = (256, 1024, 2048) if on_cuda else (256, 1024)
     reference = None
     if engine.layout.dtype != torch.float32:
@@ -134,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         command = report_command("gpu_check", argv)
         print()
         print(markdown(results["bench"], command))
+    if streams != [0]:
+        results["streams"] = concurrent_streams(engine, streams, args.tokens)
     save_json("gpu_check", results)
     return 0 if all(c["ok"] for c in checks) else 1
 
