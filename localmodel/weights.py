@@ -46,6 +46,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from typing import Any
@@ -157,11 +158,21 @@ class PackedLinear(nn.Module):
 def can_pack(model: Any) -> bool:
     """Whether :func:`use_packed_weights` applies: a float32 model on a CPU with oneDNN."""
     param = next(model.parameters())
-    return (
-        param.dtype == torch.float32
-        and param.device.type == "cpu"
-        and torch.backends.mkldnn.is_available()
-    )
+    return param.dtype == torch.float32 and param.device.type == "cpu" and _onednn_works()
+
+
+@functools.cache
+def _onednn_works() -> bool:
+    """Whether this torch build packs and multiplies (a build without oneDNN, or a CPU it
+    does not support, keeps the weights as loaded instead of failing the model's load)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(8, 8), 64)
+        out = torch.ops.mkldnn._linear_pointwise(torch.ones(2, 8), packed, None, "none", [], "")
+    except (RuntimeError, AttributeError):
+        return False
+    return bool(torch.equal(out, torch.full((2, 8), 8.0)))
 
 
 def use_packed_weights(model: Any) -> int:

@@ -130,6 +130,7 @@ def test_only_a_float32_model_on_the_cpu_is_converted(tiny_model: nn.Module) -> 
     with pytest.raises(ValueError, match="float32 model on the CPU"):
         use_half_weights(bf16)
     assert not can_pack(bf16)
+    assert can_pack(tiny_model)  # this CPU and torch build: oneDNN works
     with pytest.raises(ValueError, match="float32 model on a CPU with oneDNN"):
         use_packed_weights(bf16)
     assert any(type(m) is nn.Linear for m in bf16.modules())  # left as it was
@@ -157,3 +158,22 @@ def test_several_rows_widen_into_one_reused_buffer(half: LoadedModel) -> None:
         assert model.lm_head is layers[-1]
         model(input_ids=ids)
     assert scratch.buffer is buffer  # reused, not reallocated
+
+
+def test_without_onednn_auto_keeps_the_weights_as_loaded(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: nn.Module
+) -> None:
+    import copy
+
+    import localmodel.weights as weights
+
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    weights._onednn_works.cache_clear()
+    try:
+        model = copy.deepcopy(tiny_model)
+        assert not can_pack(model)
+        with pytest.raises(ValueError, match="oneDNN"):
+            use_packed_weights(model)
+        assert all(type(m) is not PackedLinear for m in model.modules())
+    finally:
+        weights._onednn_works.cache_clear()
