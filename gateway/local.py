@@ -35,6 +35,7 @@ from localmodel import (
     SamplingParams,
     TextDelta,
 )
+from localmodel.weights import in_use as weights_in_use
 
 from .backend import Answer, StreamEvent
 from .config import Config, LocalModelConfig
@@ -154,6 +155,7 @@ class LocalBackend:
         out: dict[str, Any] = {
             "loaded": True,
             "pending": self._engine.pending,
+            "weights": weights_in_use(self._engine.engine.model),
             "prefix_cache": {
                 "queried_tokens": cache.queried_tokens,
                 "hit_tokens": cache.hit_tokens,

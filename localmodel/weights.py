@@ -55,7 +55,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["HalfLinear", "PackedLinear", "can_pack", "use_half_weights", "use_packed_weights"]
+__all__ = [
+    "HalfLinear",
+    "PackedLinear",
+    "can_pack",
+    "in_use",
+    "use_half_weights",
+    "use_packed_weights",
+]
 
 #: Largest weight widened at once (4 MiB of float32: every layer of the bundled model whole;
 #: its 49152-row output layer in slices, so the scratch buffer stays small).
@@ -153,6 +160,17 @@ class PackedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN"
+
+
+def in_use(model: Any) -> str:
+    """How ``model``'s linear layers keep their weights: ``"onednn-packed"``, ``"float16"``
+    or ``"as loaded (<dtype>)"`` (what ``/admin/stats`` reports)."""
+    kinds = {type(m) for m in model.modules()}
+    if PackedLinear in kinds:
+        return "onednn-packed"
+    if HalfLinear in kinds:
+        return "float16"
+    return f"as loaded ({str(next(model.parameters()).dtype).removeprefix('torch.')})"
 
 
 def can_pack(model: Any) -> bool:

@@ -136,3 +136,6 @@ def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> N
             for model in ("strict", "half")
         ]
         assert answers[0] and answers[0] == answers[1]
+    backends = gw.http.get("/admin/stats").json()["backends"]
+    assert backends["strict"]["weights"] == "onednn-packed"  # weights: auto on this CPU
+    assert backends["half"]["weights"] == "float16"

@@ -12,6 +12,7 @@ from localmodel.weights import (
     HalfLinear,
     PackedLinear,
     can_pack,
+    in_use,
     use_half_weights,
     use_packed_weights,
 )
@@ -46,6 +47,8 @@ def test_auto_prepacks_every_linear_for_onednn_with_the_same_results(
     bundled: LoadedModel, unpacked: LoadedModel
 ) -> None:
     assert not any(isinstance(m, PackedLinear) for m in unpacked.model.modules())
+    assert in_use(unpacked.model) == "as loaded (float32)"
+    assert in_use(bundled.model) == "onednn-packed"
     assert not any(type(m) is nn.Linear for m in bundled.model.modules())  # auto: all packed
     ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.inference_mode():
