@@ -62,6 +62,7 @@ __all__ = [
     "Finished",
     "GenerationRequest",
     "InvalidRequestError",
+    "PrefillCancelled",
     "Steps",
     "TextDelta",
     "Usage",
@@ -93,6 +94,11 @@ class ContextWindowExceeded(InvalidRequestError):
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the prompt, {max_tokens} "
             "for the completion). Please reduce the prompt or the completion length."
         )
+
+
+class PrefillCancelled(Exception):
+    """Thrown into a request's coroutine (``Engine.steps``) by a scheduler that stops feeding
+    the prompt of a cancelled request part-way: it finishes ``"cancelled"`` at once."""
 
 
 # ── request and result types ──────────────────────────────────────────────────────────
@@ -416,7 +422,11 @@ class Engine:
             cache.load(match.spans, n_cached)
         if self.disk is not None and n_cached < min(len(prompt) - 1, capacity):
             n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
-        prompt_logits = yield from self._prefill(request, cache, n_cached)
+        try:
+            prompt_logits = yield from self._prefill(request, cache, n_cached)
+        except PrefillCancelled:
+            yield from self._cancelled_in_prefill(request, cache, n_cached, started)
+            return
         n_prompt_kv = cache.length  # the prompt's KV: len(prompt) unless the window slid
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
@@ -442,6 +452,19 @@ class Engine:
         )
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
+
+    def _cancelled_in_prefill(
+        self, request: GenerationRequest, cache: RequestCache, n_cached: int, started: float
+    ) -> Iterator[Event]:
+        """Finish a request cancelled part-way through its prompt: the KV computed so far
+        goes to the prefix tree (a client that retries starts from there), then the events."""
+        self._insert(request.namespace, request.prompt_tokens, cache)  # (its first cache.length)
+        choice = Choice(0, "", (), "cancelled")
+        yield ChoiceFinished(0, "cancelled")
+        usage = Usage(
+            prompt_tokens=len(request.prompt_tokens), completion_tokens=0, cached_tokens=n_cached
+        )
+        yield Finished(Completion((choice,), usage, time.perf_counter() - started, 0.0))
 
     def forward_batch(self, pieces: Sequence[Piece]) -> torch.Tensor:
         """Feed many requests' pieces in one forward pass; their last logits ``[n, vocab]``."""

@@ -13,8 +13,10 @@ then one token per decode step). A scheduler step, as vLLM and SGLang run it::
 
 Fairness: admission is FIFO and every running request advances by one token a step, so no
 request waits for another's whole generation and none starves. Cancellation (``request.cancel``)
-is seen by the coroutine at its next token: it finishes ``"cancelled"`` and its KV buffers are
-freed at that step. A request's sampling parameters, stop strings, ``n`` and seed are its own
+is seen by the coroutine at its next token, or by the scheduler before the next chunk of a
+prompt being prefilled (it throws ``PrefillCancelled`` into the coroutine, which keeps the KV
+computed so far in the prefix tree): either way the request finishes ``"cancelled"`` and its
+KV buffers are freed at that step. A request's sampling parameters, stop strings, ``n`` and seed are its own
 (each coroutine holds its own RNG), so a request's tokens do not depend on what it is batched with.
 
 Example (what ``AsyncEngine``'s worker thread does)::
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from localmodel.batch import Piece
-from localmodel.engine import Engine, Event, GenerationRequest, Steps
+from localmodel.engine import Engine, Event, GenerationRequest, PrefillCancelled, Steps
 
 __all__ = ["Scheduler", "Send"]
 
@@ -85,6 +87,10 @@ class Scheduler:
     def step(self) -> None:
         """Admit, run one batched forward pass, hand out its logits."""
         self._admit()
+        for seq in list(self.running):  # a cancelled prompt is not fed further
+            piece = seq.piece
+            if piece is not None and len(piece.tokens) > 1 and seq.request.cancel.is_set():
+                self._advance(seq, None, throw=PrefillCancelled())
         batch = self._batch()
         if not batch:
             return
@@ -127,17 +133,20 @@ class Scheduler:
             budget -= take
         return batch
 
-    def _advance(self, seq: _Sequence, reply: torch.Tensor | None) -> None:
-        """Resume ``seq`` with ``reply`` until it asks for a piece or finishes."""
+    def _advance(
+        self, seq: _Sequence, reply: torch.Tensor | None, throw: Exception | None = None
+    ) -> None:
+        """Resume ``seq`` with ``reply`` (or ``throw`` into it) until it asks for a piece or
+        finishes."""
         try:
+            item = seq.steps.send(reply) if throw is None else seq.steps.throw(throw)
             while True:
-                item = seq.steps.send(reply)
                 if isinstance(item, Piece):
                     seq.piece, seq.fed = item, 0
                     return
-                reply = None
                 if not seq.send(item):
                     seq.request.cancel.set()  # nobody listens: stop at the next token
+                item = seq.steps.send(None)
         except StopIteration:
             self.running.remove(seq)
         except Exception as exc:

@@ -134,3 +134,38 @@ def test_cancelled_request_stops_at_the_next_step_others_continue(tiny_engine: E
     assert isinstance(finished["a"], Finished) and isinstance(finished["b"], Finished)
     assert finished["a"].completion.choices[0].finish_reason == "cancelled"
     assert len(finished["b"].completion.choices[0].token_ids) == 40
+
+
+def test_a_prompt_cancelled_part_way_is_not_fed_further_and_keeps_its_kv(
+    tiny_engine: Engine,
+) -> None:
+    """A client that leaves during a long prefill frees its step budget at the next step."""
+    from prefix import RadixKey
+
+    scheduler = Scheduler(tiny_engine, max_batch=4, step_tokens=16)  # 16 prompt tokens a step
+    params = SamplingParams(temperature=0.0, max_tokens=6)
+    long_prompt = list(range(5, 105))  # 100 tokens: 7 steps of prefill
+    got: dict[str, list[Event | BaseException]] = {"long": [], "short": []}
+    requests = {
+        "long": tiny_engine.prepare(long_prompt, params, namespace=NS),
+        "short": tiny_engine.prepare([1, 2, 3], params, namespace=NS),
+    }
+    for name, request in requests.items():
+        scheduler.add(request, lambda item, n=name: got[n].append(item) or True)  # type: ignore[misc]
+    scheduler.step()
+    scheduler.step()  # the long prompt is 2 chunks in (oldest first: the short one waits)
+    fed = next(s.fed for s in scheduler.running if s.request is requests["long"])
+    assert 0 < fed < len(long_prompt)
+    requests["long"].cancel.set()
+    scheduler.step()
+    assert [s.request for s in scheduler.running] == [requests["short"]]  # gone at this step
+    finished = got["long"][-1]
+    assert isinstance(finished, Finished)
+    assert finished.completion.choices[0].finish_reason == "cancelled"
+    assert finished.completion.usage.completion_tokens == 0
+    # what was computed is kept: a retry of the same prompt starts from there
+    assert tiny_engine.prefix_cache.match(RadixKey(NS, long_prompt)).n_cached == fed
+    while scheduler.busy:
+        scheduler.step()
+    done = got["short"][-1]
+    assert isinstance(done, Finished) and len(done.completion.choices[0].token_ids) == 6
