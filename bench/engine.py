@@ -13,12 +13,13 @@ TTFT = submit → first event of the stream. transformers' own continuous batchi
 (``generate_batch``) runs the same 8 prompts for comparison. Not measured here: llama.cpp
 (not installed on this machine).
 
-``weights: float16`` (``localmodel.weights``) is measured beside the float32 weights in the same
-run: single-stream ms/token, each against the weight-read floor of its own bytes (rounds
-alternate between the two so that the machine's noise falls on both), and its quality: over
-``--prompts`` chat prompts the float32 engine answers greedily, then the float16 model is fed
-the same tokens one decode step at a time (teacher forcing: the one-row path decode takes) and
-its argmax and logits are compared with a float32 forward of the same tokens.
+The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``auto``, ``float16``) are
+measured side by side in the same run, taking turns round after round so that the machine's
+noise falls on all of them: single-stream ms/token, each against the weight-read floor of its
+own bytes, and 8-stream decode tokens/s. And ``float16``'s quality: over ``--prompts`` chat
+prompts the float32 engine answers greedily, then the float16 model is fed the same tokens one
+decode step at a time (teacher forcing: the one-row path decode takes) and its argmax and
+logits are compared with a float32 forward of the same tokens.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from bench.kv import _questions, teacher_forced
+from bench.kv import Drift, _questions, teacher_forced
 from bench.prefix import CACHE_DIR, load_engine
 from bench.report import command, median, percentile, publish, run_header, table
 from localmodel import AsyncEngine, Engine, Finished, SamplingParams
@@ -49,11 +50,9 @@ _Stream = tuple[float, int, float, float]
 def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[str, Any]:
     """``concurrency`` greedy streams at once; aggregate tokens/s, TTFT p50/p99 (seconds)."""
     params = SamplingParams(temperature=0.0, max_tokens=n_tokens)
-    gen = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(100, 40000, (PROMPT_TOKENS,), generator=gen).tolist()
-               for _ in range(concurrency)]  # fmt: skip
     requests = [
-        engine.prepare(p, params, namespace=f"bench|{seed}|{i}") for i, p in enumerate(prompts)
+        engine.prepare(p, params, namespace=f"bench|{seed}|{i}")
+        for i, p in enumerate(_prompts(concurrency, seed))
     ]
 
     async def one(local: AsyncEngine, request: Any, started: float) -> _Stream:
@@ -91,7 +90,21 @@ def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[
     }
 
 
-def weight_floor(model: Any) -> dict[str, float]:
+def _prompts(count: int, seed: int) -> list[list[int]]:
+    """``count`` distinct random prompts of PROMPT_TOKENS tokens (the same for the same seed)."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(100, 40000, (PROMPT_TOKENS,), generator=gen).tolist()
+            for _ in range(count)]  # fmt: skip
+
+
+def read_bandwidth() -> float:
+    """Bytes/s this machine reads: the best of 5 reductions over 256 MiB of float32."""
+    buf = torch.ones(256 * 2**20 // 4)
+    buf.sum()
+    return buf.numel() * 4 / min(_timed(buf.sum) for _ in range(5))
+
+
+def weight_floor(model: Any, bandwidth: float) -> dict[str, float]:
     """Bytes a decode step reads, the read bandwidth, the ms/token floor.
 
     Every weight once (tied ones once), less the input embedding table (one row is read per
@@ -105,10 +118,6 @@ def weight_floor(model: Any) -> dict[str, float]:
     if output is None or output.weight is not table:  # (tied: the same Parameter)
         seen.pop(table.data_ptr())
     weight_bytes = sum(seen.values())
-    buf = torch.ones(256 * 2**20 // 4)  # 256 MiB of float32, read by a reduction
-    buf.sum()
-    best = min(_timed(buf.sum) for _ in range(5))
-    bandwidth = buf.numel() * 4 / best
     return {"weight_bytes": weight_bytes, "bandwidth_gb_s": bandwidth / 1e9,
             "floor_ms": 1000 * weight_bytes / bandwidth}  # fmt: skip
 
@@ -136,9 +145,7 @@ def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, 
     from transformers import GenerationConfig
 
     model = load(replace(engine.config, weights="unpacked")).model
-    gen = torch.Generator().manual_seed(streams)  # measure()'s prompts at this level
-    prompts = [torch.randint(100, 40000, (PROMPT_TOKENS,), generator=gen).tolist()
-               for _ in range(streams)]  # fmt: skip
+    prompts = _prompts(streams, seed=streams)  # measure()'s prompts at this level
     # no stop token: n_tokens each, as in measure()
     config = GenerationConfig(
         max_new_tokens=n_tokens, do_sample=False, eos_token_id=-1, pad_token_id=0
@@ -154,20 +161,14 @@ def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, 
 def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
     """Greedy-token agreement and logit drift of float16 weights on the decode (one-row) path."""
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
-    agree = positions = 0
-    drift_max = drift_sum = 0.0
+    drift = Drift()
     for question in _questions(n_prompts):
         prompt, fed, cold = teacher_forced(engine, question, greedy)
         cache = RequestCache.allocate(half.layout, len(prompt) + len(fed))
         prefill(half.model, cache, torch.tensor([prompt[:-1]]), 0)
         warm = torch.stack([decode_one_token(half.model, cache, t, cache.length) for t in fed])
-        agree += int((warm.argmax(-1) == cold.argmax(-1)).sum())
-        positions += len(fed)
-        delta = (warm - cold).abs()
-        drift_max = max(drift_max, float(delta.max()))
-        drift_sum += float(delta.max(-1).values.sum())
-    return {"prompts": n_prompts, "positions": positions, "agreement": agree / positions,
-            "drift_max": drift_max, "drift_mean_of_max": drift_sum / positions}  # fmt: skip
+        drift.add(warm, cold)
+    return {"prompts": n_prompts, "positions": drift.positions, **drift.figures()}
 
 
 def run(
@@ -178,7 +179,10 @@ def run(
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
     engines = {"unpacked": variant(engine, "unpacked"), "auto": engine,
                "float16": variant(engine, "float16")}  # fmt: skip
-    floors = {name: weight_floor(engines[name].model) for name in ("unpacked", "float16")}
+    bandwidth = read_bandwidth()  # once: the floors differ by their bytes only
+    floors = {
+        name: weight_floor(engines[name].model, bandwidth) for name in ("unpacked", "float16")
+    }
     weights = {
         "ms_per_token": taking_turns(engines, 1, "ms_per_token", n_tokens, rounds=3),
         "decode_8": taking_turns(engines, 8, "decode_tokens_per_s", n_tokens, rounds=2),

@@ -69,9 +69,7 @@ def measure_quality(engine: Engine, n_prompts: int, n_answer: int) -> dict[str, 
     }  # fmt: skip
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
     one = SamplingParams(temperature=0.0, max_tokens=1)
-    agree = {d: 0 for d in DTYPES}
-    drift_max = {d: 0.0 for d in DTYPES}
-    drift_sum = {d: 0.0 for d in DTYPES}
+    drift = {d: Drift() for d in DTYPES}
     positions = 0
     for question in _questions(n_prompts):
         prompt, fed, cold = teacher_forced(engine, question, greedy)
@@ -82,24 +80,32 @@ def measure_quality(engine: Engine, n_prompts: int, n_answer: int) -> dict[str, 
             assert match.n_cached == len(prompt) - 1
             cache = RequestCache.allocate(engine.layout, len(prompt) + len(fed))
             cache.load(match.spans, match.n_cached)
-            warm = _forward_all(model, cache, fed)  # [n, vocab]
-            agree[dtype] += int((warm.argmax(-1) == cold.argmax(-1)).sum())
-            delta = (warm - cold).abs()
-            drift_max[dtype] = max(drift_max[dtype], float(delta.max()))
-            drift_sum[dtype] += float(delta.max(-1).values.sum())
+            drift[dtype].add(_forward_all(model, cache, fed), cold)  # [n, vocab] each
     return {
         "prompts": n_prompts,
         "positions": positions,
-        "rows": [
-            {
-                "kv_dtype": d,
-                "agreement": agree[d] / positions,
-                "drift_max": drift_max[d],
-                "drift_mean_of_max": drift_sum[d] / positions,
-            }
-            for d in DTYPES
-        ],
+        "rows": [{"kv_dtype": d, **drift[d].figures()} for d in DTYPES],
     }
+
+
+class Drift:
+    """Greedy-token agreement and logit drift of logits against reference ones, position by
+    position: ``add(got, want)`` with ``[n, vocab]`` each, then ``figures()``."""
+
+    def __init__(self) -> None:
+        self.agree = self.positions = 0
+        self.max = self.sum_of_max = 0.0
+
+    def add(self, got: torch.Tensor, want: torch.Tensor) -> None:
+        self.agree += int((got.argmax(-1) == want.argmax(-1)).sum())
+        self.positions += got.shape[0]
+        delta = (got - want).abs()
+        self.max = max(self.max, float(delta.max()))
+        self.sum_of_max += float(delta.max(-1).values.sum())
+
+    def figures(self) -> dict[str, float]:
+        return {"agreement": self.agree / self.positions, "drift_max": self.max,
+                "drift_mean_of_max": self.sum_of_max / self.positions}  # fmt: skip
 
 
 # ── hit rate at a fixed budget ───────────────────────────────────────────────────────

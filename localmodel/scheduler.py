@@ -16,8 +16,9 @@ request waits for another's whole generation and none starves. Cancellation (``r
 is seen by the coroutine at its next token, or by the scheduler before the next chunk of a
 prompt being prefilled (it throws ``PrefillCancelled`` into the coroutine, which keeps the KV
 computed so far in the prefix tree): either way the request finishes ``"cancelled"`` and its
-KV buffers are freed at that step. A request's sampling parameters, stop strings, ``n`` and seed are its own
-(each coroutine holds its own RNG), so a request's tokens do not depend on what it is batched with.
+KV buffers are freed at that step. A request's sampling parameters, stop strings, ``n`` and
+seed are its own (each coroutine holds its own RNG), so a request's tokens do not depend on
+what it is batched with.
 
 Example (what ``AsyncEngine``'s worker thread does)::
 

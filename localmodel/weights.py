@@ -175,8 +175,12 @@ def in_use(model: Any) -> str:
 
 def can_pack(model: Any) -> bool:
     """Whether :func:`use_packed_weights` applies: a float32 model on a CPU with oneDNN."""
+    return _float32_on_cpu(model) and _onednn_works()
+
+
+def _float32_on_cpu(model: Any) -> bool:
     param = next(model.parameters())
-    return param.dtype == torch.float32 and param.device.type == "cpu" and _onednn_works()
+    return param.dtype == torch.float32 and param.device.type == "cpu"
 
 
 @functools.cache
@@ -206,8 +210,8 @@ def use_half_weights(model: Any) -> int:
     Returns how many bytes of weights a decode step no longer reads. Raises ValueError for a
     model that is not float32 on a CPU (on a GPU, run the model in bfloat16 instead).
     """
-    param = next(model.parameters())
-    if param.dtype != torch.float32 or param.device.type != "cpu":
+    if not _float32_on_cpu(model):
+        param = next(model.parameters())
         raise ValueError(
             "localmodel: weights: float16 needs a float32 model on the CPU "
             f"(got {str(param.dtype).removeprefix('torch.')} on {param.device}); "

@@ -19,9 +19,13 @@ from localmodel.weights import (
 from tests.conftest import CACHE_DIR
 
 
+def _load(weights: str) -> LoadedModel:
+    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights=weights))
+
+
 @pytest.fixture(scope="module")
 def half() -> LoadedModel:
-    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="float16"))
+    return _load("float16")
 
 
 def test_every_linear_is_swapped_and_stores_half_the_bytes(
@@ -40,7 +44,7 @@ def test_every_linear_is_swapped_and_stores_half_the_bytes(
 
 @pytest.fixture(scope="module")
 def unpacked() -> LoadedModel:
-    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="unpacked"))
+    return _load("unpacked")
 
 
 def test_auto_prepacks_every_linear_for_onednn_with_the_same_results(
