@@ -1,16 +1,24 @@
-"""The embedder's forward pass through ONNX Runtime, exported once from the torch model.
+"""Forward passes through ONNX Runtime, exported once from the torch models.
 
-A BERT sentence encoder is exported (``torch.onnx``, the TorchScript exporter: no extra
-packages beyond ``onnx``) with its mean pooling, as ``[texts, tokens] -> [texts, hidden]``,
-into ``<export_dir>/embedder-<model>-<digest>/model.onnx``; ``int8`` adds ``model.int8.onnx``, the
-same graph with its MatMul weights quantised to int8 per channel
-(``onnxruntime.quantization.quantize_dynamic``; activations are quantised per call). The
-digest names the model's files and this module's export format, so a changed model or exporter
-exports again; a file that does not load is exported again once. Later starts only load it.
+Two graphs are exported (``torch.onnx``, the TorchScript exporter: no extra packages beyond
+``onnx``), each with dynamic batch and token axes:
+
+- the embedder (:class:`OnnxEncoder`): a BERT sentence encoder with its mean pooling, as
+  ``[texts, tokens] -> [texts, hidden]``, into ``<export_dir>/embedder-<model>-<digest>/model.onnx``;
+  ``int8`` adds ``model.int8.onnx``, the same graph with its MatMul weights quantised to int8 per
+  channel (``onnxruntime.quantization.quantize_dynamic``; activations are quantised per call);
+- the pair verifier (:class:`OnnxClassifier`): a sequence classifier (for the shipped verifier,
+  the bundled MiniLM with the verifier's delta applied) as ``[pairs, tokens] -> [pairs]``, its
+  raw first logit, into ``<export_dir>/verifier-<digest>/model.onnx``.
+
+The digest names the model's files and this module's export format, so a changed model or
+exporter exports again; a file that does not load is exported again once. Later starts only
+load it. The callers (semantic/embedder.py, semantic/verifier.py) check a loaded graph against
+torch on fixed probes with :func:`load_checked` and run on torch when it disagrees.
 
 Why: for one short question, torch's eager forward spends most of its time in per-module
 overhead, which ONNX Runtime's fused graph does not pay; docs/benchmarks.md ("Embedder
-backends") has the measured speed and agreement with the float32 torch vectors.
+backends", and the verifier's section) has the measured speed and agreement with torch.
 
 Example::
 
@@ -25,13 +33,22 @@ import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-__all__ = ["EXPORT_FORMAT", "OnnxEncoder", "export_name"]
+__all__ = [
+    "EXPORT_FORMAT",
+    "OnnxClassifier",
+    "OnnxEncoder",
+    "OnnxGraph",
+    "export_name",
+    "load_checked",
+    "verifier_export_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +56,17 @@ log = logging.getLogger(__name__)
 EXPORT_FORMAT = 1
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
+G = TypeVar("G", bound="OnnxGraph")
 
-class OnnxEncoder:
-    """Mean-pooled token embeddings from an ONNX Runtime session (thread-safe)."""
+
+class OnnxGraph:
+    """An exported graph's ONNX Runtime session over tokenised inputs (thread-safe)."""
 
     def __init__(self, path: Path, *, threads: int = 1) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        # NOTE: one intra-op thread per call, like the torch workers: the embedder's own
+        # NOTE: one intra-op thread per call, like the torch workers: the callers' own
         # worker threads are the parallelism, and a spinning pool fights them for 2 cores.
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -55,6 +74,32 @@ class OnnxEncoder:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = path
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._inputs = [i.name for i in self._session.get_inputs()]
+
+    def __call__(self, features: dict[str, Any]) -> np.ndarray:
+        """The graph's first output for a right-padded tokenised batch (token type 0 if absent)."""
+        mask = _numpy(features["attention_mask"])  # [n, L]
+        feed = {
+            name: _numpy(features[name]) if name in features else np.zeros_like(mask)
+            for name in self._inputs
+        }
+        out: np.ndarray = self._session.run(None, feed)[0]
+        return out
+
+    @classmethod
+    def _load(cls: type[G], path: Path, export: Callable[[], None], threads: int, what: str) -> G:
+        """Open ``path``, exporting it first when missing or when it fails to load."""
+        if path.exists():
+            try:
+                return cls(path, threads=threads)
+            except Exception as exc:  # a truncated or foreign file: export it again
+                log.warning("%s: %s does not load (%s); exporting it again", what, path, exc)
+        export()
+        return cls(path, threads=threads)
+
+
+class OnnxEncoder(OnnxGraph):
+    """Mean-pooled token embeddings ``[n, hidden]`` (the embedder's graph)."""
 
     @classmethod
     def load(
@@ -68,26 +113,45 @@ class OnnxEncoder:
         """
         directory = export_dir / export_name(model_path)
         path = directory / ("model.int8.onnx" if int8 else "model.onnx")
-        if path.exists():
-            try:
-                return cls(path, threads=threads)
-            except Exception as exc:  # a truncated or foreign file: export it again
-                log.warning("embedder: %s does not load (%s); exporting it again", path, exc)
-        _export(model, directory, int8=int8)
-        return cls(path, threads=threads)
+        return cls._load(path, lambda: _export(model, directory, int8=int8), threads, "embedder")
 
-    def __call__(self, features: dict[str, Any]) -> np.ndarray:
-        """``[n, hidden]`` mean-pooled embeddings of a right-padded tokenised batch."""
-        mask = _numpy(features["attention_mask"])  # [n, L]
-        feed = {
-            "input_ids": _numpy(features["input_ids"]),
-            "attention_mask": mask,
-            "token_type_ids": _numpy(features["token_type_ids"])
-            if "token_type_ids" in features
-            else np.zeros_like(mask),
-        }
-        out: np.ndarray = self._session.run(None, feed)[0]  # [n, hidden]
-        return out
+
+class OnnxClassifier(OnnxGraph):
+    """The raw first logit ``[n]`` of a Hugging Face sequence classifier (the verifier's graph)."""
+
+    @classmethod
+    def load(
+        cls, model: Any, tokenizer: Any, directory: Path, *, threads: int = 1
+    ) -> OnnxClassifier:
+        """Load ``directory/model.onnx``, exporting ``model`` (tokenised by ``tokenizer``) first
+        when it is missing or does not load."""
+        path = directory / "model.onnx"
+        return cls._load(
+            path, lambda: _export_classifier(model, tokenizer, path), threads, "verifier"
+        )
+
+
+def load_checked(
+    load: Callable[[], G], disagreement: Callable[[G], str], redo: Callable[[], None]
+) -> tuple[G | None, str]:
+    """``(graph, "")`` when ``load()`` gives a graph in which ``disagreement`` (its outputs
+    compared with torch's on fixed probes) finds nothing; else ``(None, why)``, ``why`` being
+    "could not be loaded: ..." or "disagrees with torch: <disagreement>". A graph that
+    disagrees is thrown away (``redo``: delete its files) and loaded, so exported, once more:
+    a stale or foreign file is harmless.
+    """
+    why = ""
+    for attempt in range(2):
+        try:
+            graph = load()
+            why = disagreement(graph)
+        except Exception as exc:
+            return None, f"could not be loaded: {exc!r}"
+        if not why:
+            return graph, ""
+        if attempt == 0:
+            redo()
+    return None, f"disagrees with torch: {why}"
 
 
 def export_name(model_path: str) -> str:
@@ -100,9 +164,31 @@ def export_name(model_path: str) -> str:
     """
     root = Path(model_path)
     h = hashlib.sha256(f"{EXPORT_FORMAT}\n".encode())
+    _digest_files(h, root, contents=False)
+    return f"embedder-{root.name}-{h.hexdigest()[:12]}"
+
+
+def verifier_export_name(path: Path, base: Path | None) -> str:
+    """``verifier-<digest>``: the digest covers the contents of the verifier directory's files
+    (``delta.safetensors`` and ``meta.json``, or a full model's files), the file names and sizes
+    of the ``base`` model a delta applies to, and the export format.
+
+    NOTE: contents, not sizes, for the verifier: a retrained delta has the same tensors, so the
+    same size (hashing its ~7 MB costs ~20 ms at load). Like :func:`export_name`, no paths.
+    """
+    h = hashlib.sha256(f"{EXPORT_FORMAT}\nverifier\n".encode())
+    _digest_files(h, path, contents=True)
+    if base is not None:
+        h.update(b"base\n")
+        _digest_files(h, base, contents=False)
+    return f"verifier-{h.hexdigest()[:12]}"
+
+
+def _digest_files(h: Any, root: Path, *, contents: bool) -> None:
     for file in sorted(p for p in root.rglob("*") if p.is_file()):
         h.update(f"{file.relative_to(root)}\t{file.stat().st_size}\n".encode())
-    return f"embedder-{root.name}-{h.hexdigest()[:12]}"
+        if contents:
+            h.update(hashlib.sha256(file.read_bytes()).digest())
 
 
 def _export(model: Any, directory: Path, *, int8: bool) -> None:
@@ -116,29 +202,11 @@ def _export(model: Any, directory: Path, *, int8: bool) -> None:
     encoder = getattr(modules[0], "auto_model", None)
     if encoder is None:
         raise ValueError("the onnx backend needs a Hugging Face encoder inside the model")
-    directory.mkdir(parents=True, exist_ok=True)
     fp32 = directory / "model.onnx"
     if not fp32.exists() or not _loads(fp32):
         probe = model.preprocess(["an export probe", "a longer probe text for the export"])
         args = tuple(probe[name] for name in _INPUTS)
-        with tempfile.TemporaryDirectory(dir=directory) as tmp:
-            out = Path(tmp) / "model.onnx"
-            with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
-                warnings.simplefilter("ignore")  # tracer notes on shapes the axes make dynamic
-                torch.onnx.export(
-                    _MeanPooled(encoder).eval(),
-                    args,
-                    str(out),
-                    input_names=list(_INPUTS),
-                    output_names=["embedding"],
-                    dynamic_axes={
-                        **{name: {0: "texts", 1: "tokens"} for name in _INPUTS},
-                        "embedding": {0: "texts"},
-                    },
-                    opset_version=17,
-                    dynamo=False,
-                )
-            os.replace(out, fp32)
+        _export_graph(_MeanPooled(encoder), args, _INPUTS, fp32, ("embedding", "texts"))
         log.info("embedder: exported %s", fp32)
     if int8:
         from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -154,9 +222,52 @@ def _export(model: Any, directory: Path, *, int8: bool) -> None:
         log.info("embedder: quantised %s", directory / "model.int8.onnx")
 
 
+def _export_classifier(model: Any, tokenizer: Any, path: Path) -> None:
+    """Write the classifier's first logit as ``path``, atomically."""
+    probe = tokenizer(
+        ["an export probe", "a second, longer probe text for the export"],
+        ["a probe", "another probe"],
+        padding=True,
+        return_tensors="pt",
+    )
+    names = tuple(name for name in _INPUTS if name in probe)
+    args = tuple(probe[name] for name in names)
+    _export_graph(_FirstLogit(model), args, names, path, ("logit", "pairs"))
+    log.info("verifier: exported %s", path)
+
+
+def _export_graph(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    inputs: Sequence[str],
+    path: Path,
+    output: tuple[str, str],
+) -> None:
+    """``torch.onnx.export`` ``module`` into ``path`` (atomically: a temporary file in the same
+    directory, then renamed), with dynamic batch and token axes on ``inputs`` and the batch
+    axis on its one ``output`` (``(output name, batch axis name)``)."""
+    name, batch = output
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+        out = Path(tmp) / path.name
+        with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer notes on shapes the axes make dynamic
+            torch.onnx.export(
+                module.eval(),
+                args,
+                str(out),
+                input_names=list(inputs),
+                output_names=[name],
+                dynamic_axes={**{n: {0: batch, 1: "tokens"} for n in inputs}, name: {0: batch}},
+                opset_version=17,
+                dynamo=False,
+            )
+        os.replace(out, path)
+
+
 def _loads(path: Path) -> bool:
     try:
-        OnnxEncoder(path)
+        OnnxGraph(path)
     except Exception:
         return False
     return True
@@ -180,3 +291,15 @@ class _MeanPooled(torch.nn.Module):
         ).last_hidden_state  # [n, L, hidden]
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)  # [n, L, 1]
         return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1e-9)  # [n, hidden]
+
+
+class _FirstLogit(torch.nn.Module):
+    """A sequence classifier's first logit, ``[n]`` float32 (what the verifier exports)."""
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *inputs: Any) -> Any:
+        names = ("input_ids", "attention_mask", "token_type_ids")[: len(inputs)]
+        return self.model(**dict(zip(names, inputs, strict=True))).logits[:, 0].float()

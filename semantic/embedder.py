@@ -385,28 +385,32 @@ class Embedder:
         whose vectors disagree with torch's on the probe texts is exported again once, and if
         it still disagrees (or cannot be exported) the embedder stays on torch and says why.
         """
-        from ._onnx import OnnxEncoder, export_name
+        from ._onnx import OnnxEncoder, export_name, load_checked
 
         where = Path(export_dir) if export_dir is not None else _default_export_dir()
         expected = self._forward(list(_PROBES))  # [probes, dim], torch float32
-        for attempt in range(2):
-            try:
-                self._onnx = OnnxEncoder.load(
-                    self._model, path, where, int8=backend == "onnx-int8", threads=threads
-                )
-                agreement = float(np.min(np.sum(self._forward(list(_PROBES)) * expected, 1)))
-            except Exception as exc:
-                self._onnx = None
-                self.fallback = f"{backend} could not be loaded: {exc!r}"
-                break
-            if agreement >= AGREEMENT[backend]:
-                self.backend, self.fallback = backend, ""
-                break
+
+        def disagreement(onnx: OnnxEncoder) -> str:
+            self._onnx = onnx
+            agreement = float(np.min(np.sum(self._forward(list(_PROBES)) * expected, 1)))
             self._onnx = None
-            self.fallback = f"{backend} disagrees with torch: cosine {agreement:.4f}"
-            if attempt == 0:  # a stale or foreign file: export again
-                for file in (where / export_name(path)).glob("model*.onnx"):
-                    file.unlink()
+            return "" if agreement >= AGREEMENT[backend] else f"cosine {agreement:.4f}"
+
+        def redo() -> None:  # a stale or foreign file: export again
+            for file in (where / export_name(path)).glob("model*.onnx"):
+                file.unlink()
+
+        self._onnx, why = load_checked(
+            lambda: OnnxEncoder.load(
+                self._model, path, where, int8=backend == "onnx-int8", threads=threads
+            ),
+            disagreement,
+            redo,
+        )
+        if self._onnx is not None:
+            self.backend = backend
+        else:
+            self.fallback = f"{backend} {why}"
         if self.fallback:
             log.warning("embedder: %s; using the torch backend", self.fallback)
         with self._stats_lock:  # the probes are not traffic
