@@ -23,24 +23,63 @@ sequence-classification directory with one output logit works as well (``path=``
 
 Texts are compared as :func:`semantic.keys.compared_text` renders them: the question, then the
 recent earlier turns, so a conversation's context is part of what is judged.
+
+Backends (``backend=``, ``cache.semantic.verifier_backend``): "torch" (eager PyTorch) or "onnx"
+(ONNX Runtime). The onnx backend exports the merged classifier (the bundled weights with the
+delta applied) once, as ``[pairs, tokens] -> [pairs]`` raw logits, into
+``<export_dir>/verifier-<digest>/model.onnx`` (semantic/_onnx.py; the digest covers the
+verifier's files, the base model and the export format). Only the model call changes:
+tokenisation, the conversation shift and the sigmoid are the same for both. At load the probe
+pairs (:data:`_PROBES`) are scored by both; when their logits differ by more than
+:data:`AGREEMENT` (after one re-export), or the export fails, the verifier logs a warning and
+runs on torch (``backend`` says which runs, ``fallback`` why). For one pair, ONNX Runtime skips
+most of torch's per-module overhead: docs/benchmarks.md (verifier section) has the timings.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_PATH", "Calibration", "PairVerifier", "is_conversation"]
+if TYPE_CHECKING:
+    from ._onnx import OnnxClassifier
+
+__all__ = [
+    "AGREEMENT",
+    "BACKENDS",
+    "DEFAULT_PATH",
+    "Calibration",
+    "PairVerifier",
+    "is_conversation",
+]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PATH = Path(__file__).with_name("verifier")
 """The shipped verifier (package data): ``delta.safetensors`` + ``meta.json``."""
+
+#: How the model call runs: "torch" (eager) or "onnx" (ONNX Runtime, float32).
+BACKENDS = ("torch", "onnx")
+#: Largest |logit difference| from torch allowed on the probe pairs at load (float32 ONNX
+#: Runtime measures ~1e-5; a wrong or stale graph is off by far more).
+AGREEMENT = 1e-3
+_PROBES = (
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("Is it safe to fly a drone over Paris?", "Is it illegal to fly a drone over Paris?"),
+    (
+        "And the price? || user: Flights from Toronto to Rome in May",
+        "And the cost? || assistant: Economy or business? | user: Plane tickets to Rome in May",
+    ),
+    ("tax", "What is the boiling point of water at 2000 metres, in degrees Celsius?"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +123,23 @@ class PairVerifier:
 
     ``path``: the shipped verifier (None) or a model directory. ``max_length``: tokens read of
     a pair (longer pairs lose the end of each text first: the oldest context turns).
-    Thread-safe; :meth:`verify` batches concurrent calls from the event loop into one forward
-    pass in the verifier's own worker thread.
+    ``backend``: "torch" or "onnx" (see the module docstring), exported into ``export_dir``
+    (default: the embedder's, ``$XDG_CACHE_HOME/cachegate/models``). Thread-safe;
+    :meth:`verify` batches concurrent calls from the event loop into one forward pass in the
+    verifier's own worker thread.
     """
 
     def __init__(
-        self, path: str | Path | None = None, *, max_length: int = 128, num_threads: int = 1
+        self,
+        path: str | Path | None = None,
+        *,
+        max_length: int = 128,
+        num_threads: int = 1,
+        backend: str = "torch",
+        export_dir: str | Path | None = None,
     ) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"verifier backend must be one of {', '.join(BACKENDS)}: {backend!r}")
         self.path = Path(path) if path is not None else DEFAULT_PATH
         self.max_length = max_length
         self.meta: dict[str, Any] = _read_meta(self.path)
@@ -111,6 +160,13 @@ class PairVerifier:
         self._num_threads = num_threads
         self._pending: list[tuple[str, str, asyncio.Future[float]]] = []
         self._running = False
+        #: The backend in use: the one asked for, or "torch" when it could not be loaded.
+        self.backend = "torch"
+        #: Why the asked-for backend is not in use ("" when it is).
+        self.fallback = ""
+        self._onnx: OnnxClassifier | None = None
+        if backend != "torch":
+            self._open_onnx(export_dir)
 
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
         """Probabilities ``[n]`` float32 for ``pairs`` of (stored, new) texts, in one batch."""
@@ -119,16 +175,8 @@ class PairVerifier:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         with self._lock:
-            batch = self._tokenizer(
-                [a for a, _ in pairs],
-                [b for _, b in pairs],
-                truncation="longest_first",
-                max_length=self.max_length,
-                padding=True,
-                return_tensors="pt",
-            )
-            with torch.inference_mode():
-                logits = self._model(**batch).logits[:, 0].float()  # [n]
+            batch = self._tokenize(pairs)
+            logits = self._logits(batch)  # [n]
             if self.conversation_shift:
                 conv = torch.tensor([is_conversation(a, b) for a, b in pairs])
                 logits = logits + conv.float() * self.conversation_shift
@@ -144,6 +192,59 @@ class PairVerifier:
         return await future
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _logits(self, batch: dict[str, Any]) -> Any:
+        """The model's raw logits ``[n]`` (float32 torch tensor) for a tokenised batch."""
+        import torch
+
+        onnx = self._onnx
+        if onnx is not None:
+            return torch.from_numpy(onnx(batch))
+        with torch.inference_mode():
+            return self._model(**batch).logits[:, 0].float()
+
+    def _tokenize(self, pairs: Sequence[tuple[str, str]]) -> Any:
+        """A padded batch of (stored, new) pairs, each cut to ``max_length`` tokens."""
+        return self._tokenizer(
+            [a for a, _ in pairs],
+            [b for _, b in pairs],
+            truncation="longest_first",
+            max_length=self.max_length,
+            padding=True,
+            return_tensors="pt",
+        )
+
+    def _probe_logits(self) -> np.ndarray:
+        return np.asarray(self._logits(self._tokenize(_PROBES)), dtype=np.float32)  # [probes]
+
+    def _open_onnx(self, export_dir: str | Path | None) -> None:
+        """Load (exporting first if needed) the onnx backend and check it against torch."""
+        from ._onnx import OnnxClassifier, load_checked, verifier_export_name
+        from .embedder import _default_export_dir
+
+        base = Path(_bundled()) if (self.path / "delta.safetensors").exists() else None
+        where = Path(export_dir) if export_dir is not None else _default_export_dir()
+        directory = where / verifier_export_name(self.path, base)
+        expected = self._probe_logits()  # torch
+
+        def disagreement(onnx: OnnxClassifier) -> str:
+            self._onnx = onnx
+            diff = float(np.max(np.abs(self._probe_logits() - expected)))
+            self._onnx = None
+            return "" if diff <= AGREEMENT else f"logits differ by {diff:.2g}"
+
+        self._onnx, why = load_checked(
+            lambda: OnnxClassifier.load(
+                self._model, self._tokenizer, directory, threads=self._num_threads
+            ),
+            disagreement,
+            lambda: (directory / "model.onnx").unlink(missing_ok=True),
+        )
+        if self._onnx is not None:
+            self.backend = "onnx"
+        else:
+            self.fallback = f"onnx {why}"
+            log.warning("verifier: %s; using the torch backend", self.fallback)
 
     async def _drain(self) -> None:
         try:
