@@ -26,6 +26,7 @@ from .config import (
     Config,
     ConfigError,
     LocalModelConfig,
+    SemanticCacheConfig,
     default_config,
     dump_config,
     load_config,
@@ -98,8 +99,9 @@ def _parser() -> argparse.ArgumentParser:
     prepare = commands.add_parser(
         "prepare",
         help="load every model once (converting the bundled one) and exit",
-        description="Convert the bundled GGUF model into data_dir and load the embedding model, "
-        "so that a later start is fast (used when building container images).",
+        description="Convert the bundled GGUF model into data_dir and load the embedding model "
+        "and the verifier (when set), exporting their ONNX graphs, so that a later start is "
+        "fast (used when building container images).",
     )
     prepare.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
     prepare.set_defaults(func=_prepare)
@@ -297,26 +299,44 @@ def _prepare(args: argparse.Namespace) -> int:
             engine = Engine.load(engine_config)
             log.info("model %s ready (context window %d tokens)", name, engine.context_window)
     semantic = config.cache.semantic
-    if config.cache.enabled and semantic.enabled:
-        from semantic.embedder import Embedder
+    return _prepare_semantic(semantic) if config.cache.enabled and semantic.enabled else 0
 
-        model_path = None if semantic.embedding_model == "bundled" else semantic.embedding_model
-        embedder = Embedder(
-            model_path,
-            backend=semantic.embedder_backend,
+
+def _prepare_semantic(semantic: SemanticCacheConfig) -> int:
+    """Load the embedder, and the verifier when one is set, exporting their ONNX graphs.
+
+    1 when either falls back to torch: an image built now would run it slowly; say so, fail
+    the build.
+    """
+    from semantic.embedder import Embedder
+
+    model_path = None if semantic.embedding_model == "bundled" else semantic.embedding_model
+    embedder = Embedder(
+        model_path,
+        backend=semantic.embedder_backend,
+        export_dir=semantic.embedder_export_dir,
+    )
+    log.info(
+        "embedding model %s ready (%d dimensions, %s backend)",
+        embedder.model_name,
+        embedder.dim,
+        embedder.backend,
+    )
+    embedder.close()
+    fallback = embedder.fallback and f"embedder: {embedder.fallback}"
+    if not fallback and semantic.verifier != "off":
+        from semantic.verifier import PairVerifier
+
+        verifier = PairVerifier(
+            None if semantic.verifier == "bundled" else semantic.verifier,
+            backend=semantic.verifier_backend,
             export_dir=semantic.embedder_export_dir,
         )
-        log.info(
-            "embedding model %s ready (%d dimensions, %s backend)",
-            embedder.model_name,
-            embedder.dim,
-            embedder.backend,
-        )
-        if embedder.fallback:  # an image built now would embed slowly: say so, fail the build
-            print(f"error: embedder: {embedder.fallback}", file=sys.stderr)
-            embedder.close()
-            return 1
-        embedder.close()
+        log.info("verifier %s ready (%s backend)", verifier.path, verifier.backend)
+        fallback = verifier.fallback and f"verifier: {verifier.fallback}"
+    if fallback:
+        print(f"error: {fallback}", file=sys.stderr)
+        return 1
     return 0
 
 

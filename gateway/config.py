@@ -361,8 +361,13 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: prepare` or the first start, into embedder_export_dir; if that fails the embedder falls
     #: back to torch and logs why. Measured in docs/benchmarks.md (embedder backends).
     embedder_backend: Literal["torch", "onnx", "onnx-int8"] = "onnx"
-    #: Where ONNX exports are kept (one subdirectory per model and format, shared by data
-    #: dirs); None: $XDG_CACHE_HOME/cachegate/models (~/.cache/cachegate/models).
+    #: How the verifier's model call runs: "onnx" (ONNX Runtime, float32: the same scores as
+    #: torch, checked at load) or "torch". Exported like the embedder, into embedder_export_dir
+    #: (verifier-<digest>/); if that fails the verifier falls back to torch and logs why.
+    verifier_backend: Literal["torch", "onnx"] = "onnx"
+    #: Where ONNX exports are kept, the embedder's and the verifier's (one subdirectory per
+    #: model and format, shared by data dirs); None: $XDG_CACHE_HOME/cachegate/models
+    #: (~/.cache/cachegate/models).
     embedder_export_dir: str | None = None
     #: Earlier messages (before the last user turn) that are matched: compared by the verifier
     #: (context "verify"; None: the last 4) or part of the scope (context "exact"; None: all).

@@ -331,6 +331,7 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         max_wrong_rate=semantic.max_wrong_rate,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,
         embedder_backend=semantic.embedder_backend,
+        verifier_backend=semantic.verifier_backend,
         export_dir=None
         if semantic.embedder_export_dir is None
         else Path(semantic.embedder_export_dir),
@@ -357,6 +358,12 @@ def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
         "The embedder's forward pass in use",
         "backend",
         lambda: {} if cache.embedder is None else {cache.embedder.backend: {"backend_info": 1}},
+    )
+    metrics.labelled_gauges(  # cachegate_verifier_backend_info{backend="onnx"} 1
+        "cachegate_verifier",
+        "The verifier's model call in use",
+        "backend",
+        lambda: {} if cache.verifier is None else {cache.verifier.backend: {"backend_info": 1}},
     )
     metrics.histogram(
         "cachegate_embedder_wait_seconds",

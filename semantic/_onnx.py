@@ -144,9 +144,12 @@ def load_checked(
     for attempt in range(2):
         try:
             graph = load()
-            why = disagreement(graph)
         except Exception as exc:
             return None, f"could not be loaded: {exc!r}"
+        try:
+            why = disagreement(graph)
+        except Exception as exc:  # a foreign graph: other inputs or output shapes
+            why = f"fails on the probes: {exc!r}"
         if not why:
             return graph, ""
         if attempt == 0:

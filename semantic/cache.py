@@ -100,7 +100,10 @@ class SemanticSettings:
     embedding_model: str | None = None
     #: The embedder's forward pass: "torch", "onnx" or "onnx-int8" (see semantic/embedder.py).
     embedder_backend: str = "torch"
-    #: Where ONNX exports are kept; None: $XDG_CACHE_HOME/cachegate/models.
+    #: The verifier's model call: "torch" or "onnx" (see semantic/verifier.py).
+    verifier_backend: str = "torch"
+    #: Where ONNX exports (the embedder's and the verifier's) are kept; None:
+    #: $XDG_CACHE_HOME/cachegate/models.
     export_dir: Path | None = None
     hnsw_threshold: int = 8192
     #: HNSW search beam width (see VectorIndex).
@@ -345,6 +348,7 @@ class ResponseCache:
         if self.verifier is not None:
             out["verifier"] = {
                 "path": str(self.verifier.path),
+                "backend": self.verifier.backend,
                 "score_threshold": self.score_threshold,
                 "cosine_threshold": self.cosine_threshold,
                 "vetoes": list(self.verifier.vetoes),
@@ -606,7 +610,12 @@ class ResponseCache:
                 from .verifier import PairVerifier
 
                 path = None if settings.verifier == "bundled" else settings.verifier
-                self.verifier = await asyncio.to_thread(PairVerifier, path)
+                self.verifier = await asyncio.to_thread(
+                    PairVerifier,
+                    path,
+                    backend=settings.verifier_backend,
+                    export_dir=settings.export_dir,
+                )
                 self.score_threshold = score_threshold(settings, self.verifier)
             elif settings.guard:
                 config = GuardConfig(enabled=True, min_score=settings.guard_min_score)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -267,13 +268,14 @@ def test_unquoted_verifier_off_is_off() -> None:
 def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Path) -> None:
     model = "models: {m: {backend: openai, base_url: 'http://127.0.0.1:9/v1', api_key: sk}}\n"
     good = tmp_path / "good.yaml"
-    good.write_text(
-        f"data_dir: data\ncache: {{semantic: {{embedder_export_dir: exports}}}}\n{model}"
-    )
+    semantic = "{embedder_export_dir: exports, verifier: bundled}"
+    good.write_text(f"data_dir: data\ncache: {{semantic: {semantic}}}\n{model}")
     result = _prepare(good)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "exports").glob("embedder-*/model.onnx"))  # relative to the file
-    assert "onnx backend" in result.stderr
+    assert list((tmp_path / "exports").glob("verifier-*/model.onnx"))  # the verifier's too
+    assert "(384 dimensions, onnx backend)" in result.stderr
+    assert re.search(r"verifier \S+ ready \(onnx backend\)", result.stderr)
     (tmp_path / "blocked").write_text("a file where the export directory should be")
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -282,6 +284,11 @@ def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Pat
     result = _prepare(bad)
     assert result.returncode == 1
     assert "error: embedder: onnx could not be loaded" in result.stderr
+    semantic = "{embedder_export_dir: blocked, embedder_backend: torch, verifier: bundled}"
+    bad.write_text(f"data_dir: data\ncache: {{semantic: {semantic}}}\n{model}")
+    result = _prepare(bad)
+    assert result.returncode == 1
+    assert "error: verifier: onnx could not be loaded" in result.stderr
 
 
 def _prepare(config: Path) -> subprocess.CompletedProcess[str]:

@@ -212,6 +212,8 @@ def test_a_paraphrase_hits_and_a_trap_does_not(gw: Gateway, upstream: FakeUpstre
     assert trap.headers["x-cache"] == "miss"
     stats = gw.http.get("/admin/stats").json()["cache"]
     assert stats["verifier"]["score_threshold"] == 0.75
+    assert stats["verifier"]["backend"] == "onnx"  # cache.semantic.verifier_backend's default
+    assert 'cachegate_verifier_backend_info{backend="onnx"} 1' in gw.http.get("/metrics").text
     assert stats["guard_rejections_by_reason"].get("verifier", 0) >= 1
 
 

@@ -1,0 +1,175 @@
+"""The verifier's onnx backend: the same scores as torch, one export reused, broken exports.
+
+The module exports the shipped verifier once (~10 s); tests that need another export (a corrupt
+or foreign file) make it in their own directory.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gateway.config import ConfigError, load_config_text
+from gateway.runtime import _semantic_settings
+from semantic._onnx import verifier_export_name
+from semantic.embedder import default_model_path
+from semantic.keys import compared_text
+from semantic.verifier import DEFAULT_PATH, PairVerifier, is_conversation
+
+
+def _turns(*texts: str) -> list[dict[str, str]]:
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
+
+
+PAIRS = [
+    ("How do I reset my password?", "How can I reset my password?"),
+    ("Is it safe to fly a drone over Paris?", "Is it illegal to fly a drone over Paris?"),
+    ("tax", "What is the boiling point of water at 2000 metres, in degrees Celsius?"),
+    (
+        compared_text("And the price?", _turns("Flights to Rome", "For which dates?"), 4),
+        compared_text("And the cost?", _turns("Plane tickets to Rome", "Which dates?"), 4),
+    ),
+    (
+        compared_text("How long does it take?", _turns("Renew my passport in Canada"), 4),
+        compared_text("How long does it take?", _turns("Renew my passport in Mexico"), 4),
+    ),
+    # longer than max_length (128 tokens): cut, longest first, the same way for both backends
+    (
+        "Why is the sky blue? " + "It is about light scattering in the atmosphere. " * 20,
+        compared_text("And at sunset?", _turns("Why is the sky blue? " * 10), 4),
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def torch_verifier() -> PairVerifier:
+    return PairVerifier(backend="torch")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, PairVerifier]]:
+    where = tmp_path_factory.mktemp("exports")
+    yield where, PairVerifier(backend="onnx", export_dir=where)
+
+
+def _graph(where: Path) -> Path:
+    return where / verifier_export_name(DEFAULT_PATH, Path(default_model_path())) / "model.onnx"
+
+
+def test_onnx_scores_match_torch(
+    torch_verifier: PairVerifier, exported: tuple[Path, PairVerifier]
+) -> None:
+    where, onnx = exported
+    assert onnx.backend == "onnx" and onnx.fallback == "" and torch_verifier.backend == "torch"
+    assert [p.relative_to(where) for p in where.rglob("*.onnx")] == [
+        _graph(where).relative_to(where)
+    ]
+    assert any(is_conversation(a, b) for a, b in PAIRS) and onnx.conversation_shift != 0.0
+    expected = torch_verifier.score(PAIRS)  # one batch of mixed lengths, padded
+    batch = onnx.score(PAIRS)
+    assert batch.dtype == np.float32 and batch.shape == (len(PAIRS),)
+    np.testing.assert_allclose(batch, expected, atol=1e-4)
+    alone = np.concatenate([onnx.score([pair]) for pair in PAIRS])  # unpadded, one at a time
+    np.testing.assert_allclose(alone, expected, atol=1e-4)
+    np.testing.assert_allclose(onnx.score(PAIRS[3:5]), expected[3:5], atol=1e-4)
+    assert onnx.score([]).shape == (0,)
+    trap, para = onnx.score([PAIRS[1], PAIRS[0]])
+    assert trap < 0.5 < para
+
+
+async def test_verify_batches_concurrent_calls_through_onnx(
+    torch_verifier: PairVerifier, exported: tuple[Path, PairVerifier]
+) -> None:
+    import asyncio
+
+    _, onnx = exported
+    scores = await asyncio.gather(*(onnx.verify(a, b) for a, b in PAIRS))
+    np.testing.assert_allclose(scores, torch_verifier.score(PAIRS), atol=1e-4)
+
+
+def test_a_second_load_reuses_the_export(exported: tuple[Path, PairVerifier]) -> None:
+    where, _ = exported
+    graph = _graph(where)
+    before = (graph.stat().st_mtime_ns, graph.stat().st_ino, sorted(where.rglob("*")))
+    again = PairVerifier(backend="onnx", export_dir=where)
+    assert again.backend == "onnx" and again.fallback == ""
+    assert (graph.stat().st_mtime_ns, graph.stat().st_ino, sorted(where.rglob("*"))) == before
+
+
+def test_a_corrupt_export_is_exported_again(
+    torch_verifier: PairVerifier, exported: tuple[Path, PairVerifier], tmp_path: Path
+) -> None:
+    where, _ = exported
+    shutil.copytree(where, tmp_path, dirs_exist_ok=True)
+    graph = _graph(tmp_path)
+    graph.write_bytes(b"not an onnx file")
+    again = PairVerifier(backend="onnx", export_dir=tmp_path)
+    assert again.backend == "onnx" and again.fallback == ""
+    assert graph.stat().st_size > 10_000_000  # a real graph again (MiniLM-L6: ~90 MB)
+    np.testing.assert_allclose(again.score(PAIRS), torch_verifier.score(PAIRS), atol=1e-4)
+
+
+def test_a_foreign_graph_that_loads_is_exported_again(
+    torch_verifier: PairVerifier, tmp_path: Path
+) -> None:
+    """A loadable graph with the right inputs and other outputs fails the probe check."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    names = ("input_ids", "attention_mask", "token_type_ids")
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["n", "t"]) for n in names]
+    nodes = [
+        helper.make_node("Cast", ["input_ids"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceMean", ["f"], ["logit"], axes=[1], keepdims=0),
+    ]
+    output = helper.make_tensor_value_info("logit", TensorProto.FLOAT, ["n"])
+    model = helper.make_model(
+        helper.make_graph(nodes, "foreign", inputs, [output]),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    graph = _graph(tmp_path)
+    graph.parent.mkdir(parents=True)
+    onnx.save(model, str(graph))
+    small = graph.stat().st_size
+    verifier = PairVerifier(backend="onnx", export_dir=tmp_path)
+    assert verifier.backend == "onnx" and verifier.fallback == ""
+    assert graph.stat().st_size > 1000 * small
+    np.testing.assert_allclose(verifier.score(PAIRS), torch_verifier.score(PAIRS), atol=1e-4)
+
+
+def test_a_failed_export_falls_back_to_torch_and_says_why(
+    torch_verifier: PairVerifier, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("an export directory cannot be made under a file")
+    verifier = PairVerifier(backend="onnx", export_dir=blocked)
+    assert verifier.backend == "torch"
+    assert verifier.fallback.startswith("onnx could not be loaded")
+    assert "verifier: onnx could not be loaded" in caplog.text
+    np.testing.assert_array_equal(verifier.score(PAIRS), torch_verifier.score(PAIRS))
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="verifier backend must be one of"):
+        PairVerifier(backend="onnx-int8")
+
+
+def test_verifier_backend_from_yaml_reaches_the_settings(tmp_path: Path) -> None:
+    def settings(semantic: str) -> tuple[str, Path | None]:
+        config = load_config_text(
+            f"cache: {{semantic: {{verifier: bundled{semantic}}}}}\n", base_dir=tmp_path
+        )
+        got = _semantic_settings(config)
+        assert got is not None and got.verifier == "bundled"
+        return got.verifier_backend, got.export_dir
+
+    assert settings("") == ("onnx", None)  # the default
+    assert settings(", verifier_backend: torch") == ("torch", None)
+    assert settings(", embedder_export_dir: exports") == ("onnx", (tmp_path / "exports").resolve())
+    with pytest.raises(ConfigError, match="verifier_backend"):
+        settings(", verifier_backend: tensorrt")
