@@ -66,8 +66,9 @@ from typing import Any
 import numpy as np
 
 from bench import semantic_pairs
+from semantic._guard_checks import HARD_CHECKS
 from semantic.keys import compared_text
-from semantic.verifier import is_conversation
+from semantic.verifier import PairSignals, is_conversation, pair_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
@@ -222,11 +223,16 @@ def calibrate(
     often a pair whose answers are the same (noisy labels), which made the old table demand a
     score of 0.94 and serve almost nothing. The Quora calibration pairs' own table is kept in
     ``by_source`` for reference either way."""
-    from semantic._guard_checks import HARD_CHECKS, analyze, compare
+    from semantic._guard_checks import analyze, compare
     from semantic.embedder import Embedder
+    from semantic.guard import DEFAULT_WEIGHTS
+    from semantic.guard import Verifier as GuardMLP
+
+    mlp = GuardMLP.load(DEFAULT_WEIGHTS)
 
     embedder = Embedder()
-    cos = _cosines(embedder, calib)
+    va, vb = _vectors(embedder, calib)
+    cos = np.einsum("ij,ij->i", va, vb)
     same = np.array([x.same for x in calib])
     # the recall-oriented floor: 98% of equivalent calibration pairs pass it
     floor = math.floor(float(np.quantile(cos[same], 0.02)) * 20) / 20
@@ -272,12 +278,138 @@ def calibrate(
         i = GRID.index(default) if default in GRID else len(GRID) - 1
         print(f"  {src}: at {default} wrong {t['wrong_rate'][i]:.3f} recall {t['recall'][i]:.3f}")
     print(f"conversation logit shift {shift:+.3f}", flush=True)
-    return {"calibration": cal, "calibrated_on": on, "by_source": by_source,
-            "conversation_shift": round(float(shift), 4),
-            "cosine_floor": floor, "vetoes": vetoes,
-            "veto_measurement": veto_stats, "default_threshold": default,
-            "calibration_pairs": {"positives": int((seen & used & same).sum()),
-                                  "negatives": int((seen & used & ~same).sum())}}  # fmt: skip
+    alone = {"calibration": cal, "calibrated_on": on, "by_source": by_source,
+             "vetoes": vetoes, "veto_measurement": veto_stats, "default_threshold": default,
+             "calibration_pairs": {"positives": int((seen & used & same).sum()),
+                                   "negatives": int((seen & used & ~same).sum())}}  # fmt: skip
+    signals = [
+        pair_signals(x.a, x.b, va[i], vb[i], float(cos[i]), mlp) for i, x in enumerate(calib)
+    ]
+    combined = fit_combiner(
+        calib, signals, logits + shift * conv, seen, used, embedder.model_name, mlp.min_score
+    )
+    accepted = ~conv & np.array([_guard_accepts(s, mlp.min_score) for s in signals])
+    veto = fit_veto(logits, same, accepted, used)
+    return {**combined, "alone": alone, "veto": veto, "conversation_shift": round(float(shift), 4),
+            "cosine_floor": floor}  # fmt: skip
+
+
+#: Veto choices compared (out of fold, on calibration pairs) when the combiner is fitted: the
+#: one serving the most should-hit trap-set pairs at ``DEFAULT_WRONG_RATE`` ships.
+VETO_CHOICES = {
+    "none": (),
+    "all hard checks": HARD_CHECKS,
+    "all but question_type": tuple(c for c in HARD_CHECKS if c != "question_type"),
+}
+#: The default operating point: the issue's wrong-hit target, measured on calibration traps.
+DEFAULT_WRONG_RATE = 0.02
+#: The combiner's near-duplicate rail (``Combiner.near_duplicate``). The cross-encoder learnt
+#: from the contrast sets that a one-word edit is a trap, and doubts trivial rewordings ("What
+#: is" / "What's", "How do I" / "How can I"); the guard's hard checks catch the one-word traps.
+#: Measured on the calibration pairs with the shipped combiner: at 0.97 the rail adds 2 right
+#: hits and 1 wrong one of 1 046 traps; at 0.95, 5 and 5; at 0.98, 2 and 0.
+NEAR_COSINE = 0.97
+
+
+def fit_combiner(
+    calib: list[Pair], signals: list[PairSignals], logits: np.ndarray, seen: np.ndarray,
+    used: np.ndarray, embedding_model: str, guard_min_score: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Fit :class:`semantic.verifier.Combiner` on the calibration pairs past the floor and the
+    vetoes, and measure its calibration table on out-of-fold scores (each fifth of the stored
+    questions scored by a combiner fitted on the other four), so that the table is not measured
+    on the pairs its weights were fitted to. Each of :data:`VETO_CHOICES` is measured the same
+    way; the one serving the most at :data:`DEFAULT_WRONG_RATE` is kept."""
+    same = np.array([x.same for x in calib])
+    qt = np.array([float("question_type" in s.failed) for s in signals])
+    x = np.column_stack([[s.cosine for s in signals], [s.guard_logit for s in signals], qt,
+                         logits])  # fmt: skip
+    fold = np.array([_order(p.source, p.a)[0] % 5 for p in calib])
+    n_pos, n_neg = int((used & seen & same).sum()), int((used & seen & ~same).sum())
+    measured: dict[str, Any] = {}
+    for name, vetoes in VETO_CHOICES.items():
+        ok = seen & ~np.array([bool(set(s.failed) & set(vetoes)) for s in signals])
+        prob = np.where(ok, _out_of_fold(x, same, ok, fold), 0.0)
+        m = used & ok
+        table = {"thresholds": GRID, "positives": n_pos, "negatives": n_neg,
+                 **_table(prob[m], same[m], n_pos=n_pos, n_neg=n_neg)}  # fmt: skip
+        i = next((i for i, r in enumerate(table["wrong_rate"]) if r <= DEFAULT_WRONG_RATE), -1)
+        measured[name] = {"vetoes": list(vetoes), "table": table, "at": i,
+                          "served": table["recall"][i] if i >= 0 else 0.0}  # fmt: skip
+        print(f"vetoes {name}: out of fold, {measured[name]['served']:.3f} served at "
+              f"{DEFAULT_WRONG_RATE:.0%} wrong", flush=True)  # fmt: skip
+    best = max(measured.values(), key=lambda m: m["served"])
+    ok = seen & ~np.array([bool(set(s.failed) & set(best["vetoes"])) for s in signals])
+    w = _logistic(x[ok], same[ok])
+    combiner = {"intercept": w[0], "w_cosine": w[1], "w_guard": w[2], "w_question_type": w[3],
+                "w_verifier": w[4], "verifier_logit_max": float(logits[ok].max()),
+                "embedding_model": embedding_model, "near_cosine": NEAR_COSINE,
+                "guard_min_score": guard_min_score}  # fmt: skip
+    print(f"combiner {combiner}, vetoes {best['vetoes']}", flush=True)
+    return {"combiner": {k: (round(float(v), 5) if k != "embedding_model" else v)
+                         for k, v in combiner.items()},
+            "calibration": best["table"], "calibrated_on": "traps, out of fold",
+            "vetoes": best["vetoes"], "default_threshold": GRID[best["at"]] if best["at"] >= 0 else 1.0,
+            "default_wrong_rate": DEFAULT_WRONG_RATE,
+            "veto_measurement": {k: round(v["served"], 4) for k, v in measured.items()}}  # fmt: skip
+
+
+#: Share of the guard's right hits (calibration, single questions) the veto keeps.
+VETO_KEEPS = 0.95
+
+
+def fit_veto(
+    logits: np.ndarray, same: np.ndarray, accepted: np.ndarray, used: np.ndarray
+) -> dict[str, Any]:
+    """The cross-encoder's veto threshold (role ``veto``): the probability that keeps
+    :data:`VETO_KEEPS` of the equivalent calibration pairs the guard accepts, and what that
+    does to the guard's wrong hits on the calibration traps (one number, chosen by a rule)."""
+    prob = 1 / (1 + np.exp(-logits))
+    threshold = round(float(np.quantile(prob[accepted & same], 1 - VETO_KEEPS)), 4)
+    kept = accepted & (prob >= threshold)
+    traps, right = used & ~same, accepted & same
+    out = {"threshold": threshold, "keeps": VETO_KEEPS,
+           "trap_wrong_rate": [float(accepted[traps].mean()), float(kept[traps].mean())],
+           "right_hits": [int(right.sum()), int((kept & same).sum())],
+           "wrong_hits": [int((accepted & ~same).sum()), int((kept & ~same).sum())]}  # fmt: skip
+    print(f"veto: threshold {threshold}; calibration traps served {out['trap_wrong_rate']}, "
+          f"right hits {out['right_hits']}, wrong hits {out['wrong_hits']}", flush=True)  # fmt: skip
+    return out
+
+
+def _guard_accepts(s: PairSignals, min_score: float) -> bool:
+    """What the guard (role ``veto``'s first judge) accepts: cosine, hard checks, its MLP."""
+    from semantic.guard import DEFAULT_THRESHOLD
+
+    p = 1 / (1 + math.exp(-s.guard_logit))
+    return (
+        s.cosine >= DEFAULT_THRESHOLD - 1e-5
+        and not set(s.failed) & set(HARD_CHECKS)
+        and p >= min_score
+    )
+
+
+def _out_of_fold(x: np.ndarray, same: np.ndarray, ok: np.ndarray, fold: np.ndarray) -> np.ndarray:
+    """Each fold's combined probability from a combiner fitted on the other folds' ``ok`` pairs."""
+    z = np.zeros(len(x))
+    for k in np.unique(fold):
+        w = _logistic(x[ok & (fold != k)], same[ok & (fold != k)])
+        z[fold == k] = w[0] + x[fold == k] @ w[1:]
+    return 1 / (1 + np.exp(-np.clip(z, -30, 30)))
+
+
+def _logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, iters: int = 30) -> np.ndarray:
+    """Logistic regression by Newton's method: ``[intercept, *weights]``; L2 on the weights."""
+    x1 = np.column_stack([np.ones(len(x)), x])
+    w = np.zeros(x1.shape[1])
+    reg = np.eye(len(w)) * l2
+    reg[0, 0] = 0.0
+    for _ in range(iters):
+        p = 1 / (1 + np.exp(-np.clip(x1 @ w, -30, 30)))
+        grad = x1.T @ (p - y) + reg @ w
+        hess = x1.T @ (x1 * (p * (1 - p))[:, None]) + reg
+        w = w - np.linalg.solve(hess, grad)
+    return w
 
 
 def _logit_at(logits: np.ndarray, same: np.ndarray, rate: float) -> float:
@@ -508,11 +640,12 @@ def _train(
             "final_loss": round(float(np.mean(losses[-100:])), 4)}  # fmt: skip
 
 
-def _cosines(embedder: Any, pairs: list[Pair]) -> np.ndarray:
+def _vectors(embedder: Any, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
+    """The embedder's vectors of each pair's stored and new text: ``[n, dim]`` twice."""
     texts = sorted({x.a for x in pairs} | {x.b for x in pairs})
     vecs = np.concatenate([embedder.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
     row = {t: i for i, t in enumerate(texts)}
-    return np.array([float(vecs[row[x.a]] @ vecs[row[x.b]]) for x in pairs])
+    return vecs[[row[x.a] for x in pairs]], vecs[[row[x.b] for x in pairs]]
 
 
 def _table(scores: np.ndarray, same: np.ndarray, n_pos: int | None = None,

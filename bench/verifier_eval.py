@@ -12,11 +12,16 @@ bench/train_verifier.py for the splits):
 * **adversarial**: the held-out half of bench/data/adversarial_pairs.jsonl;
 * **multiturn**: bench/data/multiturn_heldout.jsonl.
 
-A pair is (stored request, new request). **Old guard** = what shipped before: cosine of the
-last user turns >= 0.80 and ``Guard.check`` accepting, and (multi-turn) the earlier turns
-identical, since they were part of the exact scope. **Verifier** = the new default: cosine of
-the compared texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto,
-and the verifier's score >= its default threshold (1% wrong on the calibration pairs).
+A pair is (stored request, new request). Three decisions, side by side:
+
+* **guard alone** (``verifier: off``): cosine of the last user turns >= 0.80 and
+  ``Guard.check`` accepting, and (multi-turn) the earlier turns identical, since they are part
+  of the exact scope (``context: exact``);
+* **guard + veto** (``verifier_role: veto``): the same, unless the cross-encoder's
+  probability for the two questions is below the shipped veto threshold;
+* **verifier decides** (the default, ``verifier_role: decide``; measured with ``context: verify``): cosine of the compared
+  texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto, and the
+  combiner's probability >= its default threshold (2% wrong on the calibration traps).
 Reported: wrong-hit rate (share of must-not-hit pairs that would be served), should-hit rate
 (share of equivalent pairs served), precision; and the verifier's latency on this machine.
 """
@@ -34,13 +39,17 @@ import numpy as np
 from bench import semantic_pairs
 from bench.report import machine, percentile, publish, table
 from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
-from semantic._guard_checks import analyze, compare
 from semantic.embedder import Embedder
 from semantic.guard import DEFAULT_THRESHOLD, Guard
-from semantic.verifier import PairVerifier
+from semantic.verifier import PairVerifier, is_conversation
 
 SETS = ("quora", "contrast", "adversarial", "multiturn")
 RATES = (0.005, 0.01, 0.02, 0.05)
+#: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
+#: (the default, role "veto"), the combined verifier (role "decide").
+DECISIONS = ("old_guard", "guard_veto", "verifier")
+LABELS = {"old_guard": "guard alone", "guard_veto": "guard + veto",
+          "verifier": "verifier decides (default)"}  # fmt: skip
 
 
 def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
@@ -81,25 +90,41 @@ def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> di
         t0 = time.monotonic()
         same = np.array([r["same"] for r in rows])
         old = _old_guard(embedder, guard, rows)
-        cos = _cos(embedder, [r["a"] for r in rows], [r["b"] for r in rows])
-        veto = np.array([_vetoed(verifier.vetoes, r["a"], r["b"]) for r in rows])
+        # role "veto" (the default): what the guard accepts, unless the verifier turns it down
+        accepted = np.flatnonzero(old)
+        vetoed = old.copy()
+        z = _score(verifier, [(rows[i]["qa"], rows[i]["qb"]) for i in accepted])
+        vetoed[accepted] = 1 / (1 + np.exp(-z)) >= verifier.veto_threshold
+        ua, ub = semantic_pairs._embed_pairs(
+            embedder, [r["a"] for r in rows], [r["b"] for r in rows]
+        )
+        cos = np.einsum("ij,ij->i", ua, ub)  # [n]
+        signals = [verifier.signals(r["a"], r["b"], ua[i], ub[i], float(cos[i]))
+                   for i, r in enumerate(rows)]  # fmt: skip
+        veto = np.array([verifier.vetoed(s) is not None for s in signals])
         scores = np.zeros(len(rows), dtype=np.float32)
         judged = np.flatnonzero((cos >= floor) & ~veto)
-        scores[judged] = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])
-        new = (cos >= floor) & ~veto & (scores >= threshold)
+        logits = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])
+        scores[judged] = [
+            verifier.probability(signals[i], z) for i, z in zip(judged, logits, strict=True)
+        ]
+        near = np.array([verifier.near_duplicate(x, is_conversation(r["a"], r["b"]))
+                         for x, r in zip(signals, rows, strict=True)])  # fmt: skip
+        new = near | ((cos >= floor) & ~veto & (scores >= threshold))
         kinds = sorted({r["kind"] for r in rows})
         result[name] = {
             "pairs": len(rows), "should_hit": int(same.sum()), "must_not_hit": int((~same).sum()),
-            "old_guard": _rates(old, same), "verifier": _rates(new, same),
-            "by_kind": {k: {"old_guard": _rates(old[m], same[m]), "verifier": _rates(new[m], same[m])}
+            **{label: _rates(hit, same) for label, hit in zip(DECISIONS, (old, vetoed, new), strict=True)},
+            "by_kind": {k: {label: _rates(hit[m], same[m])
+                            for label, hit in zip(DECISIONS, (old, vetoed, new), strict=True)}
                         for k in kinds for m in [np.array([r["kind"] == k for r in rows])]},
             "operating_points": {
-                str(rate): _rates((cos >= floor) & ~veto & (scores >= _at(verifier, rate)), same)
+                str(rate): _rates(near | ((cos >= floor) & ~veto & (scores >= _at(verifier, rate))), same)
                 for rate in RATES if verifier.calibration is not None
             },
             "seconds": round(time.monotonic() - t0, 1),
         }  # fmt: skip
-        print(name, result[name]["old_guard"], result[name]["verifier"], flush=True)
+        print(name, *(result[name][label] for label in DECISIONS), flush=True)
     result["latency_ms"] = _latency(embedder, verifier, sets["quora"])
     return result
 
@@ -120,31 +145,32 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
     rows = []
     for name in SETS:
         s = r[name]
-        for label in ("old_guard", "verifier"):
+        for label in DECISIONS:
             m = s[label]
-            rows.append([name, label.replace("_", " "), f"{m['wrong_hit_rate']:.1%}",
+            rows.append([name, LABELS[label], f"{m['wrong_hit_rate']:.1%}",
                          f"{m['should_hit_rate']:.1%}", f"{m['precision']:.3f}",
                          f"{s['should_hit']}/{s['must_not_hit']}"])  # fmt: skip
     kinds = []
     for name in ("contrast", "multiturn", "adversarial"):
         for kind, k in r[name]["by_kind"].items():
-            o, v = k["old_guard"], k["verifier"]
-            rate = "should_hit_rate" if o["should"] else "wrong_hit_rate"
-            kinds.append([name, kind, "should hit" if o["should"] else "must not hit",
-                          f"{o[rate]:.1%}", f"{v[rate]:.1%}"])  # fmt: skip
+            should = k["old_guard"]["should"]
+            rate = "should_hit_rate" if should else "wrong_hit_rate"
+            kinds.append([name, kind, "should hit" if should else "must not hit",
+                          *(f"{k[label][rate]:.1%}" for label in DECISIONS)])  # fmt: skip
     points = [[name, rate, f"{m['wrong_hit_rate']:.1%}", f"{m['should_hit_rate']:.1%}",
                f"{m['precision']:.3f}"]
               for name in SETS for rate, m in r[name]["operating_points"].items()]  # fmt: skip
     lat = r["latency_ms"]
     return "\n".join(
         [
-            "### Verifier vs old guard, held-out parts (`python -m bench.verifier_eval`)",
+            "### Verifier vs guard, held-out parts (`python -m bench.verifier_eval`)",
             "",
             f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}`; data: bench/data/*_heldout.jsonl "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
             "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "
             f"cosine floor {r['cosine_floor']}, score threshold {r['score_threshold']}, vetoes "
-            f"{r['vetoes'] or 'none'}. Old guard: cosine 0.80 + guard, exact history. "
+            f"{r['vetoes'] or 'none'}, conversations compared (context: verify). Guard: cosine 0.80 + "
+            "guard, exact history; veto: the cross-encoder on the two questions. "
             f"Machine: {r['machine']}.",
             "",
             table(
@@ -161,7 +187,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             "",
             "By kind (wrong-hit rate for traps, served rate for should-hit):",
             "",
-            table(["set", "kind", "", "old guard", "verifier"], kinds),
+            table(["set", "kind", "", *(LABELS[label] for label in DECISIONS)], kinds),
             "",
             "Verifier at other `max_wrong_rate` operating points (calibration table):",
             "",
@@ -182,11 +208,6 @@ def _pair(a: str, b: str, same: bool, kind: str) -> dict[str, Any]:
     return {"a": a, "b": b, "qa": a, "qb": b, "same": same, "kind": kind, "history": True}
 
 
-def _cos(embedder: Embedder, a: list[str], b: list[str]) -> np.ndarray:
-    ua, ub = semantic_pairs._embed_pairs(embedder, a, b)
-    return np.einsum("ij,ij->i", ua, ub)  # [n]
-
-
 def _old_guard(embedder: Embedder, guard: Guard, rows: list[dict[str, Any]]) -> np.ndarray:
     qa, qb = [r["qa"] for r in rows], [r["qb"] for r in rows]
     ua, ub = semantic_pairs._embed_pairs(embedder, qa, qb)
@@ -197,16 +218,12 @@ def _old_guard(embedder: Embedder, guard: Guard, rows: list[dict[str, Any]]) -> 
     return out
 
 
-def _vetoed(vetoes: list[str] | tuple[str, ...], a: str, b: str) -> bool:
-    return bool(vetoes) and bool(set(compare(analyze(a), analyze(b)).failed) & set(vetoes))
-
-
 def _score(verifier: PairVerifier, pairs: list[tuple[str, str]]) -> np.ndarray:
     order = np.argsort([len(x) + len(y) for x, y in pairs])
     out = np.empty(len(pairs), dtype=np.float32)
     for i in range(0, len(order), 64):
         idx = order[i : i + 64]
-        out[idx] = verifier.score([pairs[j] for j in idx])
+        out[idx] = verifier.logits([pairs[j] for j in idx])
     return out
 
 

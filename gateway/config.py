@@ -335,14 +335,20 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: the verifier it is a recall-oriented pre-filter; None: the verifier's calibrated floor
     #: (0.8, tuned with the guard, when the verifier is off; then 0.9+ without the guard).
     threshold: Fraction | None = None
-    #: The answer-equivalence verifier (a cross-encoder): "off" (the guard alone decides, as
-    #: before), "bundled" or a model directory. Off by default: the shipped weights do not yet
-    #: beat the guard on the held-out sets (docs/benchmarks.md).
-    verifier: str = "off"
-    #: The verifier score a hit needs; None: from max_wrong_rate, else the shipped default.
+    #: The answer-equivalence verifier (a cross-encoder): "bundled" (the shipped weights, the
+    #: default), a model directory, or "off" (the guard alone decides).
+    verifier: str = "bundled"
+    #: "decide" (default): the verifier, combined with the cosine and the guard's signals,
+    #: judges the nearest candidates past the cosine floor. "veto": the guard picks the
+    #: candidate and the verifier may only turn it down (cheaper: it runs on would-be hits
+    #: only; held out it serves fewer paraphrases for fewer wrong hits saved). Both are
+    #: measured side by side in docs/benchmarks.md (verifier section).
+    verifier_role: Literal["veto", "decide"] = "decide"
+    #: The verifier score a hit needs; None: "veto": the shipped veto threshold; "decide":
+    #: from max_wrong_rate, else the shipped default (2% wrong on the calibration traps).
     verifier_threshold: Fraction | None = None
     #: Target share of wrong hits among non-equivalent candidates (e.g. 0.01), mapped to a
-    #: score threshold through the calibration table shipped with the verifier.
+    #: score threshold through the calibration table shipped with the verifier ("decide").
     max_wrong_rate: Fraction | None = None
     #: Where earlier turns go: "verify" (compared by the verifier, so a reworded history can
     #: hit) or "exact" (conservative: part of the exact scope, only an identical history hits).
@@ -392,6 +398,14 @@ class SemanticCacheConfig(_Base, frozen=True):
     audit_rate: Fraction = 0.01
     #: Audits running at once; a hit sampled while they all run is counted "dropped".
     audit_max_concurrency: PositiveInt = 2
+
+    def __post_init__(self) -> None:
+        if self.verifier == "off" or self.verifier_role == "decide":
+            return
+        if self.max_wrong_rate is not None:
+            raise ValueError("max_wrong_rate needs verifier_role: decide")
+        if self.context == "verify":
+            raise ValueError('context "verify" needs verifier_role: decide')
 
 
 class RedisConfig(_Base, frozen=True):

@@ -312,7 +312,8 @@ def _backends(
 def _context_mode(config: Config) -> ContextMode:
     """Earlier turns leave the exact scope only when a verifier judges them."""
     semantic = config.cache.semantic
-    return "verify" if semantic.context == "verify" and semantic.verifier != "off" else "exact"
+    judged = semantic.verifier != "off" and semantic.verifier_role == "decide"
+    return "verify" if semantic.context == "verify" and judged else "exact"
 
 
 def _semantic_settings(config: Config) -> SemanticSettings | None:
@@ -327,6 +328,7 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         guard=semantic.guard,
         guard_min_score=semantic.guard_min_score,
         verifier=None if semantic.verifier == "off" else semantic.verifier,
+        verifier_role=semantic.verifier_role,
         verifier_threshold=semantic.verifier_threshold,
         max_wrong_rate=semantic.max_wrong_rate,
         embedding_model=None if semantic.embedding_model == "bundled" else semantic.embedding_model,

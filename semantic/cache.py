@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .embedder import Embedder
     from .guard import Guard
     from .index import Hit, VectorIndex
-    from .verifier import PairVerifier
+    from .verifier import PairSignals, PairVerifier
 
 __all__ = [
     "CacheSettings",
@@ -85,12 +85,16 @@ class SemanticSettings:
     #: (0.8, tuned with the guard, when the verifier is off).
     threshold: float | None = None
     guard: bool = True
-    #: The answer-equivalence verifier: None (off, the default: the guard decides alone),
-    #: "bundled" (the shipped weights) or a model directory (see semantic/verifier.py). Off by
-    #: default: the shipped weights do not yet beat the guard (docs/benchmarks.md).
+    #: The answer-equivalence verifier: None (off: the guard decides alone), "bundled" (the
+    #: shipped weights) or a model directory (see semantic/verifier.py).
     verifier: str | None = None
-    #: The verifier's score a hit needs. None: from ``max_wrong_rate`` through the calibration
-    #: table, or the shipped default (1% wrong hits on the calibration pairs).
+    #: What the verifier does: "veto" (the guard decides which candidate may answer, and the
+    #: cross-encoder can turn that one down: it runs only on would-be hits) or "decide" (every
+    #: candidate past the cosine floor is judged by the cross-encoder combined with the cosine
+    #: and the guard's signals; needed for ``context: verify`` and ``max_wrong_rate``).
+    verifier_role: Literal["veto", "decide"] = "decide"
+    #: The verifier's score a hit needs. None: ``veto``: the shipped veto threshold; ``decide``:
+    #: from ``max_wrong_rate`` through the calibration table, or the shipped default.
     verifier_threshold: float | None = None
     #: Target rate of wrong hits among non-equivalent candidates, mapped to a score threshold.
     max_wrong_rate: float | None = None
@@ -349,6 +353,8 @@ class ResponseCache:
             out["verifier"] = {
                 "path": str(self.verifier.path),
                 "backend": self.verifier.backend,
+                "role": self._semantic.verifier_role if self._semantic else None,
+                "combiner": self._decides and self.verifier.combiner is not None,
                 "score_threshold": self.score_threshold,
                 "cosine_threshold": self.cosine_threshold,
                 "vetoes": list(self.verifier.vetoes),
@@ -427,7 +433,7 @@ class ResponseCache:
         assert self.embedder is not None and self.index is not None
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
-        k = _CANDIDATES if self.verifier is None else _VERIFIED_CANDIDATES
+        k = _VERIFIED_CANDIDATES if self._decides else _CANDIDATES
         from .embedder import EmbedderBusy  # (loaded with the embedder: torch is imported)
 
         max_wait = self._semantic.max_wait if self._semantic is not None else None
@@ -448,10 +454,10 @@ class ResponseCache:
             await self._store.record_hit(same.id)
             self._counters.hits["exact"] += 1
             return Lookup("exact", same, 1.0, now - same.created, vector)
-        if self.verifier is not None:
-            found, score, rejected = await self._verified(key, candidates)
+        if self._decides:
+            found, score, rejected = await self._verified(key, vector, candidates)
         else:
-            found, score, rejected = self._guarded(key, vector, candidates)
+            found, score, rejected = await self._guarded(key, vector, candidates)
         if found is None:
             return Lookup("miss", vector=vector, rejected=rejected)
         hit, entry = found
@@ -493,60 +499,81 @@ class ResponseCache:
                 out.append((hit, entry))
         return out
 
-    def _guarded(
+    async def _guarded(
         self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]
     ) -> _Judged:
-        """Without the verifier: the first candidate the guard accepts."""
+        """The first candidate the guard accepts and the verifier (role ``veto``) lets through."""
         rejected: Rejection | None = None
         for hit, entry in candidates:
             score: float | None = None
+            reason = "ok"
             if self.guard is not None:
                 verdict = self.guard.check(
                     key.question, vector, entry.question, _vector(entry), hit.similarity
                 )
-                score = verdict.score
-                if not verdict.accept:
-                    self._counters.rejections[verdict.reason] += 1
-                    rejected = Rejection(entry, hit.similarity, verdict.reason, verdict.score)
-                    continue
+                score, reason = verdict.score, "ok" if verdict.accept else verdict.reason
+            if reason == "ok" and self.verifier is not None:
+                assert self.score_threshold is not None
+                score = await self.verifier.verify(entry.question, key.question)
+                reason = "ok" if score >= self.score_threshold else "verifier"
+            if reason != "ok":
+                self._counters.rejections[reason] += 1
+                rejected = Rejection(entry, hit.similarity, reason, score)
+                continue
             return (hit, entry), score, rejected
         return None, None, rejected
 
-    async def _verified(self, key: CacheKey, candidates: list[tuple[Hit, Entry]]) -> _Judged:
+    @property
+    def _decides(self) -> bool:
+        """Whether the verifier judges every candidate (role ``decide``) rather than vetoing."""
+        settings = self._semantic
+        return (
+            self.verifier is not None
+            and settings is not None
+            and settings.verifier_role == "decide"
+        )
+
+    async def _verified(
+        self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]
+    ) -> _Judged:
         """The hard vetoes, then the verifier on the rest in one batch: the best score at or
-        above the score threshold wins."""
+        above the score threshold wins. A near duplicate the guard vouches for is served without
+        the model (``Combiner.near_duplicate``); a pair the cross-encoder could not lift to the
+        threshold (the combiner's cheap part is too low) is rejected without running it."""
+        from .verifier import is_conversation
+
         assert self.verifier is not None and self.score_threshold is not None
-        judged = []
+        verifier, threshold = self.verifier, self.score_threshold
+        judged: list[tuple[Hit, Entry, PairSignals]] = []
         rejected: Rejection | None = None
         for hit, entry in candidates:
-            veto = self._veto(entry.question, key.question)
+            signals = verifier.signals(
+                entry.question, key.question, _vector(entry), vector, hit.similarity
+            )
+            conversation = is_conversation(entry.question, key.question)
+            if verifier.near_duplicate(signals, conversation):  # trivial rewording: no model
+                return (hit, entry), None, None
+            veto = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
+            if veto is None and not verifier.can_reach(signals, threshold):
+                veto = "verifier"
             if veto is None:
-                judged.append((hit, entry))
+                judged.append((hit, entry, signals))
             else:
                 self._counters.rejections[veto] += 1
                 rejected = rejected or Rejection(entry, hit.similarity, veto, None)
-        verifier = self.verifier
-        scores = await asyncio.gather(
-            *(verifier.verify(e.question, key.question) for _, e in judged)
+        logits = await asyncio.gather(
+            *(verifier.verify_logit(e.question, key.question) for _, e, _ in judged)
         )
+        scores = [verifier.probability(j[2], z) for j, z in zip(judged, logits, strict=True)]
         best = max(zip(scores, range(len(judged)), strict=True), default=None)
-        if best is None or best[0] < self.score_threshold:
+        if best is None or best[0] < threshold:
             if best is not None:
                 self._counters.rejections["verifier"] += 1
-                hit, entry = judged[best[1]]
+                hit, entry, _ = judged[best[1]]
                 rejected = Rejection(entry, hit.similarity, "verifier", float(best[0]))
             return None, None, rejected
-        return judged[best[1]], float(best[0]), None
-
-    def _veto(self, stored: str, new: str) -> str | None:
-        """The first of the verifier's veto checks that fails (None: no veto, or guard off)."""
-        assert self.verifier is not None and self._semantic is not None
-        if not (self._semantic.guard and self.verifier.vetoes):
-            return None
-        from ._guard_checks import analyze, compare
-
-        failed = compare(analyze(stored), analyze(new)).failed
-        return next((name for name in failed if name in self.verifier.vetoes), None)
+        hit, entry, _ = judged[best[1]]
+        return (hit, entry), float(best[0]), None
 
     async def _embed_for_store(self, question: str) -> np.ndarray | None:
         """The question's vector for storing, or None when the embedder is overloaded."""
@@ -616,11 +643,14 @@ class ResponseCache:
                     backend=settings.verifier_backend,
                     export_dir=settings.export_dir,
                 )
+                self.verifier.use_embedder(self.embedder.model_name)
                 self.score_threshold = score_threshold(settings, self.verifier)
-            elif settings.guard:
+            if settings.guard and not self._decides:
                 config = GuardConfig(enabled=True, min_score=settings.guard_min_score)
                 self.guard = Guard(config, embedding_model=self.embedder.model_name)
-            self.cosine_threshold = _cosine_threshold(settings, self.verifier)
+            self.cosine_threshold = _cosine_threshold(
+                settings, self.verifier if self._decides else None
+            )
             options: dict[str, Any] = {
                 "hnsw_threshold": settings.hnsw_threshold,
                 "ef_search": settings.hnsw_ef_search,
@@ -680,13 +710,16 @@ _Judged = tuple[tuple["Hit", Entry] | None, float | None, "Rejection | None"]
 
 
 def score_threshold(settings: SemanticSettings, verifier: PairVerifier) -> float:
-    """The verifier's score threshold: ``verifier_threshold``, else ``max_wrong_rate`` through
-    the verifier's calibration table, else the default shipped with it.
+    """The verifier's score threshold: ``verifier_threshold``; else, as a veto, the veto
+    threshold shipped with it; else ``max_wrong_rate`` through the verifier's calibration table,
+    else the default shipped with it.
 
     >>> score_threshold(SemanticSettings(max_wrong_rate=0.05), PairVerifier())  # doctest: +SKIP
     """
     if settings.verifier_threshold is not None:
         return settings.verifier_threshold
+    if settings.verifier_role == "veto":
+        return verifier.veto_threshold
     if settings.max_wrong_rate is not None:
         if verifier.calibration is None:
             raise ValueError(

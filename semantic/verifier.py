@@ -57,8 +57,11 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_PATH",
     "Calibration",
+    "Combiner",
+    "PairSignals",
     "PairVerifier",
     "is_conversation",
+    "pair_signals",
 ]
 
 log = logging.getLogger(__name__)
@@ -119,6 +122,102 @@ class Calibration:
         return cls(cal.thresholds, tuple(float(r) for r in rates), cal.recall)
 
 
+@dataclass(frozen=True, slots=True)
+class PairSignals:
+    """What the cache knows of a (stored, new) pair before the cross-encoder runs."""
+
+    cosine: float  # the index's similarity of the two compared texts
+    failed: tuple[str, ...]  # the hard checks that fail (semantic._guard_checks)
+    guard_logit: float  # logit of the guard's MLP over the two vectors (0.0: no MLP)
+
+
+@dataclass(frozen=True, slots=True)
+class Combiner:
+    """A logistic combination of the cross-encoder with the cheap signals the cache already has.
+
+    ``P(hit) = sigmoid(intercept + w_cos * cosine + w_guard * guard_logit + w_qt * question_type
+    + w_verifier * verifier_logit)``, fitted on the calibration pairs by
+    ``python -m bench.train_verifier`` (its calibration table is measured on out-of-fold scores).
+    The cross-encoder alone cannot tell new kinds of traps from paraphrases; the guard's MLP and
+    the cosine carry what it misses (measured in docs/benchmarks.md). ``verifier_logit_max`` is
+    the highest cross-encoder logit seen in calibration: a pair that cannot reach the threshold
+    even with it is rejected without running the cross-encoder (:meth:`can_reach`).
+    ``embedding_model``: the embedder whose cosines and guard MLP the weights were fitted with;
+    with another one the combiner is not used.
+    """
+
+    intercept: float
+    w_cosine: float
+    w_guard: float
+    w_question_type: float
+    w_verifier: float
+    verifier_logit_max: float
+    embedding_model: str
+    #: The near-duplicate rail: a pair at or above this cosine that passes every hard check and
+    #: the guard's MLP (``guard_min_score``) is served without the cross-encoder, which was
+    #: taught that one-word edits are traps and doubts trivial rewordings ("What is" / "What's").
+    near_cosine: float = 1.01
+    guard_min_score: float = 0.5
+
+    def near_duplicate(self, s: PairSignals) -> bool:
+        """Whether the pair is a trivial rewording that the guard vouches for."""
+        return (
+            s.cosine >= self.near_cosine
+            and not s.failed
+            and self.w_guard != 0.0
+            and _sigmoid(s.guard_logit) >= self.guard_min_score
+        )
+
+    def logit(self, signals: PairSignals, verifier_logit: float) -> float:
+        return self._cheap(signals) + self.w_verifier * verifier_logit
+
+    def probability(self, signals: PairSignals, verifier_logit: float) -> float:
+        return _sigmoid(self.logit(signals, verifier_logit))
+
+    def can_reach(self, signals: PairSignals, threshold: float) -> bool:
+        """Whether the cross-encoder could lift this pair to ``threshold`` (else skip it)."""
+        best = self._cheap(signals) + max(self.w_verifier, 0.0) * self.verifier_logit_max
+        return threshold <= 0.0 or best >= _logit(threshold)
+
+    def _cheap(self, s: PairSignals) -> float:
+        qt = 1.0 if "question_type" in s.failed else 0.0
+        return (
+            self.intercept
+            + self.w_cosine * s.cosine
+            + self.w_guard * s.guard_logit
+            + self.w_question_type * qt
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Combiner:
+        numbers = {k: float(v) for k, v in d.items() if k != "embedding_model"}
+        return cls(embedding_model=str(d["embedding_model"]), **numbers)
+
+
+def pair_signals(
+    stored: str, new: str, stored_vec: np.ndarray, new_vec: np.ndarray, cosine: float,
+    guard_mlp: Any = None,
+) -> PairSignals:  # fmt: skip
+    """A pair's :class:`PairSignals`; ``guard_mlp`` (``semantic.guard.Verifier``) None: no
+    guard logit (0.0)."""
+    from ._guard_checks import analyze, compare
+
+    checks = compare(analyze(stored), analyze(new))
+    guard = 0.0
+    if guard_mlp is not None:
+        guard = _logit(guard_mlp.score(new_vec, stored_vec, cosine, checks.soft))
+    return PairSignals(cosine, checks.failed, guard)
+
+
+def _sigmoid(z: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-np.clip(z, -30.0, 30.0))))
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-7), 1 - 1e-7)
+    return float(np.log(p / (1 - p)))
+
+
 class PairVerifier:
     """Score (stored, new) text pairs: ``P(the stored answer also answers the new request)``.
 
@@ -144,18 +243,23 @@ class PairVerifier:
         self.path = Path(path) if path is not None else DEFAULT_PATH
         self.max_length = max_length
         self.meta: dict[str, Any] = _read_meta(self.path)
-        self.calibration: Calibration | None = (
-            Calibration.from_dict(self.meta["calibration"]) if "calibration" in self.meta else None
+        #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
+        self.combiner: Combiner | None = (
+            Combiner.from_dict(self.meta["combiner"]) if "combiner" in self.meta else None
         )
-        #: Hard checks (semantic._guard_checks) that veto a pair before the model runs.
-        self.vetoes: tuple[str, ...] = tuple(self.meta.get("vetoes", ()))
-        #: Score threshold chosen at training time (used when neither YAML knob is given).
-        self.default_threshold = float(self.meta.get("default_threshold", 0.5))
+        self._decision(self.meta)
+        #: The cross-encoder's probability below which it vetoes what the guard accepted.
+        self.veto_threshold = float(self.meta.get("veto", {}).get("threshold", 0.5))
         #: Cosine pre-filter the calibration was measured with.
         self.cosine_floor = float(self.meta.get("cosine_floor", 0.5))
         #: Added to the logit of a conversation pair (see :func:`is_conversation`) so that one
         #: threshold means the same wrong-hit rate for single questions and conversations.
         self.conversation_shift = float(self.meta.get("conversation_shift", 0.0))
+        self._guard_mlp: Any = None
+        if self.combiner is not None:
+            from .guard import DEFAULT_WEIGHTS, Verifier
+
+            self._guard_mlp = Verifier.load(DEFAULT_WEIGHTS)
         self._tokenizer, self._model = load_model(self.path)
         self._lock = threading.Lock()
         self._num_threads = num_threads
@@ -169,8 +273,54 @@ class PairVerifier:
         if backend != "torch":
             self._open_onnx(export_dir)
 
+    def use_embedder(self, model_name: str) -> None:
+        """The cache's embedder: with another one than the combiner was fitted with, the
+        cross-encoder decides alone, on its own calibration (``meta["alone"]``)."""
+        if self.combiner is None or self.combiner.embedding_model == model_name:
+            return
+        log.warning(
+            "verifier: fitted with embedder %s, not %s: the cross-encoder decides alone",
+            self.combiner.embedding_model,
+            model_name,
+        )
+        self.combiner = None
+        self._decision(self.meta.get("alone", {}))
+
+    def signals(
+        self, stored: str, new: str, stored_vec: np.ndarray, new_vec: np.ndarray, cosine: float
+    ) -> PairSignals:
+        """The hard checks and (with the combiner) the guard MLP's logit for one pair."""
+        mlp = self._guard_mlp if self.combiner is not None else None
+        return pair_signals(stored, new, stored_vec, new_vec, cosine, mlp)
+
+    def vetoed(self, signals: PairSignals) -> str | None:
+        """The first failed hard check that vetoes the pair (None: the models decide)."""
+        return next((name for name in signals.failed if name in self.vetoes), None)
+
+    def can_reach(self, signals: PairSignals, threshold: float) -> bool:
+        """Whether running the cross-encoder could give this pair ``threshold``."""
+        return self.combiner is None or self.combiner.can_reach(signals, threshold)
+
+    def near_duplicate(self, signals: PairSignals, conversation: bool = False) -> bool:
+        """Whether the combiner's near-duplicate rail serves this pair without the model (single
+        questions only: in a conversation a one-word change of the context is the trap)."""
+        return (
+            self.combiner is not None and not conversation and self.combiner.near_duplicate(signals)
+        )
+
+    def probability(self, signals: PairSignals, verifier_logit: float) -> float:
+        """P(hit) of a pair: the combiner's, or the cross-encoder's own."""
+        if self.combiner is None:
+            return _sigmoid(verifier_logit)
+        return self.combiner.probability(signals, verifier_logit)
+
     def score(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        """Probabilities ``[n]`` float32 for ``pairs`` of (stored, new) texts, in one batch."""
+        """The cross-encoder's own probabilities ``[n]`` float32 (see :meth:`logits`)."""
+        return (1.0 / (1.0 + np.exp(-self.logits(pairs)))).astype(np.float32)
+
+    def logits(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """Logits ``[n]`` float32 for ``pairs`` of (stored, new) texts, in one batch, with the
+        conversation shift applied."""
         import torch
 
         if not pairs:
@@ -181,10 +331,15 @@ class PairVerifier:
             if self.conversation_shift:
                 conv = torch.tensor([is_conversation(a, b) for a, b in pairs])
                 logits = logits + conv.float() * self.conversation_shift
-            return torch.sigmoid(logits).numpy().astype(np.float32)
+            return logits.numpy().astype(np.float32)
 
     async def verify(self, stored: str, new: str) -> float:
-        """Score one pair off the event loop; concurrent calls share one forward pass."""
+        """The cross-encoder's own probability for one pair (see :meth:`verify_logit`)."""
+        return _sigmoid(await self.verify_logit(stored, new))
+
+    async def verify_logit(self, stored: str, new: str) -> float:
+        """The cross-encoder's logit for one pair, computed off the event loop; concurrent calls
+        share one forward pass."""
         future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
         self._pending.append((stored, new, future))
         if not self._running:
@@ -268,7 +423,17 @@ class PairVerifier:
         import torch
 
         torch.set_num_threads(self._num_threads)
-        return self.score(pairs)
+        return self.logits(pairs)
+
+    def _decision(self, meta: dict[str, Any]) -> None:
+        """Calibration table, default threshold and vetoes of the decision in use."""
+        self.calibration: Calibration | None = (
+            Calibration.from_dict(meta["calibration"]) if "calibration" in meta else None
+        )
+        #: Hard checks (semantic._guard_checks) that veto a pair before the model runs.
+        self.vetoes: tuple[str, ...] = tuple(meta.get("vetoes", ()))
+        #: Score threshold chosen at training time (used when neither YAML knob is given).
+        self.default_threshold = float(meta.get("default_threshold", 0.5))
 
 
 def is_conversation(a: str, b: str) -> bool:

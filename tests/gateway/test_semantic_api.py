@@ -133,7 +133,7 @@ def test_scope_isolation(gw: Gateway, upstream: FakeUpstream) -> None:
     ]
     assert [r.headers["x-cache"] for r in misses] == ["miss"] * len(misses)
     # the same follow-up under different earlier turns: each conversation keeps its own answer
-    third = "What is the best way to learn Python quickly?"
+    third = "What is the best way to learn Python?"  # a rewording of `para`
     assert (
         ask(
             gw, third, ns="scope", messages=[*other_history, {"role": "user", "content": third}]
@@ -246,8 +246,7 @@ def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
     third = Gateway(load_config_text(text))
     try:
         assert (
-            ask(third, "How do I get my passport renewed?", ns="restart").headers["x-cache"]
-            == "semantic"
+            ask(third, "How do I renew a passport?", ns="restart").headers["x-cache"] == "semantic"
         )
         assert upstream.stats["chat"] == 1
     finally:

@@ -4,6 +4,7 @@ weights and the real embedder (a paraphrase hits, a trap does not, a context swa
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -44,24 +45,34 @@ def test_a_wiggling_table_is_made_monotone_and_a_bad_one_refused() -> None:
 def test_score_threshold_from_yaml_knobs() -> None:
     verifier = cast(
         PairVerifier,
-        SimpleNamespace(calibration=Calibration.from_dict(TABLE), default_threshold=0.7, path="x"),
+        SimpleNamespace(
+            calibration=Calibration.from_dict(TABLE),
+            default_threshold=0.7,
+            veto_threshold=0.07,
+            path="x",
+        ),
     )
-    assert score_threshold(SemanticSettings(), verifier) == 0.7
-    assert score_threshold(SemanticSettings(max_wrong_rate=0.05), verifier) == 0.5
+    veto = SemanticSettings(verifier_role="veto")
+    assert score_threshold(veto, verifier) == 0.07
+    assert score_threshold(replace(veto, verifier_threshold=0.2), verifier) == 0.2
+    decide = SemanticSettings()  # the default role
+    assert score_threshold(decide, verifier) == 0.7
+    assert score_threshold(replace(decide, max_wrong_rate=0.05), verifier) == 0.5
     assert (
-        score_threshold(SemanticSettings(verifier_threshold=0.3, max_wrong_rate=0.05), verifier)
+        score_threshold(replace(decide, verifier_threshold=0.3, max_wrong_rate=0.05), verifier)
         == 0.3
     )
     bare = cast(PairVerifier, SimpleNamespace(calibration=None, default_threshold=0.5, path="x"))
     with pytest.raises(ValueError, match="no calibration table"):
-        score_threshold(SemanticSettings(max_wrong_rate=0.01), bare)
+        score_threshold(replace(decide, max_wrong_rate=0.01), bare)
 
 
 def test_the_shipped_verifier_has_a_usable_calibration() -> None:
     verifier = PairVerifier()
-    assert verifier.calibration is not None
-    t = verifier.calibration.threshold_for(0.01)
+    assert verifier.calibration is not None and verifier.combiner is not None
+    t = verifier.calibration.threshold_for(verifier.meta["default_wrong_rate"])
     assert 0.0 < t < 1.0 and t == verifier.default_threshold
+    assert 0.0 < verifier.veto_threshold < 0.5
     assert (DEFAULT_PATH / "delta.safetensors").stat().st_size < 50 * 2**20
     trap, para = verifier.score(
         [
@@ -127,11 +138,19 @@ def test_the_calibration_split_covers_every_kind_and_keeps_families_whole() -> N
 
 def test_config_paths(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
-    config = _config({"verifier": "mine", "max_wrong_rate": 0.02, "context": "exact"}, tmp_path)
-    semantic = config.cache.semantic
+    mine = {"verifier": "mine", "verifier_role": "decide", "max_wrong_rate": 0.02}
+    semantic = _config({**mine, "context": "exact"}, tmp_path).cache.semantic
     assert semantic.verifier == str((tmp_path / "mine").resolve())
     assert semantic.max_wrong_rate == 0.02 and semantic.context == "exact"
     assert _config({"verifier": "off"}, tmp_path).cache.semantic.verifier == "off"
+    default = _config({}, tmp_path).cache.semantic
+    assert default.verifier == "bundled" and default.verifier_role == "decide"
+    # what only a deciding verifier does is refused with a vetoing one, and fine with none
+    with pytest.raises(ConfigError, match="verifier_role: decide"):
+        _config({"verifier_role": "veto", "max_wrong_rate": 0.02}, tmp_path)
+    with pytest.raises(ConfigError, match="verifier_role: decide"):
+        _config({"verifier_role": "veto", "context": "verify"}, tmp_path)
+    assert _config({"verifier": "off", "context": "verify"}, tmp_path).cache.semantic
     with pytest.raises(ConfigError, match="context"):
         _config({"context": "sometimes"}, tmp_path)
     with pytest.raises(ConfigError, match="max_wrong_rate"):
@@ -174,14 +193,11 @@ def gw(
     text = yaml.safe_dump(
         {
             "data_dir": str(tmp_path_factory.mktemp("verifier")),
-            # the operating point these examples were checked at (the shipped default, 1% wrong
-            # on the calibration pairs, is stricter: see docs/benchmarks.md)
+            # the shipped operating point of the combined verifier (2% wrong on calibration)
             "cache": {
                 "semantic": {
                     "enabled": True,
-                    "verifier": "bundled",
-                    "context": "verify",
-                    "verifier_threshold": 0.75,
+                    "context": "verify",  # verifier: bundled, verifier_role: decide by default
                 }
             },
             "models": {"fake-model": model},
@@ -210,8 +226,14 @@ def test_a_paraphrase_hits_and_a_trap_does_not(gw: Gateway, upstream: FakeUpstre
     chat(gw, user("Is it safe to fly a drone over Paris?"), "t")
     trap = chat(gw, user("Is it illegal to fly a drone over Paris?"), "t")
     assert trap.headers["x-cache"] == "miss"
+    chat(gw, user("Is the museum free for children on weekends?"), "t")  # the guard passes it
+    assert (
+        chat(gw, user("Is the museum free for adults on weekends?"), "t").headers["x-cache"]
+        == "miss"
+    )
     stats = gw.http.get("/admin/stats").json()["cache"]
-    assert stats["verifier"]["score_threshold"] == 0.75
+    assert stats["verifier"]["score_threshold"] == PairVerifier().default_threshold
+    assert stats["verifier"]["role"] == "decide" and stats["verifier"]["combiner"] is True
     assert stats["verifier"]["backend"] == "onnx"  # cache.semantic.verifier_backend's default
     assert 'cachegate_verifier_backend_info{backend="onnx"} 1' in gw.http.get("/metrics").text
     assert stats["guard_rejections_by_reason"].get("verifier", 0) >= 1
@@ -233,3 +255,83 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, reworded, "c").headers["x-cache"] == "semantic"
     swapped = convo("How do I renew my passport in Mexico?", "You can renew it by mail.")
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
+
+
+# ---- the defaults, and role "veto" (the guard decides, the verifier may turn its pick down) --------
+
+
+@pytest.fixture(scope="module")
+def veto_gw(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    model = {"backend": "openai", "base_url": f"{upstream_server.url}/v1", "api_key": "sk"}
+    text = yaml.safe_dump(
+        {
+            "data_dir": str(tmp_path_factory.mktemp("veto")),
+            "cache": {"semantic": {"enabled": True, "verifier_role": "veto"}},
+            "models": {"fake-model": model},
+        }
+    )
+    gateway = Gateway(load_config_text(text))
+    yield gateway
+    gateway.stop()
+
+
+def test_as_a_veto_the_verifier_turns_down_a_trap_the_guard_lets_through(
+    veto_gw: Gateway, upstream: FakeUpstream
+) -> None:
+    # cosine 0.93, no hard check fails, the guard's MLP accepts: only the verifier sees that
+    # children and adults may pay differently
+    chat(veto_gw, user("Is the museum free for children on weekends?"), "v")
+    calls = upstream.stats["requests"]
+    trap = chat(veto_gw, user("Is the museum free for adults on weekends?"), "v")
+    assert trap.headers["x-cache"] == "miss" and upstream.stats["requests"] == calls + 1
+    first = chat(veto_gw, user("How do I reset my password?"), "v")
+    hit = chat(veto_gw, user("How can I reset my password?"), "v")
+    assert hit.headers["x-cache"] == "semantic"
+    assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    stats = veto_gw.http.get("/admin/stats").json()["cache"]
+    assert stats["verifier"]["role"] == "veto" and stats["verifier"]["combiner"] is False
+    assert stats["verifier"]["score_threshold"] == PairVerifier().veto_threshold
+    assert stats["guard_rejections_by_reason"] == {"verifier": 1}
+
+
+# ---- the combiner -------------------------------------------------------------------------------
+
+
+def test_the_combiner_is_a_logistic_of_its_signals_and_skips_only_hopeless_pairs() -> None:
+    from semantic.verifier import Combiner, PairSignals
+
+    c = Combiner(0.5, -1.0, 0.4, -0.3, 0.5, 6.0, "all-MiniLM-L6-v2")
+    s = PairSignals(cosine=0.9, failed=("question_type",), guard_logit=2.0)
+    z = 0.5 - 0.9 + 0.8 - 0.3 + 0.5 * 3.0
+    assert c.probability(s, 3.0) == pytest.approx(1 / (1 + np.exp(-z)))
+    assert c.probability(PairSignals(0.9, (), 2.0), 3.0) > c.probability(s, 3.0)
+    # can_reach is exact for logits up to the calibrated maximum: skipped pairs never pass
+    for guard_logit in np.linspace(-12, 4, 33):
+        pair = PairSignals(0.95, (), float(guard_logit))
+        best = max(c.probability(pair, z) for z in np.linspace(-8, 6.0, 57))
+        assert c.can_reach(pair, 0.87) == (best >= 0.87 - 1e-9)
+
+
+def test_another_embedder_makes_the_cross_encoder_decide_alone_on_its_own_table() -> None:
+    verifier = PairVerifier()
+    assert verifier.combiner is not None
+    combined = (verifier.default_threshold, verifier.vetoes)
+    verifier.use_embedder("all-MiniLM-L6-v2")  # the one it was fitted with: nothing changes
+    assert verifier.combiner is not None
+    verifier.use_embedder("some-other-model")
+    alone = verifier.meta["alone"]
+    assert verifier.combiner is None
+    assert (
+        (verifier.default_threshold, verifier.vetoes)
+        == (
+            alone["default_threshold"],
+            tuple(alone["vetoes"]),
+        )
+        != combined
+    )
+    s = verifier.signals("How do I reset my password?", "How can I reset it?", *np.eye(2), 0.0)
+    assert s.guard_logit == 0.0 and verifier.probability(s, 1.0) == pytest.approx(
+        1 / (1 + np.exp(-1))
+    )
