@@ -27,7 +27,8 @@ to the prefix tree, its pages back to the pool, and it waits at the head of the 
 re-admitted it gets back what the tree still holds of its tokens (prompt and those generated
 so far) and the rest is fed again, ending with the token it was about to feed, so it goes on
 with the very logits it was waiting for: its continuation is the one it would have had.
-Admission waits while the pool cannot hold a new request's tokens (unless nothing runs).
+Admission waits while the pool cannot hold a new request's tokens, and after a preemption
+until a running request finishes (unless nothing runs).
 
 Example (what ``AsyncEngine``'s worker thread does)::
 
@@ -85,6 +86,9 @@ class Scheduler:
         self.waiting: deque[_Sequence] = deque()
         self.running: list[_Sequence] = []
         self._arrivals = itertools.count()
+        #: a preemption happened and no request has finished since: admit nothing meanwhile
+        #: (the running ones need the pages; a request admitted now would be preempted again)
+        self._full = False
 
     @property
     def busy(self) -> bool:
@@ -131,7 +135,7 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
-            if self.running and not self._fits(seq):
+            if self.running and (self._full or not self._fits(seq)):
                 return  # the pool is busy with running requests: wait for them to finish
             self.waiting.popleft()
             if seq.steps is None:
@@ -185,6 +189,7 @@ class Scheduler:
         seq.fed, seq.recompute = 0, True
         self.running.remove(seq)
         self.waiting.appendleft(seq)
+        self._full = True
         logger.info("localmodel: KV pool full; a request was preempted (%d tokens)", len(history))
 
     def _plan(self) -> list[tuple[_Sequence, Piece]]:
@@ -219,6 +224,7 @@ class Scheduler:
                 item = steps.send(None)
         except StopIteration:
             self.running.remove(seq)
+            self._full = False  # its pages are back
         except Exception as exc:
             logger.exception("localmodel: request failed")
             self._fail(seq, exc)
@@ -229,3 +235,4 @@ class Scheduler:
         seq.send(exc)
         if seq in self.running:
             self.running.remove(seq)
+            self._full = False

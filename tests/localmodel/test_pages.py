@@ -291,3 +291,33 @@ def test_a_preempted_request_gets_the_trees_pages_back_when_the_pool_kept_them(
     after = tiny_engine.forward_batch([Piece(cache, tuple(prompt[n:]))])[0]
     assert (after - before).abs().max().item() <= 1e-4
     steps.close()
+
+
+def test_many_requests_through_a_small_pool_all_get_their_tokens_and_release_every_page(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """Nine requests (shared prefixes, n = 2, different lengths) through 10 pages, 4 at a time."""
+    shared = list(range(500, 520))
+    prompts = [shared[: 5 + 2 * i] + list(range(600 + 9 * i, 606 + 9 * i)) for i in range(9)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=40 + 3 * (i % 3), n=1 + i % 2) for i in range(9)
+    ]
+    alone = make_engine(tiny=tiny_model)
+    expected = [
+        alone.complete(alone.prepare(p, q, namespace=NS)).choices
+        for p, q in zip(prompts, params, strict=True)
+    ]
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=10 * 16 * 512)
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=32)
+    events: list[list[Event | BaseException]] = [[] for _ in prompts]
+    for i, (prompt, q) in enumerate(zip(prompts, params, strict=True)):
+        request = engine.prepare(prompt, q, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    while scheduler.busy:
+        scheduler.step()
+    got = [e[-1].completion.choices if isinstance(e[-1], Finished) else e[-1] for e in events]
+    assert got == expected
+    assert engine.pool is not None and engine.pool.stats.preemptions >= 1
+    assert engine.pool.stats.used == engine.pool.stats.cached
+    engine.flush_prefix_cache()
+    assert engine.pool.stats.used == 0
