@@ -114,6 +114,9 @@ def test_admin_stats_report_the_kv_pool(gw: Gateway) -> None:
     assert pool["used"] == pool["pages"] - pool["free"]
     assert 0 < pool["cached"] <= pool["used"]  # the finished request's KV, held by the tree
     assert pool["preemptions"] == 0
+    metrics = gw.http.get("/metrics", headers=ADMIN).text
+    assert f'cachegate_backend_kv_pool_pages{{model="{MODEL}"}} {pool["pages"]}' in metrics
+    assert f'cachegate_backend_kv_pool_preemptions_total{{model="{MODEL}"}} 0' in metrics
 
 
 def test_response_cache_sits_in_front(gw: Gateway) -> None:
