@@ -321,3 +321,43 @@ def test_many_requests_through_a_small_pool_all_get_their_tokens_and_release_eve
     assert engine.pool.stats.used == engine.pool.stats.cached
     engine.flush_prefix_cache()
     assert engine.pool.stats.used == 0
+
+
+def _preempting_scheduler(engine: Engine) -> tuple[Scheduler, list[list[Event | BaseException]]]:
+    """Three 24-token prompts in a 7-page pool, stepped until one of them is preempted."""
+    scheduler = Scheduler(engine, max_batch=3, step_tokens=64)
+    events: list[list[Event | BaseException]] = [[], [], []]
+    for i in range(3):
+        request = engine.prepare(list(range(100 + 7 * i, 124 + 7 * i)), GREEDY, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    assert engine.pool is not None
+    before = engine.pool.preemptions
+    while engine.pool.preemptions == before:
+        scheduler.step()
+    return scheduler, events
+
+
+def test_a_preempted_request_can_be_cancelled_or_failed_while_it_waits(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=7 * 16 * 512)
+    assert engine.pool is not None
+    scheduler, events = _preempting_scheduler(engine)
+    (waiting,) = scheduler.waiting
+    waiting.request.cancel.set()  # the client left while its request waited to resume
+    while scheduler.busy:
+        scheduler.step()
+    finished = [e[-1] for e in events]
+    assert all(isinstance(f, Finished) for f in finished)
+    reasons = [f.completion.choices[0].finish_reason for f in finished if isinstance(f, Finished)]
+    assert reasons.count("cancelled") == 1 and reasons.count("length") == 2
+
+    engine.flush_prefix_cache()
+    scheduler, events = _preempting_scheduler(engine)
+    (waiting,) = scheduler.waiting
+    index = (waiting.request.prompt_tokens[0] - 100) // 7  # which of the three it is
+    scheduler.fail_waiting(RuntimeError("shutting down"))
+    assert isinstance(events[index][-1], RuntimeError)
+    while scheduler.busy:
+        scheduler.step()
+    assert engine.pool.stats.used == engine.pool.stats.cached
