@@ -276,6 +276,13 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     context_overflow: Literal["error", "sinks"] = "error"
     #: Tokens at the start that context_overflow: sinks always keeps.
     sink_tokens: PositiveInt = 4
+    #: Bytes of the paged KV pool running requests and the prefix cache share (allocated at
+    #: start); None: prefix_cache_bytes + max(256 MiB, a context window of KV). Used with
+    #: kv_dtype auto and context_overflow error (other modes keep per-request buffers).
+    #: Caps the context window.
+    kv_pool_bytes: PositiveInt | None = None
+    #: Tokens per page of that pool.
+    page_size: PositiveInt = 16
     semantic_threshold: Fraction | None = None
 
     def __post_init__(self) -> None:

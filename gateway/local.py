@@ -90,6 +90,8 @@ class LocalBackend:
             weights=model.weights,
             context_overflow=model.context_overflow,
             sink_tokens=model.sink_tokens,
+            kv_pool_bytes=model.kv_pool_bytes,
+            page_size=model.page_size,
             threads=threads,
         )
         return cls(name, model, engine_config)
@@ -175,6 +177,8 @@ class LocalBackend:
             }
         if stats.break_even is not None:
             out["prefix_disk_break_even"] = stats.break_even.as_dict()
+        if stats.pool is not None:
+            out["kv_pool"] = dataclasses.asdict(stats.pool)
         return out
 
     def flush_prefix_cache(self) -> int:

@@ -409,6 +409,7 @@ _BACKEND_COUNTERS = re.compile(
     r"prefix_cache_(queried_tokens|hit_tokens|evicted_tokens|evictions)"
     r"|prefix_disk_(queries|hits|hit_tokens|served_tokens|read_errors|offered|dropped"
     r"|written_tokens|files_written|write_errors|evicted_tokens)"
+    r"|kv_pool_(preemptions|copied_pages)"
     r"|routing_routed_\w+"
 )
 

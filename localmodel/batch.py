@@ -38,8 +38,12 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from localmodel.kv import RequestCache
+from localmodel.pages import PagedCache
 
-__all__ = ["ATTENTION", "BatchCache", "Piece", "forward", "use_batched_attention"]
+__all__ = ["ATTENTION", "BatchCache", "KVCache", "Piece", "forward", "use_batched_attention"]
+
+#: A request's attention cache: contiguous buffers, or a page table over the engine's pool.
+KVCache = RequestCache | PagedCache
 
 #: The attention implementation name this module registers (plain sdpa without ``batch=``).
 ATTENTION = "cachegate_batched"
@@ -49,7 +53,7 @@ ATTENTION = "cachegate_batched"
 class Piece:
     """New tokens of one sequence for this step, fed at positions ``cache.length…``."""
 
-    cache: RequestCache
+    cache: KVCache
     tokens: tuple[int, ...]
 
 
@@ -102,7 +106,7 @@ def forward(model: Any, pieces: Sequence[Piece]) -> torch.Tensor:
     NOTE: the model must be switched with :func:`use_batched_attention` first; the caches
     grow by their piece's tokens, exactly as a prefill of that piece alone would grow them.
     """
-    device = pieces[0].cache.key_buf.device
+    device = pieces[0].cache.device
     n_layers = len(pieces[0].cache.layers)
     ids = [t for p in pieces for t in p.tokens]
     positions = [p.cache.length + i for p in pieces for i in range(len(p.tokens))]
@@ -117,6 +121,9 @@ def forward(model: Any, pieces: Sequence[Piece]) -> torch.Tensor:
         logits_to_keep=last,
         batch=batch,
     )
+    for piece in pieces:
+        if isinstance(piece.cache, PagedCache):
+            piece.cache.note_fed(piece.tokens)  # what a preempted request re-feeds
     return out.logits[0]  # [n, vocab]
 
 

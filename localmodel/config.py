@@ -81,6 +81,15 @@ class EngineConfig:
             with its first ``sink_tokens`` tokens and the most recent window of KV
             (StreamingLLM), K re-rotated to its new positions when the window shifts.
         sink_tokens: tokens at the start kept by ``context_overflow: sinks`` (>= 1).
+        kv_pool_bytes: bytes of the paged KV pool (``localmodel.pages``) that running
+            requests and the prefix cache share, allocated at start on the model's device
+            (on a CPU the OS maps it as it is first written). ``None``:
+            ``prefix_cache_bytes`` + 256 MiB, or + one context window of KV if more. Used with ``kv_dtype`` ``auto`` (or the
+            model's dtype) and ``context_overflow: error``; the other modes keep contiguous
+            per-request buffers. A request longer than the pool holds is refused like one
+            past the context window.
+        page_size: tokens per page of the pool (16: a prefix hit copies at most one partly
+            filled page; larger pages gather faster, waste more of the last page).
     """
 
     source: str = BUNDLED
@@ -103,6 +112,8 @@ class EngineConfig:
     weights: str = "auto"
     context_overflow: str = "error"
     sink_tokens: int = 4
+    kv_pool_bytes: int | None = None
+    page_size: int = 16
 
     def __post_init__(self) -> None:
         if not self.source:
@@ -144,5 +155,9 @@ class EngineConfig:
             )
         if self.sink_tokens < 1:
             raise ValueError("localmodel: sink_tokens must be >= 1")
+        if self.kv_pool_bytes is not None and self.kv_pool_bytes < 1:
+            raise ValueError("localmodel: kv_pool_bytes must be >= 1 or None")
+        if self.page_size < 1:
+            raise ValueError("localmodel: page_size must be >= 1")
         if self.threads is not None and self.threads < 1:
             raise ValueError("localmodel: threads must be >= 1 or None")

@@ -30,6 +30,7 @@ import torch
 from localmodel.forward import prefill
 from localmodel.kv import KVLayout, RequestCache, TensorKV
 from localmodel.kvquant import Int8KV
+from localmodel.pages import PagedCache, PagedKV
 from prefix import KVSpan, RadixKey
 from prefix.offload import DiskStats, DiskTier
 
@@ -81,14 +82,14 @@ class RowCodec:
             raise ValueError(f"RowCodec: spans cover {filled} of tokens {start}…{stop}")
         return out.numpy()
 
-    def decode_into(self, cache: RequestCache, rows: np.ndarray, start: int) -> None:
+    def decode_into(self, cache: RequestCache | PagedCache, rows: np.ndarray, start: int) -> None:
         """Copy ``rows`` (uint8 ``[n, bpt]``) into ``cache`` at positions ``start…start+n-1``."""
         if self.dtype != torch.int8:
             kv = torch.from_numpy(rows).view(self.dtype).view(len(rows), *self._row_shape)
             cache.load_rows(kv, start)  # kv: [n, 2, L, H, D]
             return
         span = self.decode_int8(rows)  # [L, H, n, D]
-        kv = torch.empty((len(rows), *self._row_shape), dtype=cache.key_buf.dtype)
+        kv = torch.empty((len(rows), *self._row_shape), dtype=self.layout.dtype)
         span.write_into(kv[:, 0].permute(1, 2, 0, 3), kv[:, 1].permute(1, 2, 0, 3))
         cache.load_rows(kv, start)
 
@@ -108,6 +109,8 @@ class RowCodec:
     def _encode_span(self, span: KVSpan, a: int, b: int) -> torch.Tensor:
         """Tokens ``[a, b)`` of one span as rows ``[b - a, bpt]`` (uint8)."""
         if self.dtype != torch.int8:
+            if isinstance(span, PagedKV):  # pages of the pool: read out just [a, b)
+                span, a, b = span.to_tensor_kv(a, b), 0, b - a
             if not isinstance(span, TensorKV):
                 raise TypeError(f"RowCodec: expected TensorKV spans, got {type(span)}")
             rows = torch.empty((b - a, *self._row_shape), dtype=self.dtype)  # [n, 2, L, H, D]
@@ -251,7 +254,7 @@ class DiskPrefix:
             raise
         return cls(tier, codec, break_even)
 
-    def load(self, key: RadixKey, cache: RequestCache, n_mem: int) -> int:
+    def load(self, key: RadixKey, cache: RequestCache | PagedCache, n_mem: int) -> int:
         """Extend ``cache`` (holding ``n_mem`` tokens) from disk if that pays; return tokens added.
 
         A miss, a range shorter than the break-even, or an unreadable file adds nothing:

@@ -3,12 +3,17 @@
 One request, start to end (``Engine.generate``)::
 
     match  = tree.match(RadixKey(namespace, prompt))          # tier 2: longest cached prefix
-    cache  = RequestCache(prompt + max_tokens)                # preallocated for the request
-    with tree.hold(match): cache.load(match.spans, match.n_cached)   # one copy, path locked
+    cache  = PagedCache(pool, prompt + max_tokens)            # a page table over the pool
+    cache.map_prefix(match.spans, match.n_cached, prompt)     # the tree's pages, no copy
     n_cached += disk.load(key, cache, n_cached)               # optional: evicted KV, re-loaded
     logits = prefill(model, cache, prompt[n_cached:], start=n_cached)   # parallel, compute-bound
     loop:  token = sample(logits); logits = decode_one_token(model, cache, token, pos)  # serial
-    tree.insert(RadixKey(namespace, prompt + generated), cache.view(...))  # next turn hits
+    tree.insert(RadixKey(namespace, prompt + generated), cache.view(...))  # shares the pages
+    cache.release()                                           # the tree's references remain
+
+With ``kv_dtype`` other than the model's or ``context_overflow: sinks`` the cache is a
+contiguous ``RequestCache`` (prompt + max_tokens) instead, filled with one copy per matched
+span under the tree's lock (``cache.load``), and the tree stores copies (``localmodel.kvquant``).
 
 The engine is synchronous and single-threaded by design (one request at a time, like a
 batch of one); :class:`localmodel.worker.AsyncEngine` runs it on a dedicated thread for the
@@ -29,6 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -36,7 +42,7 @@ from typing import Any, Literal
 import torch
 
 from localmodel import prompts
-from localmodel.batch import Piece, use_batched_attention
+from localmodel.batch import KVCache, Piece, use_batched_attention
 from localmodel.batch import forward as batched_forward
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
@@ -45,10 +51,12 @@ from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import KVLayout, RequestCache, TensorKV
 from localmodel.kvquant import StoringView, resolve_kv_dtype
 from localmodel.loader import load, model_sampling_defaults
+from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted, PoolStats
 from localmodel.sampling import SamplingParams, make_generator, sample
 from localmodel.sinks import ContextShift
 from prefix import RadixCache, RadixKey, RadixStats
 from prefix.offload import DiskStats
+from prefix.radix import Evicted
 
 __all__ = [
     "Choice",
@@ -73,6 +81,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length", "cancelled"]
+
+#: The pool's size beyond ``prefix_cache_bytes`` when ``kv_pool_bytes`` is not set (or a
+#: whole context window's KV, if more): what running requests get before cached prefixes
+#: are reclaimed (SmolLM2 fp32: 256 MiB is ~5.8k tokens; its 8192-token window, 360 MiB).
+DEFAULT_POOL_HEADROOM = 256 * 2**20
 
 _STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>")
 
@@ -198,6 +211,7 @@ class EngineStats:
     disk: DiskStats | None
     disk_hit_tokens: int
     break_even: BreakEven | None
+    pool: PoolStats | None = None  # the paged KV pool (None: contiguous per-request buffers)
 
 
 # ── the engine ────────────────────────────────────────────────────────────────────────
@@ -251,12 +265,21 @@ class Engine:
                     config.prefix_disk_dir,
                     exc,
                 )
-        on_evict = self.disk.tier.offer if self.disk is not None else None
+        model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
+        self.context_window = min(self.config.max_context or model_limit, model_limit)
+        #: the paged KV pool; None: kv_dtype or context_overflow keep contiguous buffers
+        self.pool = self._make_pool(config)
+        on_evict = self._on_evict if self.disk is not None else None
         self.prefix_cache = prefix_cache or RadixCache(
             config.prefix_cache_bytes, ttl_s=config.prefix_ttl_s, on_evict=on_evict
         )
-        model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
-        self.context_window = min(self.config.max_context or model_limit, model_limit)
+        if self.pool is not None and self.pool.n_pages * self.pool.page_size < self.context_window:
+            # NOTE: a request must fit the pool alone; prepare() refuses longer ones (400)
+            self.context_window = self.pool.n_pages * self.pool.page_size
+            logger.warning(
+                "localmodel: kv_pool_bytes holds %d tokens: the context window is capped there",
+                self.context_window,
+            )
         #: context_overflow: sinks — how a request past the window keeps going (else None)
         self.shift = (
             ContextShift.of(model, config.sink_tokens)
@@ -295,6 +318,7 @@ class Engine:
             disk=disk.stats if disk is not None else None,
             disk_hit_tokens=disk.hit_tokens if disk is not None else 0,
             break_even=disk.break_even if disk is not None else None,
+            pool=self.pool.stats if self.pool is not None else None,
         )
 
     def flush_prefix_cache(self) -> int:
@@ -403,7 +427,8 @@ class Engine:
 
         ``n > 1`` choices share one prefill: each choice starts from the same last-prompt
         logits, and the request cache is truncated back to the prompt between choices (a
-        length reset on the preallocated buffers, no copy). Each choice's tokens are
+        length reset, no copy; a paged cache then copies the prompt's last page, which the
+        tree shares, before writing into it). Each choice's tokens are
         inserted into the prefix tree, where they share the prompt's nodes.
         """
         started = time.perf_counter()
@@ -411,17 +436,21 @@ class Engine:
         # NOTE: only with context_overflow: sinks can a request be longer than the window;
         # its cache then holds a window, and shifts (localmodel.sinks) when full.
         capacity = min(len(prompt) + request.max_tokens, self.context_window)
-        cache = RequestCache.allocate(self.layout, capacity)
-        key = RadixKey(request.namespace, prompt)
-        match = self.prefix_cache.match(key)
-        n_cached = min(match.n_cached, capacity)
-        # NOTE: the lock covers the only read of the tree's tensors: the copy into this
-        # request's buffers. The request owns its KV afterwards, and releasing the path
-        # before `insert` lets the tree evict even the node the match ended inside.
-        with self.prefix_cache.hold(match):
-            cache.load(match.spans, n_cached)
-        if self.disk is not None and n_cached < min(len(prompt) - 1, capacity):
-            n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
+        cache: KVCache
+        if self.pool is not None:
+            cache = PagedCache(self.pool, capacity, request.namespace)
+        else:
+            cache = RequestCache.allocate(self.layout, capacity)
+        try:
+            yield from self._serve(request, cache, started)
+        finally:
+            if isinstance(cache, PagedCache):
+                cache.release()  # NOTE: also when the driver closes the coroutine (a failure)
+
+    def _serve(self, request: GenerationRequest, cache: KVCache, started: float) -> Steps:
+        """The body of :meth:`steps` on the request's cache."""
+        prompt = request.prompt_tokens
+        n_cached = self._load_prefix(request, cache)
         try:
             prompt_logits = yield from self._prefill(request, cache, n_cached)
         except PrefillCancelled:
@@ -453,8 +482,53 @@ class Engine:
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
 
+    def _load_prefix(self, request: GenerationRequest, cache: KVCache) -> int:
+        """Fill ``cache`` with the longest cached prefix of the prompt (tree, then disk);
+        return its length."""
+        prompt = request.prompt_tokens
+        key = RadixKey(request.namespace, prompt)
+        match = self.prefix_cache.match(key)
+        n_cached = min(match.n_cached, cache.capacity)
+        if isinstance(cache, PagedCache):
+            cache.map_prefix(match.spans, n_cached, prompt)  # shared pages: no lock, no copy
+        else:
+            # NOTE: the lock covers the only read of the tree's tensors: the copy into this
+            # request's buffers. The request owns its KV afterwards, and releasing the path
+            # before `insert` lets the tree evict even the node the match ended inside.
+            with self.prefix_cache.hold(match):
+                cache.load(match.spans, n_cached)
+        del match  # NOTE: its spans hold pages of the tree's path: not for the whole request
+        if self.disk is not None and n_cached < min(len(prompt) - 1, cache.capacity):
+            try:
+                n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
+            except PoolExhausted:  # no page for it now: recomputing it is as right
+                logger.info("localmodel: no KV pages free for a disk hit; prefilling instead")
+            if isinstance(cache, PagedCache):
+                cache.tokens = list(prompt[:n_cached])
+        return n_cached
+
+    def preempt(self, cache: PagedCache) -> None:
+        """Take a running request's pages back (the scheduler re-feeds its tokens later).
+
+        Its KV goes to the prefix tree first: while the pool does not need those pages the
+        request gets them back with no recompute (:meth:`restore`), and when it does they
+        are reclaimed like any cached prefix, least recently used first.
+        """
+        assert self.pool is not None
+        self._insert(cache.namespace, tuple(cache.tokens), cache)
+        cache.release()
+        self.pool.preemptions += 1
+
+    def restore(self, cache: PagedCache, tokens: Sequence[int]) -> int:
+        """Map what the prefix tree still holds of a preempted request's ``tokens`` back
+        into its (empty) cache; return how many (the rest must be fed again)."""
+        match = self.prefix_cache.match(RadixKey(cache.namespace, tokens))
+        n = min(match.n_cached, cache.capacity)
+        cache.map_prefix(match.spans, n, tokens)
+        return n
+
     def _cancelled_in_prefill(
-        self, request: GenerationRequest, cache: RequestCache, n_cached: int, started: float
+        self, request: GenerationRequest, cache: KVCache, n_cached: int, started: float
     ) -> Iterator[Event]:
         """Finish a request cancelled part-way through its prompt: the KV computed so far
         goes to the prefix tree (a client that retries starts from there), then the events."""
@@ -475,13 +549,59 @@ class Engine:
     def _forward_alone(self, piece: Piece) -> torch.Tensor:
         """One request's piece on its own: a prefill, or one decode step (sdpa, no batching)."""
         cache, tokens = piece.cache, piece.tokens
+        if isinstance(cache, PagedCache):
+            cache.reserve(len(tokens))  # NOTE: alone, the whole pool is there to reclaim
         if len(tokens) == 1:
-            return decode_one_token(self.model, cache, tokens[0], cache.length)
-        ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
-        return prefill(self.model, cache, ids, start=cache.length)
+            logits = decode_one_token(self.model, cache, tokens[0], cache.length)
+        else:
+            ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
+            logits = prefill(self.model, cache, ids, start=cache.length)
+        if isinstance(cache, PagedCache):
+            cache.note_fed(tokens)
+        return logits
+
+    def _make_pool(self, config: EngineConfig) -> PagePool | None:
+        """The paged pool, when requests' KV can live in it: stored KV in the model's dtype
+        (kv_dtype auto) and no context shift (context_overflow: error)."""
+        if self.kv_dtype != self.layout.dtype or config.context_overflow != "error":
+            return None
+        n_bytes = config.kv_pool_bytes
+        if n_bytes is None:  # NOTE: never less than one request of a whole context window
+            window = self.context_window * self.layout.bytes_per_token
+            n_bytes = config.prefix_cache_bytes + max(DEFAULT_POOL_HEADROOM, window)
+        pool = PagePool.of_bytes(self.layout, n_bytes, config.page_size)
+        reclaim = weakref.WeakMethod(self._reclaim)  # NOTE: the pool must not keep the engine
+
+        def call_reclaim(n_pages: int) -> None:
+            method = reclaim()
+            if method is not None:
+                method(n_pages)
+
+        pool.reclaim = call_reclaim
+        return pool
+
+    def _reclaim(self, n_pages: int) -> None:
+        """Evict cached prefixes (least recently used leaves first) until ``n_pages`` more
+        pages are free, or nothing more can go. Pages a running request shares with an
+        evicted node stay in use, hence the loop."""
+        pool = self.pool
+        assert pool is not None
+        target = pool.free_pages + n_pages
+        while pool.free_pages < target:
+            wanted = (target - pool.free_pages) * pool.page_bytes
+            if not self.prefix_cache.evict(wanted):
+                return
+
+    def _on_evict(self, record: Evicted) -> None:
+        """Hand an evicted node to the disk tier, its KV copied out of the pool first, so
+        that its pages are free now rather than once the writer thread is done."""
+        assert self.disk is not None
+        if isinstance(record.span, PagedKV):
+            record = replace(record, span=record.span.to_tensor_kv())
+        self.disk.tier.offer(record)
 
     def _prefill(
-        self, request: GenerationRequest, cache: RequestCache, n_cached: int
+        self, request: GenerationRequest, cache: KVCache, n_cached: int
     ) -> Generator[Piece, torch.Tensor | None, torch.Tensor]:
         """Feed the prompt from ``n_cached`` on; return its last logits.
 
@@ -494,7 +614,8 @@ class Engine:
         logits, fed = None, n_cached
         while fed < len(prompt):
             if cache.length == cache.capacity:
-                assert self.shift is not None  # NOTE: without sinks the prompt always fits
+                # NOTE: without sinks the prompt always fits (and the cache is never paged)
+                assert self.shift is not None and isinstance(cache, RequestCache)
                 if not cache.dropped:
                     self._insert(request.namespace, prompt[:fed], cache)
                 self.shift.shift(cache)
@@ -508,7 +629,7 @@ class Engine:
         self,
         request: GenerationRequest,
         index: int,
-        cache: RequestCache,
+        cache: KVCache,
         logits: torch.Tensor,
         generator: torch.Generator,
     ) -> Generator[Event | Piece, torch.Tensor | None, tuple[Choice, float]]:
@@ -539,7 +660,8 @@ class Engine:
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
                 if cache.length == cache.capacity:
-                    assert self.shift is not None  # NOTE: without sinks max_tokens fits
+                    # NOTE: without sinks max_tokens fits (and the cache is never paged)
+                    assert self.shift is not None and isinstance(cache, RequestCache)
                     self.shift.shift(cache)
                 reply = yield Piece(cache, (token,))  # at position cache.length
                 assert reply is not None
@@ -556,7 +678,7 @@ class Engine:
         return choice, first_token_at
 
     @torch.inference_mode()
-    def _insert(self, namespace: str, tokens: tuple[int, ...], cache: RequestCache) -> None:
+    def _insert(self, namespace: str, tokens: tuple[int, ...], cache: KVCache) -> None:
         """Offer every token whose KV is in ``cache`` to the prefix tree.
 
         NOTE: the last sampled token (and a final eos) was never fed to the model, so the
@@ -566,9 +688,9 @@ class Engine:
         if cache.dropped:
             return
         n = cache.length
-        view: TensorKV | StoringView = cache.view(n)
-        if self.kv_dtype != self.layout.dtype:
-            view = StoringView(cache.view(n), self.kv_dtype)  # the tree's copies convert
+        view: TensorKV | StoringView | PagedKV = cache.view(n)  # paged: shares, no copy
+        if self.kv_dtype != self.layout.dtype and isinstance(view, TensorKV):
+            view = StoringView(view, self.kv_dtype)  # the tree's copies convert
         try:
             self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), view)
         except (RuntimeError, MemoryError) as exc:  # e.g. torch.OutOfMemoryError in the copy

@@ -1,6 +1,6 @@
 """The forward passes over a request's KV cache: ``prefill`` and ``decode_one_token``.
 
-A leaf module (it imports only ``localmodel.kv``) so that both the engine and the disk tier's
+A leaf module (it imports only ``localmodel.kv`` and ``localmodel.pages``) so that both the engine and the disk tier's
 break-even measurement (``localmodel.disk``) use the same phases without importing each other.
 """
 
@@ -11,12 +11,15 @@ from typing import Any
 import torch
 
 from localmodel.kv import RequestCache
+from localmodel.pages import PagedCache
 
 __all__ = ["decode_one_token", "prefill"]
 
 
 @torch.inference_mode()
-def prefill(model: Any, cache: RequestCache, input_ids: torch.Tensor, start: int) -> torch.Tensor:
+def prefill(
+    model: Any, cache: RequestCache | PagedCache, input_ids: torch.Tensor, start: int
+) -> torch.Tensor:
     """Run ``input_ids`` (``[1, n]``) at positions ``start…start+n-1``; return the last logits.
 
     NOTE: ``start`` must equal ``cache.length``: the new tokens attend to every cached token
@@ -37,9 +40,11 @@ def prefill(model: Any, cache: RequestCache, input_ids: torch.Tensor, start: int
 
 
 @torch.inference_mode()
-def decode_one_token(model: Any, cache: RequestCache, token: int, pos: int) -> torch.Tensor:
+def decode_one_token(
+    model: Any, cache: RequestCache | PagedCache, token: int, pos: int
+) -> torch.Tensor:
     """Feed one token at position ``pos`` against the KV cache; return the next logits."""
-    device = cache.key_buf.device
+    device = cache.device
     input_ids = torch.tensor([[token]], device=device)  # [1, 1]
     position_ids = torch.tensor([[pos]], device=device)  # [1, 1]
     out = model(input_ids=input_ids, position_ids=position_ids, cache=cache, use_cache=True)

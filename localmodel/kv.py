@@ -1,5 +1,9 @@
 """Key/Value tensors: the prefix cache's handles and the per-request attention cache.
 
+NOTE: these are the contiguous objects, used where KV is stored converted (``kv_dtype``
+other than the model's) or shifted (``context_overflow: sinks``); by default requests and
+the tree share the paged pool of ``localmodel.pages`` instead.
+
 Two objects, two lifetimes:
 
 * :class:`TensorKV` is what the prefix tree (``prefix.RadixCache``) stores per node: the K
@@ -203,6 +207,10 @@ class RequestCache(DynamicCache):
     @property
     def capacity(self) -> int:
         return int(self.key_buf.shape[3])
+
+    @property
+    def device(self) -> torch.device:
+        return self.key_buf.device
 
     @property
     def length(self) -> int:

@@ -20,6 +20,16 @@ KV buffers are freed at that step. A request's sampling parameters, stop strings
 seed are its own (each coroutine holds its own RNG), so a request's tokens do not depend on
 what it is batched with.
 
+KV pages (``localmodel.pages``, when the engine has a pool): before the forward pass every
+piece reserves the pages its tokens go into; the pool reclaims cached prefixes first. When
+that is not enough, the youngest running request (last to arrive) is preempted: its KV goes
+to the prefix tree, its pages back to the pool, and it waits at the head of the queue. When
+re-admitted it gets back what the tree still holds of its tokens (prompt and those generated
+so far) and the rest is fed again, ending with the token it was about to feed, so it goes on
+with the very logits it was waiting for: its continuation is the one it would have had.
+Admission waits while the pool cannot hold a new request's tokens, and after a preemption
+until a running request finishes (unless nothing runs).
+
 Example (what ``AsyncEngine``'s worker thread does)::
 
     scheduler = Scheduler(engine, max_batch=16, step_tokens=256)
@@ -30,6 +40,7 @@ Example (what ``AsyncEngine``'s worker thread does)::
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -39,6 +50,7 @@ import torch
 
 from localmodel.batch import Piece
 from localmodel.engine import Engine, Event, GenerationRequest, PrefillCancelled, Steps
+from localmodel.pages import PagedCache, PoolExhausted
 
 __all__ = ["Scheduler", "Send"]
 
@@ -55,9 +67,11 @@ MIN_PREFILL_CHUNK = 16
 class _Sequence:
     request: GenerationRequest
     send: Send
-    steps: Steps
+    arrival: int  # the order of `add`: the highest running one is preempted first
+    steps: Steps | None = None  # None until admitted
     piece: Piece | None = None  # what the coroutine waits for
     fed: int = 0  # tokens of `piece` already in the cache (chunked prefill)
+    recompute: bool = False  # `piece` re-feeds a preempted request's tokens
 
 
 class Scheduler:
@@ -69,28 +83,35 @@ class Scheduler:
         self.engine = engine
         self.max_batch = max_batch
         self.step_tokens = step_tokens
-        self.waiting: deque[tuple[GenerationRequest, Send]] = deque()
+        self.waiting: deque[_Sequence] = deque()
         self.running: list[_Sequence] = []
+        self._arrivals = itertools.count()
+        #: a preemption happened and no request has finished since: admit nothing meanwhile
+        #: (the running ones need the pages; a request admitted now would be preempted again)
+        self._full = False
 
     @property
     def busy(self) -> bool:
         return bool(self.waiting or self.running)
 
     def add(self, request: GenerationRequest, send: Send) -> None:
-        self.waiting.append((request, send))
+        self.waiting.append(_Sequence(request, send, next(self._arrivals)))
 
     def fail_waiting(self, error: BaseException) -> None:
-        """Answer every request not yet admitted with ``error`` (shutdown)."""
+        """Answer every request not running (not yet, or preempted) with ``error`` (shutdown)."""
         while self.waiting:
-            _, send = self.waiting.popleft()
-            send(error)
+            seq = self.waiting.popleft()
+            if seq.steps is not None:
+                seq.steps.close()
+            seq.send(error)
 
     def step(self) -> None:
         """Admit, run one batched forward pass, hand out its logits."""
         self._admit()
         for seq in list(self.running):  # a cancelled prompt is not fed further
             piece = seq.piece
-            if piece is not None and len(piece.tokens) > 1 and seq.request.cancel.is_set():
+            cancelled = seq.request.cancel.is_set() and not seq.recompute
+            if piece is not None and len(piece.tokens) > 1 and cancelled:
                 self._advance(seq, None, throw=PrefillCancelled())
         batch = self._batch()
         if not batch:
@@ -113,14 +134,65 @@ class Scheduler:
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
-            request, send = self.waiting.popleft()
-            if request.cancel.is_set():
-                continue  # the client left while the request waited
-            seq = _Sequence(request, send, self.engine.steps(request))
-            self.running.append(seq)
-            self._advance(seq, None)  # tier-2 match and load, up to its first Piece
+            seq = self.waiting[0]
+            if self.running and (self._full or not self._fits(seq)):
+                return  # the pool is busy with running requests: wait for them to finish
+            self.waiting.popleft()
+            if seq.steps is None:
+                if seq.request.cancel.is_set():
+                    continue  # the client left while the request waited
+                seq.steps = self.engine.steps(seq.request)
+                self.running.append(seq)
+                self._advance(seq, None)  # tier-2 match and load, up to its first Piece
+            else:  # preempted: what the tree kept comes back, the rest is fed again
+                assert seq.piece is not None and isinstance(seq.piece.cache, PagedCache)
+                self.running.append(seq)
+                try:
+                    seq.fed = self.engine.restore(seq.piece.cache, seq.piece.tokens)
+                except Exception as exc:  # e.g. no page to copy a foreign span into
+                    logger.exception("localmodel: a preempted request could not resume")
+                    self._fail(seq, exc)
+
+    def _fits(self, seq: _Sequence) -> bool:
+        """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages."""
+        pool = getattr(self.engine, "pool", None)
+        if pool is None:
+            return True
+        n = len(seq.piece.tokens) if seq.piece is not None else len(seq.request.prompt_tokens)
+        return bool(pool.available_pages * pool.page_size > n)
 
     def _batch(self) -> list[tuple[_Sequence, Piece]]:
+        """This step's pieces, their pages reserved, preempting while the pool is short."""
+        while True:
+            batch = self._plan()
+            try:
+                for _, piece in batch:
+                    if isinstance(piece.cache, PagedCache):
+                        piece.cache.reserve(len(piece.tokens))
+                return batch
+            except PoolExhausted as exc:
+                youngest = max(self.running, key=lambda s: s.arrival)
+                if len(self.running) == 1:  # NOTE: prepare() refuses what cannot fit alone
+                    self._fail(youngest, exc)
+                else:
+                    self._preempt(youngest)
+
+    def _preempt(self, seq: _Sequence) -> None:
+        """Free ``seq``'s pages; requeue it first, to feed its tokens again from the start."""
+        piece = seq.piece
+        assert piece is not None and isinstance(piece.cache, PagedCache)
+        history = tuple(piece.cache.tokens)
+        self.engine.preempt(piece.cache)
+        # NOTE: ends with the tokens the coroutine fed (or was about to): the logits of
+        # re-feeding them are exactly the ones it waits for
+        seq.piece = Piece(piece.cache, history + piece.tokens[seq.fed :])
+        seq.fed, seq.recompute = 0, True
+        self.running.remove(seq)
+        self.waiting.appendleft(seq)
+        self._full = True
+        logger.info("localmodel: KV pool full; a request was preempted (%d tokens)", len(history))
+
+    def _plan(self) -> list[tuple[_Sequence, Piece]]:
         """This step's pieces: every decode token, then prefill chunks oldest first."""
         decodes = [s for s in self.running if s.piece is not None and len(s.piece.tokens) == 1]
         batch = [(s, s.piece) for s in decodes if s.piece is not None]
@@ -139,23 +211,28 @@ class Scheduler:
     ) -> None:
         """Resume ``seq`` with ``reply`` (or ``throw`` into it) until it asks for a piece or
         finishes."""
+        steps = seq.steps
+        assert steps is not None
         try:
-            item = seq.steps.send(reply) if throw is None else seq.steps.throw(throw)
+            item = steps.send(reply) if throw is None else steps.throw(throw)
             while True:
                 if isinstance(item, Piece):
-                    seq.piece, seq.fed = item, 0
+                    seq.piece, seq.fed, seq.recompute = item, 0, False
                     return
                 if not seq.send(item):
                     seq.request.cancel.set()  # nobody listens: stop at the next token
-                item = seq.steps.send(None)
+                item = steps.send(None)
         except StopIteration:
             self.running.remove(seq)
+            self._full = False  # its pages are back
         except Exception as exc:
             logger.exception("localmodel: request failed")
             self._fail(seq, exc)
 
     def _fail(self, seq: _Sequence, exc: BaseException) -> None:
-        seq.steps.close()
+        if seq.steps is not None:
+            seq.steps.close()
         seq.send(exc)
         if seq in self.running:
             self.running.remove(seq)
+            self._full = False

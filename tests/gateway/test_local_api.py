@@ -107,6 +107,18 @@ def test_multi_turn_conversation_reports_growing_cached_tokens(gw: Gateway) -> N
     assert seen[0] + 10 < seen[1] < seen[2]
 
 
+def test_admin_stats_report_the_kv_pool(gw: Gateway) -> None:
+    chat(gw, [{"role": "user", "content": "Name a tree."}], max_tokens=4)
+    pool = admin_stats(gw)["backends"][MODEL]["kv_pool"]
+    assert pool["page_size"] == 16 and pool["pages"] > 0
+    assert pool["used"] == pool["pages"] - pool["free"]
+    assert 0 < pool["cached"] <= pool["used"]  # the finished request's KV, held by the tree
+    assert pool["preemptions"] == 0
+    metrics = gw.http.get("/metrics", headers=ADMIN).text
+    assert f'cachegate_backend_kv_pool_pages{{model="{MODEL}"}} {pool["pages"]}' in metrics
+    assert f'cachegate_backend_kv_pool_preemptions_total{{model="{MODEL}"}} 0' in metrics
+
+
 def test_response_cache_sits_in_front(gw: Gateway) -> None:
     messages = [{"role": "user", "content": "What is a screwdriver for?"}]
     first = chat(gw, messages)

@@ -53,8 +53,14 @@ def test_yaml_reaches_the_engine_config() -> None:
     engine_config = LocalBackend.from_config("m", model, config).engine_config
     assert (engine_config.kv_dtype, engine_config.weights) == ("int8", "float16")
     assert (engine_config.context_overflow, engine_config.sink_tokens) == ("sinks", 8)
+    paged = load_config_text("models: {m: {backend: local, kv_pool_bytes: 8388608, page_size: 32}}")
+    paged_model = paged.models["m"]
+    assert isinstance(paged_model, LocalModelConfig)
+    paged_config = LocalBackend.from_config("m", paged_model, paged).engine_config
+    assert (paged_config.kv_pool_bytes, paged_config.page_size) == (8 * 2**20, 32)
     default = load_config_text("models: {m: {backend: local}}").models["m"]
     assert isinstance(default, LocalModelConfig)
+    assert (default.kv_pool_bytes, default.page_size) == (None, 16)
     assert (default.kv_dtype, default.context_overflow, default.weights) == (
         "auto",
         "error",
@@ -68,6 +74,8 @@ def test_yaml_reaches_the_engine_config() -> None:
         ("kv_dtype: int4", "models.m.kv_dtype"),
         ("context_overflow: truncate", "models.m.context_overflow"),
         ("sink_tokens: 0", "models.m.sink_tokens"),
+        ("kv_pool_bytes: 0", "models.m.kv_pool_bytes"),
+        ("page_size: 0", "models.m.page_size"),
         ("weights: int8", "models.m.weights"),
         ("weights: float16, dtype: bfloat16", "models.m"),
         ("weights: float16, device: cuda", "models.m"),

@@ -110,6 +110,33 @@ def test_prefix_from_memory_and_disk_gives_the_logits_of_a_cold_prefill(
     assert (warm - cold).abs().max().item() <= 1e-4
 
 
+def test_the_disk_tier_under_the_paged_pool_frees_pages_and_loads_into_pages(
+    make_engine: MakeEngine, tmp_path: Path
+) -> None:
+    from localmodel.pages import PagedCache
+
+    engine = _disk_engine(make_engine, tmp_path)
+    pool = engine.pool
+    assert pool is not None
+    _run(engine, _chat(engine, "You are terse.", DOC + "What is stored?"))
+    assert pool.stats.cached > 0
+    engine.prefix_cache.evict(engine.prefix_cache.stats.bytes)
+    assert pool.stats.used == 0  # the writer got copies: the pages are free before it ran
+    assert engine.disk is not None
+    engine.disk.tier.drain()
+    prompt = _chat(engine, "You are terse.", DOC + "Why is it faster?")
+    cache = PagedCache(pool, len(prompt), NS)
+    n = engine.disk.load(RadixKey(NS, prompt), cache, 0)
+    assert n > 100 and cache.length == n and len(cache.table) == -(-n // pool.page_size)
+    cache.tokens = list(prompt[:n])
+    warm = prefill(engine.model, cache, torch.tensor([prompt[n:]]), start=n)
+    with torch.inference_mode():
+        cold = engine.model(torch.tensor([prompt])).logits[0, -1]
+    assert (warm - cold).abs().max().item() <= 1e-4
+    cache.release()
+    assert pool.stats.used == 0
+
+
 def test_prefix_evicted_from_memory_is_served_from_disk_with_identical_output(
     make_engine: MakeEngine, tmp_path: Path
 ) -> None:

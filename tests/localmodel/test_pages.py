@@ -1,0 +1,363 @@
+"""The paged KV pool (``localmodel.pages``): pages shared by the prefix tree and requests.
+
+What must hold: a prefix hit maps the tree's pages with no copy (the same page ids), a
+request copies only a shared, partly filled page before writing into it, every reference is
+released when a request finishes, cached pages are reclaimed only when the pool needs them,
+and a pool full of running work preempts the youngest request, which still completes with
+the tokens it gets alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from localmodel import ContextWindowExceeded, Engine, Event, Finished, SamplingParams
+from localmodel.batch import Piece, forward, use_batched_attention
+from localmodel.kv import KVLayout, TensorKV
+from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted
+from localmodel.scheduler import Scheduler
+from prefix import RadixCache, RadixKey
+from tests.localmodel.conftest import MakeEngine
+
+NS = "smollm2|tenant-a"
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+def _layout(layers: int = 2, heads: int = 2, dim: int = 4) -> KVLayout:
+    return KVLayout(layers, heads, dim, torch.float32, torch.device("cpu"))
+
+
+def _fill(cache: PagedCache, n: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append ``n`` random tokens' K/V (all layers) through the write path; return them."""
+    layout = cache.pool.layout
+    gen = torch.Generator().manual_seed(seed)
+    shape = (layout.n_layers, layout.n_kv_heads, n, layout.head_dim)
+    keys, values = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    start = cache.length
+    cache.reserve(n)
+    for layer in range(layout.n_layers):
+        cache.append(layer, keys[layer][None], values[layer][None])
+    cache.note_fed(range(start, start + n))
+    return keys, values
+
+
+def _kv_of(cache: PagedCache) -> tuple[torch.Tensor, torch.Tensor]:
+    return cache.view(cache.length).gather()
+
+
+# ── the pool and its spans, no model ─────────────────────────────────────────────────
+
+
+def test_slices_share_pages_and_dropping_the_last_reference_frees_them() -> None:
+    pool = PagePool(_layout(), n_pages=8, page_size=4)
+    cache = PagedCache(pool, capacity=32)
+    keys, _ = _fill(cache, 10)  # pages 0, 1, 2 (the last one half full)
+    assert cache.table == [0, 1, 2] and pool.free_pages == 5
+    span = cache.view(10)
+    part = span.slice(5, 10)  # starts inside page 1: shares pages 1 and 2, no copy
+    assert (part.pages, part.offset, len(part)) == ((1, 2), 1, 5)
+    assert torch.equal(part.gather()[0], keys[:, :, 5:10])
+    assert [pool.refs(p) for p in (0, 1, 2)] == [2, 3, 3]  # table + span (+ part)
+    assert pool.copied_pages == 0
+    cache.release()
+    del span
+    assert [pool.refs(p) for p in (0, 1, 2)] == [0, 1, 1] and pool.free_pages == 6
+    assert pool.stats.cached == 2  # held by a span only
+    del part
+    assert pool.free_pages == 8 and pool.stats.used == 0
+
+
+def test_a_prefix_hit_maps_the_same_pages_and_copies_only_the_partial_last_one() -> None:
+    pool = PagePool(_layout(), n_pages=16, page_size=4)
+    tree = RadixCache(1 << 20)
+    first = PagedCache(pool, capacity=32)
+    keys, values = _fill(first, 10)
+    tree.insert(RadixKey(NS, range(10)), first.view(10))  # the tree shares pages 0, 1, 2
+    first.release()
+    stored_pages = [p for s in tree.match(RadixKey(NS, range(20))).spans for p in s.pages]  # type: ignore[attr-defined]
+
+    hit = tree.match(RadixKey(NS, range(20)))
+    second = PagedCache(pool, capacity=32)
+    second.map_prefix(hit.spans, hit.n_cached, list(range(20)))
+    del hit
+    assert second.table == stored_pages == [0, 1, 2]  # the tree's pages: no copy
+    assert pool.copied_pages == 0
+    assert torch.equal(_kv_of(second)[0], keys) and torch.equal(_kv_of(second)[1], values)
+
+    new_keys, _ = _fill(second, 3, seed=1)  # token 10 goes into the shared page 2
+    assert pool.copied_pages == 1  # copy-on-write of that page, and only of that one
+    assert second.table[:2] == [0, 1] and second.table[2] not in stored_pages
+    assert torch.equal(_kv_of(second)[0], torch.cat([keys, new_keys], dim=2))
+    (span,) = tree.match(RadixKey(NS, range(20))).spans
+    assert torch.equal(span.gather()[0], keys)  # type: ignore[attr-defined]  # intact
+    del span
+    second.release()
+    tree.flush()
+    assert pool.stats.used == 0
+
+
+def test_spans_mapped_across_a_split_node_line_up_page_by_page() -> None:
+    """A node split inside a page: both halves share it; a hit maps it once."""
+    pool = PagePool(_layout(), n_pages=16, page_size=4)
+    tree = RadixCache(1 << 20)
+    cache = PagedCache(pool, capacity=32)
+    keys, _ = _fill(cache, 12)
+    tree.insert(RadixKey(NS, range(12)), cache.view(12))
+    other = PagedCache(pool, capacity=32)
+    other.map_prefix(tree.match(RadixKey(NS, range(6))).spans, 5, range(5))
+    _fill(other, 4, seed=2)  # diverges at token 5 (inside page 1): copy-on-write
+    tree.insert(RadixKey(NS, [0, 1, 2, 3, 4, 99, 98, 97, 96]), other.view(9))  # splits at 5
+    hit = tree.match(RadixKey(NS, [*range(12), 0]))
+    assert [len(s) for s in hit.spans] == [5, 7]
+    fresh = PagedCache(pool, capacity=32)
+    fresh.map_prefix(hit.spans, 12, range(12))
+    assert fresh.table == cache.table  # page 1 appears once, from the lower half
+    assert torch.equal(_kv_of(fresh)[0], keys)
+
+
+def test_reclaim_is_asked_only_when_free_pages_run_out() -> None:
+    pool = PagePool(_layout(), n_pages=4, page_size=4)
+    asked: list[int] = []
+    held: list[PagedKV] = []
+
+    def reclaim(n: int) -> None:
+        asked.append(n)
+        held.clear()  # the tree dropping what it cached
+
+    pool.reclaim = reclaim
+    cache = PagedCache(pool, capacity=64)
+    _fill(cache, 8)
+    held.append(cache.view(8))
+    cache.release()  # pages 0, 1 are now cached (the span holds them)
+    other = PagedCache(pool, capacity=64)
+    _fill(other, 8)  # two free pages remain: no reclaim
+    assert asked == [] and pool.stats.cached == 2
+    _fill(other, 4)  # a third page: one short
+    assert asked == [1] and pool.stats.cached == 0
+    with pytest.raises(PoolExhausted):
+        _fill(other, 8)  # nothing left to reclaim
+
+
+def test_foreign_spans_are_copied_into_pages() -> None:
+    pool = PagePool(_layout(), n_pages=8, page_size=4)
+    kv = TensorKV(torch.randn(2, 2, 6, 4), torch.randn(2, 2, 6, 4))
+    cache = PagedCache(pool, capacity=16)
+    cache.map_prefix([kv], 5, range(5))
+    assert cache.length == 5 and len(cache.table) == 2
+    assert torch.equal(_kv_of(cache)[0], kv.keys[:, :, :5])
+
+
+# ── attention over pages is exact ────────────────────────────────────────────────────
+
+
+def test_batched_steps_over_pages_equal_cold_forwards(tiny_model: Any) -> None:
+    model = tiny_model
+    use_batched_attention(model)
+    pool = PagePool(KVLayout.of(model), n_pages=40, page_size=4)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 9, 23)]
+    caches = [PagedCache(pool, 64) for _ in prompts]
+    seen: list[list[int]] = [[] for _ in prompts]
+    steps = [
+        [(0, prompts[0]), (1, prompts[1]), (2, prompts[2][:13])],
+        [(0, [5]), (1, [6]), (2, prompts[2][13:])],
+        [(0, [7]), (1, [8]), (2, [9])],
+    ]
+    for step in steps:
+        pieces = [Piece(caches[i], tuple(t)) for i, t in step]
+        for piece in pieces:
+            assert isinstance(piece.cache, PagedCache)
+            piece.cache.reserve(len(piece.tokens))
+        logits = forward(model, pieces)
+        for row, (i, tokens) in zip(logits, step, strict=True):
+            seen[i] += tokens
+            with torch.inference_mode():
+                cold = model(torch.tensor([seen[i]])).logits[0, -1]
+            assert (row - cold).abs().max().item() <= 1e-4
+    assert [c.tokens for c in caches] == seen
+
+
+# ── the engine on a pool ─────────────────────────────────────────────────────────────
+
+
+def _chat(engine: Engine, text: str) -> list[int]:
+    return engine.encode_chat([{"role": "user", "content": text}])
+
+
+def test_engine_requests_share_the_trees_pages_and_release_theirs(tiny_engine: Engine) -> None:
+    pool = tiny_engine.pool
+    assert pool is not None and tiny_engine.stats.pool is not None
+    prompt = _chat(tiny_engine, "Tell me about the sea and the ships on it.")
+    first = tiny_engine.complete(tiny_engine.prepare(prompt, GREEDY, namespace=NS))
+    assert pool.stats.used == pool.stats.cached > 0  # only the tree holds pages now
+
+    request = tiny_engine.prepare(prompt, GREEDY, namespace=NS)
+    steps = tiny_engine.steps(request)
+    piece = steps.send(None)
+    assert isinstance(piece, Piece) and isinstance(piece.cache, PagedCache)
+    spans = tiny_engine.prefix_cache.match(RadixKey(NS, prompt)).spans
+    tree_pages = [p for s in spans for p in s.pages]  # type: ignore[attr-defined]
+    full = (len(prompt) - 1) // pool.page_size
+    assert piece.cache.table[:full] == tree_pages[:full]  # mapped, not copied
+    steps.close()  # the driver gives up: the request's references go
+    assert pool.stats.used == pool.stats.cached
+
+    again = tiny_engine.complete(tiny_engine.prepare(prompt, GREEDY, namespace=NS))
+    assert again.choices == first.choices
+    assert again.usage.cached_tokens == len(prompt) - 1
+    del spans
+    tiny_engine.flush_prefix_cache()
+    assert pool.stats.used == 0
+
+
+def test_cached_pages_are_reclaimed_only_when_the_pool_needs_them(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=16 * 16 * 512)  # 16 pages
+    pool = engine.pool
+    assert pool is not None and pool.n_pages == 16 and engine.context_window == 256
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    for i in range(3):
+        prompt = list(range(1000 + 100 * i, 1020 + 100 * i))
+        engine.complete(engine.prepare(prompt, params, namespace=NS))
+    assert engine.prefix_cache.stats.evictions == 0  # room to spare: everything stays cached
+    cached = pool.stats.cached
+    assert cached >= 6 and pool.stats.free == 16 - cached
+    big = list(range(10, 250))  # 240 tokens + 4: every page of the pool
+    result = engine.complete(engine.prepare(big, SamplingParams(max_tokens=4), namespace="x"))
+    assert len(result.choices[0].token_ids) == 4
+    assert engine.prefix_cache.stats.evictions > 0  # the tree gave its pages back
+
+
+def test_a_request_longer_than_the_pool_is_refused_like_a_context_overflow(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=8 * 16 * 512)  # 8 pages: 128 tokens
+    assert engine.context_window == 128
+    with pytest.raises(ContextWindowExceeded, match="128 tokens"):
+        engine.prepare(list(range(100)), SamplingParams(max_tokens=40), namespace=NS)
+    assert engine.prepare(list(range(100)), SamplingParams(max_tokens=28), namespace=NS)
+
+
+def _run_batched(engine: Engine, prompts: list[list[int]], max_batch: int) -> list[Any]:
+    scheduler = Scheduler(engine, max_batch=max_batch, step_tokens=64)
+    events: list[list[Event | BaseException]] = [[] for _ in prompts]
+    for i, prompt in enumerate(prompts):
+        request = engine.prepare(prompt, GREEDY, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    while scheduler.busy:
+        scheduler.step()
+    last = [e[-1] for e in events]
+    assert all(isinstance(e, Finished) for e in last), last
+    return [e.completion.choices for e in last if isinstance(e, Finished)]
+
+
+@pytest.mark.parametrize("tree_bytes", [256 * 2**20, 0], ids=["tree-on", "tree-off"])
+def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
+    make_engine: MakeEngine, tiny_model: Any, tree_bytes: int
+) -> None:
+    """Three requests of up to 3 pages each in a 7-page pool: one must give way. Whether
+    the tree can keep its KV meanwhile or not (recomputed), it ends with its own tokens."""
+    prompts = [list(range(100 + 7 * i, 124 + 7 * i)) for i in range(3)]  # 24 tokens each
+    alone = make_engine(tiny=tiny_model)
+    expected = [alone.complete(alone.prepare(p, GREEDY, namespace=NS)).choices for p in prompts]
+    engine = make_engine(tiny=tiny_model, max_bytes=tree_bytes, kv_pool_bytes=7 * 16 * 512)
+    assert engine.pool is not None
+    assert _run_batched(engine, prompts, max_batch=3) == expected
+    assert engine.pool.stats.preemptions >= 1
+    assert engine.pool.stats.used == engine.pool.stats.cached  # every request released
+
+
+def test_a_preempted_request_gets_the_trees_pages_back_when_the_pool_kept_them(
+    tiny_engine: Engine,
+) -> None:
+    pool = tiny_engine.pool
+    assert pool is not None
+    prompt = list(range(300, 340))  # 40 tokens: two full pages and a partial one
+    steps = tiny_engine.steps(tiny_engine.prepare(prompt, GREEDY, namespace=NS))
+    piece = steps.send(None)
+    assert isinstance(piece, Piece) and isinstance(piece.cache, PagedCache)
+    cache = piece.cache
+    before = tiny_engine.forward_batch([piece])[0]
+    table = list(cache.table)
+    tiny_engine.preempt(cache)
+    assert (cache.length, cache.table, pool.stats.preemptions) == (0, [], 1)
+    assert pool.stats.used == pool.stats.cached == len(table)  # the tree holds them
+    n = tiny_engine.restore(cache, prompt)
+    assert n == len(prompt) - 1 and cache.table == table  # the same pages, not recomputed
+    after = tiny_engine.forward_batch([Piece(cache, tuple(prompt[n:]))])[0]
+    assert (after - before).abs().max().item() <= 1e-4
+    steps.close()
+
+
+def test_many_requests_through_a_small_pool_all_get_their_tokens_and_release_every_page(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """Nine requests (shared prefixes, n = 2, different lengths) through 10 pages, 4 at a time."""
+    shared = list(range(500, 520))
+    prompts = [shared[: 5 + 2 * i] + list(range(600 + 9 * i, 606 + 9 * i)) for i in range(9)]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=40 + 3 * (i % 3), n=1 + i % 2) for i in range(9)
+    ]
+    alone = make_engine(tiny=tiny_model)
+    expected = [
+        alone.complete(alone.prepare(p, q, namespace=NS)).choices
+        for p, q in zip(prompts, params, strict=True)
+    ]
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=10 * 16 * 512)
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=32)
+    events: list[list[Event | BaseException]] = [[] for _ in prompts]
+    for i, (prompt, q) in enumerate(zip(prompts, params, strict=True)):
+        request = engine.prepare(prompt, q, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    while scheduler.busy:
+        scheduler.step()
+    got = [e[-1].completion.choices if isinstance(e[-1], Finished) else e[-1] for e in events]
+    assert got == expected
+    assert engine.pool is not None and engine.pool.stats.preemptions >= 1
+    assert engine.pool.stats.used == engine.pool.stats.cached
+    engine.flush_prefix_cache()
+    assert engine.pool.stats.used == 0
+
+
+def _preempting_scheduler(engine: Engine) -> tuple[Scheduler, list[list[Event | BaseException]]]:
+    """Three 24-token prompts in a 7-page pool, stepped until one of them is preempted."""
+    scheduler = Scheduler(engine, max_batch=3, step_tokens=64)
+    events: list[list[Event | BaseException]] = [[], [], []]
+    for i in range(3):
+        request = engine.prepare(list(range(100 + 7 * i, 124 + 7 * i)), GREEDY, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    assert engine.pool is not None
+    before = engine.pool.preemptions
+    while engine.pool.preemptions == before:
+        scheduler.step()
+    return scheduler, events
+
+
+def test_a_preempted_request_can_be_cancelled_or_failed_while_it_waits(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=7 * 16 * 512)
+    assert engine.pool is not None
+    scheduler, events = _preempting_scheduler(engine)
+    (waiting,) = scheduler.waiting
+    waiting.request.cancel.set()  # the client left while its request waited to resume
+    while scheduler.busy:
+        scheduler.step()
+    finished = [e[-1] for e in events]
+    assert all(isinstance(f, Finished) for f in finished)
+    reasons = [f.completion.choices[0].finish_reason for f in finished if isinstance(f, Finished)]
+    assert reasons.count("cancelled") == 1 and reasons.count("length") == 2
+
+    engine.flush_prefix_cache()
+    scheduler, events = _preempting_scheduler(engine)
+    (waiting,) = scheduler.waiting
+    index = (waiting.request.prompt_tokens[0] - 100) // 7  # which of the three it is
+    scheduler.fail_waiting(RuntimeError("shutting down"))
+    assert isinstance(events[index][-1], RuntimeError)
+    while scheduler.busy:
+        scheduler.step()
+    assert engine.pool.stats.used == engine.pool.stats.cached
