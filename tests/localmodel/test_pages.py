@@ -21,6 +21,7 @@ from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted
 from localmodel.scheduler import Scheduler
 from prefix import RadixCache, RadixKey
 from tests.localmodel.conftest import MakeEngine
+from tests.localmodel.test_batch import _batched
 
 NS = "smollm2|tenant-a"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
@@ -242,19 +243,6 @@ def test_a_request_longer_than_the_pool_is_refused_like_a_context_overflow(
     assert engine.prepare(list(range(100)), SamplingParams(max_tokens=28), namespace=NS)
 
 
-def _run_batched(engine: Engine, prompts: list[list[int]], max_batch: int) -> list[Any]:
-    scheduler = Scheduler(engine, max_batch=max_batch, step_tokens=64)
-    events: list[list[Event | BaseException]] = [[] for _ in prompts]
-    for i, prompt in enumerate(prompts):
-        request = engine.prepare(prompt, GREEDY, namespace=NS)
-        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
-    while scheduler.busy:
-        scheduler.step()
-    last = [e[-1] for e in events]
-    assert all(isinstance(e, Finished) for e in last), last
-    return [e.completion.choices for e in last if isinstance(e, Finished)]
-
-
 @pytest.mark.parametrize("tree_bytes", [256 * 2**20, 0], ids=["tree-on", "tree-off"])
 def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     make_engine: MakeEngine, tiny_model: Any, tree_bytes: int
@@ -266,7 +254,8 @@ def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     expected = [alone.complete(alone.prepare(p, GREEDY, namespace=NS)).choices for p in prompts]
     engine = make_engine(tiny=tiny_model, max_bytes=tree_bytes, kv_pool_bytes=7 * 16 * 512)
     assert engine.pool is not None
-    assert _run_batched(engine, prompts, max_batch=3) == expected
+    jobs = [(p, GREEDY) for p in prompts]
+    assert [c.choices for c in _batched(engine, jobs, max_batch=3, step_tokens=64)] == expected
     assert engine.pool.stats.preemptions >= 1
     assert engine.pool.stats.used == engine.pool.stats.cached  # every request released
 

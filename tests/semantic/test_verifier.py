@@ -185,25 +185,27 @@ def test_verify_mode_moves_earlier_turns_into_the_compared_text() -> None:
 # ---- through HTTP -------------------------------------------------------------------------------
 
 
+def _gateway(url: str, data_dir: Path, semantic: dict[str, Any]) -> Gateway:
+    model = {"backend": "openai", "base_url": f"{url}/v1", "api_key": "sk"}
+    text = yaml.safe_dump(
+        {
+            "data_dir": str(data_dir),
+            "cache": {"semantic": {"enabled": True, **semantic}},
+            "models": {"fake-model": model},
+        }
+    )
+    return Gateway(load_config_text(text))
+
+
 @pytest.fixture(scope="module")
 def gw(
     upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    model = {"backend": "openai", "base_url": f"{upstream_server.url}/v1", "api_key": "sk"}
-    text = yaml.safe_dump(
-        {
-            "data_dir": str(tmp_path_factory.mktemp("verifier")),
-            # the shipped operating point of the combined verifier (2% wrong on calibration)
-            "cache": {
-                "semantic": {
-                    "enabled": True,
-                    "context": "verify",  # verifier: bundled, verifier_role: decide by default
-                }
-            },
-            "models": {"fake-model": model},
-        }
+    # the shipped operating point of the combined verifier (2% wrong on calibration);
+    # verifier: bundled and verifier_role: decide are the defaults
+    gateway = _gateway(
+        upstream_server.url, tmp_path_factory.mktemp("verifier"), {"context": "verify"}
     )
-    gateway = Gateway(load_config_text(text))
     yield gateway
     gateway.stop()
 
@@ -264,15 +266,9 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
 def veto_gw(
     upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    model = {"backend": "openai", "base_url": f"{upstream_server.url}/v1", "api_key": "sk"}
-    text = yaml.safe_dump(
-        {
-            "data_dir": str(tmp_path_factory.mktemp("veto")),
-            "cache": {"semantic": {"enabled": True, "verifier_role": "veto"}},
-            "models": {"fake-model": model},
-        }
+    gateway = _gateway(
+        upstream_server.url, tmp_path_factory.mktemp("veto"), {"verifier_role": "veto"}
     )
-    gateway = Gateway(load_config_text(text))
     yield gateway
     gateway.stop()
 
