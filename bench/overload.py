@@ -83,14 +83,17 @@ def gateways(
             yield urls, pids
 
 
-async def ask(client: httpx.AsyncClient, url: str, question: str, delay: float = 0.0) -> Any:
+async def ask(
+    client: httpx.AsyncClient, url: str, question: str, delay: float = 0.0, namespace: str = ""
+) -> Any:
     body: dict[str, Any] = {"model": "fake-model",
                             "messages": [{"role": "user", "content": question}]}  # fmt: skip
     if delay:
         body["fake"] = {"delay": delay}
+    headers = {"x-cache-namespace": namespace} if namespace else {}
     started = time.perf_counter()
     try:
-        r = await client.post(f"{url}/v1/chat/completions", json=body)
+        r = await client.post(f"{url}/v1/chat/completions", json=body, headers=headers)
         cache = r.headers.get("x-cache", "") if r.status_code == 200 else f"error {r.status_code}"
     except httpx.HTTPError as exc:
         cache = f"error {type(exc).__name__}"

@@ -28,6 +28,8 @@ BENCHMARKS = [
     "routing",
     "semantic_eval",
     "semantic_latency",
+    "verifier_eval",
+    "verifier_cost",
 ]
 
 
