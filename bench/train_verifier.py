@@ -68,7 +68,7 @@ import numpy as np
 from bench import semantic_pairs
 from semantic._guard_checks import HARD_CHECKS
 from semantic.keys import compared_text
-from semantic.verifier import PairSignals, is_conversation, pair_signals
+from semantic.verifier import CandidateSignals, is_conversation, pair_signals
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "bench" / "data"
@@ -223,21 +223,23 @@ def calibrate(
     often a pair whose answers are the same (noisy labels), which made the old table demand a
     score of 0.94 and serve almost nothing. The Quora calibration pairs' own table is kept in
     ``by_source`` for reference either way."""
-    from semantic._guard_checks import analyze, compare
     from semantic.embedder import Embedder
-    from semantic.guard import DEFAULT_WEIGHTS
+    from semantic.guard import DEFAULT_THRESHOLD, DEFAULT_WEIGHTS
     from semantic.guard import Verifier as GuardMLP
 
     mlp = GuardMLP.load(DEFAULT_WEIGHTS)
 
     embedder = Embedder()
-    va, vb = _vectors(embedder, calib)
+    va, vb = semantic_pairs._embed_pairs(embedder, [x.a for x in calib], [x.b for x in calib])
     cos = np.einsum("ij,ij->i", va, vb)
+    signals = [
+        pair_signals(x.a, x.b, va[i], vb[i], float(cos[i]), mlp) for i, x in enumerate(calib)
+    ]
     same = np.array([x.same for x in calib])
     # the recall-oriented floor: 98% of equivalent calibration pairs pass it
     floor = math.floor(float(np.quantile(cos[same], 0.02)) * 20) / 20
     logits = score_pairs(model, tokenizer, [(x.a, x.b) for x in calib], max_length, logits=True)
-    failed = [set(compare(analyze(x.a), analyze(x.b)).failed) for x in calib]
+    failed = [set(s.failed) for s in signals]
     used = np.array([on == "all" or x.source != "qqp" for x in calib])
     seen = cos >= floor
     scores = 1 / (1 + np.exp(-logits))
@@ -282,13 +284,12 @@ def calibrate(
              "vetoes": vetoes, "veto_measurement": veto_stats, "default_threshold": default,
              "calibration_pairs": {"positives": int((seen & used & same).sum()),
                                    "negatives": int((seen & used & ~same).sum())}}  # fmt: skip
-    signals = [
-        pair_signals(x.a, x.b, va[i], vb[i], float(cos[i]), mlp) for i, x in enumerate(calib)
-    ]
     combined = fit_combiner(
         calib, signals, logits + shift * conv, seen, used, embedder.model_name, mlp.min_score
     )
-    accepted = ~conv & np.array([_guard_accepts(s, mlp.min_score) for s in signals])
+    accepted = ~conv & np.array(
+        [s.cosine >= DEFAULT_THRESHOLD - 1e-5 and s.guard_accepts(mlp.min_score) for s in signals]
+    )
     veto = fit_veto(logits, same, accepted, used)
     return {**combined, "alone": alone, "veto": veto, "conversation_shift": round(float(shift), 4),
             "cosine_floor": floor}  # fmt: skip
@@ -312,7 +313,7 @@ NEAR_COSINE = 0.97
 
 
 def fit_combiner(
-    calib: list[Pair], signals: list[PairSignals], logits: np.ndarray, seen: np.ndarray,
+    calib: list[Pair], signals: list[CandidateSignals], logits: np.ndarray, seen: np.ndarray,
     used: np.ndarray, embedding_model: str, guard_min_score: float,
 ) -> dict[str, Any]:  # fmt: skip
     """Fit :class:`semantic.verifier.Combiner` on the calibration pairs past the floor and the
@@ -375,18 +376,6 @@ def fit_veto(
     print(f"veto: threshold {threshold}; calibration traps served {out['trap_wrong_rate']}, "
           f"right hits {out['right_hits']}, wrong hits {out['wrong_hits']}", flush=True)  # fmt: skip
     return out
-
-
-def _guard_accepts(s: PairSignals, min_score: float) -> bool:
-    """What the guard (role ``veto``'s first judge) accepts: cosine, hard checks, its MLP."""
-    from semantic.guard import DEFAULT_THRESHOLD
-
-    p = 1 / (1 + math.exp(-s.guard_logit))
-    return (
-        s.cosine >= DEFAULT_THRESHOLD - 1e-5
-        and not set(s.failed) & set(HARD_CHECKS)
-        and p >= min_score
-    )
 
 
 def _out_of_fold(x: np.ndarray, same: np.ndarray, ok: np.ndarray, fold: np.ndarray) -> np.ndarray:
@@ -638,14 +627,6 @@ def _train(
             "minutes": round(minutes, 1), "cache_seconds": round(cache_s),
             "pairs_per_s": round(seen / max(minutes * 60, 1e-9), 1),
             "final_loss": round(float(np.mean(losses[-100:])), 4)}  # fmt: skip
-
-
-def _vectors(embedder: Any, pairs: list[Pair]) -> tuple[np.ndarray, np.ndarray]:
-    """The embedder's vectors of each pair's stored and new text: ``[n, dim]`` twice."""
-    texts = sorted({x.a for x in pairs} | {x.b for x in pairs})
-    vecs = np.concatenate([embedder.encode(texts[i : i + 256]) for i in range(0, len(texts), 256)])
-    row = {t: i for i, t in enumerate(texts)}
-    return vecs[[row[x.a] for x in pairs]], vecs[[row[x.b] for x in pairs]]
 
 
 def _table(scores: np.ndarray, same: np.ndarray, n_pos: int | None = None,

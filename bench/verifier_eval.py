@@ -41,12 +41,12 @@ from bench.report import machine, percentile, publish, table
 from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
 from semantic.embedder import Embedder
 from semantic.guard import DEFAULT_THRESHOLD, Guard
-from semantic.verifier import PairVerifier, is_conversation
+from semantic.verifier import PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn")
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
-#: (the default, role "veto"), the combined verifier (role "decide").
+#: (role "veto"), the combined verifier (role "decide", the default).
 DECISIONS = ("old_guard", "guard_veto", "verifier")
 LABELS = {"old_guard": "guard alone", "guard_veto": "guard + veto",
           "verifier": "verifier decides (default)"}  # fmt: skip
@@ -90,7 +90,7 @@ def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> di
         t0 = time.monotonic()
         same = np.array([r["same"] for r in rows])
         old = _old_guard(embedder, guard, rows)
-        # role "veto" (the default): what the guard accepts, unless the verifier turns it down
+        # role "veto": what the guard accepts, unless the verifier turns it down
         accepted = np.flatnonzero(old)
         vetoed = old.copy()
         z = _score(verifier, [(rows[i]["qa"], rows[i]["qb"]) for i in accepted])
@@ -108,8 +108,7 @@ def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> di
         scores[judged] = [
             verifier.probability(signals[i], z) for i, z in zip(judged, logits, strict=True)
         ]
-        near = np.array([verifier.near_duplicate(x, is_conversation(r["a"], r["b"]))
-                         for x, r in zip(signals, rows, strict=True)])  # fmt: skip
+        near = np.array([verifier.near_duplicate(x) for x in signals])
         new = near | ((cos >= floor) & ~veto & (scores >= threshold))
         kinds = sorted({r["kind"] for r in rows})
         result[name] = {

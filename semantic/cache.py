@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .embedder import Embedder
     from .guard import Guard
     from .index import Hit, VectorIndex
-    from .verifier import PairSignals, PairVerifier
+    from .verifier import CandidateSignals, PairVerifier
 
 __all__ = [
     "CacheSettings",
@@ -540,18 +540,15 @@ class ResponseCache:
         above the score threshold wins. A near duplicate the guard vouches for is served without
         the model (``Combiner.near_duplicate``); a pair the cross-encoder could not lift to the
         threshold (the combiner's cheap part is too low) is rejected without running it."""
-        from .verifier import is_conversation
-
         assert self.verifier is not None and self.score_threshold is not None
         verifier, threshold = self.verifier, self.score_threshold
-        judged: list[tuple[Hit, Entry, PairSignals]] = []
+        judged: list[tuple[Hit, Entry, CandidateSignals]] = []
         rejected: Rejection | None = None
         for hit, entry in candidates:
             signals = verifier.signals(
                 entry.question, key.question, _vector(entry), vector, hit.similarity
             )
-            conversation = is_conversation(entry.question, key.question)
-            if verifier.near_duplicate(signals, conversation):  # trivial rewording: no model
+            if verifier.near_duplicate(signals):  # a trivial rewording: no model needed
                 return (hit, entry), None, None
             veto = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
             if veto is None and not verifier.can_reach(signals, threshold):

@@ -57,8 +57,8 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_PATH",
     "Calibration",
+    "CandidateSignals",
     "Combiner",
-    "PairSignals",
     "PairVerifier",
     "is_conversation",
     "pair_signals",
@@ -123,12 +123,18 @@ class Calibration:
 
 
 @dataclass(frozen=True, slots=True)
-class PairSignals:
+class CandidateSignals:
     """What the cache knows of a (stored, new) pair before the cross-encoder runs."""
 
     cosine: float  # the index's similarity of the two compared texts
     failed: tuple[str, ...]  # the hard checks that fail (semantic._guard_checks)
     guard_logit: float  # logit of the guard's MLP over the two vectors (0.0: no MLP)
+    conversation: bool = False  # either text carries earlier turns (:func:`is_conversation`)
+
+    def guard_accepts(self, min_score: float) -> bool:
+        """Whether the precision guard passes the pair: no hard check fails and its MLP's
+        probability is at least ``min_score`` (the cosine threshold is the caller's)."""
+        return not self.failed and _sigmoid(self.guard_logit) >= min_score
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,27 +165,27 @@ class Combiner:
     near_cosine: float = 1.01
     guard_min_score: float = 0.5
 
-    def near_duplicate(self, s: PairSignals) -> bool:
-        """Whether the pair is a trivial rewording that the guard vouches for."""
+    def near_duplicate(self, s: CandidateSignals) -> bool:
+        """Whether the pair is a single question's trivial rewording that the guard vouches for
+        (in a conversation a one-word change of the context is the trap)."""
         return (
             s.cosine >= self.near_cosine
-            and not s.failed
-            and self.w_guard != 0.0
-            and _sigmoid(s.guard_logit) >= self.guard_min_score
+            and not s.conversation
+            and s.guard_accepts(self.guard_min_score)
         )
 
-    def logit(self, signals: PairSignals, verifier_logit: float) -> float:
+    def logit(self, signals: CandidateSignals, verifier_logit: float) -> float:
         return self._cheap(signals) + self.w_verifier * verifier_logit
 
-    def probability(self, signals: PairSignals, verifier_logit: float) -> float:
+    def probability(self, signals: CandidateSignals, verifier_logit: float) -> float:
         return _sigmoid(self.logit(signals, verifier_logit))
 
-    def can_reach(self, signals: PairSignals, threshold: float) -> bool:
+    def can_reach(self, signals: CandidateSignals, threshold: float) -> bool:
         """Whether the cross-encoder could lift this pair to ``threshold`` (else skip it)."""
         best = self._cheap(signals) + max(self.w_verifier, 0.0) * self.verifier_logit_max
         return threshold <= 0.0 or best >= _logit(threshold)
 
-    def _cheap(self, s: PairSignals) -> float:
+    def _cheap(self, s: CandidateSignals) -> float:
         qt = 1.0 if "question_type" in s.failed else 0.0
         return (
             self.intercept
@@ -197,8 +203,8 @@ class Combiner:
 def pair_signals(
     stored: str, new: str, stored_vec: np.ndarray, new_vec: np.ndarray, cosine: float,
     guard_mlp: Any = None,
-) -> PairSignals:  # fmt: skip
-    """A pair's :class:`PairSignals`; ``guard_mlp`` (``semantic.guard.Verifier``) None: no
+) -> CandidateSignals:  # fmt: skip
+    """A pair's :class:`CandidateSignals`; ``guard_mlp`` (``semantic.guard.Verifier``) None: no
     guard logit (0.0)."""
     from ._guard_checks import analyze, compare
 
@@ -206,7 +212,7 @@ def pair_signals(
     guard = 0.0
     if guard_mlp is not None:
         guard = _logit(guard_mlp.score(new_vec, stored_vec, cosine, checks.soft))
-    return PairSignals(cosine, checks.failed, guard)
+    return CandidateSignals(cosine, checks.failed, guard, is_conversation(stored, new))
 
 
 def _sigmoid(z: float) -> float:
@@ -288,27 +294,24 @@ class PairVerifier:
 
     def signals(
         self, stored: str, new: str, stored_vec: np.ndarray, new_vec: np.ndarray, cosine: float
-    ) -> PairSignals:
+    ) -> CandidateSignals:
         """The hard checks and (with the combiner) the guard MLP's logit for one pair."""
         mlp = self._guard_mlp if self.combiner is not None else None
         return pair_signals(stored, new, stored_vec, new_vec, cosine, mlp)
 
-    def vetoed(self, signals: PairSignals) -> str | None:
+    def vetoed(self, signals: CandidateSignals) -> str | None:
         """The first failed hard check that vetoes the pair (None: the models decide)."""
         return next((name for name in signals.failed if name in self.vetoes), None)
 
-    def can_reach(self, signals: PairSignals, threshold: float) -> bool:
+    def can_reach(self, signals: CandidateSignals, threshold: float) -> bool:
         """Whether running the cross-encoder could give this pair ``threshold``."""
         return self.combiner is None or self.combiner.can_reach(signals, threshold)
 
-    def near_duplicate(self, signals: PairSignals, conversation: bool = False) -> bool:
-        """Whether the combiner's near-duplicate rail serves this pair without the model (single
-        questions only: in a conversation a one-word change of the context is the trap)."""
-        return (
-            self.combiner is not None and not conversation and self.combiner.near_duplicate(signals)
-        )
+    def near_duplicate(self, signals: CandidateSignals) -> bool:
+        """Whether the combiner's near-duplicate rail serves this pair without the model."""
+        return self.combiner is not None and self.combiner.near_duplicate(signals)
 
-    def probability(self, signals: PairSignals, verifier_logit: float) -> float:
+    def probability(self, signals: CandidateSignals, verifier_logit: float) -> float:
         """P(hit) of a pair: the combiner's, or the cross-encoder's own."""
         if self.combiner is None:
             return _sigmoid(verifier_logit)

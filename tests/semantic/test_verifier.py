@@ -296,16 +296,16 @@ def test_as_a_veto_the_verifier_turns_down_a_trap_the_guard_lets_through(
 
 
 def test_the_combiner_is_a_logistic_of_its_signals_and_skips_only_hopeless_pairs() -> None:
-    from semantic.verifier import Combiner, PairSignals
+    from semantic.verifier import CandidateSignals, Combiner
 
     c = Combiner(0.5, -1.0, 0.4, -0.3, 0.5, 6.0, "all-MiniLM-L6-v2")
-    s = PairSignals(cosine=0.9, failed=("question_type",), guard_logit=2.0)
+    s = CandidateSignals(cosine=0.9, failed=("question_type",), guard_logit=2.0)
     z = 0.5 - 0.9 + 0.8 - 0.3 + 0.5 * 3.0
     assert c.probability(s, 3.0) == pytest.approx(1 / (1 + np.exp(-z)))
-    assert c.probability(PairSignals(0.9, (), 2.0), 3.0) > c.probability(s, 3.0)
+    assert c.probability(CandidateSignals(0.9, (), 2.0), 3.0) > c.probability(s, 3.0)
     # can_reach is exact for logits up to the calibrated maximum: skipped pairs never pass
     for guard_logit in np.linspace(-12, 4, 33):
-        pair = PairSignals(0.95, (), float(guard_logit))
+        pair = CandidateSignals(0.95, (), float(guard_logit))
         best = max(c.probability(pair, z) for z in np.linspace(-8, 6.0, 57))
         assert c.can_reach(pair, 0.87) == (best >= 0.87 - 1e-9)
 
