@@ -1,5 +1,6 @@
 """Admin routes: /metrics (Prometheus), /admin/stats, /admin/history, /admin/cache/flush,
-/admin/cache/entries[/{id}] and /dashboard (docs/observability.md describes each)."""
+/admin/cache/tightening/reset, /admin/cache/entries[/{id}] and /dashboard
+(docs/observability.md describes each)."""
 
 from __future__ import annotations
 
@@ -51,13 +52,9 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     runtime = _authorized(request)
     if isinstance(runtime, Response):
         return runtime
-    raw = await request.body()
-    try:
-        body = msgspec.json.decode(raw) if raw.strip() else {}
-    except msgspec.DecodeError:
-        return _error(APIError(400, "The request body must be JSON."))
-    if not isinstance(body, dict) or not isinstance(body.get("namespace", ""), str | None):
-        return _error(APIError(400, "'namespace' must be a string.", param="namespace"))
+    body = await _object(request, ("namespace",))
+    if isinstance(body, Response):
+        return body
     for name in ("prefix", "answers"):
         if not isinstance(body.get(name, False), bool):
             return _error(APIError(400, f"'{name}' must be true or false.", param=name))
@@ -78,6 +75,23 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
         _encode({"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_bytes}),
         media_type="application/json",
     )
+
+
+@post("/admin/cache/tightening/reset", status_code=200)
+async def reset_tightening(request: Request[Any, Any, Any]) -> Response[Any]:
+    """Undo auto-tighten (``cache.semantic.auto_tighten``): every scope's verifier threshold back
+    to the configured one, or only those of ``{"model": ..., "namespace": ...}`` (either)."""
+    runtime = _authorized(request)
+    if isinstance(runtime, Response):
+        return runtime
+    body = await _object(request, ("model", "namespace"))
+    if isinstance(body, Response):
+        return body
+    auditor = runtime.auditor
+    if auditor is None or auditor.tightening is None:
+        return _error(APIError(400, "Auto-tighten is off (cache.semantic.auto_tighten)."))
+    reset = auditor.tightening.reset(body.get("model"), body.get("namespace"))
+    return Response(_encode({"reset": reset}), media_type="application/json")
 
 
 @get("/dashboard")
@@ -157,8 +171,25 @@ async def delete_entry(request: Request[Any, Any, Any], entry_id: FromPath[str])
 
 
 admin_routes = [
-    metrics, stats, flush, dashboard, history, list_entries, show_entry, delete_entry,
+    metrics, stats, flush, reset_tightening, dashboard, history, list_entries, show_entry,
+    delete_entry,
 ]  # fmt: skip
+
+
+async def _object(request: Request[Any, Any, Any], strings: tuple[str, ...]) -> Any:
+    """The request's JSON object (an empty body: ``{}``) whose ``strings`` fields, when given,
+    are strings or null; else the 400 response."""
+    raw = await request.body()
+    try:
+        body = msgspec.json.decode(raw) if raw.strip() else {}
+    except msgspec.DecodeError:
+        return _error(APIError(400, "The request body must be JSON."))
+    if not isinstance(body, dict):
+        return _error(APIError(400, "The request body must be a JSON object."))
+    for name in strings:
+        if not isinstance(body.get(name, ""), str | None):
+            return _error(APIError(400, f"'{name}' must be a string.", param=name))
+    return body
 
 
 def _authorized(

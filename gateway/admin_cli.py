@@ -155,9 +155,16 @@ def _audit(audit: dict[str, Any] | None) -> None:
          a["errors"], a["dropped"]]
         for a in audit["estimates"]
     ]  # fmt: skip
+    head = ["MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
+            "ERRORS", "DROPPED"]  # fmt: skip
+    if tighten := audit.get("auto_tighten"):
+        print(f"auto-tighten: above {100 * tighten['bound']:g}% wrong, "
+              f"judged in windows of {tighten['window']} audits")  # fmt: skip
+        head.append("THRESHOLD (STEPS)")
+        for row, a in zip(rows, audit["estimates"], strict=True):
+            t = a["tightened"]
+            row.append(f"{t['score_threshold']:.4f} ({t['steps']})" if t["steps"] else "configured")
     if rows:
-        head = ["MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
-                "ERRORS", "DROPPED"]  # fmt: skip
         _table(head, rows)
 
 

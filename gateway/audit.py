@@ -15,6 +15,12 @@ background:
              namespace (/admin/stats ``cache.audit``), and the call's cost in the usage ledger
              (``audit_*`` fields: spending, never savings)
 
+With ``cache.semantic.auto_tighten`` on, every judged verdict also feeds a
+:class:`semantic.audit.Tightening`: a (model, namespace) whose audits show, window by window,
+more wrong hits than ``max_wrong_rate`` gets a stricter verifier score threshold
+(:meth:`Auditor.score_threshold`, read by the pipeline at every lookup), counted in
+``cachegate_semantic_tightenings_total{model}`` and logged.
+
 At most ``audit_max_concurrency`` audits run at once; a hit sampled while they all run is
 counted ``dropped`` rather than queued (an audit is worth less than the capacity it takes from
 live traffic). Shutdown cancels the running audits.
@@ -32,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semantic.audit import Audit, Verdict
+from semantic.audit import Audit, Tightening, Verdict
 
 from .canonical import Adapter, Answer, GatewayRequest
 from .ledger import Ledger, usage_of
@@ -70,8 +76,10 @@ class Auditor:
         ledger: Ledger,
         *,
         max_concurrency: int = 2,
+        tightening: Tightening | None = None,
     ) -> None:
         self.audit = audit
+        self.tightening = tightening
         self._cache = cache
         self._metrics = metrics
         self._ledger = ledger
@@ -96,6 +104,13 @@ class Auditor:
         task.add_done_callback(self._tasks.discard)
         return True
 
+    def score_threshold(self, model: str, namespace: str) -> float | None:
+        """The verifier score threshold auto-tighten set for this scope; None: the configured
+        one (or auto-tighten is off)."""
+        if self.tightening is None:
+            return None
+        return self.tightening.threshold(model, namespace)
+
     @property
     def running(self) -> int:
         return len(self._tasks)
@@ -111,13 +126,19 @@ class Auditor:
     def stats(self) -> dict[str, Any]:
         """``cache.audit`` of /admin/stats: the sampling rate and, per model and namespace,
         the verdicts with the estimated false-hit rate and its 95% interval."""
-        return {
+        estimates = self.audit.stats()
+        out: dict[str, Any] = {
             "rate": self.audit.rate,
             "running": len(self._tasks),
             "max_concurrency": self._max,
             "comparison": "verifier" if self._cache.verifier is not None else "embedding",
-            "estimates": self.audit.stats(),
+            "estimates": estimates,
         }
+        if (tightening := self.tightening) is not None:
+            out["auto_tighten"] = {"bound": tightening.bound, "window": tightening.window}
+            for row in estimates:
+                row["tightened"] = tightening.state(row["model"], row["namespace"])
+        return out
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -147,6 +168,27 @@ class Auditor:
         self._count(job, verdict)
 
     def _count(self, job: AuditJob, verdict: Verdict) -> None:
-        model = job.request.model
-        self.audit.record(model, job.request.control.namespace, verdict)
+        model, namespace = job.request.model, job.request.control.namespace
+        self.audit.record(model, namespace, verdict)
         self._metrics.semantic_audits.labels(model, verdict).inc()
+        if self.tightening is not None:
+            self._tighten(self.tightening, model, namespace, verdict)
+
+    def _tighten(
+        self, tightening: Tightening, model: str, namespace: str, verdict: Verdict
+    ) -> None:
+        cache = self._cache
+        calibration = cache.verifier.calibration if cache.verifier is not None else None
+        if calibration is None or cache.score_threshold is None:
+            return  # the verifier is not loaded: no calibrated threshold to step from
+        stepped = tightening.observe(
+            model, namespace, verdict, base=cache.score_threshold, stricter=calibration.stricter
+        )
+        if stepped is not None:
+            self._metrics.semantic_tightenings.labels(model).inc()
+            log.warning(
+                "auto-tighten: audits of model %s, namespace %r show more than %.2g%% wrong "
+                "hits; its verifier score threshold is now %.4f%s", model, namespace,
+                100 * tightening.bound, stepped,
+                " (no semantic hits)" if stepped >= 1.0 else "",
+            )  # fmt: skip

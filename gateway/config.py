@@ -405,14 +405,30 @@ class SemanticCacheConfig(_Base, frozen=True):
     audit_rate: Fraction = 0.01
     #: Audits running at once; a hit sampled while they all run is counted "dropped".
     audit_max_concurrency: PositiveInt = 2
+    #: Raise a (model, namespace)'s verifier score threshold one calibrated step when its
+    #: audits show more wrong hits than max_wrong_rate: the Wilson 95% upper bound of a window
+    #: of judged audits exceeds it (windows of the fewest audits that can clear it: 73 at 0.05,
+    #: 189 at 0.02). Needs max_wrong_rate, audit_rate > 0 and the verifier deciding. Per
+    #: process, in memory; undone by a restart or POST /admin/cache/tightening/reset.
+    auto_tighten: bool = False
 
     def __post_init__(self) -> None:
+        if self.auto_tighten:
+            self._check_auto_tighten()
         if self.verifier == "off" or self.verifier_role == "decide":
             return
         if self.max_wrong_rate is not None:
             raise ValueError("max_wrong_rate needs verifier_role: decide")
         if self.context == "verify":
             raise ValueError('context "verify" needs verifier_role: decide')
+
+    def _check_auto_tighten(self) -> None:
+        if self.verifier == "off" or self.verifier_role != "decide":
+            raise ValueError("auto_tighten needs the verifier deciding (verifier_role: decide)")
+        if not self.max_wrong_rate:
+            raise ValueError("auto_tighten needs max_wrong_rate (above 0): the rate it keeps to")
+        if self.audit_rate == 0:
+            raise ValueError("auto_tighten needs audit_rate above 0: audits are its evidence")
 
 
 class RedisConfig(_Base, frozen=True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -36,11 +37,11 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
+        counter = functools.partial(Counter, registry=r)
+        self.requests = counter(
             "cachegate_requests",
             "Requests by route, model, cache outcome (x-cache) and HTTP status.",
             ["route", "model", "cache", "status"],
-            registry=r,
         )
         self.latency = Histogram(
             "cachegate_request_duration_seconds",
@@ -49,37 +50,37 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
-        self.upstream_retries = Counter(
+        self.upstream_retries = counter(
             "cachegate_upstream_retries",
             "Upstream retries before the first byte.",
             ["model", "why"],
-            registry=r,
         )
-        self.saved_tokens = Counter(
+        self.saved_tokens = counter(
             "cachegate_saved_completion_tokens",
             "Completion tokens answered from the response cache instead of a model.",
             ["model"],
-            registry=r,
         )
-
-        self.stream_errors = Counter(
+        self.stream_errors = counter(
             "cachegate_stream_errors",
             "Streams that ended without [DONE]: an error event (its code) or client_disconnected.",
             ["route", "model", "code"],
-            registry=r,
         )
-        self.semantic_audits = Counter(
+        self.semantic_audits = counter(
             "cachegate_semantic_audits",
             "Audited semantic hits by verdict: ok, wrong (the fresh answer differs from the "
             "served one), error (the audit's model call failed), dropped (too many running).",
             ["model", "verdict"],
-            registry=r,
         )
-        self.coalesced = Counter(
+        self.semantic_tightenings = counter(
+            "cachegate_semantic_tightenings",
+            "Steps auto-tighten took: a (model, namespace) whose audits showed more wrong hits "
+            "than cache.semantic.max_wrong_rate got a stricter verifier threshold.",
+            ["model"],
+        )
+        self.coalesced = counter(
             "cachegate_coalesced_requests",
             "Misses answered with the answer of an identical request that was in flight.",
             ["model"],
-            registry=r,
         )
 
     def gauges(

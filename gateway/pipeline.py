@@ -204,6 +204,7 @@ class Pipeline:
                 key,
                 max_age=control.max_age,
                 threshold=self._threshold(request),
+                score_threshold=self._tightened(request),
                 overloaded=self.overloaded(),
             )
             if span is not None:
@@ -240,7 +241,11 @@ class Pipeline:
             if not await self.flights.follow(key.exact, watch):
                 return None
         found = await self.cache.lookup(
-            key, max_age=request.control.max_age, threshold=self._threshold(request), again=True
+            key,
+            max_age=request.control.max_age,
+            threshold=self._threshold(request),
+            score_threshold=self._tightened(request),
+            again=True,
         )
         if found.entry is None:
             return None
@@ -253,6 +258,12 @@ class Pipeline:
         if request.control.threshold is not None:
             return request.control.threshold
         return self._thresholds.get(request.model)
+
+    def _tightened(self, request: GatewayRequest) -> float | None:
+        """The verifier score threshold auto-tighten set for the request's scope, if any."""
+        if self.auditor is None:
+            return None
+        return self.auditor.score_threshold(request.model, request.control.namespace)
 
     def _replay(
         self, request: GatewayRequest, adapter: Adapter, found: Lookup, key: CacheKey

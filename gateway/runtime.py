@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from semantic.audit import Audit
+from semantic.audit import Audit, Tightening
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.keys import ContextMode
 from semantic.store import DiskStore, EntryStore
@@ -222,7 +222,14 @@ def _auditor(
     if cache is None or not semantic.enabled or semantic.audit_rate == 0:
         return None
     audit = Audit(semantic.audit_rate, seed=0)
-    return Auditor(audit, cache, metrics, ledger, max_concurrency=semantic.audit_max_concurrency)
+    tightening = None
+    if semantic.auto_tighten:
+        assert semantic.max_wrong_rate  # (checked by the config)
+        tightening = Tightening(semantic.max_wrong_rate)
+    return Auditor(
+        audit, cache, metrics, ledger,
+        max_concurrency=semantic.audit_max_concurrency, tightening=tightening,
+    )  # fmt: skip
 
 
 def _observers(

@@ -29,6 +29,16 @@ error, not theirs, which is why the estimate is an alarm, not a label for any si
 
 Audits that could not be judged are counted apart, never in the estimate: ``error`` (the model
 call failed or timed out) and ``dropped`` (too many audits already running: shed, not queued).
+
+Auto-tighten (:class:`Tightening`, ``cache.semantic.auto_tighten``, off by default): the judged
+audits of each (model, namespace) are read in windows of :func:`window_size` ``(bound)`` audits,
+the fewest with which a clean window (no wrong verdict) can show the rate is under ``bound``.
+At the end of a window whose Wilson 95% upper bound exceeds ``bound``, the scope's verifier
+score threshold moves one calibrated step up (``Calibration.stricter``: the wrong rate measured
+at the new point is at most half the old one; past the last row, 1.0: no semantic hits in that
+scope). A window starts empty after every decision, so each step is judged on audits of the
+threshold it set. The window is sized so that small samples cannot ratchet a sound scope up:
+with 5 audits the upper bound of 0 wrong is 0.43 whatever the true rate.
 """
 
 from __future__ import annotations
@@ -37,10 +47,20 @@ import asyncio
 import math
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-__all__ = ["VERDICTS", "Audit", "Estimate", "Verdict", "answer_difference", "wilson"]
+__all__ = [
+    "VERDICTS",
+    "Audit",
+    "Estimate",
+    "Tightening",
+    "Verdict",
+    "answer_difference",
+    "wilson",
+    "window_size",
+]
 
 #: ``ok``/``wrong``: judged; ``error``: the audit's model call failed; ``dropped``: shed under load.
 Verdict = Literal["ok", "wrong", "error", "dropped"]
@@ -163,3 +183,91 @@ class Audit:
                         "false_hit_rate": round(e.rate, 6),
                         "interval95": [round(e.low, 4), round(e.high, 4)]})  # fmt: skip
         return out
+
+
+def window_size(bound: float, z: float = _Z95) -> int:
+    """The fewest judged audits whose Wilson upper bound, with none wrong, is at most ``bound``
+    (``bound`` in (0, 1]): 0.05 -> 73, 0.02 -> 189, 0.01 -> 381."""
+    if not 0.0 < bound <= 1.0:
+        raise ValueError(f"the bound must be in (0, 1], got {bound}")
+    n = max(1, math.floor(z * z * (1 - bound) / bound))
+    while wilson(0, n, z)[1] > bound:
+        n += 1
+    return n
+
+
+@dataclass(slots=True)
+class _Scope:
+    ok: int = 0
+    wrong: int = 0
+    steps: int = 0
+    threshold: float | None = None  # None: not tightened (the configured threshold)
+
+
+class Tightening:
+    """Per (model, namespace), the verifier score threshold that auto-tighten has set (see the
+    module docstring). Thread-safe; in memory: a restart, or :meth:`reset`, undoes it.
+
+        >>> t = Tightening(bound=0.5)                     # windows of 4 judged audits
+        >>> for _ in range(4):
+        ...     stepped = t.observe("m", "ns", "wrong", base=0.87, stricter=cal.stricter)
+        >>> stepped, t.threshold("m", "ns")               # (0.93, 0.93): one step up
+    """
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.window = window_size(bound)
+        self._lock = threading.Lock()
+        self._scopes: dict[tuple[str, str], _Scope] = {}
+
+    def threshold(self, model: str, namespace: str) -> float | None:
+        """The scope's tightened score threshold; None: the configured one applies."""
+        scope = self._scopes.get((model, namespace))
+        return None if scope is None else scope.threshold
+
+    def observe(
+        self,
+        model: str,
+        namespace: str,
+        verdict: Verdict,
+        *,
+        base: float,
+        stricter: Callable[[float], float],
+    ) -> float | None:
+        """Count a verdict; at the end of a window that fails, step the scope's threshold up
+        from its current one (``base`` while untightened) and return the new threshold."""
+        if verdict not in ("ok", "wrong"):
+            return None  # not judged: no evidence either way
+        with self._lock:
+            scope = self._scopes.setdefault((model, namespace), _Scope())
+            if verdict == "wrong":
+                scope.wrong += 1
+            else:
+                scope.ok += 1
+            n = scope.ok + scope.wrong
+            if n < self.window:
+                return None
+            high = wilson(scope.wrong, n)[1]
+            scope.ok = scope.wrong = 0  # a new window, whatever the decision
+            current = base if scope.threshold is None else scope.threshold
+            if high <= self.bound or current >= 1.0:
+                return None
+            scope.threshold = stricter(current)
+            scope.steps += 1
+            return scope.threshold
+
+    def reset(self, model: str | None = None, namespace: str | None = None) -> int:
+        """Forget the tightening of matching scopes (None matches any); how many were reset."""
+        with self._lock:
+            keys = [k for k in self._scopes
+                    if model in (None, k[0]) and namespace in (None, k[1])]  # fmt: skip
+            for key in keys:
+                del self._scopes[key]
+            return len(keys)
+
+    def state(self, model: str, namespace: str) -> dict[str, Any]:
+        """The scope's steps, threshold and current window (admin stats)."""
+        with self._lock:
+            scope = self._scopes.get((model, namespace)) or _Scope()
+            return {"steps": scope.steps, "score_threshold": scope.threshold,
+                    "window": [scope.ok + scope.wrong, self.window]}  # fmt: skip

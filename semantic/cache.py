@@ -234,13 +234,16 @@ class ResponseCache:
         *,
         max_age: float | None = None,
         threshold: float | None = None,
+        score_threshold: float | None = None,
         again: bool = False,
         overloaded: bool = False,
     ) -> Lookup:
         """Find a stored answer for ``key``.
 
         ``max_age`` (seconds) rejects older entries; ``threshold`` overrides the configured
-        semantic similarity threshold for this lookup. ``again``: a second lookup for the same
+        semantic similarity threshold for this lookup; ``score_threshold`` the verifier's score
+        threshold (role ``decide``; auto-tighten's: the near-duplicate shortcut is off with it,
+        every candidate is scored). ``again``: a second lookup for the same
         request (after waiting for an identical one), not counted as another lookup.
         ``overloaded``: the caller is overloaded (its CPU cannot keep up): unless ``max_wait``
         is None (always wait), the semantic lookup is skipped as when the embedder is busy.
@@ -260,7 +263,9 @@ class ResponseCache:
         if not self.embedder.fits(key.question):
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
-        return await self._lookup_semantic(key, now, max_age, threshold, overloaded)
+        return await self._lookup_semantic(
+            key, now, max_age, (threshold, score_threshold), overloaded
+        )
 
     async def store(
         self,
@@ -427,10 +432,12 @@ class ResponseCache:
         key: CacheKey,
         now: float,
         max_age: float | None,
-        threshold: float | None,
+        thresholds: tuple[float | None, float | None],
         overloaded: bool,
     ) -> Lookup:
+        """``thresholds``: the lookup's cosine and verifier score thresholds (None: settings')."""
         assert self.embedder is not None and self.index is not None
+        threshold, score_threshold = thresholds
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
         k = _VERIFIED_CANDIDATES if self._decides else _CANDIDATES
@@ -455,7 +462,7 @@ class ResponseCache:
             self._counters.hits["exact"] += 1
             return Lookup("exact", same, 1.0, now - same.created, vector)
         if self._decides:
-            found, score, rejected = await self._verified(key, vector, candidates)
+            found, score, rejected = await self._verified(key, vector, candidates, score_threshold)
         else:
             found, score, rejected = await self._guarded(key, vector, candidates)
         if found is None:
@@ -534,21 +541,30 @@ class ResponseCache:
         )
 
     async def _verified(
-        self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]
+        self,
+        key: CacheKey,
+        vector: np.ndarray,
+        candidates: list[tuple[Hit, Entry]],
+        tightened: float | None = None,
     ) -> _Judged:
         """The hard vetoes, then the verifier on the rest in one batch: the best score at or
-        above the score threshold wins. A near duplicate the guard vouches for is served without
-        the model (``Combiner.near_duplicate``); a pair the cross-encoder could not lift to the
-        threshold (the combiner's cheap part is too low) is rejected without running it."""
+        above the score threshold (``tightened``, else the configured one) wins. A near
+        duplicate the guard vouches for is served without the model
+        (``Combiner.near_duplicate``; not in a tightened scope); a pair the cross-encoder could
+        not lift to the threshold (the combiner's cheap part is too low) is rejected without
+        running it."""
         assert self.verifier is not None and self.score_threshold is not None
-        verifier, threshold = self.verifier, self.score_threshold
+        verifier = self.verifier
+        threshold = self.score_threshold if tightened is None else tightened
+        if threshold >= 1.0:  # auto-tighten's last step: no semantic hits in this scope
+            return None, None, None
         judged: list[tuple[Hit, Entry, CandidateSignals]] = []
         rejected: Rejection | None = None
         for hit, entry in candidates:
             signals = verifier.signals(
                 entry.question, key.question, _vector(entry), vector, hit.similarity
             )
-            if verifier.near_duplicate(signals):  # a trivial rewording: no model needed
+            if tightened is None and verifier.near_duplicate(signals):  # a trivial rewording
                 return (hit, entry), None, None
             veto = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
             if veto is None and not verifier.can_reach(signals, threshold):

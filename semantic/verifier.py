@@ -110,6 +110,28 @@ class Calibration:
                 return t
         return 1.0  # nothing measured meets it: serve nothing semantically
 
+    def rate_at(self, threshold: float) -> float:
+        """The measured wrong-hit rate at ``threshold`` (that of the highest row at or below it;
+        below the table: its first row)."""
+        i = max(0, int(np.searchsorted(self.thresholds, threshold, side="right")) - 1)
+        return self.wrong_rate[i]
+
+    def stricter(self, threshold: float) -> float:
+        """One step stricter than ``threshold``: the lowest threshold above it whose measured
+        wrong-hit rate is at most half the one at ``threshold``; 1.0 (serve nothing
+        semantically) when that rate is 0 already or no row halves it. Used by auto-tighten.
+
+        >>> cal = Calibration((0.5, 0.7, 0.9), (0.08, 0.03, 0.0), (0.9, 0.7, 0.4))
+        >>> cal.stricter(0.5), cal.stricter(0.7), cal.stricter(0.9)
+        (0.7, 0.9, 1.0)
+        """
+        rate = self.rate_at(threshold)
+        if rate > 0:
+            for t, w in zip(self.thresholds, self.wrong_rate, strict=True):
+                if t > threshold and w <= rate / 2:
+                    return t
+        return 1.0
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
         cal = cls(tuple(d["thresholds"]), tuple(d["wrong_rate"]), tuple(d["recall"]))

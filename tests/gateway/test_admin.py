@@ -35,7 +35,8 @@ def test_tenant_keys_never_open_admin_routes(make_gateway: Any, upstream: FakeUp
     assert gw.chat("hi", headers=bearer(hashlib.sha256(b"key-b").hexdigest())).status_code == 401
     for key in ("key-a", "key-b", ""):
         for method, path in (("GET", "/admin/stats"), ("POST", "/admin/cache/flush"),
-                             ("GET", "/metrics"), ("GET", "/admin/cache/entries")):  # fmt: skip
+                             ("GET", "/metrics"), ("GET", "/admin/cache/entries"),
+                             ("POST", "/admin/cache/tightening/reset")):  # fmt: skip
             response = gw.http.request(method, path, headers=bearer(key) if key else None)
             assert response.status_code == 403, (key, path)
             assert response.json()["error"]["code"] == "admin_closed"

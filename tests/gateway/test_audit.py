@@ -24,6 +24,7 @@ from gateway.config import ConfigError, load_config_text
 from gateway.messages_bridge import MESSAGES
 from gateway.responses import ResponsesAdapter
 from gateway.stored import ResponseStore
+from tests.browser import Browser
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -104,9 +105,11 @@ def settled(gw: Gateway, ns: str, n: int, model: str = "fake-model") -> dict[str
 
 
 def audits_total(gw: Gateway, verdict: str, model: str = "fake-model") -> float:
-    text = gw.http.get("/metrics").text
-    line = f'cachegate_semantic_audits_total{{model="{model}",verdict="{verdict}"}} '
-    match = re.search(re.escape(line) + r"(\S+)", text)
+    return counter(gw, f'cachegate_semantic_audits_total{{model="{model}",verdict="{verdict}"}}')
+
+
+def counter(gw: Gateway, series: str) -> float:
+    match = re.search(re.escape(series + " ") + r"(\S+)", gw.http.get("/metrics").text)
     return float(match.group(1)) if match else 0.0
 
 
@@ -322,9 +325,93 @@ def test_cachegate_stats_prints_the_estimates(
 
 def test_audit_settings_are_validated(tmp_path: Path) -> None:
     for bad, message in (("audit_rate: 1.5", "audit_rate"),
-                         ("audit_max_concurrency: 0", "audit_max_concurrency")):  # fmt: skip
+                         ("audit_max_concurrency: 0", "audit_max_concurrency"),
+                         ("auto_tighten: true", "needs max_wrong_rate"),
+                         ("auto_tighten: true, max_wrong_rate: 0", "needs max_wrong_rate"),
+                         ("auto_tighten: true, max_wrong_rate: 0.02, audit_rate: 0",
+                          "needs audit_rate"),
+                         ("auto_tighten: true, max_wrong_rate: 0.02, verifier: off",
+                          "verifier deciding"),
+                         ("auto_tighten: true, verifier_role: veto", "verifier deciding"),
+                         ):  # fmt: skip
         with pytest.raises(ConfigError, match=message):
             load_config_text(f"cache: {{semantic: {{{bad}}}}}")
+    assert load_config_text("").cache.semantic.auto_tighten is False
     config = load_config_text("cache: {semantic: {audit_rate: 0}}")
     assert config.cache.semantic.audit_rate == 0
     assert load_config_text("").cache.semantic.audit_rate == 0.01
+
+
+# ---- auto-tighten ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tight(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """A gateway that tightens a scope when its audits show more than half its hits wrong
+    (windows of 4 judged audits; max_wrong_rate 0.5 also sets a permissive start)."""
+    text = config_text(upstream_server.url, tmp_path_factory.mktemp("tight"),
+                       auto_tighten=True, max_wrong_rate=0.5)  # fmt: skip
+    with Gateway(load_config_text(text)) as gateway:
+        yield gateway
+
+
+def test_auto_tighten_raises_a_scopes_threshold_until_its_wrong_hits_stop(
+    tight: Gateway, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    gw = tight
+    # every fresh answer gives another fee than the stored one: each audit says "wrong"
+    fees = {"contents": [f"The fee is {10 * (i + 1)} dollars." for i in range(80)]}
+    calm = {"content": "Open the login page and click 'Forgot password'."}
+    assert ask(gw, STORED, "tight", fees).headers["x-cache"] == "miss"
+    assert ask(gw, STORED, "calm", calm).headers["x-cache"] == "miss"
+    stats = gw.http.get("/admin/stats").json()["cache"]
+    base = stats["verifier"]["score_threshold"]
+    assert stats["audit"]["auto_tighten"] == {"bound": 0.5, "window": 4}
+    served = 0
+    for _ in range(60):  # until the scope's threshold stops the hit (1.0 at the latest)
+        response = ask(gw, PARAPHRASE, "tight", fees)
+        if response.headers["x-cache"] != "semantic":
+            break
+        served += 1
+        settled(gw, "tight", served)  # its audit has been judged (and counted)
+    else:
+        raise AssertionError("the wrong hits never stopped")
+    assert response.headers["x-cache"] == "miss"
+    assert served >= 4  # not before a whole window of audits said so
+    row = estimate(gw, "tight")
+    assert row is not None and row["wrong"] == served
+    tightened = row["tightened"]
+    assert tightened["steps"] >= 1 and tightened["score_threshold"] > base
+    assert tightened["steps"] == served // 4  # one step per failed window, no more
+    series = 'cachegate_semantic_tightenings_total{model="fake-model"}'
+    assert counter(gw, series) == tightened["steps"]
+    # other scopes keep the configured threshold
+    assert ask(gw, PARAPHRASE, "calm", calm).headers["x-cache"] == "semantic"
+    calm_row = settled(gw, "calm", 1)
+    assert calm_row["tightened"]["steps"] == 0
+    # the operator's view: the dashboard and `cachegate stats`
+    assert main(["stats", "--url", gw.url]) == 0
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#audit table') !== null")
+        text = page.evaluate("document.getElementById('audit').innerText")
+        assert "verifier threshold (auto-tighten)" in text
+        assert f"{tightened['score_threshold']:.4f} ({tightened['steps']} step" in text
+        assert "configured" in text  # the calm namespace
+        assert page.errors == []
+    # undone by the admin route: the scope's paraphrases hit again
+    reset = gw.http.post("/admin/cache/tightening/reset", json={"namespace": "tight"})
+    assert reset.status_code == 200 and reset.json() == {"reset": 1}
+    assert estimate(gw, "tight")["tightened"]["steps"] == 0  # type: ignore[index]
+    again = ask(gw, "How do I reset my password", "tight", fees)
+    assert again.headers["x-cache"] == "semantic"
+    bad = gw.http.post("/admin/cache/tightening/reset", json={"model": 3})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "model"
+
+
+def test_the_reset_route_says_when_auto_tighten_is_off(gw: Gateway) -> None:
+    response = gw.http.post("/admin/cache/tightening/reset", json={})
+    assert response.status_code == 400
+    assert "auto_tighten" in response.json()["error"]["message"]

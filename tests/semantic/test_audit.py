@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semantic.audit import Audit, answer_difference, wilson
+from semantic.audit import Audit, Tightening, answer_difference, wilson, window_size
 
 #: Answer pairs as an audit sees them: (served, fresh, the served answer was wrong). A wrong
 #: hit's fresh answer differs in a number, unit or date, which the hard checks see.
@@ -136,3 +136,63 @@ def test_judge_hard_checks_first_then_the_verifier_else_the_embedding() -> None:
         )
         == "ok"
     )
+
+
+# ---- auto-tighten ---------------------------------------------------------------------------
+
+
+def test_the_window_is_the_fewest_audits_a_clean_record_needs_to_clear_the_bound() -> None:
+    for bound in (0.5, 0.1, 0.05, 0.02, 0.01):
+        n = window_size(bound)
+        assert wilson(0, n)[1] <= bound < wilson(0, n - 1)[1], bound
+    assert (window_size(0.05), window_size(0.02), window_size(0.01)) == (73, 189, 381)
+    with pytest.raises(ValueError, match="bound"):
+        window_size(0.0)
+
+
+def _steps(t: Tightening, verdicts: list[str], ns: str = "ns") -> list[float | None]:
+    """Feed ``verdicts`` to ``t`` (a stricter step adds 0.1), return what each one stepped to."""
+    return [
+        t.observe("m", ns, v, base=0.5, stricter=lambda x: round(x + 0.1, 4))  # type: ignore[arg-type]
+        for v in verdicts
+    ]
+
+
+def test_a_scope_is_tightened_only_at_the_end_of_a_window_that_fails_its_bound() -> None:
+    t = Tightening(bound=0.5)
+    assert t.window == 4
+    # a window of 3 wrong in 4: its upper bound is above 0.5 -> one step, from the base
+    assert _steps(t, ["wrong", "ok", "wrong", "wrong"]) == [None, None, None, 0.6]
+    assert t.threshold("m", "ns") == 0.6 and t.threshold("m", "other") is None
+    # the next window starts empty and is judged at the new threshold: a clean one passes
+    assert _steps(t, ["ok"] * 4) == [None] * 4 and t.threshold("m", "ns") == 0.6
+    # errors and drops are no evidence: they do not fill a window
+    assert _steps(t, ["error", "dropped"] * 4) == [None] * 8
+    # the next failing window steps again, from where the scope is
+    assert _steps(t, ["wrong"] * 4)[-1] == 0.7
+    assert t.state("m", "ns") == {"steps": 2, "score_threshold": 0.7, "window": [0, 4]}
+    assert t.state("m", "fresh") == {"steps": 0, "score_threshold": None, "window": [0, 4]}
+
+
+def test_a_small_sample_cannot_ratchet_a_sound_scope() -> None:
+    """A bound of 5% is judged on 73 audits: 20 clean audits alone would have an upper bound
+    of 16%, and the upper-bound rule would tighten a scope with no wrong hit at all."""
+    t = Tightening(bound=0.05)
+    assert _steps(t, ["ok"] * 3 * t.window) == [None] * 3 * t.window
+    assert t.threshold("m", "ns") is None
+    # one wrong in a window is already too many for 5% at 95%: 1 of 73 -> upper bound 7.4%
+    assert _steps(t, ["wrong"] + ["ok"] * (t.window - 1))[-1] == 0.6
+
+
+def test_at_one_a_scope_stays_closed_until_reset() -> None:
+    t = Tightening(bound=0.5)
+    stricter = {0.5: 0.9, 0.9: 1.0}.__getitem__
+    for expected in (0.9, 1.0):
+        for _ in range(3):
+            t.observe("m", "ns", "wrong", base=0.5, stricter=stricter)
+        assert t.observe("m", "ns", "wrong", base=0.5, stricter=stricter) == expected
+    for _ in range(4):  # (no semantic hit is served at 1.0; nothing steps past it)
+        assert t.observe("m", "ns", "wrong", base=0.5, stricter=stricter) is None
+    _steps(t, ["wrong"] * 4, ns="b")
+    assert t.reset("m", "ns") == 1 and t.threshold("m", "ns") is None
+    assert t.threshold("m", "b") == 0.6 and t.reset() == 1 and t.threshold("m", "b") is None

@@ -42,6 +42,16 @@ def test_a_wiggling_table_is_made_monotone_and_a_bad_one_refused() -> None:
         Calibration.from_dict({**TABLE, "thresholds": [0.9, 0.5, 0.1]})
 
 
+def test_a_stricter_step_halves_the_measured_wrong_rate_and_ends_at_one() -> None:
+    cal = Calibration((0.2, 0.4, 0.6, 0.8), (0.10, 0.06, 0.04, 0.0), (0.9, 0.8, 0.7, 0.5))
+    assert [cal.rate_at(t) for t in (0.1, 0.2, 0.5, 0.8, 0.95)] == [0.10, 0.10, 0.06, 0.0, 0.0]
+    assert cal.stricter(0.2) == 0.6  # 0.10 -> at most 0.05: 0.4's 0.06 is not enough
+    assert cal.stricter(0.5) == 0.8  # between rows: from 0.4's rate, 0.06 -> 0.0
+    assert cal.stricter(0.8) == 1.0 and cal.stricter(1.0) == 1.0  # nothing is stricter
+    flat = Calibration((0.2, 0.4), (0.10, 0.08), (0.9, 0.8))
+    assert flat.stricter(0.2) == 1.0  # no row halves the rate: no semantic hits
+
+
 def test_score_threshold_from_yaml_knobs() -> None:
     verifier = cast(
         PairVerifier,
