@@ -3,6 +3,7 @@
 #   make test    install and run the whole test suite
 #   make lint    ruff + mypy
 #   make bench   run the benchmarks and rewrite docs/benchmarks.md
+#   make llamacpp  build llama-cpp-python (bench.engine's llama.cpp baseline; ~15 min, once)
 #   make image-test  build the images and run docker-compose.yml with podman (root, ~15 min)
 
 PYTHON ?= python3
@@ -18,7 +19,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run worker test lint check bench clean services image-test
+.PHONY: install run worker test lint check bench llamacpp clean services image-test
 
 install: $(STAMP)
 
@@ -62,7 +63,15 @@ check: lint test
 
 bench: $(STAMP)
 	$(PIP) -e '.[bench]'
+	@$(MAKE) --no-print-directory llamacpp || echo "llama.cpp not built: bench.engine skips it"
 	$(PY) -m bench.run_all
+
+# llama-cpp-python, pinned in constraints.txt, for bench.engine's side-by-side llama.cpp figures
+# (same GGUF). PyPI has no binary wheel for it: pip builds it from source with cmake and a C++
+# compiler (Debian: cmake g++), ~11–15 min on 2 cores, once (pip keeps the wheel in its cache).
+# Neither `make test` nor CI needs it.
+llamacpp: $(STAMP)
+	$(PIP) -e '.[llamacpp]'
 
 # deploy/test-images.sh: installs podman, makes a local base image, builds the cpu target,
 # checks the compose stack with the openai SDK, then removes everything it made.

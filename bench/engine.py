@@ -10,8 +10,14 @@ with ``max_batch: 1`` (one at a time, as before batching). Single-stream decode 
 with the weight-read floor: bytes of the weights ÷ the memory bandwidth measured here.
 
 TTFT = submit → first event of the stream. transformers' own continuous batching
-(``generate_batch``) runs the same 8 prompts for comparison. Not measured here: llama.cpp
-(not installed on this machine).
+(``generate_batch``) runs the same 8 prompts for comparison.
+
+llama.cpp (``bench/llamacpp.py``; optional: ``make llamacpp`` builds llama-cpp-python from
+source, ~11–15 min, once) runs the bundled GGUF itself one stream at a time, on the same 8
+prompts as an 8-stream engine run, taking turns with it round after round: at the engine's
+torch thread count and at the other of 1 and 2. Its decode tokens/s is computed by the same
+function as the engine's (:func:`decode_tokens_per_s`). Without llama-cpp-python this part is
+skipped, and the section says how to install it.
 
 The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``auto``, ``float16``) are
 measured side by side in the same run, taking turns round after round so that the machine's
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from dataclasses import replace
@@ -34,6 +41,7 @@ from typing import Any
 
 import torch
 
+from bench import llamacpp
 from bench.kv import Drift, _questions, teacher_forced
 from bench.prefix import CACHE_DIR, load_engine
 from bench.report import command, median, percentile, publish, run_header, table
@@ -75,19 +83,28 @@ def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[
     results, wall = asyncio.run(run())
     ttfts = [r[0] for r in results]
     tokens = sum(r[1] for r in results)
-    decoding = _covered([(r[0], r[3]) for r in results])  # seconds any stream was decoding
     return {
         "concurrency": concurrency,
         "max_batch": engine.config.max_batch,
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens / wall,
-        # tokens after each stream's first, over the time some stream was past its first
-        "decode_tokens_per_s": sum(r[1] - 1 for r in results) / decoding,
+        "decode_tokens_per_s": decode_tokens_per_s([(r[1], r[0], r[3]) for r in results]),
         "ttft_p50_s": median(ttfts),
         "ttft_p99_s": percentile(ttfts, 99),
         "ms_per_token": 1000 * median([r[2] for r in results]),
     }
+
+
+def decode_tokens_per_s(streams: list[tuple[int, float, float]]) -> float:
+    """Tokens after each stream's first over the time at least one stream was past its first.
+
+    ``streams``: ``(tokens, first token at, last token at)``, seconds on one clock. Streams run
+    at once (the engine) or one after another (llama.cpp) are counted alike; for one stream it
+    is ``(tokens - 1) / (last - first)``.
+    """
+    decoding = _covered([(first, end) for _, first, end in streams])
+    return sum(tokens - 1 for tokens, _, _ in streams) / decoding
 
 
 def _prompts(count: int, seed: int) -> list[list[int]]:
@@ -158,6 +175,70 @@ def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, 
     return {"streams": streams, "tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall}
 
 
+def versus_llama_cpp(engine: Engine, n_tokens: int, rounds: int) -> dict[str, Any]:
+    """The engine's 8 streams at once vs llama.cpp one stream at a time on the same 8 prompts,
+    taking turns round after round; the engine's single stream too (other prompts).
+
+    NOTE: each round has its own seeds, used nowhere else in this run, so that the engine's
+    prefix cache never holds a prompt it is given here (its TTFT would be a hit, not a prefill).
+    """
+    if (why := llamacpp.missing()) is not None:
+        return {"skipped": why}
+    threads = torch.get_num_threads()
+    counts = [threads, *(n for n in (1, 2) if n != threads and n <= (os.cpu_count() or 1))]
+    n_ctx = max(256, PROMPT_TOKENS + n_tokens)
+    runners = {n: llamacpp.LlamaCpp(n, n_ctx) for n in counts}
+    for runner in runners.values():  # warm: the first evaluation allocates and repacks
+        runner.greedy(_prompts(1, seed=8999)[0], 4, time.perf_counter())
+    engine_8: list[dict[str, Any]] = []
+    engine_1: list[dict[str, Any]] = []
+    llama: dict[int, list[list[llamacpp.Timed]]] = {n: [] for n in counts}
+    load: list[float] = []
+    for r in range(rounds):
+        seed = 9000 + r
+        load.append(os.getloadavg()[0])
+        engine_8.append(measure(engine, 8, n_tokens, seed=seed))
+        for n, runner in runners.items():
+            clock = time.perf_counter()
+            llama[n].append([runner.greedy(p, n_tokens, clock) for p in _prompts(8, seed)])
+        engine_1.append(measure(engine, 1, n_tokens, seed=seed + 500))
+    load.append(os.getloadavg()[0])
+    return {
+        "version": runners[threads].version,
+        "gguf": llamacpp.BUNDLED_GGUF,
+        "n_ctx": n_ctx,
+        "rounds": rounds,
+        "threads": threads,
+        "loadavg_1min": load,
+        "engine_8": _round_medians(engine_8),
+        "engine_1": _round_medians(engine_1),
+        "llama_cpp": {n: _llama_figures(streams) for n, streams in llama.items()},
+        "llama_cpp_tokens": [list(t.token_ids) for t in llama[threads][0][:2]],
+    }
+
+
+def _round_medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median over rounds of :func:`measure`'s decode tokens/s and TTFT p50."""
+    decode = [run["decode_tokens_per_s"] for run in runs]
+    return {"decode_tokens_per_s": median(decode), "decode_per_round": decode,
+            "ttft_p50_s": median([run["ttft_p50_s"] for run in runs])}  # fmt: skip
+
+
+def _llama_figures(rounds: list[list[llamacpp.Timed]]) -> dict[str, Any]:
+    """Median over rounds of the decode tokens/s (as the engine's); prefill tokens/s and TTFT
+    over every stream."""
+    streams = [s for one in rounds for s in one]
+    decode = [decode_tokens_per_s([(s.tokens, s.first_s, s.end_s) for s in one]) for one in rounds]
+    return {
+        "decode_tokens_per_s": median(decode),
+        "decode_per_round": decode,
+        "prefill_tokens_per_s": median([PROMPT_TOKENS / s.ttft_s for s in streams]),
+        "ttft_p50_s": median([s.ttft_s for s in streams]),
+        "streams": len(streams),
+        "tokens_each": sorted({s.tokens for s in streams}),
+    }
+
+
 def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
     """Greedy-token agreement and logit drift of float16 weights on the decode (one-row) path."""
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
@@ -172,11 +253,17 @@ def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) ->
 
 
 def run(
-    engine: Engine, levels: tuple[int, ...], n_tokens: int, prompts: int = 40
+    engine: Engine,
+    levels: tuple[int, ...],
+    n_tokens: int,
+    prompts: int = 40,
+    llama_rounds: int = 3,
 ) -> dict[str, Any]:
+    header = run_header()
     one_at_a_time = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
     batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
+    llama_cpp = versus_llama_cpp(engine, n_tokens, llama_rounds)
     engines = {"unpacked": variant(engine, "unpacked"), "auto": engine,
                "float16": variant(engine, "float16")}  # fmt: skip
     bandwidth = read_bandwidth()  # once: the floors differ by their bytes only
@@ -189,10 +276,11 @@ def run(
         "floor": {**floors, "auto": floors["unpacked"]},  # (packed: the same bytes)
         "quality": half_quality(engine, engines["float16"], prompts, n_tokens),
     }
-    return {"header": run_header(), "threads": torch.get_num_threads(), "n_tokens": n_tokens,
+    return {"header": header, "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
-            "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens)}  # fmt: skip
+            "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens),
+            "llama_cpp": llama_cpp, "loadavg_end": os.getloadavg()}  # fmt: skip
 
 
 def markdown(results: dict[str, Any], cmd: str) -> str:
@@ -213,6 +301,7 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         ])  # fmt: skip
     floor = results["floor"]
     share = floor["floor_ms"] / single["ms_per_token"]
+    load0 = results["header"]["loadavg_start"]
     return "\n".join([
         "## Continuous batching of the local model (`bench/engine.py`)",
         "",
@@ -221,7 +310,8 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         f"{results['n_tokens']} greedy tokens per stream, step_tokens {results['step_tokens']}. "
         "Batched (`max_batch: 16`) and one at a time (`max_batch: 1`) in the same run. "
         "**The machine is shared with other jobs**: absolute figures move between runs; the "
-        "ratios are side by side.",
+        f"ratios are side by side. Load average (1/5/15 min) at start {_load(load0)}, at end "
+        f"{_load(results['loadavg_end'])}.",
         "",
         "Tokens/s counts every token over the whole run (prefill included); decode tokens/s "
         "counts the tokens after each stream's first over the time at least one stream was "
@@ -233,13 +323,79 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         "",
         f"Single stream: {single['ms_per_token']:.1f} ms/token; weight-read floor "
         f"{floor['floor_ms']:.1f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at a "
-        f"measured {floor['bandwidth_gb_s']:.1f} GB/s): **{100 * share:.0f}% of the floor**. "
-        "Not measured: llama.cpp (not installed).",
+        f"measured {floor['bandwidth_gb_s']:.1f} GB/s): **{100 * share:.0f}% of the floor**.",
+        "",
+        *_llama_markdown(results),
         "",
         *_hf_markdown(results),
         "",
         *_weights_markdown(results["weights"]),
     ])  # fmt: skip
+
+
+def _llama_markdown(results: dict[str, Any]) -> list[str]:
+    side = results["llama_cpp"]
+    if "skipped" in side:
+        return [
+            "### llama.cpp side by side",
+            "",
+            f"Not measured: llama.cpp was skipped ({side['skipped']}). Install it with "
+            f"{llamacpp.INSTALL} and rerun `python -m bench.engine`.",
+        ]
+    e8, e1, threads = side["engine_8"], side["engine_1"], side["threads"]
+    rows = [
+        [f"llama.cpp {side['version']}, one stream at a time", n,
+         f"{f['decode_tokens_per_s']:.1f}", _per_round(f), f"{f['prefill_tokens_per_s']:.0f}",
+         f"{1000 * f['ttft_p50_s']:.0f}"]
+        for n, f in side["llama_cpp"].items()
+    ] + [
+        ["engine, 8 streams at once (aggregate)", threads, f"**{e8['decode_tokens_per_s']:.1f}**",
+         _per_round(e8), "—", f"{1000 * e8['ttft_p50_s']:.0f}"],
+        ["engine, one stream", threads, f"{e1['decode_tokens_per_s']:.1f}", _per_round(e1), "—",
+         f"{1000 * e1['ttft_p50_s']:.0f}"],
+    ]  # fmt: skip
+    llama = side["llama_cpp"][threads]["decode_tokens_per_s"]
+    ratio = e8["decode_tokens_per_s"] / llama
+    verdict = "**met**" if ratio >= 1 else "**not met**"
+    load = ", ".join(f"{x:.2f}" for x in side["loadavg_1min"])
+    return [
+        "### llama.cpp side by side",
+        "",
+        f"llama-cpp-python {side['version']} (built from source here) on the GGUF the engine "
+        f"converts, `{side['gguf']}` as shipped (llama.cpp computes on its 4-bit weights; the "
+        f"engine on their float32 de-quantisation), n_ctx {side['n_ctx']}. Each of "
+        f"{side['rounds']} rounds runs 8 fresh {PROMPT_TOKENS}-token prompts through the engine "
+        "at once, then the same 8 prompts through llama.cpp one at a time at each thread "
+        f"count, then one other prompt through the engine alone; {results['n_tokens']} greedy "
+        "tokens per stream everywhere (llama.cpp: the argmax of the logits, end-of-sequence "
+        "ignored, exactly that many tokens). Decode tokens/s is the same function for both "
+        "(tokens after each stream's first over the time a stream was past its first token); "
+        f"medians over the rounds. 1-min load average at each round's start and at the end: {load}.",
+        "",
+        table(_LLAMA_COLUMNS, rows),
+        "",
+        f"Issue 13's target, the engine's 8-stream aggregate decode ≥ llama.cpp's single-stream "
+        f"decode on the same GGUF, at {threads} thread(s) each: "
+        f"{e8['decode_tokens_per_s']:.1f} vs {llama:.1f} tokens/s, **{ratio:.2f}×**: {verdict}.",
+    ]
+
+
+_LLAMA_COLUMNS = [
+    "what",
+    "threads",
+    "decode tokens/s",
+    "per round",
+    "prefill tokens/s",
+    "TTFT p50 ms",
+]
+
+
+def _per_round(figures: dict[str, Any]) -> str:
+    return " / ".join(f"{x:.1f}" for x in figures["decode_per_round"])
+
+
+def _load(load: list[float] | tuple[float, ...]) -> str:
+    return "/".join(f"{x:.2f}" for x in load)
 
 
 def _hf_markdown(results: dict[str, Any]) -> list[str]:
@@ -300,7 +456,13 @@ def main(argv: list[str] | None = None) -> str:
     engine = load_engine(args.data_dir, "cpu", "float32", args.threads or None)
     levels = (1, 8) if args.quick else (1, 4, 8, 16)
     quick = args.quick
-    results = run(engine, levels, 16 if quick else args.tokens, 12 if quick else args.prompts)
+    results = run(
+        engine,
+        levels,
+        16 if quick else args.tokens,
+        12 if quick else args.prompts,
+        llama_rounds=2 if quick else 3,
+    )
     return publish("engine", results, markdown(results, command("engine", argv)), not args.no_doc)
 
 

@@ -1,0 +1,66 @@
+"""bench.engine's arithmetic shared by the engine and llama.cpp, and its llama.cpp paragraph
+(no llama-cpp-python needed: the figures are made up)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from bench.engine import _llama_markdown, decode_tokens_per_s, versus_llama_cpp
+
+
+def test_one_stream_is_tokens_after_the_first_over_the_time_after_the_first() -> None:
+    assert decode_tokens_per_s([(33, 0.5, 1.5)]) == pytest.approx(32.0)
+
+
+def test_streams_at_once_count_the_time_any_of_them_was_decoding_once() -> None:
+    # two streams decoding over [1, 3] and [2, 4]: 3 s of decoding, 10 + 20 tokens after the first
+    assert decode_tokens_per_s([(11, 1.0, 3.0), (21, 2.0, 4.0)]) == pytest.approx(30 / 3)
+
+
+def test_streams_one_after_another_leave_out_their_prefills() -> None:
+    # llama.cpp's way: prefill [0, 1], decode [1, 2]; prefill [2, 3], decode [3, 5]
+    assert decode_tokens_per_s([(11, 1.0, 2.0), (21, 3.0, 5.0)]) == pytest.approx(30 / 3)
+
+
+def _side(engine_8: float, llama_1: float) -> dict[str, object]:
+    def figures(decode: float) -> dict[str, object]:
+        return {"decode_tokens_per_s": decode, "decode_per_round": [decode], "ttft_p50_s": 0.5,
+                "prefill_tokens_per_s": 128.0}  # fmt: skip
+
+    return {
+        "version": "0.3.36",
+        "gguf": "model.gguf",
+        "n_ctx": 256,
+        "rounds": 1,
+        "threads": 1,
+        "loadavg_1min": [1.0, 1.1],
+        "engine_8": figures(engine_8),
+        "engine_1": figures(14.0),
+        "llama_cpp": {1: figures(llama_1), 2: figures(2 * llama_1)},
+    }
+
+
+def test_the_target_compares_8_streams_with_llama_cpp_at_the_engines_thread_count() -> None:
+    # llama.cpp at 2 threads is faster than the engine, but the engine runs on 1: met
+    text = "\n".join(_llama_markdown({"n_tokens": 32, "llama_cpp": _side(66.0, 60.0)}))
+    assert "66.0 vs 60.0 tokens/s, **1.10×**: **met**" in text
+    assert "| llama.cpp 0.3.36, one stream at a time | 2 | 120.0 |" in text
+
+    text = "\n".join(_llama_markdown({"n_tokens": 32, "llama_cpp": _side(50.0, 62.5)}))
+    assert "50.0 vs 62.5 tokens/s, **0.80×**: **not met**" in text
+
+
+def test_without_llama_cpp_the_section_says_it_was_skipped_and_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if not installed
+    engine: Any = None  # never reached
+    side = versus_llama_cpp(engine, n_tokens=32, rounds=1)
+    assert side["skipped"].startswith("ModuleNotFoundError")
+
+    text = "\n".join(_llama_markdown({"llama_cpp": side}))
+    assert "Not measured: llama.cpp was skipped (ModuleNotFoundError" in text
+    assert "`make llamacpp`" in text
