@@ -22,8 +22,9 @@ Writes bench/results/semantic_latency.json and its section of docs/benchmarks.md
     Then ``cachegate serve`` (shipped defaults) answers, one request at a time, held-out
     duplicate ``b`` questions (semantic hits) and stored ``a`` questions (exact hits), with
     ``cache-control: no-store``. Side by side, in alternating chunks of the same texts, this
-    process times ``Embedder.encode([text])`` alone (target: semantic-hit p50 ≤ embedding p50
-    + 3 ms; exact hit p50 ≤ 2 ms). The same again with only the ~19k real questions
+    process times ``Embedder.encode([text])`` alone with the shipped ``embedder_backend``, and the
+    shipped verifier's cross-encoder on one pair (target, issue 12: semantic-hit p50 ≤ embedding
+    p50 + 10 ms; exact hit p50 ≤ 2 ms). The same again with only the ~19k real questions
     (``--flat-entries``): below ``hnsw_threshold`` the scope is searched exactly.
 
 (iii) **HNSW beam width.** The saved 100k index searched with ``ef_search`` 16, 32 and 64:
@@ -336,11 +337,17 @@ def http_latency(
     """Sequential semantic and exact hits through HTTP, with Embedder.encode alone alongside."""
     import torch
 
+    from gateway.config import SemanticCacheConfig
     from semantic.embedder import Embedder
+    from semantic.verifier import PairVerifier
 
     torch.set_num_threads(1)  # as in the gateway's embedder workers
-    embedder = Embedder(cache_size=0)
+    shipped = SemanticCacheConfig()
+    embedder = Embedder(cache_size=0, backend=shipped.embedder_backend)  # what the gateway runs
     embedder.encode(semantic_texts[:1] + exact_texts[:16])  # warm up
+    verifier = PairVerifier(backend=shipped.verifier_backend)
+    verifier.logits([(semantic_texts[0], exact_texts[0])])  # warm up
+    pair: list[float] = []
 
     http: list[tuple[str, float, float | None]] = []
     encode: list[float] = []
@@ -354,10 +361,13 @@ def http_latency(
                 part = semantic_texts[s : s + chunk]
                 replies, _ = send(gw, [Ask(user(t), QUERY) for t in part], 1)
                 http += [(r.cache, r.seconds, r.similarity) for r in replies]
-                for t in part:
+                for t, stored in zip(part, exact_texts, strict=False):
                     t0 = time.perf_counter()
                     embedder.encode([t])
-                    encode.append(time.perf_counter() - t0)
+                    t1 = time.perf_counter()
+                    verifier.logits([(stored, t)])
+                    encode.append(t1 - t0)
+                    pair.append(time.perf_counter() - t1)
                 load.append(os.getloadavg())
             embed = asyncio.run(_time_embeds(embedder, semantic_texts[: len(semantic_texts) // 2]))
             exact, _ = send(gw, [Ask(user(t), QUERY) for t in exact_texts], 1)
@@ -374,6 +384,9 @@ def http_latency(
         "semantic_misses": _lat([t for k, t, _ in http if k == "miss"]),
         "similarity_p50": percentile([s for k, _, s in http if k == "semantic" and s], 50),
         "encode_one": _lat(encode),
+        "encode_backend": embedder.backend,
+        "verifier_pair": _lat(pair),
+        "verifier_backend": verifier.backend,
         "embed_one": _lat(embed),
         "exact_hits": _lat([r.seconds for r in exact if r.cache == "exact"]),
         "exact_queries": len(exact),
@@ -468,7 +481,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
             ("`ResponseCache.lookup()` (100k entries)", "lookup"),
         )
     ]
-    budget = h["encode_one"]["p50"] + 0.003
+    budget = h["encode_one"]["p50"] + 0.010
     lat_rows = [
         [
             "semantic hit through HTTP",
@@ -477,10 +490,16 @@ def markdown(r: dict[str, Any], command: str) -> str:
             _ms(h["semantic_hits"]["p99"]),
         ],
         [
-            "`Embedder.encode([text])` alone, same texts",
+            f"`Embedder.encode([text])` alone, same texts (`{h['encode_backend']}`, as served)",
             h["encode_one"]["n"],
             _ms(h["encode_one"]["p50"]),
             _ms(h["encode_one"]["p99"]),
+        ],
+        [
+            f"the verifier's cross-encoder on one pair (`{h['verifier_backend']}`), same texts",
+            h["verifier_pair"]["n"],
+            _ms(h["verifier_pair"]["p50"]),
+            _ms(h["verifier_pair"]["p99"]),
         ],
         [
             "`await Embedder.embed(text)` alone (batcher, worker thread)",
@@ -489,13 +508,14 @@ def markdown(r: dict[str, Any], command: str) -> str:
             _ms(h["embed_one"]["p99"]),
         ],
         [
-            "semantic hit in-process (`ResponseCache.lookup`, earlier phase)",
+            "semantic hit in-process (`ResponseCache.lookup`, earlier phase; torch embedder, "
+            "guard alone: no verifier)",
             mb["in_process_semantic_hits"]["n"],
             _ms(mb["in_process_semantic_hits"]["p50"]),
             _ms(mb["in_process_semantic_hits"]["p99"]),
         ],
         [
-            "`Embedder.encode([text])` alone, alongside the in-process lookups",
+            "`Embedder.encode([text])` (torch) alone, alongside the in-process lookups",
             mb["in_process_encode_one"]["n"],
             _ms(mb["in_process_encode_one"]["p50"]),
             _ms(mb["in_process_encode_one"]["p99"]),
@@ -554,7 +574,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
         "(full response read by an httpx client in another process); encode is timed in the "
         "bench process on the same texts, in alternating chunks of 100.",
         table(["what", "n", "p50", "p99"], lat_rows),
-        f"Semantic hit p50 − encode p50 = **{added * 1000:.2f} ms** (target ≤ 3 ms: p50 ≤ "
+        f"Semantic hit p50 − encode p50 = **{added * 1000:.2f} ms** (target ≤ 10 ms: p50 ≤ "
         f"{budget * 1000:.2f} ms). In-process, without HTTP: lookup p50 − encode p50 = "
         f"{in_added * 1000:.2f} ms. Exact hit target: p50 ≤ 2 ms.",
         flat_md,

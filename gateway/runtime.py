@@ -348,6 +348,8 @@ def _semantic_settings(config: Config) -> SemanticSettings | None:
         hnsw_ef_search=semantic.hnsw_ef_search,
         index_path=index_path,
         max_wait=None if semantic.max_wait_ms is None else semantic.max_wait_ms / 1000,
+        # follow-ups that share their question differ only in context: score a few
+        candidates=3 if _context_mode(config) == "verify" else 1,
     )
 
 

@@ -55,12 +55,15 @@ log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
 
-#: Nearest neighbours checked per semantic lookup. NOTE: only the nearest with the guard alone:
-#: the next ones were measured to add more wrong hits than right ones (Quora as a cache:
-#: precision 0.667 with 1 candidate, 0.654 with 4). The verifier scores the nearest few in one
-#: batch: follow-ups that share their question ("And the price?") differ only in context.
+#: Nearest neighbours checked per semantic lookup. NOTE: only the nearest, with the guard or
+#: the verifier: the next ones were measured to add more wrong hits than right ones (the guard,
+#: Quora as a cache: precision 0.667 with 1 candidate, 0.654 with 4; the verifier, 3,000
+#: training-half Quora questions against the training half's stored ones: the nearest 3
+#: instead of 1 served 78 more, none of them a labelled pair, and the ones read by hand were
+#: mostly wrong, for twice the cross-encoder's time). With ``context: verify`` the verifier
+#: scores the nearest few in one batch (``SemanticSettings.candidates``): follow-ups that share
+#: their question ("And the price?") differ only in their context.
 _CANDIDATES = 1
-_VERIFIED_CANDIDATES = 3
 #: Cosine threshold with the guard alone (tuned with it; see guard.DEFAULT_THRESHOLD).
 _GUARD_THRESHOLD = 0.8
 #: Similarities are float32 dot products: identical texts give 0.99999994, not 1.
@@ -117,6 +120,9 @@ class SemanticSettings:
     #: Seconds a request may wait for the embedder; past it the lookup skips the semantic
     #: tier (and the answer is stored for exact hits only). None: wait as long as it takes.
     max_wait: float | None = None
+    #: Nearest candidates the verifier scores (role ``decide``) in one batch: 1, or 3 when
+    #: earlier turns are compared (``context: verify``, see ``_CANDIDATES``).
+    candidates: int = _CANDIDATES
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,7 +446,7 @@ class ResponseCache:
         threshold, score_threshold = thresholds
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
-        k = _VERIFIED_CANDIDATES if self._decides else _CANDIDATES
+        k = self._verified_candidates if self._decides else _CANDIDATES
         from .embedder import EmbedderBusy  # (loaded with the embedder: torch is imported)
 
         max_wait = self._semantic.max_wait if self._semantic is not None else None
@@ -529,6 +535,10 @@ class ResponseCache:
                 continue
             return (hit, entry), score, rejected
         return None, None, rejected
+
+    @property
+    def _verified_candidates(self) -> int:
+        return self._semantic.candidates if self._semantic is not None else _CANDIDATES
 
     @property
     def _decides(self) -> bool:

@@ -269,6 +269,30 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
 
 
+def test_follow_ups_that_share_their_question_are_told_apart_by_their_context(
+    gw: Gateway,
+) -> None:
+    """The same follow-up stored under two contexts: each reworded context is served the
+    answer of its own (only the context tells the two stored requests apart)."""
+
+    def convo(country: str, first: str = "How do I renew my passport in {}?") -> Any:
+        return [{"role": "user", "content": first.format(country)},
+                {"role": "assistant", "content": "You can renew it by mail."},
+                {"role": "user", "content": "How long does it take?"}]  # fmt: skip
+
+    answers = {}
+    for country in ("Canada", "Mexico"):
+        stored = chat(gw, convo(country), "f")
+        assert stored.headers["x-cache"] == "miss"
+        answers[country] = stored.json()["choices"][0]["message"]["content"]
+    assert answers["Canada"] != answers["Mexico"]  # (the fake upstream numbers its answers)
+    for country in ("Mexico", "Canada"):
+        reworded = convo(country, "What is the process to renew a passport in {}?")
+        hit = chat(gw, reworded, "f")
+        assert hit.headers["x-cache"] == "semantic", country
+        assert hit.json()["choices"][0]["message"]["content"] == answers[country]
+
+
 # ---- the defaults, and role "veto" (the guard decides, the verifier may turn its pick down) --------
 
 
