@@ -82,7 +82,9 @@ QUERY = {"cache-control": "no-store"}
 HIT = ("exact", "semantic")
 UNKNOWN = "<an answer not stored by this run>"
 LABELS = ("correct", "same_question", "wrong_own", "wrong_other", "miss")
-GUARD_ON_THRESHOLDS = (0.85, 0.90)  # besides the shipped default, via x-cache-threshold
+#: The shipped defaults (the verifier decides, cosine floor 0.55, combined score >= 0.87).
+DEFAULT = "cachegate shipped default"
+GUARD_ON_THRESHOLDS = (0.80, 0.85, 0.90)  # verifier: off, the guard decides (0.80: the old default)
 GUARD_OFF_THRESHOLDS = (0.90,)
 
 Message = dict[str, str]
@@ -448,15 +450,11 @@ class Evaluation:
                 self.http["latency_sequential"] = _latency(replies)
 
                 replies = self._pass(gw, "qqp_default", [Ask(user(b), QUERY) for b in qqp.b], n)
-                self.labels["cachegate guard on @0.80"] = self._qqp_labels(
-                    range(len(qqp.b)), replies
-                )
+                self.labels[DEFAULT] = self._qqp_labels(range(len(qqp.b)), replies)
                 self.http["similarity_of_hits"] = _quantiles([r.similarity for r in replies])
 
                 replies = self._pass(gw, "adversarial_default", adv_q, n)
-                self.labels["adv cachegate guard on @0.80"] = adv.labels(
-                    self._sources(replies), self.groups
-                )
+                self.labels[f"adv {DEFAULT}"] = adv.labels(self._sources(replies), self.groups)
 
                 replies = self._pass(gw, "scope_probes", [p for _, _, p in self.probes], n)
                 got = [
@@ -464,11 +462,16 @@ class Evaluation:
                 ]
                 self.http["scope_probes"] = _probe_summary(self.probes, got)
 
+                self.http["admin_stats"] = httpx.get(f"{gw}/admin/stats", timeout=30).json()
+            with gateway(up, data_dir, "{verifier: off}") as gw:  # the guard alone, as before
                 for t in GUARD_ON_THRESHOLDS:
                     self._held_out_pass(gw, f"cachegate guard on @{t:.2f}", t)
-                self.http["admin_stats"] = httpx.get(f"{gw}/admin/stats", timeout=30).json()
+                replies = self._pass(gw, "adversarial_guard_on", adv_q, n)
+                self.labels["adv cachegate guard on @0.80"] = adv.labels(
+                    self._sources(replies), self.groups
+                )
 
-            with gateway(up, data_dir, "{guard: false}") as gw:  # the same entries, guard off
+            with gateway(up, data_dir, "{verifier: off, guard: false}") as gw:  # cosine alone
                 for t in (0.80, *GUARD_OFF_THRESHOLDS):
                     self._held_out_pass(gw, f"cachegate guard off @{t:.2f}", t)
                 replies = self._pass(gw, "adversarial_guard_off", adv_q, n)
@@ -545,9 +548,7 @@ class Evaluation:
 
         # The threshold with cachegate's held-out recall: GPTCache keeps the nearest neighbour
         # only, so a stricter threshold keeps exactly the hits whose score passes it.
-        target = summarize(
-            [self.labels["cachegate guard on @0.80"][i] for i in held], qqp.same[held]
-        )
+        target = summarize([self.labels[DEFAULT][i] for i in held], qqp.same[held])
         grid = np.round(np.arange(0.80, 1.0, 0.0025), 4)
         recalls = [
             summarize([default[i] if scores[i] >= t else "miss" for i in held], qqp.same[held])[
@@ -606,7 +607,7 @@ class Evaluation:
     async def _side_by_side(
         self, gpt: GPTCacheRun, data_dir: Path, derived: list[str]
     ) -> dict[str, Any]:
-        from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
+        from semantic.cache import CacheSettings, ResponseCache
         from semantic.keys import chat_key
         from semantic.store import DiskStore
 
@@ -616,7 +617,7 @@ class Evaluation:
         cache = ResponseCache(
             DiskStore(store_dir, max_entries=100_000),
             CacheSettings(),
-            SemanticSettings(index_path=store_dir / "vector-index.npz"),  # the shipped defaults
+            shipped_semantic(data_dir),
         )
         await cache.start()
         while not cache.ready:
@@ -704,6 +705,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 # ---- summaries -----------------------------------------------------------------------------------
 
 
+def shipped_semantic(data_dir: Path) -> Any:
+    """The ``SemanticSettings`` a ``cachegate serve`` of ``data_dir`` runs with the shipped
+    defaults (the verifier, the ONNX backends, the index file it saves)."""
+    from gateway.config import load_config_text
+    from gateway.runtime import semantic_settings
+
+    return semantic_settings(load_config_text(f"data_dir: {data_dir}"))
+
+
 def _latency(replies: Sequence[Reply]) -> dict[str, dict[str, float]]:
     out = {}
     for name, keep in (
@@ -738,7 +748,7 @@ def _summaries(
     labels: dict[str, list[str]], qqp: Dataset, adv: Dataset, held: np.ndarray
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"qqp_held_out": {}, "adversarial": {}}
-    default = labels["cachegate guard on @0.80"]
+    default = labels[DEFAULT]
     out["qqp_all_pairs_default"] = summarize(default, qqp.same)
     for name, lab in labels.items():
         if name.startswith("adv "):
@@ -794,8 +804,12 @@ def markdown(r: dict[str, Any], command: str) -> str:
     rows = []
     for name, s in p["qqp_held_out"].items():
         pretty = name.replace("@", "cos ≥ ") if name.startswith("cachegate") else name
-        if name == "cachegate guard on @0.80":
-            pretty = "**cachegate, shipped default (cos ≥ 0.80, guard on)**"
+        if name == DEFAULT:
+            pretty = "**cachegate, shipped default (the verifier decides)**"
+        elif name == "cachegate guard on @0.80":
+            pretty = (
+                "cachegate guard alone, cos ≥ 0.80 (`verifier: off`; the default until 2026-12-02)"
+            )
         elif name.startswith("GPTCache @0.80"):
             pretty = "GPTCache default (`similarity_threshold` 0.8 = cos ≥ 0.60)"
         elif name == g["matched_label"]:

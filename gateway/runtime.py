@@ -36,7 +36,7 @@ from .stored import ResponseStore
 from .tracing import Tracing
 from .upstream import ReplicatedBackend, UpstreamBackend
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "semantic_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class Runtime:
             cache = ResponseCache(
                 store,
                 CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
-                _semantic_settings(config),
+                semantic_settings(config),
             )
             _cache_metrics(metrics, cache)
         metrics.labelled_gauges("cachegate_backend", "Model backend", "model",
@@ -323,7 +323,8 @@ def _context_mode(config: Config) -> ContextMode:
     return "verify" if semantic.context == "verify" and judged else "exact"
 
 
-def _semantic_settings(config: Config) -> SemanticSettings | None:
+def semantic_settings(config: Config) -> SemanticSettings | None:
+    """The response cache's semantic tier as ``config`` sets it (None: off)."""
     semantic = config.cache.semantic
     if not semantic.enabled:
         return None

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gateway.config import ConfigError, load_config_text
-from gateway.runtime import _semantic_settings
+from gateway.runtime import semantic_settings
 from semantic._onnx import verifier_export_name
 from semantic.embedder import default_model_path
 from semantic.keys import compared_text
@@ -164,7 +164,7 @@ def test_verifier_backend_from_yaml_reaches_the_settings(tmp_path: Path) -> None
         config = load_config_text(
             f"cache: {{semantic: {{verifier: bundled{semantic}}}}}\n", base_dir=tmp_path
         )
-        got = _semantic_settings(config)
+        got = semantic_settings(config)
         assert got is not None and got.verifier == "bundled"
         return got.verifier_backend, got.export_dir
 
