@@ -210,7 +210,7 @@ class Tightening:
 
         >>> t = Tightening(bound=0.5)                     # windows of 4 judged audits
         >>> for _ in range(4):
-        ...     stepped = t.observe("m", "ns", "wrong", base=0.87, stricter=cal.stricter)
+        ...     stepped = t.observe("m", "ns", "wrong", base=0.87, stricter=lambda x: x + 0.06)
         >>> stepped, t.threshold("m", "ns")               # (0.93, 0.93): one step up
     """
 

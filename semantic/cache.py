@@ -270,7 +270,7 @@ class ResponseCache:
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
         return await self._lookup_semantic(
-            key, now, max_age, (threshold, score_threshold), overloaded
+            key, now, max_age, threshold, score_threshold, overloaded
         )
 
     async def store(
@@ -438,12 +438,13 @@ class ResponseCache:
         key: CacheKey,
         now: float,
         max_age: float | None,
-        thresholds: tuple[float | None, float | None],
+        threshold: float | None,
+        score_threshold: float | None,
         overloaded: bool,
     ) -> Lookup:
-        """``thresholds``: the lookup's cosine and verifier score thresholds (None: settings')."""
+        """``threshold``, ``score_threshold``: the lookup's cosine and verifier score thresholds
+        (None: the settings')."""
         assert self.embedder is not None and self.index is not None
-        threshold, score_threshold = thresholds
         index = self.index
         scope = _index_scope(self.embedder.model_name, key.scope)
         k = self._verified_candidates if self._decides else _CANDIDATES

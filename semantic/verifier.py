@@ -126,11 +126,9 @@ class Calibration:
         (0.7, 0.9, 1.0)
         """
         rate = self.rate_at(threshold)
-        if rate > 0:
-            for t, w in zip(self.thresholds, self.wrong_rate, strict=True):
-                if t > threshold and w <= rate / 2:
-                    return t
-        return 1.0
+        # (the rates fall as thresholds rise: every row at or below ``threshold`` has ``rate``
+        # or more, so the lowest row meeting half of it lies above ``threshold``)
+        return self.threshold_for(rate / 2) if rate > 0 else 1.0
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Calibration:
