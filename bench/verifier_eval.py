@@ -2,6 +2,7 @@
 
     python -m bench.verifier_eval              # ~10 min on 2 busy cores; writes docs/benchmarks.md
     python -m bench.verifier_eval --limit 60 --no-doc  # smoke run
+    python -m bench.verifier_eval --backend onnx-int8 --compare onnx  # two backends side by side
 
 Held-out data (nothing here was trained or tuned on; see bench/contrast_data.py and
 bench/train_verifier.py for the splits):
@@ -21,7 +22,10 @@ A pair is (stored request, new request). Three decisions, side by side:
   probability for the two questions is below the shipped veto threshold;
 * **verifier decides** (the default, ``verifier_role: decide``; measured with ``context: verify``): cosine of the compared
   texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto, and the
-  combiner's probability >= its default threshold (2% wrong on the calibration traps).
+  combiner's probability >= its default threshold (2% wrong on the calibration traps), with the
+  verifier's model call on ``--backend`` (default: the gateway's ``verifier_backend``), each
+  backend with its own calibration (semantic/verifier.py); ``--compare B`` adds the same
+  decision on backend B as a fourth column.
 Reported: wrong-hit rate (share of must-not-hit pairs that would be served), should-hit rate
 (share of equivalent pairs served), precision; and the verifier's latency on this machine.
 """
@@ -41,7 +45,7 @@ from bench.report import machine, percentile, publish, table
 from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
 from semantic.embedder import Embedder
 from semantic.guard import DEFAULT_THRESHOLD, Guard
-from semantic.verifier import PairVerifier
+from semantic.verifier import BACKENDS, PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn")
 RATES = (0.005, 0.01, 0.02, 0.05)
@@ -49,7 +53,7 @@ RATES = (0.005, 0.01, 0.02, 0.05)
 #: (role "veto"), the combined verifier (role "decide", the default).
 DECISIONS = ("old_guard", "guard_veto", "verifier")
 LABELS = {"old_guard": "guard alone", "guard_veto": "guard + veto",
-          "verifier": "verifier decides (default)"}  # fmt: skip
+          "verifier": "verifier decides (default)", "compare": "verifier decides"}  # fmt: skip
 
 
 def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
@@ -78,14 +82,19 @@ def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> dict[str, Any]:
+def evaluate(
+    verifier: PairVerifier, n_qqp: int, limit: int | None = None,
+    compare: PairVerifier | None = None,
+) -> dict[str, Any]:  # fmt: skip
     embedder, guard = Embedder(), Guard()
     sets = load_sets(n_qqp)
     if limit is not None:  # a seeded sample of each set (a shorter run on a busy machine)
         sets = {k: random.Random(SEED).sample(v, min(limit, len(v))) for k, v in sets.items()}
-    floor, threshold = verifier.cosine_floor, verifier.default_threshold
-    result: dict[str, Any] = {"machine": machine(), "cosine_floor": floor,
-                              "score_threshold": threshold, "vetoes": list(verifier.vetoes)}  # fmt: skip
+    decisions = DECISIONS + (("compare",) if compare is not None else ())
+    result: dict[str, Any] = {"machine": machine(), "cosine_floor": verifier.cosine_floor,
+                              "score_threshold": verifier.default_threshold,
+                              "vetoes": list(verifier.vetoes), "backend": verifier.backend,
+                              "compare": compare and compare.backend, "decisions": decisions}  # fmt: skip
     for name, rows in sets.items():
         t0 = time.monotonic()
         same = np.array([r["same"] for r in rows])
@@ -98,55 +107,76 @@ def evaluate(verifier: PairVerifier, n_qqp: int, limit: int | None = None) -> di
         ua, ub = semantic_pairs._embed_pairs(
             embedder, [r["a"] for r in rows], [r["b"] for r in rows]
         )
-        cos = np.einsum("ij,ij->i", ua, ub)  # [n]
-        signals = [verifier.signals(r["a"], r["b"], ua[i], ub[i], float(cos[i]))
-                   for i, r in enumerate(rows)]  # fmt: skip
-        veto = np.array([verifier.vetoed(s) is not None for s in signals])
-        scores = np.zeros(len(rows), dtype=np.float32)
-        judged = np.flatnonzero((cos >= floor) & ~veto)
-        logits = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])
-        scores[judged] = [
-            verifier.probability(signals[i], z) for i, z in zip(judged, logits, strict=True)
-        ]
-        near = np.array([verifier.near_duplicate(x) for x in signals])
-        new = near | ((cos >= floor) & ~veto & (scores >= threshold))
+        hits_at = _decider(verifier, rows, ua, ub)
+        hit = {"old_guard": old, "guard_veto": vetoed,
+               "verifier": hits_at(verifier.default_threshold)}  # fmt: skip
+        if compare is not None:
+            hit["compare"] = _decider(compare, rows, ua, ub)(compare.default_threshold)
         kinds = sorted({r["kind"] for r in rows})
         result[name] = {
             "pairs": len(rows), "should_hit": int(same.sum()), "must_not_hit": int((~same).sum()),
-            **{label: _rates(hit, same) for label, hit in zip(DECISIONS, (old, vetoed, new), strict=True)},
-            "by_kind": {k: {label: _rates(hit[m], same[m])
-                            for label, hit in zip(DECISIONS, (old, vetoed, new), strict=True)}
+            **{label: _rates(hit[label], same) for label in decisions},
+            "by_kind": {k: {label: _rates(hit[label][m], same[m]) for label in decisions}
                         for k in kinds for m in [np.array([r["kind"] == k for r in rows])]},
             "operating_points": {
-                str(rate): _rates(near | ((cos >= floor) & ~veto & (scores >= _at(verifier, rate))), same)
+                str(rate): _rates(hits_at(_at(verifier, rate)), same)
                 for rate in RATES if verifier.calibration is not None
             },
             "seconds": round(time.monotonic() - t0, 1),
         }  # fmt: skip
-        print(name, *(result[name][label] for label in DECISIONS), flush=True)
+        print(name, *(result[name][label] for label in decisions), flush=True)
     result["latency_ms"] = _latency(embedder, verifier, sets["quora"])
     return result
 
 
+def _decider(
+    verifier: PairVerifier, rows: list[dict[str, Any]], ua: np.ndarray, ub: np.ndarray
+) -> Any:
+    """``hits(threshold)`` of role "decide" on ``rows``: the near-duplicate rail, or the floor,
+    no hard veto and the verifier's probability at or above ``threshold``."""
+    cos = np.einsum("ij,ij->i", ua, ub)  # [n]
+    signals = [verifier.signals(r["a"], r["b"], ua[i], ub[i], float(cos[i]))
+               for i, r in enumerate(rows)]  # fmt: skip
+    veto = np.array([verifier.vetoed(s) is not None for s in signals])
+    scores = np.zeros(len(rows), dtype=np.float32)
+    judged = np.flatnonzero((cos >= verifier.cosine_floor) & ~veto)
+    logits = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])
+    scores[judged] = [
+        verifier.probability(signals[i], z) for i, z in zip(judged, logits, strict=True)
+    ]
+    near = np.array([verifier.near_duplicate(x) for x in signals])
+    ok = (cos >= verifier.cosine_floor) & ~veto
+    return lambda threshold: near | (ok & (scores >= threshold))
+
+
 def main(argv: list[str] | None = None) -> str:
+    from gateway.config import SemanticCacheConfig
+
+    shipped = SemanticCacheConfig().verifier_backend
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--verifier", type=Path, default=None, help="model directory (default: shipped)")
+    p.add_argument("--backend", choices=BACKENDS, default=shipped, help=f"default: {shipped}")
+    p.add_argument("--compare", choices=BACKENDS, default=None, help="a second backend beside")
     p.add_argument("--qqp", type=int, default=3000, help="Quora held-out pairs sampled")
     p.add_argument("--limit", type=int, default=None, help="a seeded sample of N rows per set")
     p.add_argument("--no-doc", action="store_true")
     args = p.parse_args(argv)
-    verifier = PairVerifier(args.verifier)
-    result = evaluate(verifier, args.qqp, args.limit)
+    verifier = PairVerifier(args.verifier, backend=args.backend)
+    compare = args.compare and PairVerifier(args.verifier, backend=args.compare)
+    result = evaluate(verifier, args.qqp, args.limit, compare or None)
     return publish("verifier_eval", result, markdown(result, args), write_doc=not args.no_doc)
 
 
 def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
+    decisions = r["decisions"]
+    labels = {**LABELS, "verifier": f"verifier decides (default; `{r['backend']}`)",
+              "compare": f"verifier decides (`{r['compare']}`)"}  # fmt: skip
     rows = []
     for name in SETS:
         s = r[name]
-        for label in DECISIONS:
+        for label in decisions:
             m = s[label]
-            rows.append([name, LABELS[label], f"{m['wrong_hit_rate']:.1%}",
+            rows.append([name, labels[label], f"{m['wrong_hit_rate']:.1%}",
                          f"{m['should_hit_rate']:.1%}", f"{m['precision']:.3f}",
                          f"{s['should_hit']}/{s['must_not_hit']}"])  # fmt: skip
     kinds = []
@@ -155,7 +185,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             should = k["old_guard"]["should"]
             rate = "should_hit_rate" if should else "wrong_hit_rate"
             kinds.append([name, kind, "should hit" if should else "must not hit",
-                          *(f"{k[label][rate]:.1%}" for label in DECISIONS)])  # fmt: skip
+                          *(f"{k[label][rate]:.1%}" for label in decisions)])  # fmt: skip
     points = [[name, rate, f"{m['wrong_hit_rate']:.1%}", f"{m['should_hit_rate']:.1%}",
                f"{m['precision']:.3f}"]
               for name in SETS for rate, m in r[name]["operating_points"].items()]  # fmt: skip
@@ -164,7 +194,9 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "### Verifier vs guard, held-out parts (`python -m bench.verifier_eval`)",
             "",
-            f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}`; data: bench/data/*_heldout.jsonl "
+            f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}"
+            f"{f' --compare {args.compare}' if args.compare else ''}`; backend `{r['backend']}`; "
+            "data: bench/data/*_heldout.jsonl "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
             "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "
             f"cosine floor {r['cosine_floor']}, score threshold {r['score_threshold']}, vetoes "
@@ -186,15 +218,17 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             "",
             "By kind (wrong-hit rate for traps, served rate for should-hit):",
             "",
-            table(["set", "kind", "", *(LABELS[label] for label in DECISIONS)], kinds),
+            table(["set", "kind", "", *(labels[label] for label in decisions)], kinds),
             "",
-            "Verifier at other `max_wrong_rate` operating points (calibration table):",
+            f"Verifier (`{r['backend']}`) at other `max_wrong_rate` operating points "
+            "(its calibration table):",
             "",
             table(
                 ["set", "max_wrong_rate", "wrong hits", "should-hit served", "precision"], points
             ),
             "",
             f"Latency on this machine (p50 / p95 ms): embed one question {lat['embed']}; verifier "
+            f"(`{r['backend']}`) "
             f"on 1 pair {lat['verify_1']}, on 3 pairs in one batch {lat['verify_3']}.",
         ]
     )

@@ -333,7 +333,10 @@ def _prepare_semantic(semantic: SemanticCacheConfig) -> int:
             export_dir=semantic.embedder_export_dir,
         )
         log.info("verifier %s ready (%s backend)", verifier.path, verifier.backend)
-        fallback = verifier.fallback and f"verifier: {verifier.fallback}"
+        # NOTE: int8 falling back to float32 onnx still serves (on its own calibration): only
+        # an export that could not be made at all fails prepare
+        failed = verifier.backend == "torch" and semantic.verifier_backend != "torch"
+        fallback = f"verifier: {verifier.fallback}" if failed else ""
     if fallback:
         print(f"error: {fallback}", file=sys.stderr)
         return 1

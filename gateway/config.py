@@ -374,10 +374,12 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: prepare` or the first start, into embedder_export_dir; if that fails the embedder falls
     #: back to torch and logs why. Measured in docs/benchmarks.md (embedder backends).
     embedder_backend: Literal["torch", "onnx", "onnx-int8"] = "onnx"
-    #: How the verifier's model call runs: "onnx" (ONNX Runtime, float32: the same scores as
+    #: How the verifier's model call runs: "onnx-int8" (ONNX Runtime, int8 weights, on its own
+    #: calibration from meta.json; one pair per call), "onnx" (float32: the same scores as
     #: torch, checked at load) or "torch". Exported like the embedder, into embedder_export_dir
-    #: (verifier-<digest>/); if that fails the verifier falls back to torch and logs why.
-    verifier_backend: Literal["torch", "onnx"] = "onnx"
+    #: (verifier-<digest>/). int8 that cannot be trusted here runs "onnx"; an export that
+    #: fails runs torch; the log says why.
+    verifier_backend: Literal["torch", "onnx", "onnx-int8"] = "onnx-int8"
     #: Where ONNX exports are kept, the embedder's and the verifier's (one subdirectory per
     #: model and format, shared by data dirs); None: $XDG_CACHE_HOME/cachegate/models
     #: (~/.cache/cachegate/models).

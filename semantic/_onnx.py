@@ -9,7 +9,8 @@ Two graphs are exported (``torch.onnx``, the TorchScript exporter: no extra pack
   channel (``onnxruntime.quantization.quantize_dynamic``; activations are quantised per call);
 - the pair verifier (:class:`OnnxClassifier`): a sequence classifier (for the shipped verifier,
   the bundled MiniLM with the verifier's delta applied) as ``[pairs, tokens] -> [pairs]``, its
-  raw first logit, into ``<export_dir>/verifier-<digest>/model.onnx``.
+  raw first logit, into ``<export_dir>/verifier-<digest>/model.onnx``; ``int8`` adds
+  ``model.int8.onnx``, quantised the same way as the embedder's.
 
 The digest names the model's files and this module's export format, so a changed model or
 exporter exports again; a file that does not load is exported again once. Later starts only
@@ -121,24 +122,30 @@ class OnnxClassifier(OnnxGraph):
 
     @classmethod
     def load(
-        cls, model: Any, tokenizer: Any, directory: Path, *, threads: int = 1
+        cls, model: Any, tokenizer: Any, directory: Path, *, int8: bool = False, threads: int = 1
     ) -> OnnxClassifier:
-        """Load ``directory/model.onnx``, exporting ``model`` (tokenised by ``tokenizer``) first
-        when it is missing or does not load."""
-        path = directory / "model.onnx"
-        return cls._load(
-            path, lambda: _export_classifier(model, tokenizer, path), threads, "verifier"
-        )
+        """Load ``directory/model.onnx`` (``int8``: ``model.int8.onnx``), exporting ``model``
+        (tokenised by ``tokenizer``) first when it is missing or does not load."""
+
+        def export() -> None:
+            fp32 = directory / "model.onnx"
+            if not fp32.exists() or not _loads(fp32):
+                _export_classifier(model, tokenizer, fp32)
+            if int8:
+                _quantize(fp32, "verifier")
+
+        path = directory / ("model.int8.onnx" if int8 else "model.onnx")
+        return cls._load(path, export, threads, "verifier")
 
 
 def load_checked(
     load: Callable[[], G], disagreement: Callable[[G], str], redo: Callable[[], None]
 ) -> tuple[G | None, str]:
     """``(graph, "")`` when ``load()`` gives a graph in which ``disagreement`` (its outputs
-    compared with torch's on fixed probes) finds nothing; else ``(None, why)``, ``why`` being
-    "could not be loaded: ..." or "disagrees with torch: <disagreement>". A graph that
-    disagrees is thrown away (``redo``: delete its files) and loaded, so exported, once more:
-    a stale or foreign file is harmless.
+    compared with torch's, or with recorded ones, on fixed probes) finds nothing; else
+    ``(None, why)``, ``why`` being "could not be loaded: ..." or "disagrees: <disagreement>".
+    A graph that disagrees is thrown away (``redo``: delete its files) and loaded, so
+    exported, once more: a stale or foreign file is harmless.
     """
     why = ""
     for attempt in range(2):
@@ -154,7 +161,7 @@ def load_checked(
             return graph, ""
         if attempt == 0:
             redo()
-    return None, f"disagrees with torch: {why}"
+    return None, f"disagrees: {why}"
 
 
 def export_name(model_path: str) -> str:
@@ -213,17 +220,24 @@ def _export(model: Any, directory: Path, *, int8: bool) -> None:
         _export_graph(_MeanPooled(encoder), args, _INPUTS, fp32, ("embedding", "texts"))
         log.info("embedder: exported %s", fp32)
     if int8:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
+        _quantize(fp32, "embedder")
 
-        with tempfile.TemporaryDirectory(dir=directory) as tmp:
-            out = Path(tmp) / "model.int8.onnx"
-            logging.getLogger().disabled, was = True, logging.getLogger().disabled
-            try:  # (the quantiser logs a pre-processing hint on the root logger)
-                quantize_dynamic(fp32, out, weight_type=QuantType.QInt8, per_channel=True)
-            finally:
-                logging.getLogger().disabled = was
-            os.replace(out, directory / "model.int8.onnx")
-        log.info("embedder: quantised %s", directory / "model.int8.onnx")
+
+def _quantize(fp32: Path, what: str) -> None:
+    """Write ``model.int8.onnx`` beside ``fp32``, atomically: its MatMul weights quantised to
+    int8 per output channel; activations are quantised per call (``quantize_dynamic``)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    directory = fp32.parent
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        out = Path(tmp) / "model.int8.onnx"
+        logging.getLogger().disabled, was = True, logging.getLogger().disabled
+        try:  # (the quantiser logs a pre-processing hint on the root logger)
+            quantize_dynamic(fp32, out, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            logging.getLogger().disabled = was
+        os.replace(out, directory / "model.int8.onnx")
+    log.info("%s: quantised %s", what, directory / "model.int8.onnx")
 
 
 def _export_classifier(model: Any, tokenizer: Any, path: Path) -> None:

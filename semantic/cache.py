@@ -107,7 +107,7 @@ class SemanticSettings:
     embedding_model: str | None = None
     #: The embedder's forward pass: "torch", "onnx" or "onnx-int8" (see semantic/embedder.py).
     embedder_backend: str = "torch"
-    #: The verifier's model call: "torch" or "onnx" (see semantic/verifier.py).
+    #: The verifier's model call: "torch", "onnx" or "onnx-int8" (see semantic/verifier.py).
     verifier_backend: str = "torch"
     #: Where ONNX exports (the embedder's and the verifier's) are kept; None:
     #: $XDG_CACHE_HOME/cachegate/models.

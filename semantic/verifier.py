@@ -24,16 +24,28 @@ sequence-classification directory with one output logit works as well (``path=``
 Texts are compared as :func:`semantic.keys.compared_text` renders them: the question, then the
 recent earlier turns, so a conversation's context is part of what is judged.
 
-Backends (``backend=``, ``cache.semantic.verifier_backend``): "torch" (eager PyTorch) or "onnx"
-(ONNX Runtime). The onnx backend exports the merged classifier (the bundled weights with the
-delta applied) once, as ``[pairs, tokens] -> [pairs]`` raw logits, into
-``<export_dir>/verifier-<digest>/model.onnx`` (semantic/_onnx.py; the digest covers the
-verifier's files, the base model and the export format). Only the model call changes:
-tokenisation, the conversation shift and the sigmoid are the same for both. At load the probe
-pairs (:data:`_PROBES`) are scored by both; when their logits differ by more than
-:data:`AGREEMENT` (after one re-export), or the export fails, the verifier logs a warning and
-runs on torch (``backend`` says which runs, ``fallback`` why). For one pair, ONNX Runtime skips
-most of torch's per-module overhead: docs/benchmarks.md (verifier section) has the timings.
+Backends (``backend=``, ``cache.semantic.verifier_backend``): "torch" (eager PyTorch), "onnx"
+(ONNX Runtime, float32) or "onnx-int8" (the same graph with int8 weights). The onnx backends
+export the merged classifier (the bundled weights with the delta applied) once, as
+``[pairs, tokens] -> [pairs]`` raw logits, into ``<export_dir>/verifier-<digest>/model.onnx``
+(and ``model.int8.onnx``; semantic/_onnx.py; the digest covers the verifier's files, the base
+model and the export format). Only the model call changes: tokenisation, the conversation shift
+and the sigmoid are the same for all. At load the probe pairs (:data:`PROBES`) are scored:
+float32 against torch (within :data:`AGREEMENT`), int8 against the logits recorded when its
+calibration was measured (``meta.json`` → ``backends.onnx-int8.probe_logits``, within
+:data:`INT8_AGREEMENT`). A graph that still disagrees after one re-export, or cannot be made,
+is not used: int8 falls back to float32 onnx, float32 to torch, with a warning (``backend`` says
+which runs, ``fallback`` why).
+
+int8 moves the cross-encoder's logits (mean |Δ| ~0.4 on contrast pairs, whose logits spread
+±3), so it has its own combiner, calibration table, veto threshold and conversation shift,
+measured by ``python -m bench.train_verifier --calibrate-only`` on the same calibration pairs
+from its own scores and stored under ``meta.json`` → ``backends.onnx-int8``; with it loaded,
+those replace the float32 ones. Its activations are quantised per call over the whole input, so
+it scores one pair per call: a pair's score never depends on its batch-mates or their padding.
+A verifier directory without that entry cannot run int8 and runs float32 onnx. For one pair,
+ONNX Runtime skips most of torch's per-module overhead, and int8 halves it again:
+docs/benchmarks.md (verifier section) has the timings.
 """
 
 from __future__ import annotations
@@ -56,6 +68,9 @@ __all__ = [
     "AGREEMENT",
     "BACKENDS",
     "DEFAULT_PATH",
+    "INT8",
+    "INT8_AGREEMENT",
+    "PROBES",
     "Calibration",
     "CandidateSignals",
     "Combiner",
@@ -69,13 +84,22 @@ log = logging.getLogger(__name__)
 DEFAULT_PATH = Path(__file__).with_name("verifier")
 """The shipped verifier (package data): ``delta.safetensors`` + ``meta.json``."""
 
-#: How the model call runs: "torch" (eager) or "onnx" (ONNX Runtime, float32).
-BACKENDS = ("torch", "onnx")
+#: How the model call runs: "torch" (eager), "onnx" (ONNX Runtime, float32) or "onnx-int8"
+#: (ONNX Runtime, int8 weights, with its own calibration).
+BACKENDS = ("torch", "onnx", "onnx-int8")
 #: Largest |logit difference| from torch allowed on the probe pairs at load (float32 ONNX
 #: Runtime measured 2e-6 on them, 1.2e-5 at most on 60 contrast pairs; a wrong or stale graph
 #: is off by far more).
 AGREEMENT = 1e-3
-_PROBES = (
+#: Largest |logit difference| allowed between the int8 graph's probe logits and those recorded
+#: with its calibration. The same graph on the same kind of CPU reproduces them exactly; a CPU
+#: whose int8 kernels round otherwise (e.g. without VNNI) can be off by more, and its scores
+#: would not match the calibration table, so it runs float32.
+INT8_AGREEMENT = 0.05
+#: The key under ``meta.json`` → ``backends`` holding int8's calibration.
+INT8 = "onnx-int8"
+#: Pairs scored at load to check an exported graph (one pair per call).
+PROBES = (
     ("How do I reset my password?", "How can I reset my password?"),
     ("Is it safe to fly a drone over Paris?", "Is it illegal to fly a drone over Paris?"),
     (
@@ -249,11 +273,14 @@ class PairVerifier:
 
     ``path``: the shipped verifier (None) or a model directory. ``max_length``: tokens read of
     a pair (longer pairs lose the end of each text first: the oldest context turns).
-    ``backend``: "torch" or "onnx" (see the module docstring), exported into ``export_dir``
+    ``backend``: "torch", "onnx" or "onnx-int8" (see the module docstring), exported into ``export_dir``
     (default: the embedder's, ``$XDG_CACHE_HOME/cachegate/models``). Thread-safe;
     :meth:`verify` batches concurrent calls from the event loop into one forward pass in the
     verifier's own worker thread.
     """
+
+    #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
+    combiner: Combiner | None
 
     def __init__(
         self,
@@ -269,18 +296,7 @@ class PairVerifier:
         self.path = Path(path) if path is not None else DEFAULT_PATH
         self.max_length = max_length
         self.meta: dict[str, Any] = _read_meta(self.path)
-        #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
-        self.combiner: Combiner | None = (
-            Combiner.from_dict(self.meta["combiner"]) if "combiner" in self.meta else None
-        )
-        self._decision(self.meta)
-        #: The cross-encoder's probability below which it vetoes what the guard accepted.
-        self.veto_threshold = float(self.meta.get("veto", {}).get("threshold", 0.5))
-        #: Cosine pre-filter the calibration was measured with.
-        self.cosine_floor = float(self.meta.get("cosine_floor", 0.5))
-        #: Added to the logit of a conversation pair (see :func:`is_conversation`) so that one
-        #: threshold means the same wrong-hit rate for single questions and conversations.
-        self.conversation_shift = float(self.meta.get("conversation_shift", 0.0))
+        self._configure(self.meta)
         self._guard_mlp: Any = None
         if self.combiner is not None:
             from .guard import DEFAULT_WEIGHTS, Verifier
@@ -291,12 +307,15 @@ class PairVerifier:
         self._num_threads = num_threads
         self._pending: list[tuple[str, str, asyncio.Future[float]]] = []
         self._running = False
-        #: The backend in use: the one asked for, or "torch" when it could not be loaded.
+        #: The backend in use: the one asked for, or the next one when it could not be loaded
+        #: ("onnx-int8" → "onnx" → "torch").
         self.backend = "torch"
         #: Why the asked-for backend is not in use ("" when it is).
         self.fallback = ""
         self._onnx: OnnxClassifier | None = None
-        if backend != "torch":
+        if backend == INT8:
+            self._open_int8(export_dir)
+        if backend != "torch" and self._onnx is None:
             self._open_onnx(export_dir)
 
     def use_embedder(self, model_name: str) -> None:
@@ -349,8 +368,10 @@ class PairVerifier:
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         with self._lock:
-            batch = self._tokenize(pairs)
-            logits = self._logits(batch)  # [n]
+            if self.backend == INT8:  # one pair a call: int8 activations are scaled per call
+                logits = torch.cat([self._logits(self._tokenize([pair])) for pair in pairs])
+            else:
+                logits = self._logits(self._tokenize(pairs))  # [n]
             if self.conversation_shift:
                 conv = torch.tensor([is_conversation(a, b) for a, b in pairs])
                 logits = logits + conv.float() * self.conversation_shift
@@ -393,37 +414,61 @@ class PairVerifier:
             return_tensors="pt",
         )
 
-    def _probe_logits(self) -> np.ndarray:
-        return np.asarray(self._logits(self._tokenize(_PROBES)), dtype=np.float32)  # [probes]
+    def probe_logits(self) -> np.ndarray:
+        """The model's raw logits ``[probes]`` on :data:`PROBES`, one pair per call (what the
+        int8 graph's load check compares; ``bench.train_verifier`` records them)."""
+        rows = [self._logits(self._tokenize([pair])) for pair in PROBES]
+        return np.asarray(np.concatenate([np.asarray(r) for r in rows]), dtype=np.float32)
+
+    def _open_int8(self, export_dir: str | Path | None) -> None:
+        """Load the int8 graph with its own calibration, or say why not (float32 onnx next)."""
+        overlay = self.meta.get("backends", {}).get(INT8)
+        if overlay is None:
+            why = "has no int8 calibration in meta.json (bench.train_verifier --calibrate-only)"
+        else:
+            expected = np.asarray(overlay["probe_logits"], dtype=np.float32)
+            self._onnx, why = self._load_graph(export_dir, True, expected, INT8_AGREEMENT)
+        if self._onnx is not None:
+            self.backend = INT8
+            self._configure({**self.meta, **overlay})
+            return
+        self.fallback = f"{INT8} {why}"
+        log.warning("verifier: %s; using float32 onnx", self.fallback)
 
     def _open_onnx(self, export_dir: str | Path | None) -> None:
-        """Load (exporting first if needed) the onnx backend and check it against torch."""
+        """Load (exporting first if needed) the float32 onnx graph, checked against torch."""
+        self._onnx, why = self._load_graph(export_dir, False, self.probe_logits(), AGREEMENT)
+        if self._onnx is not None:
+            self.backend = "onnx"
+        else:
+            self.fallback = "; ".join(filter(None, (self.fallback, f"onnx {why}")))
+            log.warning("verifier: %s; using the torch backend", self.fallback)
+
+    def _load_graph(
+        self, export_dir: str | Path | None, int8: bool, expected: np.ndarray, tolerance: float
+    ) -> tuple[OnnxClassifier | None, str]:
+        """The exported graph whose probe logits are within ``tolerance`` of ``expected``."""
         from ._onnx import OnnxClassifier, load_checked, verifier_export_name
         from .embedder import _default_export_dir
 
         base = Path(_bundled()) if (self.path / "delta.safetensors").exists() else None
         where = Path(export_dir) if export_dir is not None else _default_export_dir()
         directory = where / verifier_export_name(self.path, base)
-        expected = self._probe_logits()  # torch
+        name = "model.int8.onnx" if int8 else "model.onnx"
 
         def disagreement(onnx: OnnxClassifier) -> str:
             self._onnx = onnx
-            diff = float(np.max(np.abs(self._probe_logits() - expected)))
+            diff = float(np.max(np.abs(self.probe_logits() - expected)))
             self._onnx = None
-            return "" if diff <= AGREEMENT else f"logits differ by {diff:.2g}"
+            return "" if diff <= tolerance else f"logits differ by {diff:.2g}"
 
-        self._onnx, why = load_checked(
+        return load_checked(
             lambda: OnnxClassifier.load(
-                self._model, self._tokenizer, directory, threads=self._num_threads
+                self._model, self._tokenizer, directory, int8=int8, threads=self._num_threads
             ),
             disagreement,
-            lambda: (directory / "model.onnx").unlink(missing_ok=True),
+            lambda: (directory / name).unlink(missing_ok=True),
         )
-        if self._onnx is not None:
-            self.backend = "onnx"
-        else:
-            self.fallback = f"onnx {why}"
-            log.warning("verifier: %s; using the torch backend", self.fallback)
 
     async def _drain(self) -> None:
         try:
@@ -447,6 +492,20 @@ class PairVerifier:
 
         torch.set_num_threads(self._num_threads)
         return self.logits(pairs)
+
+    def _configure(self, meta: dict[str, Any]) -> None:
+        """What ``meta.json`` (or the int8 backend's part of it) sets: the combiner, the
+        decision, the veto threshold, the cosine floor and the conversation shift."""
+        self.meta = meta
+        self.combiner = Combiner.from_dict(meta["combiner"]) if "combiner" in meta else None
+        self._decision(meta)
+        #: The cross-encoder's probability below which it vetoes what the guard accepted.
+        self.veto_threshold = float(meta.get("veto", {}).get("threshold", 0.5))
+        #: Cosine pre-filter the calibration was measured with.
+        self.cosine_floor = float(meta.get("cosine_floor", 0.5))
+        #: Added to the logit of a conversation pair (see :func:`is_conversation`) so that one
+        #: threshold means the same wrong-hit rate for single questions and conversations.
+        self.conversation_shift = float(meta.get("conversation_shift", 0.0))
 
     def _decision(self, meta: dict[str, Any]) -> None:
         """Calibration table, default threshold and vetoes of the decision in use."""

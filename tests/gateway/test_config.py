@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -273,9 +275,9 @@ def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Pat
     result = _prepare(good)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "exports").glob("embedder-*/model.onnx"))  # relative to the file
-    assert list((tmp_path / "exports").glob("verifier-*/model.onnx"))  # the verifier's too
+    assert list((tmp_path / "exports").glob("verifier-*/model.int8.onnx"))  # the verifier's too
     assert "(384 dimensions, onnx backend)" in result.stderr
-    assert re.search(r"verifier \S+ ready \(onnx backend\)", result.stderr)
+    assert re.search(r"verifier \S+ ready \(onnx-int8 backend\)", result.stderr)
     (tmp_path / "blocked").write_text("a file where the export directory should be")
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -288,7 +290,28 @@ def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Pat
     bad.write_text(f"data_dir: data\ncache: {{semantic: {semantic}}}\n{model}")
     result = _prepare(bad)
     assert result.returncode == 1
-    assert "error: verifier: onnx could not be loaded" in result.stderr
+    assert "error: verifier: onnx-int8 could not be loaded" in result.stderr
+    assert "; onnx could not be loaded" in result.stderr  # nor float32: torch is left
+
+
+def test_cli_prepare_passes_when_int8_runs_float32(tmp_path: Path) -> None:
+    """A verifier of your own without an int8 calibration serves on float32 onnx: prepare says
+    so and passes (it serves correctly; only an export that cannot be made fails it)."""
+    from semantic.verifier import DEFAULT_PATH
+
+    own = tmp_path / "verifier"
+    shutil.copytree(DEFAULT_PATH, own)
+    meta = json.loads((own / "meta.json").read_text())
+    del meta["backends"]
+    (own / "meta.json").write_text(json.dumps(meta))
+    model = "models: {m: {backend: openai, base_url: 'http://127.0.0.1:9/v1', api_key: sk}}\n"
+    config = tmp_path / "c.yaml"
+    semantic = f"{{embedder_export_dir: exports, verifier: {own}}}"
+    config.write_text(f"data_dir: data\ncache: {{semantic: {semantic}}}\n{model}")
+    result = _prepare(config)
+    assert result.returncode == 0, result.stderr
+    assert "onnx-int8 has no int8 calibration in meta.json" in result.stderr
+    assert re.search(r"verifier \S+ ready \(onnx backend\)", result.stderr)
 
 
 def _prepare(config: Path) -> subprocess.CompletedProcess[str]:

@@ -3,6 +3,7 @@ weights and the real embedder (a paraphrase hits, a trap does not, a context swa
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +18,14 @@ import yaml
 from gateway.config import ConfigError, load_config_text
 from semantic.cache import SemanticSettings, score_threshold
 from semantic.keys import chat_key, compared_text
-from semantic.verifier import DEFAULT_PATH, Calibration, PairVerifier, is_conversation
+from semantic.verifier import (
+    DEFAULT_PATH,
+    INT8,
+    PROBES,
+    Calibration,
+    PairVerifier,
+    is_conversation,
+)
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -77,6 +85,12 @@ def test_score_threshold_from_yaml_knobs() -> None:
         score_threshold(replace(decide, max_wrong_rate=0.01), bare)
 
 
+def _int8() -> dict[str, Any]:
+    """meta.json's calibration of the int8 backend (``verifier_backend``'s default)."""
+    meta: dict[str, Any] = json.loads((DEFAULT_PATH / "meta.json").read_text())
+    return meta["backends"][INT8]  # type: ignore[no-any-return]
+
+
 def test_the_shipped_verifier_has_a_usable_calibration() -> None:
     verifier = PairVerifier()
     assert verifier.calibration is not None and verifier.combiner is not None
@@ -84,6 +98,11 @@ def test_the_shipped_verifier_has_a_usable_calibration() -> None:
     assert 0.0 < t < 1.0 and t == verifier.default_threshold
     assert 0.0 < verifier.veto_threshold < 0.5
     assert (DEFAULT_PATH / "delta.safetensors").stat().st_size < 50 * 2**20
+    # the int8 backend's own calibration (the gateway's default) is usable the same way
+    own = _int8()
+    int8 = Calibration.from_dict(own["calibration"])
+    assert int8.threshold_for(own["default_wrong_rate"]) == own["default_threshold"]
+    assert 0.0 < own["veto"]["threshold"] < 0.5 and len(own["probe_logits"]) == len(PROBES)
     trap, para = verifier.score(
         [
             ("Is it safe to fly a drone over Paris?", "Is it illegal to fly a drone over Paris?"),
@@ -244,10 +263,11 @@ def test_a_paraphrase_hits_and_a_trap_does_not(gw: Gateway, upstream: FakeUpstre
         == "miss"
     )
     stats = gw.http.get("/admin/stats").json()["cache"]
-    assert stats["verifier"]["score_threshold"] == PairVerifier().default_threshold
+    assert stats["verifier"]["score_threshold"] == _int8()["default_threshold"]
     assert stats["verifier"]["role"] == "decide" and stats["verifier"]["combiner"] is True
-    assert stats["verifier"]["backend"] == "onnx"  # cache.semantic.verifier_backend's default
-    assert 'cachegate_verifier_backend_info{backend="onnx"} 1' in gw.http.get("/metrics").text
+    assert stats["verifier"]["backend"] == "onnx-int8"  # cache.semantic.verifier_backend's default
+    metrics = gw.http.get("/metrics").text
+    assert 'cachegate_verifier_backend_info{backend="onnx-int8"} 1' in metrics
     assert stats["guard_rejections_by_reason"].get("verifier", 0) >= 1
 
 
@@ -322,7 +342,7 @@ def test_as_a_veto_the_verifier_turns_down_a_trap_the_guard_lets_through(
     assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
     stats = veto_gw.http.get("/admin/stats").json()["cache"]
     assert stats["verifier"]["role"] == "veto" and stats["verifier"]["combiner"] is False
-    assert stats["verifier"]["score_threshold"] == PairVerifier().veto_threshold
+    assert stats["verifier"]["score_threshold"] == _int8()["veto"]["threshold"]
     assert stats["guard_rejections_by_reason"] == {"verifier": 1}
 
 

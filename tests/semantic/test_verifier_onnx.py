@@ -1,4 +1,5 @@
-"""The verifier's onnx backend: the same scores as torch, one export reused, broken exports.
+"""The verifier's onnx backends: float32 gives torch's scores, int8 its own calibration; one
+export reused, broken exports, int8 that cannot be trusted runs float32.
 
 The module exports the shipped verifier once (~10 s); tests that need another export (a corrupt
 or foreign file) make it in their own directory.
@@ -6,6 +7,7 @@ or foreign file) make it in their own directory.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,13 @@ from gateway.runtime import semantic_settings
 from semantic._onnx import verifier_export_name
 from semantic.embedder import default_model_path
 from semantic.keys import compared_text
-from semantic.verifier import DEFAULT_PATH, PairVerifier, is_conversation
+from semantic.verifier import (
+    DEFAULT_PATH,
+    INT8,
+    INT8_AGREEMENT,
+    PairVerifier,
+    is_conversation,
+)
 
 
 def _turns(*texts: str) -> list[dict[str, str]]:
@@ -156,7 +164,95 @@ def test_a_failed_export_falls_back_to_torch_and_says_why(
 
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="verifier backend must be one of"):
-        PairVerifier(backend="onnx-int8")
+        PairVerifier(backend="onnx-int4")
+
+
+def test_int8_runs_on_its_own_calibration(exported: tuple[Path, PairVerifier]) -> None:
+    where, fp32 = exported
+    int8 = PairVerifier(backend=INT8, export_dir=where)
+    assert int8.backend == INT8 and int8.fallback == ""
+    assert sorted(p.name for p in _graph(where).parent.iterdir()) == [
+        "model.int8.onnx",
+        "model.onnx",
+    ]
+    own = json.loads((DEFAULT_PATH / "meta.json").read_text())["backends"][INT8]
+    # the graph reproduces the probe logits recorded when its calibration was measured
+    np.testing.assert_allclose(int8.probe_logits(), own["probe_logits"], atol=1e-5)
+    # ... and that calibration replaces float32's: combiner, shift, veto threshold, table
+    assert int8.combiner is not None and fp32.combiner is not None
+    assert int8.combiner.intercept == own["combiner"]["intercept"] != fp32.combiner.intercept
+    assert int8.conversation_shift == own["conversation_shift"] != fp32.conversation_shift
+    assert int8.veto_threshold == own["veto"]["threshold"] != fp32.veto_threshold
+    assert int8.calibration is not None and fp32.calibration is not None
+    assert int8.calibration.wrong_rate != fp32.calibration.wrong_rate
+    assert int8.default_threshold == own["default_threshold"]
+    # int8 moves the logits a little (they spread over about +-6), never the clear verdicts
+    shift = np.array([is_conversation(a, b) for a, b in PAIRS])
+    raw_int8 = int8.logits(PAIRS) - shift * int8.conversation_shift
+    raw_fp32 = fp32.logits(PAIRS) - shift * fp32.conversation_shift
+    assert float(np.max(np.abs(raw_int8 - raw_fp32))) < 1.5
+    trap, para = int8.score([PAIRS[1], PAIRS[0]])
+    assert trap < 0.5 < para
+
+
+async def test_int8_scores_a_pair_the_same_whatever_its_batch_mates(
+    exported: tuple[Path, PairVerifier],
+) -> None:
+    """int8 activations are scaled per call, so each pair is its own call: batched, alone or
+    through concurrent ``verify`` calls, a pair's score is bit-identical."""
+    import asyncio
+
+    where, _ = exported
+    int8 = PairVerifier(backend=INT8, export_dir=where)
+    alone = np.concatenate([int8.score([pair]) for pair in PAIRS])
+    np.testing.assert_array_equal(int8.score(PAIRS), alone)
+    np.testing.assert_array_equal(int8.score(PAIRS[::-1]), alone[::-1])
+    together = await asyncio.gather(*(int8.verify(a, b) for a, b in PAIRS))
+    np.testing.assert_allclose(together, alone, rtol=0, atol=1e-7)
+
+
+def _copy_verifier(tmp_path: Path, edit: object) -> Path:
+    """The shipped verifier's files in ``tmp_path/v``, meta.json passed through ``edit``."""
+    out = tmp_path / "v"
+    shutil.copytree(DEFAULT_PATH, out)
+    meta = json.loads((out / "meta.json").read_text())
+    edit(meta)  # type: ignore[operator]
+    (out / "meta.json").write_text(json.dumps(meta))
+    return out
+
+
+def test_int8_without_its_calibration_runs_float32_onnx(
+    exported: tuple[Path, PairVerifier], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, fp32 = exported
+    path = _copy_verifier(tmp_path, lambda meta: meta.pop("backends"))
+    verifier = PairVerifier(path, backend=INT8, export_dir=tmp_path / "exports")
+    assert verifier.backend == "onnx"
+    assert verifier.fallback.startswith("onnx-int8 has no int8 calibration")
+    assert "using float32 onnx" in caplog.text
+    assert verifier.combiner == fp32.combiner
+    assert verifier.conversation_shift == fp32.conversation_shift
+    np.testing.assert_allclose(verifier.score(PAIRS), fp32.score(PAIRS), atol=1e-6)
+
+
+def test_int8_whose_probes_disagree_runs_float32_onnx(
+    exported: tuple[Path, PairVerifier], tmp_path: Path
+) -> None:
+    """A CPU whose int8 kernels round otherwise would not match the calibration table."""
+    _, fp32 = exported
+
+    def off(meta: dict[str, object]) -> None:
+        own = meta["backends"][INT8]  # type: ignore[index]
+        own["probe_logits"] = [z + 2 * INT8_AGREEMENT for z in own["probe_logits"]]
+
+    path = _copy_verifier(tmp_path, off)
+    verifier = PairVerifier(path, backend=INT8, export_dir=tmp_path / "exports")
+    assert verifier.backend == "onnx"
+    assert (
+        "onnx-int8 disagrees" in verifier.fallback and "logits differ by 0.1" in verifier.fallback
+    )
+    assert verifier.combiner == fp32.combiner and verifier.veto_threshold == fp32.veto_threshold
+    np.testing.assert_allclose(verifier.score(PAIRS), fp32.score(PAIRS), atol=1e-6)
 
 
 def test_verifier_backend_from_yaml_reaches_the_settings(tmp_path: Path) -> None:
@@ -168,8 +264,10 @@ def test_verifier_backend_from_yaml_reaches_the_settings(tmp_path: Path) -> None
         assert got is not None and got.verifier == "bundled"
         return got.verifier_backend, got.export_dir
 
-    assert settings("") == ("onnx", None)  # the default
+    assert settings("") == ("onnx-int8", None)  # the default
     assert settings(", verifier_backend: torch") == ("torch", None)
-    assert settings(", embedder_export_dir: exports") == ("onnx", (tmp_path / "exports").resolve())
+    assert settings(", verifier_backend: onnx") == ("onnx", None)
+    exports = (tmp_path / "exports").resolve()
+    assert settings(", embedder_export_dir: exports") == ("onnx-int8", exports)
     with pytest.raises(ConfigError, match="verifier_backend"):
         settings(", verifier_backend: tensorrt")
