@@ -46,6 +46,10 @@ HARD_CHECKS = (
     "order_swap",
 )
 
+#: The separator semantic.keys.compared_text puts between a question and its earlier turns.
+_TURNS = " || "
+#: What ends a sentence or a turn label (found between two words).
+_SENTENCE_END = re.compile(r"[.?!:|]")
 _TOKEN = re.compile(r"[$€£¥%°]|\d+(?:[.,]\d+)*(?:[a-z]+)?|[a-z]+(?:'[a-z]+)?|\w+", re.IGNORECASE)
 
 STOPWORDS = frozenset(
@@ -242,10 +246,28 @@ def analyze(text: str) -> TextInfo:
     """Parse one question. Cached by text (an LRU of 8k texts: a few MB for questions; the
     cache only parses texts its embedder reads whole, at most a few kB each)."""
     text = text.replace("\u2019", "'").replace("°C", " celsius").replace("°F", " fahrenheit")
-    raw = _TOKEN.findall(text)
+    found = list(_TOKEN.finditer(text))
+    raw = [m.group() for m in found]
+    # A compared conversation (semantic.keys.compared_text: "question || role: turn | ...")
+    # strings many sentences together, each starting with a capital: a capital there says
+    # nothing about a name. (Single questions keep the rules below unchanged: they were
+    # fitted on them.)
+    starts = {0}
+    if _TURNS in text:  # a sentence end or turn label between a word and the one before it
+        ends = [0] + [m.end() for m in found[:-1]]
+        starts |= {
+            i for i, (m, end) in enumerate(zip(found, ends, strict=True))
+            if _SENTENCE_END.search(text, end, m.start())
+        }  # fmt: skip
     # Title Case Questions capitalise every word: then capitals say nothing about names.
     # Tell them by capitalised small words ("Is The", "Of", "To") after the first word.
-    title_case = sum(w[:1].isupper() and w.lower() in STOPWORDS and w != "I" for w in raw[1:]) >= 2
+    title_case = (
+        sum(
+            w[:1].isupper() and w.lower() in STOPWORDS and w != "I" and i not in starts
+            for i, w in enumerate(raw)
+        )
+        >= 2
+    )
     tokens = tuple(t.lower() for t in raw)
     flat = tuple(t.replace("'", "") for t in tokens)
     stems = tuple(_stem(t) for t in flat)
@@ -272,7 +294,7 @@ def analyze(text: str) -> TextInfo:
             dates.add(_DATES[tok])
         if title_case:
             pass
-        elif i > 0 and orig[:1].isupper() and tok not in STOPWORDS and tok not in _DATES:
+        elif i not in starts and orig[:1].isupper() and tok not in STOPWORDS and tok not in _DATES:
             entities.add(stems[i])
         elif orig.isupper() and len(orig) > 1 and tok not in STOPWORDS:
             entities.add(stems[i])  # acronyms, also sentence-initial

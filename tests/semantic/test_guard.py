@@ -105,6 +105,28 @@ def test_comparison_operators_are_normalised() -> None:
     assert compare(analyze("Is 17 > 12?"), analyze("Is 17 greater than 12?")).failed == ()
 
 
+def test_names_in_a_compared_conversation_are_found_by_sentence() -> None:
+    """A compared conversation strings sentences and turns together, each starting with a
+    capital: those capitals are neither names nor Title Case (which turned every name off)."""
+    from semantic.keys import compared_text
+
+    def text(question: str, *turns: str) -> str:
+        roles = ("user", "assistant")
+        earlier = [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+        return compared_text(question, earlier, 4)
+
+    india = text("How do I turn it on?", "Can orders be sent to India?", "Sure. Here is how.")
+    canada = text("How do I turn it on?", "Is delivery to Canada possible?", "Good question. Yes.")
+    assert analyze(india).entities == {"india"} and analyze(canada).entities == {"canada"}
+    assert "entity_mismatch" in compare(analyze(india), analyze(canada)).failed
+    # reworded turns with other sentence openings are not an entity mismatch
+    reworded = text("How do I turn it on?", "Can you send orders to India?", "Regarding that: yes.")
+    assert "entity_mismatch" not in compare(analyze(india), analyze(reworded)).failed
+    # single questions keep their rules: any capital after the first word, Title Case aside
+    assert analyze("I use a Mac. Apple says what?").entities == {"mac", "apple"}
+    assert analyze("Is The Eiffel Tower Open On Sunday?").entities == frozenset()
+
+
 def test_negation_and_antonym_cancel() -> None:
     assert compare(analyze("Is the shop open?"), analyze("Is the shop not closed?")).failed == ()
     assert compare(analyze("Is the shop open?"), analyze("Is the shop closed?")).failed == (
