@@ -273,10 +273,10 @@ class PairVerifier:
 
     ``path``: the shipped verifier (None) or a model directory. ``max_length``: tokens read of
     a pair (longer pairs lose the end of each text first: the oldest context turns).
-    ``backend``: "torch", "onnx" or "onnx-int8" (see the module docstring), exported into ``export_dir``
-    (default: the embedder's, ``$XDG_CACHE_HOME/cachegate/models``). Thread-safe;
-    :meth:`verify` batches concurrent calls from the event loop into one forward pass in the
-    verifier's own worker thread.
+    ``backend``: "torch", "onnx" or "onnx-int8" (see the module docstring), exported into
+    ``export_dir`` (default: the embedder's, ``$XDG_CACHE_HOME/cachegate/models``). Thread-safe;
+    :meth:`verify` gathers concurrent calls from the event loop into one job for the verifier's
+    own worker thread: one forward pass (int8: one pass per pair, in that one job).
     """
 
     #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
