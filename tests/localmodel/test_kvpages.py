@@ -18,15 +18,15 @@ import pytest
 import torch
 
 from bench.kv import measure_quality
-from localmodel import Engine, Event, Finished, SamplingParams
+from localmodel import Engine, SamplingParams
 from localmodel.batch import Piece
 from localmodel.disk import BreakEven
 from localmodel.kv import KVLayout
 from localmodel.kvquant import dequantize, quantize_keys, quantize_values
 from localmodel.pages import PagedCache, PagePool
-from localmodel.scheduler import Scheduler
 from prefix import RadixKey
 from tests.localmodel.conftest import MakeEngine
+from tests.localmodel.test_batch import _batched
 
 NS = "smollm2|tenant-a"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
@@ -264,17 +264,10 @@ def test_low_precision_pages_preempt_reclaim_and_release_every_page(
     engine = make_engine(tiny=tiny_model, kv_dtype=dtype, kv_pool_bytes=10 * page)
     pool = engine.pool
     assert pool is not None and pool.n_pages == 10
-    scheduler = Scheduler(engine, max_batch=4, step_tokens=32)
-    events: list[list[Event | BaseException]] = [[] for _ in prompts]
-    for i, (prompt, q) in enumerate(zip(prompts, params, strict=True)):
-        request = engine.prepare(prompt, q, namespace=NS)
-        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
-    while scheduler.busy:
-        scheduler.step()
-    got = [e[-1].completion.choices if isinstance(e[-1], Finished) else e[-1] for e in events]
-    assert all(isinstance(e[-1], Finished) for e in events)
+    jobs = list(zip(prompts, params, strict=True))
+    got = _batched(engine, jobs, max_batch=4, step_tokens=32)  # (every one Finished)
     assert pool.stats.preemptions >= 1
-    tokens = [[c.token_ids for c in choices] for choices in got]  # type: ignore[union-attr]
+    tokens = [[c.token_ids for c in completion.choices] for completion in got]
     want = [[c.token_ids for c in choices] for choices in expected]
     if dtype == "float16":  # the same values whether kept, re-mapped or recomputed
         assert tokens == want
