@@ -20,8 +20,8 @@
   only, so no forward pass is run for this part), inserts into the tree and releases; the
   pool reclaims cached pages leaf-first when it needs room, as the engine's does.
   **Tokens per byte**: tokens the tree holds per byte of the pool's pages they use.
-* **Dequantising inside attention**: one decode step at ``--step-tokens`` (1k) tokens of
-  history with pages in each dtype (every step gathers and dequantises the whole history).
+* **Dequantising inside attention**: one decode step at 1k tokens of history with pages in
+  each dtype (every step gathers and dequantises the whole history).
 * **Attention sinks** past a small window (``max_context`` ``--window``) on a long English
   text (``docs/architecture.md``): perplexity of the tokens past the window with sinks +
   context shift, with the same shift but no sinks, with a fresh sliding window recomputed
