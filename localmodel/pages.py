@@ -47,6 +47,12 @@ same bits wherever the new tokens do not widen a channel's range (``kvquant``'s 
 a token is rounded again only in a channel that a later token of its page exceeded.
 The request that sealed its own page keeps its full-precision tail.
 
+Why a tail rather than re-quantising the page whenever a token widens a channel's range:
+that would round a page's early tokens again and again as its scale grows, and make every
+decode step quantise the page; the tail costs one page of floats per *running* request
+(SmolLM2: 368 KB), nothing per cached prefix, and its writer's attention reads its newest
+tokens unrounded. V needs no tail: per-token scales depend on the token alone.
+
 Releases happen when a span object is dropped (``__del__``: the tree drops a node's span
 when it evicts, expires, flushes or splits it; a match's spans when the request has mapped
 them), so spans still held elsewhere (a ``prefix.Match``, an eviction record queued for the
