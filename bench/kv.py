@@ -3,23 +3,25 @@
     python -m bench.kv              # bench/results/kv.json + docs/benchmarks.md section
     python -m bench.kv --quick      # 60 prompts, a short text (a smoke run)
 
-* **Quality of a stored prefix** in each ``kv_dtype``, over ``--prompts`` chat prompts (a
-  shared system prompt + a question from ``bench/data/contrast_heldout.jsonl``): the float32
-  engine answers greedily (``--answer`` tokens); the prompt's KV is stored by an engine in
-  that dtype (the radix tree's real path: the system turn and the question are separate
-  spans with their own scales); then the last prompt token and the answer are fed on top of
-  the loaded prefix (teacher forcing) and compared with a cold float32 forward of the same
-  tokens: **greedy-token agreement** (argmax equal, every position) and **logit drift**
-  (max and mean |Δ|).
-* **Tokens per byte** of the stored KV, from the trees of the workload below.
-* **Prefix hit rate at a fixed byte budget**, multi-tenant: ``--tenants`` tenants with a
-  system prompt of 256–768 tokens each, Zipf(1.1) popularity, a new 32-token question per
-  request (and a 16-token answer cached after it). The real radix tree and the real span
-  classes (``TensorKV``, ``Int8KV`` via ``StoringView``) with zero tensors of the model's
-  shape: hit rates depend on bytes only, so no forward pass is run for this part.
-* **Dequantising on load vs in attention**: the time to dequantise a 1k-token int8 history
-  (all layers), which dequantising inside attention would pay at every decode step,
-  against one decode step at that length.
+* **Quality of paged KV** in each ``kv_dtype``, over ``--prompts`` chat prompts (a shared
+  system prompt + a question from ``bench/data/contrast_heldout.jsonl``): the float32 engine
+  answers greedily (``--answer`` tokens); an engine whose pool pages are in that dtype
+  prefills the prompt (its KV goes to the radix tree, which owns the pages: the system turn
+  and the question end up in separate nodes); then a request maps the tree's pages (a prefix
+  hit) and the last prompt token and the answer are fed on top (teacher forcing), their own
+  KV going into pages of that dtype too, attention dequantising at every step; compared with
+  a cold float32 forward of the same tokens: **greedy-token agreement** (argmax equal, every
+  position) and **logit drift** (max and mean |Δ|). float32 pages are the control (exact).
+* **Prefix hit rate at a fixed byte budget**, multi-tenant, through the paged pool:
+  ``--tenants`` tenants with a system prompt of 256–768 tokens each, Zipf(1.1) popularity,
+  a new 32-token question per request (and a 16-token answer cached after it). An engine per
+  dtype whose pool *and* tree get the budget (``kv_pool_bytes`` = ``prefix_cache_bytes``):
+  each request maps its hit's pages, writes the rest (zero K/V: hit rates depend on bytes
+  only, so no forward pass is run for this part), inserts into the tree and releases; the
+  pool reclaims cached pages leaf-first when it needs room, as the engine's does.
+  **Tokens per byte**: tokens the tree holds per byte of the pool's pages they use.
+* **Dequantising inside attention**: one decode step at 1k tokens of history with pages in
+  each dtype (every step gathers and dequantises the whole history).
 * **Attention sinks** past a small window (``max_context`` ``--window``) on a long English
   text (``docs/architecture.md``): perplexity of the tokens past the window with sinks +
   context shift, with the same shift but no sinks, with a fresh sliding window recomputed
@@ -43,10 +45,11 @@ import torch
 
 from bench.report import ROOT, command, median, publish, run_header, table
 from localmodel import Engine, EngineConfig, SamplingParams
-from localmodel.kv import KVLayout, RequestCache, TensorKV
-from localmodel.kvquant import Int8KV, StoringView
+from localmodel.forward import decode_one_token, prefill
+from localmodel.kv import KVLayout, RequestCache
+from localmodel.pages import PagedCache
 from localmodel.sinks import ContextShift
-from prefix import RadixCache, RadixKey
+from prefix import RadixKey
 
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cachegate"
 SYSTEM = (
@@ -54,37 +57,44 @@ SYSTEM = (
     "customer's question in one or two short sentences, and say when you do not know. "
 ) * 3
 DTYPES = ("bfloat16", "float16", "int8")
+ALL_DTYPES = ("float32", *DTYPES)
 TARGET_AGREEMENT, TARGET_TOKENS_PER_BYTE = 0.99, 3.5
 
 
-# ── quality of a stored prefix ───────────────────────────────────────────────────────
+# ── quality of paged KV ──────────────────────────────────────────────────────────────
+
+
+def _engine_in(engine: Engine, dtype: str, n_bytes: int, **config: Any) -> Engine:
+    """An engine on ``engine``'s model whose pool pages (and tree) are ``dtype``."""
+    cfg = EngineConfig(data_dir=CACHE_DIR, device="cpu", kv_dtype=dtype, prefix_cache_bytes=n_bytes,
+                       **config)  # fmt: skip
+    return Engine(engine.model, engine.tokenizer, cfg)
 
 
 def measure_quality(engine: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
-    model, tokenizer = engine.model, engine.tokenizer
-    stores = {
-        dtype: Engine(model, tokenizer, EngineConfig(data_dir=CACHE_DIR, kv_dtype=dtype,
-                                                     prefix_cache_bytes=2**30))
-        for dtype in DTYPES
-    }  # fmt: skip
+    model = engine.model
+    stores = {dtype: _engine_in(engine, dtype, 2**30) for dtype in ALL_DTYPES}
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
     one = SamplingParams(temperature=0.0, max_tokens=1)
-    drift = {d: Drift() for d in DTYPES}
+    drift = {d: Drift() for d in ALL_DTYPES}
     positions = 0
     for question in _questions(n_prompts):
         prompt, fed, cold = teacher_forced(engine, question, greedy)
         positions += len(fed)
         for dtype, store in stores.items():
-            store.complete(store.prepare(prompt, one, namespace="q"))  # stores the prompt's KV
+            store.complete(store.prepare(prompt, one, namespace="q"))  # the tree keeps its pages
+            assert store.pool is not None
             match = store.prefix_cache.match(RadixKey("q", prompt))
             assert match.n_cached == len(prompt) - 1
-            cache = RequestCache.allocate(engine.layout, len(prompt) + len(fed))
-            cache.load(match.spans, match.n_cached)
+            cache = PagedCache(store.pool, len(prompt) + len(fed))
+            cache.map_prefix(match.spans, match.n_cached, prompt)  # the tree's pages, shared
+            del match
             drift[dtype].add(_forward_all(model, cache, fed), cold)  # [n, vocab] each
+            cache.release()
     return {
         "prompts": n_prompts,
         "positions": positions,
-        "rows": [{"kv_dtype": d, **drift[d].figures()} for d in DTYPES],
+        "rows": [{"kv_dtype": d, **drift[d].figures()} for d in ALL_DTYPES],
     }
 
 
@@ -112,62 +122,68 @@ class Drift:
 
 
 def measure_hit_rate(
-    layout: KVLayout, budgets_mib: tuple[int, ...], tenants: int, requests: int
+    engine: Engine, budgets_mib: tuple[int, ...], tenants: int, requests: int
 ) -> list[dict[str, Any]]:
     rng = random.Random(0)
     systems = [rng.randrange(256, 769) for _ in range(tenants)]
     weights = [1 / (i + 1) ** 1.1 for i in range(tenants)]
     picks = rng.choices(range(tenants), weights, k=requests)
-    longest = max(systems) + 48
-    zeros = torch.zeros((layout.n_layers, layout.n_kv_heads, longest, layout.head_dim))
+    layout = engine.layout
+    zeros = torch.zeros((max(systems) + 48, 2, layout.n_layers, layout.n_kv_heads, layout.head_dim))
     rows = []
     for budget in budgets_mib:
-        for dtype in ("float32", *DTYPES):
-            tree = RadixCache(budget * 2**20)
+        for dtype in ALL_DTYPES:
+            paged = _engine_in(engine, dtype, budget * 2**20, kv_pool_bytes=budget * 2**20)
+            pool, tree = paged.pool, paged.prefix_cache
+            assert pool is not None
             hit = total = 0
             for i, tenant in enumerate(picks):
                 system = [1000 + tenant * 1000 + t for t in range(systems[tenant])]
                 prompt = system + [50_000 + i * 48 + t for t in range(32)]
-                match = tree.match(RadixKey(f"t{tenant}", prompt))
+                key = RadixKey(f"t{tenant}", prompt)
+                match = tree.match(key)
                 hit, total = hit + match.n_cached, total + len(prompt)
                 stored = prompt + [50_032 + i * 48 + t for t in range(16)]
-                view = TensorKV(zeros[:, :, : len(stored)], zeros[:, :, : len(stored)])
-                span = view if dtype == "float32" else StoringView(view, getattr(torch, dtype))
-                tree.insert(RadixKey(f"t{tenant}", stored), span)
-            stats = tree.stats
+                cache = PagedCache(pool, len(stored), key.namespace)
+                cache.map_prefix(match.spans, match.n_cached, prompt)
+                del match
+                cache.load_rows(
+                    zeros[: len(stored) - cache.length], cache.length
+                )  # [n, 2, L, H, D]
+                tree.insert(RadixKey(key.namespace, stored), cache.view(len(stored)))
+                cache.release()
+            stats, pages = tree.stats, pool.stats
             rows.append({
                 "budget_mib": budget, "kv_dtype": dtype, "hit_rate": hit / total,
-                "tokens": stats.tokens, "bytes": stats.bytes,
+                "tokens": stats.tokens, "pool_pages": pages.pages, "used_pages": pages.used,
+                "page_bytes": pages.page_bytes,
+                "tokens_per_mib": stats.tokens / (pages.used * pages.page_bytes / 2**20),
                 "bytes_per_token": stats.bytes / max(stats.tokens, 1),
             })  # fmt: skip
     return rows
 
 
-# ── where to dequantise ──────────────────────────────────────────────────────────────
+# ── dequantising inside attention ────────────────────────────────────────────────────
 
 
-def measure_dequant(engine: Engine, n: int, repeats: int) -> dict[str, Any]:
-    layout = engine.layout
-    cache = RequestCache.allocate(layout, n + 1)
+def measure_step(engine: Engine, n: int, repeats: int) -> list[dict[str, Any]]:
+    """One decode step at ``n`` tokens of history, with pages in each dtype (median)."""
     tokens = torch.randint(1000, 40_000, (1, n), generator=torch.Generator().manual_seed(1))
-    with torch.inference_mode():
-        engine.model(input_ids=tokens, cache=cache, use_cache=True)
-    q = Int8KV.quantize(cache.view(n).keys, cache.view(n).values)
-    out = RequestCache.allocate(layout, n)
-    dequant, step = [], []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        q.write_into(out.key_buf[:, 0, :, :n], out.value_buf[:, 0, :, :n])
-        dequant.append(time.perf_counter() - started)
-        cache.truncate(n)
-        started = time.perf_counter()
-        with torch.inference_mode():
-            engine.model(
-                input_ids=torch.tensor([[1234]]), position_ids=torch.tensor([[n]]),
-                cache=cache, use_cache=True,
-            )  # fmt: skip
-        step.append(time.perf_counter() - started)
-    return {"tokens": n, "dequant_s": median(dequant), "decode_step_s": median(step)}
+    rows = []
+    for dtype in ALL_DTYPES:
+        paged = _engine_in(engine, dtype, 0, kv_pool_bytes=(n + 64) * engine.layout.bytes_per_token)
+        assert paged.pool is not None
+        cache = PagedCache(paged.pool, n + 1)
+        prefill(engine.model, cache, tokens, start=0)
+        times = []
+        for _ in range(repeats):
+            cache.truncate(n)
+            started = time.perf_counter()
+            decode_one_token(engine.model, cache, 1234, n)
+            times.append(time.perf_counter() - started)
+        cache.release()
+        rows.append({"kv_dtype": dtype, "tokens": n, "decode_step_s": median(times)})
+    return rows
 
 
 # ── attention sinks ──────────────────────────────────────────────────────────────────
@@ -254,7 +270,7 @@ def teacher_forced(
     return prompt, fed, cold
 
 
-def _forward_all(model: Any, cache: RequestCache, tokens: list[int]) -> torch.Tensor:
+def _forward_all(model: Any, cache: RequestCache | PagedCache, tokens: list[int]) -> torch.Tensor:
     start = cache.length
     with torch.inference_mode():
         out = model(
@@ -286,8 +302,8 @@ def run(
     started = time.perf_counter()
     results: dict[str, Any] = {**header}
     results["quality"] = measure_quality(engine, prompts, answer)
-    results["hit_rate"] = measure_hit_rate(engine.layout, (64, 256), tenants=32, requests=1500)
-    results["dequant"] = measure_dequant(engine, 1024, repeats=5)
+    results["hit_rate"] = measure_hit_rate(engine, (64, 256), tenants=32, requests=1500)
+    results["step"] = measure_step(engine, 1024, repeats=7)
     results["sinks"] = measure_sinks(engine, text_tokens, window, sinks=4)
     results["loadavg_end"] = os.getloadavg()
     results["seconds"] = time.perf_counter() - started
@@ -295,7 +311,7 @@ def run(
 
 
 def markdown(results: dict[str, Any], command: str) -> str:
-    q, hr, dq, sk = results["quality"], results["hit_rate"], results["dequant"], results["sinks"]
+    q, hr, steps, sk = results["quality"], results["hit_rate"], results["step"], results["sinks"]
     fp32 = {r["budget_mib"]: r for r in hr if r["kv_dtype"] == "float32"}
     quality_rows = [
         [r["kv_dtype"], f"**{r['agreement']:.2%}**", f"{r['drift_max']:.3f}",
@@ -305,46 +321,54 @@ def markdown(results: dict[str, Any], command: str) -> str:
     hit_rows = [
         [f"{r['budget_mib']} MiB", r["kv_dtype"], f"**{r['hit_rate']:.1%}**",
          f"{r['hit_rate'] / max(fp32[r['budget_mib']]['hit_rate'], 1e-9):.2f}×", r["tokens"],
-         f"{r['bytes_per_token']:.0f}",
-         f"**{fp32[r['budget_mib']]['bytes_per_token'] / r['bytes_per_token']:.2f}×**"]
+         f"{r['used_pages']} / {r['pool_pages']}", f"{r['bytes_per_token']:.0f}",
+         f"**{r['tokens_per_mib'] / fp32[r['budget_mib']]['tokens_per_mib']:.2f}×**"]
         for r in hr
     ]  # fmt: skip
+    step32 = next(r for r in steps if r["kv_dtype"] == "float32")["decode_step_s"]
+    step_rows = [
+        [r["kv_dtype"], f"{r['decode_step_s'] * 1e3:.1f}", f"{r['decode_step_s'] / step32:.2f}×"]
+        for r in steps
+    ]
     sink_rows = [
         [r["method"], f"**{r['ppl_past_window']:.2f}**", f"{r['ppl_below_window']:.2f}"]
         for r in sk["rows"]
     ]
     int8 = next(r for r in q["rows"] if r["kv_dtype"] == "int8")
-    int8_tpb = max(
-        fp32[r["budget_mib"]]["bytes_per_token"] / r["bytes_per_token"]
+    int8_tpb = min(
+        r["tokens_per_mib"] / fp32[r["budget_mib"]]["tokens_per_mib"]
         for r in hr
         if r["kv_dtype"] == "int8"
     )
     load = results["loadavg_start"]
-    return f"""## Quantised KV and attention sinks (`kv_dtype`, `context_overflow`)
+    return f"""## Quantised KV pages and attention sinks (`kv_dtype`, `context_overflow`)
 
 `{command}` — {results["machine"]}; code {results["code"]}; load average at start
 {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}, at end {results["loadavg_end"][0]:.2f};
 {results["seconds"]:.0f} s.
 
-**A stored prefix in each `kv_dtype`** vs float32, {q["prompts"]} chat prompts (shared system
-prompt + a question), {q["positions"]} positions: the last prompt token and the float32
-engine's greedy answer fed on top of the loaded prefix, against a cold float32 forward.
+**Paged KV in each `kv_dtype`** vs float32, {q["prompts"]} chat prompts (shared system
+prompt + a question), {q["positions"]} positions: the prompt prefilled into pages of that
+dtype (the tree keeps them), then a request maps them (a prefix hit) and is fed the last
+prompt token and the float32 engine's greedy answer, its own KV going into pages of that
+dtype too, attention dequantising at every step; against a cold float32 forward.
 Target int8 agreement ≥ {TARGET_AGREEMENT:.0%}: **{"met" if int8["agreement"] >= TARGET_AGREEMENT else "missed"}**.
 
-{table(["kv_dtype", "greedy-token agreement", "max abs Δ logit", "mean of per-token max Δ"], quality_rows)}
+{table(["kv_dtype (pages)", "greedy-token agreement", "max abs Δ logit", "mean of per-token max Δ"], quality_rows)}
 
-**Prefix hit rate at a fixed byte budget**: 32 tenants (system prompts of 256–768 tokens,
-Zipf 1.1), 1 500 requests of a new 32-token question each; the real tree and span classes.
-Tokens per byte vs float32: int8 **{int8_tpb:.2f}×** (target ≥ {TARGET_TOKENS_PER_BYTE}×;
-K scales are per span, so short spans cost more).
+**Prefix hit rate at a fixed byte budget**, through the paged pool: 32 tenants (system
+prompts of 256–768 tokens, Zipf 1.1), 1 500 requests of a new 32-token question each; per
+dtype an engine whose pool and tree both get the budget, pages reclaimed leaf-first when
+the pool needs room. Tokens per byte of pool pages vs float32: int8 **{int8_tpb:.2f}×**
+(target ≥ {TARGET_TOKENS_PER_BYTE}×; an int8 page carries its K scales, 16-token pages).
 
-{table(["budget", "kv_dtype", "hit rate (cached / prompt tokens)", "vs float32", "tokens held", "bytes / token", "tokens per byte vs float32"], hit_rows)}
+{table(["budget", "kv_dtype", "hit rate (cached / prompt tokens)", "vs float32", "tokens held", "pages used / pool", "bytes / token", "tokens per pool byte vs float32"], hit_rows)}
 
-**Where int8 is dequantised**: on load into the request's buffers (once per request), not
-inside attention. Dequantising a {dq["tokens"]}-token history takes
-{dq["dequant_s"] * 1e3:.1f} ms against {dq["decode_step_s"] * 1e3:.1f} ms for one decode step
-at that length: inside attention that cost would come at every step
-(+{dq["dequant_s"] / dq["decode_step_s"]:.0%} a token), for memory a CPU request does not lack.
+**Dequantised inside attention**: every decode step gathers the whole history from its
+pages and dequantises it to float32. One decode step at {steps[0]["tokens"]} tokens of
+history (median of 7, one request, SmolLM2):
+
+{table(["kv_dtype (pages)", "decode step ms", "vs float32"], step_rows)}
 
 **Attention sinks** (`context_overflow: sinks`, window {sk["window"]}, {sk["sinks"]} sinks,
 a quarter of the window dropped per shift, K re-rotated), on {sk["tokens"]} tokens of

@@ -260,9 +260,9 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     max_batch: PositiveInt = 16
     #: Tokens per batched step: one per decoding request, the rest prefill chunks (>= 16).
     step_tokens: PositiveInt = 256
-    #: The dtype of the KV the prefix cache stores (and the disk tier writes): "auto" (the
-    #: model's), "float32", "bfloat16" / "float16" (2x the tokens in prefix_cache_bytes) or
-    #: "int8" (~3.9x; per-channel K and per-token V scales, dequantised when a request loads it).
+    #: The dtype KV is kept in (the KV pool's pages, the disk tier's rows): "auto" (the
+    #: model's), "float32", "bfloat16" / "float16" (2x the tokens per byte) or "int8" (3.7x;
+    #: per-channel K and per-token V scales, dequantised inside attention).
     kv_dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
     #: How the linear layers' weights are kept: "auto" (on a CPU with a float32 model,
     #: prepacked for oneDNN: batched decode ~1.5x faster; otherwise as loaded), "unpacked"
@@ -277,9 +277,9 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     #: Tokens at the start that context_overflow: sinks always keeps.
     sink_tokens: PositiveInt = 4
     #: Bytes of the paged KV pool running requests and the prefix cache share (allocated at
-    #: start); None: prefix_cache_bytes + max(256 MiB, a context window of KV). Used with
-    #: kv_dtype auto and context_overflow error (other modes keep per-request buffers).
-    #: Caps the context window.
+    #: start), pages in kv_dtype; None: prefix_cache_bytes + max(256 MiB, a context window of
+    #: KV). Used with context_overflow error (sinks keeps per-request buffers). Caps the
+    #: context window.
     kv_pool_bytes: PositiveInt | None = None
     #: Tokens per page of that pool.
     page_size: PositiveInt = 16

@@ -21,7 +21,7 @@ BUNDLED = "bundled"
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
-#: ``kv_dtype``: the dtype the prefix cache stores KV in (``localmodel.kvquant``).
+#: ``kv_dtype``: the dtype of the KV pool's pages (``localmodel.pages``, ``localmodel.kvquant``).
 KV_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 
 #: ``weights``: how the linear layers' weights are stored (``localmodel.weights``).
@@ -63,12 +63,14 @@ class EngineConfig:
         step_tokens: tokens one batched forward pass takes: one per decoding request, the
             rest (at least 16) prefill chunks of newly admitted prompts. Smaller: decoding
             requests stall less behind a long new prompt; larger: prompts prefill faster.
-        kv_dtype: the dtype of the KV the prefix cache stores (and the disk tier writes):
-            ``"auto"`` is the model's; ``"bfloat16"``/``"float16"`` hold 2× the tokens of
-            float32 in ``prefix_cache_bytes``; ``"int8"`` ~3.9× (per-channel K scales,
-            per-token V scales). A request's own KV stays in the model's dtype; stored KV is
-            converted back when a request loads it. Only float32 keeps a warm prefix's
-            logits within 1e-4 of a cold prefill; int8's drift is measured in ``make bench``.
+        kv_dtype: the dtype KV is kept in: the paged pool's pages (running requests and
+            the prefix cache alike, ``localmodel.pages``) and the disk tier's rows. ``"auto"``
+            is the model's; ``"bfloat16"``/``"float16"`` hold 2× the tokens of float32 in the
+            same bytes; ``"int8"`` 3.7× with 16-token pages (per-channel K scales per page,
+            per-token V scales, float16, counted in the budgets). Attention dequantises the
+            pages to the model's dtype at every step. Only float32 keeps a warm prefix's logits
+            within 1e-4 of a cold prefill; the others' drift is measured in ``make bench``.
+            With ``context_overflow: sinks`` the tree stores converted copies instead.
         weights: how the linear layers' weights are kept (``localmodel.weights``). ``"auto"``:
             on a CPU with a float32 model, prepacked for oneDNN (batched decode ~1.5× faster
             than MKL, prefill ~1.2×, same arithmetic up to summation order); otherwise as
@@ -84,10 +86,10 @@ class EngineConfig:
         kv_pool_bytes: bytes of the paged KV pool (``localmodel.pages``) that running
             requests and the prefix cache share, allocated at start on the model's device
             (on a CPU the OS maps it as it is first written). ``None``:
-            ``prefix_cache_bytes`` + 256 MiB, or + one context window of KV if more. Used with ``kv_dtype`` ``auto`` (or the
-            model's dtype) and ``context_overflow: error``; the other modes keep contiguous
-            per-request buffers. A request longer than the pool holds is refused like one
-            past the context window.
+            ``prefix_cache_bytes`` + 256 MiB, or + one context window of KV if more. Pages
+            are in ``kv_dtype`` and counted as stored (int8: scales included). Used with
+            ``context_overflow: error``; ``sinks`` keeps contiguous per-request buffers. A
+            request longer than the pool holds is refused like one past the context window.
         page_size: tokens per page of the pool (16: a prefix hit copies at most one partly
             filled page; larger pages gather faster, waste more of the last page).
     """

@@ -108,9 +108,9 @@ class RowCodec:
 
     def _encode_span(self, span: KVSpan, a: int, b: int) -> torch.Tensor:
         """Tokens ``[a, b)`` of one span as rows ``[b - a, bpt]`` (uint8)."""
+        if isinstance(span, PagedKV):  # pages of the pool: read out just [a, b), as stored
+            span, a, b = span.stored(a, b), 0, b - a
         if self.dtype != torch.int8:
-            if isinstance(span, PagedKV):  # pages of the pool: read out just [a, b)
-                span, a, b = span.to_tensor_kv(a, b), 0, b - a
             if not isinstance(span, TensorKV):
                 raise TypeError(f"RowCodec: expected TensorKV spans, got {type(span)}")
             rows = torch.empty((b - a, *self._row_shape), dtype=self.dtype)  # [n, 2, L, H, D]

@@ -11,9 +11,11 @@ One request, start to end (``Engine.generate``)::
     tree.insert(RadixKey(namespace, prompt + generated), cache.view(...))  # shares the pages
     cache.release()                                           # the tree's references remain
 
-With ``kv_dtype`` other than the model's or ``context_overflow: sinks`` the cache is a
-contiguous ``RequestCache`` (prompt + max_tokens) instead, filled with one copy per matched
-span under the tree's lock (``cache.load``), and the tree stores copies (``localmodel.kvquant``).
+The pool's pages hold KV in ``kv_dtype`` (int8 or half-precision pages are dequantised by
+attention at every step, ``localmodel.pages``). With ``context_overflow: sinks`` the cache
+is a contiguous ``RequestCache`` (prompt + max_tokens) instead, filled with one copy per
+matched span under the tree's lock (``cache.load``), and the tree stores copies in
+``kv_dtype`` (``localmodel.kvquant``).
 
 The engine is synchronous and single-threaded by design (one request at a time, like a
 batch of one); :class:`localmodel.worker.AsyncEngine` runs it on a dedicated thread for the
@@ -243,7 +245,7 @@ class Engine:
         use_batched_attention(model)  # NOTE: plain sdpa unless a forward passes batch=
         self.tokenizer = tokenizer
         self.layout = KVLayout.of(model)
-        #: the dtype of stored KV (tree and disk); int8: ``localmodel.kvquant.Int8KV``
+        #: the dtype KV is kept in (pool pages, disk rows; with sinks, the tree's copies)
         self.kv_dtype = resolve_kv_dtype(config.kv_dtype, self.layout.dtype)
         self.disk: DiskPrefix | None = None
         if config.prefix_disk_dir is not None:
@@ -267,7 +269,7 @@ class Engine:
                 )
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
-        #: the paged KV pool; None: kv_dtype or context_overflow keep contiguous buffers
+        #: the paged KV pool, pages in kv_dtype; None: context_overflow: sinks (contiguous)
         self.pool = self._make_pool(config)
         on_evict = self._on_evict if self.disk is not None else None
         self.prefix_cache = prefix_cache or RadixCache(
@@ -561,15 +563,16 @@ class Engine:
         return logits
 
     def _make_pool(self, config: EngineConfig) -> PagePool | None:
-        """The paged pool, when requests' KV can live in it: stored KV in the model's dtype
-        (kv_dtype auto) and no context shift (context_overflow: error)."""
-        if self.kv_dtype != self.layout.dtype or config.context_overflow != "error":
+        """The paged pool in ``kv_dtype``, unless a context shift needs contiguous buffers
+        (``context_overflow: sinks``)."""
+        if config.context_overflow != "error":
             return None
         n_bytes = config.kv_pool_bytes
         if n_bytes is None:  # NOTE: never less than one request of a whole context window
-            window = self.context_window * self.layout.bytes_per_token
+            page = PagePool.bytes_per_page(self.layout, config.page_size, self.kv_dtype)
+            window = -(-self.context_window // config.page_size) * page
             n_bytes = config.prefix_cache_bytes + max(DEFAULT_POOL_HEADROOM, window)
-        pool = PagePool.of_bytes(self.layout, n_bytes, config.page_size)
+        pool = PagePool.of_bytes(self.layout, n_bytes, config.page_size, self.kv_dtype)
         reclaim = weakref.WeakMethod(self._reclaim)  # NOTE: the pool must not keep the engine
 
         def call_reclaim(n_pages: int) -> None:
@@ -593,11 +596,12 @@ class Engine:
                 return
 
     def _on_evict(self, record: Evicted) -> None:
-        """Hand an evicted node to the disk tier, its KV copied out of the pool first, so
-        that its pages are free now rather than once the writer thread is done."""
+        """Hand an evicted node to the disk tier, its KV copied out of the pool first (as
+        stored: int8 with its scales, no re-rounding), so that its pages are free now rather
+        than once the writer thread is done."""
         assert self.disk is not None
         if isinstance(record.span, PagedKV):
-            record = replace(record, span=record.span.to_tensor_kv())
+            record = replace(record, span=record.span.stored())
         self.disk.tier.offer(record)
 
     def _prefill(

@@ -1,8 +1,8 @@
 """Key/Value tensors: the prefix cache's handles and the per-request attention cache.
 
-NOTE: these are the contiguous objects, used where KV is stored converted (``kv_dtype``
-other than the model's) or shifted (``context_overflow: sinks``); by default requests and
-the tree share the paged pool of ``localmodel.pages`` instead.
+NOTE: these are the contiguous objects, used where KV is shifted (``context_overflow:
+sinks``); otherwise requests and the tree share the paged pool of ``localmodel.pages``
+(pages in any ``kv_dtype``) instead.
 
 Two objects, two lifetimes:
 

@@ -1,31 +1,34 @@
-"""Stored KV in a smaller dtype: what the prefix tree keeps when ``kv_dtype`` is not the model's.
+"""KV in a smaller dtype (``kv_dtype``): the int8 format and its rounding rules.
 
-``kv_dtype`` (per local model) names the dtype of the KV the prefix cache *stores*; the
-running request's own buffers stay in the model's dtype. A stored span is converted once,
-when the tree copies it (``slice``), and back when a later request loads it into its
-buffers (``write_into``), before attention reads it:
+``kv_dtype`` (per local model) names the dtype KV is kept in. With the paged pool (the
+default, ``context_overflow: error``) that is the dtype of the pool's pages themselves
+(``localmodel.pages``): running requests and the prefix tree share the same int8 or
+half-precision pages, and attention dequantises them at every step. This module holds the
+rounding rules both sides use:
 
-* ``float16`` / ``bfloat16``: a :class:`~localmodel.kv.TensorKV` in that dtype (2× the
-  tokens of float32 in the same bytes);
-* ``int8``: an :class:`Int8KV`, symmetric int8 with **per-channel** scales for K (one per
-  layer, head and channel over the span: K has outlier channels, KIVI) and **per-token**
-  scales for V (one per layer, head and token), both stored as float16. SmolLM2-135M:
-  11 520 B of int8 + 180 B of V scales a token, plus 11 520 B of K scales a span, against
-  46 080 B a token in float32: ~3.9× the tokens for spans of a few hundred tokens.
+* ``float16`` / ``bfloat16``: a plain conversion (2× the tokens of float32 in the same bytes);
+* ``int8``: symmetric int8 with **per-channel** scales for K (one per layer, head and channel
+  over a group of tokens — a page, or a stored span: K has outlier channels, KIVI) and
+  **per-token** scales for V (one per layer, head and token), both stored as float16
+  (:func:`quantize_keys`, :func:`quantize_values`). SmolLM2-135M, 16-token pages:
+  11 520 B of int8 + 180 B of V scales a token, plus 11 520 B of K scales a page, against
+  46 080 B a token in float32: 3.7× the tokens (3.8× with 32-token pages).
 
-Why dequantise on load, not inside attention: a request loads a matched span once, while
-attention reads the whole history at every decode step; dequantising it there costs ~1 ms a
-step at 1k tokens on this CPU (``make bench``, ``bench/prefix.py`` *kv_dtype*) for no gain,
-because a running request's buffers are not what fills memory on a CPU: the cache is.
+NOTE: re-quantising dequantised int8 is the identity: a channel's largest value is
+``±127 · scale`` exactly, so the scale comes out the same and every ``q · s / s`` divides
+back to ``q`` (:func:`quantize_keys` on :func:`dequantize` of its output returns the same
+bits). That is why a page that is re-quantised (a partly filled page completed by another
+request, KV re-loaded from disk) changes only where new tokens widen a channel's range.
 
-NOTE: a slice of an ``Int8KV`` (the tree splitting a node) keeps the span's scales, so a
-stored token is quantised exactly once; the int8 path only ever adds one rounding.
+With ``context_overflow: sinks`` a request keeps contiguous buffers in the model's dtype and
+the tree stores converted copies instead (:class:`StoringView`, :class:`Int8KV`), converted
+once when the tree copies a span and back when a request loads it.
 
 Example::
 
     fmt = resolve_kv_dtype("int8", model_dtype=torch.float32)     # torch.int8
-    tree.insert(key, StoringView(cache.view(n), fmt))              # the tree keeps Int8KV
-    cache.load(match.spans, match.n_cached)                        # dequantised here
+    q, scales = quantize_keys(page_keys)                            # [.., P, D] → scales [.., D]
+    keys = dequantize(q, scales.unsqueeze(-2), torch.float32)       # what attention reads
 """
 
 from __future__ import annotations
@@ -35,10 +38,24 @@ import torch
 from localmodel.config import KV_DTYPES
 from localmodel.kv import KVLayout, TensorKV
 
-__all__ = ["KV_DTYPES", "Int8KV", "StoringView", "resolve_kv_dtype", "stored_bytes_per_token"]
+__all__ = [
+    "KV_DTYPES",
+    "SCALE_DTYPE",
+    "Int8KV",
+    "StoringView",
+    "dequantize",
+    "quantize_keys",
+    "quantize_values",
+    "resolve_kv_dtype",
+    "stored_bytes_per_token",
+]
 
-_SCALE_DTYPE = torch.float16
-_MIN_SCALE = 1e-6  # an all-zero channel or token: any positive scale dequantises to 0
+#: The dtype of int8 scales (counted in every byte budget).
+SCALE_DTYPE = torch.float16
+#: The smallest scale: float16's smallest normal number. An all-zero channel or token needs
+#: some positive scale; a subnormal one would round too coarsely for re-quantising the
+#: dequantised values to give back the same bits (see the NOTE above).
+_MIN_SCALE = 2.0**-14
 
 
 def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
@@ -54,6 +71,24 @@ def stored_bytes_per_token(layout: KVLayout, dtype: torch.dtype) -> int:
     if dtype == torch.int8:
         return 2 * elements + layout.n_layers * layout.n_kv_heads * _scale_itemsize()
     return 2 * elements * torch.empty((), dtype=dtype).element_size()
+
+
+def quantize_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """K ``[..., tokens, head_dim]`` → int8 of that shape and per-channel scales
+    ``[..., head_dim]`` over the tokens (``x ≈ q · scale``)."""
+    scales = _scales(keys.abs().amax(dim=-2))  # [..., D]
+    return _round(keys, scales.unsqueeze(-2)), scales
+
+
+def quantize_values(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """V ``[..., head_dim]`` → int8 of that shape and per-token scales ``[...]``."""
+    scales = _scales(values.abs().amax(dim=-1))  # [...]
+    return _round(values, scales.unsqueeze(-1)), scales
+
+
+def dequantize(q: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``q · scales`` in ``dtype`` (``scales`` broadcast against ``q``): one new tensor."""
+    return torch.mul(q, scales.to(dtype))
 
 
 class Int8KV:
@@ -85,9 +120,9 @@ class Int8KV:
     @torch.inference_mode()
     def quantize(cls, keys: torch.Tensor, values: torch.Tensor) -> Int8KV:
         """Quantise float K/V ``[n_layers, n_kv_heads, span, head_dim]`` (a copy, always)."""
-        k_scales = _scales(keys.abs().amax(dim=2, keepdim=True))  # [L, H, 1, D]
-        v_scales = _scales(values.abs().amax(dim=3, keepdim=True))  # [L, H, S, 1]
-        return cls(_round(keys, k_scales), k_scales, _round(values, v_scales), v_scales)
+        k_q, k_scales = quantize_keys(keys)  # scales [L, H, D]: per channel over the span
+        v_q, v_scales = quantize_values(values)  # scales [L, H, S]: per token
+        return cls(k_q, k_scales.unsqueeze(2), v_q, v_scales.unsqueeze(3))
 
     def __len__(self) -> int:
         return int(self.keys.shape[2])
@@ -169,7 +204,7 @@ class StoringView:
 
 def _scales(absmax: torch.Tensor) -> torch.Tensor:
     """absmax / 127, rounded to the stored dtype *before* quantising (so q · scale is exact)."""
-    return (absmax.float() / 127.0).clamp_min(_MIN_SCALE).to(_SCALE_DTYPE)
+    return (absmax.float() / 127.0).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
 
 
 def _round(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -177,4 +212,4 @@ def _round(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 
 def _scale_itemsize() -> int:
-    return torch.empty((), dtype=_SCALE_DTYPE).element_size()
+    return torch.empty((), dtype=SCALE_DTYPE).element_size()

@@ -27,6 +27,32 @@ tree, least recently used leaves first) is asked for room; pages still reference
 running request are not freed by that. If nothing can be freed, :class:`PoolExhausted` is
 raised and the scheduler preempts its youngest running request.
 
+Pages hold KV in ``kv_dtype`` (the pool's ``dtype``): the model's dtype, a half-precision
+one (converted on write, back on read) or int8 (``localmodel.kvquant``'s rules): V is
+quantised per token as it is written; K is quantised per channel over each page (a
+[layer, head, page, channel] float16 scale). Attention reads every page dequantised to the
+model's dtype at every step (``read_layer``), so the pool holds ~3.7× (int8) or 2× (half)
+the tokens of float32 in the same bytes, scales counted.
+
+Per-channel K scales over a page that fills one token at a time: the partly filled last
+page of a running request keeps its K in full precision in the request's own *tail*
+(``[n_layers, n_kv_heads, page_size, head_dim]``, one page per request), which attention
+reads as is; the page is quantised when it fills, in one go over its ``page_size`` tokens.
+So a page that one request filled holds exactly ``quantize_keys`` of its tokens (one
+rounding, the same bits as quantising the block at once). When another holder needs a
+partly filled page (the tree inserting it, a preemption), it is *sealed* first: its tokens
+so far quantised with scales over those tokens. Whoever later writes into a sealed page
+starts its tail from the page's dequantised tokens; re-quantising those gives back the
+same bits wherever the new tokens do not widen a channel's range (``kvquant``'s NOTE), so
+a token is rounded again only in a channel that a later token of its page exceeded.
+The request that sealed its own page keeps its full-precision tail.
+
+Why a tail rather than re-quantising the page whenever a token widens a channel's range:
+that would round a page's early tokens again and again as its scale grows, and make every
+decode step quantise the page; the tail costs one page of floats per *running* request
+(SmolLM2: 368 KB), nothing per cached prefix, and its writer's attention reads its newest
+tokens unrounded. V needs no tail: per-token scales depend on the token alone.
+
 Releases happen when a span object is dropped (``__del__``: the tree drops a node's span
 when it evicts, expires, flushes or splits it; a match's spans when the request has mapped
 them), so spans still held elsewhere (a ``prefix.Match``, an eviction record queued for the
@@ -34,7 +60,7 @@ disk tier) keep their pages valid, as the ``prefix.Match`` contract requires.
 
 Example::
 
-    pool = PagePool.of_bytes(layout, 512 << 20, page_size=16)
+    pool = PagePool.of_bytes(layout, 512 << 20, page_size=16, dtype=torch.int8)
     cache = PagedCache(pool, capacity=len(prompt) + max_tokens, namespace=ns)
     cache.map_prefix(match.spans, match.n_cached, prompt)      # shared pages, no copy
     cache.reserve(len(suffix))                                  # pages for the new tokens
@@ -55,6 +81,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from localmodel.kv import KVLayout, StoredKV, TensorKV
+from localmodel.kvquant import SCALE_DTYPE, Int8KV, dequantize, quantize_keys, quantize_values
 
 __all__ = ["PagePool", "PagedCache", "PagedKV", "PoolExhausted", "PoolStats"]
 
@@ -76,10 +103,14 @@ class PoolStats:
     page_bytes: int
     preemptions: int
     copied_pages: int  # copy-on-write copies of a shared page
+    dtype: str = "float32"  # what pages hold (kv_dtype): float32, bfloat16, float16, int8
 
 
 class PagePool:
-    """Preallocated K and V pages ``[n_layers, n_kv_heads, n_pages, page_size, head_dim]``.
+    """Preallocated K and V pages ``[n_layers, n_kv_heads, n_pages, page_size, head_dim]``
+    in ``dtype`` (default: the model's); int8 pages also have float16 scales, K's per page
+    and channel ``[n_layers, n_kv_heads, n_pages, head_dim]``, V's per token
+    ``[n_layers, n_kv_heads, n_pages, page_size]``.
 
     Reference counts are kept per page, in total and for page tables alone (``cached`` pages
     are referenced by spans only). Thread-safe: spans may be dropped on any thread (the disk
@@ -87,7 +118,13 @@ class PagePool:
     calling out (so a span dropped inside the tree's lock cannot deadlock).
     """
 
-    def __init__(self, layout: KVLayout, n_pages: int, page_size: int = 16) -> None:
+    def __init__(
+        self,
+        layout: KVLayout,
+        n_pages: int,
+        page_size: int = 16,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         if n_pages < 1 or page_size < 1:
             raise ValueError(
                 f"PagePool: n_pages and page_size must be >= 1 ({n_pages}, {page_size})"
@@ -95,12 +132,21 @@ class PagePool:
         self.layout = layout
         self.n_pages = n_pages
         self.page_size = page_size
-        shape = (layout.n_layers, layout.n_kv_heads, n_pages, page_size, layout.head_dim)
+        self.dtype = dtype or layout.dtype
+        self.quantized = self.dtype == torch.int8
+        L, H, D, device = layout.n_layers, layout.n_kv_heads, layout.head_dim, layout.device
+        shape = (L, H, n_pages, page_size, D)
         # NOTE: torch.empty: on a CPU the OS maps memory as pages are first written
-        self.keys = torch.empty(shape, dtype=layout.dtype, device=layout.device)
-        self.values = torch.empty(shape, dtype=layout.dtype, device=layout.device)
-        self.bytes_per_token = layout.bytes_per_token
-        self.page_bytes = page_size * layout.bytes_per_token
+        self.keys = torch.empty(shape, dtype=self.dtype, device=device)
+        self.values = torch.empty(shape, dtype=self.dtype, device=device)
+        self.key_scales: torch.Tensor | None = None  # int8: [L, H, n_pages, D]
+        self.value_scales: torch.Tensor | None = None  # int8: [L, H, n_pages, page_size]
+        if self.quantized:
+            self.key_scales = torch.empty((L, H, n_pages, D), dtype=SCALE_DTYPE, device=device)
+            self.value_scales = torch.empty(shape[:-1], dtype=SCALE_DTYPE, device=device)
+        self.page_bytes = self.bytes_per_page(layout, page_size, self.dtype)
+        #: what a token costs, its share of the page's K scales included (the tree counts it)
+        self.bytes_per_token = -(-self.page_bytes // page_size)
         self._refs = [0] * n_pages
         self._table_refs = [0] * n_pages
         self._n_cached = 0  # pages with references from spans only
@@ -112,9 +158,27 @@ class PagePool:
         self.copied_pages = 0
 
     @classmethod
-    def of_bytes(cls, layout: KVLayout, n_bytes: int, page_size: int = 16) -> PagePool:
-        """A pool of as many pages as ``n_bytes`` holds (K and V, all layers)."""
-        return cls(layout, max(1, n_bytes // (page_size * layout.bytes_per_token)), page_size)
+    def of_bytes(
+        cls,
+        layout: KVLayout,
+        n_bytes: int,
+        page_size: int = 16,
+        dtype: torch.dtype | None = None,
+    ) -> PagePool:
+        """A pool of as many pages as ``n_bytes`` holds (K and V, all layers, scales too)."""
+        page_bytes = cls.bytes_per_page(layout, page_size, dtype or layout.dtype)
+        return cls(layout, max(1, n_bytes // page_bytes), page_size, dtype)
+
+    @staticmethod
+    def bytes_per_page(layout: KVLayout, page_size: int, dtype: torch.dtype) -> int:
+        """Bytes of one page, all layers: K and V, plus an int8 page's float16 scales."""
+        heads = layout.n_layers * layout.n_kv_heads
+        elements = heads * page_size * layout.head_dim  # of K, and as many of V
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if dtype != torch.int8:
+            return 2 * elements * itemsize
+        scale = torch.empty((), dtype=SCALE_DTYPE).element_size()
+        return 2 * elements + scale * heads * (layout.head_dim + page_size)  # K + V scales
 
     @property
     def device(self) -> torch.device:
@@ -142,6 +206,7 @@ class PagePool:
                 page_bytes=self.page_bytes,
                 preemptions=self.preemptions,
                 copied_pages=self.copied_pages,
+                dtype=str(self.dtype).removeprefix("torch."),
             )
 
     def refs(self, page: int) -> int:
@@ -180,6 +245,57 @@ class PagePool:
                 if self._refs[page] == 0:
                     self._free.append(page)
 
+    def copy_page(self, src: int, dst: int) -> None:
+        with torch.inference_mode():
+            for tensor in self._tensors():
+                tensor[:, :, dst].copy_(tensor[:, :, src])
+        self.copied_pages += 1
+
+    def gather(
+        self, pages: Sequence[int], start: int, stop: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens ``[start, stop)`` of ``pages`` laid end to end, in the model's dtype
+        (dequantised): new ``[L, H, n, D]`` tensors."""
+        L, H, _, P, D = self.keys.shape
+        m, dtype = len(pages), self.layout.dtype
+        index = torch.tensor(pages, dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            keys = self.keys.index_select(2, index)  # [L, H, m, P, D]
+            values = self.values.index_select(2, index)
+            if self.key_scales is not None and self.value_scales is not None:
+                k_scales = self.key_scales.index_select(2, index)  # [L, H, m, D]
+                v_scales = self.value_scales.index_select(2, index)  # [L, H, m, P]
+                keys = dequantize(keys, k_scales.unsqueeze(3), dtype)
+                values = dequantize(values, v_scales.unsqueeze(4), dtype)
+            elif self.dtype != dtype:
+                keys, values = keys.to(dtype), values.to(dtype)
+        return keys.view(L, H, m * P, D)[:, :, start:stop], values.view(L, H, m * P, D)[
+            :, :, start:stop
+        ]
+
+    def stored(self, pages: Sequence[int], start: int, stop: int) -> TensorKV | Int8KV:
+        """Tokens ``[start, stop)`` of ``pages`` as they are stored, a copy that holds no
+        page: a ``TensorKV`` in ``dtype``, or an ``Int8KV`` whose K scales are per token
+        (each token's page's), so that the disk tier writes the very bits (no re-rounding)."""
+        L, H, _, P, D = self.keys.shape
+        m, n = len(pages), stop - start
+        index = torch.tensor(pages, dtype=torch.long, device=self.device)
+
+        def tokens(t: torch.Tensor) -> torch.Tensor:  # [L, H, m, P, …] → [L, H, n, …]
+            t = t.index_select(2, index)
+            return t.reshape(L, H, m * P, *t.shape[4:])[:, :, start:stop].contiguous()
+
+        with torch.inference_mode():
+            keys, values = tokens(self.keys), tokens(self.values)
+            if self.key_scales is None or self.value_scales is None:
+                return TensorKV(keys, values)
+            k_scales = self.key_scales.index_select(2, index).unsqueeze(3).expand(L, H, m, P, D)
+            k_scales = k_scales.reshape(L, H, m * P, D)[:, :, start:stop].contiguous()
+            v_scales = tokens(self.value_scales.unsqueeze(4)).view(L, H, n, 1)
+            return Int8KV(keys, k_scales, values, v_scales)
+
+    # ── helpers ──────────────────────────────────────────────────────────────────────
+
     def _count(self, page: int, delta: int, table: bool) -> None:
         """Change a page's references (under the lock), keeping ``_n_cached`` exact."""
         refs, table_refs = self._refs, self._table_refs
@@ -189,25 +305,10 @@ class PagePool:
             table_refs[page] += delta
         self._n_cached += (refs[page] > 0 and table_refs[page] == 0) - was_cached
 
-    def copy_page(self, src: int, dst: int) -> None:
-        with torch.inference_mode():
-            self.keys[:, :, dst].copy_(self.keys[:, :, src])
-            self.values[:, :, dst].copy_(self.values[:, :, src])
-        self.copied_pages += 1
-
-    def gather(
-        self, pages: Sequence[int], start: int, stop: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tokens ``[start, stop)`` of ``pages`` laid end to end: new ``[L, H, n, D]`` tensors."""
-        L, H, _, P, D = self.keys.shape
-        index = torch.tensor(pages, dtype=torch.long, device=self.device)
-        with torch.inference_mode():
-            keys = self.keys.view(L, H, self.n_pages, P * D).index_select(2, index)
-            values = self.values.view(L, H, self.n_pages, P * D).index_select(2, index)
-        m = len(pages)
-        return keys.view(L, H, m * P, D)[:, :, start:stop], values.view(L, H, m * P, D)[
-            :, :, start:stop
-        ]
+    def _tensors(self) -> list[torch.Tensor]:
+        """Every tensor with a page dimension (dim 2): K, V, and int8's scales."""
+        extra = [t for t in (self.key_scales, self.value_scales) if t is not None]
+        return [self.keys, self.values, *extra]
 
 
 class PagedKV:
@@ -259,21 +360,33 @@ class PagedKV:
     def gather(self, start: int = 0, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of tokens ``[start, stop)``: new tensors ``[L, H, n, D]`` (a copy)."""
         stop = self.length if stop is None else stop
-        P = self.pool.page_size
-        first, last = (self.offset + start) // P, -(-(self.offset + stop) // P)
-        a = self.offset + start - first * P
-        return self.pool.gather(self.pages[first:last], a, a + stop - start)
+        pages, a = self._pages_of(start, stop)
+        return self.pool.gather(pages, a, a + stop - start)
 
     def to_tensor_kv(self, start: int = 0, stop: int | None = None) -> TensorKV:
-        """Tokens ``[start, stop)`` as a ``TensorKV`` that owns its memory (holds no page)."""
+        """Tokens ``[start, stop)`` as a ``TensorKV`` that owns its memory (holds no page),
+        in the model's dtype."""
         keys, values = self.gather(start, stop)
         return TensorKV(keys.contiguous(), values.contiguous())
+
+    def stored(self, start: int = 0, stop: int | None = None) -> TensorKV | Int8KV:
+        """Tokens ``[start, stop)`` in the pool's own format (``PagePool.stored``): what the
+        disk tier writes, with no page held."""
+        stop = self.length if stop is None else stop
+        pages, a = self._pages_of(start, stop)
+        return self.pool.stored(pages, a, a + stop - start)
 
     def write_into(self, keys_out: torch.Tensor, values_out: torch.Tensor) -> None:
         """``StoredKV``: copy the first ``keys_out.shape[2]`` tokens out."""
         keys, values = self.gather(0, keys_out.shape[2])
         keys_out.copy_(keys)
         values_out.copy_(values)
+
+    def _pages_of(self, start: int, stop: int) -> tuple[Sequence[int], int]:
+        """The pages tokens ``[start, stop)`` lie in, and where ``start`` is in the first."""
+        P = self.pool.page_size
+        first, last = (self.offset + start) // P, -(-(self.offset + stop) // P)
+        return self.pages[first:last], self.offset + start - first * P
 
 
 class _PagedLayer(DynamicLayer):
@@ -328,6 +441,16 @@ class PagedCache(DynamicCache):
         Cache.__init__(self, layers=list(self._layers))  # DynamicCache's __init__ can't
         self._table_t: torch.Tensor | None = None
         self._slots: tuple[int, int, torch.Tensor] | None = None
+        layout, P = pool.layout, pool.page_size
+        #: int8 pools: K of the partly filled last page in full precision (see the module
+        #: docstring), per layer: positions ``length - length % P … length - 1``
+        self._tail: torch.Tensor | None = None
+        if pool.quantized:  # [L, H, P, D]
+            shape = (layout.n_layers, layout.n_kv_heads, P, layout.head_dim)
+            self._tail = torch.empty(shape, dtype=layout.dtype, device=layout.device)
+        #: the pool's copy of that page holds a quantisation of the tail's tokens (spans may
+        #: share the page); False once the tail took tokens the page has not got
+        self._sealed = True
 
     @property
     def device(self) -> torch.device:
@@ -360,6 +483,7 @@ class PagedCache(DynamicCache):
                 pages = span.pages[: -(-(span.offset + take) // P)]
                 self._set_pages(pos // P, pages)
                 self._set_length(pos + take)
+                self._load_tail()
             elif isinstance(span, StoredKV):
                 self._copy_in(span, take)
             else:
@@ -400,12 +524,15 @@ class PagedCache(DynamicCache):
         """Forget every token at or after ``length``; pages past it go back."""
         if not 0 <= length <= self.length:
             raise ValueError(f"truncate({length}) out of range 0..{self.length}")
-        keep = -(-length // self.pool.page_size)
+        P, before = self.pool.page_size, self.length
+        keep = -(-length // P)
         self.pool.decref(self.table[keep:], table=True)
         del self.table[keep:]
         del self.tokens[length:]
         self._table_changed()
         self._set_length(length)
+        if not (before % P and length // P == before // P):  # else the tail still holds it
+            self._load_tail()
 
     def release(self) -> None:
         """Give every page back (the request finished or is preempted); idempotent."""
@@ -415,7 +542,10 @@ class PagedCache(DynamicCache):
         """The first ``length`` tokens as a span sharing this cache's pages (``tree.insert``)."""
         if length > self.length:
             raise ValueError(f"view({length}) past the cached {self.length} tokens")
-        return PagedKV(self.pool, self.table[: -(-length // self.pool.page_size)], 0, length)
+        P = self.pool.page_size
+        if length % P and length // P == self.length // P and not self._sealed:
+            self._seal()  # NOTE: the span's last page is the tail's: others will read it
+        return PagedKV(self.pool, self.table[: -(-length // P)], 0, length)
 
     @torch.inference_mode()
     def load_rows(self, rows: torch.Tensor, start: int) -> None:
@@ -438,17 +568,38 @@ class PagedCache(DynamicCache):
     def write_layer(self, layer: int, keys: torch.Tensor, values: torch.Tensor, start: int) -> None:
         """Write one layer's new K/V (``[n_kv_heads, n, head_dim]``) at positions ``start…``."""
         index = self._slot_index(start, start + keys.shape[1])
-        _, H, N, P, D = self.pool.keys.shape
-        self.pool.keys[layer].view(H, N * P, D).index_copy_(1, index, keys)
-        self.pool.values[layer].view(H, N * P, D).index_copy_(1, index, values)
+        pool = self.pool
+        _, H, N, P, D = pool.keys.shape
+        if pool.value_scales is None:
+            pool.keys[layer].view(H, N * P, D).index_copy_(1, index, keys.to(pool.dtype))
+            pool.values[layer].view(H, N * P, D).index_copy_(1, index, values.to(pool.dtype))
+            return
+        q, scales = quantize_values(values)  # per token: [H, n, D], [H, n]
+        pool.values[layer].view(H, N * P, D).index_copy_(1, index, q)
+        pool.value_scales[layer].view(H, N * P).index_copy_(1, index, scales)
+        self._write_keys(layer, keys, start)
 
     def read_layer(self, layer: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """One layer's K/V of positions ``0…stop-1``, gathered: ``[1, n_kv_heads, stop, d]``."""
-        _, H, N, P, D = self.pool.keys.shape
+        """One layer's K/V of positions ``0…stop-1``, gathered (and dequantised) into the
+        model's dtype: ``[1, n_kv_heads, stop, d]``."""
+        pool, dtype = self.pool, self.pool.layout.dtype
+        _, H, N, P, D = pool.keys.shape
         m = -(-stop // P)
         pages = self._table_tensor()[:m]
-        keys = self.pool.keys[layer].view(H, N, P * D).index_select(1, pages)
-        values = self.pool.values[layer].view(H, N, P * D).index_select(1, pages)
+        if pool.key_scales is None or pool.value_scales is None:
+            keys = pool.keys[layer].view(H, N, P * D).index_select(1, pages)
+            values = pool.values[layer].view(H, N, P * D).index_select(1, pages)
+            if pool.dtype != dtype:
+                keys, values = keys.to(dtype), values.to(dtype)
+        else:
+            k_scales = pool.key_scales[layer].index_select(1, pages).unsqueeze(2)  # [H, m, 1, D]
+            keys = dequantize(pool.keys[layer].index_select(1, pages), k_scales, dtype)
+            v_scales = pool.value_scales[layer].index_select(1, pages).unsqueeze(3)  # [H, m, P, 1]
+            values = dequantize(pool.values[layer].index_select(1, pages), v_scales, dtype)
+            length = self._layers[layer].length
+            if stop % P and length % P and stop // P == length // P:
+                assert self._tail is not None  # NOTE: the partly filled page: full precision
+                keys[:, m - 1, : stop % P].copy_(self._tail[layer, :, : stop % P])
         return keys.view(1, H, m * P, D)[:, :, :stop], values.view(1, H, m * P, D)[:, :, :stop]
 
     # ── helpers ──────────────────────────────────────────────────────────────────────
@@ -478,14 +629,72 @@ class PagedCache(DynamicCache):
         """Append K/V of all layers (``[L, H, n, D]``) at ``length``."""
         start, n = self.length, keys.shape[2]
         self.reserve(n)
-        index = self._slot_index(start, start + n)
         L, H, N, P, D = self.pool.keys.shape
         with torch.inference_mode():
-            self.pool.keys.view(L, H, N * P, D).index_copy_(2, index, keys.to(self.pool.keys.dtype))
-            self.pool.values.view(L, H, N * P, D).index_copy_(
-                2, index, values.to(self.pool.values.dtype)
-            )
+            if self.pool.quantized:
+                for layer in range(L):
+                    self.write_layer(layer, keys[layer], values[layer], start)
+            else:
+                index = self._slot_index(start, start + n)
+                pool_keys, pool_values = self.pool.keys, self.pool.values
+                pool_keys.view(L, H, N * P, D).index_copy_(2, index, keys.to(pool_keys.dtype))
+                pool_values.view(L, H, N * P, D).index_copy_(2, index, values.to(pool_keys.dtype))
         self._set_length(start + n)
+
+    def _write_keys(self, layer: int, keys: torch.Tensor, start: int) -> None:
+        """int8 pools: one layer's new K (``[n_kv_heads, n, head_dim]``) at ``start…``.
+
+        Tokens of a page that stays partly filled go to the tail in full precision; a page
+        that fills is quantised at once over its ``page_size`` tokens (tail + new ones).
+        """
+        assert self._tail is not None and self.pool.key_scales is not None
+        P, n = self.pool.page_size, keys.shape[1]
+        tail = self._tail[layer]  # [H, P, D]
+        r = start % P  # tokens the tail holds
+        self._sealed = (start + n) % P == 0  # NOTE: no partly filled page is left, or new ones
+        if r + n < P:
+            tail[:, r : r + n].copy_(keys)
+            return
+        block = torch.cat([tail[:, :r], keys], dim=1) if r else keys  # [H, r + n, D]
+        H, _, D = block.shape
+        full = (r + n) // P  # pages that fill, from page (start - r) // P on
+        q, scales = quantize_keys(
+            block[:, : full * P].reshape(H, full, P, D)
+        )  # scales [H, full, D]
+        first = (start - r) // P
+        pages = self._table_tensor()[first : first + full]
+        self.pool.keys[layer].index_copy_(1, pages, q)
+        self.pool.key_scales[layer].index_copy_(1, pages, scales)
+        rest = r + n - full * P
+        if rest:
+            tail[:, :rest].copy_(block[:, full * P :])
+
+    def _seal(self) -> None:
+        """int8 pools: quantise the tail's tokens into the partly filled last page (per
+        channel over those tokens), so that a span sharing the page can read them."""
+        assert self._tail is not None and self.pool.key_scales is not None
+        P = self.pool.page_size
+        r, page = self.length % P, self.table[self.length // P]
+        if self.pool.refs(page) > 1:  # NOTE: tokens went into the tail after `reserve`'s CoW
+            raise RuntimeError(f"PagedCache: page {page} is shared; it cannot be sealed")
+        with torch.inference_mode():
+            q, scales = quantize_keys(self._tail[:, :, :r])  # [L, H, r, D], [L, H, D]
+            self.pool.keys[:, :, page, :r].copy_(q)
+            self.pool.key_scales[:, :, page].copy_(scales)
+        self._sealed = True
+
+    def _load_tail(self) -> None:
+        """int8 pools: the tail from the partly filled last page's dequantised tokens (after
+        mapping a prefix or truncating into a page the tail does not hold)."""
+        self._sealed = True
+        r, P = self.length % self.pool.page_size, self.pool.page_size
+        if self._tail is None or self.pool.key_scales is None or not r:
+            return
+        page = self.table[self.length // P]
+        with torch.inference_mode():
+            scales = self.pool.key_scales[:, :, page].unsqueeze(2)  # [L, H, 1, D]
+            keys = dequantize(self.pool.keys[:, :, page, :r], scales, self._tail.dtype)
+            self._tail[:, :, :r].copy_(keys)
 
     def _table_changed(self) -> None:
         self._table_t = None

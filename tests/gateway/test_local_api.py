@@ -110,7 +110,7 @@ def test_multi_turn_conversation_reports_growing_cached_tokens(gw: Gateway) -> N
 def test_admin_stats_report_the_kv_pool(gw: Gateway) -> None:
     chat(gw, [{"role": "user", "content": "Name a tree."}], max_tokens=4)
     pool = admin_stats(gw)["backends"][MODEL]["kv_pool"]
-    assert pool["page_size"] == 16 and pool["pages"] > 0
+    assert pool["page_size"] == 16 and pool["pages"] > 0 and pool["dtype"] == "float32"
     assert pool["used"] == pool["pages"] - pool["free"]
     assert 0 < pool["cached"] <= pool["used"]  # the finished request's KV, held by the tree
     assert pool["preemptions"] == 0

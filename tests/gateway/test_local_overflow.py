@@ -36,6 +36,7 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "strict": _model(bundled_model_dir),
             "sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8"),
             "half": _model(bundled_model_dir, weights="float16"),
+            "int8pages": _model(bundled_model_dir, kv_dtype="int8"),
         },
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
@@ -115,18 +116,28 @@ def test_past_the_window_error_is_400_and_sinks_answer(gw: Gateway) -> None:
     assert "".join(c.choices[0].text for c in chunks if c.choices)
 
 
-def test_int8_kv_serves_prefix_hits_over_http(gw: Gateway) -> None:
+@pytest.mark.parametrize("model", ["sliding", "int8pages"])  # stored copies; int8 pages
+def test_int8_kv_serves_prefix_hits_over_http(gw: Gateway, model: str) -> None:
     client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
     system = {"role": "system", "content": "You answer in one short sentence. " * 4}
     for question, cached in (("What is a ship?", 0), ("What is a lighthouse?", 30)):
         answer = client.chat.completions.create(
-            model="sliding",
+            model=model,
             messages=[system, {"role": "user", "content": question}],  # type: ignore[list-item]
             temperature=0,
             max_tokens=4,
         )
         details = answer.usage.prompt_tokens_details if answer.usage else None
         assert details is not None and (details.cached_tokens or 0) >= cached
+
+
+def test_admin_stats_report_what_the_kv_pool_pages_hold(gw: Gateway) -> None:
+    backends = gw.http.get("/admin/stats").json()["backends"]
+    assert backends["int8pages"]["kv_pool"]["dtype"] == "int8"
+    assert backends["strict"]["kv_pool"]["dtype"] == "float32"
+    assert "kv_pool" not in backends["sliding"]  # sinks: contiguous buffers, no pool
+    int8, fp32 = backends["int8pages"]["kv_pool"], backends["strict"]["kv_pool"]
+    assert fp32["page_bytes"] / int8["page_bytes"] >= 3.5
 
 
 def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> None:

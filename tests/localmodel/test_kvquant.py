@@ -1,5 +1,9 @@
-"""Stored KV in a smaller dtype (``kv_dtype``): int8 error bounds, byte accounting, the disk
-tier's round trip, and greedy answers of the bundled model from an int8 prefix."""
+"""KV in a smaller dtype (``kv_dtype``): int8 error bounds, byte accounting, the disk tier's
+round trip, and greedy answers of the bundled model from an int8 prefix.
+
+The engine tests here run the contiguous mode (``context_overflow: sinks``), where the tree
+stores converted copies (``StoringView``, ``Int8KV``); int8 and half-precision *pages* of
+the paged pool (every other mode) are tested in ``test_kvpages.py``."""
 
 from __future__ import annotations
 
@@ -125,7 +129,7 @@ def _prompt(engine: Engine, question: str) -> list[int]:
 
 
 def test_int8_prefix_holds_more_than_3_5x_the_tokens_per_byte(make_engine: MakeEngine) -> None:
-    fp32, int8 = make_engine(), make_engine(kv_dtype="int8")
+    fp32, int8 = make_engine(), make_engine(kv_dtype="int8", context_overflow="sinks")
     for engine in (fp32, int8):
         engine.complete(engine.prepare(_prompt(engine, QUESTIONS[0]), GREEDY, namespace=NS))
     a, b = fp32.prefix_cache.stats, int8.prefix_cache.stats
@@ -138,7 +142,7 @@ def test_int8_prefix_holds_more_than_3_5x_the_tokens_per_byte(make_engine: MakeE
 
 
 def test_greedy_answers_from_an_int8_prefix_match_float32(make_engine: MakeEngine) -> None:
-    fp32, int8 = make_engine(), make_engine(kv_dtype="int8")
+    fp32, int8 = make_engine(), make_engine(kv_dtype="int8", context_overflow="sinks")
     one = SamplingParams(temperature=0.0, max_tokens=1)
     int8.complete(int8.prepare(_prompt(int8, "Hi"), one, namespace=NS))  # the system turn, int8
     for question in QUESTIONS:
@@ -150,7 +154,7 @@ def test_greedy_answers_from_an_int8_prefix_match_float32(make_engine: MakeEngin
 
 
 def test_int8_prefix_logits_stay_close_to_float32(make_engine: MakeEngine) -> None:
-    engine = make_engine(kv_dtype="int8")
+    engine = make_engine(kv_dtype="int8", context_overflow="sinks")
     prompt = _prompt(engine, QUESTIONS[1])
     engine.complete(engine.prepare(prompt, GREEDY, namespace=NS))
     match = engine.prefix_cache.match(RadixKey(NS, prompt))
@@ -168,6 +172,7 @@ def test_int8_prefix_logits_stay_close_to_float32(make_engine: MakeEngine) -> No
 def test_int8_prefix_goes_to_disk_and_comes_back(make_engine: MakeEngine, tmp_path: Path) -> None:
     engine = make_engine(
         kv_dtype="int8",
+        context_overflow="sinks",
         prefix_disk_dir=tmp_path,
         prefix_disk_bytes=2**30,
         break_even=BreakEven.fixed(1),
