@@ -219,3 +219,19 @@ def test_a_prompt_cancelled_part_way_is_not_fed_further_and_keeps_its_kv(
     done = got["short"][-1]
     assert isinstance(done, Finished) and len(done.completion.choices[0].token_ids) == 6
 
+
+def test_a_prompts_few_last_tokens_are_not_left_for_another_step(tiny_engine: Engine) -> None:
+    """8 prompts of 64 tokens, 256 tokens a step: two steps prefill them all, although the
+    second also feeds the first four's decode tokens (the last prompt's 4-token remainder is
+    taken whole instead of costing it a third step)."""
+    scheduler = Scheduler(tiny_engine, max_batch=16, step_tokens=256)
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    for i in range(8):
+        request = tiny_engine.prepare([10 + i] * 64, params, namespace=f"{NS}|{i}")
+        scheduler.add(request, lambda item: True)
+    scheduler.step()
+    assert sum(s.piece is not None and len(s.piece.tokens) == 1 for s in scheduler.running) == 4
+    scheduler.step()
+    assert all(s.piece is not None and len(s.piece.tokens) == 1 for s in scheduler.running)
+    while scheduler.busy:
+        scheduler.step()
