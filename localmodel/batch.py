@@ -3,15 +3,20 @@
 Continuous batching packs the new tokens of every scheduled sequence (one token for each
 decoding sequence, a chunk for each prefilling one) into a single row ``[1, total]``, the
 layout vLLM calls "flattened": the linear layers (where the weights are read) run once for all
-of them, and only attention is per sequence. Two transformers hooks make that work for any
+of them, and each sequence attends to its own K/V only. Two transformers hooks make that work for any
 decoder-only architecture whose attention is scaled dot-product (not only Llama-shaped ones):
 
-* a :class:`BatchCache` (a ``transformers`` ``Cache``) whose ``update`` scatters each
-  sequence's new K/V into that sequence's own :class:`~localmodel.kv.RequestCache`;
+* a :class:`BatchCache` (a ``transformers`` ``Cache``) whose ``update`` writes each
+  sequence's new K/V into that sequence's own cache (pages of the engine's pool, or
+  :class:`~localmodel.kv.RequestCache` buffers) and reads back what each group attends to;
 * an attention function registered with ``AttentionInterface`` under :data:`ATTENTION` that,
-  given the ``batch=`` keyword, runs SDPA per sequence over its cached K/V with a causal mask
-  offset by what the sequence already holds, and otherwise is plain ``sdpa`` (so the
-  single-request path and every other caller of the model are unchanged).
+  given the ``batch=`` keyword, runs one SDPA call per group — all decoding sequences
+  together, over their K/V padded to the longest with a length mask, on the pool; a prompt
+  chunk alone, causal, offset by what its sequence already holds — and otherwise is plain
+  ``sdpa`` (so the single-request path and every other caller of the model are unchanged).
+
+On the pool, the step is planned once (``BatchCache.__init__``: every new token's slot, every
+group's rows), so a layer costs a fixed number of tensor ops whatever the number of sequences.
 
 Positions go in ``position_ids`` token by token, so RoPE sees each sequence's own positions.
 A 4-D placeholder ``attention_mask`` makes transformers skip building a mask (it would be
@@ -38,7 +43,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from localmodel.kv import RequestCache
-from localmodel.pages import PagedCache
+from localmodel.pages import PagedCache, PagePool
 
 __all__ = ["ATTENTION", "BatchCache", "KVCache", "Piece", "forward", "use_batched_attention"]
 
@@ -57,14 +62,41 @@ class Piece:
     tokens: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class _Group:
+    """Pieces whose attention is one SDPA call: ``G`` sequences of ``n`` new tokens each,
+    batched over their K/V padded to ``S`` tokens.
+
+    ``cols`` are their columns in the packed row, piece after piece; ``mask`` (``[G, 1, n, S]``,
+    True = attend) hides padding and, for a chunk that continues a cached prefix, the future;
+    with ``causal`` SDPA masks the future itself (a prompt's first chunk).
+    """
+
+    pieces: tuple[int, ...]
+    cols: slice | torch.Tensor
+    n: int
+    mask: torch.Tensor | None
+    causal: bool
+    gather: torch.Tensor | None  # paged: rows of a layer's [n_kv_heads · slots, head_dim]
+
+
 class BatchCache(Cache):
-    """The cache a batched forward sees: scatters K/V into each sequence's own cache.
+    """The cache a batched forward sees: writes each sequence's new K/V into its own cache
+    and hands the attention each group's K/V.
 
     ``spans[i] = (start, stop)`` are piece ``i``'s columns in the packed row; ``pasts[i]``
     is how many tokens its cache held before this step (the causal mask's offset).
+
+    When every piece's cache is a :class:`PagedCache` of one pool that stores the model's
+    dtype (the default), a layer costs two ``index_copy_`` (every new token's K and V into
+    its slot) and two ``index_select`` (every group's K/V out of the pool), whatever the
+    number of sequences, and all decoding sequences (one new token each) form one group: one
+    SDPA call over their K/V padded to the longest, with a length mask. Otherwise (contiguous
+    ``RequestCache`` buffers, quantised pages) each piece appends to its own cache and is a
+    group of its own.
     """
 
-    def __init__(self, pieces: Sequence[Piece], n_layers: int) -> None:
+    def __init__(self, pieces: Sequence[Piece], n_layers: int, dtype: torch.dtype) -> None:
         super().__init__(layers=[DynamicLayer() for _ in range(n_layers)])
         self.caches = [p.cache for p in pieces]
         self.pasts = [p.cache.length for p in pieces]
@@ -72,22 +104,120 @@ class BatchCache(Cache):
         for piece in pieces:
             offsets.append(offsets[-1] + len(piece.tokens))
         self.spans = list(itertools.pairwise(offsets))
-        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per piece, the current layer
+        #: the pool every cache pages into, when K/V are written and read in place there
+        self.pool = _one_pool(self.caches, dtype)
+        self.groups = self._paged_groups() if self.pool is not None else self._own_groups()
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
         **kwargs: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         # key_states, value_states: [1, n_kv_heads, total, head_dim]
-        # NOTE: layers run one after another, so `kv` always holds the current layer's views.
-        self.kv = [
-            cache.append(layer_idx, key_states[:, :, a:b], value_states[:, :, a:b])
-            for cache, (a, b) in zip(self.caches, self.spans, strict=True)
-        ]
+        # NOTE: layers run one after another, so `kv` always holds the current layer's K/V.
+        if self.pool is None:
+            self.kv = [  # a group per piece
+                cache.append(layer_idx, key_states[:, :, a:b], value_states[:, :, a:b])
+                for cache, (a, b) in zip(self.caches, self.spans, strict=True)
+            ]
+        else:
+            self.kv = self._write_and_gather(layer_idx, key_states[0], value_states[0])
         return key_states, value_states  # NOTE: unused; the attention reads `kv`
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it
+
+    def advance(self) -> None:
+        """After the forward pass: the paged caches now hold their pieces' tokens."""
+        if self.pool is not None:
+            for cache, (a, b) in zip(self.caches, self.spans, strict=True):
+                assert isinstance(cache, PagedCache)
+                cache.advance(b - a)
+
+    # ── helpers ──────────────────────────────────────────────────────────────────────
+
+    def _own_groups(self) -> list[_Group]:
+        """A group per piece, its K/V from its own cache's ``append``."""
+        groups = []
+        for i, ((a, b), past) in enumerate(zip(self.spans, self.pasts, strict=True)):
+            n = b - a
+            mask = _causal_mask(past, n, self.caches[i].device) if n > 1 and past else None
+            groups.append(_Group((i,), slice(a, b), n, mask, n > 1 and not past, None))
+        return groups
+
+    def _paged_groups(self) -> list[_Group]:
+        """Every decoding piece in one group, each chunk of a prompt in one of its own; the
+        slots they write (``_writes``) and the pool rows each group reads (its ``gather``)."""
+        assert self.pool is not None
+        device = self.pool.device
+        history = []  # per piece, the slots of positions 0…past+n-1
+        for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
+            assert isinstance(cache, PagedCache)
+            cache.reserve(b - a)  # NOTE: a no-op when the scheduler reserved
+            history.append(cache.slots(0, past + b - a))
+        self._writes = torch.cat(
+            [h[p:] for h, p in zip(history, self.pasts, strict=True)]
+        )  # [total]: column j's slot
+        decoding = [i for i, (a, b) in enumerate(self.spans) if b - a == 1]
+        groups = []
+        if decoding:
+            lengths = [len(history[i]) for i in decoding]
+            # NOTE: a padding slot must hold finite K/V in every layer (masked scores still
+            # multiply V): position 0 of a decoding sequence is written before attention reads
+            pad = int(history[decoding[0]][0])
+            slots = torch.nn.utils.rnn.pad_sequence(
+                [history[i] for i in decoding], batch_first=True, padding_value=pad
+            )  # [G, S]
+            mask = None
+            if min(lengths) != max(lengths):
+                cols = torch.arange(max(lengths), device=device)
+                mask = (cols[None] < torch.tensor(lengths, device=device)[:, None])[:, None, None]
+            first = self.spans[decoding[0]][0]
+            contiguous = decoding == list(range(decoding[0], decoding[0] + len(decoding)))
+            cols_d = slice(first, first + len(decoding)) if contiguous else torch.tensor(
+                [self.spans[i][0] for i in decoding], device=device
+            )  # fmt: skip
+            groups.append(_Group(tuple(decoding), cols_d, 1, mask, False, self._rows(slots)))
+        for i, ((a, b), past) in enumerate(zip(self.spans, self.pasts, strict=True)):
+            if b - a > 1:
+                mask = _causal_mask(past, b - a, device)[None, None] if past else None
+                gather = self._rows(history[i][None])
+                groups.append(_Group((i,), slice(a, b), b - a, mask, not past, gather))
+        self._sizes = [len(g.gather) for g in groups if g.gather is not None]
+        self._gather = torch.cat([g.gather for g in groups if g.gather is not None])
+        # the gathered K and V of every group, one layer at a time: [rows, head_dim]
+        self._k_buf = self.pool.keys.new_empty((len(self._gather), self.pool.keys.shape[-1]))
+        self._v_buf = torch.empty_like(self._k_buf)
+        return groups
+
+    def _rows(self, slots: torch.Tensor) -> torch.Tensor:
+        """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,
+        in the order of a ``[G, H, S, D]`` tensor."""
+        assert self.pool is not None
+        _, H, N, P, _ = self.pool.keys.shape
+        heads = torch.arange(H, device=slots.device)[None, :, None] * (N * P)  # [1, H, 1]
+        return (heads + slots[:, None, :]).reshape(-1)
+
+    def _write_and_gather(
+        self, layer: int, keys: torch.Tensor, values: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Write this layer's new K/V (``[H, total, D]``) into the pool; read every group's."""
+        assert self.pool is not None
+        _, H, N, P, D = self.pool.keys.shape
+        pool_k, pool_v = self.pool.keys[layer], self.pool.values[layer]  # [H, N, P, D]
+        pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys)
+        pool_v.view(H, N * P, D).index_copy_(1, self._writes, values)
+        # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
+        # by malloc, and its page faults cost more than the gather itself (measured)
+        k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)
+        v_all = torch.index_select(pool_v.view(H * N * P, D), 0, self._gather, out=self._v_buf)
+        kv = []
+        for group, k, v in zip(
+            self.groups, k_all.split(self._sizes), v_all.split(self._sizes), strict=True
+        ):
+            shape = (len(group.pieces), H, -1, D)  # [G, H, S, D]
+            kv.append((k.view(shape), v.view(shape)))
+        return kv
 
 
 def use_batched_attention(model: Any) -> None:
@@ -110,7 +240,7 @@ def forward(model: Any, pieces: Sequence[Piece]) -> torch.Tensor:
     n_layers = len(pieces[0].cache.layers)
     ids = [t for p in pieces for t in p.tokens]
     positions = [p.cache.length + i for p in pieces for i in range(len(p.tokens))]
-    batch = BatchCache(pieces, n_layers)
+    batch = BatchCache(pieces, n_layers, model.dtype)
     last = torch.tensor([stop - 1 for _, stop in batch.spans], device=device)  # [n]
     out = model(
         input_ids=torch.tensor([ids], device=device),  # [1, total]
@@ -121,6 +251,7 @@ def forward(model: Any, pieces: Sequence[Piece]) -> torch.Tensor:
         logits_to_keep=last,
         batch=batch,
     )
+    batch.advance()
     for piece in pieces:
         if isinstance(piece.cache, PagedCache):
             piece.cache.note_fed(piece.tokens)  # what a preempted request re-feeds
@@ -138,22 +269,42 @@ def _attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Per-sequence SDPA over each sequence's cache; plain sdpa when not batched."""
+    """SDPA per group of sequences over their cached K/V; plain sdpa when not batched."""
     if batch is None:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, scaling=scaling, **kwargs
         )
+    _, n_heads, total, d = query.shape  # query: [1, n_heads, total, head_dim]
     outs = []
-    for (k, v), past, (start, stop) in zip(batch.kv, batch.pasts, batch.spans, strict=True):
-        q = query[:, :, start:stop]  # [1, n_heads, n, head_dim]; k, v: [1, n_kv, past + n, d]
-        n = stop - start
-        mask = None
-        if n > 1 and past:  # causal, offset by the cached tokens (bottom-right aligned)
-            cols = torch.arange(past + n, device=q.device)
-            mask = cols[None] <= (past + torch.arange(n, device=q.device))[:, None]  # [n, past+n]
+    for group, (k, v) in zip(batch.groups, batch.kv, strict=True):
+        g = len(group.pieces)
+        q = query[0, :, group.cols].view(n_heads, g, group.n, d).transpose(0, 1)  # [G, h, n, d]
         out = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, is_causal=n > 1 and not past, scale=scaling,
-            enable_gqa=q.shape[1] != k.shape[1],
-        )  # fmt: skip
-        outs.append(out)  # [1, n_heads, n, head_dim]
-    return torch.cat(outs, dim=2).transpose(1, 2).contiguous(), None  # [1, total, heads, d]
+            q, k, v, attn_mask=group.mask, is_causal=group.causal, scale=scaling,
+            enable_gqa=n_heads != k.shape[1],
+        )  # fmt: skip  # k, v: [G, n_kv_heads, S, d]; out: [G, h, n, d]
+        outs.append(out.transpose(1, 2).reshape(g * group.n, n_heads, d))  # [G·n, h, d]
+    if len(outs) == 1 and outs[0].shape[0] == total:  # (the group holds every column)
+        return outs[0][None], None  # [1, total, heads, d]
+    merged = query.new_empty((total, n_heads, d))
+    for group, out in zip(batch.groups, outs, strict=True):
+        if isinstance(group.cols, slice):
+            merged[group.cols] = out
+        else:
+            merged.index_copy_(0, group.cols, out)
+    return merged[None], None  # [1, total, heads, d]
+
+
+def _one_pool(caches: Sequence[KVCache], dtype: torch.dtype) -> PagePool | None:
+    """The pool all ``caches`` page into, if its pages hold ``dtype`` (K/V read in place)."""
+    first = caches[0]
+    if not isinstance(first, PagedCache) or first.pool.keys.dtype != dtype:
+        return None
+    pool = first.pool
+    return pool if all(isinstance(c, PagedCache) and c.pool is pool for c in caches) else None
+
+
+def _causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor:
+    """``[n, past + n]``: causal, offset by ``past`` cached tokens (bottom-right aligned)."""
+    cols = torch.arange(past + n, device=device)
+    return cols[None] <= (past + torch.arange(n, device=device))[:, None]

@@ -565,6 +565,16 @@ class PagedCache(DynamicCache):
         cached K/V ``[1, n_kv_heads, length, head_dim]`` (gathered from the pages)."""
         return self._layers[layer].update(keys, values)
 
+    def slots(self, start: int, stop: int) -> torch.Tensor:
+        """Flat slots (``page · P + offset``) of positions ``start…stop-1`` (reserved): rows of
+        a layer's ``pool.keys[layer].view(n_kv_heads, n_pages · P, head_dim)``."""
+        return self._slot_index(start, stop)
+
+    def advance(self, n: int) -> None:
+        """Count ``n`` more tokens as cached: the caller wrote their K/V at :meth:`slots` in
+        every layer itself (``localmodel.batch``'s batched step)."""
+        self._set_length(self.length + n)
+
     def write_layer(self, layer: int, keys: torch.Tensor, values: torch.Tensor, start: int) -> None:
         """Write one layer's new K/V (``[n_kv_heads, n, head_dim]``) at positions ``start…``."""
         index = self._slot_index(start, start + keys.shape[1])

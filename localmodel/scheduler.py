@@ -6,7 +6,8 @@ then one token per decode step). A scheduler step, as vLLM and SGLang run it::
 
     admit   waiting requests, oldest first, while fewer than max_batch run (tier-2 match here)
     batch   one token of every decoding request, then prefill chunks, oldest request first,
-            until step_tokens are used (a long prompt is prefilled over several steps)
+            until step_tokens are used (a long prompt is prefilled over several steps; a
+            prompt's last chunk may go past them by up to MIN_PREFILL_CHUNK tokens)
     forward all pieces at once (Engine.forward_batch): the weights are read once
     reply   each finished piece's logits to its coroutine, which samples, streams text and
             asks for its next piece — or finishes (its KV goes to the prefix tree)
@@ -201,7 +202,10 @@ class Scheduler:
             piece = seq.piece
             if budget <= 0 or piece is None or len(piece.tokens) == 1:
                 continue
-            take = min(budget, len(piece.tokens) - seq.fed)
+            left = len(piece.tokens) - seq.fed
+            # NOTE: a remainder at most MIN_PREFILL_CHUNK past the budget is taken whole: left
+            # for the next step, those few tokens would cost the request a step of TTFT
+            take = left if left <= budget + MIN_PREFILL_CHUNK else budget
             batch.append((seq, Piece(piece.cache, piece.tokens[seq.fed : seq.fed + take])))
             budget -= take
         return batch

@@ -6,14 +6,16 @@ with, equal a cold single-sequence forward of its whole history (max |Δ| ≤ 1e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
 from localmodel import Completion, Engine, Event, Finished, SamplingParams
-from localmodel.batch import Piece, forward, use_batched_attention
+from localmodel.batch import BatchCache, KVCache, Piece, forward, use_batched_attention
 from localmodel.kv import KVLayout, RequestCache
+from localmodel.pages import PagedCache, PagePool
 from localmodel.scheduler import Scheduler
 
 NS = "smollm2|tenant-a"
@@ -21,7 +23,8 @@ TOL = 1e-4
 
 
 def _tiny(kind: str, vocab: int) -> Any:
-    """2-layer random models of two architectures (GQA in both; Qwen2 has q/k/v biases)."""
+    """2-layer random models of two architectures (GQA, and for Llama also one K/V head per
+    query head; Qwen2 has q/k/v biases)."""
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     shape = dict(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -29,6 +32,8 @@ def _tiny(kind: str, vocab: int) -> Any:
     torch.manual_seed(0)
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**shape)).eval()
+    if kind == "llama-mha":
+        return LlamaForCausalLM(LlamaConfig(**{**shape, "num_key_value_heads": 4})).eval()
     return Qwen2ForCausalLM(Qwen2Config(**shape)).eval()
 
 
@@ -37,35 +42,79 @@ def _cold(model: Any, tokens: list[int]) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0, -1]  # [vocab]
 
 
-def _check_compositions(model: Any, vocab: int) -> None:
-    """Three steps mixing whole prefills, chunks and decodes of different lengths."""
+#: (sequence, new tokens) per step: a slice of its prompt (whole prefills, chunks, chunks that
+#: continue a cached prefix) or decode tokens, the decodes of different lengths before,
+#: between and after the chunks
+_STEPS: list[list[tuple[int, slice | list[int]]]] = [
+    [(0, slice(None)), (1, slice(None)), (2, slice(None, 17))],
+    [(0, [5]), (1, [6]), (2, slice(17, None)), (3, slice(None))],
+    [(0, [7]), (1, [8]), (2, [9]), (3, [10])],
+    [(3, [11]), (4, slice(None, 6)), (0, [12]), (2, [13])],
+    [(4, slice(6, None)), (1, [14]), (3, [15])],
+    [(2, [11])],  # alone
+]
+
+
+def _check_compositions(model: Any, vocab: int, make_cache: Callable[[], KVCache]) -> None:
+    """Steps mixing whole prefills, chunks and decodes of different lengths, in any order."""
     use_batched_attention(model)
-    layout = KVLayout.of(model)
     gen = torch.Generator().manual_seed(1)
-    prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (1, 9, 40, 23)]
-    caches = [RequestCache.allocate(layout, 64) for _ in prompts]
+    prompts = [torch.randint(0, vocab, (n,), generator=gen).tolist() for n in (1, 9, 40, 23, 30)]
+    caches = [make_cache() for _ in prompts]
     seen: list[list[int]] = [[] for _ in prompts]
-    steps = [  # (sequence, new tokens) per step
-        [(0, prompts[0]), (1, prompts[1]), (2, prompts[2][:17])],  # prefills, one chunked
-        [(0, [5]), (1, [6]), (2, prompts[2][17:]), (3, prompts[3])],  # decodes + prefills
-        [(0, [7]), (1, [8]), (2, [9]), (3, [10])],  # decode only, four lengths
-        [(2, [11])],  # alone
-    ]
-    for step in steps:
-        logits = forward(model, [Piece(caches[i], tuple(t)) for i, t in step])
-        for row, (i, tokens) in zip(logits, step, strict=True):
+    for step in _STEPS:
+        fed = [(i, t if isinstance(t, list) else prompts[i][t]) for i, t in step]
+        pieces = [Piece(caches[i], tuple(t)) for i, t in fed]
+        logits = forward(model, pieces)
+        for row, (i, tokens) in zip(logits, fed, strict=True):
             seen[i] += tokens
             assert (row - _cold(model, seen[i])).abs().max().item() <= TOL, (i, len(seen[i]))
     assert [c.length for c in caches] == [len(s) for s in seen]
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen2"])
-def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str) -> None:
-    _check_compositions(_tiny(kind, 512), 512)
+def _contiguous(model: Any) -> Callable[[], KVCache]:
+    layout = KVLayout.of(model)
+    return lambda: RequestCache.allocate(layout, 64)
 
 
-def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine) -> None:
-    _check_compositions(engine.model, 2000)
+def _paged(model: Any) -> Callable[[], KVCache]:
+    pool = PagePool(KVLayout.of(model), n_pages=100, page_size=4)  # pages cut sequences often
+    return lambda: PagedCache(pool, 64)
+
+
+@pytest.mark.parametrize("kind", ["llama", "llama-mha", "qwen2"])
+@pytest.mark.parametrize("kv", ["contiguous", "paged"])
+def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str, kv: str) -> None:
+    model = _tiny(kind, 512)
+    _check_compositions(model, 512, _contiguous(model) if kv == "contiguous" else _paged(model))
+
+
+@pytest.mark.parametrize("kv", ["contiguous", "paged"])
+def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine, kv: str) -> None:
+    model = engine.model
+    _check_compositions(model, 2000, _contiguous(model) if kv == "contiguous" else _paged(model))
+
+
+def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
+    """On one pool, all decoding sequences share one attention call; caches of another kind
+    (or another pool) in the same step fall back to a group per piece, still exact."""
+    model = _tiny("llama", 512)
+    use_batched_attention(model)
+    pool = PagePool(KVLayout.of(model), n_pages=40, page_size=4)
+    caches = [PagedCache(pool, 64) for _ in range(3)]
+    forward(model, [Piece(c, tuple(range(3 + 5 * i, 10 + 6 * i))) for i, c in enumerate(caches)])
+    pieces = [Piece(caches[0], (1,)), Piece(caches[1], (4, 5, 6)), Piece(caches[2], (2,))]
+    batch = BatchCache(pieces, 2, torch.float32)
+    assert batch.pool is pool
+    assert [(g.pieces, g.n) for g in batch.groups] == [((0, 2), 1), ((1,), 3)]
+    other = RequestCache.allocate(KVLayout.of(model), 64)
+    mixed = BatchCache([*pieces, Piece(other, (3, 4))], 2, torch.float32)
+    assert mixed.pool is None and len(mixed.groups) == 4
+    history = [list(c.tokens) for c in caches]
+    logits = forward(model, [*pieces, Piece(other, (3, 4))])
+    for row, tokens in zip(logits, [history[0] + [1], history[1] + [4, 5, 6], history[2] + [2],
+                                    [3, 4]], strict=True):  # fmt: skip
+        assert (row - _cold(model, tokens)).abs().max().item() <= TOL
 
 
 def _alone(engine: Engine, prompt: list[int], params: SamplingParams) -> Completion:
@@ -169,3 +218,20 @@ def test_a_prompt_cancelled_part_way_is_not_fed_further_and_keeps_its_kv(
         scheduler.step()
     done = got["short"][-1]
     assert isinstance(done, Finished) and len(done.completion.choices[0].token_ids) == 6
+
+
+def test_a_prompts_few_last_tokens_are_not_left_for_another_step(tiny_engine: Engine) -> None:
+    """8 prompts of 64 tokens, 256 tokens a step: two steps prefill them all, although the
+    second also feeds the first four's decode tokens (the last prompt's 4-token remainder is
+    taken whole instead of costing it a third step)."""
+    scheduler = Scheduler(tiny_engine, max_batch=16, step_tokens=256)
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    for i in range(8):
+        request = tiny_engine.prepare([10 + i] * 64, params, namespace=f"{NS}|{i}")
+        scheduler.add(request, lambda item: True)
+    scheduler.step()
+    assert sum(s.piece is not None and len(s.piece.tokens) == 1 for s in scheduler.running) == 4
+    scheduler.step()
+    assert all(s.piece is not None and len(s.piece.tokens) == 1 for s in scheduler.running)
+    while scheduler.busy:
+        scheduler.step()
