@@ -24,7 +24,7 @@ import numpy as np
 
 from bench.report import command, machine, percentile, save_json, table
 from bench.train_verifier import DATA, _rows
-from semantic.verifier import PairVerifier, is_conversation
+from semantic.verifier import PairVerifier
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -54,8 +54,7 @@ def main(argv: list[str] | None = None) -> str:
             float(np.max(np.abs(verifiers["onnx"].score(chunk) - verifiers["torch"].score(chunk))))
             for chunk in (pairs[i : i + 3] for i in range(0, len(pairs), 3))
         )
-        raw = {name: verifiers[name].logits(pairs) - _shift(verifiers[name], pairs)
-               for name in ("torch", "onnx-int8")}  # fmt: skip
+        raw = {name: verifiers[name].raw_logits(pairs) for name in ("torch", "onnx-int8")}
     drift = np.abs(raw["onnx-int8"] - raw["torch"])
     flips = float(np.mean(np.sign(raw["onnx-int8"]) != np.sign(raw["torch"])))
     p50 = {name: {size: percentile(v, 50) for size, v in by.items()} for name, by in ms.items()}
@@ -79,11 +78,6 @@ def main(argv: list[str] | None = None) -> str:
     )  # fmt: skip
     print(text)
     return text
-
-
-def _shift(verifier: PairVerifier, pairs: list[tuple[str, str]]) -> np.ndarray:
-    """The conversation shift ``logits`` added to each pair (its backend's own)."""
-    return np.array([is_conversation(a, b) for a, b in pairs]) * verifier.conversation_shift
 
 
 if __name__ == "__main__":

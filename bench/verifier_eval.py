@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def evaluate(
 
 def _decider(
     verifier: PairVerifier, rows: list[dict[str, Any]], ua: np.ndarray, ub: np.ndarray
-) -> Any:
+) -> Callable[[float], np.ndarray]:
     """``hits(threshold)`` of role "decide" on ``rows``: the near-duplicate rail, or the floor,
     no hard veto and the verifier's probability at or above ``threshold``."""
     cos = np.einsum("ij,ij->i", ua, ub)  # [n]

@@ -74,6 +74,9 @@ class OnnxGraph:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.path = path
+        #: int8 weights (``model.int8.onnx``): activations are quantised per call, over the
+        #: whole input, so a row's output depends on the other rows of the call
+        self.int8 = path.name == "model.int8.onnx"
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 

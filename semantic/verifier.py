@@ -361,21 +361,25 @@ class PairVerifier:
         return (1.0 / (1.0 + np.exp(-self.logits(pairs)))).astype(np.float32)
 
     def logits(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
-        """Logits ``[n]`` float32 for ``pairs`` of (stored, new) texts, in one batch, with the
-        conversation shift applied."""
-        import torch
+        """Logits ``[n]`` float32 for ``pairs`` of (stored, new) texts (:meth:`raw_logits`),
+        with the conversation shift applied."""
+        logits = self.raw_logits(pairs)
+        if self.conversation_shift and len(pairs):
+            conv = np.array([is_conversation(a, b) for a, b in pairs], dtype=np.float32)
+            logits = logits + conv * np.float32(self.conversation_shift)
+        return logits
 
+    def raw_logits(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The model's own logits ``[n]`` float32, no conversation shift: one batch (an int8
+        graph: one pair a call, since its activations are scaled per call). What the load
+        checks compare on :data:`PROBES` (``bench.train_verifier`` records int8's)."""
         if not pairs:
             return np.zeros(0, dtype=np.float32)
         with self._lock:
-            if self.backend == INT8:  # one pair a call: int8 activations are scaled per call
-                logits = torch.cat([self._logits(self._tokenize([pair])) for pair in pairs])
-            else:
-                logits = self._logits(self._tokenize(pairs))  # [n]
-            if self.conversation_shift:
-                conv = torch.tensor([is_conversation(a, b) for a, b in pairs])
-                logits = logits + conv.float() * self.conversation_shift
-            return logits.numpy().astype(np.float32)
+            if self._onnx is not None and self._onnx.int8:
+                rows = [self._logits(self._tokenize([pair])) for pair in pairs]
+                return np.concatenate([r.numpy() for r in rows]).astype(np.float32)
+            return np.asarray(self._logits(self._tokenize(pairs)).numpy(), dtype=np.float32)
 
     async def verify(self, stored: str, new: str) -> float:
         """The cross-encoder's own probability for one pair (see :meth:`verify_logit`)."""
@@ -414,12 +418,6 @@ class PairVerifier:
             return_tensors="pt",
         )
 
-    def probe_logits(self) -> np.ndarray:
-        """The model's raw logits ``[probes]`` on :data:`PROBES`, one pair per call (what the
-        int8 graph's load check compares; ``bench.train_verifier`` records them)."""
-        rows = [self._logits(self._tokenize([pair])) for pair in PROBES]
-        return np.asarray(np.concatenate([np.asarray(r) for r in rows]), dtype=np.float32)
-
     def _open_int8(self, export_dir: str | Path | None) -> None:
         """Load the int8 graph with its own calibration, or say why not (float32 onnx next)."""
         overlay = self.meta.get("backends", {}).get(INT8)
@@ -437,7 +435,7 @@ class PairVerifier:
 
     def _open_onnx(self, export_dir: str | Path | None) -> None:
         """Load (exporting first if needed) the float32 onnx graph, checked against torch."""
-        self._onnx, why = self._load_graph(export_dir, False, self.probe_logits(), AGREEMENT)
+        self._onnx, why = self._load_graph(export_dir, False, self.raw_logits(PROBES), AGREEMENT)
         if self._onnx is not None:
             self.backend = "onnx"
         else:
@@ -458,7 +456,7 @@ class PairVerifier:
 
         def disagreement(onnx: OnnxClassifier) -> str:
             self._onnx = onnx
-            diff = float(np.max(np.abs(self.probe_logits() - expected)))
+            diff = float(np.max(np.abs(self.raw_logits(PROBES) - expected)))
             self._onnx = None
             return "" if diff <= tolerance else f"logits differ by {diff:.2g}"
 
