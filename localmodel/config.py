@@ -25,7 +25,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 
 #: ``weights``: how the linear layers' weights are stored (``localmodel.weights``).
-WEIGHTS = ("auto", "unpacked", "float16")
+WEIGHTS = ("auto", "unpacked", "float16", "bfloat16", "int8")
 
 #: ``context_overflow``: what a conversation longer than the window gets (``localmodel.sinks``).
 CONTEXT_OVERFLOWS = ("error", "sinks")
@@ -77,7 +77,12 @@ class EngineConfig:
             loaded. ``"unpacked"``: always as loaded. ``"float16"`` (a float32 model on the
             CPU only): stored in float16, half the bytes a decode step reads, so
             single-stream decode is ~2× faster; logits move by a few hundredths and a
-            request's tokens may then depend on what it is batched with.
+            request's tokens may then depend on what it is batched with. ``"bfloat16"``
+            (the same condition): weights and activations in bfloat16 on oneDNN (the CPU's
+            bfloat16 units): prefill ~2–3× faster, batched decode ~1.7×; logits move by
+            tenths. ``"int8"`` (the same condition): weight-only int8, one scale per output
+            feature, a quarter of the bytes: single-stream decode ~2× faster, batched
+            decode ~1.7×; logits move by up to ~2, greedy tokens agree ~97% with float32.
         context_overflow: ``"error"``: a prompt + ``max_tokens`` longer than the window is
             refused (HTTP 400 ``context_length_exceeded``); ``"sinks"``: the request runs
             with its first ``sink_tokens`` tokens and the most recent window of KV

@@ -34,7 +34,13 @@ from tqdm.auto import tqdm
 
 from localmodel.config import BUNDLED, EngineConfig
 from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
-from localmodel.weights import can_pack, use_half_weights, use_packed_weights
+from localmodel.weights import (
+    can_pack,
+    use_bfloat16_weights,
+    use_half_weights,
+    use_int8_weights,
+    use_packed_weights,
+)
 
 __all__ = [
     "BUNDLED_DIRNAME",
@@ -94,6 +100,10 @@ def load(config: EngineConfig) -> LoadedModel:
         return _load(config)
 
 
+#: ``weights`` settings that store the linear layers' weights in another dtype.
+_STORED = {"float16": use_half_weights, "bfloat16": use_bfloat16_weights, "int8": use_int8_weights}
+
+
 def _load(config: EngineConfig) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -107,10 +117,12 @@ def _load(config: EngineConfig) -> LoadedModel:
     except OSError as exc:  # missing files, or a hub id that is not in the offline cache
         raise ModelLoadError(f"localmodel: cannot load model {path!r}: {exc}") from exc
     model.to(device).eval()
-    if config.weights == "float16":
-        saved = use_half_weights(model)
+    if config.weights in _STORED:
+        saved = _STORED[config.weights](model)
         logger.info(
-            "localmodel: linear weights in float16 (%.0f MB less read a token)", saved / 1e6
+            "localmodel: linear weights in %s (%.0f MB less read a token)",
+            config.weights,
+            saved / 1e6,
         )
     elif config.weights == "auto" and can_pack(model):
         logger.info("localmodel: %d linear layers prepacked for oneDNN", use_packed_weights(model))

@@ -36,6 +36,8 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "strict": _model(bundled_model_dir),
             "sliding": _model(bundled_model_dir, context_overflow="sinks", kv_dtype="int8"),
             "half": _model(bundled_model_dir, weights="float16"),
+            "int8w": _model(bundled_model_dir, weights="int8"),
+            "bf16w": _model(bundled_model_dir, weights="bfloat16"),
             "int8pages": _model(bundled_model_dir, kv_dtype="int8"),
         },
     })  # fmt: skip
@@ -47,12 +49,12 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_yaml_reaches_the_engine_config() -> None:
     config = load_config_text(
         "models: {m: {backend: local, kv_dtype: int8, context_overflow: sinks, sink_tokens: 8,"
-        " weights: float16}}"
+        " weights: int8}}"
     )
     model = config.models["m"]
     assert isinstance(model, LocalModelConfig)
     engine_config = LocalBackend.from_config("m", model, config).engine_config
-    assert (engine_config.kv_dtype, engine_config.weights) == ("int8", "float16")
+    assert (engine_config.kv_dtype, engine_config.weights) == ("int8", "int8")
     assert (engine_config.context_overflow, engine_config.sink_tokens) == ("sinks", 8)
     paged = load_config_text("models: {m: {backend: local, kv_pool_bytes: 8388608, page_size: 32}}")
     paged_model = paged.models["m"]
@@ -77,9 +79,11 @@ def test_yaml_reaches_the_engine_config() -> None:
         ("sink_tokens: 0", "models.m.sink_tokens"),
         ("kv_pool_bytes: 0", "models.m.kv_pool_bytes"),
         ("page_size: 0", "models.m.page_size"),
-        ("weights: int8", "models.m.weights"),
+        ("weights: int4", "models.m.weights"),
         ("weights: float16, dtype: bfloat16", "models.m"),
         ("weights: float16, device: cuda", "models.m"),
+        ("weights: int8, dtype: float16", "models.m"),
+        ("weights: bfloat16, device: cuda", "models.m"),
     ],
 )
 def test_bad_values_are_config_errors(setting: str, where: str) -> None:
@@ -158,3 +162,23 @@ def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> N
     backends = gw.http.get("/admin/stats").json()["backends"]
     assert backends["strict"]["weights"] == "onednn-packed"  # weights: auto on this CPU
     assert backends["half"]["weights"] == "float16"
+
+
+@pytest.mark.parametrize(
+    ("model", "reported"), [("int8w", "int8"), ("bf16w", "onednn-packed bfloat16")]
+)
+def test_int8_and_bfloat16_weights_answer_over_http(gw: Gateway, model: str, reported: str) -> None:
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    answers = [
+        client.chat.completions.create(
+            model=name,
+            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            temperature=0,
+            max_tokens=10,
+        )
+        .choices[0]
+        .message.content
+        for name in ("strict", model)
+    ]
+    assert answers[0] and "Paris" in answers[0] and answers[0] == answers[1]
+    assert gw.http.get("/admin/stats").json()["backends"][model]["weights"] == reported

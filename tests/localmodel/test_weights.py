@@ -1,4 +1,5 @@
-"""``weights: float16``: every linear layer stores float16, answers stay the model's."""
+"""``weights: float16 | bfloat16 | int8``: every linear layer stores the dtype, answers stay the
+model's; ``weights: auto`` packs float32 for oneDNN with the same results."""
 
 from __future__ import annotations
 
@@ -9,11 +10,16 @@ from torch import nn
 from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.loader import LoadedModel, load
 from localmodel.weights import (
+    INT8_KERNEL_ROWS,
+    BFloat16Linear,
     HalfLinear,
+    Int8Linear,
     PackedLinear,
     can_pack,
     in_use,
+    use_bfloat16_weights,
     use_half_weights,
+    use_int8_weights,
     use_packed_weights,
 )
 from tests.conftest import CACHE_DIR
@@ -141,8 +147,11 @@ def test_only_a_float32_model_on_the_cpu_is_converted(tiny_model: nn.Module) -> 
     with pytest.raises(ValueError, match="float32 model on a CPU with oneDNN"):
         use_packed_weights(bf16)
     assert any(type(m) is nn.Linear for m in bf16.modules())  # left as it was
+    for use in (use_int8_weights, use_bfloat16_weights):
+        with pytest.raises(ValueError, match="float32 model on the CPU"):
+            use(bf16)
     with pytest.raises(ValueError, match="weights must be one of"):
-        EngineConfig(weights="int8")
+        EngineConfig(weights="int4")
 
 
 def test_several_rows_widen_into_one_reused_buffer(half: LoadedModel) -> None:
@@ -184,3 +193,119 @@ def test_without_onednn_auto_keeps_the_weights_as_loaded(
         assert all(type(m) is not PackedLinear for m in model.modules())
     finally:
         weights._onednn_works.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def int8() -> LoadedModel:
+    return _load("int8")
+
+
+@pytest.fixture(scope="module")
+def bf16() -> LoadedModel:
+    return _load("bfloat16")
+
+
+def _greedy(loaded: LoadedModel, question: str) -> str:
+    engine = Engine(loaded.model, loaded.tokenizer, EngineConfig(data_dir=CACHE_DIR))
+    prompt = engine.encode_chat([{"role": "user", "content": question}])
+    request = engine.prepare(prompt, SamplingParams(temperature=0.0, max_tokens=12), namespace="t")
+    return engine.complete(request).choices[0].text
+
+
+def test_int8_stores_a_quarter_of_the_bytes_and_answers_as_the_model(
+    int8: LoadedModel, bundled: LoadedModel
+) -> None:
+    layers = [m for m in int8.model.modules() if isinstance(m, Int8Linear)]
+    assert len(layers) == 30 * 7 + 1 and not any(type(m) is nn.Linear for m in int8.model.modules())
+    assert in_use(int8.model) == "int8"
+    assert all(m.weight.dtype == torch.int8 and m.kernel for m in layers)  # 576, 1536: ×16
+    packed = [m for m in bundled.model.modules() if isinstance(m, PackedLinear)]
+    assert sum(m.weight8.numel() for m in layers) == sum(
+        m.in_features * m.out_features for m in packed
+    )
+    _answers_as_the_model(int8, bundled, drift=3)  # measured ≤ 2.1 over the benchmark's tokens
+
+
+def _answers_as_the_model(rounded: LoadedModel, bundled: LoadedModel, drift: float) -> None:
+    """Logits near float32's (moved, not equal), the same next token and greedy answer."""
+    ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        full = bundled.model(input_ids=ids).logits[0, -1]
+        got = rounded.model(input_ids=ids).logits[0, -1]
+    assert 0 < (full - got).abs().max() < drift
+    assert int(full.argmax()) == int(got.argmax())
+    answer = _greedy(rounded, "What is the capital of France?")
+    assert "Paris" in answer and answer == _greedy(bundled, "What is the capital of France?")
+
+
+def test_bfloat16_packs_for_onednn_and_answers_as_the_model(
+    bf16: LoadedModel, bundled: LoadedModel
+) -> None:
+    layers = [m for m in bf16.model.modules() if isinstance(m, PackedLinear)]
+    assert len(layers) == 30 * 7 + 1 and all(m.dtype == torch.bfloat16 for m in layers)
+    assert in_use(bf16.model) == "onednn-packed bfloat16"  # this CPU runs bfloat16 on oneDNN
+    _answers_as_the_model(bf16, bundled, drift=1.5)  # measured ≤ 0.6 over the benchmark's
+
+
+def _dequantised(layer: Int8Linear, x: torch.Tensor) -> torch.Tensor:
+    """What an int8 layer stands for: bfloat16 activations times ``q * scale``, plus bias."""
+    weight = layer.weight8.float() * layer.scale[:, None]
+    return nn.functional.linear(x.to(torch.bfloat16).float(), weight, layer.bias)
+
+
+@pytest.mark.parametrize("in_features", [96, 40])  # 40: not a multiple of 16, no kernel
+def test_an_int8_layer_computes_its_dequantised_product_at_any_row_count(in_features: int) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(in_features, 24, bias=True)
+    layer = Int8Linear(linear)
+    assert layer.kernel == (in_features % 16 == 0)
+    # per output feature: the largest |w| maps to ±127, every weight within half a step
+    assert int(layer.weight8.abs().amax(dim=1).min()) == 127
+    err = (layer.weight8.float() * layer.scale[:, None] - linear.weight).abs()
+    assert (err <= layer.scale[:, None] / 2 + 1e-7).all()
+    for rows in (1, 3, INT8_KERNEL_ROWS, INT8_KERNEL_ROWS + 1, 64):
+        x = torch.randn(2, rows, in_features) if rows > 1 else torch.randn(1, 1, in_features)
+        with torch.inference_mode():
+            got, want = layer(x), _dequantised(layer, x)
+        assert got.dtype == torch.float32 and got.shape == want.shape
+        assert torch.allclose(got, want, atol=1e-2 * float(want.abs().max())), rows
+
+
+def test_an_int8_rows_result_does_not_depend_on_the_others_in_its_pass() -> None:
+    """Batched decode (up to INT8_KERNEL_ROWS rows) computes each row as it would alone."""
+    torch.manual_seed(0)
+    layer = Int8Linear(nn.Linear(64, 48))
+    rows = torch.randn(INT8_KERNEL_ROWS, 64)
+    with torch.inference_mode():
+        together = layer(rows)
+        assert all(torch.equal(layer(rows[i : i + 1])[0], together[i]) for i in range(len(rows)))
+
+
+def test_an_int8_kernel_that_disagrees_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    def garbage(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return torch.full((x.shape[0], q.shape[0]), 1e9, dtype=x.dtype)
+
+    monkeypatch.setattr(torch.ops.aten, "_weight_int8pack_mm", garbage, raising=False)
+    torch.manual_seed(0)
+    layer = Int8Linear(nn.Linear(64, 8))
+    assert not layer.kernel
+    x = torch.randn(1, 64)
+    with torch.inference_mode():
+        assert torch.allclose(layer(x), _dequantised(layer, x), atol=5e-2)
+
+
+def test_bfloat16_without_onednn_runs_plain_bfloat16(
+    monkeypatch: pytest.MonkeyPatch, tiny_model: nn.Module
+) -> None:
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    assert use_bfloat16_weights(model) > 0
+    assert in_use(model) == "bfloat16"
+    layer = next(m for m in model.modules() if isinstance(m, BFloat16Linear))
+    x = torch.randn(3, layer.in_features)
+    with torch.inference_mode():
+        want = nn.functional.linear(x.to(torch.bfloat16), layer.weight).float()
+        want = want if layer.bias is None else want + layer.bias
+        assert torch.equal(layer(x), want)
