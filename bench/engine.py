@@ -19,13 +19,14 @@ torch thread count and at the other of 1 and 2. Its decode tokens/s is computed 
 function as the engine's (:func:`decode_tokens_per_s`). Without llama-cpp-python this part is
 skipped, and the section says how to install it.
 
-The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``auto``, ``float16``) are
-measured side by side in the same run, taking turns round after round so that the machine's
-noise falls on all of them: single-stream ms/token, each against the weight-read floor of its
-own bytes, and 8-stream decode tokens/s. And ``float16``'s quality: over ``--prompts`` chat
-prompts the float32 engine answers greedily, then the float16 model is fed the same tokens one
-decode step at a time (teacher forcing: the one-row path decode takes) and its argmax and
-logits are compared with a float32 forward of the same tokens.
+The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``auto``, ``float16``,
+``bfloat16``, ``int8``) are measured side by side in the same run, taking turns round after
+round so that the machine's noise falls on all of them: single-stream ms/token, each against
+the weight-read floor of its own bytes, single-stream TTFT, and 8-stream decode tokens/s. And
+the quality of those that round the weights: over ``--prompts`` chat prompts the float32
+engine answers greedily, then the other model prefills the prompt and is fed the same tokens
+one decode step at a time (teacher forcing: the path decode takes) and its argmax and logits
+are compared with a float32 forward of the same tokens.
 """
 
 from __future__ import annotations
@@ -145,15 +146,16 @@ def variant(engine: Engine, weights: str) -> Engine:
 
 
 def taking_turns(
-    engines: dict[str, Engine], streams: int, figure: str, n_tokens: int, rounds: int
-) -> dict[str, float]:
-    """Median ``figure`` of ``measure`` at ``streams`` streams per engine, the engines taking
-    turns round after round (so that the machine's noise falls on all of them)."""
-    got: dict[str, list[float]] = {name: [] for name in engines}
+    engines: dict[str, Engine], streams: int, figures: tuple[str, ...], n_tokens: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """Median of each of ``figures`` of ``measure`` at ``streams`` streams per engine, the
+    engines taking turns round after round (so that the machine's noise falls on all of them)."""
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in engines}
     for r in range(rounds):
         for name, engine in engines.items():
-            got[name].append(measure(engine, streams, n_tokens, seed=100 * streams + r)[figure])
-    return {name: median(values) for name, values in got.items()}
+            got[name].append(measure(engine, streams, n_tokens, seed=100 * streams + r))
+    return {name: {f: median([run[f] for run in runs]) for f in figures}
+            for name, runs in got.items()}  # fmt: skip
 
 
 def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, Any]:
@@ -187,7 +189,8 @@ def versus_llama_cpp(engine: Engine, n_tokens: int, rounds: int) -> dict[str, An
     threads = torch.get_num_threads()
     counts = [threads, *(n for n in (1, 2) if n != threads and n <= (os.cpu_count() or 1))]
     n_ctx = max(256, PROMPT_TOKENS + n_tokens)
-    runners = {n: llamacpp.LlamaCpp(n, n_ctx) for n in counts}
+    repack = not llamacpp.repacking_crashes()
+    runners = {n: llamacpp.LlamaCpp(n, n_ctx, repack) for n in counts}
     for runner in runners.values():  # warm: the first evaluation allocates and repacks
         runner.greedy(_prompts(1, seed=8999)[0], 4, time.perf_counter())
     engine_8: list[dict[str, Any]] = []
@@ -206,6 +209,7 @@ def versus_llama_cpp(engine: Engine, n_tokens: int, rounds: int) -> dict[str, An
     return {
         "version": runners[threads].version,
         "gguf": llamacpp.BUNDLED_GGUF,
+        "repacking": repack,
         "n_ctx": n_ctx,
         "rounds": rounds,
         "threads": threads,
@@ -239,17 +243,24 @@ def _llama_figures(rounds: list[list[llamacpp.Timed]]) -> dict[str, Any]:
     }
 
 
-def half_quality(engine: Engine, half: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
-    """Greedy-token agreement and logit drift of float16 weights on the decode (one-row) path."""
+def weights_quality(engine: Engine, other: Engine, n_prompts: int, n_answer: int) -> dict[str, Any]:
+    """Greedy-token agreement and logit drift of another ``weights`` setting on the decode
+    (one-row) path, against ``engine``'s float32 answers."""
     greedy = SamplingParams(temperature=0.0, max_tokens=n_answer)
     drift = Drift()
     for question in _questions(n_prompts):
         prompt, fed, cold = teacher_forced(engine, question, greedy)
-        cache = RequestCache.allocate(half.layout, len(prompt) + len(fed))
-        prefill(half.model, cache, torch.tensor([prompt[:-1]]), 0)
-        warm = torch.stack([decode_one_token(half.model, cache, t, cache.length) for t in fed])
+        cache = RequestCache.allocate(other.layout, len(prompt) + len(fed))
+        prefill(other.model, cache, torch.tensor([prompt[:-1]]), 0)
+        warm = torch.stack([decode_one_token(other.model, cache, t, cache.length) for t in fed])
         drift.add(warm, cold)
     return {"prompts": n_prompts, "positions": drift.positions, **drift.figures()}
+
+
+#: The ``weights`` settings measured side by side, and those measured for quality against
+#: float32 (the others compute the same arithmetic up to summation order).
+WEIGHTS = ("unpacked", "auto", "float16", "bfloat16", "int8")
+ROUNDED = ("float16", "bfloat16", "int8")
 
 
 def run(
@@ -264,18 +275,22 @@ def run(
     batched = [measure(engine, c, n_tokens, seed=c) for c in levels]
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
     llama_cpp = versus_llama_cpp(engine, n_tokens, llama_rounds)
-    engines = {"unpacked": variant(engine, "unpacked"), "auto": engine,
-               "float16": variant(engine, "float16")}  # fmt: skip
+    engines = {name: engine if name == "auto" else variant(engine, name) for name in WEIGHTS}
     bandwidth = read_bandwidth()  # once: the floors differ by their bytes only
-    floors = {
-        name: weight_floor(engines[name].model, bandwidth) for name in ("unpacked", "float16")
-    }
+    floors = {name: weight_floor(engines[name].model, bandwidth)
+              for name in ("unpacked", "float16", "int8")}  # fmt: skip
+    # packed weights are not parameters: the same bytes as their unpacked dtype's
+    floors |= {"auto": floors["unpacked"], "bfloat16": floors["float16"]}
+    single = taking_turns(engines, 1, ("ms_per_token", "ttft_p50_s"), n_tokens, rounds=3)
     weights = {
-        "ms_per_token": taking_turns(engines, 1, "ms_per_token", n_tokens, rounds=3),
-        "decode_8": taking_turns(engines, 8, "decode_tokens_per_s", n_tokens, rounds=2),
-        "floor": {**floors, "auto": floors["unpacked"]},  # (packed: the same bytes)
-        "quality": half_quality(engine, engines["float16"], prompts, n_tokens),
-    }
+        "ms_per_token": {name: f["ms_per_token"] for name, f in single.items()},
+        "ttft_s": {name: f["ttft_p50_s"] for name, f in single.items()},
+        "decode_8": {name: f["decode_tokens_per_s"] for name, f in taking_turns(
+            engines, 8, ("decode_tokens_per_s",), n_tokens, rounds=2).items()},
+        "floor": floors,
+        "quality": {name: weights_quality(engine, engines[name], prompts, n_tokens)
+                    for name in ROUNDED},
+    }  # fmt: skip
     return {"header": header, "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
@@ -329,7 +344,7 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         "",
         *_hf_markdown(results),
         "",
-        *_weights_markdown(results["weights"]),
+        *_weights_markdown(results["weights"], results["llama_cpp"]),
     ])  # fmt: skip
 
 
@@ -370,7 +385,8 @@ def _llama_markdown(results: dict[str, Any]) -> list[str]:
         "tokens per stream everywhere (llama.cpp: the argmax of the logits, end-of-sequence "
         "ignored, exactly that many tokens). Decode tokens/s is the same function for both "
         "(tokens after each stream's first over the time a stream was past its first token); "
-        f"medians over the rounds. 1-min load average at each round's start and at the end: {load}.",
+        f"medians over the rounds. 1-min load average at each round's start and at the end: {load}."
+        + ("" if side.get("repacking", True) else _NO_REPACKING),
         "",
         table(_LLAMA_COLUMNS, rows),
         "",
@@ -379,6 +395,14 @@ def _llama_markdown(results: dict[str, Any]) -> list[str]:
         f"{e8['decode_tokens_per_s']:.1f} vs {llama:.1f} tokens/s, **{ratio:.2f}×**: {verdict}.",
     ]
 
+
+_NO_REPACKING = (
+    " **llama.cpp ran without weight repacking** (`use_extra_bufts` off): with it, this build "
+    "crashed at its first evaluation here (SIGSEGV in `llama_decode` after repacking the "
+    "weights for its AMX backend: ggml-org/llama.cpp#20824), so it computed with ggml's plain "
+    "CPU kernels, as on a CPU without AMX. Where repacking worked it was faster: compare with "
+    "earlier runs before reading the ratio below."
+)
 
 _LLAMA_COLUMNS = [
     "what",
@@ -410,37 +434,47 @@ def _hf_markdown(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def _weights_markdown(weights: dict[str, Any]) -> list[str]:
-    ms, d8, floors, q = (weights[k] for k in ("ms_per_token", "decode_8", "floor", "quality"))
-    names = ("unpacked", "auto", "float16")
+def _weights_markdown(weights: dict[str, Any], llama: dict[str, Any]) -> list[str]:
+    ms, d8, floors, quality = (weights[k] for k in ("ms_per_token", "decode_8", "floor", "quality"))
     rows = [[f"`{name}`", f"{ms[name]:.1f}", f"{floors[name]['weight_bytes'] / 1e6:.0f} MB",
              f"{floors[name]['floor_ms']:.1f}", f"{100 * floors[name]['floor_ms'] / ms[name]:.0f}%",
-             f"{d8[name]:.1f}"] for name in names]  # fmt: skip
-    return [
+             f"{1000 * weights['ttft_s'][name]:.0f}", f"{d8[name]:.1f}"]
+            for name in WEIGHTS]  # fmt: skip
+    speed = ", ".join(f"`{n}` **{ms['unpacked'] / ms[n]:.2f}×**" for n in WEIGHTS[1:])
+    speed8 = ", ".join(f"`{n}` **{d8[n] / d8['unpacked']:.2f}×**" for n in WEIGHTS[1:])
+    lines = [
         "### `weights` settings side by side (same run, taking turns)",
         "",
         "`unpacked`: the float32 weights as loaded (MKL); `auto`: the same weights prepacked "
-        "for oneDNN (the default on a CPU); `float16`: weights stored in float16.",
+        "for oneDNN (the default on a CPU); `float16`: weights stored in float16; `bfloat16`: "
+        "weights and activations in bfloat16 on oneDNN (prepacked); `int8`: weight-only int8 "
+        "with a scale per output feature (torch's int8 kernel up to 16 rows, a widened "
+        "bfloat16 product above). TTFT: one stream, a 64-token prompt (its prefill).",
         "",
-        table(
-            [
-                "weights",
-                "single-stream ms/token",
-                "read per token",
-                "floor ms",
-                "share of the floor",
-                "decode tokens/s, 8 streams",
-            ],
-            rows,
-        ),
+        table(["weights", "single-stream ms/token", "read per token", "floor ms",
+               "share of the floor", "TTFT ms", "decode tokens/s, 8 streams"], rows),
         "",
-        f"Single stream: `auto` {ms['unpacked'] / ms['auto']:.2f}×, `float16` "
-        f"**{ms['unpacked'] / ms['float16']:.2f}×** the speed of `unpacked`; 8 streams: `auto` "
-        f"**{d8['auto'] / d8['unpacked']:.2f}×**, `float16` {d8['float16'] / d8['unpacked']:.2f}×. "
-        f"`float16` quality on the decode path, {q['prompts']} chat prompts, {q['positions']} "
-        f"teacher-forced tokens: greedy-token agreement **{q['agreement']:.2%}**, max |Δ logit| "
-        f"{q['drift_max']:.3f} (mean of per-token max {q['drift_mean_of_max']:.3f}).",
-    ]
+        f"Against `unpacked`, single stream: {speed}; 8 streams: {speed8}.",
+        "",
+        "Quality on the decode path against float32 (greedy answers of the float32 engine fed "
+        "back token by token, teacher forcing):",
+        "",
+        table(["weights", "prompts", "tokens", "greedy-token agreement", "max |Δ logit|",
+               "mean of per-token max |Δ logit|"],
+              [[f"`{name}`", q["prompts"], q["positions"], f"**{q['agreement']:.2%}**",
+                f"{q['drift_max']:.3f}", f"{q['drift_mean_of_max']:.3f}"]
+               for name, q in quality.items()]),
+    ]  # fmt: skip
+    if "skipped" not in llama:
+        best = max(("auto", "bfloat16", "int8"), key=lambda n: d8[n])
+        one = llama["llama_cpp"][llama["threads"]]["decode_tokens_per_s"]
+        lines += [
+            "",
+            f"The 8-stream decode of `weights: {best}` (above) against llama.cpp's single "
+            f"stream earlier in this run at {llama['threads']} thread(s): {d8[best]:.1f} vs "
+            f"{one:.1f} tokens/s, **{d8[best] / one:.2f}×** (not taking turns with it).",
+        ]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -449,7 +483,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--quick", action="store_true", help="1 and 8 streams, 16 tokens")
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--prompts", type=int, default=40, help="float16 weights' quality")
+    parser.add_argument("--prompts", type=int, default=40, help="rounded weights' quality")
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     args = parser.parse_args(argv)

@@ -17,8 +17,12 @@ token, so every stream is exactly ``n_tokens`` long::
 
 from __future__ import annotations
 
+import functools
+import subprocess
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +30,7 @@ import numpy as np
 
 from localmodel.loader import BUNDLED_GGUF, bundled_gguf_path
 
-__all__ = ["BUNDLED_GGUF", "INSTALL", "LlamaCpp", "Timed", "missing"]
+__all__ = ["BUNDLED_GGUF", "INSTALL", "LlamaCpp", "Timed", "missing", "repacking_crashes"]
 
 #: What the docs and the bench say when llama-cpp-python is missing.
 INSTALL = (
@@ -62,20 +66,21 @@ class Timed:
 class LlamaCpp:
     """The bundled GGUF in one llama.cpp context (``threads`` for prefill and decode alike)."""
 
-    def __init__(self, threads: int, n_ctx: int = 256) -> None:
+    def __init__(self, threads: int, n_ctx: int = 256, repack: bool = True) -> None:
         import llama_cpp
 
         self.threads = threads
         self.version: str = llama_cpp.__version__
         self._lib: Any = llama_cpp
-        self._llm: Any = llama_cpp.Llama(
-            model_path=str(bundled_gguf_path()),
-            n_ctx=n_ctx,
-            n_batch=n_ctx,  # a prompt is prefilled in one batch
-            n_threads=threads,
-            n_threads_batch=threads,
-            verbose=False,
-        )
+        with nullcontext() if repack else _without_extra_buffer_types(llama_cpp):
+            self._llm: Any = llama_cpp.Llama(
+                model_path=str(bundled_gguf_path()),
+                n_ctx=n_ctx,
+                n_batch=n_ctx,  # a prompt is prefilled in one batch
+                n_threads=threads,
+                n_threads_batch=threads,
+                verbose=False,
+            )
         self._n_vocab: int = self._llm.n_vocab()
 
     def greedy(self, prompt: Sequence[int], n_tokens: int, clock: float) -> Timed:
@@ -96,3 +101,41 @@ class LlamaCpp:
         """The most likely next token after the last token evaluated."""
         logits = self._lib.llama_get_logits_ith(self._llm.ctx, -1)
         return int(np.argmax(np.ctypeslib.as_array(logits, shape=(self._n_vocab,))))
+
+
+@functools.cache
+def repacking_crashes() -> bool:
+    """Whether llama.cpp as built here crashes on the bundled GGUF with its weights repacked
+    (its default), tried in a child process: a crash there must not end the benchmark.
+
+    NOTE: on a Sapphire Rapids CPU (AMX_INT8) a native build of llama-cpp-python 0.3.36
+    repacked the weights for its AMX backend at load and crashed the process (SIGSEGV in
+    ``llama_decode``) at the first evaluation: the machine-dependent crash of
+    ggml-org/llama.cpp#20824. An earlier build on this project's machines did not.
+    """
+    probe = "from bench.llamacpp import LlamaCpp; LlamaCpp(1).greedy(range(100, 116), 2, 0.0)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, check=False)
+    return done.returncode != 0
+
+
+@contextmanager
+def _without_extra_buffer_types(llama_cpp: Any) -> Iterator[None]:
+    """Load models with ``use_extra_bufts`` off: no weight repacking (into AMX buffers or
+    others): ggml's plain CPU kernels, as on a CPU without AMX.
+
+    ``Llama`` takes its model parameters from ``llama_model_default_params()`` and has no
+    argument for this one, so that function is wrapped while the model loads.
+    """
+    module = llama_cpp.llama_cpp  # what ``Llama.__init__`` calls
+    defaults = module.llama_model_default_params
+
+    def params() -> Any:
+        got = defaults()
+        got.use_extra_bufts = False
+        return got
+
+    module.llama_model_default_params = params
+    try:
+        yield
+    finally:
+        module.llama_model_default_params = defaults

@@ -64,3 +64,28 @@ def test_without_llama_cpp_the_section_says_it_was_skipped_and_how_to_install_it
     text = "\n".join(_llama_markdown({"llama_cpp": side}))
     assert "Not measured: llama.cpp was skipped (ModuleNotFoundError" in text
     assert "`make llamacpp`" in text
+
+
+def test_a_run_without_repacking_says_so() -> None:
+    side = _side(66.0, 60.0)
+    assert "without weight repacking" not in "\n".join(
+        _llama_markdown({"n_tokens": 32, "llama_cpp": side})
+    )
+    side["repacking"] = False
+    text = "\n".join(_llama_markdown({"n_tokens": 32, "llama_cpp": side}))
+    assert "**llama.cpp ran without weight repacking** (`use_extra_bufts` off)" in text
+
+
+def test_repacking_is_turned_off_only_while_the_model_loads() -> None:
+    from types import SimpleNamespace
+
+    from bench.llamacpp import _without_extra_buffer_types
+
+    def defaults() -> SimpleNamespace:
+        return SimpleNamespace(use_extra_bufts=True, n_gpu_layers=0)
+
+    fake = SimpleNamespace(llama_cpp=SimpleNamespace(llama_model_default_params=defaults))
+    with _without_extra_buffer_types(fake):
+        params = fake.llama_cpp.llama_model_default_params()
+        assert params.use_extra_bufts is False and params.n_gpu_layers == 0
+    assert fake.llama_cpp.llama_model_default_params is defaults
