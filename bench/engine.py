@@ -459,8 +459,8 @@ def _weights_markdown(weights: dict[str, Any], llama: dict[str, Any]) -> list[st
         "Quality on the decode path against float32 (greedy answers of the float32 engine fed "
         "back token by token, teacher forcing):",
         "",
-        table(["weights", "prompts", "tokens", "greedy-token agreement", "max |Δ logit|",
-               "mean of per-token max |Δ logit|"],
+        table(["weights", "prompts", "tokens", "greedy-token agreement", "max \\|Δ logit\\|",
+               "mean of per-token max \\|Δ logit\\|"],
               [[f"`{name}`", q["prompts"], q["positions"], f"**{q['agreement']:.2%}**",
                 f"{q['drift_max']:.3f}", f"{q['drift_mean_of_max']:.3f}"]
                for name, q in quality.items()]),

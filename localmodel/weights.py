@@ -1,9 +1,12 @@
-"""How a CPU model's linear layers keep their weights (``weights``): packed, or in float16.
+"""How a CPU model's linear layers keep their weights (``weights``): packed, in float16,
+bfloat16 or int8.
 
 Decoding is a chain of matrix products over a few rows (one per running request), and on a
 CPU each is bound by how fast the weights stream from memory: a profile of a float32 decode
-step of the bundled model put 88% of it in ``aten::mm``, at ~12 GB/s. Both options swap every
-``nn.Linear`` of a float32 model by type (any architecture):
+step of the bundled model put 88% of it in ``aten::mm``, at ~12 GB/s. Every option swaps each
+``nn.Linear`` of a float32 model by type (any architecture). ``weights: bfloat16``
+(:class:`PackedLinear` in bfloat16) and ``weights: int8`` (:class:`Int8Linear`) are described
+in their classes; the two that keep the most precision:
 
 ``weights: auto`` → :class:`PackedLinear` (where oneDNN is available): each weight is
 prepacked once into oneDNN's blocked layout. MKL's GEMM gets slower per row on 4–16 rows;
@@ -42,6 +45,7 @@ Example::
     if can_pack(model):
         use_packed_weights(model)     # what the loader does for weights: auto
     saved = use_half_weights(model)   # or, on a float32 model as loaded: weights: float16
+    saved = use_int8_weights(model)   # ... weights: int8 (use_bfloat16_weights: bfloat16)
 """
 
 from __future__ import annotations
