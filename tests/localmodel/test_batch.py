@@ -20,6 +20,12 @@ from localmodel.scheduler import Scheduler
 
 NS = "smollm2|tenant-a"
 TOL = 1e-4
+#: The bundled model's logits reach ~30 after 30 layers, where float32's step is 2**-19, and
+#: batched and cold forwards sum in different orders (row counts pick different kernels): on
+#: the machine of 2026-12-03 the largest difference was 1.09e-4 (57 steps) with oneDNN packed
+#: weights and 1.05e-4 with MKL, under 1e-4 on the earlier one. A wrong mask, position or
+#: page moves logits by 1e-2 and more, so 2e-4 still tells a bug from summation order.
+TOL_BUNDLED = 2e-4
 
 
 def _tiny(kind: str, vocab: int) -> Any:
@@ -55,7 +61,9 @@ _STEPS: list[list[tuple[int, slice | list[int]]]] = [
 ]
 
 
-def _check_compositions(model: Any, vocab: int, make_cache: Callable[[], KVCache]) -> None:
+def _check_compositions(
+    model: Any, vocab: int, make_cache: Callable[[], KVCache], tol: float = TOL
+) -> None:
     """Steps mixing whole prefills, chunks and decodes of different lengths, in any order."""
     use_batched_attention(model)
     gen = torch.Generator().manual_seed(1)
@@ -68,7 +76,7 @@ def _check_compositions(model: Any, vocab: int, make_cache: Callable[[], KVCache
         logits = forward(model, pieces)
         for row, (i, tokens) in zip(logits, fed, strict=True):
             seen[i] += tokens
-            assert (row - _cold(model, seen[i])).abs().max().item() <= TOL, (i, len(seen[i]))
+            assert (row - _cold(model, seen[i])).abs().max().item() <= tol, (i, len(seen[i]))
     assert [c.length for c in caches] == [len(s) for s in seen]
 
 
@@ -92,7 +100,8 @@ def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str, kv: s
 @pytest.mark.parametrize("kv", ["contiguous", "paged"])
 def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine, kv: str) -> None:
     model = engine.model
-    _check_compositions(model, 2000, _contiguous(model) if kv == "contiguous" else _paged(model))
+    make = _contiguous(model) if kv == "contiguous" else _paged(model)
+    _check_compositions(model, 2000, make, TOL_BUNDLED)
 
 
 def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
