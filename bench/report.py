@@ -155,7 +155,10 @@ def update_section(name: str, markdown: str) -> None:
 
 
 def command(name: str, argv: list[str] | None) -> str:
-    """The command line that reproduces a run, as a section shows it."""
+    """The command line that reproduces a run, as a section shows it (``argv`` None: the
+    process's own arguments, as ``python -m bench.NAME ...`` gave them to ``main()``)."""
+    if argv is None:
+        argv = sys.argv[1:] if Path(sys.argv[0]).stem == name else []
     return f"python -m bench.{name}" + (" " + " ".join(argv) if argv else "")
 
 
