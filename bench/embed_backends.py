@@ -6,7 +6,9 @@
 Backends (``cache.semantic.embedder_backend``, plus one measured but not shipped):
 ``torch`` (float32, the packed forward), ``torch int8`` (the packed forward with its Linear
 layers dynamically quantised by ``torch.ao.quantization.quantize_dynamic``; not a config
-choice), ``onnx`` (float32 through ONNX Runtime) and ``onnx-int8`` (its weights int8).
+choice), ``onnx`` (float32 through ONNX Runtime), ``onnx-int8`` (its weights int8 per channel,
+activations per call) and ``onnx-int8-block`` (weights int8 in blocks of 128 inputs, activations
+per row and block).
 
 Speed: one question at a time (p50 of ``encode([text])``, the latency of a lone miss) and
 batches of 16 (texts/s, the throughput of a busy worker), one worker thread and one intra-op
@@ -36,7 +38,7 @@ from semantic._packed import PackedEncoder
 from semantic.embedder import Embedder
 from semantic.guard import DEFAULT_THRESHOLD, Guard
 
-NAMES = ["torch", "torch int8", "onnx", "onnx-int8"]
+NAMES = ["torch", "torch int8", "onnx", "onnx-int8", "onnx-int8-block"]
 
 
 def load(name: str, export_dir: Path) -> Embedder:

@@ -372,11 +372,13 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: sentence-transformers model: "bundled" (all-MiniLM-L6-v2) or a model directory.
     embedding_model: str = "bundled"
     #: How the embedder runs: "onnx" (ONNX Runtime, float32: the same vectors as torch, ~3x
-    #: faster for one question), "onnx-int8" (int8 weights: faster still, vectors within
-    #: ~0.99 cosine) or "torch" (eager PyTorch). ONNX files are exported once, by `cachegate
-    #: prepare` or the first start, into embedder_export_dir; if that fails the embedder falls
-    #: back to torch and logs why. Measured in docs/benchmarks.md (embedder backends).
-    embedder_backend: Literal["torch", "onnx", "onnx-int8"] = "onnx"
+    #: faster for one question), "onnx-int8-block" (int8 weights in blocks of 128 inputs:
+    #: faster for one question, vectors within ~0.999 cosine), "onnx-int8" (int8 weights per
+    #: channel: fastest, vectors within ~0.99 cosine) or "torch" (eager PyTorch). ONNX files are
+    #: exported once, by `cachegate prepare` or the first start, into embedder_export_dir; if
+    #: that fails the embedder falls back to torch and logs why. Measured in
+    #: docs/benchmarks.md (embedder backends).
+    embedder_backend: Literal["torch", "onnx", "onnx-int8", "onnx-int8-block"] = "onnx"
     #: How the verifier's model call runs: "onnx-int8" (ONNX Runtime, int8 weights, on its own
     #: calibration from meta.json; one pair per call), "onnx" (float32: the same scores as
     #: torch, checked at load) or "torch". Exported like the embedder, into embedder_export_dir

@@ -5,8 +5,13 @@ Two graphs are exported (``torch.onnx``, the TorchScript exporter: no extra pack
 
 - the embedder (:class:`OnnxEncoder`): a BERT sentence encoder with its mean pooling, as
   ``[texts, tokens] -> [texts, hidden]``, into ``<export_dir>/embedder-<model>-<digest>/model.onnx``;
-  ``int8`` adds ``model.int8.onnx``, the same graph with its MatMul weights quantised to int8 per
-  channel (``onnxruntime.quantization.quantize_dynamic``; activations are quantised per call);
+  the quantised variants (:data:`QUANTISED`) sit beside it: ``int8`` (``model.int8.onnx``) has its
+  MatMul weights quantised to int8 per channel (``onnxruntime.quantization.quantize_dynamic``;
+  activations are quantised per call, one scale for the whole input); ``int8-block``
+  (``model.int8-block.onnx``) has them in int8 blocks of :data:`BLOCK` input features with a
+  scale each (ONNX Runtime's ``MatMulNBits``, 8 bits, symmetric), multiplied with activations
+  quantised per row and block (its ``accuracy_level`` 4): finer scales on both sides, so its
+  vectors stay much nearer float32's;
 - the pair verifier (:class:`OnnxClassifier`): a sequence classifier (for the shipped verifier,
   the bundled MiniLM with the verifier's delta applied) as ``[pairs, tokens] -> [pairs]``, its
   raw first logit, into ``<export_dir>/verifier-<digest>/model.onnx``; ``int8`` adds
@@ -29,6 +34,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -55,6 +61,11 @@ log = logging.getLogger(__name__)
 
 #: Bumped when the exported graph changes; part of the export's directory name.
 EXPORT_FORMAT = 1
+#: The quantised graphs beside ``model.onnx``, by kind: their file names.
+QUANTISED = {"int8": "model.int8.onnx", "int8-block": "model.int8-block.onnx"}
+#: Input features per weight scale in ``int8-block`` (MiniLM's 384 and 1536 are multiples).
+BLOCK = 128
+_NBITS = "onnxruntime.quantization.matmul_nbits_quantizer"
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 G = TypeVar("G", bound="OnnxGraph")
@@ -107,17 +118,25 @@ class OnnxEncoder(OnnxGraph):
 
     @classmethod
     def load(
-        cls, model: Any, model_path: str, export_dir: Path, *, int8: bool, threads: int = 1
+        cls,
+        model: Any,
+        model_path: str,
+        export_dir: Path,
+        *,
+        quantised: str | None = None,
+        threads: int = 1,
     ) -> OnnxEncoder:
-        """Load the export of sentence-transformers ``model`` (read from ``model_path``).
+        """Load the export of sentence-transformers ``model`` (read from ``model_path``):
+        float32, or the :data:`QUANTISED` kind ``quantised``.
 
         Exports it first when missing; a file that fails to load is exported again once.
         Raises ``ValueError`` for a model that is not a mean-pooled BERT-like encoder, and
         whatever the exporter raises when exporting fails.
         """
         directory = export_dir / export_name(model_path)
-        path = directory / ("model.int8.onnx" if int8 else "model.onnx")
-        return cls._load(path, lambda: _export(model, directory, int8=int8), threads, "embedder")
+        path = directory / _file(quantised)
+        export = functools.partial(_export, model, directory, quantised)
+        return cls._load(path, export, threads, "embedder")
 
 
 class OnnxClassifier(OnnxGraph):
@@ -135,9 +154,9 @@ class OnnxClassifier(OnnxGraph):
             if not fp32.exists() or not _loads(fp32):
                 _export_classifier(model, tokenizer, fp32)
             if int8:
-                _quantize(fp32, "verifier")
+                _quantize(fp32, "verifier", "int8")
 
-        path = directory / ("model.int8.onnx" if int8 else "model.onnx")
+        path = directory / _file("int8" if int8 else None)
         return cls._load(path, export, threads, "verifier")
 
 
@@ -205,8 +224,14 @@ def _digest_files(h: Any, root: Path, *, contents: bool) -> None:
             h.update(hashlib.sha256(file.read_bytes()).digest())
 
 
-def _export(model: Any, directory: Path, *, int8: bool) -> None:
-    """Write ``model.onnx`` (and ``model.int8.onnx``) into ``directory``, atomically."""
+def _file(quantised: str | None) -> str:
+    if quantised is not None and quantised not in QUANTISED:
+        raise ValueError(f"no quantised graph {quantised!r}: {', '.join(QUANTISED)}")
+    return "model.onnx" if quantised is None else QUANTISED[quantised]
+
+
+def _export(model: Any, directory: Path, quantised: str | None) -> None:
+    """Write ``model.onnx`` (and the ``quantised`` graph) into ``directory``, atomically."""
     modules = list(model)
     names = [type(m).__name__ for m in modules]
     if names[:2] != ["Transformer", "Pooling"] or any(n != "Normalize" for n in names[2:]):
@@ -222,25 +247,57 @@ def _export(model: Any, directory: Path, *, int8: bool) -> None:
         args = tuple(probe[name] for name in _INPUTS)
         _export_graph(_MeanPooled(encoder), args, _INPUTS, fp32, ("embedding", "texts"))
         log.info("embedder: exported %s", fp32)
-    if int8:
-        _quantize(fp32, "embedder")
+    if quantised is not None:
+        _quantize(fp32, "embedder", quantised)
 
 
-def _quantize(fp32: Path, what: str) -> None:
-    """Write ``model.int8.onnx`` beside ``fp32``, atomically: its MatMul weights quantised to
-    int8 per output channel; activations are quantised per call (``quantize_dynamic``)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def _quantize(fp32: Path, what: str, kind: str) -> None:
+    """Write the ``kind`` graph (:data:`QUANTISED`) beside ``fp32``, atomically.
 
-    directory = fp32.parent
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
-        out = Path(tmp) / "model.int8.onnx"
-        logging.getLogger().disabled, was = True, logging.getLogger().disabled
-        try:  # (the quantiser logs a pre-processing hint on the root logger)
-            quantize_dynamic(fp32, out, weight_type=QuantType.QInt8, per_channel=True)
+    ``int8``: MatMul weights int8 per output channel, activations quantised per call
+    (``quantize_dynamic``). ``int8-block``: MatMul weights int8 in blocks of :data:`BLOCK`
+    input features, symmetric, as ``MatMulNBits`` nodes computing on int8 activations
+    quantised per row and block (``accuracy_level`` 4).
+    """
+    name = _file(kind)
+    with tempfile.TemporaryDirectory(dir=fp32.parent) as tmp:
+        out = Path(tmp) / name
+        # (the quantisers log a pre-processing hint on the root logger and every node they
+        # skip on their own: silence both)
+        quiet = [logging.getLogger(), logging.getLogger(_NBITS)]
+        was = [lg.disabled for lg in quiet]
+        for lg in quiet:
+            lg.disabled = True
+        try:
+            _quantized_graph(fp32, out, kind)
         finally:
-            logging.getLogger().disabled = was
-        os.replace(out, directory / "model.int8.onnx")
-    log.info("%s: quantised %s", what, directory / "model.int8.onnx")
+            for lg, w in zip(quiet, was, strict=True):
+                lg.disabled = w
+        os.replace(out, fp32.parent / name)
+    log.info("%s: quantised %s", what, fp32.parent / name)
+
+
+def _quantized_graph(fp32: Path, out: Path, kind: str) -> None:
+    if kind == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(fp32, out, weight_type=QuantType.QInt8, per_channel=True)
+        return
+    import importlib
+
+    import onnx
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:  # NOTE: the module calls logging.basicConfig(level=INFO) when imported: undo that
+        nbits = importlib.import_module(_NBITS)
+    finally:
+        root.handlers[:], root.level = handlers, level
+    quantizer = nbits.MatMulNBitsQuantizer(
+        onnx.load(str(fp32)), bits=8, block_size=BLOCK, is_symmetric=True, accuracy_level=4
+    )
+    quantizer.process()
+    quantizer.model.save_model_to_file(str(out), use_external_data_format=False)
 
 
 def _export_classifier(model: Any, tokenizer: Any, path: Path) -> None:

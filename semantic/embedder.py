@@ -74,13 +74,17 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: How the forward pass runs: "torch" (float32, eager), "onnx" (float32 through ONNX Runtime)
-#: or "onnx-int8" (its MatMul weights quantised to int8). See semantic/_onnx.py.
-BACKENDS = ("torch", "onnx", "onnx-int8")
+#: How the forward pass runs: "torch" (float32, eager), "onnx" (float32 through ONNX Runtime),
+#: "onnx-int8" (its MatMul weights int8 per channel, activations per call) or "onnx-int8-block"
+#: (weights int8 in blocks of 128 inputs, activations per row and block). See semantic/_onnx.py.
+BACKENDS = ("torch", "onnx", "onnx-int8", "onnx-int8-block")
+#: The ONNX backends' graphs (semantic._onnx.QUANTISED; None: float32).
+_GRAPHS = {"onnx": None, "onnx-int8": "int8", "onnx-int8-block": "int8-block"}
 #: Least cosine between a backend's vector and torch's float32 one on the probe texts, checked
 #: at load (bench/embed_backends.py over 4,846 Quora texts: onnx min 1.0000, onnx-int8 min 0.968,
-#: mean 0.994; on the probes below, int8 gives 0.991-0.997, so 0.97 leaves room for other CPUs).
-AGREEMENT = {"torch": 1.0 - 1e-6, "onnx": 0.9999, "onnx-int8": 0.97}
+#: mean 0.994; on the probes below, int8 gives 0.991-0.997, so 0.97 leaves room for other CPUs;
+#: onnx-int8-block: 300 Quora questions min 0.9986, mean 0.9993, probes >= 0.999).
+AGREEMENT = {"torch": 1.0 - 1e-6, "onnx": 0.9999, "onnx-int8": 0.97, "onnx-int8-block": 0.995}
 _PROBES = (
     "How do I reset my password?",
     "What is the boiling point of water at 2000 metres, in degrees Celsius?",
@@ -143,11 +147,11 @@ class Embedder:
     each worker. ``cache_size``: texts kept in the LRU (0 disables it). ``packed``: forward a
     BERT encoder over packed tokens (semantic/_packed.py; same vectors, faster); other models,
     or ``packed=False``, are forwarded padded, in length buckets. ``backend``: "torch", or
-    "onnx" / "onnx-int8" to run the forward through ONNX Runtime (semantic/_onnx.py), from an
-    export kept in ``export_dir`` (default ``$XDG_CACHE_HOME/cachegate/models``) and made there
-    on first use; it is checked against torch at load (:data:`AGREEMENT`), and when it cannot
-    be made or disagrees the embedder runs on torch (``backend`` says which runs,
-    ``fallback`` why).
+    "onnx" / "onnx-int8" / "onnx-int8-block" to run the forward through ONNX Runtime
+    (semantic/_onnx.py), from an export kept in ``export_dir`` (default
+    ``$XDG_CACHE_HOME/cachegate/models``) and made there on first use; it is checked against
+    torch at load (:data:`AGREEMENT`), and when it cannot be made or disagrees the embedder
+    runs on torch (``backend`` says which runs, ``fallback`` why).
 
     Thread-safe: ``encode`` may be called from any thread (it runs in the caller's thread, with
     that thread's torch settings); tokenisation is serialised, forward passes are not.
@@ -402,7 +406,7 @@ class Embedder:
 
         self._onnx, why = load_checked(
             lambda: OnnxEncoder.load(
-                self._model, path, where, int8=backend == "onnx-int8", threads=threads
+                self._model, path, where, quantised=_GRAPHS[backend], threads=threads
             ),
             disagreement,
             redo,

@@ -310,21 +310,30 @@ def test_semantic_failure_degrades_to_exact_hits(
         gateway.stop()
 
 
+@pytest.mark.parametrize(
+    ("backend", "graph"),
+    [("onnx-int8", "model.int8.onnx"), ("onnx-int8-block", "model.int8-block.onnx")],
+)
 def test_embedder_backend_from_yaml_serves_hits(
-    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    backend: str,
+    graph: str,
 ) -> None:
-    """`cache.semantic.embedder_backend: onnx-int8` exports into `embedder_export_dir` at start,
-    is the backend the gateway reports, and serves paraphrases as before."""
+    """`cache.semantic.embedder_backend: onnx-int8` (or `onnx-int8-block`) exports into
+    `embedder_export_dir` at start, is the backend the gateway reports, and serves paraphrases
+    as before."""
     text = config_text(upstream_server.url, tmp_path / "data")
     config = yaml.safe_load(text)
     config["cache"]["semantic"].update(
-        embedder_backend="onnx-int8", embedder_export_dir=str(tmp_path / "exports")
+        embedder_backend=backend, embedder_export_dir=str(tmp_path / "exports")
     )
     gateway = Gateway(load_config_text(yaml.safe_dump(config)))
     try:
-        assert list((tmp_path / "exports").glob("embedder-*/model.int8.onnx"))
+        assert list((tmp_path / "exports").glob(f"embedder-*/{graph}"))
         embedder = gateway.http.get("/admin/stats").json()["cache"]["embedder"]
-        assert embedder["backend"] == "onnx-int8"
+        assert embedder["backend"] == backend
         first = ask(gateway, "How do I reset my password?", ns="int8")
         assert first.headers["x-cache"] == "miss"
         hit = ask(gateway, "How can I reset my password?", ns="int8")
@@ -334,6 +343,6 @@ def test_embedder_backend_from_yaml_serves_hits(
         )
         assert upstream.stats["chat"] == 2
         metrics = gateway.http.get("/metrics").text
-        assert 'cachegate_embedder_backend_info{backend="onnx-int8"} 1' in metrics
+        assert f'cachegate_embedder_backend_info{{backend="{backend}"}} 1' in metrics
     finally:
         gateway.stop()

@@ -1,4 +1,5 @@
-"""Embedder backends: ONNX Runtime exports (float32, int8) agree with torch; broken exports.
+"""Embedder backends: ONNX Runtime exports (float32, int8, int8 blocks) agree with torch; broken
+exports.
 
 Each test that exports writes into its own directory (an fp32 export takes a few seconds; the
 int8 one is made once per module).
@@ -71,6 +72,37 @@ def test_int8_export_is_used_and_stays_close(
     # a paraphrase is still nearer than an unrelated question
     a, b, c = emb.encode(["How do I reset my password?", "How can I reset my password?", "tax"])
     assert float(a @ b) > 0.8 > float(a @ c)
+
+
+def test_int8_block_export_is_nearer_float32_and_keeps_rows_apart(
+    embedder: Embedder, int8_dir: tuple[Path, Embedder], tmp_path: Path
+) -> None:
+    """`onnx-int8-block`: its own file of MatMulNBits nodes beside the float32 export, vectors
+    within AGREEMENT of torch's and nearer them than per-channel int8's, and a text's vector
+    (almost) independent of its batch-mates."""
+    import onnx
+
+    emb = Embedder(backend="onnx-int8-block", export_dir=tmp_path, cache_size=0)
+    try:
+        assert emb.backend == "onnx-int8-block" and emb.fallback == ""
+        graph = next(tmp_path.glob("embedder-*/model.int8-block.onnx"))
+        assert (graph.parent / "model.onnx").exists()
+        model = onnx.load(str(graph)).graph
+        weights = {init.name for init in model.initializer}
+        assert sum(node.op_type == "MatMulNBits" for node in model.node) == 36  # 6 layers x 6
+        # every weight product is quantised: what is left of MatMul is attention's (QK^T, PV)
+        assert not [n.name for n in model.node if n.op_type == "MatMul" and weights & {*n.input}]
+        ref = _reference(embedder)
+        vecs = emb.encode(_TEXTS)  # [6, 384]
+        cosine = np.sum(vecs * ref, axis=1)  # [6]
+        assert float(cosine.min()) >= AGREEMENT["onnx-int8-block"]
+        assert float(cosine.min()) < 0.99999  # really the quantised graph
+        per_channel = np.sum(int8_dir[1].encode(_TEXTS) * ref, axis=1)
+        assert float(np.mean(1 - cosine)) < float(np.mean(1 - per_channel)) / 3
+        alone = np.concatenate([emb.encode([t]) for t in _TEXTS])
+        assert float(np.min(np.sum(alone * vecs, axis=1))) >= 0.999
+    finally:
+        emb.close()
 
 
 def test_a_corrupt_export_is_exported_again(tmp_path: Path) -> None:
