@@ -6,9 +6,10 @@
     python -m bench.overload --misses 0 --seconds 20 --no-doc   # part 2 only, quick
 
 Processes on 127.0.0.1: the fake upstream, one ``cachegate serve`` per configuration, and the
-load generator. Part 1 (miss cost): fresh questions one at a time and 16 at once, from this
-process, to gateways with the semantic tier on (one per ``--backends`` embedder backend) and
-one with it off, in alternating rounds (same machine load).
+load generator. Part 1 (miss cost): fresh questions one at a time (from this process) and
+from 16 connections at once (wrk with ``--client wrk``: a Python client here tops out below
+what the gateway serves), to gateways with the semantic tier on (one per ``--backends``
+embedder backend) and one with it off, in alternating rounds (same machine load).
 Part 2 (overload): 200 connections for ``--seconds`` from wrk (``--client wrk``, Debian's
 package, with bench/overload.lua; ``--client python``: httpx in this process), 70% of requests
 repeat a stored question (exact hits), 30% ask a fresh one (misses, the upstream takes 0.2 s),
@@ -108,21 +109,45 @@ TOPICS = ["tax returns", "river fishing", "kernel modules", "sourdough", "solar 
           "chess openings", "bus timetables", "violin strings", "tide tables", "visa rules"]  # fmt: skip
 
 
-async def miss_cost(urls: dict[str, str], n: int) -> list[list[Any]]:
-    """Misses one at a time (p50) and 16 at once (misses/s), semantic on vs off, alternating."""
+async def miss_cost(urls: dict[str, str], n: int, client: str = "wrk") -> list[list[Any]]:
+    """Misses one at a time (p50) and 16 at once (misses/s), semantic on vs off, alternating.
+
+    ``client``: what sends the 16 at once: "wrk" (16 connections for 5 s, every question
+    fresh) or "python" (``n // 2`` requests from httpx in this process).
+    """
     lat: dict[str, list[float]] = {name: [] for name in urls}
     rate: dict[str, list[float]] = {name: [] for name in urls}
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as http:
         for _round in range(4):
             for name, url in urls.items():
                 for _ in range(n // 4):
-                    lat[name].append((await ask(client, url, fresh()))[1])
-                started = time.perf_counter()
-                await asyncio.gather(*(ask(client, url, fresh()) for _ in range(n // 2)))
-                rate[name].append((n // 2) / (time.perf_counter() - started))
+                    lat[name].append((await ask(http, url, fresh()))[1])
+                rate[name].append(await _misses_per_s(http, url, n // 2, client))
     return [[name, len(lat[name]), f"{percentile(lat[name], 50) * 1000:.1f} ms",
              f"{percentile(lat[name], 99) * 1000:.1f} ms",
              f"{sum(rate[name]) / len(rate[name]):.0f}"] for name in urls]  # fmt: skip
+
+
+async def _misses_per_s(http: httpx.AsyncClient, url: str, n: int, client: str) -> float:
+    """Fresh questions answered per second from 16 connections at once (no error allowed)."""
+    if client == "wrk":
+        seconds = 5.0
+        results, lost, _ = await asyncio.to_thread(
+            _wrk, url, seconds, 16, warm=1, share=0.0, delay=0.0
+        )
+        errors = lost + sum(not cache.startswith("miss") for cache, _ in results)
+        if errors:
+            raise RuntimeError(f"{errors} of {len(results) + lost} fresh questions were not misses")
+        return len(results) / seconds
+    sem = asyncio.Semaphore(16)
+
+    async def one() -> Any:
+        async with sem:
+            return await ask(http, url, fresh())
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n)))
+    return n / (time.perf_counter() - started)
 
 
 async def overload(
@@ -197,11 +222,17 @@ _CLIENTS = {
 
 
 def _wrk(
-    url: str, seconds: float, connections: int, warm: int
+    url: str,
+    seconds: float,
+    connections: int,
+    warm: int,
+    share: float = 0.7,
+    delay: float = UPSTREAM_DELAY,
 ) -> tuple[list[tuple[str, float]], int, float]:
-    """Part 2's load from wrk: ``(x-cache or error, seconds)`` per answered request, the
-    requests wrk counted as failed without a response (socket errors, timeouts), and wrk's
-    CPU seconds."""
+    """Load from wrk (part 2's; part 1's with ``share`` 0): ``(x-cache or error, seconds)``
+    per answered request, the requests wrk counted as failed without a response (socket
+    errors, timeouts), and wrk's CPU seconds. ``share``: of requests repeating one of the
+    ``warm`` stored questions; ``delay``: the fake upstream's for fresh ones."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise SystemExit("bench.overload --client wrk needs wrk: apt-get install wrk "
@@ -210,7 +241,7 @@ def _wrk(
         out = Path(tmp) / "responses"
         cmd = [wrk, "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "60s",
                "-s", str(Path(__file__).with_name("overload.lua")), url, "--",
-               str(out), str(warm), str(UPSTREAM_DELAY), "0.7", f"{os.getpid()}x{next(_serial)}"]  # fmt: skip
+               str(out), str(warm), str(delay), str(share), f"{os.getpid()}x{next(_serial)}"]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         _, status, usage = os.wait4(proc.pid, 0)
         stdout = proc.stdout.read() if proc.stdout else ""
@@ -226,6 +257,12 @@ def _wrk(
     summary = dict(kv.split("=") for kv in stdout.split("wrk-summary ", 1)[1].split())
     lost = sum(int(summary[k]) for k in ("connect", "read", "write", "timeout"))
     return results, lost, usage.ru_utime + usage.ru_stime
+
+
+_PART1 = {
+    "wrk": "wrk (16 connections, 4 rounds of 5 s per gateway, every question fresh)",
+    "python": "httpx in this process (which tops out below the gateway on 2 cores)",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -250,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     cost: list[list[Any]] = []
     if args.misses:  # (0: part 2 only, not published)
         with gateways({**sides, "semantic off": None}) as (urls, _):
-            cost = asyncio.run(miss_cost(urls, args.misses))
+            cost = asyncio.run(miss_cost(urls, args.misses, args.client))
     runs: dict[str, dict[str, Any]] = {}
     for admission in args.admission.split(","):
         for wait in args.waits.split(","):
@@ -272,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
         f"`{command('overload', argv)}`, load average at start {header['loadavg_start'][0]:.1f} "
         "(2 shared cores). Part 1: fresh questions (misses) through a gateway with the semantic "
         "tier on (one gateway per `embedder_backend`) and one with it off, alternating rounds in "
-        "one run; instant fake upstream.",
+        "one run; instant fake upstream. One at a time from httpx in this process; 16 "
+        f"concurrent from {_PART1[args.client]}.",
         table(["gateway", "misses one at a time", "p50", "p99", "misses/s at 16 concurrent"],
               cost),
         f"Part 2: 200 connections × {args.seconds:.0f} s, 70% repeats of stored questions, 30% "
