@@ -39,7 +39,8 @@ worker: $(STAMP)
 	$(VENV)/bin/cachegate worker $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The tests start their own redis-server processes and a headless chromium (the dashboard's
-# browser test), Debian's packages, installed here if missing.
+# browser test), and regenerate semantic/antonyms_wordnet.txt from WordNet (wordnet-base):
+# Debian's packages, installed here if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 services:
 	@command -v redis-server >/dev/null || { \
@@ -50,6 +51,10 @@ services:
 	  echo "installing chromium (Debian package)"; \
 	  $(SUDO) apt-get install -y -q chromium >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q chromium >/dev/null; }; }
+	@test -f /usr/share/wordnet/data.adj || { \
+	  echo "installing wordnet-base (Debian package)"; \
+	  $(SUDO) apt-get install -y -q wordnet-base >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q wordnet-base >/dev/null; }; }
 
 test: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)

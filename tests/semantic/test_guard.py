@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,6 +133,37 @@ def test_negation_and_antonym_cancel() -> None:
     assert compare(analyze("Is the shop open?"), analyze("Is the shop closed?")).failed == (
         "antonym",
     )
+
+
+def test_wordnet_antonyms_catch_opposites_the_hand_list_lacks() -> None:
+    """Pairs only WordNet knows (a satellite adjective inheriting its head's antonym, a verb
+    pair) are antonyms; prefix pairs stay negations; rewordings without an opposite pass."""
+
+    def failed(a: str, b: str) -> tuple[str, ...]:
+        return compare(analyze(a), analyze(b)).failed
+
+    assert failed("Fee for an international wire?", "Fee for a domestic wire?") == ("antonym",)
+    assert failed("Where can I find pricey hotels?", "Where can I find cheap hotels?") == (
+        "antonym",
+    )
+    assert failed("How do I deposit cash?", "How do I withdraw cash?") == ("antonym",)
+    assert failed("Is the data known?", "Is the data unknown?") == ("negation",)
+    assert failed("How do I deposit cash?", "How can I deposit money?") == ()
+
+
+def test_the_shipped_wordnet_list_is_what_the_generator_writes(tmp_path: Path) -> None:
+    """semantic/antonyms_wordnet.txt regenerates byte for byte from Debian's wordnet-base
+    (`make test` installs it), and holds no stopword and no multi-word entry."""
+    from bench import wordnet_antonyms
+    from semantic._guard_checks import STOPWORDS
+
+    out = tmp_path / "antonyms.txt"
+    wordnet_antonyms.main(["--out", str(out)])
+    assert out.read_bytes() == wordnet_antonyms.OUT.read_bytes()
+    pairs = [ln.split() for ln in out.read_text().splitlines() if not ln.startswith("#")]
+    assert len(pairs) > 20_000
+    assert all(len(p) == 2 and p[0] < p[1] for p in pairs)
+    assert not {w for p in pairs for w in p} & STOPWORDS
 
 
 def test_checks_are_symmetric_and_deterministic(guard: Guard, embedder: Embedder) -> None:
