@@ -87,13 +87,14 @@ class BatchCache(Cache):
     ``spans[i] = (start, stop)`` are piece ``i``'s columns in the packed row; ``pasts[i]``
     is how many tokens its cache held before this step (the causal mask's offset).
 
-    When every piece's cache is a :class:`PagedCache` of one pool that stores the model's
-    dtype (the default), a layer costs two ``index_copy_`` (every new token's K and V into
-    its slot) and two ``index_select`` (every group's K/V out of the pool), whatever the
-    number of sequences, and all decoding sequences (one new token each) form one group: one
-    SDPA call over their K/V padded to the longest, with a length mask. Otherwise (contiguous
-    ``RequestCache`` buffers, quantised pages) each piece appends to its own cache and is a
-    group of its own.
+    When every piece's cache is a :class:`PagedCache` of one pool of floating-point pages
+    (the model's dtype, the default, or a half-precision ``kv_dtype``), a layer costs two
+    ``index_copy_`` (every new token's K and V into its slot, converted to the pages' dtype)
+    and two ``index_select`` (every group's K/V out of the pool, converted back in one go),
+    whatever the number of sequences, and all decoding sequences (one new token each) form
+    one group: one SDPA call over their K/V padded to the longest, with a length mask.
+    Otherwise (contiguous ``RequestCache`` buffers, int8 pages with their per-request
+    full-precision tails) each piece appends to its own cache and is a group of its own.
     """
 
     def __init__(self, pieces: Sequence[Piece], n_layers: int, dtype: torch.dtype) -> None:
@@ -105,7 +106,8 @@ class BatchCache(Cache):
             offsets.append(offsets[-1] + len(piece.tokens))
         self.spans = list(itertools.pairwise(offsets))
         #: the pool every cache pages into, when K/V are written and read in place there
-        self.pool = _one_pool(self.caches, dtype)
+        self.pool = _one_pool(self.caches)
+        self.dtype = dtype  # the model's: what attention reads
         self.groups = self._paged_groups() if self.pool is not None else self._own_groups()
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
 
@@ -205,12 +207,14 @@ class BatchCache(Cache):
         assert self.pool is not None
         _, H, N, P, D = self.pool.keys.shape
         pool_k, pool_v = self.pool.keys[layer], self.pool.values[layer]  # [H, N, P, D]
-        pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys)
-        pool_v.view(H, N * P, D).index_copy_(1, self._writes, values)
+        pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys.to(pool_k.dtype))
+        pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
         # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
         # by malloc, and its page faults cost more than the gather itself (measured)
         k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)
         v_all = torch.index_select(pool_v.view(H * N * P, D), 0, self._gather, out=self._v_buf)
+        if k_all.dtype != self.dtype:  # half-precision pages: one conversion for all groups
+            k_all, v_all = k_all.to(self.dtype), v_all.to(self.dtype)
         kv = []
         for group, k, v in zip(
             self.groups, k_all.split(self._sizes), v_all.split(self._sizes), strict=True
@@ -295,10 +299,11 @@ def _attention(
     return merged[None], None  # [1, total, heads, d]
 
 
-def _one_pool(caches: Sequence[KVCache], dtype: torch.dtype) -> PagePool | None:
-    """The pool all ``caches`` page into, if its pages hold ``dtype`` (K/V read in place)."""
+def _one_pool(caches: Sequence[KVCache]) -> PagePool | None:
+    """The pool all ``caches`` page into, if its pages are floating point (K/V read in place;
+    int8 pages keep a partly filled page's K in each request's tail, so they read per piece)."""
     first = caches[0]
-    if not isinstance(first, PagedCache) or first.pool.keys.dtype != dtype:
+    if not isinstance(first, PagedCache) or first.pool.quantized:
         return None
     pool = first.pool
     return pool if all(isinstance(c, PagedCache) and c.pool is pool for c in caches) else None

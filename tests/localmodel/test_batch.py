@@ -126,6 +126,42 @@ def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
         assert (row - _cold(model, tokens)).abs().max().item() <= TOL
 
 
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_pages_batch_in_place_as_each_sequence_reads_them_alone(
+    kv_dtype: torch.dtype,
+) -> None:
+    """`kv_dtype: bfloat16 | float16` pages take the batched path (written and gathered in
+    place, the decodes in one attention call), and each sequence's logits equal those of the
+    same steps fed one sequence at a time through the model's cache hook (`PagedCache`'s own
+    write and read, which round K/V to the pages' dtype the same way)."""
+    from localmodel.forward import prefill
+
+    model = _tiny("llama", 512)
+    use_batched_attention(model)
+    layout = KVLayout.of(model)
+    batched_pool = PagePool(layout, n_pages=100, page_size=4, dtype=kv_dtype)
+    alone_pool = PagePool(layout, n_pages=100, page_size=4, dtype=kv_dtype)
+    gen = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 9, 40, 23, 30)]
+    batched = [PagedCache(batched_pool, 64) for _ in prompts]
+    alone = [PagedCache(alone_pool, 64) for _ in prompts]
+    for step in _STEPS:
+        fed = [(i, t if isinstance(t, list) else prompts[i][t]) for i, t in step]
+        pieces = [Piece(batched[i], tuple(t)) for i, t in fed]
+        plan = BatchCache(pieces, 2, torch.float32)
+        assert plan.pool is batched_pool  # in place, not a group per piece
+        decoding = tuple(j for j, (_, t) in enumerate(fed) if len(t) == 1)
+        assert not decoding or plan.groups[0].pieces == decoding
+        logits = forward(model, pieces)
+        for row, (i, tokens) in zip(logits, fed, strict=True):
+            cache = alone[i]
+            cache.reserve(len(tokens))
+            with torch.inference_mode():
+                expected = prefill(model, cache, torch.tensor([tokens]), start=cache.length)
+            assert (row - expected).abs().max().item() <= TOL, (i, cache.length)
+    assert [c.length for c in batched] == [c.length for c in alone]
+
+
 def _alone(engine: Engine, prompt: list[int], params: SamplingParams) -> Completion:
     return engine.complete(engine.prepare(prompt, params, namespace=f"{NS}|alone"))
 
