@@ -53,6 +53,7 @@ __all__ = [
     "OnnxEncoder",
     "OnnxGraph",
     "export_name",
+    "graph_file",
     "load_checked",
     "verifier_export_name",
 ]
@@ -87,7 +88,7 @@ class OnnxGraph:
         self.path = path
         #: int8 weights (``model.int8.onnx``): activations are quantised per call, over the
         #: whole input, so a row's output depends on the other rows of the call
-        self.int8 = path.name == "model.int8.onnx"
+        self.int8 = path.name == graph_file("int8")
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self._inputs = [i.name for i in self._session.get_inputs()]
 
@@ -134,7 +135,7 @@ class OnnxEncoder(OnnxGraph):
         whatever the exporter raises when exporting fails.
         """
         directory = export_dir / export_name(model_path)
-        path = directory / _file(quantised)
+        path = directory / graph_file(quantised)
         export = functools.partial(_export, model, directory, quantised)
         return cls._load(path, export, threads, "embedder")
 
@@ -156,7 +157,7 @@ class OnnxClassifier(OnnxGraph):
             if int8:
                 _quantize(fp32, "verifier", "int8")
 
-        path = directory / _file("int8" if int8 else None)
+        path = directory / graph_file("int8" if int8 else None)
         return cls._load(path, export, threads, "verifier")
 
 
@@ -224,7 +225,8 @@ def _digest_files(h: Any, root: Path, *, contents: bool) -> None:
             h.update(hashlib.sha256(file.read_bytes()).digest())
 
 
-def _file(quantised: str | None) -> str:
+def graph_file(quantised: str | None) -> str:
+    """The file name of the float32 graph (``None``) or of a :data:`QUANTISED` kind."""
     if quantised is not None and quantised not in QUANTISED:
         raise ValueError(f"no quantised graph {quantised!r}: {', '.join(QUANTISED)}")
     return "model.onnx" if quantised is None else QUANTISED[quantised]
@@ -259,7 +261,7 @@ def _quantize(fp32: Path, what: str, kind: str) -> None:
     input features, symmetric, as ``MatMulNBits`` nodes computing on int8 activations
     quantised per row and block (``accuracy_level`` 4).
     """
-    name = _file(kind)
+    name = graph_file(kind)
     with tempfile.TemporaryDirectory(dir=fp32.parent) as tmp:
         out = Path(tmp) / name
         # (the quantisers log a pre-processing hint on the root logger and every node they

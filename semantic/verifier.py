@@ -446,13 +446,13 @@ class PairVerifier:
         self, export_dir: str | Path | None, int8: bool, expected: np.ndarray, tolerance: float
     ) -> tuple[OnnxClassifier | None, str]:
         """The exported graph whose probe logits are within ``tolerance`` of ``expected``."""
-        from ._onnx import OnnxClassifier, load_checked, verifier_export_name
+        from ._onnx import OnnxClassifier, graph_file, load_checked, verifier_export_name
         from .embedder import _default_export_dir
 
         base = Path(_bundled()) if (self.path / "delta.safetensors").exists() else None
         where = Path(export_dir) if export_dir is not None else _default_export_dir()
         directory = where / verifier_export_name(self.path, base)
-        name = "model.int8.onnx" if int8 else "model.onnx"
+        name = graph_file("int8" if int8 else None)
 
         def disagreement(onnx: OnnxClassifier) -> str:
             self._onnx = onnx
