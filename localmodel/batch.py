@@ -43,6 +43,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from localmodel.kv import RequestCache
+from localmodel.kvquant import dequantize, quantize_values
 from localmodel.pages import PagedCache, PagePool
 
 __all__ = ["ATTENTION", "BatchCache", "KVCache", "Piece", "forward", "use_batched_attention"]
@@ -87,14 +88,17 @@ class BatchCache(Cache):
     ``spans[i] = (start, stop)`` are piece ``i``'s columns in the packed row; ``pasts[i]``
     is how many tokens its cache held before this step (the causal mask's offset).
 
-    When every piece's cache is a :class:`PagedCache` of one pool of floating-point pages
-    (the model's dtype, the default, or a half-precision ``kv_dtype``), a layer costs two
+    When every piece's cache is a :class:`PagedCache` of one pool, a layer costs two
     ``index_copy_`` (every new token's K and V into its slot, converted to the pages' dtype)
     and two ``index_select`` (every group's K/V out of the pool, converted back in one go),
     whatever the number of sequences, and all decoding sequences (one new token each) form
     one group: one SDPA call over their K/V padded to the longest, with a length mask.
-    Otherwise (contiguous ``RequestCache`` buffers, int8 pages with their per-request
-    full-precision tails) each piece appends to its own cache and is a group of its own.
+    int8 pages (``kv_dtype: int8``) differ in two places, as ``PagedCache`` itself does: V is
+    quantised per token in one go, but each piece's K goes through its own cache (the
+    full-precision tail of its partly filled last page, or a page quantised as it fills), and
+    after the gather (dequantised with scales gathered alongside) each piece's tail is copied
+    over its last page's rows. Otherwise (contiguous ``RequestCache`` buffers, caches of
+    different pools) each piece appends to its own cache and is a group of its own.
     """
 
     def __init__(self, pieces: Sequence[Piece], n_layers: int, dtype: torch.dtype) -> None:
@@ -187,6 +191,15 @@ class BatchCache(Cache):
                 groups.append(_Group((i,), slice(a, b), b - a, mask, not past, gather))
         self._sizes = [len(g.gather) for g in groups if g.gather is not None]
         self._gather = torch.cat([g.gather for g in groups if g.gather is not None])
+        if self.pool.quantized:
+            # a gathered row's K scale: row h·N·P + page·P + offset → h·N + page
+            self._pages = torch.div(self._gather, self.pool.page_size, rounding_mode="floor")
+            # (group, index in it, cache, length after the step) of every piece
+            self._tails = [
+                (g, j, self.caches[i], self.pasts[i] + self.spans[i][1] - self.spans[i][0])
+                for g, group in enumerate(groups)
+                for j, i in enumerate(group.pieces)
+            ]
         # the gathered K and V of every group, one layer at a time: [rows, head_dim]
         self._k_buf = self.pool.keys.new_empty((len(self._gather), self.pool.keys.shape[-1]))
         self._v_buf = torch.empty_like(self._k_buf)
@@ -207,13 +220,18 @@ class BatchCache(Cache):
         assert self.pool is not None
         _, H, N, P, D = self.pool.keys.shape
         pool_k, pool_v = self.pool.keys[layer], self.pool.values[layer]  # [H, N, P, D]
-        pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys.to(pool_k.dtype))
-        pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
+        if self.pool.quantized:
+            self._write_int8(layer, keys, values)
+        else:
+            pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys.to(pool_k.dtype))
+            pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
         # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
         # by malloc, and its page faults cost more than the gather itself (measured)
         k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)
         v_all = torch.index_select(pool_v.view(H * N * P, D), 0, self._gather, out=self._v_buf)
-        if k_all.dtype != self.dtype:  # half-precision pages: one conversion for all groups
+        if self.pool.quantized:
+            k_all, v_all = self._dequantize(layer, k_all, v_all)
+        elif k_all.dtype != self.dtype:  # half-precision pages: one conversion for all groups
             k_all, v_all = k_all.to(self.dtype), v_all.to(self.dtype)
         kv = []
         for group, k, v in zip(
@@ -221,7 +239,42 @@ class BatchCache(Cache):
         ):
             shape = (len(group.pieces), H, -1, D)  # [G, H, S, D]
             kv.append((k.view(shape), v.view(shape)))
+        if self.pool.quantized:
+            self._overlay_tails(layer, kv)
         return kv
+
+    def _write_int8(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """int8 pages: every new token's V quantised (per token) into its slot in one go;
+        each piece's K through its own cache (its tail, or a page quantised as it fills)."""
+        assert self.pool is not None and self.pool.value_scales is not None
+        _, H, N, P, D = self.pool.keys.shape
+        q, scales = quantize_values(values)  # [H, total, D], [H, total]
+        self.pool.values[layer].view(H, N * P, D).index_copy_(1, self._writes, q)
+        self.pool.value_scales[layer].view(H, N * P).index_copy_(1, self._writes, scales)
+        for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
+            assert isinstance(cache, PagedCache)
+            cache.write_keys(layer, keys[:, a:b], past)
+
+    def _dequantize(
+        self, layer: int, k_q: torch.Tensor, v_q: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gathered int8 rows (``[rows, D]``) times their scales, in the model's dtype (as
+        ``PagedCache.read_layer`` computes them): K's per page and channel, V's per token."""
+        assert self.pool is not None
+        assert self.pool.key_scales is not None and self.pool.value_scales is not None
+        _, H, N, P, D = self.pool.keys.shape
+        k_scales = self.pool.key_scales[layer].view(H * N, D).index_select(0, self._pages)
+        v_scales = self.pool.value_scales[layer].view(H * N * P).index_select(0, self._gather)
+        return dequantize(k_q, k_scales, self.dtype), dequantize(v_q, v_scales[:, None], self.dtype)
+
+    def _overlay_tails(self, layer: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """int8 pages: a partly filled last page's K is read from its request's tail."""
+        for g, j, cache, stop in self._tails:
+            assert isinstance(cache, PagedCache)
+            tail = cache.tail(layer, stop)
+            if tail is not None:
+                start, rows = tail
+                kv[g][0][j, :, start:stop].copy_(rows)
 
 
 def use_batched_attention(model: Any) -> None:
@@ -300,10 +353,9 @@ def _attention(
 
 
 def _one_pool(caches: Sequence[KVCache]) -> PagePool | None:
-    """The pool all ``caches`` page into, if its pages are floating point (K/V read in place;
-    int8 pages keep a partly filled page's K in each request's tail, so they read per piece)."""
+    """The pool all ``caches`` page into (K/V written and read there in place), if any."""
     first = caches[0]
-    if not isinstance(first, PagedCache) or first.pool.quantized:
+    if not isinstance(first, PagedCache):
         return None
     pool = first.pool
     return pool if all(isinstance(c, PagedCache) and c.pool is pool for c in caches) else None

@@ -142,7 +142,9 @@ class PagePool:
         self.key_scales: torch.Tensor | None = None  # int8: [L, H, n_pages, D]
         self.value_scales: torch.Tensor | None = None  # int8: [L, H, n_pages, page_size]
         if self.quantized:
-            self.key_scales = torch.empty((L, H, n_pages, D), dtype=SCALE_DTYPE, device=device)
+            # NOTE: zeros, not empty: a batched step pads shorter sequences with a slot whose
+            # page may never have been sealed, and its K must dequantise finite (0 · q)
+            self.key_scales = torch.zeros((L, H, n_pages, D), dtype=SCALE_DTYPE, device=device)
             self.value_scales = torch.empty(shape[:-1], dtype=SCALE_DTYPE, device=device)
         self.page_bytes = self.bytes_per_page(layout, page_size, self.dtype)
         #: what a token costs, its share of the page's K scales included (the tree counts it)
@@ -587,7 +589,7 @@ class PagedCache(DynamicCache):
         q, scales = quantize_values(values)  # per token: [H, n, D], [H, n]
         pool.values[layer].view(H, N * P, D).index_copy_(1, index, q)
         pool.value_scales[layer].view(H, N * P).index_copy_(1, index, scales)
-        self._write_keys(layer, keys, start)
+        self.write_keys(layer, keys, start)
 
     def read_layer(self, layer: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's K/V of positions ``0…stop-1``, gathered (and dequantised) into the
@@ -611,6 +613,16 @@ class PagedCache(DynamicCache):
                 assert self._tail is not None  # NOTE: the partly filled page: full precision
                 keys[:, m - 1, : stop % P].copy_(self._tail[layer, :, : stop % P])
         return keys.view(1, H, m * P, D)[:, :, :stop], values.view(1, H, m * P, D)[:, :, :stop]
+
+    def tail(self, layer: int, stop: int) -> tuple[int, torch.Tensor] | None:
+        """int8 pools: K of positions ``start…stop-1`` of a partly filled last page, kept in
+        full precision in the tail (``(start, [n_kv_heads, stop - start, head_dim])``) rather
+        than in the page; None when ``stop`` ends on a page boundary. ``stop`` is the length
+        once this step's tokens are written (:meth:`write_keys` put them there)."""
+        r = stop % self.pool.page_size
+        if self._tail is None or not r:
+            return None
+        return stop - r, self._tail[layer, :, :r]
 
     # ── helpers ──────────────────────────────────────────────────────────────────────
 
@@ -651,7 +663,7 @@ class PagedCache(DynamicCache):
                 pool_values.view(L, H, N * P, D).index_copy_(2, index, values.to(pool_keys.dtype))
         self._set_length(start + n)
 
-    def _write_keys(self, layer: int, keys: torch.Tensor, start: int) -> None:
+    def write_keys(self, layer: int, keys: torch.Tensor, start: int) -> None:
         """int8 pools: one layer's new K (``[n_kv_heads, n, head_dim]``) at ``start…``.
 
         Tokens of a page that stays partly filled go to the tail in full precision; a page

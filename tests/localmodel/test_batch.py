@@ -126,14 +126,15 @@ def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
         assert (row - _cold(model, tokens)).abs().max().item() <= TOL
 
 
-@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16])
-def test_half_precision_pages_batch_in_place_as_each_sequence_reads_them_alone(
+@pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16, torch.int8])
+def test_reduced_precision_pages_batch_in_place_as_each_sequence_reads_them_alone(
     kv_dtype: torch.dtype,
 ) -> None:
-    """`kv_dtype: bfloat16 | float16` pages take the batched path (written and gathered in
-    place, the decodes in one attention call), and each sequence's logits equal those of the
-    same steps fed one sequence at a time through the model's cache hook (`PagedCache`'s own
-    write and read, which round K/V to the pages' dtype the same way)."""
+    """`kv_dtype: bfloat16 | float16 | int8` pages take the batched path (written and
+    gathered in place, the decodes in one attention call), and each sequence's logits equal
+    those of the same steps fed one sequence at a time through the model's cache hook
+    (`PagedCache`'s own write and read, which round K/V to the pages' dtype the same way; for
+    int8, a partly filled page's K from the request's full-precision tail)."""
     from localmodel.forward import prefill
 
     model = _tiny("llama", 512)
@@ -160,6 +161,47 @@ def test_half_precision_pages_batch_in_place_as_each_sequence_reads_them_alone(
                 expected = prefill(model, cache, torch.tensor([tokens]), start=cache.length)
             assert (row - expected).abs().max().item() <= TOL, (i, cache.length)
     assert [c.length for c in batched] == [c.length for c in alone]
+
+
+def test_int8_pages_shared_with_a_prefix_batch_as_each_sequence_reads_them_alone() -> None:
+    """int8 pages a prefix hit shares: the owner keeps its partly filled page's K in its
+    full-precision tail after the tree's view sealed the page, the sharer reads the sealed
+    (rounded) K and copies the page when it writes. In one batched step with a third
+    sequence, each one's logits equal the same steps fed alone, pages filling mid-run."""
+    from localmodel.forward import prefill
+
+    model = _tiny("llama", 512)
+    use_batched_attention(model)
+    layout = KVLayout.of(model)
+    gen = torch.Generator().manual_seed(3)
+    prompt = torch.randint(0, 512, (10,), generator=gen).tolist()  # 2 full pages + 2 tokens
+    other = torch.randint(0, 512, (7,), generator=gen).tolist()
+    runs = []
+    for _ in range(2):  # batched, alone
+        pool = PagePool(layout, n_pages=60, page_size=4, dtype=torch.int8)
+        owner, sharer, third = (PagedCache(pool, 64) for _ in range(3))
+        for cache, tokens in ((owner, prompt), (third, other)):
+            cache.reserve(len(tokens))
+            with torch.inference_mode():
+                prefill(model, cache, torch.tensor([tokens]), start=0)
+            cache.note_fed(tokens)
+        span = owner.view(10)  # seals the owner's third page
+        sharer.map_prefix([span], 10, prompt)
+        runs.append((pool, [owner, sharer, third]))
+    (pool, batched), (_, alone) = runs
+    for step in range(7):
+        fed = [(0, 20 + step), (1, 40 + step), (2, 60 + step)]
+        pieces = [Piece(batched[i], (t,)) for i, t in fed]
+        assert BatchCache(pieces, 2, torch.float32).pool is pool
+        logits = forward(model, pieces)
+        for row, (i, t) in zip(logits, fed, strict=True):
+            cache = alone[i]
+            cache.reserve(1)
+            with torch.inference_mode():
+                expected = prefill(model, cache, torch.tensor([[t]]), start=cache.length)
+            assert (row - expected).abs().max().item() <= TOL, (i, step)
+    assert pool.copied_pages == 1  # the sharer's copy of the sealed page, once
+    assert [c.length for c in batched] == [17, 17, 14]
 
 
 def _alone(engine: Engine, prompt: list[int], params: SamplingParams) -> Completion:
