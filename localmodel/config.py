@@ -70,7 +70,6 @@ class EngineConfig:
             per-token V scales, float16, counted in the budgets). Attention dequantises the
             pages to the model's dtype at every step. Only float32 keeps a warm prefix's logits
             within 1e-4 of a cold prefill; the others' drift is measured in ``make bench``.
-            With ``context_overflow: sinks`` the tree stores converted copies instead.
         weights: how the linear layers' weights are kept (``localmodel.weights``). ``"auto"``:
             on a CPU with a float32 model, prepacked for oneDNN (batched decode ~1.5× faster
             than MKL, prefill ~1.2×, same arithmetic up to summation order); otherwise as
@@ -92,8 +91,8 @@ class EngineConfig:
             requests and the prefix cache share, allocated at start on the model's device
             (on a CPU the OS maps it as it is first written). ``None``:
             ``prefix_cache_bytes`` + 256 MiB, or + one context window of KV if more. Pages
-            are in ``kv_dtype`` and counted as stored (int8: scales included). Used with
-            ``context_overflow: error``; ``sinks`` keeps contiguous per-request buffers. A
+            are in ``kv_dtype`` and counted as stored (int8: scales included). With
+            ``context_overflow: sinks`` a request holds at most a window of pages. A
             request longer than the pool holds is refused like one past the context window.
         page_size: tokens per page of the pool (16: a prefix hit copies at most one partly
             filled page; larger pages gather faster, waste more of the last page).

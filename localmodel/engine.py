@@ -12,10 +12,9 @@ One request, start to end (``Engine.generate``)::
     cache.release()                                           # the tree's references remain
 
 The pool's pages hold KV in ``kv_dtype`` (int8 or half-precision pages are dequantised by
-attention at every step, ``localmodel.pages``). With ``context_overflow: sinks`` the cache
-is a contiguous ``RequestCache`` (prompt + max_tokens) instead, filled with one copy per
-matched span under the tree's lock (``cache.load``), and the tree stores copies in
-``kv_dtype`` (``localmodel.kvquant``).
+attention at every step, ``localmodel.pages``). With ``context_overflow: sinks`` a request's
+page table holds at most a window; when it is full, a context shift (``localmodel.sinks``)
+writes the kept tokens into fresh pages, and that request's KV is no prefix's any more.
 
 The engine is synchronous and single-threaded by design (one request at a time, like a
 batch of one); :class:`localmodel.worker.AsyncEngine` runs it on a dedicated thread for the
@@ -44,14 +43,14 @@ from typing import Any, Literal
 import torch
 
 from localmodel import prompts
-from localmodel.batch import KVCache, Piece, use_batched_attention
+from localmodel.batch import Piece, use_batched_attention
 from localmodel.batch import forward as batched_forward
 from localmodel.config import EngineConfig
 from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 from localmodel.disk import BreakEven, DiskPrefix
 from localmodel.forward import decode_one_token, prefill
-from localmodel.kv import KVLayout, RequestCache, TensorKV
-from localmodel.kvquant import StoringView, resolve_kv_dtype
+from localmodel.kv import KVLayout
+from localmodel.kvquant import resolve_kv_dtype
 from localmodel.loader import load, model_sampling_defaults
 from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted, PoolStats
 from localmodel.sampling import SamplingParams, make_generator, sample
@@ -269,13 +268,13 @@ class Engine:
                 )
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
-        #: the paged KV pool, pages in kv_dtype; None: context_overflow: sinks (contiguous)
+        #: the paged KV pool, pages in kv_dtype: every request's KV and the prefix tree's
         self.pool = self._make_pool(config)
         on_evict = self._on_evict if self.disk is not None else None
         self.prefix_cache = prefix_cache or RadixCache(
             config.prefix_cache_bytes, ttl_s=config.prefix_ttl_s, on_evict=on_evict
         )
-        if self.pool is not None and self.pool.n_pages * self.pool.page_size < self.context_window:
+        if self.pool.n_pages * self.pool.page_size < self.context_window:
             # NOTE: a request must fit the pool alone; prepare() refuses longer ones (400)
             self.context_window = self.pool.n_pages * self.pool.page_size
             logger.warning(
@@ -320,7 +319,7 @@ class Engine:
             disk=disk.stats if disk is not None else None,
             disk_hit_tokens=disk.hit_tokens if disk is not None else 0,
             break_even=disk.break_even if disk is not None else None,
-            pool=self.pool.stats if self.pool is not None else None,
+            pool=self.pool.stats,
         )
 
     def flush_prefix_cache(self) -> int:
@@ -438,18 +437,13 @@ class Engine:
         # NOTE: only with context_overflow: sinks can a request be longer than the window;
         # its cache then holds a window, and shifts (localmodel.sinks) when full.
         capacity = min(len(prompt) + request.max_tokens, self.context_window)
-        cache: KVCache
-        if self.pool is not None:
-            cache = PagedCache(self.pool, capacity, request.namespace)
-        else:
-            cache = RequestCache.allocate(self.layout, capacity)
+        cache = PagedCache(self.pool, capacity, request.namespace)
         try:
             yield from self._serve(request, cache, started)
         finally:
-            if isinstance(cache, PagedCache):
-                cache.release()  # NOTE: also when the driver closes the coroutine (a failure)
+            cache.release()  # NOTE: also when the driver closes the coroutine (a failure)
 
-    def _serve(self, request: GenerationRequest, cache: KVCache, started: float) -> Steps:
+    def _serve(self, request: GenerationRequest, cache: PagedCache, started: float) -> Steps:
         """The body of :meth:`steps` on the request's cache."""
         prompt = request.prompt_tokens
         n_cached = self._load_prefix(request, cache)
@@ -484,29 +478,21 @@ class Engine:
         decode_s = finished_at - first - insert_s
         yield Finished(Completion(tuple(choices), usage, first - started, decode_s))
 
-    def _load_prefix(self, request: GenerationRequest, cache: KVCache) -> int:
+    def _load_prefix(self, request: GenerationRequest, cache: PagedCache) -> int:
         """Fill ``cache`` with the longest cached prefix of the prompt (tree, then disk);
         return its length."""
         prompt = request.prompt_tokens
         key = RadixKey(request.namespace, prompt)
         match = self.prefix_cache.match(key)
         n_cached = min(match.n_cached, cache.capacity)
-        if isinstance(cache, PagedCache):
-            cache.map_prefix(match.spans, n_cached, prompt)  # shared pages: no lock, no copy
-        else:
-            # NOTE: the lock covers the only read of the tree's tensors: the copy into this
-            # request's buffers. The request owns its KV afterwards, and releasing the path
-            # before `insert` lets the tree evict even the node the match ended inside.
-            with self.prefix_cache.hold(match):
-                cache.load(match.spans, n_cached)
+        cache.map_prefix(match.spans, n_cached, prompt)  # shared pages: no lock, no copy
         del match  # NOTE: its spans hold pages of the tree's path: not for the whole request
         if self.disk is not None and n_cached < min(len(prompt) - 1, cache.capacity):
             try:
                 n_cached += self.disk.load(key, cache, n_cached)  # memory's prefix, continued
             except PoolExhausted:  # no page for it now: recomputing it is as right
                 logger.info("localmodel: no KV pages free for a disk hit; prefilling instead")
-            if isinstance(cache, PagedCache):
-                cache.tokens = list(prompt[:n_cached])
+            cache.tokens = list(prompt[:n_cached])
         return n_cached
 
     def preempt(self, cache: PagedCache) -> None:
@@ -516,7 +502,6 @@ class Engine:
         request gets them back with no recompute (:meth:`restore`), and when it does they
         are reclaimed like any cached prefix, least recently used first.
         """
-        assert self.pool is not None
         self._insert(cache.namespace, tuple(cache.tokens), cache)
         cache.release()
         self.pool.preemptions += 1
@@ -530,7 +515,7 @@ class Engine:
         return n
 
     def _cancelled_in_prefill(
-        self, request: GenerationRequest, cache: KVCache, n_cached: int, started: float
+        self, request: GenerationRequest, cache: PagedCache, n_cached: int, started: float
     ) -> Iterator[Event]:
         """Finish a request cancelled part-way through its prompt: the KV computed so far
         goes to the prefix tree (a client that retries starts from there), then the events."""
@@ -551,22 +536,18 @@ class Engine:
     def _forward_alone(self, piece: Piece) -> torch.Tensor:
         """One request's piece on its own: a prefill, or one decode step (sdpa, no batching)."""
         cache, tokens = piece.cache, piece.tokens
-        if isinstance(cache, PagedCache):
-            cache.reserve(len(tokens))  # NOTE: alone, the whole pool is there to reclaim
+        assert isinstance(cache, PagedCache)
+        cache.reserve(len(tokens))  # NOTE: alone, the whole pool is there to reclaim
         if len(tokens) == 1:
             logits = decode_one_token(self.model, cache, tokens[0], cache.length)
         else:
             ids = torch.tensor([tokens], device=self.layout.device)  # [1, n]
             logits = prefill(self.model, cache, ids, start=cache.length)
-        if isinstance(cache, PagedCache):
-            cache.note_fed(tokens)
+        cache.note_fed(tokens)
         return logits
 
-    def _make_pool(self, config: EngineConfig) -> PagePool | None:
-        """The paged pool in ``kv_dtype``, unless a context shift needs contiguous buffers
-        (``context_overflow: sinks``)."""
-        if config.context_overflow != "error":
-            return None
+    def _make_pool(self, config: EngineConfig) -> PagePool:
+        """The paged pool in ``kv_dtype``."""
         n_bytes = config.kv_pool_bytes
         if n_bytes is None:  # NOTE: never less than one request of a whole context window
             page = PagePool.bytes_per_page(self.layout, config.page_size, self.kv_dtype)
@@ -588,7 +569,6 @@ class Engine:
         pages are free, or nothing more can go. Pages a running request shares with an
         evicted node stay in use, hence the loop."""
         pool = self.pool
-        assert pool is not None
         target = pool.free_pages + n_pages
         while pool.free_pages < target:
             wanted = (target - pool.free_pages) * pool.page_bytes
@@ -605,7 +585,7 @@ class Engine:
         self.disk.tier.offer(record)
 
     def _prefill(
-        self, request: GenerationRequest, cache: KVCache, n_cached: int
+        self, request: GenerationRequest, cache: PagedCache, n_cached: int
     ) -> Generator[Piece, torch.Tensor | None, torch.Tensor]:
         """Feed the prompt from ``n_cached`` on; return its last logits.
 
@@ -618,8 +598,7 @@ class Engine:
         logits, fed = None, n_cached
         while fed < len(prompt):
             if cache.length == cache.capacity:
-                # NOTE: without sinks the prompt always fits (and the cache is never paged)
-                assert self.shift is not None and isinstance(cache, RequestCache)
+                assert self.shift is not None  # NOTE: without sinks the prompt always fits
                 if not cache.dropped:
                     self._insert(request.namespace, prompt[:fed], cache)
                 self.shift.shift(cache)
@@ -633,7 +612,7 @@ class Engine:
         self,
         request: GenerationRequest,
         index: int,
-        cache: KVCache,
+        cache: PagedCache,
         logits: torch.Tensor,
         generator: torch.Generator,
     ) -> Generator[Event | Piece, torch.Tensor | None, tuple[Choice, float]]:
@@ -664,8 +643,7 @@ class Engine:
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
                 if cache.length == cache.capacity:
-                    # NOTE: without sinks max_tokens fits (and the cache is never paged)
-                    assert self.shift is not None and isinstance(cache, RequestCache)
+                    assert self.shift is not None  # NOTE: without sinks max_tokens fits
                     self.shift.shift(cache)
                 reply = yield Piece(cache, (token,))  # at position cache.length
                 assert reply is not None
@@ -682,7 +660,7 @@ class Engine:
         return choice, first_token_at
 
     @torch.inference_mode()
-    def _insert(self, namespace: str, tokens: tuple[int, ...], cache: KVCache) -> None:
+    def _insert(self, namespace: str, tokens: tuple[int, ...], cache: PagedCache) -> None:
         """Offer every token whose KV is in ``cache`` to the prefix tree.
 
         NOTE: the last sampled token (and a final eos) was never fed to the model, so the
@@ -692,9 +670,7 @@ class Engine:
         if cache.dropped:
             return
         n = cache.length
-        view: TensorKV | StoringView | PagedKV = cache.view(n)  # paged: shares, no copy
-        if self.kv_dtype != self.layout.dtype and isinstance(view, TensorKV):
-            view = StoringView(view, self.kv_dtype)  # the tree's copies convert
+        view = cache.view(n)  # shares the pages, no copy
         try:
             self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), view)
         except (RuntimeError, MemoryError) as exc:  # e.g. torch.OutOfMemoryError in the copy

@@ -1,8 +1,8 @@
 """Key/Value tensors: the prefix cache's handles and the per-request attention cache.
 
-NOTE: these are the contiguous objects, used where KV is shifted (``context_overflow:
-sinks``); otherwise requests and the tree share the paged pool of ``localmodel.pages``
-(pages in any ``kv_dtype``) instead.
+NOTE: these are the contiguous objects; the engine's requests and its prefix tree share the
+paged pool of ``localmodel.pages`` (pages in any ``kv_dtype``) instead; the disk tier (its
+rows, its break-even measurement) and the tests use these.
 
 Two objects, two lifetimes:
 

@@ -20,9 +20,8 @@ back to ``q`` (:func:`quantize_keys` on :func:`dequantize` of its output returns
 bits). That is why a page that is re-quantised (a partly filled page completed by another
 request, KV re-loaded from disk) changes only where new tokens widen a channel's range.
 
-With ``context_overflow: sinks`` a request keeps contiguous buffers in the model's dtype and
-the tree stores converted copies instead (:class:`StoringView`, :class:`Int8KV`), converted
-once when the tree copies a span and back when a request loads it.
+:class:`Int8KV` is an int8 span outside the pool: what the disk tier writes and reads back
+(``PagedKV.stored``), and what a contiguous ``RequestCache`` loads dequantised.
 
 Example::
 
@@ -36,18 +35,16 @@ from __future__ import annotations
 import torch
 
 from localmodel.config import KV_DTYPES
-from localmodel.kv import KVLayout, TensorKV
+from localmodel.kv import TensorKV
 
 __all__ = [
     "KV_DTYPES",
     "SCALE_DTYPE",
     "Int8KV",
-    "StoringView",
     "dequantize",
     "quantize_keys",
     "quantize_values",
     "resolve_kv_dtype",
-    "stored_bytes_per_token",
 ]
 
 #: The dtype of int8 scales (counted in every byte budget).
@@ -63,14 +60,6 @@ def resolve_kv_dtype(kv_dtype: str, model_dtype: torch.dtype) -> torch.dtype:
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"localmodel: kv_dtype must be one of {KV_DTYPES}, got {kv_dtype!r}")
     return model_dtype if kv_dtype == "auto" else getattr(torch, kv_dtype)
-
-
-def stored_bytes_per_token(layout: KVLayout, dtype: torch.dtype) -> int:
-    """Bytes a stored token costs, per-span K scales excluded (int8: data + V scales)."""
-    elements = layout.n_layers * layout.n_kv_heads * layout.head_dim
-    if dtype == torch.int8:
-        return 2 * elements + layout.n_layers * layout.n_kv_heads * _scale_itemsize()
-    return 2 * elements * torch.empty((), dtype=dtype).element_size()
 
 
 def quantize_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,40 +157,6 @@ class Int8KV:
         return self.keys, self.key_scales, self.values, self.value_scales
 
 
-class StoringView:
-    """The span the engine inserts: a request's ``TensorKV`` view whose slices are stored in
-    ``dtype`` (``Int8KV`` for ``torch.int8``). ``nbytes`` is the stored size, so the tree
-    estimates its room before it copies anything."""
-
-    __slots__ = ("dtype", "view")
-
-    def __init__(self, view: TensorKV, dtype: torch.dtype) -> None:
-        self.view = view
-        self.dtype = dtype
-
-    def __len__(self) -> int:
-        return len(self.view)
-
-    @property
-    def nbytes(self) -> int:
-        layers, heads, n, dim = self.view.keys.shape
-        if self.dtype == torch.int8:  # int8 K and V, V scales per token, K scales per span
-            scales = _scale_itemsize() * layers * heads * (n + dim)
-            return 2 * self.view.keys.numel() + scales
-        return 2 * self.view.keys.numel() * torch.empty((), dtype=self.dtype).element_size()
-
-    def slice(self, start: int, stop: int) -> TensorKV | Int8KV:
-        keys = self.view.keys[:, :, start:stop]  # [L, H, stop - start, D]
-        values = self.view.values[:, :, start:stop]
-        if self.dtype == torch.int8:
-            return Int8KV.quantize(keys, values)
-        with torch.inference_mode():
-            return TensorKV(
-                keys.to(self.dtype, memory_format=torch.contiguous_format, copy=True),
-                values.to(self.dtype, memory_format=torch.contiguous_format, copy=True),
-            )
-
-
 def _scales(absmax: torch.Tensor) -> torch.Tensor:
     """absmax / 127, rounded to the stored dtype *before* quantising (so q · scale is exact)."""
     return (absmax.float() / 127.0).clamp_min(_MIN_SCALE).to(SCALE_DTYPE)
@@ -209,7 +164,3 @@ def _scales(absmax: torch.Tensor) -> torch.Tensor:
 
 def _round(x: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return (x.float() / scales.float()).round_().clamp_(-127, 127).to(torch.int8)
-
-
-def _scale_itemsize() -> int:
-    return torch.empty((), dtype=SCALE_DTYPE).element_size()

@@ -438,7 +438,8 @@ class PagedCache(DynamicCache):
         self.namespace = namespace
         self.table: list[int] = []
         self.tokens: list[int] = []
-        self.dropped = 0  # NOTE: a paged cache never slides (context_overflow: sinks is contiguous)
+        #: tokens a context shift dropped (``localmodel.sinks``); then the KV is no prefix's
+        self.dropped = 0
         self._layers = [_PagedLayer(self, i) for i in range(pool.layout.n_layers)]
         Cache.__init__(self, layers=list(self._layers))  # DynamicCache's __init__ can't
         self._table_t: torch.Tensor | None = None
@@ -613,6 +614,27 @@ class PagedCache(DynamicCache):
                 assert self._tail is not None  # NOTE: the partly filled page: full precision
                 keys[:, m - 1, : stop % P].copy_(self._tail[layer, :, : stop % P])
         return keys.view(1, H, m * P, D)[:, :, :stop], values.view(1, H, m * P, D)[:, :, :stop]
+
+    @torch.inference_mode()
+    def read_all(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every layer's K/V of positions ``0…length-1`` in the model's dtype (dequantised,
+        a partly filled page's K from the tail): new ``[n_layers, n_kv_heads, length, d]``."""
+        kv = [self.read_layer(layer, self.length) for layer in range(len(self._layers))]
+        return torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])
+
+    @torch.inference_mode()
+    def refill(self, keys: torch.Tensor, values: torch.Tensor, tokens: Sequence[int]) -> None:
+        """Replace everything cached by K/V ``[n_layers, n_kv_heads, n, d]`` of ``tokens``
+        (a context shift's kept tokens): the pages held go back, new ones are written.
+
+        NOTE: may raise :class:`PoolExhausted` (the cache is then empty) only if the pages
+        given back were shared with another running request and nothing else is free.
+        """
+        if keys.shape[2] != len(tokens):
+            raise ValueError(f"refill: K/V of {keys.shape[2]} tokens for {len(tokens)} ids")
+        self.truncate(0)
+        self._write_all(keys, values)
+        self.tokens = list(tokens)
 
     def tail(self, layer: int, stop: int) -> tuple[int, torch.Tensor] | None:
         """int8 pools: K of positions ``start…stop-1`` of a partly filled last page, kept in

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from localmodel.kv import RequestCache, UnsupportedModelError
+from localmodel.pages import PagedCache
 
 __all__ = ["ContextShift"]
 
@@ -65,12 +66,12 @@ class ContextShift:
             )
         return cls(rotary.inv_freq.detach().cpu(), sink_tokens)
 
-    def discard(self, cache: RequestCache) -> int:
+    def discard(self, cache: RequestCache | PagedCache) -> int:
         """Tokens a shift of ``cache`` drops: a quarter of the non-sink capacity (>= 1)."""
         return max(1, (cache.capacity - self.sink_tokens) // 4)
 
     @torch.inference_mode()
-    def shift(self, cache: RequestCache) -> int:
+    def shift(self, cache: RequestCache | PagedCache) -> int:
         """Drop the oldest non-sink tokens of ``cache``; move the rest down; return how many.
 
         NOTE: the cache's KV no longer matches any token prefix afterwards (the kept tokens
@@ -81,6 +82,16 @@ class ContextShift:
         if length <= keep + 1:
             raise ValueError(f"cannot shift a cache of {length} tokens with {keep} sinks")
         drop = min(self.discard(cache), length - keep - 1)
+        if isinstance(cache, PagedCache):
+            self._shift_pages(cache, drop)
+        else:
+            self._shift_buffers(cache, drop)
+        cache.dropped += drop
+        return drop
+
+    def _shift_buffers(self, cache: RequestCache, drop: int) -> None:
+        """Contiguous buffers: the kept tokens move down in place, K rotated."""
+        keep, length = self.sink_tokens, cache.length
         # buffers: [n_layers, 1, n_kv_heads, capacity, head_dim]; tokens [keep + drop, length)
         # move to [keep, length - drop). NOTE: clone first (the ranges overlap), one layer
         # at a time so the copy in flight is a layer's, not the whole cache's.
@@ -91,8 +102,16 @@ class ContextShift:
                 value_buf[:, :, keep + drop : length].clone()
             )
         cache.truncate(length - drop)
-        cache.dropped += drop
-        return drop
+
+    def _shift_pages(self, cache: PagedCache, drop: int) -> None:
+        """Pages: the kept tokens are read out (dequantised), K rotated, and written into
+        fresh pages (re-quantised for int8 pages); the old pages go back, or stay with the
+        prefix tree where it shares them (the window the prompt filled first)."""
+        keep = self.sink_tokens
+        keys, values = cache.read_all()  # [n_layers, n_kv_heads, length, head_dim]
+        keys = torch.cat([keys[:, :, :keep], self._rotated(keys[:, :, keep + drop :], -drop)], 2)
+        values = torch.cat([values[:, :, :keep], values[:, :, keep + drop :]], 2)
+        cache.refill(keys, values, cache.tokens[:keep] + cache.tokens[keep + drop :])
 
     def _rotated(self, keys: torch.Tensor, delta: int) -> torch.Tensor:
         """Post-RoPE ``keys`` (``[..., head_dim]``) rotated by ``delta`` positions, a new tensor.

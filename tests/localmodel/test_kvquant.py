@@ -1,9 +1,8 @@
 """KV in a smaller dtype (``kv_dtype``): int8 error bounds, byte accounting, the disk tier's
 round trip, and greedy answers of the bundled model from an int8 prefix.
 
-The engine tests here run the contiguous mode (``context_overflow: sinks``), where the tree
-stores converted copies (``StoringView``, ``Int8KV``); int8 and half-precision *pages* of
-the paged pool (every other mode) are tested in ``test_kvpages.py``."""
+The engine tests here read the tree's int8 prefix into contiguous buffers and through the
+disk tier; int8 and half-precision *pages* themselves are tested in ``test_kvpages.py``."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.disk import BreakEven, RowCodec
 from localmodel.engine import prefill
 from localmodel.kv import KVLayout, RequestCache, TensorKV
-from localmodel.kvquant import Int8KV, StoringView, resolve_kv_dtype, stored_bytes_per_token
+from localmodel.kvquant import Int8KV, resolve_kv_dtype
 from prefix import KVSpan, RadixKey
 from tests.localmodel.conftest import MakeEngine
 
@@ -62,15 +61,7 @@ def test_int8_slice_keeps_the_span_scales_and_nbytes_counts_them() -> None:
         q.slice(3, 21)
 
 
-def test_storing_view_estimates_the_bytes_it_stores() -> None:
-    kv = _kv()
-    for dtype in (torch.int8, torch.bfloat16, torch.float16):
-        view = StoringView(kv, dtype)
-        stored = view.slice(0, len(kv))
-        assert view.nbytes == stored.nbytes
-        assert len(stored) == len(kv)
-    assert isinstance(StoringView(kv, torch.bfloat16).slice(2, 4), TensorKV)
-    assert StoringView(kv, torch.bfloat16).slice(2, 4).keys.dtype == torch.bfloat16
+def test_kv_dtype_names_resolve_or_are_refused() -> None:
     assert resolve_kv_dtype("auto", torch.float32) == torch.float32
     assert resolve_kv_dtype("int8", torch.float32) == torch.int8
     with pytest.raises(ValueError, match="kv_dtype"):
@@ -83,7 +74,7 @@ def test_request_cache_loads_int8_and_half_spans_dequantised() -> None:
     layout = KVLayout(3, 2, 8, torch.float32, torch.device("cpu"))
     kv = _kv()
     spans = [Int8KV.quantize(kv.keys[:, :, :9], kv.values[:, :, :9]),
-             StoringView(kv, torch.bfloat16).slice(9, 20)]  # fmt: skip
+             TensorKV(kv.keys[:, :, 9:].bfloat16(), kv.values[:, :, 9:].bfloat16())]  # fmt: skip
     cache = RequestCache.allocate(layout, 24)
     cache.load(spans, 15)
     view = cache.view(15)
@@ -114,7 +105,8 @@ def test_half_rows_of_a_float32_model_round_trip() -> None:
     layout = KVLayout(3, 2, 8, torch.float32, torch.device("cpu"))
     codec = RowCodec(layout, torch.bfloat16)
     assert codec.bytes_per_token == layout.bytes_per_token // 2
-    span = StoringView(_kv(), torch.bfloat16).slice(0, 20)
+    kv = _kv()
+    span = TensorKV(kv.keys.bfloat16(), kv.values.bfloat16())
     cache = RequestCache.allocate(layout, 20)
     codec.decode_into(cache, codec.encode([span], 0, 20), 0)
     assert torch.equal(cache.view(20).keys, span.keys.float())
@@ -128,33 +120,8 @@ def _prompt(engine: Engine, question: str) -> list[int]:
     return engine.encode_chat(messages)
 
 
-def test_int8_prefix_holds_more_than_3_5x_the_tokens_per_byte(make_engine: MakeEngine) -> None:
-    fp32, int8 = make_engine(), make_engine(kv_dtype="int8", context_overflow="sinks")
-    for engine in (fp32, int8):
-        engine.complete(engine.prepare(_prompt(engine, QUESTIONS[0]), GREEDY, namespace=NS))
-    a, b = fp32.prefix_cache.stats, int8.prefix_cache.stats
-    assert a.tokens == b.tokens > 80
-    assert a.bytes == a.tokens * fp32.layout.bytes_per_token
-    (node_kv,) = int8.prefix_cache.match(RadixKey(NS, [*_prompt(int8, QUESTIONS[0]), 0])).spans
-    assert isinstance(node_kv, Int8KV) and b.bytes == node_kv.nbytes  # the real bytes, scales too
-    assert b.bytes > b.tokens * stored_bytes_per_token(int8.layout, torch.int8)
-    assert a.bytes / b.bytes >= 3.5
-
-
-def test_greedy_answers_from_an_int8_prefix_match_float32(make_engine: MakeEngine) -> None:
-    fp32, int8 = make_engine(), make_engine(kv_dtype="int8", context_overflow="sinks")
-    one = SamplingParams(temperature=0.0, max_tokens=1)
-    int8.complete(int8.prepare(_prompt(int8, "Hi"), one, namespace=NS))  # the system turn, int8
-    for question in QUESTIONS:
-        prompt = _prompt(fp32, question)
-        cold = fp32.complete(fp32.prepare(prompt, GREEDY, namespace=NS))
-        warm = int8.complete(int8.prepare(prompt, GREEDY, namespace=NS))
-        assert warm.usage.cached_tokens > 60
-        assert warm.choices[0].token_ids == cold.choices[0].token_ids
-
-
 def test_int8_prefix_logits_stay_close_to_float32(make_engine: MakeEngine) -> None:
-    engine = make_engine(kv_dtype="int8", context_overflow="sinks")
+    engine = make_engine(kv_dtype="int8")
     prompt = _prompt(engine, QUESTIONS[1])
     engine.complete(engine.prepare(prompt, GREEDY, namespace=NS))
     match = engine.prefix_cache.match(RadixKey(NS, prompt))
@@ -172,7 +139,6 @@ def test_int8_prefix_logits_stay_close_to_float32(make_engine: MakeEngine) -> No
 def test_int8_prefix_goes_to_disk_and_comes_back(make_engine: MakeEngine, tmp_path: Path) -> None:
     engine = make_engine(
         kv_dtype="int8",
-        context_overflow="sinks",
         prefix_disk_dir=tmp_path,
         prefix_disk_bytes=2**30,
         break_even=BreakEven.fixed(1),

@@ -12,6 +12,8 @@ from transformers import DynamicCache
 from localmodel import ContextWindowExceeded, Event, Finished, InvalidRequestError, SamplingParams
 from localmodel.engine import prefill
 from localmodel.kv import KVLayout, RequestCache, UnsupportedModelError
+from localmodel.kvquant import resolve_kv_dtype
+from localmodel.pages import PagedCache, PagePool
 from localmodel.scheduler import Scheduler
 from localmodel.sinks import ContextShift
 from prefix import RadixKey
@@ -48,6 +50,39 @@ def test_shift_keeps_sinks_and_recent_tokens_with_k_rotated_to_new_positions(
     assert (cache.view(25).keys[0] - keys).abs().max().item() <= 1e-5
     assert torch.equal(cache.view(25).values[0], values)
     assert not torch.equal(cache.view(25).keys[0, :, 4:], cache.key_buf[0, 0, :, 11:32])
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.int8])
+def test_a_shift_over_pages_keeps_what_a_shift_of_buffers_keeps(
+    tiny_model: Any, kv_dtype: torch.dtype
+) -> None:
+    """The engine's caches are page tables: a shift writes the kept tokens (K rotated) into
+    fresh pages, equal to the contiguous shift (float32 exactly, int8 within its rounding),
+    and the pages the prefix tree shares (the window before the shift) keep their KV."""
+    tokens = list(range(100, 132))
+    layout = KVLayout.of(tiny_model)
+    buffers = RequestCache.allocate(layout, capacity=32)
+    prefill(tiny_model, buffers, torch.tensor([tokens]), start=0)
+    pool = PagePool(layout, n_pages=20, page_size=8, dtype=kv_dtype)
+    pages = PagedCache(pool, capacity=32)
+    prefill(tiny_model, pages, torch.tensor([tokens]), start=0)
+    pages.note_fed(tokens)
+    shared = pages.view(30)  # what the tree would hold: 4 pages, the last one partly
+    before = shared.gather()
+    shift = ContextShift.of(tiny_model, sink_tokens=4)
+    assert shift.shift(buffers) == shift.shift(pages) == 7
+    assert pages.length == 25 and pages.dropped == 7
+    assert pages.tokens == tokens[:4] + tokens[11:]
+    keys, values = pages.read_all()  # [L, H, 25, D]
+    want_k, want_v = buffers.view(25).keys, buffers.view(25).values
+    tol = 1e-6 if kv_dtype == torch.float32 else 0.02 * want_k.abs().max().item()
+    assert (keys - want_k).abs().max().item() <= tol
+    assert (values - want_v).abs().max().item() <= (tol if kv_dtype == torch.float32 else
+                                                     0.02 * want_v.abs().max().item())  # fmt: skip
+    assert not set(pages.table) & set(shared.pages)  # fresh pages, the shared ones untouched
+    after = shared.gather()
+    assert torch.equal(after[0], before[0]) and torch.equal(after[1], before[1])
+    assert pool.stats.used == len(shared.pages) + len(pages.table)
 
 
 def test_models_without_linear_rope_are_refused(tiny_model: Any) -> None:
@@ -136,12 +171,49 @@ def test_batched_requests_past_the_window_get_the_tokens_they_get_alone(
     ]
     assert len(alone[2][0].token_ids) > 32 - 20  # its decode went past the window
     scheduler = Scheduler(engine, max_batch=4, step_tokens=12)  # prompts prefill in chunks
+    finished = _run(scheduler, engine, jobs, "batched")
+    assert [f.completion.choices for f in finished] == alone
+
+
+def _run(
+    scheduler: Scheduler, engine: Any, jobs: list[tuple[list[int], SamplingParams]], ns: str
+) -> list[Finished]:
+    """Every job through ``scheduler`` at once; each one's last event, which must be Finished."""
     events: list[list[Event | BaseException]] = [[] for _ in jobs]
     for i, (prompt, params) in enumerate(jobs):
-        request = engine.prepare(prompt, params, namespace=f"batched{i}")
+        request = engine.prepare(prompt, params, namespace=f"{ns}{i}")
         scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
     while scheduler.busy:
         scheduler.step()
     finished = [e[-1] for e in events]
     assert all(isinstance(f, Finished) for f in finished), finished
-    assert [f.completion.choices for f in finished if isinstance(f, Finished)] == alone
+    return [f for f in finished if isinstance(f, Finished)]
+
+
+@pytest.mark.parametrize("kv_dtype", ["auto", "int8"])
+def test_requests_past_the_window_share_the_pool_and_survive_preemption(
+    make_engine: MakeEngine, tiny_model: Any, kv_dtype: str
+) -> None:
+    """With sinks the requests run on the paged pool (in ``kv_dtype``), batched in one step:
+    a pool too small for all of them preempts the youngest, slid or not, and every request
+    still finishes with every page back."""
+    page = PagePool.bytes_per_page(
+        KVLayout.of(tiny_model), 8, resolve_kv_dtype(kv_dtype, torch.float32)
+    )
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks",
+                         kv_dtype=kv_dtype, page_size=8, kv_pool_bytes=9 * page)  # fmt: skip
+    pool = engine.pool
+    assert pool.n_pages == 9 and pool.stats.dtype == ("float32" if kv_dtype == "auto" else "int8")
+    jobs = [
+        (list(range(300, 350)), SamplingParams(temperature=0.0, max_tokens=30)),  # prompt > window
+        (list(range(400, 420)), SamplingParams(temperature=0.0, max_tokens=40)),  # decode shifts
+        (list(range(500, 516)), SamplingParams(temperature=0.0, max_tokens=40)),
+    ]
+    finished = _run(Scheduler(engine, max_batch=3, step_tokens=16), engine, jobs, "t")
+    assert pool.stats.preemptions >= 1
+    for f, (_, params) in zip(finished, jobs, strict=True):
+        tokens = f.completion.choices[0].token_ids
+        assert len(tokens) == params.max_tokens or tokens[-1] in engine.stop_token_ids
+    assert pool.stats.used == pool.stats.cached  # every request gave its pages back
+    engine.flush_prefix_cache()
+    assert pool.stats.used == 0
