@@ -17,6 +17,7 @@ HTTP, disconnects and shutdown live in api.py and connections.py.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import logging
@@ -103,6 +104,8 @@ class Pipeline:
         self._context = context
         self._thresholds = dict(semantic_thresholds or {})
         self.flights = Flights(coalesce or CoalesceConfig(enabled=False))
+        #: fresh answers' cache writes in progress, by scope (see store_soon)
+        self._writes: dict[str, set[asyncio.Task[None]]] = {}
 
     async def handle(
         self,
@@ -143,7 +146,8 @@ class Pipeline:
             with tier("model", **{"gen_ai.request.model": request.model}):
                 answer = await _complete(backend, bridge, request, auth, watch)
             if looked.save is not None and adapter.complete(request, answer.body):
-                await self.store(request, looked.save, answer.body)
+                self.store_soon(request, looked.save, answer.body, flight)
+                flight = None  # it lands once the answer is stored
             adapter.delivered(request, answer.body, upstream=bridge is None)
             headers = _keyed(answer.headers, looked.key)
             return Reply(looked.state, headers, body=answer.body, **seen)
@@ -170,6 +174,41 @@ class Pipeline:
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
         return backend, request
+
+    def store_soon(
+        self, request: GatewayRequest, save: Save, answer: dict[str, Any], flight: Flight | None
+    ) -> None:
+        """Store a complete answer in a task of its own, so that its response does not wait
+        for the write, then land its flight (identical requests waiting on it find it).
+
+        NOTE: a lookup in the same scope waits for the writes in progress there
+        (:meth:`_written`): a client that got an answer and asks again finds it stored.
+        """
+
+        async def work() -> None:
+            try:
+                await self.store(request, save, answer)
+            finally:
+                if flight is not None:
+                    flight.land()
+
+        scope = save.key.scope
+        writes = self._writes.setdefault(scope, set())
+        task = asyncio.get_running_loop().create_task(work())
+        writes.add(task)
+
+        def done(_: object) -> None:
+            writes.discard(task)
+            if not writes and self._writes.get(scope) is writes:
+                del self._writes[scope]
+
+        task.add_done_callback(done)
+
+    async def drain(self) -> None:
+        """Wait for the cache writes in progress (at shutdown, before the cache closes)."""
+        tasks = [task for writes in self._writes.values() for task in writes]
+        if tasks:
+            await asyncio.wait(tasks)
 
     async def store(self, request: GatewayRequest, save: Save, answer: dict[str, Any]) -> None:
         """Store a complete answer; a failing cache write is logged, never lost to the client."""
@@ -199,6 +238,7 @@ class Pipeline:
         save = None if control.no_store else Save(key, None)
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)
+        await self._written(key.scope)
         with tier("cache.lookup") as span:
             found = await self.cache.lookup(
                 key,
@@ -214,6 +254,13 @@ class Pipeline:
         # the question's embedding: computed once, for lookup and store
         save = None if control.no_store else Save(key, found.vector, found.overloaded)
         return _Looked("miss", save=save, key=key, missed=found)
+
+    async def _written(self, scope: str) -> None:
+        """Wait for the cache writes in progress in ``scope`` (already running: a store's
+        time, not a response's): an answer a client has seen is found by its next request."""
+        writes = self._writes.get(scope)
+        if writes:
+            await asyncio.wait(list(writes))  # (a cancelled lookup leaves the writes running)
 
     def _coalesces(self, request: GatewayRequest) -> bool:
         """Whether identical misses of this request wait for each other's answer.
@@ -350,7 +397,7 @@ class _Relay:
                     yield pending + event.raw
                     return
                 if event.done:
-                    await self._store(fold, event.chunk)
+                    self._store(fold, event.chunk)
                     self.outcome.finished = True
                     yield pending + event.raw
                     return
@@ -377,7 +424,8 @@ class _Relay:
             self._land()
             await self._close_stream()
 
-    async def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
+    def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
+        """Start the complete answer's cache write (the last event does not wait for it)."""
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
         self.outcome.usage = fold.usage()  # (the ledger counts it, stored or not)
@@ -385,7 +433,8 @@ class _Relay:
         if result is None or not self._adapter.complete(self._request, result):
             return
         if self._save is not None:
-            await self._pipeline.store(self._request, self._save, result)
+            self._pipeline.store_soon(self._request, self._save, result, self._flight)
+            self._flight = None  # it lands once the answer is stored
         self._adapter.delivered(self._request, result, upstream=self._native)
 
     def _failed(self, error: APIError) -> bytes:

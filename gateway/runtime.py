@@ -127,6 +127,7 @@ class Runtime:
 
     async def close(self) -> None:
         self.connections.stop()
+        await self.pipeline.drain()  # cache writes in progress (the cache closes below)
         if self.auditor is not None:  # (audits use the backends: they stop first)
             await self.auditor.close()
         await asyncio.gather(*(b.close() for b in self.backends.values()), return_exceptions=True)

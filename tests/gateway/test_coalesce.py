@@ -8,7 +8,9 @@ enough for the others to arrive while it runs.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -213,3 +215,63 @@ def test_first_request_cancelled_by_its_client_releases_the_others(
     again = gw.http.post("/v1/chat/completions", json=body)
     assert again.headers["x-cache"] == "exact"
     assert not len(gw.runtime.pipeline.flights)
+
+
+class _HeldStore:
+    """Wraps the gateway's cache write so that it waits for ``release`` (the test's thread):
+    what happens while a fresh answer is not stored yet."""
+
+    def __init__(self, gw: Gateway) -> None:
+        self.release, self.stored = threading.Event(), threading.Event()
+        cache = gw.runtime.cache
+        store = cache.store
+
+        async def held(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.to_thread(self.release.wait, 20)
+            try:
+                return await store(*args, **kwargs)
+            finally:
+                self.stored.set()
+
+        cache.store = held
+
+
+def test_a_fresh_answer_is_stored_off_its_response_path_and_found_by_the_next_request(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The client has its answer while the cache write still waits; its next request (same
+    scope, here the same question) waits for that write at its lookup and is an exact hit."""
+    gw = make_gateway()
+    held = _HeldStore(gw)
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0, timeout=10)
+
+    def ask_once() -> Any:
+        return sdk.chat.completions.with_raw_response.create(model="fake-model", messages=QUESTION)
+
+    first = ask_once()  # (a write on the response's path would hold it for 20 s: timeout)
+    assert first.headers["x-cache"] == "miss" and not held.stored.is_set()
+    with ThreadPoolExecutor(1) as pool:
+        second = pool.submit(ask_once)
+        time.sleep(0.3)
+        assert not second.done()  # it waits for the write (a miss would have been answered)
+        held.release.set()
+        reply = second.result(timeout=10)
+    assert reply.headers["x-cache"] == "exact" and "x-cache-coalesced" not in reply.headers
+    assert reply.parse().choices[0].message.content == first.parse().choices[0].message.content
+    assert held.stored.is_set() and upstream.stats["chat"] == 1
+
+
+def test_a_streamed_answer_is_stored_without_holding_its_last_event(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    held = _HeldStore(gw)
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0, timeout=10)
+    stream = sdk.chat.completions.create(model="fake-model", messages=QUESTION, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)  # to [DONE]
+    assert text and not held.stored.is_set()
+    held.release.set()
+    again = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=QUESTION)
+    assert again.headers["x-cache"] == "exact"
+    assert again.parse().choices[0].message.content == text
+    assert held.stored.is_set() and upstream.stats["chat"] == 1
