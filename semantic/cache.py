@@ -68,6 +68,8 @@ _CANDIDATES = 1
 _GUARD_THRESHOLD = 0.8
 #: Similarities are float32 dot products: identical texts give 0.99999994, not 1.
 _EPSILON = 1e-5
+#: Seconds ``close`` waits for its background tasks (the sweeper, the follower) to stop.
+_CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,9 +224,15 @@ class ResponseCache:
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._tasks:
+            # NOTE: bounded: a task whose cancellation a library swallowed (turned into the
+            # timeout of a Redis read it then retries) must not hang the shutdown
+            done, pending = await asyncio.wait(self._tasks, timeout=_CLOSE_WAIT_S)
+            for task in done:
+                if not task.cancelled():
+                    task.exception()  # (retrieved: a task that failed was logged already)
+            if pending:
+                log.warning("response cache: %d task(s) did not stop when closed", len(pending))
         if self.index is not None and self._semantic and self._semantic.index_path:
             try:
                 await asyncio.to_thread(self.index.save, self._semantic.index_path)

@@ -376,6 +376,8 @@ class RedisStore:
                 last = None
                 continue
             except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
+                if _cancelling():  # a cancellation that arrived as the read's timeout
+                    raise asyncio.CancelledError from exc
                 if last is not None:
                     log.warning("response-cache event stream lost (%r); will reload", exc)
                 last = None  # events may be lost while disconnected: reload on return
@@ -548,3 +550,10 @@ def _apply(listener: StoreListener, fields: dict[bytes, bytes]) -> None:
             listener.on_delete([int(i) for i in fields[b"idlist"].split(b",") if i])
         else:  # packed little-endian int64
             listener.on_delete(np.frombuffer(fields[b"ids"], dtype="<i8").tolist())
+
+
+def _cancelling() -> bool:
+    """Whether the current task has been asked to stop (its cancellation may have been
+    turned into another exception by the call it interrupted)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -208,3 +209,26 @@ async def test_an_overloaded_lookup_stores_for_exact_hits_without_embedding_agai
     assert embedded == [stored.question]
     assert (await cache.lookup(paraphrase)).kind == "semantic"
     await cache.close()
+
+
+async def test_close_does_not_wait_forever_for_a_task_that_will_not_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from semantic import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "_CLOSE_WAIT_S", 0.2)
+    cache = ResponseCache(DiskStore(tmp_path, max_entries=10), CacheSettings(), None)
+    await cache.start()
+    stubborn = asyncio.Event()
+
+    async def ignores_cancel() -> None:
+        while not stubborn.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+
+    cache._tasks.append(asyncio.create_task(ignores_cancel()))
+    await asyncio.sleep(0)
+    await asyncio.wait_for(cache.close(), 3)  # bounded, not forever
+    assert "did not stop" in caplog.text
+    stubborn.set()
+    cache._tasks[-1].cancel()

@@ -486,3 +486,31 @@ async def test_a_replica_that_only_reads_counts_the_others_entries(
         await writer.flush()
         await wait_for(lambda: len(reader) == 0)
     await writer.close()
+
+
+async def test_a_cancelled_follower_stops_even_when_its_read_turns_the_cancel_into_a_timeout(
+    redis_server: RedisServer,
+) -> None:
+    """A cancellation that reaches the follower as its XREAD's timeout (a socket timeout
+    racing the cancel) stops it, instead of being taken for a lost stream and retried."""
+    store = RedisStore(redis_server.url, max_entries=100)
+    recorder = Recorder()
+    reads = 0
+
+    async def xread(*args: object, **kwargs: object) -> list[object]:
+        nonlocal reads
+        reads += 1
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise TimeoutError("Timeout reading from the follower's socket") from None
+        return []
+
+    store._follower.xread = xread
+    task = asyncio.create_task(store.follow(recorder))
+    await wait_for(lambda: reads == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 3)
+    assert reads == 1
+    await store.close()
