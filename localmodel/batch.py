@@ -43,7 +43,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from localmodel.kv import RequestCache
-from localmodel.kvquant import dequantize, quantize_values
+from localmodel.kvquant import dequantize
 from localmodel.pages import PagedCache, PagePool
 
 __all__ = ["ATTENTION", "BatchCache", "KVCache", "Piece", "forward", "use_batched_attention"]
@@ -246,11 +246,8 @@ class BatchCache(Cache):
     def _write_int8(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """int8 pages: every new token's V quantised (per token) into its slot in one go;
         each piece's K through its own cache (its tail, or a page quantised as it fills)."""
-        assert self.pool is not None and self.pool.value_scales is not None
-        _, H, N, P, D = self.pool.keys.shape
-        q, scales = quantize_values(values)  # [H, total, D], [H, total]
-        self.pool.values[layer].view(H, N * P, D).index_copy_(1, self._writes, q)
-        self.pool.value_scales[layer].view(H, N * P).index_copy_(1, self._writes, scales)
+        assert self.pool is not None
+        self.pool.write_int8_values(layer, self._writes, values)
         for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
             assert isinstance(cache, PagedCache)
             cache.write_keys(layer, keys[:, a:b], past)

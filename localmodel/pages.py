@@ -247,6 +247,15 @@ class PagePool:
                 if self._refs[page] == 0:
                     self._free.append(page)
 
+    def write_int8_values(self, layer: int, slots: torch.Tensor, values: torch.Tensor) -> None:
+        """int8 pools: V ``[n_kv_heads, n, head_dim]`` of tokens at flat ``slots`` (rows of a
+        layer's ``[n_kv_heads, n_pages · P, head_dim]``), quantised per token, scales beside."""
+        assert self.value_scales is not None
+        _, H, N, P, D = self.keys.shape
+        q, scales = quantize_values(values)  # per token: [H, n, D], [H, n]
+        self.values[layer].view(H, N * P, D).index_copy_(1, slots, q)
+        self.value_scales[layer].view(H, N * P).index_copy_(1, slots, scales)
+
     def copy_page(self, src: int, dst: int) -> None:
         with torch.inference_mode():
             for tensor in self._tensors():
@@ -587,9 +596,7 @@ class PagedCache(DynamicCache):
             pool.keys[layer].view(H, N * P, D).index_copy_(1, index, keys.to(pool.dtype))
             pool.values[layer].view(H, N * P, D).index_copy_(1, index, values.to(pool.dtype))
             return
-        q, scales = quantize_values(values)  # per token: [H, n, D], [H, n]
-        pool.values[layer].view(H, N * P, D).index_copy_(1, index, q)
-        pool.value_scales[layer].view(H, N * P).index_copy_(1, index, scales)
+        pool.write_int8_values(layer, index, values)
         self.write_keys(layer, keys, start)
 
     def read_layer(self, layer: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
