@@ -169,6 +169,7 @@ class LocalBackend:
                 "evictions": cache.evictions,
                 "nodes": cache.nodes,
             },
+            "kv_pool": dataclasses.asdict(stats.pool),
         }
         if stats.disk is not None:
             out["prefix_disk"] = {
@@ -177,8 +178,6 @@ class LocalBackend:
             }
         if stats.break_even is not None:
             out["prefix_disk_break_even"] = stats.break_even.as_dict()
-        if stats.pool is not None:
-            out["kv_pool"] = dataclasses.asdict(stats.pool)
         return out
 
     def flush_prefix_cache(self) -> int:

@@ -7,15 +7,15 @@ of them, and each sequence attends to its own K/V only. Two transformers hooks m
 decoder-only architecture whose attention is scaled dot-product (not only Llama-shaped ones):
 
 * a :class:`BatchCache` (a ``transformers`` ``Cache``) whose ``update`` writes each
-  sequence's new K/V into that sequence's own cache (pages of the engine's pool, or
-  :class:`~localmodel.kv.RequestCache` buffers) and reads back what each group attends to;
+  sequence's new K/V into its pages of the engine's pool and reads back what each group
+  attends to;
 * an attention function registered with ``AttentionInterface`` under :data:`ATTENTION` that,
   given the ``batch=`` keyword, runs one SDPA call per group — all decoding sequences
   together, over their K/V padded to the longest with a length mask, on the pool; a prompt
   chunk alone, causal, offset by what its sequence already holds — and otherwise is plain
   ``sdpa`` (so the single-request path and every other caller of the model are unchanged).
 
-On the pool, the step is planned once (``BatchCache.__init__``: every new token's slot, every
+The step is planned once (``BatchCache.__init__``: every new token's slot, every
 group's rows), so a layer costs a fixed number of tensor ops whatever the number of sequences.
 
 Positions go in ``position_ids`` token by token, so RoPE sees each sequence's own positions.
@@ -42,14 +42,10 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from localmodel.kv import RequestCache
 from localmodel.kvquant import dequantize
 from localmodel.pages import PagedCache, PagePool
 
-__all__ = ["ATTENTION", "BatchCache", "KVCache", "Piece", "forward", "use_batched_attention"]
-
-#: A request's attention cache: contiguous buffers, or a page table over the engine's pool.
-KVCache = RequestCache | PagedCache
+__all__ = ["ATTENTION", "BatchCache", "Piece", "forward", "use_batched_attention"]
 
 #: The attention implementation name this module registers (plain sdpa without ``batch=``).
 ATTENTION = "cachegate_batched"
@@ -59,7 +55,7 @@ ATTENTION = "cachegate_batched"
 class Piece:
     """New tokens of one sequence for this step, fed at positions ``cache.length…``."""
 
-    cache: KVCache
+    cache: PagedCache
     tokens: tuple[int, ...]
 
 
@@ -78,7 +74,7 @@ class _Group:
     n: int
     mask: torch.Tensor | None
     causal: bool
-    gather: torch.Tensor | None  # paged: rows of a layer's [n_kv_heads · slots, head_dim]
+    gather: torch.Tensor  # rows of a layer's [n_kv_heads · slots, head_dim]
 
 
 class BatchCache(Cache):
@@ -88,7 +84,7 @@ class BatchCache(Cache):
     ``spans[i] = (start, stop)`` are piece ``i``'s columns in the packed row; ``pasts[i]``
     is how many tokens its cache held before this step (the causal mask's offset).
 
-    When every piece's cache is a :class:`PagedCache` of one pool, a layer costs two
+    Every piece's cache is a :class:`PagedCache` of one pool, so a layer costs two
     ``index_copy_`` (every new token's K and V into its slot, converted to the pages' dtype)
     and two ``index_select`` (every group's K/V out of the pool, converted back in one go),
     whatever the number of sequences, and all decoding sequences (one new token each) form
@@ -97,8 +93,7 @@ class BatchCache(Cache):
     quantised per token in one go, but each piece's K goes through its own cache (the
     full-precision tail of its partly filled last page, or a page quantised as it fills), and
     after the gather (dequantised with scales gathered alongside) each piece's tail is copied
-    over its last page's rows. Otherwise (contiguous ``RequestCache`` buffers, caches of
-    different pools) each piece appends to its own cache and is a group of its own.
+    over its last page's rows.
     """
 
     def __init__(self, pieces: Sequence[Piece], n_layers: int, dtype: torch.dtype) -> None:
@@ -109,10 +104,10 @@ class BatchCache(Cache):
         for piece in pieces:
             offsets.append(offsets[-1] + len(piece.tokens))
         self.spans = list(itertools.pairwise(offsets))
-        #: the pool every cache pages into, when K/V are written and read in place there
+        #: the pool every cache pages into: K/V are written and read in place there
         self.pool = _one_pool(self.caches)
         self.dtype = dtype  # the model's: what attention reads
-        self.groups = self._paged_groups() if self.pool is not None else self._own_groups()
+        self.groups = self._plan_groups()
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
 
     def update(
@@ -121,44 +116,25 @@ class BatchCache(Cache):
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         # key_states, value_states: [1, n_kv_heads, total, head_dim]
         # NOTE: layers run one after another, so `kv` always holds the current layer's K/V.
-        if self.pool is None:
-            self.kv = [  # a group per piece
-                cache.append(layer_idx, key_states[:, :, a:b], value_states[:, :, a:b])
-                for cache, (a, b) in zip(self.caches, self.spans, strict=True)
-            ]
-        else:
-            self.kv = self._write_and_gather(layer_idx, key_states[0], value_states[0])
+        self.kv = self._write_and_gather(layer_idx, key_states[0], value_states[0])
         return key_states, value_states  # NOTE: unused; the attention reads `kv`
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it
 
     def advance(self) -> None:
-        """After the forward pass: the paged caches now hold their pieces' tokens."""
-        if self.pool is not None:
-            for cache, (a, b) in zip(self.caches, self.spans, strict=True):
-                assert isinstance(cache, PagedCache)
-                cache.advance(b - a)
+        """After the forward pass: the caches now hold their pieces' tokens."""
+        for cache, (a, b) in zip(self.caches, self.spans, strict=True):
+            cache.advance(b - a)
 
     # ── helpers ──────────────────────────────────────────────────────────────────────
 
-    def _own_groups(self) -> list[_Group]:
-        """A group per piece, its K/V from its own cache's ``append``."""
-        groups = []
-        for i, ((a, b), past) in enumerate(zip(self.spans, self.pasts, strict=True)):
-            n = b - a
-            mask = _causal_mask(past, n, self.caches[i].device) if n > 1 and past else None
-            groups.append(_Group((i,), slice(a, b), n, mask, n > 1 and not past, None))
-        return groups
-
-    def _paged_groups(self) -> list[_Group]:
+    def _plan_groups(self) -> list[_Group]:
         """Every decoding piece in one group, each chunk of a prompt in one of its own; the
         slots they write (``_writes``) and the pool rows each group reads (its ``gather``)."""
-        assert self.pool is not None
         device = self.pool.device
         history = []  # per piece, the slots of positions 0…past+n-1
         for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
-            assert isinstance(cache, PagedCache)
             cache.reserve(b - a)  # NOTE: a no-op when the scheduler reserved
             history.append(cache.slots(0, past + b - a))
         self._writes = torch.cat(
@@ -189,8 +165,8 @@ class BatchCache(Cache):
                 mask = _causal_mask(past, b - a, device)[None, None] if past else None
                 gather = self._rows(history[i][None])
                 groups.append(_Group((i,), slice(a, b), b - a, mask, not past, gather))
-        self._sizes = [len(g.gather) for g in groups if g.gather is not None]
-        self._gather = torch.cat([g.gather for g in groups if g.gather is not None])
+        self._sizes = [len(g.gather) for g in groups]
+        self._gather = torch.cat([g.gather for g in groups])
         if self.pool.quantized:
             # a gathered row's K scale: row h·N·P + page·P + offset → h·N + page
             self._pages = torch.div(self._gather, self.pool.page_size, rounding_mode="floor")
@@ -208,7 +184,6 @@ class BatchCache(Cache):
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,
         in the order of a ``[G, H, S, D]`` tensor."""
-        assert self.pool is not None
         _, H, N, P, _ = self.pool.keys.shape
         heads = torch.arange(H, device=slots.device)[None, :, None] * (N * P)  # [1, H, 1]
         return (heads + slots[:, None, :]).reshape(-1)
@@ -217,7 +192,6 @@ class BatchCache(Cache):
         self, layer: int, keys: torch.Tensor, values: torch.Tensor
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Write this layer's new K/V (``[H, total, D]``) into the pool; read every group's."""
-        assert self.pool is not None
         _, H, N, P, D = self.pool.keys.shape
         pool_k, pool_v = self.pool.keys[layer], self.pool.values[layer]  # [H, N, P, D]
         if self.pool.quantized:
@@ -246,10 +220,8 @@ class BatchCache(Cache):
     def _write_int8(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """int8 pages: every new token's V quantised (per token) into its slot in one go;
         each piece's K through its own cache (its tail, or a page quantised as it fills)."""
-        assert self.pool is not None
         self.pool.write_int8_values(layer, self._writes, values)
         for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
-            assert isinstance(cache, PagedCache)
             cache.write_keys(layer, keys[:, a:b], past)
 
     def _dequantize(
@@ -257,7 +229,6 @@ class BatchCache(Cache):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Gathered int8 rows (``[rows, D]``) times their scales, in the model's dtype (as
         ``PagedCache.read_layer`` computes them): K's per page and channel, V's per token."""
-        assert self.pool is not None
         assert self.pool.key_scales is not None and self.pool.value_scales is not None
         _, H, N, P, D = self.pool.keys.shape
         k_scales = self.pool.key_scales[layer].view(H * N, D).index_select(0, self._pages)
@@ -267,7 +238,6 @@ class BatchCache(Cache):
     def _overlay_tails(self, layer: int, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """int8 pages: a partly filled last page's K is read from its request's tail."""
         for g, j, cache, stop in self._tails:
-            assert isinstance(cache, PagedCache)
             tail = cache.tail(layer, stop)
             if tail is not None:
                 start, rows = tail
@@ -307,8 +277,7 @@ def forward(model: Any, pieces: Sequence[Piece]) -> torch.Tensor:
     )
     batch.advance()
     for piece in pieces:
-        if isinstance(piece.cache, PagedCache):
-            piece.cache.note_fed(piece.tokens)  # what a preempted request re-feeds
+        piece.cache.note_fed(piece.tokens)  # what a preempted request re-feeds
     return out.logits[0]  # [n, vocab]
 
 
@@ -349,13 +318,12 @@ def _attention(
     return merged[None], None  # [1, total, heads, d]
 
 
-def _one_pool(caches: Sequence[KVCache]) -> PagePool | None:
-    """The pool all ``caches`` page into (K/V written and read there in place), if any."""
-    first = caches[0]
-    if not isinstance(first, PagedCache):
-        return None
-    pool = first.pool
-    return pool if all(isinstance(c, PagedCache) and c.pool is pool for c in caches) else None
+def _one_pool(caches: Sequence[PagedCache]) -> PagePool:
+    """The pool all ``caches`` page into (K/V are written and read there in place)."""
+    pool = caches[0].pool
+    if any(c.pool is not pool for c in caches):
+        raise ValueError("a batched step's caches must all page into one pool")
+    return pool
 
 
 def _causal_mask(past: int, n: int, device: torch.device) -> torch.Tensor:

@@ -212,7 +212,7 @@ class EngineStats:
     disk: DiskStats | None
     disk_hit_tokens: int
     break_even: BreakEven | None
-    pool: PoolStats | None = None  # the paged KV pool (None: contiguous per-request buffers)
+    pool: PoolStats  # the paged KV pool every request and the tree's spans live in
 
 
 # ── the engine ────────────────────────────────────────────────────────────────────────

@@ -259,13 +259,6 @@ class RequestCache(DynamicCache):
         self.value_buf[:, 0, :, start : start + n].copy_(rows[:, 1].permute(1, 2, 0, 3))
         self.truncate(start + n)
 
-    def append(
-        self, layer: int, keys: torch.Tensor, values: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write new K/V (``[1, n_kv_heads, new, head_dim]``) of one layer; return its whole
-        cached K/V as views ``[1, n_kv_heads, length, head_dim]`` (what attention reads)."""
-        return self._buffer_layers[layer].update(keys, values)
-
     def truncate(self, length: int) -> None:
         """Forget every token at or after ``length`` (no copy: later writes overwrite them)."""
         if not 0 <= length <= self.capacity:

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from localmodel import Completion, Engine, Event, Finished, SamplingParams
-from localmodel.batch import BatchCache, KVCache, Piece, forward, use_batched_attention
-from localmodel.kv import KVLayout, RequestCache
+from localmodel.batch import BatchCache, Piece, forward, use_batched_attention
+from localmodel.kv import KVLayout
 from localmodel.pages import PagedCache, PagePool
 from localmodel.scheduler import Scheduler
 
@@ -62,7 +62,7 @@ _STEPS: list[list[tuple[int, slice | list[int]]]] = [
 
 
 def _check_compositions(
-    model: Any, vocab: int, make_cache: Callable[[], KVCache], tol: float = TOL
+    model: Any, vocab: int, make_cache: Callable[[], PagedCache], tol: float = TOL
 ) -> None:
     """Steps mixing whole prefills, chunks and decodes of different lengths, in any order."""
     use_batched_attention(model)
@@ -80,33 +80,25 @@ def _check_compositions(
     assert [c.length for c in caches] == [len(s) for s in seen]
 
 
-def _contiguous(model: Any) -> Callable[[], KVCache]:
-    layout = KVLayout.of(model)
-    return lambda: RequestCache.allocate(layout, 64)
-
-
-def _paged(model: Any) -> Callable[[], KVCache]:
+def _paged(model: Any) -> Callable[[], PagedCache]:
     pool = PagePool(KVLayout.of(model), n_pages=100, page_size=4)  # pages cut sequences often
     return lambda: PagedCache(pool, 64)
 
 
 @pytest.mark.parametrize("kind", ["llama", "llama-mha", "qwen2"])
-@pytest.mark.parametrize("kv", ["contiguous", "paged"])
-def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str, kv: str) -> None:
+def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str) -> None:
     model = _tiny(kind, 512)
-    _check_compositions(model, 512, _contiguous(model) if kv == "contiguous" else _paged(model))
+    _check_compositions(model, 512, _paged(model))
 
 
-@pytest.mark.parametrize("kv", ["contiguous", "paged"])
-def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine, kv: str) -> None:
+def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine) -> None:
     model = engine.model
-    make = _contiguous(model) if kv == "contiguous" else _paged(model)
-    _check_compositions(model, 2000, make, TOL_BUNDLED)
+    _check_compositions(model, 2000, _paged(model), TOL_BUNDLED)
 
 
 def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
-    """On one pool, all decoding sequences share one attention call; caches of another kind
-    (or another pool) in the same step fall back to a group per piece, still exact."""
+    """On one pool, all decoding sequences share one attention call; caches of another pool
+    cannot join the step."""
     model = _tiny("llama", 512)
     use_batched_attention(model)
     pool = PagePool(KVLayout.of(model), n_pages=40, page_size=4)
@@ -116,14 +108,14 @@ def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
     batch = BatchCache(pieces, 2, torch.float32)
     assert batch.pool is pool
     assert [(g.pieces, g.n) for g in batch.groups] == [((0, 2), 1), ((1,), 3)]
-    other = RequestCache.allocate(KVLayout.of(model), 64)
-    mixed = BatchCache([*pieces, Piece(other, (3, 4))], 2, torch.float32)
-    assert mixed.pool is None and len(mixed.groups) == 4
     history = [list(c.tokens) for c in caches]
-    logits = forward(model, [*pieces, Piece(other, (3, 4))])
-    for row, tokens in zip(logits, [history[0] + [1], history[1] + [4, 5, 6], history[2] + [2],
-                                    [3, 4]], strict=True):  # fmt: skip
+    logits = forward(model, pieces)
+    for row, tokens in zip(logits, [history[0] + [1], history[1] + [4, 5, 6], history[2] + [2]],
+                           strict=True):  # fmt: skip
         assert (row - _cold(model, tokens)).abs().max().item() <= TOL
+    other = PagedCache(PagePool(KVLayout.of(model), n_pages=8, page_size=4), 64)
+    with pytest.raises(ValueError, match="one pool"):
+        BatchCache([*pieces, Piece(other, (3, 4))], 2, torch.float32)
 
 
 @pytest.mark.parametrize("kv_dtype", [torch.bfloat16, torch.float16, torch.int8])
