@@ -27,6 +27,9 @@ the quality of those that round the weights: over ``--prompts`` chat prompts the
 engine answers greedily, then the other model prefills the prompt and is fed the same tokens
 one decode step at a time (teacher forcing: the path decode takes) and its argmax and logits
 are compared with a float32 forward of the same tokens.
+
+The ``kv_dtype`` settings (``float32``, ``bfloat16``, ``int8`` pages) are measured the same way
+on the one model: single-stream ms/token and 8-stream decode tokens/s, taking turns.
 """
 
 from __future__ import annotations
@@ -158,6 +161,16 @@ def taking_turns(
             for name, runs in got.items()}  # fmt: skip
 
 
+def kv_dtypes(engine: Engine, n_tokens: int) -> dict[str, dict[str, float]]:
+    """The pages' dtypes side by side on the same model (``weights`` as loaded): single-stream
+    ms/token and 8-stream decode tokens/s, the engines taking turns."""
+    engines = {name: Engine(engine.model, engine.tokenizer, replace(engine.config, kv_dtype=name))
+               for name in KV_DTYPES}  # fmt: skip
+    single = taking_turns(engines, 1, ("ms_per_token",), n_tokens, rounds=3)
+    eight = taking_turns(engines, 8, ("decode_tokens_per_s", "ttft_p99_s"), n_tokens, rounds=3)
+    return {name: single[name] | eight[name] for name in KV_DTYPES}
+
+
 def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, Any]:
     """transformers' own continuous batching (``generate_batch``, paged attention) on the same
     prompts as :func:`measure` at ``streams`` streams; a fresh copy of the model as loaded."""
@@ -261,6 +274,8 @@ def weights_quality(engine: Engine, other: Engine, n_prompts: int, n_answer: int
 #: float32 (the others compute the same arithmetic up to summation order).
 WEIGHTS = ("unpacked", "auto", "float16", "bfloat16", "int8")
 ROUNDED = ("float16", "bfloat16", "int8")
+#: the pages' dtypes measured side by side (``float32`` is what ``auto`` means on a CPU)
+KV_DTYPES = ("float32", "bfloat16", "int8")
 
 
 def run(
@@ -294,6 +309,7 @@ def run(
     return {"header": header, "threads": torch.get_num_threads(), "n_tokens": n_tokens,
             "step_tokens": engine.config.step_tokens, "batched": batched,
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
+            "kv_dtypes": kv_dtypes(engine, n_tokens),
             "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens),
             "llama_cpp": llama_cpp, "loadavg_end": os.getloadavg()}  # fmt: skip
 
@@ -345,7 +361,30 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         *_hf_markdown(results),
         "",
         *_weights_markdown(results["weights"], results["llama_cpp"]),
+        "",
+        *_kv_markdown(results["kv_dtypes"]),
     ])  # fmt: skip
+
+
+def _kv_markdown(kv: dict[str, dict[str, float]]) -> list[str]:
+    """The ``kv_dtype`` table: what reading and writing each kind of page costs a step."""
+    base = kv["float32"]
+    rows = [[f"`{name}`", f"{f['ms_per_token']:.1f}",
+             f"{base['ms_per_token'] / f['ms_per_token']:.2f}×", f"{f['decode_tokens_per_s']:.1f}",
+             f"**{f['decode_tokens_per_s'] / base['decode_tokens_per_s']:.2f}×**",
+             f"{1000 * f['ttft_p99_s']:.0f}"]
+            for name, f in kv.items()]  # fmt: skip
+    return [
+        "### `kv_dtype` side by side (same run, taking turns)",
+        "",
+        "The same model (`weights: auto`) with its KV pages in each dtype: every step writes "
+        "the new tokens' K/V into the pages and reads each sequence's history back (int8: "
+        "quantised on the way in, de-quantised on the way out, K's partly filled last page "
+        "from its full-precision tail). Medians of 3 rounds; 8 streams in one batched step.",
+        "",
+        table(["kv_dtype", "single-stream ms/token", "speed vs float32", "decode tokens/s, "
+               "8 streams", "vs float32", "TTFT p99 ms, 8 streams"], rows),
+    ]  # fmt: skip
 
 
 def _llama_markdown(results: dict[str, Any]) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from bench.engine import _llama_markdown, decode_tokens_per_s, versus_llama_cpp
+from bench.engine import _kv_markdown, _llama_markdown, decode_tokens_per_s, versus_llama_cpp
 
 
 def test_one_stream_is_tokens_after_the_first_over_the_time_after_the_first() -> None:
@@ -89,3 +89,14 @@ def test_repacking_is_turned_off_only_while_the_model_loads() -> None:
         params = fake.llama_cpp.llama_model_default_params()
         assert params.use_extra_bufts is False and params.n_gpu_layers == 0
     assert fake.llama_cpp.llama_model_default_params is defaults
+
+
+def test_the_kv_dtype_table_compares_each_dtype_with_float32_pages() -> None:
+    def figures(ms: float, decode: float) -> dict[str, float]:
+        return {"ms_per_token": ms, "decode_tokens_per_s": decode, "ttft_p99_s": 1.5}
+
+    kv = {"float32": figures(100.0, 40.0), "bfloat16": figures(100.0, 40.0),
+          "int8": figures(125.0, 30.0)}  # fmt: skip
+    text = "\n".join(_kv_markdown(kv))
+    assert "| `float32` | 100.0 | 1.00× | 40.0 | **1.00×** | 1500 |" in text
+    assert "| `int8` | 125.0 | 0.80× | 30.0 | **0.75×** | 1500 |" in text
