@@ -155,11 +155,16 @@ class Scheduler:
                     self._fail(seq, exc)
 
     def _fits(self, seq: _Sequence) -> bool:
-        """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages."""
+        """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages.
+
+        NOTE: a request never holds more than the context window (``context_overflow:
+        sinks`` shifts a longer prompt through it), so a prompt past it needs only that much.
+        """
         pool = getattr(self.engine, "pool", None)
         if pool is None:
             return True
         n = len(seq.piece.tokens) if seq.piece is not None else len(seq.request.prompt_tokens)
+        n = min(n, getattr(self.engine, "context_window", n))
         return bool(pool.available_pages * pool.page_size > n)
 
     def _batch(self) -> list[tuple[_Sequence, Piece]]:

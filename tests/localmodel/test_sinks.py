@@ -3,6 +3,7 @@ the window, and past it requests are answered instead of refused."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -217,3 +218,34 @@ def test_requests_past_the_window_share_the_pool_and_survive_preemption(
     assert pool.stats.used == pool.stats.cached  # every request gave its pages back
     engine.flush_prefix_cache()
     assert pool.stats.used == 0
+
+
+def test_a_prompt_longer_than_the_pool_is_admitted_beside_running_work(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """A sinks request holds at most its window, whatever its prompt's length: a prompt
+    longer than the whole pool is admitted as soon as a window's pages are free, not after
+    every running request has finished."""
+    page = PagePool.bytes_per_page(KVLayout.of(tiny_model), 8, torch.float32)
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks",
+                         page_size=8, kv_pool_bytes=9 * page)  # fmt: skip
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=16)
+    done: list[int] = []  # jobs in the order they finished
+    jobs = [(list(range(400, 416)), 40), (list(range(300, 400)), 2)]  # 100 > 72 pool tokens
+    for i, (prompt, n) in enumerate(jobs):
+        params = SamplingParams(temperature=0.0, max_tokens=n)
+        request = engine.prepare(prompt, params, namespace=f"long{i}")
+        scheduler.add(request, functools.partial(_note_finished, done, i))
+    scheduler.step()
+    scheduler.step()
+    assert len(scheduler.running) == 2  # the long prompt runs beside the first request
+    while scheduler.busy:
+        scheduler.step()
+    assert sorted(done) == [0, 1]
+    assert engine.pool.stats.used == engine.pool.stats.cached  # every page given back
+
+
+def _note_finished(done: list[int], i: int, item: Any) -> bool:
+    if isinstance(item, Finished):
+        done.append(i)
+    return True
