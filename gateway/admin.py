@@ -62,6 +62,7 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     namespace = body.get("namespace")
     flushed = 0
     if body.get("answers", True) and runtime.cache is not None:
+        await runtime.pipeline.settle()  # (answers already sent are stored, then dropped)
         try:
             flushed = await runtime.cache.flush(namespace)
         except StoreUnavailable as exc:

@@ -56,6 +56,11 @@ T = TypeVar("T")
 Watch = Callable[[Awaitable[T]], Awaitable[T]]
 
 _CODE = re.compile(r"[a-z_]{1,40}")
+#: How long a lookup waits for the writes in progress in its scope (normally a store's
+#: milliseconds; bounded, since a write may wait for an embedder that is busy or loading).
+_WRITTEN_WAIT_S = 1.0
+#: How long the cache writes in progress may take at shutdown (or before a flush).
+_DRAIN_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,11 +209,28 @@ class Pipeline:
 
         task.add_done_callback(done)
 
+    async def settle(self, timeout: float | None = None) -> set[asyncio.Task[None]]:
+        """Wait up to ``timeout`` (default ``_DRAIN_S``) for the cache writes in progress,
+        those that start meanwhile too (before a flush: an answer a client has seen is not
+        written after it); returns those still running."""
+        deadline = asyncio.get_running_loop().time() + (_DRAIN_S if timeout is None else timeout)
+        while tasks := {task for writes in self._writes.values() for task in writes}:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return tasks
+            await asyncio.wait(tasks, timeout=left)
+        return set()
+
     async def drain(self) -> None:
-        """Wait for the cache writes in progress (at shutdown, before the cache closes)."""
-        tasks = [task for writes in self._writes.values() for task in writes]
-        if tasks:
-            await asyncio.wait(tasks)
+        """At shutdown, before the cache closes: let the writes in progress finish, for a
+        bounded time (a write waiting for an embedder that is still loading could wait for
+        minutes), then cancel the rest (their flights still land)."""
+        pending = await self.settle()
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("%d cache write(s) abandoned at shutdown", len(pending))
+            await asyncio.wait(pending)
 
     async def store(self, request: GatewayRequest, save: Save, answer: dict[str, Any]) -> None:
         """Store a complete answer; a failing cache write is logged, never lost to the client."""
@@ -259,8 +281,8 @@ class Pipeline:
         """Wait for the cache writes in progress in ``scope`` (already running: a store's
         time, not a response's): an answer a client has seen is found by its next request."""
         writes = self._writes.get(scope)
-        if writes:
-            await asyncio.wait(list(writes))  # (a cancelled lookup leaves the writes running)
+        if writes:  # (a cancelled lookup leaves the writes running)
+            await asyncio.wait(list(writes), timeout=_WRITTEN_WAIT_S)
 
     def _coalesces(self, request: GatewayRequest) -> bool:
         """Whether identical misses of this request wait for each other's answer.

@@ -275,3 +275,72 @@ def test_a_streamed_answer_is_stored_without_holding_its_last_event(
     assert again.headers["x-cache"] == "exact"
     assert again.parse().choices[0].message.content == text
     assert held.stored.is_set() and upstream.stats["chat"] == 1
+
+
+def test_a_write_that_hangs_holds_other_lookups_in_its_scope_only_briefly(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A lookup waits for the writes in progress in its scope for a bounded time: an answer
+    stored earlier is served while another question's write hangs (an embedder busy or still
+    loading), not after it."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0, timeout=8)
+    other = [{"role": "user", "content": "Name three even numbers."}]
+    first = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=other)
+    held = _HeldStore(gw)  # from here on every write waits for 20 s
+    try:
+        sdk.chat.completions.create(model="fake-model", messages=QUESTION)  # a held write
+        again = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=other)
+        assert again.headers["x-cache"] == "exact"  # (waiting out the write: a timeout)
+        content = first.parse().choices[0].message.content
+        assert again.parse().choices[0].message.content == content
+        assert not held.stored.is_set()
+    finally:
+        held.release.set()
+
+
+def test_shutdown_waits_for_a_hanging_write_for_a_bounded_time(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write still waiting at shutdown is given ``_DRAIN_S``, then cancelled: the gateway
+    stops (it used to wait for the write however long it took)."""
+    from gateway import pipeline
+
+    monkeypatch.setattr(pipeline, "_DRAIN_S", 0.5)
+    gw = make_gateway()
+    cancelled = threading.Event()
+
+    async def hanging(*args: Any, **kwargs: Any) -> Any:
+        try:
+            await asyncio.sleep(60)  # e.g. an embedder that is still loading
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    gw.runtime.cache.store = hanging
+    assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"
+    writes = gw.runtime.pipeline._writes
+    assert sum(len(w) for w in writes.values()) == 1  # the write is waiting
+    started = time.perf_counter()
+    gw.stop()
+    assert time.perf_counter() - started < 30  # not the write's 60 s
+    assert cancelled.is_set() and not writes  # cancelled, and forgotten
+    assert not gw.runtime.pipeline.flights  # its flight landed
+
+
+def test_a_flush_drops_an_answer_whose_write_was_in_progress(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The flush waits for the writes in progress, so an answer a client got just before it
+    is not written after it (and served once the flush said the cache was empty)."""
+    gw = make_gateway()
+    held = _HeldStore(gw)
+    assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"
+    with ThreadPoolExecutor(1) as pool:
+        flush = pool.submit(gw.http.post, "/admin/cache/flush", json={})
+        time.sleep(0.3)
+        assert not flush.done()  # it waits for the write
+        held.release.set()
+        assert flush.result(timeout=10).json()["flushed"] == 1
+    assert held.stored.is_set()
+    assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"  # gone
