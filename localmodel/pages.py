@@ -623,13 +623,6 @@ class PagedCache(DynamicCache):
         return keys.view(1, H, m * P, D)[:, :, :stop], values.view(1, H, m * P, D)[:, :, :stop]
 
     @torch.inference_mode()
-    def read_all(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every layer's K/V of positions ``0…length-1`` in the model's dtype (dequantised,
-        a partly filled page's K from the tail): new ``[n_layers, n_kv_heads, length, d]``."""
-        kv = [self.read_layer(layer, self.length) for layer in range(len(self._layers))]
-        return torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv])
-
-    @torch.inference_mode()
     def refill(self, keys: torch.Tensor, values: torch.Tensor, tokens: Sequence[int]) -> None:
         """Replace everything cached by K/V ``[n_layers, n_kv_heads, n, d]`` of ``tokens``
         (a context shift's kept tokens): the pages held go back, new ones are written.
