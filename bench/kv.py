@@ -24,7 +24,9 @@
   each dtype (every step gathers and dequantises the whole history).
 * **Attention sinks** past a small window (``max_context`` ``--window``) on a long English
   text (``docs/architecture.md``): perplexity of the tokens past the window with sinks +
-  context shift, with the same shift but no sinks, with a fresh sliding window recomputed
+  context shift over float32 pages and over int8 pages (the engine's paged caches, the
+  shift reading the window out and writing the kept tokens into fresh pages), with the same
+  shift but no sinks, with a fresh sliding window recomputed
   for every block of 64 tokens (strided, the usual window baseline), and full attention
   over the whole text (the model's own 8k window: the reference); and below the window,
   sinks vs ``error`` (identical by construction: no shift runs).
@@ -46,8 +48,8 @@ import torch
 from bench.report import ROOT, command, median, publish, run_header, table
 from localmodel import Engine, EngineConfig, SamplingParams
 from localmodel.forward import decode_one_token, prefill
-from localmodel.kv import KVLayout, RequestCache
-from localmodel.pages import PagedCache
+from localmodel.kv import RequestCache
+from localmodel.pages import PagedCache, PagePool
 from localmodel.sinks import ContextShift
 from prefix import RadixKey
 
@@ -198,10 +200,21 @@ def measure_sinks(engine: Engine, n_tokens: int, window: int, sinks: int) -> dic
     no_sinks = ContextShift(shift.inv_freq, 0)
     with torch.inference_mode():
         full = model(torch.tensor([tokens])).logits[0]  # [n, vocab]: the model's own window
+    # NOTE: the engine's caches: pages of a pool (float32 = kv_dtype auto on a CPU, and int8)
+    # (room for two windows: a shift writes the kept tokens into fresh pages, then frees)
+    pools = {d: PagePool(engine.layout, 2 * -(-window // 16) + 2, 16, getattr(torch, d))
+             for d in ("float32", "int8")}  # fmt: skip
     runs = {
         "full attention (reference)": full,
-        f"sinks ({sinks}) + shift": _stream(model, engine.layout, tokens, window, shift),
-        "shift, no sinks": _stream(model, engine.layout, tokens, window, no_sinks),
+        f"sinks ({sinks}) + shift, float32 pages": _stream(
+            model, pools["float32"], tokens, window, shift
+        ),
+        f"sinks ({sinks}) + shift, int8 pages": _stream(
+            model, pools["int8"], tokens, window, shift
+        ),
+        "shift, no sinks (float32 pages)": _stream(
+            model, pools["float32"], tokens, window, no_sinks
+        ),
         "sliding window, recomputed": _strided(model, tokens, window, stride=64),
     }
     rows = [
@@ -212,7 +225,7 @@ def measure_sinks(engine: Engine, n_tokens: int, window: int, sinks: int) -> dic
         }
         for name, logits in runs.items()
     ]
-    below = _stream(model, engine.layout, tokens[:window], window, shift)
+    below = _stream(model, pools["float32"], tokens[:window], window, shift)
     return {
         "tokens": n_tokens,
         "window": window,
@@ -223,16 +236,20 @@ def measure_sinks(engine: Engine, n_tokens: int, window: int, sinks: int) -> dic
 
 
 def _stream(
-    model: Any, layout: KVLayout, tokens: list[int], window: int, shift: ContextShift
+    model: Any, pool: PagePool, tokens: list[int], window: int, shift: ContextShift
 ) -> torch.Tensor:
-    """Feed ``tokens`` 32 at a time through a ``window``-token cache that shifts when full."""
-    cache = RequestCache.allocate(layout, window)
+    """Feed ``tokens`` 32 at a time through a ``window``-token paged cache that shifts when
+    full (``ContextShift.shift`` over pages, as the engine's requests do)."""
+    cache = PagedCache(pool, window)
     out = []
     for start in range(0, len(tokens), 32):
         chunk = tokens[start : start + 32]
         while cache.capacity - cache.length < len(chunk):
             shift.shift(cache)
+        cache.reserve(len(chunk))
         out.append(_forward_all(model, cache, chunk))
+        cache.note_fed(chunk)
+    cache.release()
     return torch.cat(out)
 
 
