@@ -322,6 +322,7 @@ _TYPES = {
     404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 _ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "timeout_error"})

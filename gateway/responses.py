@@ -50,6 +50,8 @@ _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.fa
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 #: A conversation's first turn when it continues a response only the upstream holds.
 _REFERENCE = "previous_response"
+#: An input item that names an item the upstream holds (``{"type": "item_reference", "id"}``).
+_ITEM_REFERENCE = "item_reference"
 
 #: Request fields the local model honours or that cannot change its answer; any other field
 #: gets a 400 when the local model serves the request.
@@ -133,6 +135,11 @@ class ResponsesAdapter:
         request = gateway_request(
             "responses", body, headers, tenant, extension, stream=bool(parsed.stream)
         )
+        if body.get("conversation") is not None:
+            # NOTE: a conversation the upstream keeps grows with every turn (and a cached
+            # answer would never be added to it): neither served from nor stored in the cache
+            control = dataclasses.replace(request.control, no_cache=True, no_store=True)
+            request = dataclasses.replace(request, control=control)
         owner = self.owner(request.tenant, headers)
         previous_id = parsed.previous_response_id
         turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
@@ -201,9 +208,11 @@ class ResponsesAdapter:
         fields = {
             k: v for k, v in request.body.items() if k not in ("input", "previous_response_id")
         }
+        if "prompt" in fields:  # a stored prompt template (id, version, variables): it is in
+            fields["prompt_template"] = fields.pop("prompt")  # the scope (chat's `prompt` is not)
         fields["messages"] = [_key_turn(item) for item in turns]
-        if turns and turns[0].get("type") == _REFERENCE:
-            # NOTE: earlier turns only the upstream knows: exact match only, the id in the key
+        if any(t.get("type") in (_REFERENCE, _ITEM_REFERENCE) for t in turns):
+            # NOTE: turns only the upstream knows: exact match only, their ids in the key
             key = chat_key(request.tenant, ns, request.model, fields, None, api=self.kind)
             return dataclasses.replace(key, question="", semantic=False)
         return chat_key(
@@ -339,6 +348,9 @@ def input_items(value: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for i, item in enumerate(value):
         kind = item.get("type", "message")
+        if "type" not in item and "role" not in item and "id" in item:
+            kind = _ITEM_REFERENCE  # (its type may be left out)
+            item = {**item, "type": kind}
         if kind == "message":
             role = item.get("role")
             if role not in _ROLES:
@@ -359,6 +371,7 @@ def input_items(value: Any) -> list[dict[str, Any]]:
                     param=f"input[{i}].content",
                     code="missing",
                 )
+            _check_parts(content, i)
             item = {**item, "type": "message", "content": content}
         items.append(item)
     return items
@@ -518,6 +531,8 @@ class _ChatAsResponses:
         full = "".join(text)
         done = _message(message["id"], full, "completed")
         final = _response(self._request, model, [done], finish, _usage(usage))
+        # NOTE: one response, one id: the one response.created announced
+        final.update(id=response["id"], created_at=response["created_at"])
         tail = events.text_done(0, message, 0, full) + events.part_done(
             0, message, 0, done["content"][0]
         )
@@ -627,10 +642,22 @@ def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
     return {"role": item["role"], "content": "".join(texts)}
 
 
+def _check_parts(content: list[Any], i: int) -> None:
+    """A message's content parts are objects with a ``type`` (400 otherwise, not a 500)."""
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise APIError(
+                400,
+                f"Invalid value for 'input[{i}].content[{j}]': expected an object with a 'type'.",
+                param=f"input[{i}].content[{j}]",
+                code="invalid_value",
+            )
+
+
 def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
     """An item as a chat turn for the cache key: text parts as chat text parts (so the last
     user turn is a question the semantic tier can compare); everything else as sent."""
-    if item.get("type") == _REFERENCE:
+    if item.get("type") in (_REFERENCE, _ITEM_REFERENCE):
         return item  # NOTE: its id is what the key must tell apart (unlike an item's own id)
     if item.get("type") != "message":
         return {k: v for k, v in item.items() if k not in ("id", "status")}

@@ -64,6 +64,8 @@ def test_streaming_from_the_local_model_then_a_replay(gw: Gateway) -> None:
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     final = events[-1].response
     assert text and final.output_text == text and final.status == "completed"
+    assert events[0].response.id == final.id  # one response: the id response.created gave
+    assert c.responses.retrieve(events[0].response.id).output_text == text
     with c.responses.with_streaming_response.create(stream=True, **body) as raw:
         assert raw.headers["x-cache"] == "exact"
         replayed = list(raw.parse())

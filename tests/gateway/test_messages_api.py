@@ -465,3 +465,13 @@ def test_semantic_hits_stay_inside_the_messages_scope(
         assert fake.stats["/v1/messages"] == 2
     finally:
         gateway.stop()
+
+
+def test_gateway_timeouts_and_busy_upstreams_get_anthropics_types() -> None:
+    from gateway.messages import _anthropic_type
+    from gateway.upstream import UpstreamError
+
+    timeout = UpstreamError(504, "The upstream did not answer in time.", code="upstream_timeout")
+    assert _anthropic_type(timeout) == "timeout_error"
+    assert _anthropic_type(UpstreamError(502, "Bad gateway.")) == "api_error"
+    assert _anthropic_type(UpstreamError(529, "Overloaded.")) == "overloaded_error"

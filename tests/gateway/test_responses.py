@@ -293,3 +293,34 @@ def test_a_prompt_cache_key_per_tenant_and_prefix_when_configured(
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
     create(sdk(gw), input="What is VAT?")
     assert "prompt_cache_key" not in upstream.last_body
+
+
+def test_prompt_templates_item_references_and_conversations_are_told_apart(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    c = sdk(gw)
+    # a stored prompt template (id, variables) is in the scope (chat's own `prompt` is not)
+    paris = {"id": "pmpt_A", "variables": {"city": "Paris"}}
+    for prompt in (paris, {"id": "pmpt_A", "variables": {"city": "Rome"}}, {"id": "pmpt_B"}):
+        assert create(c, input="Plan my day.", prompt=prompt)[1] == "miss", prompt
+    assert create(c, input="Plan my day.", prompt=paris)[1] == "exact"
+    # an item reference names an item the upstream holds: its id tells requests apart
+    follow = {"role": "user", "content": "And then?"}
+    for ref in ("msg_A", "msg_B"):
+        assert create(c, input=[{"type": "item_reference", "id": ref}, follow])[1] == "miss"
+    assert upstream.last_body["input"][0] == {"type": "item_reference", "id": "msg_B"}  # as sent
+    assert create(c, input=[{"id": "msg_A"}, follow])[1] == "exact"  # (its type may be left out)
+    # a conversation the upstream keeps grows with every turn: never cached
+    calls = upstream.stats["responses"]
+    for _ in range(2):
+        assert create(c, input="Continue.", extra_body={"conversation": "conv_1"})[1] == "bypass"
+    assert upstream.stats["responses"] == calls + 2
+    assert create(c, input="Continue.")[1] == "miss"  # nothing was stored for it either
+
+
+def test_content_parts_that_are_not_objects_get_a_400(gw: Gateway) -> None:
+    reply = gw.http.post(
+        "/v1/responses", json={"model": MODEL, "input": [{"role": "user", "content": ["hi"]}]}
+    )
+    assert reply.status_code == 400
+    assert reply.json()["error"]["param"] == "input[0].content[0]"
