@@ -281,8 +281,8 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     sink_tokens: PositiveInt = 4
     #: Bytes of the paged KV pool running requests and the prefix cache share (allocated at
     #: start), pages in kv_dtype; None: prefix_cache_bytes + max(256 MiB, a context window of
-    #: KV). Used with context_overflow error (sinks keeps per-request buffers). Caps the
-    #: context window.
+    #: KV). With context_overflow: sinks too (a request holds at most a window of pages).
+    #: Caps the context window.
     kv_pool_bytes: PositiveInt | None = None
     #: Tokens per page of that pool.
     page_size: PositiveInt = 16

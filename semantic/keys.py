@@ -105,7 +105,8 @@ def chat_key(
         extra = {k: v for k, v in last.items() if k != "content"}
         if context == "verify":
             system = [m for m in messages[:-1] if m.get("role") in _SYSTEM_ROLES]
-            scope = _digest([params, "verify", system, extra])
+            unseen = _uncompared(messages[:-1], context_turns)
+            scope = _digest([params, "verify", system, extra, *([unseen] if unseen else [])])
             question = compared_text(question, messages[:-1], context_turns)
         else:
             scope = _digest([params, _context(messages[:-1], context_turns), extra])
@@ -178,6 +179,30 @@ def compared_text(question: str, earlier: list[dict[str, Any]], window: int | No
         if text.strip():
             parts.append(f"{m['role']}: {' '.join(text.split())[:TURN_CHARS]}")
     return f"{question} || {' | '.join(parts)}" if parts else question
+
+
+def _uncompared(earlier: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:
+    """The messages of the compared window that :func:`compared_text` does not carry whole,
+    for the scope (``context: verify``): tool results and calls, non-text parts, fields
+    besides the text, text past ``TURN_CHARS``. Two conversations that differ there never
+    share an answer, whatever the verifier reads; plain text turns stay out of the scope.
+    """
+    if window == 0:
+        return []  # (nothing of the context is compared: a follow-up matches across them)
+    turns = [i for i, m in enumerate(earlier) if m.get("role") in ("user", "assistant")]
+    recent = turns[-(DEFAULT_WINDOW if window is None else window) :]
+    start = recent[0] if recent else len(earlier)
+    unseen = []
+    for m in earlier[start:]:
+        if m.get("role") in _SYSTEM_ROLES:
+            continue  # (in the scope already)
+        text, text_only = _text(m.get("content"))
+        plain = (
+            m.get("role") in ("user", "assistant") and text_only and set(m) <= {"role", "content"}
+        )
+        if not plain or len(" ".join(text.split())) > TURN_CHARS:
+            unseen.append(m)
+    return unseen
 
 
 def entry_id(exact: str) -> int:

@@ -211,6 +211,39 @@ def test_verify_mode_moves_earlier_turns_into_the_compared_text() -> None:
     assert exact_a.scope != exact_b.scope and exact_a.question == "How much does it cost?"
 
 
+def test_verify_mode_keeps_what_the_compared_text_does_not_carry_in_the_scope() -> None:
+    """Tool results and calls, images, other fields and text past TURN_CHARS of the compared
+    window are not in the compared text, so they stay in the scope: two conversations that
+    differ only there never share an answer (the verifier could not tell them apart)."""
+    question = {"role": "user", "content": "Should I take an umbrella?"}
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "c1", "type": "function",
+                            "function": {"name": "weather", "arguments": "{}"}}]}  # fmt: skip
+
+    def scope(*earlier: dict[str, Any], turns: int | None = None) -> str:
+        messages = [{"role": "user", "content": "Weather in Oslo?"}, *earlier, question]
+        return chat_key("t", "", "m", {"messages": messages}, turns, "verify").scope
+
+    rain = {"role": "tool", "tool_call_id": "c1", "content": "Rain, 12C"}
+    sun = {"role": "tool", "tool_call_id": "c1", "content": "Sunny, 25C"}
+    assert scope(call, rain) != scope(call, sun)
+
+    def image(url: str) -> dict[str, Any]:
+        return {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                                            {"type": "image_url", "image_url": {"url": url}}]}  # fmt: skip
+
+    assert scope(image("https://a/1.png")) != scope(image("https://a/2.png"))
+    doc = "Clause 1. " * 30  # longer than TURN_CHARS: the compared text cuts it
+    assert scope({"role": "user", "content": doc + "Fee: 10"}) != scope(
+        {"role": "user", "content": doc + "Fee: 90"}
+    )
+    # plain text turns are compared, not scoped; outside the window nothing is scoped
+    said = {"role": "assistant", "content": "It is in Norway."}
+    assert scope(said) == scope({"role": "assistant", "content": "Oslo is in Norway."})
+    assert scope(call, rain, said, said, turns=1) == scope(call, sun, said, said, turns=1)
+    assert scope(call, rain, turns=0) == scope(call, sun, turns=0)
+
+
 # ---- through HTTP -------------------------------------------------------------------------------
 
 
