@@ -63,6 +63,9 @@ class AuditJob:
     served: dict[str, Any]
     #: The model call: the backend's ``complete`` with the original request's credentials.
     ask: Callable[[], Awaitable[Answer]]
+    #: The ledger account its cost goes to: the tenant its request is booked under (before
+    #: routing keys a tenant by the client's own key, ``request.tenant`` after)
+    account: str = ""
 
 
 class Auditor:
@@ -151,7 +154,7 @@ class Auditor:
             self._count(job, "error")
             return
         usage = answer.body.get("usage")
-        self._ledger.record_audit(request.tenant, request.model, usage_of(usage))
+        self._ledger.record_audit(job.account or request.tenant, request.model, usage_of(usage))
         if not job.adapter.complete(request, answer.body):
             self._count(job, "error")  # e.g. a content filter: nothing to compare with
             return

@@ -121,6 +121,7 @@ class Pipeline:
         watch: Watch[Any] | None = None,
     ) -> Reply:
         """Answer ``request``; ``watch`` wraps every wait (e.g. cancel on disconnect)."""
+        account = request.tenant  # (the ledger's: routing may key a tenant by the client's key)
         backend, request = self.route(request, auth)
         bridge = _bridge(backend, adapter, request)
         looked = await self._look_up(request, adapter)
@@ -129,6 +130,7 @@ class Pipeline:
             served = self._replay(request, adapter, looked.hit, looked.key)
             if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
                 served.audit = _audit_job(backend, bridge, request, adapter, auth, looked.hit)
+                served.audit = dataclasses.replace(served.audit, account=account)
             return served
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
