@@ -174,7 +174,9 @@ class Auditor:
         model, namespace = job.request.model, job.request.control.namespace
         self.audit.record(model, namespace, verdict)
         self._metrics.semantic_audits.labels(model, verdict).inc()
-        if self.tightening is not None:
+        # NOTE: a hit served under the request's own threshold (x-cache-threshold) says
+        # nothing of the configured one: it counts in the estimate, not toward tightening
+        if self.tightening is not None and job.request.control.threshold is None:
             self._tighten(self.tightening, model, namespace, verdict)
 
     def _tighten(

@@ -414,6 +414,21 @@ def test_auto_tighten_raises_a_scopes_threshold_until_its_wrong_hits_stop(
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "model"
 
 
+def test_hits_served_under_a_requests_own_threshold_do_not_tighten_the_scope(
+    tight: Gateway, upstream: FakeUpstream
+) -> None:
+    """x-cache-threshold widens (or narrows) one request's match: its audits count in the
+    estimate but say nothing of the configured threshold, so they never tighten it."""
+    gw = tight
+    fees = {"contents": [f"The fee is {10 * (i + 1)} dollars." for i in range(20)]}
+    own = {"headers": {"x-cache-threshold": "0.6"}}
+    assert ask(gw, STORED, "widened", fees, **own).headers["x-cache"] == "miss"
+    for served in range(1, 9):  # two windows of wrong audits
+        assert ask(gw, PARAPHRASE, "widened", fees, **own).headers["x-cache"] == "semantic"
+        row = settled(gw, "widened", served)
+    assert row["wrong"] == 8 and row["tightened"]["steps"] == 0
+
+
 def test_the_reset_route_says_when_auto_tighten_is_off(gw: Gateway) -> None:
     response = gw.http.post("/admin/cache/tightening/reset", json={})
     assert response.status_code == 400
