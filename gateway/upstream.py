@@ -154,6 +154,13 @@ class UpstreamBackend:
             # a cachegate worker behind this gateway keeps this gateway's tenants apart
             PARTITION_HEADER: tenant_partition(request.tenant, self.config.api_key),
         }
+        # NOTE: a cache behind this one (another cachegate) honours them too: an audit's
+        # call (no-cache, no-store) must reach a model, not that cache's copy of the hit
+        control = request.control
+        directives = [d for d, on in (("no-cache", control.no_cache), ("no-store", control.no_store))
+                      if on]  # fmt: skip
+        if directives:
+            headers["cache-control"] = ", ".join(directives)
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:

@@ -748,3 +748,15 @@ def test_malformed_text_part_is_400(make_gateway: Any, upstream: FakeUpstream) -
         assert response.status_code == 400, part
         assert response.json()["error"]["param"].startswith("messages[0].content")
     assert upstream.stats["requests"] == 0
+
+
+def test_a_requests_cache_directives_go_upstream(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """no-cache / no-store reach the upstream, so a cache behind this one (another cachegate)
+    honours them too; a plain request sends none."""
+    gw = make_gateway()
+    assert gw.chat("directives 1").headers["x-cache"] == "miss"
+    assert "cache-control" not in upstream.last_headers
+    gw.chat("directives 2", headers={"cache-control": "no-store"})
+    assert upstream.last_headers["cache-control"] == "no-store"
+    gw.chat("directives 2", headers={"cache-control": "no-cache, no-store"})
+    assert upstream.last_headers["cache-control"] == "no-cache, no-store"

@@ -217,6 +217,8 @@ def test_the_audit_goes_upstream_with_the_clients_own_key(
     assert upstream.stats["chat"] == 2
     assert upstream.last_headers["authorization"] == "Bearer sk-client-a"
     assert upstream.last_headers["openai-organization"] == "org-a"
+    # past any cache behind this one (another cachegate): to a model
+    assert upstream.last_headers["cache-control"] == "no-cache, no-store"
     # the audit is billed to the account its requests are booked under (not to the tenant
     # that routing keys by the client's key: no request is booked there)
     ledger = gw.http.get("/admin/stats").json()["ledger"]
