@@ -27,7 +27,7 @@ from .config import AnthropicModelConfig
 from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
 from .prompt_cache import PromptCacher, min_cacheable_tokens
-from .requests import HOPS_HEADER, GatewayRequest
+from .requests import GatewayRequest
 from .upstream import UpstreamBackend, UpstreamError, UpstreamStream, _not_a_stream, read_object
 
 __all__ = ["AnthropicBackend", "AnthropicStream"]
@@ -98,9 +98,7 @@ class AnthropicBackend(UpstreamBackend):
 
     def _headers(self, request: GatewayRequest, auth: str | None) -> dict[str, str]:
         headers = {
-            "content-type": "application/json",
-            "accept": "application/json",
-            HOPS_HEADER: str(request.hops + 1),
+            **self._gateway_headers(request),
             "anthropic-version": self.anthropic.anthropic_version,
             **dict(request.api_headers),  # the client's anthropic-version and -beta
         }

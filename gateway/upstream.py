@@ -146,21 +146,26 @@ class UpstreamBackend:
             body["stream_options"] = {**(body.get("stream_options") or {}), "include_usage": True}
         return _encode(body)
 
-    def _headers(self, request: GatewayRequest, auth: str | None) -> dict[str, str]:
+    def _gateway_headers(self, request: GatewayRequest) -> dict[str, str]:
+        """What a cachegate behind this one reads, whatever the wire format: the hop count,
+        this gateway's tenant as a partition (it keeps the tenants apart there), and the
+        request's no-cache / no-store (an audit's call must reach a model, not that cache's
+        copy of the hit)."""
         headers = {
             "content-type": "application/json",
             "accept": "application/json",
             HOPS_HEADER: str(request.hops + 1),
-            # a cachegate worker behind this gateway keeps this gateway's tenants apart
             PARTITION_HEADER: tenant_partition(request.tenant, self.config.api_key),
         }
-        # NOTE: a cache behind this one (another cachegate) honours them too: an audit's
-        # call (no-cache, no-store) must reach a model, not that cache's copy of the hit
         control = request.control
         directives = [d for d, on in (("no-cache", control.no_cache), ("no-store", control.no_store))
                       if on]  # fmt: skip
         if directives:
             headers["cache-control"] = ", ".join(directives)
+        return headers
+
+    def _headers(self, request: GatewayRequest, auth: str | None) -> dict[str, str]:
+        headers = self._gateway_headers(request)
         if self.config.api_key:
             headers["authorization"] = f"Bearer {self.config.api_key}"
         elif auth and self._forward_client_auth:

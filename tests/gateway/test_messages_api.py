@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config_text
+from gateway.requests import tenant_partition
 from tests.conftest import Gateway
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_upstream import FakeUpstream, ThreadedServer
@@ -84,6 +85,10 @@ def test_create_then_exact_hit_never_reaches_upstream(
     assert fake.bodies[-1]["model"] == "claude-sonnet-4-5"  # upstream_model
     sent_version = first.http_request.headers["anthropic-version"]
     assert fake.headers[-1]["anthropic-version"] == sent_version  # the client's own
+    # a cachegate in the upstream's place keeps this gateway's tenants apart by it
+    partition = fake.headers[-1]["x-cachegate-partition"]
+    assert partition == tenant_partition("default", "sk-ant-test")
+    assert "cache-control" not in fake.headers[-1]
     second = ask(client, "Do you sell hammers?")
     assert second.headers["x-cache"] == "exact"
     again = second.parse()
