@@ -152,6 +152,8 @@ async def show_entry(request: Request[Any, Any, Any], entry_id: FromPath[str]) -
             raise entries.not_found(entry_id)
     except APIError as exc:
         return _error(exc)
+    except StoreUnavailable as exc:
+        return _error(APIError(503, str(exc), code="cache_unavailable"))
     body = entries.render(entry, runtime.config.admin.show_text, full=True)
     return Response(_encode(body), media_type="application/json")
 

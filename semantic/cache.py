@@ -396,13 +396,15 @@ class ResponseCache:
             yield entry
 
     async def entry(self, entry_id: int) -> Entry | None:
-        """One entry by id (None when absent or expired); not counted as a lookup or a hit."""
-        entry = await self._store.get(entry_id)
+        """One entry by id (None when absent or expired); not counted as a lookup or a hit.
+        StoreUnavailable when the store could not say."""
+        entry = await self._store.get(entry_id, strict=True)
         return None if entry is None or entry.expired(time.time()) else entry
 
     async def delete(self, entry_id: int) -> bool:
-        """Drop one entry (and its vector); False when there was none."""
-        if await self._store.get(entry_id) is None:
+        """Drop one entry (and its vector); False when there was none. StoreUnavailable when
+        the store could not say, or did not delete it."""
+        if await self._store.get(entry_id, strict=True) is None:
             return False
         await self._store.delete([entry_id])
         self._dropped([entry_id])
@@ -507,9 +509,10 @@ class ResponseCache:
         for hit in hits:
             if hit.similarity < limit:
                 break
-            entry = await self._store.get(hit.id)
-            if entry is None and not self._store.available:
-                break  # the store is unreachable: a miss, but no proof the entry is gone
+            try:  # NOTE: strict: a read that could not be made is no proof the entry is gone
+                entry = await self._store.get(hit.id, strict=True)
+            except StoreUnavailable:
+                break  # the store is unreachable or busy: a miss, and the vector stays
             if (
                 entry is None  # expired or evicted elsewhere
                 or entry.scope != key.scope

@@ -37,7 +37,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import msgspec
 import numpy as np
@@ -61,6 +61,8 @@ _CONNECTIONS = 64  # commands in flight at once, per replica
 #: How long a command may wait for its turn (in multiples of the command timeout) before it is
 #: skipped; a skip is this replica's congestion, not Redis failing, and does not mark Redis down.
 _TURN_WAIT = 4
+#: What a read that could not be made returns inside ``get`` (not None: that is "no entry").
+_UNKNOWN = object()
 _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
 _RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unreachable
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
@@ -213,7 +215,11 @@ class RedisStore:
 
     # -- EntryStore ------------------------------------------------------------------------
 
-    async def get(self, entry_id: int) -> Entry | None:
+    async def get(self, entry_id: int, *, strict: bool = False) -> Entry | None:
+        """The entry, or None when Redis has none. A read that could not be made (Redis down,
+        slow to give a turn, or refusing the command) is None too, unless ``strict``: then
+        StoreUnavailable, so a caller never takes "unknown" for "gone"."""
+
         async def op() -> Entry | None:
             async with self._redis.pipeline(transaction=False) as pipe:
                 pipe.get(self._key(entry_id))
@@ -225,7 +231,12 @@ class RedisStore:
             entry.hits = int(hits or 0)
             return entry
 
-        return await self._call(op)
+        got = await self._call(op, default=_UNKNOWN)
+        if got is _UNKNOWN:
+            if strict:
+                raise StoreUnavailable("Redis could not be read: the entry's state is unknown")
+            return None
+        return cast(Entry | None, got)
 
     async def put(self, entry: Entry) -> list[int]:
         async def op() -> list[int]:
@@ -258,8 +269,8 @@ class RedisStore:
         return await self._call(op, default=[])
 
     async def delete(self, ids: list[int]) -> None:
-        if ids:
-            await self._delete(ids)
+        if ids and not await self._delete(ids):
+            raise StoreUnavailable("Redis failed: nothing was deleted")
 
     async def record_hit(self, entry_id: int) -> None:
         async def op() -> None:

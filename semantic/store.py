@@ -86,7 +86,8 @@ class StoreListener(Protocol):
 class EntryStore(Protocol):
     """What ResponseCache needs from a store. Every method is safe on the event loop."""
 
-    async def get(self, entry_id: int) -> Entry | None: ...
+    # strict: raise StoreUnavailable when the store could not say (else None: a miss)
+    async def get(self, entry_id: int, *, strict: bool = False) -> Entry | None: ...
     async def put(self, entry: Entry) -> list[int]: ...  # returns the ids evicted for room
     async def delete(self, ids: list[int]) -> None: ...
     async def record_hit(self, entry_id: int) -> None: ...
@@ -176,7 +177,7 @@ class DiskStore:
 
     # -- EntryStore ------------------------------------------------------------------------
 
-    async def get(self, entry_id: int) -> Entry | None:
+    async def get(self, entry_id: int, *, strict: bool = False) -> Entry | None:
         meta = self._meta.get(entry_id)
         if meta is None:
             return None

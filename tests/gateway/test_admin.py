@@ -242,3 +242,13 @@ def test_entries_of_a_redis_cache(
     assert gw.http.delete(f"/admin/cache/entries/{gone}").status_code == 200
     assert gw.http.get(f"/admin/cache/entries/{gone}").status_code == 404
     assert gw.http.get("/admin/cache/entries").json()["total"] == 1
+    # with Redis down an entry is neither "not found" nor "deleted": the cache cannot say
+    kept = page["data"][0]["id"]
+    redis_server.stop()
+    try:
+        for method in ("GET", "DELETE"):
+            reply = gw.http.request(method, f"/admin/cache/entries/{kept}")
+            assert reply.status_code == 503, (method, reply.text)
+            assert reply.json()["error"]["code"] == "cache_unavailable"
+    finally:
+        redis_server.start()

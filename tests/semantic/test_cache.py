@@ -134,6 +134,22 @@ async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
     await cache.close()
 
 
+async def test_a_read_skipped_under_load_does_not_drop_vectors_from_the_index(
+    redis_server: RedisServer,
+) -> None:
+    """A command that waited too long for a connection (this replica busy, Redis fine) is a
+    miss for that lookup; the entry's vector stays, so the next lookup finds it."""
+    store, cache, _stored, paraphrase = await password_question_on_redis(redis_server, timeout=0.05)
+    for _ in range(64):  # every connection busy with other requests' commands
+        await store._turns.acquire()
+    assert (await cache.lookup(paraphrase)).kind == "miss"
+    assert store.available and store.skipped_turns >= 1
+    for _ in range(64):
+        store._turns.release()
+    assert (await cache.lookup(paraphrase)).kind == "semantic"  # was: a miss for good
+    await cache.close()
+
+
 async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
     redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

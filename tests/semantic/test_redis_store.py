@@ -422,10 +422,26 @@ async def test_a_command_that_cannot_get_a_connection_in_time_is_skipped_redis_s
         await store._turns.acquire()
     assert await store.get(e.id) is None  # waited 4 x 0.05 s for a turn, then gave up
     assert store.skipped_turns == 1 and store.available
+    with pytest.raises(StoreUnavailable):  # strict: "could not read" is not "no entry"
+        await store.get(e.id, strict=True)
     for _ in range(64):
         store._turns.release()
     got = await store.get(e.id)
     assert got is not None and got.id == e.id  # the turns came back
+    await store.close()
+
+
+async def test_a_delete_redis_did_not_make_raises(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, max_entries=100, retry_after=0.2)
+    e = entry(1)
+    await store.put(e)
+    redis_server.stop()
+    with pytest.raises(StoreUnavailable):
+        await store.delete([e.id])
+    with pytest.raises(StoreUnavailable):  # and while it is marked down, reads say so
+        await store.get(e.id, strict=True)
+    assert await store.get(e.id) is None  # (a lookup's read: a miss)
+    redis_server.start()
     await store.close()
 
 
