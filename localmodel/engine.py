@@ -56,8 +56,8 @@ from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted, PoolS
 from localmodel.sampling import SamplingParams, make_generator, sample
 from localmodel.sinks import ContextShift
 from prefix import RadixCache, RadixKey, RadixStats
-from prefix.offload import DiskStats
-from prefix.radix import Evicted
+from prefix.offload import DiskStats, OnDisk
+from prefix.radix import Evicted, KVSpan
 
 __all__ = [
     "Choice",
@@ -578,11 +578,27 @@ class Engine:
     def _on_evict(self, record: Evicted) -> None:
         """Hand an evicted node to the disk tier, its KV copied out of the pool first (as
         stored: int8 with its scales, no re-rounding), so that its pages are free now rather
-        than once the writer thread is done."""
-        assert self.disk is not None
-        if isinstance(record.span, PagedKV):
-            record = replace(record, span=record.span.stored())
-        self.disk.tier.offer(record)
+        than once the writer thread is done.
+
+        NOTE: its ancestors' spans too: the tier writes the prefix it lacks along with the
+        node, and a span left pointing at pages would keep them in use after the ancestor
+        leaves the tree (evicted in the same reclaim: pages the reclaim counted on). What
+        the files already hold goes as its length only (``OnDisk``), not copied.
+        """
+        tier = self.disk.tier if self.disk is not None else None
+        assert tier is not None
+        held = tier.held(record.namespace, record.tokens[: record.start])
+        prefix: list[KVSpan] = []
+        pos = 0
+        for span in record.prefix_spans:
+            if pos + len(span) <= held:
+                span = OnDisk(len(span))
+            elif isinstance(span, PagedKV):
+                span = span.stored()
+            prefix.append(span)
+            pos += len(span)
+        span = record.span.stored() if isinstance(record.span, PagedKV) else record.span
+        tier.offer(replace(record, span=span, prefix_spans=tuple(prefix)))
 
     def _prefill(
         self, request: GenerationRequest, cache: PagedCache, n_cached: int

@@ -132,6 +132,28 @@ class _Queued:
 
     record: Evicted
     stamp: tuple[int, int]
+    nbytes: int  # what it keeps in memory until written: its span and its prefix spans
+
+
+class OnDisk:
+    """A prefix span of an offered record that the files held when it was offered: its
+    length only, no KV (so the caller need not keep or copy it). Should the files lose that
+    prefix before the record is written, the record is dropped."""
+
+    __slots__ = ("length",)
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+    def slice(self, start: int, stop: int) -> OnDisk:
+        return OnDisk(stop - start)
 
 
 class DiskTier:
@@ -195,20 +217,24 @@ class DiskTier:
         larger than ``max_pending_bytes`` is taken when nothing else is pending: a long
         prompt's prefix is one node, and the one most worth reloading.
         """
-        nbytes = record.span.nbytes
+        nbytes = record.span.nbytes + sum(span.nbytes for span in record.prefix_spans)
         with self._lock:
             over = self._pending_bytes and self._pending_bytes + nbytes > self._max_pending_bytes
             if self._closed or over:
                 self._dropped += 1
                 return False
             try:
-                self._queue.put_nowait(_Queued(record, self._stamp(record.namespace)))
+                self._queue.put_nowait(_Queued(record, self._stamp(record.namespace), nbytes))
             except queue.Full:
                 self._dropped += 1
                 return False
             self._pending_bytes += nbytes
             self._offered += 1
         return True
+
+    def held(self, namespace: str, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the files hold now (a look: it may change after)."""
+        return self._index.cached_len(RadixKey(namespace, (*tokens, _SENTINEL)))
 
     def read(self, key: RadixKey, start: int, *, min_tokens: int = 1) -> DiskRead | None:
         """Read the KV of the longest on-disk prefix of ``key.tokens``, from token ``start`` on.
@@ -269,7 +295,7 @@ class DiskTier:
                 break
             if queued is not None:
                 with self._lock:
-                    self._pending_bytes -= queued.record.span.nbytes
+                    self._pending_bytes -= queued.nbytes
             self._queue.task_done()
         self._queue.put_nowait(None)  # NOTE: only offer() puts, and it refuses once closed
         # A writer stuck in I/O (a hung disk) must not hang shutdown: it is a daemon thread.
@@ -334,7 +360,7 @@ class DiskTier:
             finally:
                 if queued is not None:
                     with self._lock:
-                        self._pending_bytes -= queued.record.span.nbytes
+                        self._pending_bytes -= queued.nbytes
                 self._queue.task_done()
 
     def _stamp(self, namespace: str) -> tuple[int, int]:
@@ -353,6 +379,10 @@ class DiskTier:
             if stop <= start:
                 return  # already on disk (or larger than the whole budget)
             spans = (*record.prefix_spans, record.span)
+            if _needs_absent(spans, start):  # (the files lost that prefix since the offer)
+                with self._lock:
+                    self._dropped += 1
+                return
             chunks = (
                 self.codec.encode(spans, a, min(a + _CHUNK_TOKENS, stop))
                 for a in range(start, stop, _CHUNK_TOKENS)
@@ -424,3 +454,13 @@ class _Tail:
         if start < self.base:
             raise AssertionError(f"the index lacks tokens {start}…{self.base} it held")
         return self.region.slice(start - self.base, stop - self.base)
+
+
+def _needs_absent(spans: Sequence[KVSpan], start: int) -> bool:
+    """Whether rows from ``start`` on would have to come from an :class:`OnDisk` span."""
+    pos = 0
+    for span in spans:
+        if isinstance(span, OnDisk) and pos + len(span) > start:
+            return True
+        pos += len(span)
+    return False

@@ -252,6 +252,17 @@ class RadixCache:
             self._hit_tokens += n_cached
             return Match(n_cached, tuple(node.value for node in path), path[-1])
 
+    def cached_len(self, key: RadixKey) -> int:
+        """How many leading tokens of `key.tokens` the tree holds now, all of them possibly
+        (a look only: no LRU refresh, no counters; it may change the moment after)."""
+        tokens = _as_tuple(key.tokens)
+        with self._mutex:
+            root = self._roots.get(key.namespace)
+            if root is None:
+                return 0
+            _, n_matched, _ = _walk(root, tokens, len(tokens))
+            return min(n_matched, len(tokens))
+
     def insert(self, key: RadixKey, kv: KVSpan) -> int:
         """Store the KV of `key.tokens` that the tree lacks; return how many tokens were new.
 

@@ -137,6 +137,35 @@ def test_the_disk_tier_under_the_paged_pool_frees_pages_and_loads_into_pages(
     assert pool.stats.used == 0
 
 
+def test_a_prefix_evicted_with_its_branches_frees_every_page_before_the_writer_runs(
+    make_engine: MakeEngine, tmp_path: Path
+) -> None:
+    """A branch's record carries the prefix its node hangs from (the disk lacks it), copied
+    out of the pool: pinned there, the pages of a shared prompt evicted in the same reclaim
+    stayed in use until the writer was done, and the reclaim came up short."""
+    from localmodel.pages import PagedCache
+
+    engine = _disk_engine(make_engine, tmp_path)
+    pool, tier = engine.pool, engine.disk.tier if engine.disk is not None else None
+    assert tier is not None
+    for question in ("What is stored?", "Why is it faster?"):
+        _run(engine, _chat(engine, "You are terse.", DOC + question))
+    assert engine.prefix_cache.stats.nodes >= 3  # the shared prompt and its two branches
+    with tier._write_lock:  # the writer waits: every record it was handed is still queued
+        engine.prefix_cache.evict(engine.prefix_cache.stats.bytes)
+        assert engine.prefix_cache.stats.tokens == 0
+        assert pool.stats.used == 0  # was: the shared prompt's pages, held by a branch's record
+    tier.drain()
+    assert tier.stats.write_errors == 0
+    for question in ("What is stored?", "Why is it faster?"):  # both whole on disk
+        prompt = _chat(engine, "You are terse.", DOC + question)
+        cache = PagedCache(pool, len(prompt), NS)
+        assert engine.disk is not None
+        assert engine.disk.load(RadixKey(NS, prompt), cache, 0) == len(prompt) - 1
+        cache.release()
+    assert pool.stats.used == 0
+
+
 def test_prefix_evicted_from_memory_is_served_from_disk_with_identical_output(
     make_engine: MakeEngine, tmp_path: Path
 ) -> None:

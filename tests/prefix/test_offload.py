@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from prefix import Evicted, KVSpan, RadixCache, RadixKey
-from prefix.offload import DiskTier, FileRegion
+from prefix.offload import DiskTier, FileRegion, OnDisk
 from tests.prefix.prefix_fakes import FakeSpan, span
 
 NS = "m|tenant:a"
@@ -34,7 +34,10 @@ class Codec:
 
     def encode(self, spans: Sequence[KVSpan], start: int, stop: int) -> np.ndarray:
         self.gate.wait()  # tests close it to stall the writer
-        tokens = [t for s in spans if isinstance(s, FakeSpan) for t in s.tokens][start:stop]
+        # (rows by position: a span without KV, e.g. OnDisk, stands for its tokens)
+        rows = [t for s in spans for t in (s.tokens if isinstance(s, FakeSpan) else [-1] * len(s))]
+        tokens = rows[start:stop]
+        assert -1 not in tokens, "asked for rows of a span that carries none"
         ids = np.array(tokens, dtype=np.int64)
         return np.stack([ids, ids], axis=1).view(np.uint8)  # [n, 16]
 
@@ -109,6 +112,25 @@ def test_only_missing_tokens_are_written(tier: DiskTier) -> None:
     assert tier.stats.files_written == 2
     got = tier.read(RadixKey(NS, [1, 2, 3, 7, 8, 0]), start=0)
     assert got is not None and tokens_of(got.rows) == [1, 2, 3, 7, 8]  # from two files
+    check_accounting(tier)
+
+
+def test_a_prefix_the_files_hold_goes_as_its_length_and_a_lost_one_drops_the_record(
+    tier: DiskTier,
+) -> None:
+    store(tier, evicted([1, 2, 3], start=0))
+    assert tier.held(NS, [1, 2, 3, 4]) == 3 and tier.held(NS, [1, 2]) == 2
+    assert tier.held("other", [1, 2, 3]) == 0
+    assert (tier.stats.queries, tier.stats.hits) == (0, 0)  # a look, not a read
+    on_disk = Evicted(NS, (1, 2, 3, 4, 5), 3, span([4, 5]), (OnDisk(3),))
+    store(tier, on_disk)  # no KV for [1, 2, 3]: the files have it
+    got = tier.read(RadixKey(NS, [1, 2, 3, 4, 5, 0]), start=0)
+    assert got is not None and tokens_of(got.rows) == [1, 2, 3, 4, 5]
+    tier.flush()  # the files lose the prefix before the next record is written
+    dropped = tier.stats.dropped
+    store(tier, Evicted(NS, (1, 2, 3, 6), 3, span([6]), (OnDisk(3),)))
+    assert tier.stats.dropped == dropped + 1 and tier.stats.write_errors == 0
+    assert tier.read(RadixKey(NS, [1, 2, 3, 6, 0]), start=0) is None
     check_accounting(tier)
 
 
