@@ -227,8 +227,9 @@ class RedisStore:
                 raw, hits = await pipe.execute()
             if raw is None:
                 return None
-            entry = self._decoder.decode(raw)
-            entry.hits = int(hits or 0)
+            entry = self._decode(raw)
+            if entry is not None:
+                entry.hits = int(hits or 0)
             return entry
 
         got = await self._call(op, default=_UNKNOWN)
@@ -336,10 +337,9 @@ class RedisStore:
                     blobs = await self._redis.mget([self._key(i) for i in batch])
                     now = time.time()
                     for blob in blobs:
-                        if blob is not None:
-                            entry = self._decoder.decode(blob)
-                            if not entry.expired(now):
-                                yield entry
+                        entry = self._decode(blob) if blob is not None else None
+                        if entry is not None and not entry.expired(now):
+                            yield entry
         except (TimeoutError, RedisError, OSError) as exc:
             raise StoreUnavailable(f"Redis failed while listing entries: {exc!r}") from exc
 
@@ -394,9 +394,23 @@ class RedisStore:
                 last = None  # events may be lost while disconnected: reload on return
                 await asyncio.sleep(_RECONNECT_S)
                 continue
+            except Exception:  # NOTE: a follower that stopped would leave the index behind
+                log.exception("response-cache event stream: an event could not be applied")
+                last = None  # reload: the index agrees with Redis again
+                await asyncio.sleep(1.0)  # (not a hot loop, should it fail every time)
+                continue
 
     def __len__(self) -> int:
         return self._count
+
+    def _decode(self, blob: bytes) -> Entry | None:
+        """An entry, or None (logged) for a value this version cannot read (written by
+        another version or deployment under the same prefix): a miss, never a 500."""
+        try:
+            return self._decoder.decode(blob)
+        except msgspec.DecodeError:
+            log.warning("response cache: a stored entry could not be decoded; skipped")
+            return None
 
     async def close(self) -> None:
         await self._redis.aclose(close_connection_pool=True)  # (a pool it does not own else)

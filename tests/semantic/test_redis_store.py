@@ -445,6 +445,35 @@ async def test_a_delete_redis_did_not_make_raises(redis_server: RedisServer) -> 
     await store.close()
 
 
+async def test_an_entry_this_version_cannot_read_is_a_miss_and_the_follower_goes_on(
+    redis_server: RedisServer,
+) -> None:
+    """A value under the prefix that does not decode (another version or deployment wrote
+    it): a miss for get, skipped by the listing, and the follower keeps following."""
+    store = RedisStore(redis_server.url, max_entries=100)
+    good, bad = entry(1), entry(2)
+    await store.put(good)
+    await store.put(bad)
+    await store._redis.set(store._key(bad.id), b"\x00not msgpack or json")
+    assert await store.get(bad.id) is None
+    assert [e.id async for e in store.entries()] == [good.id]
+
+    class Failing(Recorder):  # a listener whose first reload fails (any exception)
+        async def on_reset(self) -> None:
+            await super().on_reset()
+            if self.resets == 1:
+                raise RuntimeError("a listener bug")
+
+    recorder = Failing()
+    task = asyncio.create_task(store.follow(recorder))
+    await wait_for(lambda: recorder.resets == 2)  # it reloaded again instead of stopping
+    await store.put(entry(3))
+    await wait_for(lambda: entry(3).id in [put[0] for put in recorder.puts])  # following
+    assert not task.done()
+    task.cancel()
+    await store.close()
+
+
 async def test_close_closes_every_connection(redis_server: RedisServer) -> None:
     import redis.asyncio as aioredis
 
