@@ -183,11 +183,11 @@ async def test_the_same_request_found_by_meaning_is_labelled_exact(tmp_path: Pat
     await cache.store(key, {"choices": []}, model="m", tenant="t", namespace="")
     real_get, raced = store.get, []
 
-    async def get_before_the_store(entry_id: int) -> Entry | None:
+    async def get_before_the_store(entry_id: int, *, strict: bool = False) -> Entry | None:
         if not raced:  # the exact lookup, as it ran before the identical request stored
             raced.append(entry_id)
             return None
-        return await real_get(entry_id)
+        return await real_get(entry_id, strict=strict)
 
     store.get = get_before_the_store  # type: ignore[method-assign]
     found = await cache.lookup(key)
