@@ -65,7 +65,7 @@ class AuditJob:
     ask: Callable[[], Awaitable[Answer]]
     #: The ledger account its cost goes to: the tenant its request is booked under (before
     #: routing keys a tenant by the client's own key, ``request.tenant`` after)
-    account: str = ""
+    account: str
 
 
 class Auditor:
@@ -154,7 +154,7 @@ class Auditor:
             self._count(job, "error")
             return
         usage = answer.body.get("usage")
-        self._ledger.record_audit(job.account or request.tenant, request.model, usage_of(usage))
+        self._ledger.record_audit(job.account, request.model, usage_of(usage))
         if not job.adapter.complete(request, answer.body):
             self._count(job, "error")  # e.g. a content filter: nothing to compare with
             return

@@ -129,8 +129,8 @@ class Pipeline:
             assert looked.key is not None
             served = self._replay(request, adapter, looked.hit, looked.key)
             if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
-                served.audit = _audit_job(backend, bridge, request, adapter, auth, looked.hit)
-                served.audit = dataclasses.replace(served.audit, account=account)
+                served.audit = _audit_job(backend, bridge, request, adapter, auth,
+                                          looked.hit, account)  # fmt: skip
             return served
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
@@ -523,6 +523,7 @@ def _audit_job(
     adapter: Adapter,
     auth: str | None,
     hit: Lookup,
+    account: str,
 ) -> AuditJob:
     """The audit of a semantic hit: the same request to the same backend with the same
     credentials, as one non-streamed call whose answer nobody stores.
@@ -543,7 +544,7 @@ def _audit_job(
     def ask() -> Awaitable[Answer]:
         return _complete(backend, bridge, asked, auth, None)
 
-    return AuditJob(asked, adapter, hit.entry.response, ask)
+    return AuditJob(asked, adapter, hit.entry.response, ask, account)
 
 
 async def _complete(
