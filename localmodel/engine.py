@@ -585,9 +585,9 @@ class Engine:
         leaves the tree (evicted in the same reclaim: pages the reclaim counted on). What
         the files already hold goes as its length only (``OnDisk``), not copied.
         """
-        tier = self.disk.tier if self.disk is not None else None
-        assert tier is not None
-        held = tier.held(record.namespace, record.tokens[: record.start])
+        assert self.disk is not None
+        tier = self.disk.tier
+        held = tier.held(record.namespace, record.tokens[: record.start]) if record.start else 0
         prefix: list[KVSpan] = []
         pos = 0
         for span in record.prefix_spans:

@@ -110,18 +110,16 @@ class ContextShift:
         keep, length = self.sink_tokens, cache.length
         # NOTE: one layer read out at a time, into the kept tokens' K/V: the copy beside the
         # pages is the window's less what is dropped, plus a layer (not the whole window twice)
-        keys: torch.Tensor | None = None
-        values: torch.Tensor | None = None
-        for layer in range(len(cache.layers)):
+        layout = cache.pool.layout  # (read_layer gives the model's dtype, whatever the pages')
+        shape = (layout.n_layers, layout.n_kv_heads, length - drop, layout.head_dim)
+        keys = torch.empty(shape, dtype=layout.dtype, device=layout.device)
+        values = torch.empty_like(keys)
+        for layer in range(layout.n_layers):
             k, v = (t[0] for t in cache.read_layer(layer, length))  # [n_kv_heads, length, d]
-            if keys is None or values is None:  # [n_layers, n_kv_heads, kept, d]
-                keys = k.new_empty((len(cache.layers), k.shape[0], length - drop, k.shape[2]))
-                values = torch.empty_like(keys)
             keys[layer, :, :keep] = k[:, :keep]
             keys[layer, :, keep:] = self._rotated(k[:, keep + drop :], -drop)
             values[layer, :, :keep] = v[:, :keep]
             values[layer, :, keep:] = v[:, keep + drop :]
-        assert keys is not None and values is not None
         cache.refill(keys, values, cache.tokens[:keep] + cache.tokens[keep + drop :])
 
     def _rotated(self, keys: torch.Tensor, delta: int) -> torch.Tensor:
