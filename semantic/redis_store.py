@@ -130,6 +130,15 @@ return out
 """
 )
 
+# KEYS: lru, hits. ARGV: now, id. Only an entry still in the LRU is touched: a hit on an entry
+# evicted or deleted meanwhile would otherwise add its LRU member and hit count back for good.
+_HIT = """
+if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
+  redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
+  redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+end
+"""
+
 # KEYS: lru, exp, hits, events. ARGV: now, batch, entry key prefix, stream maxlen.
 # Returns {entries left, swept id...}: ids whose expiry is still due when the script runs.
 _SWEEP = (
@@ -208,6 +217,7 @@ class RedisStore:
         self._decoder = msgspec.msgpack.Decoder(Entry)
         self._put_script = self._redis.register_script(_PUT)
         self._sweep_script = self._redis.register_script(_SWEEP)
+        self._hit_script = self._redis.register_script(_HIT)
 
     @property
     def available(self) -> bool:
@@ -275,10 +285,9 @@ class RedisStore:
 
     async def record_hit(self, entry_id: int) -> None:
         async def op() -> None:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.zadd(self._p + "lru", {entry_id: time.time()}, xx=True)
-                pipe.hincrby(self._p + "hits", entry_id, 1)
-                await pipe.execute()
+            await self._hit_script(
+                keys=self._keys("lru", "hits"), args=[repr(time.time()), entry_id]
+            )
 
         await self._call(op)
 

@@ -98,6 +98,30 @@ async def test_lru_eviction_across_replicas(redis_server: RedisServer) -> None:
     await b.close()
 
 
+async def test_a_hit_on_an_entry_already_gone_leaves_nothing_behind(
+    redis_server: RedisServer,
+) -> None:
+    """A hit recorded after another replica deleted or evicted the entry (a lookup read it
+    just before) writes no hit count and no LRU member: they would never be removed."""
+    import redis.asyncio as aioredis
+
+    a = RedisStore(redis_server.url, max_entries=10, key_prefix="gone:")
+    b = RedisStore(redis_server.url, max_entries=10, key_prefix="gone:")
+    kept, gone = entry(1), entry(2)
+    await a.put(kept)
+    await a.put(gone)
+    await a.delete([gone.id])
+    await b.record_hit(gone.id)
+    await b.record_hit(kept.id)
+    raw = aioredis.Redis.from_url(redis_server.url)
+    assert await raw.hkeys("gone:hits") == [str(kept.id).encode()]
+    assert await raw.zrange("gone:lru", 0, -1) == [str(kept.id).encode()]
+    assert (await b.get(kept.id)).hits == 1  # type: ignore[union-attr]
+    await raw.aclose()
+    await a.close()
+    await b.close()
+
+
 async def test_follow_sees_puts_deletes_and_expiry(redis_server: RedisServer) -> None:
     writer = RedisStore(redis_server.url, max_entries=100)
     async with following(redis_server.url) as (reader, recorder):
