@@ -111,8 +111,9 @@ class ContextWindowExceeded(InvalidRequestError):
 
 
 class PrefillCancelled(Exception):
-    """Thrown into a request's coroutine (``Engine.steps``) by a scheduler that stops feeding
-    the prompt of a cancelled request part-way: it finishes ``"cancelled"`` at once."""
+    """Raised inside a request's coroutine when its driver answers a prompt's
+    :class:`~localmodel.batch.Piece` with None (the prompt is not fed further): the request
+    finishes ``"cancelled"`` at once, keeping the KV computed so far."""
 
 
 # ── request and result types ──────────────────────────────────────────────────────────
@@ -423,7 +424,10 @@ class Engine:
         """The request as a coroutine: it yields events, and a ``Piece`` when it needs logits.
 
         Whoever drives it sends back, for each ``Piece``, the last logits (``[vocab]``) of
-        feeding the piece's tokens into its cache, and ``None`` after each event. Tier-2 work
+        feeding the piece's tokens into its cache, and ``None`` after each event. ``None``
+        for a ``Piece`` means it was not fed: the request was cancelled (a scheduler that
+        stops a prompt part-way, or a preempted request whose client left before it was fed
+        again) and it finishes ``"cancelled"`` with the tokens it has. Tier-2 work
         (match, load, disk, insert) happens inside, on the driver's thread.
 
         ``n > 1`` choices share one prefill: each choice starts from the same last-prompt
@@ -620,8 +624,10 @@ class Engine:
                 self.shift.shift(cache)
             room = cache.capacity - cache.length
             logits = yield Piece(cache, prompt[fed : fed + room])
+            if logits is None:  # not fed: cancelled
+                raise PrefillCancelled
             fed += room
-        assert logits is not None  # NOTE: the driver answers every Piece with logits
+        assert logits is not None  # NOTE: a prompt always has a token to feed
         return logits
 
     def _decode_choice(
@@ -662,7 +668,9 @@ class Engine:
                     assert self.shift is not None  # NOTE: without sinks max_tokens fits
                     self.shift.shift(cache)
                 reply = yield Piece(cache, (token,))  # at position cache.length
-                assert reply is not None
+                if reply is None:  # not fed: cancelled
+                    finish = "cancelled"
+                    break
                 logits = reply
         if not stops.stopped:
             text, stopped = stops.push(detok.flush())
@@ -683,9 +691,9 @@ class Engine:
         cache covers ``tokens[:cache.length]`` only; the tree copies the part it lacks.
         A cache whose window slid (``cache.dropped``) holds no token prefix: nothing is kept.
         """
-        if cache.dropped:
-            return
         n = cache.length
+        if cache.dropped or n == 0:  # (0: a preempted request cancelled before it was re-fed)
+            return
         view = cache.view(n)  # shares the pages, no copy
         try:
             self.prefix_cache.insert(RadixKey(namespace, tokens[:n]), view)

@@ -14,10 +14,10 @@ then one token per decode step). A scheduler step, as vLLM and SGLang run it::
 
 Fairness: admission is FIFO and every running request advances by one token a step, so no
 request waits for another's whole generation and none starves. Cancellation (``request.cancel``)
-is seen by the coroutine at its next token, or by the scheduler before the next chunk of a
-prompt being prefilled (it throws ``PrefillCancelled`` into the coroutine, which keeps the KV
-computed so far in the prefix tree): either way the request finishes ``"cancelled"`` and its
-KV buffers are freed at that step. A request's sampling parameters, stop strings, ``n`` and
+is seen by the scheduler before the request's next piece is fed: it answers the piece with
+None instead of logits, and the coroutine finishes ``"cancelled"`` with what it has (a prompt
+cut part-way keeps the KV computed so far in the prefix tree; a preempted request is not fed
+again). Its KV pages are freed at that step. A request's sampling parameters, stop strings, ``n`` and
 seed are its own (each coroutine holds its own RNG), so a request's tokens do not depend on
 what it is batched with.
 
@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import torch
 
 from localmodel.batch import Piece
-from localmodel.engine import Engine, Event, GenerationRequest, PrefillCancelled, Steps
+from localmodel.engine import Engine, Event, GenerationRequest, Steps
 from localmodel.pages import PagedCache, PoolExhausted
 
 __all__ = ["Scheduler", "Send"]
@@ -72,7 +72,6 @@ class _Sequence:
     steps: Steps | None = None  # None until admitted
     piece: Piece | None = None  # what the coroutine waits for
     fed: int = 0  # tokens of `piece` already in the cache (chunked prefill)
-    recompute: bool = False  # `piece` re-feeds a preempted request's tokens
 
 
 class Scheduler:
@@ -109,11 +108,9 @@ class Scheduler:
     def step(self) -> None:
         """Admit, run one batched forward pass, hand out its logits."""
         self._admit()
-        for seq in list(self.running):  # a cancelled prompt is not fed further
-            piece = seq.piece
-            cancelled = seq.request.cancel.is_set() and not seq.recompute
-            if piece is not None and len(piece.tokens) > 1 and cancelled:
-                self._advance(seq, None, throw=PrefillCancelled())
+        for seq in list(self.running):  # a cancelled request's piece is not fed (see _advance)
+            if seq.piece is not None and seq.request.cancel.is_set():
+                self._advance(seq, None)
         batch = self._batch()
         if not batch:
             return
@@ -136,12 +133,16 @@ class Scheduler:
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
+            if seq.request.cancel.is_set():  # the client left while the request waited
+                self.waiting.popleft()
+                if seq.steps is not None:  # preempted: it finishes "cancelled", fed nothing
+                    self.running.append(seq)
+                    self._advance(seq, None)
+                continue
             if self.running and (self._full or not self._fits(seq)):
                 return  # the pool is busy with running requests: wait for them to finish
             self.waiting.popleft()
             if seq.steps is None:
-                if seq.request.cancel.is_set():
-                    continue  # the client left while the request waited
                 seq.steps = self.engine.steps(seq.request)
                 self.running.append(seq)
                 self._advance(seq, None)  # tier-2 match and load, up to its first Piece
@@ -192,7 +193,7 @@ class Scheduler:
         # NOTE: ends with the tokens the coroutine fed (or was about to): the logits of
         # re-feeding them are exactly the ones it waits for
         seq.piece = Piece(piece.cache, history + piece.tokens[seq.fed :])
-        seq.fed, seq.recompute = 0, True
+        seq.fed = 0
         self.running.remove(seq)
         self.waiting.appendleft(seq)
         self._full = True
@@ -215,18 +216,17 @@ class Scheduler:
             budget -= take
         return batch
 
-    def _advance(
-        self, seq: _Sequence, reply: torch.Tensor | None, throw: Exception | None = None
-    ) -> None:
-        """Resume ``seq`` with ``reply`` (or ``throw`` into it) until it asks for a piece or
-        finishes."""
+    def _advance(self, seq: _Sequence, reply: torch.Tensor | None) -> None:
+        """Resume ``seq`` with ``reply`` until it asks for a piece or finishes. ``reply``: the
+        logits of its piece, or None (at admission, or after an event; for a piece it was
+        waiting for: not fed, the request is cancelled)."""
         steps = seq.steps
         assert steps is not None
         try:
-            item = steps.send(reply) if throw is None else steps.throw(throw)
+            item = steps.send(reply)
             while True:
                 if isinstance(item, Piece):
-                    seq.piece, seq.fed, seq.recompute = item, 0, False
+                    seq.piece, seq.fed = item, 0
                     return
                 if not seq.send(item):
                     seq.request.cancel.set()  # nobody listens: stop at the next token

@@ -334,8 +334,14 @@ def test_a_preempted_request_can_be_cancelled_or_failed_while_it_waits(
     scheduler, events = _preempting_scheduler(engine)
     (waiting,) = scheduler.waiting
     waiting.request.cancel.set()  # the client left while its request waited to resume
+    assert waiting.piece is not None
+    left = waiting.piece.cache
+    fed = []
+    forward = engine.forward_batch
+    engine.forward_batch = lambda pieces: fed.extend(p.cache for p in pieces) or forward(pieces)  # type: ignore[method-assign]
     while scheduler.busy:
         scheduler.step()
+    assert fed and left not in fed  # finished "cancelled" without feeding its tokens again
     finished = [e[-1] for e in events]
     assert all(isinstance(f, Finished) for f in finished)
     reasons = [f.completion.choices[0].finish_reason for f in finished if isinstance(f, Finished)]
