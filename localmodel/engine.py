@@ -54,7 +54,7 @@ from localmodel.kvquant import resolve_kv_dtype
 from localmodel.loader import load, model_sampling_defaults
 from localmodel.pages import PagedCache, PagedKV, PagePool, PoolExhausted, PoolStats
 from localmodel.sampling import SamplingParams, make_generator, sample
-from localmodel.sinks import ContextShift
+from localmodel.sinks import ContextShift, KeptNotStored
 from prefix import RadixCache, RadixKey, RadixStats
 from prefix.offload import DiskStats, OnDisk
 from prefix.radix import Evicted, KVSpan
@@ -617,13 +617,13 @@ class Engine:
         prompt = request.prompt_tokens
         logits, fed = None, n_cached
         while fed < len(prompt):
+            redo: tuple[int, ...] = ()
             if cache.length == cache.capacity:
-                assert self.shift is not None  # NOTE: without sinks the prompt always fits
                 if not cache.dropped:
                     self._insert(request.namespace, prompt[:fed], cache)
-                self.shift.shift(cache)
-            room = cache.capacity - cache.length
-            logits = yield Piece(cache, prompt[fed : fed + room])
+                redo = self._shift(cache)  # NOTE: without sinks the prompt always fits
+            room = cache.capacity - cache.length - len(redo)
+            logits = yield Piece(cache, redo + tuple(prompt[fed : fed + room]))
             if logits is None:  # not fed: cancelled
                 raise PrefillCancelled
             fed += room
@@ -664,10 +664,10 @@ class Engine:
                 finish = "stop"
                 break
             if len(tokens) < request.max_tokens:  # no logits needed after the last token
-                if cache.length == cache.capacity:
-                    assert self.shift is not None  # NOTE: without sinks max_tokens fits
-                    self.shift.shift(cache)
-                reply = yield Piece(cache, (token,))  # at position cache.length
+                redo: tuple[int, ...] = ()
+                if cache.length == cache.capacity:  # NOTE: without sinks max_tokens fits
+                    redo = self._shift(cache)
+                reply = yield Piece(cache, (*redo, token))  # at position cache.length
                 if reply is None:  # not fed: cancelled
                     finish = "cancelled"
                     break
@@ -682,6 +682,19 @@ class Engine:
         yield ChoiceFinished(index, finish, stops.matched)
         choice = Choice(index, "".join(parts), tuple(tokens), finish, stops.matched)
         return choice, first_token_at
+
+    def _shift(self, cache: PagedCache) -> tuple[int, ...]:
+        """Shift a full window (``context_overflow: sinks``); return the tokens to feed again
+        ahead of the next ones: none, unless the pool had no page for the kept KV. They are
+        then recomputed in the next piece, whose pages the scheduler reserves like any
+        piece's, preempting the youngest request if it must (rather than failing this one)."""
+        assert self.shift is not None
+        try:
+            self.shift.shift(cache)
+        except KeptNotStored as exc:
+            logger.info("localmodel: %s; recomputing them", exc)
+            return tuple(exc.tokens)
+        return ()
 
     @torch.inference_mode()
     def _insert(self, namespace: str, tokens: tuple[int, ...], cache: PagedCache) -> None:

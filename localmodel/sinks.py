@@ -40,11 +40,21 @@ from typing import Any
 import torch
 
 from localmodel.kv import RequestCache, UnsupportedModelError
-from localmodel.pages import PagedCache
+from localmodel.pages import PagedCache, PoolExhausted
 
-__all__ = ["ContextShift"]
+__all__ = ["ContextShift", "KeptNotStored"]
 
 _LINEAR_ROPE = ("default", "linear", "llama3")  # the angle is inv_freq · position
+
+
+class KeptNotStored(PoolExhausted):
+    """A shift over pages found no page for the kept tokens' K/V (the pages it gave back are
+    shared with another running request and nothing else is free). The cache is empty but
+    counts the dropped tokens; ``tokens`` (sinks and the most recent) must be fed again."""
+
+    def __init__(self, tokens: list[int]) -> None:
+        super().__init__(f"no KV page for the {len(tokens)} tokens a context shift keeps")
+        self.tokens = tokens
 
 
 class ContextShift:
@@ -74,6 +84,8 @@ class ContextShift:
     def shift(self, cache: RequestCache | PagedCache) -> int:
         """Drop the oldest non-sink tokens of ``cache``; move the rest down; return how many.
 
+        Raises :class:`KeptNotStored` when a paged cache gets no page for what it keeps.
+
         NOTE: the cache's KV no longer matches any token prefix afterwards (the kept tokens
         attended to the dropped ones), so it must never be inserted into the prefix tree.
         """
@@ -82,11 +94,13 @@ class ContextShift:
         if length <= keep + 1:
             raise ValueError(f"cannot shift a cache of {length} tokens with {keep} sinks")
         drop = min(self.discard(cache), length - keep - 1)
-        if isinstance(cache, PagedCache):
-            self._shift_pages(cache, drop)
-        else:
-            self._shift_buffers(cache, drop)
-        cache.dropped += drop
+        try:
+            if isinstance(cache, PagedCache):
+                self._shift_pages(cache, drop)
+            else:
+                self._shift_buffers(cache, drop)
+        finally:
+            cache.dropped += drop  # (an empty cache that raised KeptNotStored too)
         return drop
 
     def _shift_buffers(self, cache: RequestCache, drop: int) -> None:
@@ -120,7 +134,11 @@ class ContextShift:
             keys[layer, :, keep:] = self._rotated(k[:, keep + drop :], -drop)
             values[layer, :, :keep] = v[:, :keep]
             values[layer, :, keep:] = v[:, keep + drop :]
-        cache.refill(keys, values, cache.tokens[:keep] + cache.tokens[keep + drop :])
+        kept = cache.tokens[:keep] + cache.tokens[keep + drop :]
+        try:
+            cache.refill(keys, values, kept)
+        except PoolExhausted:
+            raise KeptNotStored(kept) from None
 
     def _rotated(self, keys: torch.Tensor, delta: int) -> torch.Tensor:
         """Post-RoPE ``keys`` (``[..., head_dim]``) rotated by ``delta`` positions, a new tensor.

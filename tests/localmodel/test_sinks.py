@@ -14,7 +14,7 @@ from localmodel import ContextWindowExceeded, Event, Finished, InvalidRequestErr
 from localmodel.engine import prefill
 from localmodel.kv import KVLayout, RequestCache, UnsupportedModelError
 from localmodel.kvquant import resolve_kv_dtype
-from localmodel.pages import PagedCache, PagePool
+from localmodel.pages import PagedCache, PagePool, PoolExhausted
 from localmodel.scheduler import Scheduler
 from localmodel.sinks import ContextShift
 from prefix import RadixKey
@@ -250,3 +250,37 @@ def _note_finished(done: list[int], i: int, item: Any) -> bool:
     if isinstance(item, Finished):
         done.append(i)
     return True
+
+
+@pytest.mark.parametrize("prompt_len", [20, 50])  # the shift while decoding / while prefilling
+def test_a_shift_with_no_page_for_what_it_keeps_recomputes_it_instead_of_failing(
+    make_engine: MakeEngine, tiny_model: Any, monkeypatch: pytest.MonkeyPatch, prompt_len: int
+) -> None:
+    """When the pages a shift gives back are shared with another running request and none is
+    free, the kept tokens get no page (``refill`` raises PoolExhausted, the cache empty). The
+    request then feeds the kept tokens again in its next piece (whose pages the scheduler
+    reserves, preempting if it must) and finishes, instead of failing."""
+    engine = make_engine(tiny=tiny_model, max_context=32, context_overflow="sinks", page_size=8)
+    params = SamplingParams(temperature=0.0, max_tokens=40)
+    refill, failed = PagedCache.refill, []
+
+    def no_page_once(cache: PagedCache, *args: Any) -> None:
+        if not failed:
+            cache.truncate(0)
+            failed.append(cache)
+            raise PoolExhausted("no free page")
+        refill(cache, *args)
+
+    monkeypatch.setattr(PagedCache, "refill", no_page_once)
+    fed: list[tuple[int, ...]] = []
+    forward = engine.forward_batch
+    engine.forward_batch = lambda pieces: fed.extend(p.tokens for p in pieces) or forward(pieces)  # type: ignore[method-assign]
+    prompt = list(range(300, 300 + prompt_len))
+    (finished,) = _run(
+        Scheduler(engine, max_batch=2, step_tokens=64), engine, [(prompt, params)], "x"
+    )
+    assert failed and failed[0].dropped > 0  # it happened; the cache never counts as a prefix
+    choice = finished.completion.choices[0]
+    assert choice.finish_reason == "length" and len(choice.token_ids) == 40
+    assert any(len(tokens) >= 25 for tokens in fed[1:])  # the 25 kept tokens fed again
+    assert engine.pool.stats.used == engine.pool.stats.cached
