@@ -353,7 +353,7 @@ def input_items(value: Any) -> list[dict[str, Any]]:
             item = {**item, "type": kind}
         if kind == "message":
             role = item.get("role")
-            if role not in _ROLES:
+            if not isinstance(role, str) or role not in _ROLES:
                 raise APIError(
                     400,
                     f"Invalid value for 'input[{i}].role': {role!r}.",
@@ -613,8 +613,9 @@ def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
             raise _unsupported(param, "is not a request argument the local model recognizes")
         if param in ("include", "reasoning") and value not in (None, [], {}):
             raise _unsupported(param)
-    fmt = ((body.get("text") or {}).get("format") or {}).get("type", "text")
-    if fmt != "text":
+    text = body.get("text") or {}
+    fmt = text.get("format") or {} if isinstance(text, dict) else None
+    if not isinstance(fmt, dict) or fmt.get("type", "text") != "text":
         raise _unsupported("text.format", "other than text is not supported by the local model")
     chat: dict[str, Any] = {"model": body["model"], "stream": bool(body.get("stream"))}
     for name in ("temperature", "top_p", "top_k", "seed", "tools", "tool_choice", "user"):
@@ -643,7 +644,8 @@ def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_parts(content: list[Any], i: int) -> None:
-    """A message's content parts are objects with a ``type`` (400 otherwise, not a 500)."""
+    """A message's content parts are objects with a ``type``, text parts with a string
+    ``text`` (400 otherwise, not a 500)."""
     for j, part in enumerate(content):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise APIError(
@@ -652,6 +654,17 @@ def _check_parts(content: list[Any], i: int) -> None:
                 param=f"input[{i}].content[{j}]",
                 code="invalid_value",
             )
+        if part["type"] in _TEXT_PARTS and not isinstance(part.get("text"), str):
+            raise APIError(
+                400,
+                f"Invalid type for 'input[{i}].content[{j}].text': expected a string.",
+                param=f"input[{i}].content[{j}].text",
+                code="invalid_type",
+            )
+
+
+#: Content parts whose ``text`` is the text (a string).
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 
 
 def _key_turn(item: dict[str, Any]) -> dict[str, Any]:

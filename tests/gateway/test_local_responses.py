@@ -78,6 +78,8 @@ def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
     tool = {"type": "function", "name": "weather", "parameters": {"type": "object"}}
     for body, param in [
         ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"text": {"format": "json_object"}}, "text.format"),  # not an object: a 400 too
+        ({"text": "json"}, "text"),
         ({"tools": [tool]}, "tools"),
         ({"previous_response_id": "resp_unknown"}, "previous_response_id"),
         ({"extra_body": {"frobnicate": 1}}, "frobnicate"),

@@ -324,3 +324,14 @@ def test_content_parts_that_are_not_objects_get_a_400(gw: Gateway) -> None:
     )
     assert reply.status_code == 400
     assert reply.json()["error"]["param"] == "input[0].content[0]"
+    # a text part whose text is not a string, and a role that is not one, are 400s too
+    for text in (None, 123, ["a"]):
+        part = {"type": "input_text", "text": text}
+        item = {"role": "user", "content": [{"type": "text", "text": "ok"}, part]}
+        reply = gw.http.post("/v1/responses", json={"model": MODEL, "input": [item]})
+        assert reply.status_code == 400, text
+        assert reply.json()["error"]["param"] == "input[0].content[1].text"
+    for role in ([], {"a": 1}, 1):
+        item = {"role": role, "content": "hi"}
+        reply = gw.http.post("/v1/responses", json={"model": MODEL, "input": [item]})
+        assert (reply.status_code, reply.json()["error"]["param"]) == (400, "input[0].role")
