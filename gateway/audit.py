@@ -155,7 +155,7 @@ class Auditor:
             return
         usage = answer.body.get("usage")
         self._ledger.record_audit(job.account, request.model, usage_of(usage))
-        if not job.adapter.complete(request, answer.body):
+        if not (answer.lossless and job.adapter.complete(request, answer.body)):
             self._count(job, "error")  # e.g. a content filter: nothing to compare with
             return
         try:

@@ -103,6 +103,9 @@ class Answer:
     body: dict[str, Any]
     #: e.g. the upstream's ``x-request-id`` and rate-limit state (see ``backend.relayed``).
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: False: the answer was converted with a loss (a bridge could not carry part of it,
+    #: e.g. tool arguments that are not JSON): the client gets it, the cache must not.
+    lossless: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,10 @@ class MessagesBridge:
         return dataclasses.replace(request, kind="chat", body=body, include_usage=True)
 
     def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
-        return Answer(from_chat(answer.body, request.model, _stops(request)), answer.headers)
+        message = from_chat(answer.body, request.model, _stops(request))
+        # NOTE: tool arguments that are not a JSON object (e.g. cut off by max_tokens) reach
+        # the client as {}: never stored, as the streamed path does not store them either
+        return Answer(message, answer.headers, lossless=_arguments_kept(answer.body))
 
     def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
         return _MessagesStream(stream, request.model, _stops(request))
@@ -126,7 +129,7 @@ def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> di
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or _tool_id(),
                         "name": function.get("name", ""),
-                        "input": _arguments(function.get("arguments"))})  # fmt: skip
+                        "input": _arguments(function.get("arguments")) or {}})  # fmt: skip
     return {
         "id": fresh_message_id(),
         "type": "message",
@@ -341,12 +344,22 @@ def _usage(usage: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _arguments(arguments: Any) -> Any:
+def _arguments(arguments: Any) -> dict[str, Any] | None:
+    """A tool call's arguments as the object a ``tool_use`` block's ``input`` is; None when
+    they are not a JSON object (e.g. cut off by max_tokens)."""
     try:
         parsed = _decode(arguments) if isinstance(arguments, str | bytes) else arguments
     except msgspec.DecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _arguments_kept(chat: dict[str, Any]) -> bool:
+    """Whether every tool call of the chat answer's first choice has arguments that are a
+    JSON object (all a ``tool_use`` block's ``input`` can carry)."""
+    choice = (chat.get("choices") or [{}])[0]
+    calls = (choice.get("message") or {}).get("tool_calls") or ()
+    return all(_arguments((c.get("function") or {}).get("arguments")) is not None for c in calls)
 
 
 def _tool_id() -> str:

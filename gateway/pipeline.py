@@ -152,7 +152,7 @@ class Pipeline:
                 return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
             with tier("model", **{"gen_ai.request.model": request.model}):
                 answer = await _complete(backend, bridge, request, auth, watch)
-            if looked.save is not None and adapter.complete(request, answer.body):
+            if looked.save is not None and _storable(adapter, request, answer):
                 self.store_soon(request, looked.save, answer.body, flight)
                 flight = None  # it lands once the answer is stored
             adapter.delivered(request, answer.body, upstream=bridge is None)
@@ -499,6 +499,11 @@ def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str]
     """One tenant per client key and organization/project: what the upstream bills and allows."""
     seen = "\n".join([authorization or "", *(f"{h}: {v}" for h, v in account)])
     return f"client-key:{hashlib.sha256(seen.encode()).hexdigest()[:32]}"
+
+
+def _storable(adapter: Adapter, request: GatewayRequest, answer: Answer) -> bool:
+    """A complete answer the client got as the backend gave it (not one a bridge changed)."""
+    return answer.lossless and adapter.complete(request, answer.body)
 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:

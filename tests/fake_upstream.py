@@ -37,7 +37,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
 ``stop`` is honoured as vLLM honours it: the answer ends before the first stop string it
 contains, with ``finish_reason: "stop"`` and the choice's ``stop_reason`` naming that string.
 A chat ``tool_choice`` that names a function is answered with a call of it, and, as OpenAI
-does, ``finish_reason: "stop"``.
+does, ``finish_reason: "stop"``; with ``max_tokens`` under the 17 characters of its arguments
+they are cut to that many, as a model that ran out of tokens leaves them (``"length"``).
 
 ``POST /v1/responses`` speaks the Responses API as OpenAI's reference describes it: a Response
 object (``store`` defaults to true, and stored responses serve ``previous_response_id`` and
@@ -299,11 +300,13 @@ class FakeUpstream:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         called = fake.get("tool_call") or _forced_function(body.get("tool_choice"))
         if called:
+            arguments, limit = '{"city": "Paris"}', body.get("max_tokens") or 99
             message = {"role": "assistant", "content": None, "tool_calls": [{
                 "id": f"call_{self._serial}", "type": "function",
-                "function": {"name": called, "arguments": '{"city": "Paris"}'}}]}  # fmt: skip
+                "function": {"name": called, "arguments": arguments[:limit]}}]}  # fmt: skip
             # NOTE: as OpenAI answers a tool_choice that names a function: finish_reason "stop"
             finish, ends = "tool_calls" if fake.get("tool_call") else "stop", {}
+            finish = "length" if limit < len(arguments) else finish
         choices = [
             {"index": i, "message": message, "logprobs": None, "finish_reason": finish, **ends}
             for i in range(n)

@@ -288,6 +288,13 @@ def test_bridged_answers_say_why_they_stopped(
                                 messages=[{"role": "user", "content": "Weather in Rome?"}]) as stream:  # fmt: skip
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].name == "weather"
+    # a tool call cut off by max_tokens: its arguments are not JSON, and a tool_use block
+    # can only carry an object, so the client gets {} and the cache keeps nothing
+    for _ in range(2):
+        cut = ask(client, "Weather in Oslo?", model="gpt", max_tokens=5, **forced)
+        assert upstream.last_body["max_tokens"] == 5
+        assert cut.headers["x-cache"] == "miss"
+        assert cut.parse().stop_reason == "max_tokens" and cut.parse().content[-1].input == {}
 
 
 def test_automatic_cache_control_turns_into_cache_reads(
