@@ -274,8 +274,15 @@ class ResponsesAdapter:
         return self  # it renders the chat form's answers itself (to_chat, from_chat, ...)
 
     def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
-        """Keep a Response the client received (unless it asked ``store: false``)."""
+        """Keep a Response the client received (unless it asked ``store: false``).
+
+        NOTE: one still running upstream (``background: true``: ``queued`` or ``in_progress``)
+        is not kept: the copy would never change. Polled at the gateway it is not found; a
+        follow-up naming it goes to the upstream as a reference, as for any id not kept here.
+        """
         if request.body.get("store") is False or answer.get("object") != "response":
+            return
+        if answer.get("status") in _RUNNING:
             return
         if not isinstance(answer.get("id"), str):
             return
@@ -663,6 +670,8 @@ def _check_parts(content: list[Any], i: int) -> None:
             )
 
 
+#: The statuses of a Response still being generated (``background: true``).
+_RUNNING = frozenset({"queued", "in_progress"})
 #: Content parts whose ``text`` is the text (a string).
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
 

@@ -418,6 +418,7 @@ def _response(
     status = (
         "failed" if fake.get("failed") else "incomplete" if fake.get("incomplete") else "completed"
     )
+    status = "queued" if body.get("background") else status  # (its output comes later)
     words = len(text.split())
     return {
         "id": f"resp_{serial}", "object": "response", "created_at": int(time.time()),
@@ -426,7 +427,7 @@ def _response(
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"), "model": body["model"],
-        "output": [item], "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "output": [] if status == "queued" else [item], "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": body.get("previous_response_id"),
         "reasoning": {"effort": None, "summary": None}, "store": body.get("store", True),
         "temperature": body.get("temperature", 1.0),

@@ -215,6 +215,23 @@ def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
         c.responses.retrieve(unstored.id)
 
 
+def test_a_background_response_still_running_is_left_to_the_upstream(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """``background: true`` answers ``queued``: a copy kept here would say so forever, so the
+    gateway keeps none, and a follow-up naming it goes upstream as a reference."""
+    c = sdk(gw)
+    queued, cache = create(c, input="Write a long report.", background=True)
+    assert (queued.status, cache) == ("queued", "miss")
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(queued.id)
+    _, cache = create(c, input="Write a long report.", background=True)
+    assert cache == "miss"  # (not complete: never cached either)
+    _, cache = create(c, input="Shorter, please.", previous_response_id=queued.id)
+    assert cache == "miss" and upstream.last_body["previous_response_id"] == queued.id
+    assert upstream.last_body["input"] == "Shorter, please."  # as sent, not resolved here
+
+
 def test_one_tenant_never_reads_anothers_response(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
