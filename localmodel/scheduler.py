@@ -28,8 +28,11 @@ to the prefix tree, its pages back to the pool, and it waits at the head of the 
 re-admitted it gets back what the tree still holds of its tokens (prompt and those generated
 so far) and the rest is fed again, ending with the token it was about to feed, so it goes on
 with the very logits it was waiting for: its continuation is the one it would have had.
-Admission waits while the pool cannot hold a new request's tokens, and after a preemption
-until a running request finishes (unless nothing runs).
+(Except past the window, ``context_overflow: sinks``: a slid cache is no token prefix, the
+tree keeps none of it, and its kept tokens are computed afresh, without the dropped ones.)
+Admission waits while the pool cannot hold a new request's tokens beside what the running
+ones have yet to feed, and after a preemption until a running request finishes (unless
+nothing runs).
 
 Example (what ``AsyncEngine``'s worker thread does)::
 
@@ -136,8 +139,10 @@ class Scheduler:
             if seq.request.cancel.is_set():  # the client left while the request waited
                 self.waiting.popleft()
                 if seq.steps is not None:  # preempted: it finishes "cancelled", fed nothing
+                    full = self._full  # (it holds no page: its end frees none)
                     self.running.append(seq)
                     self._advance(seq, None)
+                    self._full = full
                 continue
             if self.running and (self._full or not self._fits(seq)):
                 return  # the pool is busy with running requests: wait for them to finish
@@ -156,7 +161,9 @@ class Scheduler:
                     self._fail(seq, exc)
 
     def _fits(self, seq: _Sequence) -> bool:
-        """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages.
+        """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages,
+        beside the tokens the running requests have yet to feed (those admitted in this
+        very loop included: each one's free pages were counted before it was admitted).
 
         NOTE: a request never holds more than the context window (``context_overflow:
         sinks`` shifts a longer prompt through it), so a prompt past it needs only that much.
@@ -164,9 +171,14 @@ class Scheduler:
         pool = getattr(self.engine, "pool", None)
         if pool is None:
             return True
+        window = getattr(self.engine, "context_window", None)
+
+        def need(tokens: int) -> int:
+            return tokens if window is None else min(tokens, window)
+
         n = len(seq.piece.tokens) if seq.piece is not None else len(seq.request.prompt_tokens)
-        n = min(n, getattr(self.engine, "context_window", n))
-        return bool(pool.available_pages * pool.page_size > n)
+        owed = sum(need(len(s.piece.tokens) - s.fed) for s in self.running if s.piece is not None)
+        return bool(pool.available_pages * pool.page_size > need(n) + owed)
 
     def _batch(self) -> list[tuple[_Sequence, Piece]]:
         """This step's pieces, their pages reserved, preempting while the pool is short."""

@@ -260,6 +260,26 @@ def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     assert engine.pool.stats.used == engine.pool.stats.cached  # every request released
 
 
+def test_admission_counts_what_the_requests_admitted_before_have_yet_to_feed(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """Three 60-token prompts, a 10-page pool (160 tokens): two fit, so the third waits
+    rather than being admitted in the same loop (each one checked against the same free
+    pages) and preempting another at the first step, its prefill thrown away."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=10 * 16 * 512)
+    assert engine.pool is not None and engine.pool.n_pages == 10
+    prompts = [list(range(100 + 61 * i, 160 + 61 * i)) for i in range(3)]
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=256)
+    for prompt in prompts:
+        scheduler.add(engine.prepare(prompt, params, namespace=NS), lambda item: True)
+    scheduler.step()
+    assert (len(scheduler.running), len(scheduler.waiting)) == (2, 1)
+    while scheduler.busy:
+        scheduler.step()
+    assert engine.pool.stats.preemptions == 0
+
+
 def test_a_preempted_request_gets_the_trees_pages_back_when_the_pool_kept_them(
     tiny_engine: Engine,
 ) -> None:
