@@ -570,13 +570,16 @@ class Engine:
 
     def _reclaim(self, n_pages: int) -> None:
         """Evict cached prefixes (least recently used leaves first) until ``n_pages`` more
-        pages are free, or nothing more can go. Pages a running request shares with an
-        evicted node stay in use, hence the loop."""
+        pages are free, or nothing more can go. What of a node is on pages in running
+        requests' tables stays (evicting it would free no page, only lose the prefix: e.g. a
+        system prompt the running requests share): only the node's tail goes, or nothing of
+        it; the pages a running request shares with an evicted span stay in use, hence the
+        loop."""
         pool = self.pool
         target = pool.free_pages + n_pages
         while pool.free_pages < target:
             wanted = (target - pool.free_pages) * pool.page_bytes
-            if not self.prefix_cache.evict(wanted):
+            if not self.prefix_cache.evict(wanted, keep=_in_use):
                 return
 
     def _on_evict(self, record: Evicted) -> None:
@@ -713,6 +716,12 @@ class Engine:
         except (RuntimeError, MemoryError) as exc:  # e.g. torch.OutOfMemoryError in the copy
             # The answer is complete and right; only its reuse is lost (the tree stays whole).
             logger.warning("prefix cache: could not keep %d tokens of KV: %s", n, exc)
+
+
+def _in_use(span: KVSpan) -> int:
+    """The leading tokens of a tree span on pages running requests hold (``_reclaim`` keeps
+    them: evicting them would free no page)."""
+    return span.in_use() if isinstance(span, PagedKV) else 0
 
 
 def _stop_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:

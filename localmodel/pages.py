@@ -214,6 +214,10 @@ class PagePool:
     def refs(self, page: int) -> int:
         return self._refs[page]
 
+    def in_table(self, page: int) -> bool:
+        """Whether a request's page table holds ``page`` (a running or prefilling request)."""
+        return self._table_refs[page] > 0
+
     def allocate(self, n: int) -> list[int]:
         """``n`` fresh pages for a page table (one reference each); reclaim first if needed."""
         if n <= 0:
@@ -357,6 +361,14 @@ class PagedKV:
     @property
     def nbytes(self) -> int:
         return self.length * self.pool.bytes_per_token
+
+    def in_use(self) -> int:
+        """How many leading tokens of the span are on pages that a running request's page
+        table holds too (dropping those frees no page now)."""
+        n = next((i for i, page in enumerate(self.pages) if not self.pool.in_table(page)), None)
+        if n is None:
+            return self.length
+        return max(0, min(self.length, n * self.pool.page_size - self.offset))
 
     def slice(self, start: int, stop: int) -> PagedKV:
         """Tokens ``[start, stop)``, sharing this span's pages (no copy)."""

@@ -306,14 +306,17 @@ class RadixCache:
         """`lock` the matched path for the duration of a ``with`` block."""
         return self._hold(match)
 
-    def evict(self, n_bytes: int) -> int:
+    def evict(self, n_bytes: int, *, keep: Callable[[KVSpan], int] | None = None) -> int:
         """Evict unlocked leaves, least recently used first, until `n_bytes` are freed.
 
         Returns the bytes freed: whole nodes go, so it may exceed `n_bytes`; it is less
-        when everything evictable is gone.
+        when everything evictable is gone. `keep(span)`: how many of a span's leading
+        tokens to keep (e.g. those whose memory others hold too, so evicting them frees
+        nothing): all of them, the node and its ancestors stay; some, the node is cut there
+        and only its tail goes.
         """
         with self._mutex:
-            freed = self._evict_lru(n_bytes)
+            freed = self._evict_lru(n_bytes, keep)
             evicted = self._take_evicted()
         self._deliver(evicted)
         return freed
@@ -513,15 +516,35 @@ class RadixCache:
                     self._prune_root(node)  # emptied while a lock kept it
             node = node.parent
 
-    def _evict_lru(self, n_bytes: int) -> int:
-        victims: list[_Node] = []
+    def _evict_lru(self, n_bytes: int, keep: Callable[[KVSpan], int] | None = None) -> int:
+        victims: dict[_Node, None] = {}
+        cuts: list[tuple[_Node, int]] = []  # nodes whose tail only goes, and where
         freed = 0
         for node in self._lru:
             if freed >= n_bytes:
                 break
-            if node.lock_ref == 0:
-                victims.append(node)
-                freed += node.nbytes
+            if node.lock_ref:
+                continue
+            if keep is not None:
+                # NOTE: its children came first (LRU order): one that stays keeps it a parent
+                if any(c not in victims for c in node.children.values()):
+                    continue
+                kept = min(keep(node.value), len(node.key))
+                if kept == len(node.key):
+                    continue
+                if kept > 0:
+                    cuts.append((node, kept))
+                    freed += node.nbytes * (len(node.key) - kept) // len(node.key)
+                    continue
+            victims[node] = None
+            freed += node.nbytes
+        freed = self._drop(list(victims))
+        if cuts:  # NOTE: once the victims are gone (its children among them), each is a leaf
+            freed += self._drop([self._cut(node, kept) for node, kept in cuts])
+        return freed
+
+    def _drop(self, victims: list[_Node]) -> int:
+        """Evict `victims` (leaf-first), recording them for `on_evict`; return bytes freed."""
         if self._on_evict is not None:
             # NOTE: recorded before _remove detaches them: each victim's path is read while
             # its ancestors still hold it (any of them evicted too come later in `victims`).
@@ -530,6 +553,15 @@ class RadixCache:
         self._evicted_tokens += n_tokens
         self._evictions += len(victims)
         return freed
+
+    def _cut(self, node: _Node, kept: int) -> _Node:
+        """Split leaf `node` after `kept` tokens; return the lower half (to evict). The upper
+        half stays, first in the LRU order (before its ancestors, as the order needs) with
+        the oldest time in it (the order stays sorted by time for `_expire`)."""
+        oldest = min(node.last_access, next(iter(self._lru)).last_access)
+        upper = self._split(node, kept, oldest)
+        self._lru.move_to_end(upper, last=False)
+        return node
 
     def _take_evicted(self) -> list[Evicted]:
         """Hand over the evictions recorded under the lock (the caller holds it)."""

@@ -280,6 +280,32 @@ def test_admission_counts_what_the_requests_admitted_before_have_yet_to_feed(
     assert engine.pool.stats.preemptions == 0
 
 
+def test_reclaim_keeps_the_prefix_running_requests_share(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """A system prompt every running request maps is on pages reclaim cannot free: its node
+    loses only the tail that frees a page (the partly filled page the requests copied),
+    and the shared pages stay found by the next request and by a preempted one's restore."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=10 * 16 * 512)
+    assert engine.pool is not None
+    system = list(range(1000, 1040))  # 40 tokens: 2 full pages and 8 tokens of a third
+    engine.complete(engine.prepare([*system, 5], SamplingParams(max_tokens=1), namespace=NS))
+    held: list[int] = []
+    evict = engine.prefix_cache.evict
+
+    def spy(n_bytes: int, **kwargs: Any) -> int:
+        freed = evict(n_bytes, **kwargs)
+        held.append(engine.prefix_cache.stats.tokens)
+        return freed
+
+    engine.prefix_cache.evict = spy  # type: ignore[method-assign]
+    jobs = [([*system, 2000 + 9 * i, 2001 + 9 * i], GREEDY) for i in range(3)]
+    finished = _batched(engine, jobs, max_batch=3, step_tokens=64)
+    assert engine.pool.stats.preemptions >= 1 and held
+    assert min(held) >= 32  # the two full pages of the system prompt were never evicted
+    assert all(c.usage.cached_tokens >= 32 for c in finished)
+
+
 def test_a_preempted_request_gets_the_trees_pages_back_when_the_pool_kept_them(
     tiny_engine: Engine,
 ) -> None:

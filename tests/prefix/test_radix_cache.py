@@ -198,6 +198,37 @@ def test_eviction_takes_children_before_their_parent() -> None:
     assert check(cache).nodes == 0
 
 
+def test_evict_keeps_what_keep_says_and_cuts_a_node_to_evict_its_tail() -> None:
+    """``keep(span)``: leading tokens to keep. [1 2 3 4 5 6] keeps 4 (its tail [5 6] goes,
+    recorded with the kept half as its prefix); [7 7] keeps all, so it and its parent stay;
+    the rest goes whole."""
+    clock = Clock()
+    seen: list[Evicted] = []
+    cache = RadixCache(1000, ttl_s=100, clock=clock, on_evict=seen.append)
+    put(cache, [1, 2, 3, 4, 5, 6])
+    clock.now = 1
+    put(cache, [8, 7, 7])
+    put(cache, [8, 9])
+    kept = {(1, 2, 3, 4, 5, 6): 4, (7, 7): 2}
+
+    def keep(s: KVSpan) -> int:
+        assert isinstance(s, FakeSpan)
+        return kept.get(s.tokens, 0)
+
+    assert cache.evict(10**6, keep=keep) == 3 * BPT  # [9], [5 6]
+    assert [(r.tokens, r.start, r.span) for r in seen] == [  # whole victims first, then cuts
+        ((8, 9), 1, span([9])),
+        ((1, 2, 3, 4, 5, 6), 4, span([5, 6])),
+    ]
+    assert seen[1].prefix_spans == (span([1, 2, 3, 4]),)
+    assert served(cache.match(key([1, 2, 3, 4, 5, 6]))) == (1, 2, 3, 4)
+    assert served(cache.match(key([8, 7, 7, 1]))) == (8, 7, 7)
+    assert check(cache).tokens == 7
+    clock.now = 200  # the kept half ages like the rest: the TTL drops it
+    cache.evict_expired()
+    assert check(cache).tokens == 0
+
+
 def test_insert_that_cannot_fit_stores_the_prefix_that_fits() -> None:
     cache = RadixCache(5 * BPT)
     assert put(cache, [1, 2, 3, 4, 5, 6, 7]) == 5
