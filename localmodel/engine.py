@@ -513,7 +513,7 @@ class Engine:
     def restore(self, cache: PagedCache, tokens: Sequence[int]) -> int:
         """Map what the prefix tree still holds of a preempted request's ``tokens`` back
         into its (empty) cache; return how many (the rest must be fed again)."""
-        match = self.prefix_cache.match(RadixKey(cache.namespace, tokens))
+        match = self.prefix_cache.match(RadixKey(cache.namespace, tokens), count=False)
         n = min(match.n_cached, cache.capacity)
         cache.map_prefix(match.spans, n, tokens)
         return n

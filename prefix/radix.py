@@ -226,10 +226,12 @@ class RadixCache:
 
     # -- public -------------------------------------------------------------------------
 
-    def match(self, key: RadixKey) -> Match:
+    def match(self, key: RadixKey, *, count: bool = True) -> Match:
         """Return the longest cached prefix of `key.tokens` (at most n - 1 tokens).
 
-        Refreshes the LRU time of the matched path and counts queried/hit tokens.
+        Refreshes the LRU time of the matched path and counts queried/hit tokens (unless
+        not `count`: a lookup that is no request's, e.g. a preempted one taking its own
+        KV back, which would inflate the hit rate).
         """
         tokens = _as_tuple(key.tokens)
         # NOTE: at most n - 1 prompt tokens are served from cache, so the model always
@@ -238,8 +240,9 @@ class RadixCache:
         with self._mutex:
             now = self._clock()
             self._expire(now)
-            self._queries += 1
-            self._queried_tokens += len(tokens)
+            if count:
+                self._queries += 1
+                self._queried_tokens += len(tokens)
             root = self._roots.get(key.namespace)
             if root is None or limit <= 0:
                 return _MISS
@@ -248,8 +251,9 @@ class RadixCache:
                 return _MISS
             n_cached = min(n_matched, limit)
             self._touch(path[-1], now)
-            self._hits += 1
-            self._hit_tokens += n_cached
+            if count:
+                self._hits += 1
+                self._hit_tokens += n_cached
             return Match(n_cached, tuple(node.value for node in path), path[-1])
 
     def cached_len(self, key: RadixKey) -> int:

@@ -304,6 +304,9 @@ def test_reclaim_keeps_the_prefix_running_requests_share(
     assert engine.pool.stats.preemptions >= 1 and held
     assert min(held) >= 32  # the two full pages of the system prompt were never evicted
     assert all(c.usage.cached_tokens >= 32 for c in finished)
+    # a preempted request taking its KV back is no query: the hit rate counts requests' own
+    stats = engine.prefix_cache.stats
+    assert (stats.queries, stats.queried_tokens) == (4, 41 + 3 * 42)
 
 
 def test_a_preempted_request_gets_the_trees_pages_back_when_the_pool_kept_them(
