@@ -174,7 +174,7 @@ class ResponsesAdapter:
             body = {k: v for k, v in body.items() if k != "previous_response_id"}
             if turns[0].get("type") == _REFERENCE:  # ... after the upstream chain it continues
                 body["previous_response_id"] = turns[0]["id"]
-            body["input"] = [t for t in turns if t.get("type") != _REFERENCE]
+            body["input"] = [_inline(t) for t in turns if _sendable(t)]
         return turns, len(previous.conversation), body
 
     def owner(self, tenant: str, headers: Mapping[str, str]) -> str:
@@ -708,12 +708,34 @@ def _part(kind: str, text: str) -> dict[str, Any]:
     return {"type": kind, "text": text}
 
 
+def _sendable(item: dict[str, Any]) -> bool:
+    """Whether an item of a conversation the upstream never saw can be sent to it in full:
+    not the reference to its own chain (sent as ``previous_response_id``), nor a reasoning
+    item without its ``encrypted_content`` (the upstream finds those by id only, and it
+    never stored this one: a 400)."""
+    kind = item.get("type")
+    return kind != _REFERENCE and (kind != "reasoning" or bool(item.get("encrypted_content")))
+
+
+def _inline(item: dict[str, Any]) -> dict[str, Any]:
+    """An item sent in full, without the id this gateway gave it (the upstream answers an
+    input item id it did not store with a 400); an item reference keeps its id."""
+    if item.get("type") == _ITEM_REFERENCE or "id" not in item:
+        return item
+    return {k: v for k, v in item.items() if k != "id"}
+
+
 def _with_id(item: dict[str, Any]) -> dict[str, Any]:
     return item if "id" in item else {"id": _item_id(item), **item}
 
 
 def _item_id(item: dict[str, Any]) -> str:
-    return _new_id({"message": "msg", "function_call": "fc"}.get(item.get("type", ""), "item"))
+    return _new_id(_ID_PREFIXES.get(item.get("type", ""), "item"))
+
+
+#: The id prefixes OpenAI gives its output items, by type.
+_ID_PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs",
+                "web_search_call": "ws", "file_search_call": "fs", "computer_call": "cu"}  # fmt: skip
 
 
 def _new_id(prefix: str) -> str:

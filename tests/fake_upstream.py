@@ -24,6 +24,7 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
+    reasoning      responses: a reasoning item (an id only: no encrypted_content) before it
     content        answer with this text (``repeat``: this many times over)
     contents       a list: the k-th request carrying this same list is answered by its k-th
                    entry (cycling): a text (as ``content``) or an object of these options
@@ -197,6 +198,12 @@ class FakeUpstream:
         self, body: dict[str, Any], fake: dict[str, Any], disconnected: asyncio.Event, send: Any
     ) -> None:
         conversation = _items(body.get("input"))
+        known = {i.get("id") for _, items in self.responses.values() for i in items}
+        for item in conversation:  # as OpenAI: an input item's id must be one it stored
+            if "id" in item and item.get("type") != "item_reference" and item["id"] not in known:
+                error = {"message": f"Item with id '{item['id']}' not found.",
+                         "type": "invalid_request_error", "param": "input", "code": None}  # fmt: skip
+                return await send_json(send, 400, {"error": error})
         previous = body.get("previous_response_id")
         if previous is not None:
             if previous not in self.responses:
@@ -419,6 +426,9 @@ def _response(
         "failed" if fake.get("failed") else "incomplete" if fake.get("incomplete") else "completed"
     )
     status = "queued" if body.get("background") else status  # (its output comes later)
+    reasoning = [{"type": "reasoning", "id": f"rs_{serial}", "summary": []}] * bool(
+        fake.get("reasoning")
+    )
     words = len(text.split())
     return {
         "id": f"resp_{serial}", "object": "response", "created_at": int(time.time()),
@@ -427,7 +437,7 @@ def _response(
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.get("instructions"),
         "max_output_tokens": body.get("max_output_tokens"), "model": body["model"],
-        "output": [] if status == "queued" else [item], "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "output": [] if status == "queued" else [*reasoning, item], "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": body.get("previous_response_id"),
         "reasoning": {"effort": None, "summary": None}, "store": body.get("store", True),
         "temperature": body.get("temperature", 1.0),

@@ -199,6 +199,27 @@ def test_an_id_the_gateway_does_not_hold_is_forwarded_as_an_exact_key(
     assert upstream.stats["responses"] == 5  # two unknown ids, the direct one, two misses
 
 
+def test_a_follow_up_on_a_hit_sends_the_upstream_no_id_it_never_stored(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A hit is a Response only the gateway knows, its items with the gateway's ids. A
+    follow-up on it sends the conversation in full: without those ids (OpenAI answers an
+    input item id it did not store with a 400) and without the reasoning item (found by id
+    only, it cannot be sent without one)."""
+    c = sdk(gw)
+    ask = {"input": "Plan a trip.", "extra_body": {"fake": {"reasoning": True}}}
+    first, cache = create(c, **ask)
+    assert cache == "miss" and [i.type for i in first.output] == ["reasoning", "message"]
+    hit, cache = create(c, **ask)
+    assert cache == "exact" and hit.output[0].id.startswith("rs_")
+    assert hit.output[0].id != first.output[0].id
+    more, cache = create(c, input="Shorter.", previous_response_id=hit.id)
+    assert cache == "miss" and "turns=3" in more.output_text
+    sent = upstream.last_body["input"]
+    assert [i.get("role") for i in sent] == ["user", "assistant", "user"]
+    assert all("id" not in i for i in sent)
+
+
 def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
     c = sdk(gw)
     made, _ = create(c, input=[{"role": "user", "content": "Keep this."}], metadata={"k": "v"})
