@@ -159,10 +159,13 @@ class Ledger:
             out.setdefault(tenant, {})[model] = row
         return out
 
-    def series(self) -> dict[str, dict[str, float]]:
-        """The accounts flat, keyed ``tenant\\x1fmodel`` (for labelled /metrics counters)."""
+    def series(self) -> dict[tuple[str, str], dict[str, float]]:
+        """The accounts flat, keyed ``(tenant, model)`` (for labelled /metrics counters).
+
+        NOTE: a pair, not a joined string: a tenant behind a front gateway holds the
+        separator itself (``requests.partitioned``)."""
         return {
-            f"{tenant}\x1f{model}": row
+            (tenant, model): row
             for tenant, models in self.stats().items()
             for model, row in models.items()
         }

@@ -139,8 +139,7 @@ class _LedgerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
-        for key, row in sorted(self._ledger.series().items()):
-            tenant, model = key.split("\x1f", 1)
+        for (tenant, model), row in sorted(self._ledger.series().items()):
             for field, value in sorted(row.items()):
                 family = families.get(field)
                 if family is None:

@@ -67,3 +67,20 @@ def test_history_ring_is_bounded_and_percentiles_are_binned() -> None:
     p50 = points[-1]["latency"]["miss"]["p50"]
     assert 0.6 <= p50 <= 0.6 * 2**0.25  # the bin's upper edge, within one bin
     assert percentile([0] * 10, 0.5) is None
+
+
+def test_a_partitioned_tenant_keeps_its_model_label() -> None:
+    """Behind a front gateway a tenant is ``tenant\\x1fpartition``: the /metrics labels must
+    still split the account into that tenant and the model."""
+    from gateway.metrics import _LedgerCollector
+    from gateway.requests import partitioned
+
+    ledger = Ledger({"gpt": Price(input=1.0, output=2.0)})
+    tenant = partitioned("team-a", "p1")
+    ledger.record(tenant, "gpt", Usage(100, 10, 0, 0), source="upstream", hit=False)
+    labels = {
+        tuple(sorted(s.labels.items()))
+        for family in _LedgerCollector(ledger).collect()
+        for s in family.samples
+    }
+    assert labels == {(("model", "gpt"), ("tenant", tenant))}
