@@ -501,16 +501,44 @@ class Config(_Base, frozen=True):
         for i, key in enumerate(self.auth.keys):
             if key.key is not None and not key.key:
                 raise ValueError(f"auth.keys[{i}].key is empty (is its ${{VAR}} set?)")
-            digest = key.key_sha256 or hashlib.sha256((key.key or "").encode()).hexdigest()
+            _check_spaces(key.key, f"auth.keys[{i}].key")
+            digest = key.key_sha256 or _digest(key.key or "")
             if digest in tenants:
                 raise ValueError(f"auth.keys[{i}]: the same key is listed twice")
             tenants.add(digest)
+        admin = self.admin
+        _check_spaces(admin.api_key, "admin.api_key")
+        admin_digest = admin.api_key_sha256 or (admin.api_key and _digest(admin.api_key))
+        if admin_digest and admin_digest in tenants:
+            # NOTE: that tenant's requests would open the admin routes, which span all tenants
+            raise ValueError("admin.api_key: the same key is a tenant's key in auth.keys")
+        for name, price in self.prices.items():
+            _check_price(name, price)
         for name in self.models:
             if not name.strip():
                 raise ValueError("models: a model name is empty")
         unknown = sorted(set(self.prices) - set(self.models)) if self.models else []
         if unknown:
             raise ValueError(f"prices: {', '.join(unknown)}: not a configured model")
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _check_spaces(key: str | None, where: str) -> None:
+    """A key with spaces around it can never be presented (a bearer token is stripped)."""
+    if key and key != key.strip():
+        raise ValueError(f"{where} has spaces or a newline around it (from its ${{VAR}}?)")
+
+
+def _check_price(model: str, price: Price) -> None:
+    """Cache reads cost at most input, cache writes at least: the ledger's savings and
+    premiums are differences of these prices, exported as counters that must not fall."""
+    if price.cached_input is not None and price.cached_input > price.input:
+        raise ValueError(f"prices.{model}.cached_input is above its input price")
+    if price.cache_write is not None and price.cache_write < price.input:
+        raise ValueError(f"prices.{model}.cache_write is below its input price")
 
 
 def default_config() -> Config:

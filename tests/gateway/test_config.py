@@ -127,6 +127,23 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "server: {port: 9000, admin_port: 9000}",
             "f.yaml: server: admin_port must differ from port",
         ),
+        (  # that tenant would open the admin routes, which span every tenant
+            "auth: {keys: [{key: k, tenant: a}]}\nadmin: {api_key: k}",
+            "admin.api_key: the same key is a tenant's key in auth.keys",
+        ),
+        (  # a bearer token is stripped: a key with spaces around it could never be presented
+            "auth: {keys: [{key: ' k ', tenant: a}]}",
+            "auth.keys[0].key has spaces or a newline around it",
+        ),
+        ("admin: {api_key: ' '}", "admin.api_key has spaces or a newline around it"),
+        (  # savings and write premiums are price differences, exported as counters
+            "models: {m: {backend: local}}\nprices: {m: {input: 1, cached_input: 3}}",
+            "prices.m.cached_input is above its input price",
+        ),
+        (
+            "models: {m: {backend: local}}\nprices: {m: {input: 1, cache_write: 0.5}}",
+            "prices.m.cache_write is below its input price",
+        ),
         (
             'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
             "auth.keys[0].tenant: expected `str` matching",
