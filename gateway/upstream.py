@@ -693,6 +693,11 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
         return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
     # the upstream's request id and rate-limit state, as on an answer (to quote to support)
     headers = relayed(response.headers)
+    retry_after = response.headers.get("retry-after")
+    if status in (429, 503) and retry_after and _retry_after(retry_after) is not None:
+        # NOTE: also on a 503 (passed on as 502): a wait longer than max_retry_wait was not
+        # waited here, and without it the client's SDK retries within seconds
+        headers["retry-after"] = retry_after
     if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(
             502,
@@ -702,9 +707,6 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
             upstream_status=status,
             headers=headers,
         )
-    retry_after = response.headers.get("retry-after")
-    if status == 429 and retry_after and _retry_after(retry_after) is not None:
-        headers["retry-after"] = retry_after
     return UpstreamError(
         status,
         message,

@@ -408,3 +408,14 @@ def test_an_upstream_that_dies_while_working_is_not_sent_the_request_again(
         assert server.received == 1  # it may have done (and billed) the work: not twice
     finally:
         server.close()
+
+
+def test_a_503_asking_to_wait_longer_than_max_retry_wait_passes_its_retry_after_on(
+    make_gateway: Any, upstream: Any
+) -> None:
+    """Not waited here (longer than max_retry_wait): the client is told how long to wait,
+    or its SDK would retry within seconds."""
+    gw = make_gateway()
+    response = gw.chat("down for maintenance", fake={"status": 503, "retry_after": "600"})
+    assert response.status_code == 502 and response.headers["retry-after"] == "600"
+    assert upstream.stats["chat"] == 1
