@@ -382,8 +382,11 @@ class ReplicatedBackend:
                     self.router.mark_down(route.replica, self.config.routing.down_for)
                 others_left = len(tried) < len(self._replicas)
                 # 503: the replica refused the work, so like a refused connection, another
-                # replica gets the request whatever max_retries says.
-                if others_left and (exc.unreachable or exc.upstream_status == 503):
+                # replica gets the request whatever max_retries says; so does one that waited
+                # in vain for a connection to this replica (max_connections): never sent.
+                if others_left and (
+                    exc.unreachable or exc.upstream_status == 503 or exc.code == "upstream_busy"
+                ):
                     self._failover(route.replica, exc)
                     continue
                 if others_left and exc.retryable and retries < self.config.max_retries:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from gateway.config import load_config_text
 from gateway.router import PrefixRouter, prompt_text
@@ -226,3 +229,33 @@ def test_an_error_not_retried_does_not_tell_clients_to_stop(
         assert "x-should-retry" not in response.headers
     finally:
         gw.stop()
+
+
+def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
+    upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """max_connections 1: while a slow answer holds the replica that prefix affinity picks,
+    the next request with that prefix waits ``timeout.pool`` for it, then goes to the other
+    replica (it was never sent) instead of failing 503 ``upstream_busy``."""
+    other = ThreadedServer(FakeUpstream()).start()
+    urls = [f"{upstream_server.url}/v1", f"{other.url}/v1"]
+    gw = replicated(tmp_path, urls, "max_connections: 1, timeout: {pool: 0.3}")
+    try:
+
+        def ask(question: str, **fake: Any) -> httpx.Response:
+            body = {"model": "fake-model", "fake": fake,
+                    "messages": [SUPPORT, {"role": "user", "content": question}]}  # fmt: skip
+            return gw.http.post("/v1/chat/completions", json=body)
+
+        assert ask("warm").status_code == 200  # the prefix now routes to one replica
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            slow = pool.submit(ask, "slow", delay=1.5)
+            time.sleep(0.3)
+            quick = ask("quick")
+            assert quick.status_code == 200, quick.text
+            assert slow.result().status_code == 200
+        assert 'why="failover"} 1.0' in gw.http.get("/metrics").text
+        assert not any(r["down"] for r in routing_stats(gw)["replicas"])  # busy is not down
+    finally:
+        gw.stop()
+        other.stop()
