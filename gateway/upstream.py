@@ -178,7 +178,7 @@ class UpstreamBackend:
     ) -> httpx.Response:
         path = path or _PATHS[request.kind]
         payload = self._payload(request, stream)
-        headers = self._headers(request, auth)
+        headers = _ascii(self._headers(request, auth))
         if stream:
             headers["accept"] = "text/event-stream"
         attempts = self.config.max_retries + 1
@@ -744,6 +744,20 @@ def _field(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return None
+
+
+def _ascii(headers: dict[str, str]) -> dict[str, str]:
+    """``headers``, or a 400 when one is not ASCII (httpx refuses those: it was a 500).
+
+    NOTE: only what comes from the client can be: its own key or account headers."""
+    if not all(value.isascii() for value in headers.values()):
+        raise APIError(
+            400,
+            "A header passed on to the upstream (Authorization, x-api-key or an "
+            "organization/project header) is not ASCII text.",
+            code="invalid_header",
+        )
+    return headers
 
 
 def _timeout(name: str) -> APIError:

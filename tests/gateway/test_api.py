@@ -684,6 +684,10 @@ def test_forwarded_client_keys_partition_the_cache(
     assert upstream.last_headers["openai-organization"] == "org-1"
     assert upstream.last_headers["openai-project"] == "proj_2"
     assert gw.chat("secret plan", headers=project).headers["x-cache"] == "exact"
+    # a key that is not ASCII cannot go upstream: a 400 that says so, not a 500
+    for odd in ({"authorization": b"Bearer sk-\xe9"}, {**alice, "openai-project": b"p\xe9"}):
+        refused = gw.chat("odd key", headers=odd)
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_header"
 
 
 def test_client_organization_is_not_sent_with_the_gateways_key(
