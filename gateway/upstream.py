@@ -262,6 +262,8 @@ class UpstreamBackend:
             await self._backoff(attempt, wait, f"HTTP {response.status_code}")
             return
         error = await _upstream_error(self.name, response, retryable=retryable)
+        if error.status in (401, 403) and self.config.api_key:
+            raise _own_key_refused(self.name, error) from None
         if retryable and last and attempt:  # retried here already: a client should not
             error.final()
         raise error
@@ -744,6 +746,20 @@ def _field(value: Any) -> str | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return None
+
+
+def _own_key_refused(name: str, refused: UpstreamError) -> UpstreamError:
+    """The upstream refused the model's configured ``api_key``: the operator's problem, not
+    the client's. Its message (which may quote part of that key) goes to the log only."""
+    log.warning("upstream %s refused the configured api_key: %s", name, refused.message)
+    return UpstreamError(
+        502,
+        f"The upstream for model '{name}' refused this gateway's credentials "
+        f"(HTTP {refused.status}); the gateway's operator has been told in its log.",
+        code="upstream_auth_error",
+        upstream_status=refused.status,
+        headers=refused.headers,
+    )
 
 
 def _ascii(headers: dict[str, str]) -> dict[str, str]:

@@ -419,3 +419,23 @@ def test_a_503_asking_to_wait_longer_than_max_retry_wait_passes_its_retry_after_
     response = gw.chat("down for maintenance", fake={"status": 503, "retry_after": "600"})
     assert response.status_code == 502 and response.headers["retry-after"] == "600"
     assert upstream.stats["chat"] == 1
+
+
+def test_an_upstream_refusing_the_gateways_own_key_is_the_operators_502(
+    make_gateway: Any, upstream: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The model's api_key is the gateway's: a client must not get an authentication error
+    about it, nor the upstream's message (which quotes part of the key); the log says it.
+    With the client's own key forwarded, the upstream's 401 is the client's, as it came."""
+    gw = make_gateway()  # the model has its own api_key
+    refused = raw('{"error": {"message": "Incorrect API key provided: sk-t***est"}}', status=401)
+    response = gw.chat("who am I", fake=refused)
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert error["code"] == "upstream_auth_error" and "sk-t" not in error["message"]
+    assert "Incorrect API key provided" in caplog.text
+    own = make_gateway(model_yaml="api_key: null")
+    response = own.chat("who am I", fake=refused, headers={"authorization": "Bearer sk-me"})
+    assert (
+        response.status_code == 401 and "Incorrect API key" in response.json()["error"]["message"]
+    )
