@@ -104,6 +104,12 @@ class _Account:
     writes: deque[list[float]] = field(default_factory=deque)
 
 
+#: Accounts kept before a new partition (``x-cachegate-partition``) of a tenant is booked to
+#: that tenant: any client with a tenant key may send new partitions, each a new account and
+#: a new set of /metrics series.
+MAX_ACCOUNTS = 10_000
+
+
 class Ledger:
     """Per (tenant, model) accounts; ``record`` is called once per answered request."""
 
@@ -113,17 +119,19 @@ class Ledger:
         *,
         write_ttl: float = WRITE_TTL,
         clock: Callable[[], float] = time.time,
+        max_accounts: int = MAX_ACCOUNTS,
     ) -> None:
         self._prices = dict(prices or {})
         self._write_ttl = write_ttl
         self._clock = clock
+        self._max_accounts = max_accounts
         self._accounts: dict[tuple[str, str], _Account] = {}
 
     def record(
         self, tenant: str, model: str, usage: Usage, *, source: Source, hit: bool
     ) -> dict[str, float]:
         """Account one answer; returns what it saved (``tokens_saved``, ``usd_saved``)."""
-        account = self._accounts.setdefault((tenant, model), _Account())
+        account = self._account(tenant, model)
         account.requests += 1
         price = self._prices.get(model, Price())
         before = _saved(account)
@@ -141,7 +149,7 @@ class Ledger:
 
     def record_audit(self, tenant: str, model: str, usage: Usage) -> None:
         """Account one audit's model call: its tokens and cost, apart from the requests'."""
-        account = self._accounts.setdefault((tenant, model), _Account())
+        account = self._account(tenant, model)
         account.audit_calls += 1
         account.audit_input_tokens += usage.input_tokens
         account.audit_output_tokens += usage.output_tokens
@@ -171,6 +179,16 @@ class Ledger:
         }
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _account(self, tenant: str, model: str) -> _Account:
+        """The account of ``(tenant, model)``; past ``max_accounts``, a partitioned tenant's
+        new one is its tenant's (configured tenants and models keep theirs: they are bounded)."""
+        account = self._accounts.get((tenant, model))
+        if account is None:
+            if len(self._accounts) >= self._max_accounts:
+                tenant = tenant.partition("\x1f")[0]  # (requests.partitioned's separator)
+            account = self._accounts.setdefault((tenant, model), _Account())
+        return account
 
     def _charge(self, account: _Account, usage: Usage, price: Price, source: Source) -> None:
         cached_price = price.input if price.cached_input is None else price.cached_input

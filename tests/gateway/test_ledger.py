@@ -84,3 +84,20 @@ def test_a_partitioned_tenant_keeps_its_model_label() -> None:
         for s in family.samples
     }
     assert labels == {(("model", "gpt"), ("tenant", tenant))}
+
+
+def test_partitions_past_the_account_limit_are_booked_to_their_tenant() -> None:
+    """Any client with a tenant key may send new x-cachegate-partition values: past the
+    limit, a new one's usage goes to its tenant's account instead of a new account."""
+    from gateway.requests import partitioned
+
+    ledger = Ledger({"gpt": Price(input=1.0, output=2.0)}, max_accounts=2)
+    for partition in ("p1", "p2", "p3", "p4"):
+        tenant = partitioned("team-a", partition)
+        ledger.record(tenant, "gpt", Usage(100, 10, 0, 0), source="upstream", hit=False)
+    stats = ledger.stats()
+    assert set(stats) == {partitioned("team-a", "p1"), partitioned("team-a", "p2"), "team-a"}
+    assert stats["team-a"]["gpt"]["requests"] == 2  # p3 and p4
+    p1 = partitioned("team-a", "p1")  # an account it has already keeps counting
+    ledger.record(p1, "gpt", Usage(1, 1, 0, 0), source="upstream", hit=False)
+    assert ledger.stats()[p1]["gpt"]["requests"] == 2
