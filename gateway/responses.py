@@ -620,8 +620,7 @@ def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
             raise _unsupported(param, "is not a request argument the local model recognizes")
         if param in ("include", "reasoning") and value not in (None, [], {}):
             raise _unsupported(param)
-    text = body.get("text") or {}
-    fmt = text.get("format") or {} if isinstance(text, dict) else None
+    fmt = (body.get("text") or {}).get("format") or {}  # (``text``: an object, validated)
     if not isinstance(fmt, dict) or fmt.get("type", "text") != "text":
         raise _unsupported("text.format", "other than text is not supported by the local model")
     chat: dict[str, Any] = {"model": body["model"], "stream": bool(body.get("stream"))}
@@ -640,9 +639,7 @@ def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
         )
     texts = []
     for j, part in enumerate(item["content"]):
-        if part.get("type") not in ("input_text", "output_text", "text") or not isinstance(
-            part.get("text"), str
-        ):
+        if part.get("type") not in _TEXT_PARTS or not isinstance(part.get("text"), str):
             raise _unsupported(
                 f"input[{index}].content[{j}]", "is not text, which is all the local model reads"
             )
