@@ -15,10 +15,10 @@ them, since /admin/cache/* and /metrics span every tenant. docs/security.md expl
 from __future__ import annotations
 
 import enum
-import hashlib
 import secrets
 
 from .config import Config
+from .config import key_digest as digest
 
 __all__ = ["AdminAccess", "KeyRing", "bearer", "digest", "new_key"]
 
@@ -61,11 +61,6 @@ class KeyRing:
         if token and secrets.compare_digest(digest(token), self._admin):
             return AdminAccess.GRANTED
         return AdminAccess.DENIED
-
-
-def digest(key: str) -> str:
-    """The SHA-256 hex digest that ``key_sha256`` / ``api_key_sha256`` take."""
-    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def new_key(prefix: str = "cg-") -> str:

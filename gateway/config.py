@@ -502,13 +502,13 @@ class Config(_Base, frozen=True):
             if key.key is not None and not key.key:
                 raise ValueError(f"auth.keys[{i}].key is empty (is its ${{VAR}} set?)")
             _check_spaces(key.key, f"auth.keys[{i}].key")
-            digest = key.key_sha256 or _digest(key.key or "")
+            digest = key.key_sha256 or key_digest(key.key or "")
             if digest in tenants:
                 raise ValueError(f"auth.keys[{i}]: the same key is listed twice")
             tenants.add(digest)
         admin = self.admin
         _check_spaces(admin.api_key, "admin.api_key")
-        admin_digest = admin.api_key_sha256 or (admin.api_key and _digest(admin.api_key))
+        admin_digest = admin.api_key_sha256 or (admin.api_key and key_digest(admin.api_key))
         if admin_digest and admin_digest in tenants:
             # NOTE: that tenant's requests would open the admin routes, which span all tenants
             raise ValueError("admin.api_key: the same key is a tenant's key in auth.keys")
@@ -522,7 +522,8 @@ class Config(_Base, frozen=True):
             raise ValueError(f"prices: {', '.join(unknown)}: not a configured model")
 
 
-def _digest(key: str) -> str:
+def key_digest(key: str) -> str:
+    """The SHA-256 hex digest that ``key_sha256`` / ``api_key_sha256`` take."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
