@@ -5,7 +5,8 @@ transport (in place of httpcore's), for ``http://`` and ``https://`` alike. Per 
 what an upstream call needs and no more: take an idle kept-alive connection (or open one), send
 the request line, headers and body in one write, parse the answer with the C parser uvicorn
 uses, and hand httpx a ``Response`` whose body is read as it arrives. Everything above the wire
-(headers, content decoding, proxies from the environment, the client's API) stays httpx's.
+(headers, content decoding, the client's API) stays httpx's; an upstream reached through a
+proxy from the environment goes through httpx's own transport instead (gateway.upstream).
 
 NOTE: measured with bench/overhead.py, httpcore (h11 in Python, anyio's stream layers, headers
 and body written separately) was the largest part of the gateway's own time per request.

@@ -23,9 +23,10 @@ from typing import Any
 
 import httpx
 import msgspec
+from httpx._utils import get_environment_proxies  # (httpx's own reading of them)
 
 from .backend import Answer, BackendStream, StreamEvent, relayed
-from .config import OpenAIModelConfig
+from .config import ConfigError, OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
 from .http11 import HTTP11Transport
 from .readahead import ReadAhead
@@ -80,6 +81,7 @@ class UpstreamBackend:
                 limit=config.max_connections,
                 timeout=t.pool,
             ),
+            mounts=None if transport else _proxy_mounts(config.max_connections, t.pool),
             # One client serves every tenant: a cookie an upstream sets for one request (a
             # load balancer's, a bot-check's) must not ride along on everyone else's.
             cookies=http.cookiejar.CookieJar(
@@ -443,6 +445,28 @@ class _Released:
 
 #: Request extension: when ``_Admission`` let the request go (monotonic seconds).
 _ADMITTED = "cachegate.admitted_at"
+
+
+def _proxy_mounts(limit: int, timeout: float) -> dict[str, httpx.AsyncBaseTransport | None]:
+    """A transport through each proxy the environment names, by the URLs it is for.
+
+    ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (lower case too), read as
+    httpx reads them: a client given its own transport, as this one is, would ignore them.
+    A proxied upstream goes through httpx's own transport (httpcore, which tunnels ``https``
+    with ``CONNECT``); the others keep the lean one.
+    """
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
+    limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    for pattern, url in get_environment_proxies().items():
+        if url is None:  # NO_PROXY: the client's own transport
+            mounts[pattern] = None
+            continue
+        try:
+            proxied = httpx.AsyncHTTPTransport(proxy=httpx.Proxy(url), limits=limits)
+        except (ImportError, ValueError) as exc:  # socks without socksio, a bad proxy URL
+            raise ConfigError(f"the proxy {url!r} from the environment: {exc}") from None
+        mounts[pattern] = _Admission(proxied, limit=limit, timeout=timeout)
+    return mounts
 
 
 class _Admission(httpx.AsyncBaseTransport):

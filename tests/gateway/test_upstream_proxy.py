@@ -1,0 +1,81 @@
+"""Upstream calls go through the proxy the environment names (``HTTP_PROXY``, ``NO_PROXY``):
+a gateway deployed behind an egress proxy reaches its upstream only through it."""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+
+class _Forward(socketserver.StreamRequestHandler):
+    """One proxied request per connection: an absolute-form request line, forwarded to its
+    origin with ``connection: close``, and the answer relayed back until the origin closes."""
+
+    def handle(self) -> None:
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            line = self.rfile.readline()
+            if not line:
+                return
+            head += line
+        request_line, *header_lines = head.decode("latin-1").split("\r\n")
+        method, target, version = request_line.split(" ")
+        self.server.seen.append(f"{method} {target}")  # type: ignore[attr-defined]
+        headers = [h for h in header_lines if h and not h.lower().startswith("connection:")]
+        length = next((int(h.split(":")[1]) for h in headers
+                       if h.lower().startswith("content-length:")), 0)  # fmt: skip
+        body = self.rfile.read(length)
+        url = urlsplit(target)
+        path = url.path + (f"?{url.query}" if url.query else "")
+        with socket.create_connection((url.hostname, url.port or 80)) as origin:
+            forwarded = [f"{method} {path} {version}", *headers, "connection: close", "", ""]
+            origin.sendall("\r\n".join(forwarded).encode("latin-1") + body)
+            while data := origin.recv(65536):
+                self.wfile.write(data)
+
+
+@pytest.fixture
+def proxy() -> Iterator[Any]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Forward)
+    server.daemon_threads = True
+    server.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def _environment(monkeypatch: pytest.MonkeyPatch, proxy: Any, no_proxy: str) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_address[1]}")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+
+
+def test_upstream_calls_go_through_the_proxy_in_the_environment(
+    make_gateway: Any, upstream_server: Any, proxy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _environment(monkeypatch, proxy, "")
+    gw = make_gateway()
+    response = gw.chat("through the proxy?")
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["message"]["content"].startswith("answer #")
+    upstream_calls = [s for s in proxy.seen if s.startswith(f"POST {upstream_server.url}/v1/")]
+    assert upstream_calls == [f"POST {upstream_server.url}/v1/chat/completions"], proxy.seen
+
+
+def test_no_proxy_hosts_are_reached_directly(
+    make_gateway: Any, proxy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _environment(monkeypatch, proxy, "127.0.0.1")
+    gw = make_gateway()
+    response = gw.chat("directly?")
+    assert response.status_code == 200, response.text
+    assert proxy.seen == []
