@@ -13,6 +13,8 @@ from tests.fake_upstream import FakeUpstream
 
 #: Set to a path (docs/dashboard.png) to keep the screenshot the test takes.
 SCREENSHOT = os.environ.get("CACHEGATE_SCREENSHOT")
+#: Picks a value of the dashboard's filter as a user does (a change event).
+FILTER = "(s => { s.value = '%s'; s.dispatchEvent(new Event('change')); })(document.getElementById('filter'))"
 
 
 def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_path: Path) -> None:
@@ -30,10 +32,9 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
     time.sleep(1.1)  # (the next answers land in the history's next point: a line, not a dot)
     gw.chat("What is the capital of France?", stream=True)
     gw.chat("What is the capital of France?", stream=True)
-    gw.chat("Is it cheaper to fly on a Tuesday?", headers={"x-cache-namespace": "travel"})
-    rejected = gw.chat(
-        "Is it cheaper to fly on a Wednesday?", headers={"x-cache-namespace": "travel"}
-    )
+    travel = {"x-cache-namespace": "travel:eu"}  # (a name with ":" in the filter's value)
+    gw.chat("Is it cheaper to fly on a Tuesday?", headers=travel)
+    rejected = gw.chat("Is it cheaper to fly on a Wednesday?", headers=travel)
     assert rejected.headers["x-cache"] == "miss"
     time.sleep(1.1)
     gw.chat("How can I reset my password?")
@@ -64,6 +65,14 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
         # the audit panel: the fake upstream's fresh answers carry another serial number
         audit = page.evaluate("document.querySelector('#audit table tr:nth-child(2)').innerText")
         assert audit.split("\t")[:5] == ["fake-model", '""', "2", "2", "100.00 %"]
+        # the filter: one namespace's answers only (its two misses)
+        page.evaluate(FILTER % "ns:travel:eu")
+        page.wait_for("!document.getElementById('legend-tiers').innerText.includes('semantic')")
+        assert page.evaluate("document.getElementById('legend-tiers').innerText").split() == [
+            "miss"
+        ]
+        page.evaluate(FILTER % "")
+        page.wait_for("document.getElementById('legend-tiers').innerText.includes('semantic')")
         page.screenshot(tmp_path / "dashboard.png")
         assert page.errors == []
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
