@@ -65,6 +65,7 @@ _TURN_WAIT = 4
 _UNKNOWN = object()
 _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
 _RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unreachable
+_REFUSED_S = 1.0  # how long the follower waits after Redis refused one of its commands
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
 
@@ -391,9 +392,10 @@ class RedisStore:
                 if reply:
                     last = _apply_all(listener, reply, last)
                     await self._count_entries()  # other replicas' stores and evictions
-            except ResponseError as exc:
+            except ResponseError as exc:  # (NOPERM, WRONGTYPE: it may answer so every time)
                 log.warning("response-cache event stream: %s; reloading", exc)
                 last = None
+                await asyncio.sleep(_REFUSED_S)  # not a hot loop of full reloads
                 continue
             except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
                 if _cancelling():  # a cancellation that arrived as the read's timeout

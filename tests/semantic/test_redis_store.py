@@ -236,6 +236,26 @@ async def test_follower_survives_an_event_it_cannot_apply(redis_server: RedisSer
     await other.close()
 
 
+async def test_a_follower_whose_reads_redis_refuses_waits_before_it_reloads_again(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, max_entries=100)
+    await store._redis.set("cachegate:events", b"not a stream")  # every XREAD: WRONGTYPE
+    recorder = Recorder()
+    task = asyncio.create_task(store.follow(recorder))
+    await asyncio.sleep(1.5)
+    assert 1 <= recorder.resets <= 3  # a reload a second, not one per refused read
+    await store._redis.delete("cachegate:events")  # fixed: it follows again, reloads no more
+    await asyncio.sleep(1.5)
+    resets, e, other = recorder.resets, entry(1), RedisStore(redis_server.url, max_entries=100)
+    await other.put(e)
+    await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
+    assert recorder.resets == resets
+    await other.close()
+    task.cancel()
+    await store.close()
+
+
 async def test_listings_of_a_large_cache_are_paged_within_the_timeout(
     redis_server: RedisServer,
 ) -> None:
