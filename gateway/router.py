@@ -38,7 +38,7 @@ class Route:
 
     replica: int  # index into the replica list
     matched: int  # prompt bytes the chosen replica is believed to hold
-    reason: Literal["prefix", "least_loaded", "round_robin"]
+    reason: Literal["prefix", "least_loaded", "round_robin", "pinned"]
 
 
 class PrefixRouter:
@@ -64,10 +64,14 @@ class PrefixRouter:
         self._rotation = itertools.cycle(range(len(replicas)))
         self._down_until = [0.0] * len(replicas)
         self._lock = threading.Lock()
-        self.counts = {"prefix": 0, "least_loaded": 0, "round_robin": 0}
+        self.counts = {"prefix": 0, "least_loaded": 0, "round_robin": 0, "pinned": 0}
 
-    def choose(self, prompt: str, exclude: frozenset[int] = frozenset()) -> Route:
-        """Pick a replica for ``prompt`` (never one in ``exclude``) and count it in flight."""
+    def choose(
+        self, prompt: str, exclude: frozenset[int] = frozenset(), pinned: int | None = None
+    ) -> Route:
+        """Pick a replica for ``prompt`` (never one in ``exclude``) and count it in flight;
+        ``pinned``: the replica that must serve it (it holds state the request refers to),
+        unless excluded or down."""
         # A sentinel 0 ends the key: match() serves at most n-1, and the prompt is all of it.
         tokens = (*prompt.encode("utf-8", "surrogatepass"), 0)
         with self._lock:
@@ -76,7 +80,8 @@ class PrefixRouter:
                 raise ValueError("every replica is excluded")
             now = time.monotonic()
             healthy = [i for i in candidates if self._down_until[i] <= now] or candidates
-            route = self._pick(tokens, healthy)
+            pin = pinned is not None and pinned in healthy and self._down_until[pinned] <= now
+            route = Route(pinned, 0, "pinned") if pin else self._pick(tokens, healthy)
             self._in_flight[route.replica] += 1
             self.counts[route.reason] += 1
             if self.policy == "prefix":
@@ -140,20 +145,26 @@ class PrefixRouter:
         return Route(idle[0], 0, "least_loaded")
 
 
-def prompt_text(body: dict[str, Any]) -> str:
-    """The text a replica's prefix cache sees first: messages in order, or the raw prompt."""
+def prompt_text(body: dict[str, Any], kind: str = "chat") -> str:
+    """The text a replica's prefix cache sees first: messages in order (Responses:
+    ``instructions`` then the ``input`` items), or the raw prompt."""
     messages = body.get("messages")
+    if kind == "responses":
+        items = body.get("input")
+        messages = [{"role": "system", "content": body.get("instructions")},
+                    *(items if isinstance(items, list) else [{"role": "user", "content": items}])]  # fmt: skip
     if isinstance(messages, list):
         parts: list[str] = []
         for message in messages:
             if not isinstance(message, dict):
                 continue
-            content = message.get("content")
+            content = message.get("content", message.get("output", message.get("arguments")))
             if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            parts.append(f"{message.get('role')}\x1f{content or ''}\x1e")
+                content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            role = message.get("role") or message.get("type")
+            parts.append(f"{role}\x1f{content or ''}\x1e")
         return "".join(parts)
     prompt = body.get("prompt")
-    if prompt is None:  # embeddings: no prefix to reuse, so no affinity (least loaded)
+    if prompt is None or kind == "embedding":  # no prefix to reuse, so no affinity
         return ""
     return prompt if isinstance(prompt, str) else str(prompt)

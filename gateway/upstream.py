@@ -328,6 +328,9 @@ class ReplicatedBackend:
             UpstreamBackend(name, single_attempt, base_url=url, **client_options)
             for url in config.replicas
         ]
+        #: Response ids (``/v1/responses``) by the replica that made them, most recent last:
+        #: a follow-up naming one as ``previous_response_id`` goes where it is stored.
+        self._made: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         answer: Answer = await self._routed(
@@ -370,43 +373,64 @@ class ReplicatedBackend:
         accept the connection never saw the request, so the next replica always gets it; a 5xx
         or 429 goes to another replica at most ``max_retries`` times.
         """
-        prompt = prompt_text(request.body)
+        prompt = prompt_text(request.body, request.kind)
+        responses = request.kind == "responses"
+        previous = request.body.get("previous_response_id") if responses else None
+        pinned = self._made.get(previous) if isinstance(previous, str) else None
         tried: set[int] = set()
         retries = 0
         while True:
-            route = self.router.choose(prompt, exclude=frozenset(tried))
+            route = self.router.choose(prompt, exclude=frozenset(tried), pinned=pinned)
             try:
                 result = await call(self._replicas[route.replica])
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
-                if exc.replica_unhealthy:
-                    # e.g. a worker whose model failed to load answers 503 to everything:
-                    # without this, prefix affinity would keep choosing it first.
-                    self.router.mark_down(route.replica, self.config.routing.down_for)
-                others_left = len(tried) < len(self._replicas)
-                # 503: the replica refused the work, so like a refused connection, another
-                # replica gets the request whatever max_retries says; so does one that waited
-                # in vain for a connection to this replica (max_connections): never sent.
-                if others_left and (
-                    exc.unreachable or exc.upstream_status == 503 or exc.code == "upstream_busy"
-                ):
-                    self._failover(route.replica, exc)
-                    continue
-                if others_left and exc.retryable and retries < self.config.max_retries:
-                    retries += 1
-                    self._failover(route.replica, exc)
-                    continue
-                if exc.retryable and retries:  # retried on other replicas already
-                    exc.final()
-                raise
+                retries = self._again(route.replica, exc, len(tried), retries)
+                continue
             except BaseException:
                 self.router.release(route.replica)
                 raise
+            made = functools.partial(self._remember, route.replica)
             if not stream:
                 self.router.release(route.replica)
+                if responses:
+                    made(result.body.get("id"))
                 return result
-            return _Released(result, functools.partial(self.router.release, route.replica))
+            release = functools.partial(self.router.release, route.replica)
+            return _Released(result, release, made if responses else None)
+
+    def _again(self, replica: int, exc: UpstreamError, tried: int, retries: int) -> int:
+        """After ``exc`` from ``replica``: the retries counted so far if another replica is
+        to be tried, else ``exc`` raised."""
+        others_left = tried < len(self._replicas)
+        if exc.code == "previous_response_not_found" and others_left:
+            return retries  # made by a replica this process did not see make it: ask the next
+        if exc.replica_unhealthy:
+            # e.g. a worker whose model failed to load answers 503 to everything:
+            # without this, prefix affinity would keep choosing it first.
+            self.router.mark_down(replica, self.config.routing.down_for)
+        # 503: the replica refused the work, so like a refused connection, another
+        # replica gets the request whatever max_retries says; so does one that waited
+        # in vain for a connection to this replica (max_connections): never sent.
+        if others_left and (
+            exc.unreachable or exc.upstream_status == 503 or exc.code == "upstream_busy"
+        ):
+            self._failover(replica, exc)
+            return retries
+        if others_left and exc.retryable and retries < self.config.max_retries:
+            self._failover(replica, exc)
+            return retries + 1
+        if exc.retryable and retries:  # retried on other replicas already
+            exc.final()
+        raise exc
+
+    def _remember(self, replica: int, response_id: Any) -> None:
+        if isinstance(response_id, str):
+            self._made[response_id] = replica
+            self._made.move_to_end(response_id)
+            if len(self._made) > _MADE_MAX:
+                self._made.popitem(last=False)
 
     def _failover(self, replica: int, exc: UpstreamError) -> None:
         why = "unreachable" if exc.unreachable else f"HTTP {exc.upstream_status or exc.status}"
@@ -418,15 +442,21 @@ class ReplicatedBackend:
 class _Released:
     """A stream that tells the router when it is over (ended, broken or closed)."""
 
-    def __init__(self, inner: BackendStream, release: Any) -> None:
+    def __init__(self, inner: BackendStream, release: Any, made: Any = None) -> None:
         self._inner = inner
         self.headers = inner.headers
         self._release = release
+        self._made = made  # told the id of the Response the stream creates
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         try:
             async for event in self._inner:
+                if self._made is not None and event.chunk is not None:
+                    created = event.chunk.get("response")
+                    if isinstance(created, dict):  # (response.created: the first event)
+                        self._made(created.get("id"))
+                        self._made = None
                 yield event
         finally:
             self._finish()
@@ -442,6 +472,9 @@ class _Released:
             self._done = True
             self._release()
 
+
+#: Response ids a ``ReplicatedBackend`` remembers the replica of.
+_MADE_MAX = 100_000
 
 #: Request extension: when ``_Admission`` let the request go (monotonic seconds).
 _ADMITTED = "cachegate.admitted_at"

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
+import pytest
 
 from gateway.config import load_config_text
 from gateway.router import PrefixRouter, prompt_text
@@ -106,6 +108,70 @@ def test_prompt_text_orders_messages() -> None:
     }
     assert prompt_text(body) == "system\x1fS\x1euser\x1fU\x1e"
     assert prompt_text({"prompt": "Once"}) == "Once"
+
+
+def test_prompt_text_of_a_responses_request() -> None:
+    body = {
+        "instructions": "S",
+        "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "U"}]},
+            {"type": "function_call_output", "call_id": "c", "output": "42"},
+        ],
+    }
+    assert (
+        prompt_text(body, "responses")
+        == "system\x1fS\x1euser\x1fU\x1efunction_call_output\x1f42\x1e"
+    )
+    assert prompt_text({"input": "hi"}, "responses") == "system\x1f\x1euser\x1fhi\x1e"
+    assert prompt_text({"input": "hi"}, "embedding") == ""
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_responses_follow_up_goes_to_the_replica_that_holds_its_previous_response(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, stream: bool
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    try:
+        previous = None
+        for turn in range(4):  # each turn on its own would go to the other (idle) replica
+            asked = {
+                "model": "fake-model",
+                "input": f"turn {turn}",
+                "previous_response_id": previous,
+            }
+            if stream:
+                with client.responses.stream(**asked) as events:
+                    previous = events.get_final_response().id
+            else:
+                previous = client.responses.create(**asked).id
+        made = sorted([upstream.stats["responses"], second.app.stats["responses"]])
+        assert made == [0, 4]
+        assert routing_stats(gw)["routed"]["pinned"] == 3
+    finally:
+        gw.stop()
+        second.stop()
+
+
+def test_a_previous_response_made_elsewhere_is_asked_of_each_replica(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    try:
+        for replica in (upstream_server, second):  # (made by another gateway, say)
+            direct = openai.OpenAI(base_url=f"{replica.url}/v1", api_key="k", max_retries=0)
+            made = direct.responses.create(model="fake-model", input="first").id
+            for _ in range(2):  # whichever replica the router picks first
+                follow_up = client.responses.create(
+                    model="fake-model", input="then", previous_response_id=made
+                )
+                assert follow_up.previous_response_id == made
+    finally:
+        gw.stop()
+        second.stop()
 
 
 def test_replicas_through_the_api(
