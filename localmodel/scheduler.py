@@ -108,6 +108,13 @@ class Scheduler:
                 seq.steps.close()
             seq.send(error)
 
+    def fail_all(self, error: BaseException) -> None:
+        """Answer every request, running or not, with ``error`` (the scheduler itself failed:
+        none of them can go on from the state it was in)."""
+        for seq in list(self.running):
+            self._fail(seq, error)
+        self.fail_waiting(error)
+
     def step(self) -> None:
         """Admit, run one batched forward pass, hand out its logits."""
         self._admit()

@@ -138,7 +138,11 @@ class AsyncEngine:
     def _serve(self) -> None:
         scheduler = self._scheduler
         while self._take_jobs(block=not scheduler.busy):
-            scheduler.step()
+            try:
+                scheduler.step()
+            except Exception as exc:  # NOTE: a dead thread would leave every caller waiting
+                logger.exception("localmodel: a scheduler step failed; failing its requests")
+                scheduler.fail_all(exc)
         scheduler.fail_waiting(EngineClosedError("the local model engine is shut down"))
         for seq in scheduler.running:
             seq.request.cancel.set()

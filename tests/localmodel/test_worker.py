@@ -139,6 +139,28 @@ async def test_engine_errors_are_raised_in_the_caller_and_the_worker_survives() 
         assert isinstance(await local.complete(_request()), Completion)
 
 
+async def test_a_failed_scheduler_step_fails_its_requests_and_the_worker_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from localmodel.scheduler import Scheduler
+
+    admit, failures = Scheduler._admit, iter([RuntimeError("scheduler bug")])
+
+    def once_broken(self: Scheduler) -> None:
+        admit(self)
+        if self.running and (error := next(failures, None)) is not None:
+            raise error
+
+    monkeypatch.setattr(Scheduler, "_admit", once_broken)
+    async with AsyncEngine(_SlowEngine()) as local:  # type: ignore[arg-type]
+        first = [asyncio.create_task(local.complete(_request(i))) for i in range(2)]
+        for task in first:  # each is answered with the error: none waits forever
+            with pytest.raises(RuntimeError, match="scheduler bug"):
+                await asyncio.wait_for(task, 10)
+        assert local.pending == 0
+        assert isinstance(await asyncio.wait_for(local.complete(_request()), 10), Completion)
+
+
 async def test_closed_engine_refuses_requests() -> None:
     local = AsyncEngine(_SlowEngine())  # type: ignore[arg-type]
     local.start()
