@@ -80,8 +80,10 @@ class PrefixRouter:
                 raise ValueError("every replica is excluded")
             now = time.monotonic()
             healthy = [i for i in candidates if self._down_until[i] <= now] or candidates
-            pin = pinned is not None and pinned in healthy and self._down_until[pinned] <= now
-            route = Route(pinned, 0, "pinned") if pin else self._pick(tokens, healthy)
+            if pinned is not None and pinned in healthy and self._down_until[pinned] <= now:
+                route = Route(pinned, 0, "pinned")
+            else:
+                route = self._pick(tokens, healthy)
             self._in_flight[route.replica] += 1
             self.counts[route.reason] += 1
             if self.policy == "prefix":
