@@ -136,7 +136,10 @@ class LocalBackend:
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``)."""
         engine = await self._ready_engine()
-        return len(await asyncio.to_thread(_tokens, engine.engine, request))
+        try:
+            return len(await asyncio.to_thread(_tokens, engine.engine, request))
+        except ValueError as exc:  # InvalidPromptError: the chat template refused the turns
+            raise APIError(400, str(exc), param="messages", code="invalid_value") from None
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
