@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -87,8 +88,8 @@ def _key_new(args: argparse.Namespace) -> int:
     if args.admin:
         print(f"admin:\n  api_key_sha256: {digest(key)}")
     else:
-        print(f"auth:\n  keys:\n    - tenant: {args.tenant or 'TENANT'}\n"
-              f"      key_sha256: {digest(key)}")  # fmt: skip
+        tenant = json.dumps(args.tenant or "TENANT")  # (quoted: "2024", "no", "#ops" stay text)
+        print(f"auth:\n  keys:\n    - tenant: {tenant}\n      key_sha256: {digest(key)}")
     return 0
 
 
@@ -237,7 +238,11 @@ def _run(command: Any) -> Any:
         headers = {"authorization": f"Bearer {args.key}"} if args.key else {}
         url = args.url.rstrip("/")
         try:
-            with httpx.Client(base_url=url, headers=headers, timeout=10) as client:
+            try:
+                client = httpx.Client(base_url=url, headers=headers, timeout=10)
+            except httpx.InvalidURL as exc:
+                raise _Failed(f"--url {args.url}: {exc}") from None
+            with client:
                 command(client, args)
         except _Failed as exc:
             print(f"error: {exc}", file=sys.stderr)
@@ -256,7 +261,7 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
         raise _Failed(f"cannot reach the gateway at {client.base_url} ({_reason(exc)})") from None
-    if response.status_code in (401, 403):
+    if response.status_code == 401 or _code(response) == "admin_closed":
         raise _Failed(f"the gateway refused the admin key ({response.status_code}: "
                       f"{_message(response)}); pass --key or set CACHEGATE_ADMIN_KEY")  # fmt: skip
     if response.status_code >= 400:
@@ -265,6 +270,13 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         return response.json()
     except ValueError:
         raise _Failed(f"{client.base_url} did not answer JSON: is it a cachegate?") from None
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def _message(response: httpx.Response) -> str:

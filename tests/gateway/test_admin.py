@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gateway.cli import main
+from gateway.config import load_config_text
 from tests.fake_upstream import FakeUpstream
 
 KEY_B_DIGEST = hashlib.sha256(b"key-b").hexdigest()
@@ -58,9 +59,14 @@ def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str])
     key = out.split("key:", 1)[1].split()[0]
     digest = out.split("sha256:", 1)[1].split()[0]
     assert hashlib.sha256(key.encode()).hexdigest() == digest and len(key) > 40
-    assert f"key_sha256: {digest}" in out and "tenant: team-a" in out
+    assert f"key_sha256: {digest}" in out and 'tenant: "team-a"' in out
     assert main(["key", "new", "--admin"]) == 0
     assert "api_key_sha256:" in capsys.readouterr().out
+    for tenant in ("2024", "no", "#ops", "team: a"):  # what YAML would read as another thing
+        assert main(["key", "new", "--tenant", tenant]) == 0
+        printed = capsys.readouterr().out.split("(the file then holds no secret):\n", 1)[1]
+        keys = load_config_text(printed).auth.keys
+        assert [k.tenant for k in keys] == [tenant]
 
 
 def test_serve_says_who_can_open_the_admin_routes(tmp_path: Path) -> None:
@@ -182,6 +188,18 @@ def test_cli_against_a_running_gateway(
     assert main(["stats", "--url", "http://127.0.0.1:9", "--key", "adm"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot reach the gateway" in err
+    assert main(["stats", "--url", "http://[::1", "--key", "adm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--url http://[::1" in err
+
+
+def test_cli_passes_on_a_403_that_is_not_about_the_key(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gw = make_gateway("admin: {api_key: adm}")  # show_text: false
+    assert main(["cache", "ls", "--search", "hello", "--url", gw.url, "--key", "adm"]) == 1
+    err = capsys.readouterr().err
+    assert "Text search needs admin.show_text: true." in err and "admin key" not in err
 
 
 def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstream) -> None:
