@@ -330,6 +330,12 @@ class AnthropicModelConfig(OpenAIModelConfig, frozen=True, tag="anthropic", tag_
     def __post_init__(self) -> None:
         if self.replicas:
             raise ValueError("backend: anthropic takes one base_url (replicas are for openai)")
+        if self.routing != RoutingConfig():
+            raise ValueError("backend: anthropic takes one base_url (routing is for replicas)")
+        if self.prompt_cache_key:
+            raise ValueError(
+                "prompt_cache_key is OpenAI's; backend: anthropic has prompt_caching instead"
+            )
 
 
 ModelConfig = OpenAIModelConfig | AnthropicModelConfig | LocalModelConfig

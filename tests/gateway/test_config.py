@@ -276,6 +276,10 @@ def test_anthropic_backend_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) 
         load_config_text("models: {c: {backend: anthropic, prompt_caching: {ttl: 2h}}}")
     with pytest.raises(ConfigError, match="one base_url"):
         load_config_text("models: {c: {backend: anthropic, replicas: [http://a, http://b]}}")
+    with pytest.raises(ConfigError, match="routing is for replicas"):
+        load_config_text("models: {c: {backend: anthropic, routing: {policy: round_robin}}}")
+    with pytest.raises(ConfigError, match="prompt_caching instead"):
+        load_config_text("models: {c: {backend: anthropic, prompt_cache_key: true}}")
 
 
 def test_unquoted_verifier_off_is_off() -> None:
