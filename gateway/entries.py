@@ -102,8 +102,7 @@ async def list_entries(cache: ResponseCache, query: Query, show_text: bool) -> d
 def render(entry: Entry, show_text: bool, *, full: bool = False) -> dict[str, Any]:
     """An entry as JSON (ids as strings: they exceed JavaScript's exact integers)."""
     response = entry.response
-    choices = response.get("choices") or [{}]
-    answer = _answer(choices[0]) if isinstance(choices[0], dict) else ""
+    answer, finish = _answer(response)
     out: dict[str, Any] = {
         "id": str(entry.id),
         "kind": _kind(entry),
@@ -116,7 +115,7 @@ def render(entry: Entry, show_text: bool, *, full: bool = False) -> dict[str, An
         "hits": entry.hits,
         "question": describe_text(entry.question, show_text),
         "answer": describe_text(answer, show_text),
-        "finish_reason": choices[0].get("finish_reason") if isinstance(choices[0], dict) else None,
+        "finish_reason": finish,
         "usage": response.get("usage"),
     }
     if full:
@@ -141,13 +140,34 @@ def _kind(entry: Entry) -> str:
     return "semantic" if entry.vector else "exact"
 
 
-def _answer(choice: dict[str, Any]) -> str:
+def _answer(response: dict[str, Any]) -> tuple[str, str | None]:
+    """The stored answer's text and how it ended, whichever API's shape it has."""
+    if response.get("object") == "response":  # Responses: output items' text parts
+        parts = [p for item in _dicts(response.get("output"))
+                 for p in _dicts(item.get("content")) if p.get("type") == "output_text"]  # fmt: skip
+        return _texts(parts), _str(response.get("status"))
+    if response.get("type") == "message":  # Anthropic Messages: text blocks
+        blocks = [b for b in _dicts(response.get("content")) if b.get("type") == "text"]
+        return _texts(blocks), _str(response.get("stop_reason"))
+    if "embedding" in response:  # one input's vector
+        vector = response["embedding"]
+        return f"(an embedding, {len(vector) if isinstance(vector, list) else '?'} numbers)", None
+    choice = next(iter(_dicts(response.get("choices"))), {})
     message = choice.get("message")
-    if isinstance(message, dict):
-        content = message.get("content")
-        return content if isinstance(content, str) else ""
-    text = choice.get("text")
-    return text if isinstance(text, str) else ""
+    text = message.get("content") if isinstance(message, dict) else choice.get("text")
+    return (text if isinstance(text, str) else ""), _str(choice.get("finish_reason"))
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _texts(parts: list[dict[str, Any]]) -> str:
+    return "".join(p["text"] for p in parts if isinstance(p.get("text"), str))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:

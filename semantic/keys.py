@@ -135,7 +135,8 @@ def embedding_key(
     cached one by one, so a later batch reuses whichever of them it shares."""
     fields = {k: v for k, v in body.items() if k != "input"}
     scope = _digest([*_params(tenant, namespace, "embedding", model, fields)])
-    return CacheKey(scope=scope, question="", exact=_digest([scope, item]), semantic=False)
+    question = item if isinstance(item, str) else ""  # (what the admin API lists and searches)
+    return CacheKey(scope=scope, question=question, exact=_digest([scope, item]), semantic=False)
 
 
 def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[dict[str, Any]]:

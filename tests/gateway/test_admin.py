@@ -159,6 +159,22 @@ def test_entries_show_text_when_configured(make_gateway: Any, upstream: FakeUpst
     assert "Eiffel" in shown["answer"] and shown["response"]["choices"]
 
 
+def test_entries_of_every_api_show_their_answer(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway("admin: {show_text: true}")
+    asked = {
+        "/v1/responses": {"input": "Responses: where is Rome?"},
+        "/v1/messages": {"max_tokens": 20, "messages": [{"role": "user", "content": "Messages: where is Oslo?"}]},
+        "/v1/embeddings": {"input": "Embed me"},
+    }  # fmt: skip
+    for path, body in asked.items():
+        assert gw.http.post(path, json={"model": "fake-model", **body}).status_code == 200
+    shown = {e["question"]: e for e in gw.http.get("/admin/cache/entries").json()["data"]}
+    rome, oslo = shown["Responses: where is Rome?"], shown["Messages: where is Oslo?"]
+    assert "where is Rome?" in rome["answer"] and rome["finish_reason"] == "completed"
+    assert "where is Oslo?" in oslo["answer"] and oslo["finish_reason"] == "end_turn"
+    assert shown["Embed me"]["answer"].startswith("(an embedding, ")
+
+
 def test_cli_against_a_running_gateway(
     make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
