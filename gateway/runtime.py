@@ -412,7 +412,8 @@ def _entry_store(config: Config) -> EntryStore:
 
 #: Statistics that only go up, exported as counters (``..._total``).
 _CACHE_COUNTERS = re.compile(
-    r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|evictions|expirations"
+    r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|store_failures|evictions"
+    r"|expirations"
     r"|too_long_for_semantic|store_skipped_commands|semantic_skipped_\w+"
     r"|embedder_(waits|wait_seconds|texts_encoded)"
 )

@@ -163,6 +163,7 @@ class _Counters:
     hits: Counter[str] = field(default_factory=Counter)
     rejections: Counter[str] = field(default_factory=Counter)
     stores: int = 0
+    store_failures: int = 0  # answers the store could not take (Redis unavailable)
     evictions: int = 0
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
@@ -292,8 +293,9 @@ class ResponseCache:
         ttl: float | None = None,
         vector: np.ndarray | None = None,
         overloaded: bool = False,
-    ) -> Entry:
-        """Store a complete, successful answer. ``ttl`` overrides the configured one.
+    ) -> Entry | None:
+        """Store a complete, successful answer (None: the store could not take it, counted
+        in ``store_failures``). ``ttl`` overrides the configured one.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
         the answer is stored for exact hits only, without waiting for the embedder again.
@@ -323,7 +325,11 @@ class ResponseCache:
             vector=None if vector is None else np.asarray(vector, dtype=np.float32).tobytes(),
             vector_model=self.embedder.model_name if vector is not None and self.embedder else "",
         )
-        evicted = await self._store.put(entry)
+        try:
+            evicted = await self._store.put(entry)
+        except StoreUnavailable:  # (Redis down: its outage is logged once, not per answer)
+            self._counters.store_failures += 1
+            return None
         # NOTE: an answer stored again without a vector (semantic off for it) must leave the
         # index too, or a later search finds an entry the guard has no vector for.
         self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
@@ -351,6 +357,7 @@ class ResponseCache:
             "guard_rejections": sum(c.rejections.values()),
             "guard_rejections_by_reason": dict(c.rejections),
             "stores": c.stores,
+            "store_failures": c.store_failures,
             "evictions": c.evictions,
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,

@@ -278,7 +278,10 @@ class RedisStore:
             self._count = int(reply[0])
             return [int(member) for member in reply[1:]]
 
-        return await self._call(op, default=[])
+        evicted: list[int] | None = await self._call(op)
+        if evicted is None:
+            raise StoreUnavailable("Redis failed: the answer was not stored")
+        return evicted
 
     async def delete(self, ids: list[int]) -> None:
         if ids and not await self._delete(ids):

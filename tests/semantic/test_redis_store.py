@@ -162,7 +162,8 @@ async def test_redis_down_degrades_fast_and_recovers(redis_server: RedisServer) 
     redis_server.stop()
     started = time.perf_counter()
     assert await store.get(e.id) is None  # a miss, not an exception
-    assert await store.put(entry(2)) == []
+    with pytest.raises(StoreUnavailable):  # not stored: never counted as stored
+        await store.put(entry(2))
     assert await store.get(e.id) is None
     assert time.perf_counter() - started < 1.0
     assert not store.available
@@ -173,6 +174,23 @@ async def test_redis_down_degrades_fast_and_recovers(redis_server: RedisServer) 
     await wait_for(lambda: recorder.resets >= 2)  # the follower reloaded after the outage
     task.cancel()
     await store.close()
+
+
+async def test_an_answer_redis_could_not_take_is_not_counted_as_stored(
+    redis_server: RedisServer,
+) -> None:
+    from semantic.cache import CacheSettings, ResponseCache
+    from semantic.keys import chat_key
+
+    cache = ResponseCache(RedisStore(redis_server.url, max_entries=100), CacheSettings(), None)
+    key = chat_key("t", "", "m", {"messages": [{"role": "user", "content": "hi"}]})
+    stored = {"model": "m", "tenant": "t", "namespace": ""}
+    assert await cache.store(key, {"a": 1}, **stored) is not None
+    redis_server.stop()
+    assert await cache.store(key, {"a": 2}, **stored) is None
+    stats = cache.stats()
+    assert stats["stores"] == 1 and stats["store_failures"] == 1
+    await cache.close()
 
 
 async def test_listing_that_fails_part_way_raises_instead_of_passing_for_everything(
