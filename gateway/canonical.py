@@ -174,6 +174,9 @@ class Reply:
     key: CacheKey | None = None
     #: A sampled semantic hit's audit, for the auditor once the response is sent.
     audit: AuditJob | None = None
+    #: Usage the inputs answered from the cache would have cost (embeddings: each input is
+    #: cached on its own, so one request can be part hit, part model call).
+    avoided: dict[str, Any] | None = None
 
 
 class Fold(Protocol):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import re
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -97,7 +98,12 @@ async def embed(
         for i in range(len(inputs))
     ]
     answer_body = {"object": "list", "data": data, "model": model, "usage": usage}
-    return Reply(batch.state, headers, body=answer_body)
+    reply = Reply(batch.state, headers, body=answer_body)
+    cached = [batch.found[i] for i in range(len(inputs)) if i not in missing]
+    if cached:  # what the cached inputs cost when they were asked (the ledger's savings)
+        tokens = sum(_int(e.get("usage", {}).get("prompt_tokens")) for e in cached)
+        reply.avoided = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return reply
 
 
 @dataclass(slots=True)
@@ -157,11 +163,28 @@ async def _ask(
         raise
     vectors = _vectors(request.model, answer.body, len(asked))
     model = answer.body.get("model") or request.model
-    for i, vector in zip(asked, vectors, strict=True):
-        batch.found[i] = {"embedding": vector, "model": model}
+    usage = answer.body.get("usage")
+    spent = _split(_int(usage.get("prompt_tokens")) if isinstance(usage, dict) else 0,
+                   [inputs[i] for i in asked])  # fmt: skip
+    for i, vector, tokens in zip(asked, vectors, spent, strict=True):
+        batch.found[i] = {"embedding": vector, "model": model, "usage": {"prompt_tokens": tokens}}
     for i in missing:
         batch.found[i] = batch.found[first[i]]
     return answer
+
+
+def _split(tokens: int, inputs: list[str | list[int]]) -> list[int]:
+    """``tokens`` (a batch's usage) shared among ``inputs`` in proportion to their lengths
+    (characters or token ids): each input's own count where there is one input, an estimate
+    otherwise; the shares add up to ``tokens``."""
+    sizes = [max(len(x), 1) for x in inputs]
+    total = sum(sizes)
+    reached = [tokens * upto // total for upto in itertools.accumulate(sizes)]  # (rounded once)
+    return [b - a for a, b in zip([0, *reached], reached, strict=False)]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:

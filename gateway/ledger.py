@@ -137,14 +137,19 @@ class Ledger:
         before = _saved(account)
         if hit:
             account.calls_avoided += 1
-            account.avoided_input_tokens += usage.input_tokens
-            account.avoided_output_tokens += usage.output_tokens
-            account.saved_response_cache_usd += _usd(usage.input_tokens, price.input) + _usd(
-                usage.output_tokens, price.output
-            )
+            self._avoid(account, usage, price)
         else:
             self._charge(account, usage, price, source)
         tokens = usage.input_tokens + usage.output_tokens if hit else usage.cached_tokens
+        return {"tokens_saved": tokens, "usd_saved": _saved(account) - before}
+
+    def avoided(self, tenant: str, model: str, usage: Usage) -> dict[str, float]:
+        """Account tokens an answer took from the response cache beside its model call (an
+        embeddings request whose other inputs were cached); returns what they saved."""
+        account = self._account(tenant, model)
+        before = _saved(account)
+        self._avoid(account, usage, self._prices.get(model, Price()))
+        tokens = usage.input_tokens + usage.output_tokens
         return {"tokens_saved": tokens, "usd_saved": _saved(account) - before}
 
     def record_audit(self, tenant: str, model: str, usage: Usage) -> None:
@@ -189,6 +194,14 @@ class Ledger:
                 tenant = tenant.partition("\x1f")[0]  # (requests.partitioned's separator)
             account = self._accounts.setdefault((tenant, model), _Account())
         return account
+
+    @staticmethod
+    def _avoid(account: _Account, usage: Usage, price: Price) -> None:
+        account.avoided_input_tokens += usage.input_tokens
+        account.avoided_output_tokens += usage.output_tokens
+        account.saved_response_cache_usd += _usd(usage.input_tokens, price.input) + _usd(
+            usage.output_tokens, price.output
+        )
 
     def _charge(self, account: _Account, usage: Usage, price: Price, source: Source) -> None:
         cached_price = price.input if price.cached_input is None else price.cached_input

@@ -89,6 +89,8 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
     if answered and reply is not None:
         if hit and reply.lookup is not None and reply.lookup.entry is not None:
             usage = reply.lookup.entry.response.get("usage")
+        elif hit and reply.avoided is not None:  # embeddings: every input from the cache
+            usage = reply.avoided
         elif usage is None and reply.body is not None:
             usage = reply.body.get("usage")
     counted = usage_of(usage) if answered and usage is not None else None
@@ -105,6 +107,9 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
         seen.tenant, seen.model, counted, source="local" if local else "upstream", hit=hit
     )
     runtime.history.record_saving(saved)
+    if reply.avoided is not None and not hit:  # embeddings: some inputs from the cache
+        avoided = usage_of(reply.avoided)
+        runtime.history.record_saving(runtime.ledger.avoided(seen.tenant, seen.model, avoided))
     if reply.lookup is not None and reply.key is not None:
         _verdict(runtime, seen, reply.lookup, reply.key.question)
 

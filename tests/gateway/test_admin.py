@@ -286,3 +286,23 @@ def test_entries_of_a_redis_cache(
             assert reply.json()["error"]["code"] == "cache_unavailable"
     finally:
         redis_server.start()
+
+
+def test_ledger_counts_embeddings_inputs_answered_from_the_cache(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway("prices: {fake-model: {input: 2.0}}")
+
+    def embed(*inputs: str) -> dict[str, Any]:
+        body = {"model": "fake-model", "input": list(inputs)}
+        assert gw.http.post("/v1/embeddings", json=body).status_code == 200
+        row: dict[str, Any] = gw.http.get("/admin/stats").json()["ledger"]["default"]["fake-model"]
+        return row
+
+    assert embed("one two three four")["input_tokens"] == 4  # (the fake counts words)
+    hit = embed("one two three four")  # every input cached: a call avoided, its 4 tokens
+    assert (hit["calls_avoided"], hit["avoided_input_tokens"], hit["model_calls"]) == (1, 4, 1)
+    assert hit["saved_response_cache_usd"] == pytest.approx(4 * 2.0 / 1e6)
+    part = embed("one two three four", "five six")  # one cached beside a call for the other
+    assert (part["calls_avoided"], part["avoided_input_tokens"], part["model_calls"]) == (1, 8, 2)
+    assert part["input_tokens"] == 6 and part["saved_usd"] == pytest.approx(8 * 2.0 / 1e6)

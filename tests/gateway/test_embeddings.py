@@ -173,3 +173,13 @@ def test_a_local_model_does_not_serve_embeddings(tmp_path: Any) -> None:
         assert response.json()["error"]["code"] == "unsupported_model"
     finally:
         gw.stop()
+
+
+def test_a_batchs_usage_is_shared_among_its_inputs_by_length() -> None:
+    from gateway.embeddings import _split
+
+    assert _split(7, ["only one"]) == [7]
+    assert _split(10, ["aaaa", "b", "ccccc"]) == [4, 1, 5]
+    shares = _split(101, ["x" * n for n in (3, 7, 11, 13)])
+    assert sum(shares) == 101 and shares == sorted(shares)
+    assert _split(5, [[1, 2, 3, 4], [5]]) == [4, 1]  # token ids: their count
