@@ -227,6 +227,8 @@ class LocalBackend:
         except ValueError as exc:  # InvalidRequestError, ContextWindowExceeded, InvalidPromptError
             code = "context_length_exceeded" if "context length" in str(exc) else "invalid_value"
             param = "messages" if request.kind == "chat" else "prompt"
+            if str(exc).startswith("n > 1"):
+                param = "n"
             fits = 0 < len(tokens) < engine.context_window  # then max_tokens is what overflows
             if code == "context_length_exceeded" and _max_tokens(body) is not None and fits:
                 param = (

@@ -18,6 +18,7 @@ HTTP, disconnects and shutdown live in api.py and connections.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -561,7 +562,8 @@ async def _complete(
 ) -> Answer:
     if bridge is None:
         return await _watched(backend.complete(request, auth), watch)
-    answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
+    with _params_of(request.kind):
+        answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
     return bridge.from_chat(request, answer)
 
 
@@ -574,8 +576,27 @@ async def _open(
 ) -> BackendStream:
     if bridge is None:
         return await _watched(backend.open_stream(request, auth), watch)
-    stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
+    with _params_of(request.kind):
+        stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
     return bridge.from_chat_stream(request, stream)
+
+
+#: Chat Completions fields an error may name, as the bridged APIs call them.
+#: (Anthropic's error bodies name no field: the Messages API needs none.)
+_BRIDGED_PARAMS = {
+    "responses": {"messages": "input", "max_tokens": "max_output_tokens",
+                  "max_completion_tokens": "max_output_tokens"},
+}  # fmt: skip
+
+
+@contextlib.contextmanager
+def _params_of(kind: str) -> Iterator[None]:
+    """An error about the chat form of a bridged request names the field the client sent."""
+    try:
+        yield
+    except APIError as exc:
+        exc.param = _BRIDGED_PARAMS.get(kind, {}).get(exc.param or "", exc.param)
+        raise
 
 
 async def _watched(call: Awaitable[T], watch: Watch[Any] | None) -> T:

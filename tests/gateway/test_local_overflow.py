@@ -96,7 +96,16 @@ def test_past_the_window_error_is_400_and_sinks_answer(gw: Gateway) -> None:
     messages = [{"role": "user", "content": STORY + "What did the keeper write down?"}]
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="strict", messages=messages, temperature=0)  # type: ignore[arg-type]
-    assert info.value.code == "context_length_exceeded"
+    assert info.value.code == "context_length_exceeded" and info.value.param == "messages"
+    with pytest.raises(openai.BadRequestError) as info:  # the error names the Responses field
+        client.responses.create(model="strict", input=messages[0]["content"])
+    assert info.value.code == "context_length_exceeded" and info.value.param == "input"
+    with pytest.raises(openai.BadRequestError) as info:
+        client.responses.create(model="strict", input="Hi", max_output_tokens=WINDOW)
+    assert info.value.param == "max_output_tokens"
+    with pytest.raises(openai.BadRequestError) as info:  # n choices need all of it in the window
+        client.chat.completions.create(model="sliding", messages=messages, n=2)  # type: ignore[arg-type]
+    assert info.value.param == "n"
     answer = client.chat.completions.create(
         model="sliding",
         messages=messages,
