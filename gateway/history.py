@@ -32,6 +32,12 @@ Tier = Literal["exact", "semantic", "coalesced", "miss", "bypass", "refresh"]
 TIERS: tuple[Tier, ...] = ("exact", "semantic", "coalesced", "miss", "bypass", "refresh")
 _HITS = frozenset({"exact", "semantic", "coalesced"})
 
+#: Namespaces counted apart; the answers of any other are counted together under
+#: ``OTHER_NAMESPACES`` (a name no namespace can have), so that a client sending a new
+#: namespace with every request cannot grow the history without bound.
+NAMESPACES = 100
+OTHER_NAMESPACES = "(other)"
+
 #: Latency bin edges in seconds: 0.25 ms to ~2 min, 2**(1/4) apart.
 _EDGES = tuple(0.00025 * 2 ** (i / 4) for i in range(76))
 _QUANTILES = (0.5, 0.9, 0.99)
@@ -99,12 +105,20 @@ class History:
         self._rejections: deque[RecentHit] = deque(maxlen=recent)
         self._gauges = gauges
         self._clock = clock
+        #: The namespaces counted apart (clients name them: the first ``NAMESPACES`` seen).
+        self._namespaces: set[str] = set()
 
     def record(self, answer: Answer) -> None:
         point = self._current()
         point.tiers[answer.tier] += 1
         point.by_model[(answer.model, answer.tier)] += 1
-        point.by_namespace[(answer.namespace, answer.tier)] += 1
+        namespace = answer.namespace
+        if namespace not in self._namespaces:
+            if len(self._namespaces) < NAMESPACES:
+                self._namespaces.add(namespace)
+            else:
+                namespace = OTHER_NAMESPACES
+        point.by_namespace[(namespace, answer.tier)] += 1
         if answer.status >= 400:
             point.errors += 1
         series = "hit" if answer.tier in _HITS else "miss"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import Price
-from gateway.history import Answer, History, percentile
+from gateway.history import NAMESPACES, OTHER_NAMESPACES, Answer, History, percentile
 from gateway.ledger import Ledger, Usage, usage_of
 
 
@@ -67,6 +67,17 @@ def test_history_ring_is_bounded_and_percentiles_are_binned() -> None:
     p50 = points[-1]["latency"]["miss"]["p50"]
     assert 0.6 <= p50 <= 0.6 * 2**0.25  # the bin's upper edge, within one bin
     assert percentile([0] * 10, 0.5) is None
+
+
+def test_namespaces_past_the_first_hundred_are_counted_together() -> None:
+    history = History(interval=10, points=3, clock=lambda: 0.0)
+    for n in range(NAMESPACES + 50):  # a client naming a new namespace each time
+        history.record(Answer("miss", "m", f"ns{n}", latency=0.01))
+    history.record(Answer("exact", "m", "ns0", latency=0.01))  # one of the first still apart
+    by_namespace = history.snapshot()["points"][-1]["by_namespace"]
+    assert len(by_namespace) == NAMESPACES + 1
+    assert by_namespace["ns0"] == {"miss": 1, "exact": 1}
+    assert by_namespace[OTHER_NAMESPACES] == {"miss": 50}
 
 
 def test_a_partitioned_tenant_keeps_its_model_label() -> None:
