@@ -11,9 +11,12 @@ looking up another owner's id finds nothing, exactly as an id that never existed
     store.put(StoredResponse(owner, response, input_items, conversation, upstream=False))
     store.get(owner, "resp_...")        # None for another owner, an unknown or expired id
 
-NOTE: the store lives in the gateway process's memory (bounded, least recently used go
-first, and for ``STORE_TTL`` at most): a restart forgets it, and replicas do not share it.
-A follow-up naming an id this gateway does not hold is forwarded upstream as it is.
+NOTE: the store lives in the gateway process's memory, bounded in count (``STORE_MAX``), in
+bytes (``STORE_BYTES``) and in age (``STORE_TTL``): a restart forgets it, and replicas do
+not share it. A follow-up naming an id this gateway does not hold is forwarded upstream as
+it is. When the store is full, the owner holding the most (bytes, or responses) gives up its
+least recently used one: owners share the store, and one that stores a flood of responses
+(cache hits cost it nothing) pushes out its own, not the others'.
 """
 
 from __future__ import annotations
@@ -23,10 +26,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["STORE_MAX", "STORE_TTL", "ResponseStore", "StoredResponse"]
+import msgspec
 
-#: Responses held at most (the least recently used are dropped first).
+__all__ = ["STORE_BYTES", "STORE_MAX", "STORE_TTL", "ResponseStore", "StoredResponse"]
+
+#: Responses held at most.
 STORE_MAX = 10_000
+#: Bytes of responses held at most (each counted as its JSON: the Response and its input).
+STORE_BYTES = 256 * 2**20
 #: Seconds a stored response stays (OpenAI keeps them 30 days).
 STORE_TTL = 30 * 86_400.0
 
@@ -49,52 +56,90 @@ class StoredResponse:
     def id(self) -> str:
         return str(self.response["id"])
 
+    def size(self) -> int:
+        """Bytes it holds of its own, roughly: its Response and input as JSON.
+
+        NOTE: ``conversation`` refers to the earlier turns' items, which the responses
+        before it in the chain hold (counted there), plus its own input and output."""
+        return len(msgspec.json.encode(self.response)) + len(msgspec.json.encode(self.input_items))
+
+
+class _Owner:
+    __slots__ = ("bytes", "items")
+
+    def __init__(self) -> None:
+        self.items: OrderedDict[str, tuple[StoredResponse, int]] = OrderedDict()  # by id
+        self.bytes = 0
+
 
 class ResponseStore:
-    """Stored responses by (owner, id), bounded in count and age."""
+    """Stored responses by (owner, id), bounded in count, bytes and age."""
 
-    def __init__(self, max_entries: int = STORE_MAX, ttl: float = STORE_TTL) -> None:
+    def __init__(
+        self, max_entries: int = STORE_MAX, ttl: float = STORE_TTL, max_bytes: int = STORE_BYTES
+    ) -> None:
         self._max = max_entries
+        self._max_bytes = max_bytes
         self._ttl = ttl
-        self._items: OrderedDict[tuple[str, str], StoredResponse] = OrderedDict()
+        self._owners: dict[str, _Owner] = {}
         self._ids: dict[str, int] = {}  # id -> how many owners hold it (ids are random: one)
+        self._count = 0
+        self._bytes = 0
 
     def __len__(self) -> int:
-        return len(self._items)
+        return self._count
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
 
     def put(self, stored: StoredResponse) -> None:
-        key = (stored.owner, stored.id)
-        if key not in self._items:
-            self._ids[stored.id] = self._ids.get(stored.id, 0) + 1
-        self._items[key] = stored
-        self._items.move_to_end(key)
-        while len(self._items) > self._max:
-            self._forget(next(iter(self._items)))
+        owner = self._owners.setdefault(stored.owner, _Owner())
+        if stored.id in owner.items:
+            self._forget(stored.owner, stored.id)
+            owner = self._owners.setdefault(stored.owner, _Owner())
+        size = stored.size()
+        owner.items[stored.id] = (stored, size)
+        owner.bytes += size
+        self._count += 1
+        self._bytes += size
+        self._ids[stored.id] = self._ids.get(stored.id, 0) + 1
+        while self._count > self._max or (self._bytes > self._max_bytes and self._count > 1):
+            over_bytes = self._bytes > self._max_bytes
+            name, biggest = max(self._owners.items(),
+                                key=lambda o: o[1].bytes if over_bytes else len(o[1].items))  # fmt: skip
+            self._forget(name, next(iter(biggest.items)))
 
     def held(self, response_id: str) -> bool:
         """Whether any owner holds ``response_id`` (for refusing it to the others)."""
         return response_id in self._ids
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
-        key = (owner, response_id)
-        stored = self._items.get(key)
-        if stored is None:
+        held = self._owners.get(owner)
+        found = held.items.get(response_id) if held is not None else None
+        if held is None or found is None:
             return None
-        if time.time() - stored.stored_at > self._ttl:
-            self._forget(key)
+        if time.time() - found[0].stored_at > self._ttl:
+            self._forget(owner, response_id)
             return None
-        self._items.move_to_end(key)
-        return stored
+        held.items.move_to_end(response_id)
+        return found[0]
 
     def delete(self, owner: str, response_id: str) -> bool:
         """Forget a response; False when the owner holds no such id."""
         if self.get(owner, response_id) is None:
             return False
-        self._forget((owner, response_id))
+        self._forget(owner, response_id)
         return True
 
-    def _forget(self, key: tuple[str, str]) -> None:
-        del self._items[key]
-        left = self._ids.pop(key[1]) - 1
+    def _forget(self, owner: str, response_id: str) -> None:
+        held = self._owners[owner]
+        _, size = held.items.pop(response_id)
+        held.bytes -= size
+        self._count -= 1
+        self._bytes -= size
+        if not held.items:
+            del self._owners[owner]
+        left = self._ids.pop(response_id) - 1
         if left:
-            self._ids[key[1]] = left
+            self._ids[response_id] = left

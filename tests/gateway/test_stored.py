@@ -1,0 +1,49 @@
+"""The stored Responses (gateway.stored): per owner, bounded in count, bytes and age, and one
+owner's flood pushes out its own responses, not the others'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.stored import ResponseStore, StoredResponse
+
+
+def stored(owner: str, n: int, text: str = "") -> StoredResponse:
+    response: dict[str, Any] = {"id": f"resp_{owner}{n}", "object": "response", "output": []}
+    items = [{"type": "message", "role": "user", "content": text or f"q{n}"}]
+    return StoredResponse(owner, response, items, items, upstream=False)
+
+
+def test_an_owner_past_the_count_gives_up_its_own_least_recently_used() -> None:
+    store = ResponseStore(max_entries=10)
+    for n in range(3):
+        store.put(stored("a", n))
+    for n in range(20):  # a flood (cache hits cost it nothing)
+        store.put(stored("b", n))
+    assert [store.get("a", f"resp_a{n}") is not None for n in range(3)] == [True] * 3
+    assert len(store) == 10
+    assert store.get("b", "resp_b12") is None and store.get("b", "resp_b19") is not None
+    assert not store.held("resp_b12") and store.held("resp_b19")
+
+
+def test_the_store_is_bounded_in_bytes_too() -> None:
+    store = ResponseStore(max_bytes=20_000)
+    store.put(stored("a", 0))
+    for n in range(50):
+        store.put(stored("b", n, text="x" * 3000))  # ~3 kB each
+    assert store.bytes <= 20_000 and store.get("a", "resp_a0") is not None
+    assert 4 <= len(store) <= 7
+    store.delete("a", "resp_a0")
+    assert store.get("a", "resp_a0") is None and not store.held("resp_a0")
+
+
+def test_one_owner_alone_keeps_its_most_recently_used() -> None:
+    store = ResponseStore(max_entries=3)
+    for n in range(3):
+        store.put(stored("a", n))
+    assert store.get("a", "resp_a0") is not None  # used: now the most recent
+    store.put(stored("a", 3))
+    assert store.get("a", "resp_a1") is None
+    assert all(store.get("a", f"resp_a{n}") is not None for n in (0, 2, 3))
+    store.put(stored("a", 3))  # the same id again: replaced, not counted twice
+    assert len(store) == 3
