@@ -51,10 +51,11 @@ docs/benchmarks.md (verifier section) has the timings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -529,9 +530,10 @@ def load_model(path: Path) -> tuple[Any, Any]:
     delta = path / "delta.safetensors"
     base = Path(_bundled()) if delta.exists() else path
     tokenizer = AutoTokenizer.from_pretrained(str(base), local_files_only=True)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        str(base), num_labels=1, local_files_only=True
-    )
+    with _quiet(delta.exists()):  # (the base has no classifier head: the delta brings it)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(base), num_labels=1, local_files_only=True
+        )
     if delta.exists():
         from safetensors.torch import load_file
 
@@ -542,6 +544,20 @@ def load_model(path: Path) -> tuple[Any, Any]:
         model.load_state_dict(tensors, strict=False)
     model.eval()
     return tokenizer, model
+
+
+@contextlib.contextmanager
+def _quiet(quiet: bool) -> Iterator[None]:
+    """transformers' warnings off (its load report, which calls the head missing)."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    if quiet:
+        hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
 
 
 def _bundled() -> str:

@@ -418,3 +418,19 @@ def test_another_embedder_makes_the_cross_encoder_decide_alone_on_its_own_table(
     assert s.guard_logit == 0.0 and verifier.probability(s, 1.0) == pytest.approx(
         1 / (1 + np.exp(-1))
     )
+
+
+def test_loading_the_shipped_verifier_prints_no_load_report(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """transformers calls the base model's classifier head missing; the delta supplies it."""
+    from safetensors.torch import load_file
+
+    import semantic
+    from semantic.verifier import load_model
+
+    shipped = Path(semantic.__file__).parent / "verifier"
+    _, model = load_model(shipped)
+    assert "LOAD REPORT" not in capfd.readouterr().err
+    head = load_file(str(shipped / "delta.safetensors"))["classifier.weight"].float()
+    assert bool((model.classifier.weight == head).all())  # the head came from the delta
