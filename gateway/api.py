@@ -20,7 +20,7 @@ from litestar.exceptions import HTTPException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .canonical import Adapter, GatewayRequest, Reply, Wire
+from .canonical import Adapter, CacheControl, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
@@ -95,11 +95,24 @@ async def list_input_items(
 async def delete_response(
     request: Request[Any, Any, Any], response_id: FromPath[str]
 ) -> Response[Any]:
-    def forget(stored: StoredResponse) -> dict[str, Any]:
-        _runtime(request).responses.store.delete(stored.owner, stored.id)
-        return {"id": stored.id, "object": "response", "deleted": True}
-
-    return _on_stored(request, response_id, forget)
+    """Forget a stored response here, and at the upstream that made it (which stores it as
+    well): an upstream that fails to delete it leaves both copies (the client may retry)."""
+    runtime = _runtime(request)
+    try:
+        stored = _stored_response(request, response_id)
+        backend = runtime.backends.get(stored.model)
+        remote = getattr(backend, "delete_response", None)
+        if stored.upstream and remote is not None:
+            tenant = request_tenant(
+                runtime.authenticate(request.headers.get("authorization")), request.headers
+            )
+            asked = GatewayRequest("responses", stored.model, {}, False, False, tenant,
+                                   CacheControl())  # fmt: skip
+            await remote(asked, stored.id, request.headers.get("authorization"))
+    except APIError as exc:
+        return error_response(exc)
+    runtime.responses.store.delete(stored.owner, stored.id)
+    return _json({"id": stored.id, "object": "response", "deleted": True})
 
 
 @post("/v1/messages", status_code=200)

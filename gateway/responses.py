@@ -289,9 +289,8 @@ class ResponsesAdapter:
         turns = list(request.turns or ())
         own = [_with_id(item) for item in turns[request.earlier :]]
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
-        self.store.put(
-            StoredResponse(request.owner, answer, own, [*turns, *output], upstream=upstream)
-        )
+        self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
+                                      upstream=upstream, model=request.model))  # fmt: skip
 
     # -- Bridge: served by a backend that speaks only Chat Completions ---------------------
 

@@ -51,6 +51,7 @@ class StoredResponse:
     #: The upstream answered (and stores) this very id: a follow-up may name it there.
     upstream: bool
     stored_at: float = field(default_factory=time.time)
+    model: str = ""  # the configured model that answered (where an upstream copy is deleted)
 
     @property
     def id(self) -> str:

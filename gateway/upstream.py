@@ -93,6 +93,24 @@ class UpstreamBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
+    async def delete_response(
+        self, request: GatewayRequest, response_id: str, auth: str | None = None
+    ) -> bool:
+        """``DELETE /responses/{id}`` at the upstream (a Response it made stores it there);
+        False when it holds no such id, an ``UpstreamError`` when it failed."""
+        headers = _ascii(self._headers(request, auth))
+        try:
+            response = await self._client.delete(f"responses/{response_id}", headers=headers)
+        except httpx.TimeoutException:
+            raise _timeout(self.name) from None
+        except httpx.RequestError as exc:
+            raise _unreachable(self.name, exc, final=True) from None
+        if response.status_code == 404:
+            return False
+        if not 200 <= response.status_code < 300:
+            raise await _upstream_error(self.name, response, retryable=False)
+        return True
+
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
         body = await read_object(self.name, response)
@@ -346,6 +364,18 @@ class ReplicatedBackend:
 
     def describe(self) -> dict[str, Any]:
         return self._replicas[0].describe()
+
+    async def delete_response(
+        self, request: GatewayRequest, response_id: str, auth: str | None = None
+    ) -> bool:
+        """At the replica that made it (or, not known here, at each until one holds it)."""
+        made = self._made.get(response_id)
+        order = sorted(range(len(self._replicas)), key=lambda i: i != made)
+        for i in order:
+            if await self._replicas[i].delete_response(request, response_id, auth):
+                self._made.pop(response_id, None)
+                return True
+        return False
 
     async def start(self) -> None:
         pass

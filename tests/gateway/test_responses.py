@@ -220,7 +220,9 @@ def test_a_follow_up_on_a_hit_sends_the_upstream_no_id_it_never_stored(
     assert all("id" not in i for i in sent)
 
 
-def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
+def test_get_input_items_and_delete_a_stored_response(
+    gw: Gateway, upstream_server: ThreadedServer, upstream: FakeUpstream
+) -> None:
     c = sdk(gw)
     made, _ = create(c, input=[{"role": "user", "content": "Keep this."}], metadata={"k": "v"})
     got = c.responses.retrieve(made.id)
@@ -231,9 +233,26 @@ def test_get_input_items_and_delete_a_stored_response(gw: Gateway) -> None:
     c.responses.delete(made.id)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(made.id)
+    # the upstream that made it stored it too: deleted there as well
+    assert upstream.stats["responses_delete"] == 1
+    assert httpx.get(f"{upstream_server.url}/v1/responses/{made.id}").status_code == 404
     unstored, _ = create(c, input="Forget this.", store=False)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(unstored.id)
+
+
+def test_a_delete_the_upstream_fails_keeps_the_stored_response(
+    make_gateway: Callable[..., Gateway],
+) -> None:
+    other = ThreadedServer(FakeUpstream()).start()
+    gw = make_gateway(model_yaml=f"base_url: {other.url}/v1")
+    c = sdk(gw)
+    made, _ = create(c, input="Keep this safe.")
+    other.stop()  # the upstream is gone: its copy cannot be deleted now
+    with pytest.raises(openai.APIStatusError) as failed:
+        c.responses.delete(made.id)
+    assert failed.value.status_code == 502
+    assert c.responses.retrieve(made.id).id == made.id  # both copies kept: the client may retry
 
 
 def test_a_background_response_still_running_is_left_to_the_upstream(

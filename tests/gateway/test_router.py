@@ -149,6 +149,13 @@ def test_a_responses_follow_up_goes_to_the_replica_that_holds_its_previous_respo
         made = sorted([upstream.stats["responses"], second.app.stats["responses"]])
         assert made == [0, 4]
         assert routing_stats(gw)["routed"]["pinned"] == 3
+        client.responses.delete(previous)  # at the replica that holds it, and only there
+        deleted = [upstream.stats["responses_delete"], second.app.stats["responses_delete"]]
+        assert sorted(deleted) == [0, 1]
+        assert deleted.index(1) == [
+            upstream.stats["responses"],
+            second.app.stats["responses"],
+        ].index(4)
     finally:
         gw.stop()
         second.stop()
