@@ -295,8 +295,7 @@ class ResponseCache:
         overloaded: bool = False,
     ) -> Entry | None:
         """Store a complete, successful answer (None: the store could not take it, counted
-        in ``store_failures``, or with the exact tier off it could never be found: no vector).
-        ``ttl`` overrides the configured one.
+        in ``store_failures``). ``ttl`` overrides the configured one.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
         the answer is stored for exact hits only, without waiting for the embedder again.
@@ -312,8 +311,6 @@ class ResponseCache:
             semantic = vector is not None
         if not semantic:
             vector = None  # a vector without its model's name could never be searched
-            if not self._settings.exact:  # then nothing could ever find it: it would only
-                return None  # push servable entries out
         entry = Entry(
             id=entry_id(key.exact),
             exact=key.exact,

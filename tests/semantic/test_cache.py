@@ -248,16 +248,3 @@ async def test_close_does_not_wait_forever_for_a_task_that_will_not_stop(
     assert "did not stop" in caplog.text
     stubborn.set()
     cache._tasks[-1].cancel()
-
-
-async def test_with_the_exact_tier_off_an_answer_nothing_could_find_is_not_stored(
-    tmp_path: Path,
-) -> None:
-    store = DiskStore(tmp_path, max_entries=3)
-    cache = ResponseCache(store, CacheSettings(exact=False), None)  # no semantic tier either
-    await cache.start()
-    for i in range(5):  # (each would have pushed an older one out of the three places)
-        key = chat_key("t", "", "m", ask(f"question {i}"))
-        assert await cache.store(key, {"a": i}, model="m", tenant="t", namespace="") is None
-    assert len(store) == 0 and cache.stats()["stores"] == 0
-    await cache.close()
