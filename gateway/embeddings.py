@@ -99,7 +99,8 @@ async def embed(
     ]
     answer_body = {"object": "list", "data": data, "model": model, "usage": usage}
     reply = Reply(batch.state, headers, body=answer_body)
-    cached = [batch.found[i] for i in range(len(inputs)) if i not in missing]
+    asked = set(missing)
+    cached = [batch.found[i] for i in range(len(inputs)) if i not in asked]
     if cached:  # what the cached inputs cost when they were asked (the ledger's savings)
         tokens = sum(_int(e.get("usage", {}).get("prompt_tokens")) for e in cached)
         reply.avoided = {"prompt_tokens": tokens, "total_tokens": tokens}

@@ -105,7 +105,7 @@ class UpstreamBackend:
             raise _timeout(self.name) from None
         except httpx.RequestError as exc:
             raise _unreachable(self.name, exc, final=True) from None
-        if response.status_code == 404:
+        if response.status_code in (404, 405, 501):  # (405, 501: it keeps no copy to delete)
             return False
         if not 200 <= response.status_code < 300:
             raise await _upstream_error(self.name, response, retryable=False)
@@ -416,6 +416,8 @@ class ReplicatedBackend:
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
+                if route.reason == "pinned":  # no other replica holds what it refers to
+                    raise
                 retries = self._again(route.replica, exc, len(tried), retries)
                 continue
             except BaseException:

@@ -332,3 +332,25 @@ def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
     finally:
         gw.stop()
         other.stop()
+
+
+def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
+    upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    try:
+        made = ""
+        for n in range(8):  # until one is made by the second replica (new prompts alternate)
+            made = client.responses.create(model="fake-model", input=f"topic {n}" * 20).id
+            if second.app.stats["responses"]:
+                break
+        assert second.app.stats["responses"] == 1
+        second.stop()
+        with pytest.raises(openai.APIStatusError) as failed:  # not the other replica's 400
+            client.responses.create(model="fake-model", input="then", previous_response_id=made)
+        assert failed.value.status_code == 502
+    finally:
+        gw.stop()
+        second.stop()
