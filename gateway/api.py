@@ -103,11 +103,8 @@ async def delete_response(
         backend = runtime.backends.get(stored.model)
         remote = getattr(backend, "delete_response", None)
         if stored.upstream and remote is not None:
-            tenant = request_tenant(
-                runtime.authenticate(request.headers.get("authorization")), request.headers
-            )
-            asked = GatewayRequest("responses", stored.model, {}, False, False, tenant,
-                                   CacheControl())  # fmt: skip
+            asked = GatewayRequest("responses", stored.model, {}, False, False,
+                                   _caller(request), CacheControl())  # fmt: skip
             await remote(asked, stored.id, request.headers.get("authorization"))
     except APIError as exc:
         return error_response(exc)
@@ -371,14 +368,18 @@ def _on_stored(
         return error_response(exc)
 
 
-def _stored_response(request: Request[Any, Any, Any], response_id: str) -> StoredResponse:
-    """The caller's own stored response; 404 for an unknown id and for another's alike."""
+def _caller(request: Request[Any, Any, Any]) -> str:
+    """The tenant of a request to the stored responses' routes (401 without a valid key)."""
     runtime = _runtime(request)
-    tenant = request_tenant(
+    return request_tenant(
         runtime.authenticate(request.headers.get("authorization")), request.headers
     )
-    responses = runtime.responses
-    stored = responses.store.get(responses.owner(tenant, request.headers), response_id)
+
+
+def _stored_response(request: Request[Any, Any, Any], response_id: str) -> StoredResponse:
+    """The caller's own stored response; 404 for an unknown id and for another's alike."""
+    responses = _runtime(request).responses
+    stored = responses.store.get(responses.owner(_caller(request), request.headers), response_id)
     if stored is None:
         raise APIError(404, f"Response with id '{response_id}' not found.")
     return stored

@@ -30,6 +30,7 @@ from semantic.keys import CacheKey, embedding_key
 from .backend import Backend
 from .canonical import Answer, CacheState, GatewayRequest, Reply, Wire
 from .errors import APIError, sse_error
+from .ledger import usage_of
 from .pipeline import Pipeline, Save, Watch
 from .requests import embedding_inputs, parse_request
 
@@ -102,7 +103,7 @@ async def embed(
     asked = set(missing)
     cached = [batch.found[i] for i in range(len(inputs)) if i not in asked]
     if cached:  # what the cached inputs cost when they were asked (the ledger's savings)
-        tokens = sum(_int(e.get("usage", {}).get("prompt_tokens")) for e in cached)
+        tokens = sum(usage_of(e.get("usage")).input_tokens for e in cached)
         reply.avoided = {"prompt_tokens": tokens, "total_tokens": tokens}
     return reply
 
@@ -164,9 +165,7 @@ async def _ask(
         raise
     vectors = _vectors(request.model, answer.body, len(asked))
     model = answer.body.get("model") or request.model
-    usage = answer.body.get("usage")
-    spent = _split(_int(usage.get("prompt_tokens")) if isinstance(usage, dict) else 0,
-                   [inputs[i] for i in asked])  # fmt: skip
+    spent = _split(usage_of(answer.body.get("usage")).input_tokens, [inputs[i] for i in asked])
     for i, vector, tokens in zip(asked, vectors, spent, strict=True):
         batch.found[i] = {"embedding": vector, "model": model, "usage": {"prompt_tokens": tokens}}
     for i in missing:
@@ -182,10 +181,6 @@ def _split(tokens: int, inputs: list[str | list[int]]) -> list[int]:
     total = sum(sizes)
     reached = [tokens * upto // total for upto in itertools.accumulate(sizes)]  # (rounded once)
     return [b - a for a, b in zip([0, *reached], reached, strict=False)]
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:

@@ -80,7 +80,7 @@ class PrefixRouter:
                 raise ValueError("every replica is excluded")
             now = time.monotonic()
             healthy = [i for i in candidates if self._down_until[i] <= now] or candidates
-            if pinned is not None and pinned in healthy and self._down_until[pinned] <= now:
+            if pinned is not None and pinned in candidates and self._down_until[pinned] <= now:
                 route = Route(pinned, 0, "pinned")
             else:
                 route = self._pick(tokens, healthy)
