@@ -414,7 +414,7 @@ def _entry_store(config: Config) -> EntryStore:
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|store_failures|evictions"
     r"|expirations"
-    r"|too_long_for_semantic|store_skipped_commands|semantic_skipped_\w+"
+    r"|too_long_for_semantic|store_skipped_commands|store_slow_commands|semantic_skipped_\w+"
     r"|embedder_(waits|wait_seconds|texts_encoded)"
 )
 _BACKEND_COUNTERS = re.compile(

@@ -364,6 +364,8 @@ class ResponseCache:
             "semantic_skipped": dict(c.skipped),
             # a shared store's commands skipped because this replica had too many in flight
             "store_skipped_commands": getattr(self._store, "skipped_turns", 0),
+            # ... and those given up past the timeout while Redis answered the others
+            "store_slow_commands": getattr(self._store, "slow_commands", 0),
             "semantic": _semantic_state(self._semantic, self._ready.is_set(), self._failed),
         }
         if self.embedder is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -465,11 +466,56 @@ async def test_a_burst_of_commands_waits_for_connections_not_marks_redis_down(
     e = entry(1)
     await store.put(e)
     got = await asyncio.gather(*(store.get(e.id) for _ in range(300)))
-    assert all(g is not None and g.id == e.id for g in got)
     assert store.available  # was: MaxConnectionsError read as "Redis is down" for a second
     # and then: the queue's wait counted against each command's deadline, and a cold pool's
     # 64 connects on a busy 2-core machine took longer than that (a CI failure)
     assert store.skipped_turns == 0
+    # and then: one lookup among the first 64 (each opening its connection, on a loaded CI
+    # machine) passed 0.5 s while the others came back, and that marked Redis down. Such a
+    # lookup may miss, but the cache stays on and every other lookup is a hit.
+    misses = sum(g is None for g in got)
+    assert misses == store.slow_commands and misses < 10
+    assert all(g.id == e.id for g in got if g is not None)
+    await store.close()
+
+
+async def test_a_slow_command_while_redis_answers_others_does_not_mark_redis_down(
+    redis_server: RedisServer,
+) -> None:
+    """One command stuck past the timeout is that command's problem, not Redis being down."""
+    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.2)
+    e = entry(1)
+    await store.put(e)
+    # BLPOP on an empty list: Redis holds this one command for 1 s and answers the others
+    stuck = asyncio.create_task(store._call(lambda: store._redis.blpop(["nothing"], timeout=1)))
+    for _ in range(8):
+        got = await store.get(e.id)
+        assert got is not None and got.id == e.id
+        await asyncio.sleep(0.05)
+    assert await stuck is None  # given up after 0.2 s
+    assert store.slow_commands == 1 and store.available
+    await store.close()
+
+
+async def test_a_redis_that_stops_answering_is_marked_down_within_two_timeouts(
+    redis_server: RedisServer,
+) -> None:
+    """A hung Redis (SIGSTOP) answers nobody: the cache switches it off, not only skips."""
+    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.2)
+    e = entry(1)
+    await store.put(e)
+    assert redis_server.process is not None
+    redis_server.process.send_signal(signal.SIGSTOP)
+    try:
+        started = time.perf_counter()
+        first = asyncio.create_task(store.get(e.id))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(store.get(e.id))
+        assert await first is None and await second is None
+        assert not store.available and store.slow_commands == 0
+        assert time.perf_counter() - started < 0.6
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
     await store.close()
 
 
