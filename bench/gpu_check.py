@@ -25,6 +25,8 @@ Then concurrent streams (``--streams``, default 1/8/32/64 on CUDA, 1/8 on a CPU)
 greedy streams submitted at once to the engine's scheduler (``bench/engine.py``'s measure:
 distinct 64-token prompts, ``--tokens`` each), with aggregate and decode tokens/s and TTFT
 p50/p99, and the same 8 streams one at a time (``max_batch: 1``) for the batching ratio.
+On CUDA, last: 1, 8 and the most streams with cuDNN's SDPA off (what the engine sets at load)
+and on (torch's default), taking turns, to show what that setting is worth.
 
 Exit status 1 when a check fails. The JSON goes to bench/results/gpu_check.json.
 """
@@ -42,7 +44,7 @@ import torch
 from bench.engine import measure
 from bench.prefix import CACHE_DIR, SUFFIX, _ids, _tokens, load_engine, markdown, run
 from bench.report import command as report_command
-from bench.report import save_json, table
+from bench.report import median, save_json, table
 from localmodel import Engine, SamplingParams
 from localmodel.engine import prefill
 from localmodel.kv import RequestCache
@@ -103,6 +105,45 @@ def concurrent_streams(engine: Engine, levels: list[int], n_tokens: int) -> dict
     return {"batched": batched, "one_at_a_time_8": one_at_a_time}
 
 
+def cudnn_side_by_side(engine: Engine, levels: list[int], n_tokens: int, rounds: int = 2) -> dict:
+    """Decode with cuDNN's SDPA off (the engine's setting on CUDA) and on (torch's default),
+    taking turns: cuDNN builds a graph for each new shape, and each decode step attends over
+    one token more, so with it on every step paid for a new graph (a ~2× slower decode)."""
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {"off": {}, "on": {}}
+    seeds = iter(range(1000, 10**6))
+    try:
+        for _ in range(rounds):
+            for setting in ("off", "on"):
+                torch.backends.cuda.enable_cudnn_sdp(setting == "on")
+                for c in levels:
+                    runs[setting].setdefault(c, []).append(
+                        measure(engine, c, n_tokens, next(seeds))
+                    )
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+    def med(setting: str, c: int, key: str) -> float:
+        return median([r[key] for r in runs[setting][c]])
+
+    rows = [
+        [c, f"{med('off', c, 'tokens_per_s'):.1f}", f"{med('on', c, 'tokens_per_s'):.1f}",
+         f"**{med('off', c, 'tokens_per_s') / med('on', c, 'tokens_per_s'):.2f}×**",
+         f"{med('off', c, 'ms_per_token'):.1f} / {med('on', c, 'ms_per_token'):.1f}"]
+        for c in levels
+    ]  # fmt: skip
+    print(f"\nSDPA without cuDNN (the engine) vs with it (torch's default), taking turns, "
+          f"medians of {rounds} rounds, {n_tokens} greedy tokens each:\n")  # fmt: skip
+    header = [
+        "streams",
+        "tokens/s, cuDNN off",
+        "tokens/s, cuDNN on",
+        "off / on",
+        "ms/token off / on",
+    ]
+    print(table(header, rows))
+    return {"rounds": rounds, "runs": runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--device", default="auto")
@@ -154,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "device": str(engine.layout.device),
         "dtype": dtype,
+        "torch": torch.__version__,
+        "cudnn_sdpa": torch.backends.cuda.cudnn_sdp_enabled(),  # the engine turns it off
         "checks": checks,
     }
     if not args.no_bench:
@@ -163,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(results["bench"], command))
     if streams != [0]:
         results["streams"] = concurrent_streams(engine, streams, args.tokens)
+        if on_cuda:
+            levels = sorted({1, 8, max(streams)})
+            results["cudnn_sdpa"] = cudnn_side_by_side(engine, levels, args.tokens)
     save_json("gpu_check", results)
     return 0 if all(c["ok"] for c in checks) else 1
 

@@ -117,6 +117,13 @@ def _load(config: EngineConfig) -> LoadedModel:
     except OSError as exc:  # missing files, or a hub id that is not in the offline cache
         raise ModelLoadError(f"localmodel: cannot load model {path!r}: {exc}") from exc
     model.to(device).eval()
+    if device.type == "cuda":
+        # NOTE: cuDNN's SDPA builds (and caches) a graph for each new shape, and every decode
+        # step attends over one token more: on an H200 each step paid for a new graph, 81 ms
+        # a token against 27 without cuDNN, and half the tokens/s at 8 and 64 streams
+        # (bench/gpu_check.py; docs/benchmarks.md, "On a GPU"). Flash, memory-efficient and
+        # math kernels take any length. Process-wide; CUDA only.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     if config.weights in _STORED:
         saved = _STORED[config.weights](model)
         logger.info(
