@@ -259,8 +259,11 @@ class Scheduler:
 
     def _fail(self, seq: _Sequence, exc: BaseException) -> None:
         if seq.steps is not None:
-            seq.steps.close()
-        seq.send(exc)
-        if seq in self.running:
+            try:  # NOTE: its cleanup failing must not leave this and the others unanswered
+                seq.steps.close()
+            except Exception:
+                logger.exception("localmodel: a failed request's cleanup failed too")
+        if seq in self.running:  # (first: once answered, it is no longer pending)
             self.running.remove(seq)
             self._full = False
+        seq.send(exc)

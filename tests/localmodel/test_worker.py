@@ -36,6 +36,7 @@ class _SlowEngine:
         self, step_s: float = 0.05, steps: int = 4, fail: bool = False, max_batch: int = 16
     ) -> None:
         self.step_s, self.n_steps, self.fail = step_s, steps, fail
+        self.fail_forward = self.fail_cleanup = False
         self.config = EngineConfig(max_batch=max_batch)
         self.served: list[GenerationRequest] = []
         self.batch_sizes: list[int] = []
@@ -44,17 +45,25 @@ class _SlowEngine:
         self.served.append(request)
         if self.fail:
             raise RuntimeError("boom")
-        for i in range(self.n_steps):
-            if request.cancel.is_set():
-                break
-            yield Piece(None, (i,))  # type: ignore[arg-type]  # no cache: nothing reads it
-            yield TextDelta(0, str(i))
+        try:
+            for i in range(self.n_steps):
+                if request.cancel.is_set():
+                    break
+                yield Piece(None, (i,))  # type: ignore[arg-type]  # no cache: nothing reads it
+                yield TextDelta(0, str(i))
+        except GeneratorExit:
+            if self.fail_cleanup:  # e.g. returning its pages to the pool failed
+                raise RuntimeError("cleanup failed") from None
+            raise
         choice = Choice(0, "", (), "length")
         yield Finished(Completion((choice,), Usage(1, self.n_steps, 0), 0.0, 0.0))
 
     def forward_batch(self, pieces: list[Piece]) -> torch.Tensor:
         self.batch_sizes.append(len(pieces))
         time.sleep(self.step_s)
+        if self.fail_forward:
+            self.fail_forward = False
+            raise RuntimeError("out of memory")
         return torch.zeros(len(pieces), 1)
 
     def close(self) -> None:
@@ -157,7 +166,26 @@ async def test_a_failed_scheduler_step_fails_its_requests_and_the_worker_goes_on
         for task in first:  # each is answered with the error: none waits forever
             with pytest.raises(RuntimeError, match="scheduler bug"):
                 await asyncio.wait_for(task, 10)
+        # (the worker thread may still be between answering a request and dropping it)
+        for _ in range(500):
+            if local.pending == 0:
+                break
+            await asyncio.sleep(0.01)
         assert local.pending == 0
+        assert isinstance(await asyncio.wait_for(local.complete(_request()), 10), Completion)
+
+
+async def test_requests_whose_cleanup_fails_after_a_failed_step_are_all_answered() -> None:
+    """A failed forward pass fails its requests; one whose cleanup fails too must not leave
+    the others (or later requests) waiting forever behind a dead worker thread."""
+    fake = _SlowEngine(step_s=0.01, steps=4)
+    fake.fail_forward = fake.fail_cleanup = True
+    async with AsyncEngine(fake) as local:  # type: ignore[arg-type]
+        tasks = [asyncio.create_task(local.complete(_request(i))) for i in range(3)]
+        for task in tasks:
+            with pytest.raises(RuntimeError, match="out of memory"):
+                await asyncio.wait_for(task, 10)
+        fake.fail_cleanup = False
         assert isinstance(await asyncio.wait_for(local.complete(_request()), 10), Completion)
 
 
