@@ -155,7 +155,7 @@ def test_admin_stats_report_what_the_kv_pool_pages_hold(gw: Gateway) -> None:
 
 def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> None:
     client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
-    for question in ("What is the capital of France?", "Name a colour."):
+    for question in ("What is the capital of Japan?", "Name a colour."):  # (no near tie)
         answers = [
             client.chat.completions.create(
                 model=model,
@@ -181,7 +181,7 @@ def test_int8_and_bfloat16_weights_answer_over_http(gw: Gateway, model: str, rep
     answers = [
         client.chat.completions.create(
             model=name,
-            messages=[{"role": "user", "content": "What is the capital of France?"}],
+            messages=[{"role": "user", "content": "What is the capital of Japan?"}],
             temperature=0,
             max_tokens=10,
         )
@@ -189,5 +189,6 @@ def test_int8_and_bfloat16_weights_answer_over_http(gw: Gateway, model: str, rep
         .message.content
         for name in ("strict", model)
     ]
-    assert answers[0] and "Paris" in answers[0] and answers[0] == answers[1]
+    # (Japan, not France: France's first token is a near tie that rounded weights may flip)
+    assert answers[0] and "Tokyo" in answers[0] and answers[0] == answers[1]
     assert gw.http.get("/admin/stats").json()["backends"][model]["weights"] == reported

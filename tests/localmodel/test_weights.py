@@ -89,7 +89,9 @@ def test_logits_stay_close_and_greedy_answers_are_the_models(
     assert (full - rounded).abs().max() > 0
     assert int(full.argmax()) == int(rounded.argmax())
     params = SamplingParams(temperature=0.0, max_tokens=12)
-    for question in ("What is the capital of France?", "Name three colours.", "What is 2+2?"):
+    # NOTE: not "...France?": its first token is a near tie in float32 ("The" 25.33 against "L"
+    # 25.24), which rounded weights may break either way (bfloat16 did on an AMD EPYC)
+    for question in ("What is the capital of Japan?", "Name three colours.", "What is 2+2?"):
         answers = []
         for loaded in (bundled, half):
             engine = Engine(loaded.model, loaded.tokenizer, EngineConfig(data_dir=CACHE_DIR))
@@ -234,8 +236,10 @@ def _answers_as_the_model(rounded: LoadedModel, bundled: LoadedModel, drift: flo
         got = rounded.model(input_ids=ids).logits[0, -1]
     assert 0 < (full - got).abs().max() < drift
     assert int(full.argmax()) == int(got.argmax())
-    answer = _greedy(rounded, "What is the capital of France?")
-    assert "Paris" in answer and answer == _greedy(bundled, "What is the capital of France?")
+    # (a clear answer: each greedy token leads float32's next by ≥ 0.97; "...France?" starts
+    # with a 0.08 near tie, which bfloat16 weights broke the other way on an AMD EPYC)
+    answer = _greedy(rounded, "What is the capital of Japan?")
+    assert "Tokyo" in answer and answer == _greedy(bundled, "What is the capital of Japan?")
 
 
 def test_bfloat16_packs_for_onednn_and_answers_as_the_model(
