@@ -26,7 +26,7 @@ def config(
 ) -> str:
     return yaml.safe_dump({
         "data_dir": str(data_dir),
-        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 0.3},
+        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 1.0},
                   # (no overload skips here: a loaded CI machine must not turn hits to misses)
                   "semantic": {"enabled": semantic, "max_wait_ms": None}, **cache},
         "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_url}/v1",

@@ -18,7 +18,7 @@ from tests.fake_upstream import FakeUpstream, ThreadedServer
 def config(upstream_url: str, redis_url: str, data_dir: Path) -> str:
     return yaml.safe_dump({
         "data_dir": str(data_dir),
-        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 0.3}},
+        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 1.0}},
         "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk"}},
     })  # fmt: skip
 
@@ -28,7 +28,7 @@ def ask(replica: ServeProcess, question: str, **headers: str) -> httpx.Response:
     return httpx.post(f"{replica.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
 
 
-def eventually(check: Any, timeout: float = 1.0) -> Any:
+def eventually(check: Any, timeout: float = 5.0) -> Any:
     """The value of ``check()`` once truthy, within ``timeout`` seconds."""
     deadline = time.time() + timeout
     while True:
@@ -36,6 +36,18 @@ def eventually(check: Any, timeout: float = 1.0) -> Any:
         if value or time.time() > deadline:
             return value
         time.sleep(0.05)
+
+
+def stored(replica: ServeProcess, n: int = 1) -> bool:
+    """Whether ``replica`` has stored ``n`` answers (it stores just after it answers: asked at
+    once, another replica could miss and call the model itself)."""
+    return bool(
+        eventually(
+            lambda: (
+                httpx.get(f"{replica.url}/admin/stats", timeout=10).json()["cache"]["stores"] >= n
+            )
+        )
+    )
 
 
 def test_replicas_share_the_cache(
@@ -49,11 +61,11 @@ def test_replicas_share_the_cache(
     a = serve(text, name="a.yaml")
     b = serve(text, name="b.yaml")
     first = ask(a, "How do I change a flat tyre?")
-    assert first.headers["x-cache"] == "miss"
+    assert first.headers["x-cache"] == "miss" and stored(a)
     exact = eventually(
         lambda: (r := ask(b, "How do I change a flat tyre?")).headers["x-cache"] == "exact" and r
     )
-    assert exact, "no exact hit on the other replica within 1 s"
+    assert exact, "no exact hit on the other replica within 5 s"
     assert (
         exact.json()["choices"][0]["message"]["content"]
         == first.json()["choices"][0]["message"]["content"]
@@ -63,7 +75,7 @@ def test_replicas_share_the_cache(
             (r := ask(b, "How can I change a flat tyre?")).headers["x-cache"] == "semantic" and r
         )
     )
-    assert semantic, "no semantic hit on the other replica within 1 s"
+    assert semantic, "no semantic hit on the other replica within 5 s"
     assert upstream.stats["chat"] == 1
 
     # a replica started later loads every live entry
@@ -86,12 +98,14 @@ def test_ttl_expiry_across_replicas(
     text = config(upstream_server.url, redis_server.url, tmp_path)
     a = serve(text, name="a.yaml")
     b = serve(text, name="b.yaml")
-    ask(a, "When was the Colosseum built?", **{"x-cache-ttl": "1.5"})
+    ask(a, "When was the Colosseum built?", **{"x-cache-ttl": "3"})
+    assert stored(a)
+    expired_at = time.monotonic() + 3.1  # (stored before this moment)
     assert eventually(lambda: ask(b, "When was the Colosseum built?").headers["x-cache"] == "exact")
     assert eventually(
         lambda: ask(b, "In what year was the Colosseum built?").headers["x-cache"] == "semantic"
     )
-    time.sleep(1.6)
+    time.sleep(max(0.0, expired_at - time.monotonic()))
     no_store = {"cache-control": "no-store"}
     assert ask(a, "In what year was the Colosseum built?", **no_store).headers["x-cache"] == "miss"
     assert ask(b, "In what year was the Colosseum built?", **no_store).headers["x-cache"] == "miss"

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
+from semantic import redis_store
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.embedder import Embedder
 from semantic.keys import CacheKey, chat_key, entry_id
@@ -135,11 +136,13 @@ async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
 
 
 async def test_a_read_skipped_under_load_does_not_drop_vectors_from_the_index(
-    redis_server: RedisServer,
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A command that waited too long for a connection (this replica busy, Redis fine) is a
     miss for that lookup; the entry's vector stays, so the next lookup finds it."""
-    store, cache, _stored, paraphrase = await password_question_on_redis(redis_server, timeout=0.05)
+    # a short wait for a turn (0.05 s); the commands themselves keep the default timeout
+    monkeypatch.setattr(redis_store, "_TURN_WAIT", 0.1)
+    store, cache, _stored, paraphrase = await password_question_on_redis(redis_server)
     for _ in range(64):  # every connection busy with other requests' commands
         await store._turns.acquire()
     assert (await cache.lookup(paraphrase)).kind == "miss"

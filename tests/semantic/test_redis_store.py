@@ -483,16 +483,16 @@ async def test_a_slow_command_while_redis_answers_others_does_not_mark_redis_dow
     redis_server: RedisServer,
 ) -> None:
     """One command stuck past the timeout is that command's problem, not Redis being down."""
-    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.2)
+    store = RedisStore(redis_server.url, max_entries=1000, timeout=1.0)
     e = entry(1)
     await store.put(e)
-    # BLPOP on an empty list: Redis holds this one command for 1 s and answers the others
-    stuck = asyncio.create_task(store._call(lambda: store._redis.blpop(["nothing"], timeout=1)))
+    # BLPOP on an empty list: Redis holds this one command for 5 s and answers the others
+    stuck = asyncio.create_task(store._call(lambda: store._redis.blpop(["nothing"], timeout=5)))
     for _ in range(8):
         got = await store.get(e.id)
         assert got is not None and got.id == e.id
-        await asyncio.sleep(0.05)
-    assert await stuck is None  # given up after 0.2 s
+        await asyncio.sleep(0.15)
+    assert await stuck is None  # given up after 1 s
     assert store.slow_commands == 1 and store.available
     await store.close()
 
@@ -501,9 +501,11 @@ async def test_a_redis_that_stops_answering_is_marked_down_within_two_timeouts(
     redis_server: RedisServer,
 ) -> None:
     """A hung Redis (SIGSTOP) answers nobody: the cache switches it off, not only skips."""
-    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.2)
+    store = RedisStore(redis_server.url, max_entries=1000)
     e = entry(1)
-    await store.put(e)
+    await store.put(e)  # (connected, scripts loaded: within the default timeout)
+    await store.get(e.id)  # (a second connection, for the second lookup below)
+    store._timeout = 0.2
     assert redis_server.process is not None
     redis_server.process.send_signal(signal.SIGSTOP)
     try:
@@ -520,15 +522,18 @@ async def test_a_redis_that_stops_answering_is_marked_down_within_two_timeouts(
 
 
 async def test_a_command_that_cannot_get_a_connection_in_time_is_skipped_redis_stays_up(
-    redis_server: RedisServer,
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """This replica's own congestion is not Redis failing: skip the command, keep the cache on."""
-    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.05)
+    # NOTE: a short wait for a turn, not a short command timeout: the commands that must
+    # succeed here (a cold connect, script loads) may take longer than 0.05 s on a busy machine
+    monkeypatch.setattr(redis_store, "_TURN_WAIT", 0.1)
+    store = RedisStore(redis_server.url, max_entries=1000)
     e = entry(1)
     await store.put(e)
     for _ in range(64):  # every connection busy with other requests' commands
         await store._turns.acquire()
-    assert await store.get(e.id) is None  # waited 4 x 0.05 s for a turn, then gave up
+    assert await store.get(e.id) is None  # waited 0.1 x 0.5 s for a turn, then gave up
     assert store.skipped_turns == 1 and store.available
     with pytest.raises(StoreUnavailable):  # strict: "could not read" is not "no entry"
         await store.get(e.id, strict=True)
