@@ -17,6 +17,7 @@ import httpx
 import openai
 import pytest
 
+from gateway import pipeline
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 
@@ -125,8 +126,9 @@ def test_a_failed_first_request_lets_the_others_call_the_model(
 def test_waiting_is_bounded_by_max_wait(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("cache: {coalesce: {max_wait: 0.3}}")
     started = time.perf_counter()
-    replies = asyncio.run(ask(gw, 3, {"delay": 1.5}))
-    assert time.perf_counter() - started < 2.9  # the waiting ones did not queue behind it
+    replies = asyncio.run(ask(gw, 3, {"delay": 3.0}))
+    # the waiting ones did not queue behind it: ~3.3 s (0.3 + 3), queued it would be 6 s
+    assert time.perf_counter() - started < 5.5
     assert upstream.stats["chat"] == 3
     assert all(r.headers["x-cache"] == "miss" for r in replies)
 
@@ -152,6 +154,14 @@ def test_requests_that_skip_the_cache_are_not_coalesced(
         assert all(r.headers["x-cache"] in ("miss", "refresh") for r in replies)
 
 
+async def until_upstream_called(upstream: FakeUpstream, n: int, timeout: float = 5.0) -> None:
+    """Until the upstream has had ``n`` chat calls (a leader registers its flight first)."""
+    deadline = time.monotonic() + timeout
+    while upstream.stats["chat"] < n:
+        assert time.monotonic() < deadline, f"{upstream.stats['chat']} upstream calls, not {n}"
+        await asyncio.sleep(0.02)
+
+
 def test_streams_do_not_wait_by_default_but_may_lead(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
@@ -163,13 +173,14 @@ def test_streams_do_not_wait_by_default_but_may_lead(
     assert len({text for _, text in streams}) == 3  # the fake numbers its answers
 
     # a stream in flight is a first request that plain requests wait for
+    before = upstream.stats["chat"]
+
     async def mixed() -> tuple[tuple[str, str], list[Any]]:
         stream = asyncio.create_task(ask_streams(gw, 1, {**fake, "tag": "mixed"}))
-        await asyncio.sleep(0.4)  # the stream is in flight
+        await until_upstream_called(upstream, before + 1)  # the stream is in flight
         plain = await ask(gw, 3, {**fake, "tag": "mixed"})
         return (await stream)[0], plain
 
-    before = upstream.stats["chat"]
     (cache, text), plain = asyncio.run(mixed())
     assert upstream.stats["chat"] - before == 1
     assert cache == "miss"
@@ -192,16 +203,16 @@ def test_first_request_cancelled_by_its_client_releases_the_others(
     """The first client hangs up: the waiting ones call the model instead of waiting on."""
     gw = make_gateway("cache: {coalesce: {streams: true}}")
     body = {"model": "fake-model", "messages": QUESTION, "stream": stream}
-    body["fake"] = {"delay": 2.0} if not stream else {"chunk_delay": 0.6}
+    body["fake"] = {"delay": 4.0} if not stream else {"chunk_delay": 0.6}
 
     async def run() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
             first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
-            await asyncio.sleep(0.6)  # the first one is in flight
+            await until_upstream_called(upstream, 1)  # the first one is in flight
             others = [
                 asyncio.create_task(http.post("/v1/chat/completions", json=body)) for _ in range(3)
             ]
-            await asyncio.sleep(0.4)  # the others wait for it
+            await asyncio.sleep(1.0)  # the others wait for it (nothing to watch: a pause)
             first.cancel()  # closes the first connection: the gateway cancels its upstream call
             return list(await asyncio.gather(*others))
 
@@ -237,11 +248,14 @@ class _HeldStore:
 
 
 def test_a_fresh_answer_is_stored_off_its_response_path_and_found_by_the_next_request(
-    make_gateway: Any, upstream: FakeUpstream
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The client has its answer while the cache write still waits; its next request (same
     scope, here the same question) waits for that write at its lookup and is an exact hit."""
     gw = make_gateway()
+    # (the wait for the write is bounded at 1 s; this test holds the write for 0.3 s, and a
+    # loaded machine could take the rest: here the bound is not what is tested)
+    monkeypatch.setattr(pipeline, "_WRITTEN_WAIT_S", 10.0)
     held = _HeldStore(gw)
     sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0, timeout=10)
 
@@ -304,7 +318,6 @@ def test_shutdown_waits_for_a_hanging_write_for_a_bounded_time(
 ) -> None:
     """A write still waiting at shutdown is given ``_DRAIN_S``, then cancelled: the gateway
     stops (it used to wait for the write however long it took)."""
-    from gateway import pipeline
 
     monkeypatch.setattr(pipeline, "_DRAIN_S", 0.5)
     gw = make_gateway()

@@ -321,9 +321,17 @@ def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
             return gw.http.post("/v1/chat/completions", json=body)
 
         assert ask("warm").status_code == 200  # the prefix now routes to one replica
+
+        def arrived() -> int:
+            return int(upstream_server.app.stats["chat"] + other.app.stats["chat"])
+
+        before = arrived()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            slow = pool.submit(ask, "slow", delay=1.5)
-            time.sleep(0.3)
+            slow = pool.submit(ask, "slow", delay=3)
+            deadline = time.monotonic() + 2.5
+            while arrived() == before and time.monotonic() < deadline:
+                time.sleep(0.02)  # until the slow answer holds its replica's one connection
+            assert arrived() == before + 1
             quick = ask("quick")
             assert quick.status_code == 200, quick.text
             assert slow.result().status_code == 200

@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.fake_upstream import FakeUpstream
 from tests.gateway.test_api import sse_chunks
 
 HEAD = {"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 1, "model": "m"}
@@ -200,13 +201,18 @@ def test_unreachable_after_retries_tells_clients_not_to_retry(
     assert response.headers["x-should-retry"] == "false"
 
 
-def test_all_connections_busy_is_503_upstream_busy(make_gateway: Any) -> None:
+def test_all_connections_busy_is_503_upstream_busy(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
     import threading
 
     gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
-    slow = threading.Thread(target=gw.chat, args=("slow",), kwargs={"fake": {"delay": 2}})
+    slow = threading.Thread(target=gw.chat, args=("slow",), kwargs={"fake": {"delay": 4}})
     slow.start()
-    time.sleep(0.5)  # the one connection is taken
+    deadline = time.monotonic() + 3
+    while upstream.stats["chat"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)  # until the slow request holds the one connection (it has arrived)
+    assert upstream.stats["chat"] == 1
     response = gw.chat("waiting")
     slow.join()
     assert response.status_code == 503  # not a 504 "timed out": the upstream is fine

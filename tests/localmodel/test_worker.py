@@ -104,7 +104,8 @@ async def test_stream_yields_deltas_then_finished_and_never_blocks_the_loop() ->
     assert [e.text for e in events if isinstance(e, TextDelta)] == list("012345")
     assert isinstance(events[-1], Finished)
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
-    assert len(ticks) > 10 and max(gaps) < 0.2  # the 0.3 s of "forward passes" ran elsewhere
+    # the 0.3 s of "forward passes" ran elsewhere (0.29: a loaded machine may stall a tick)
+    assert len(ticks) > 10 and max(gaps) < 0.29
 
 
 async def test_max_batch_one_serves_requests_one_after_another_in_order() -> None:
