@@ -545,6 +545,7 @@ class RedisStore:
             self._answered_at = time.monotonic()
             return result
         except ResponseError as exc:  # Redis answered, refusing this command: it is not down
+            self._answered_at = time.monotonic()
             log.warning("response cache: Redis refused a command (%s)", exc)
             return default
         except (TimeoutError, RedisError, OSError) as exc:

@@ -497,6 +497,19 @@ async def test_a_slow_command_while_redis_answers_others_does_not_mark_redis_dow
     await store.close()
 
 
+async def test_a_refusal_is_redis_answering_too(redis_server: RedisServer) -> None:
+    """A command Redis refused (WRONGTYPE here) while another was stuck shows Redis is up."""
+    store = RedisStore(redis_server.url, max_entries=1000, timeout=1.0)
+    await store.put(entry(1))
+    await store._redis.set("plain", b"x")
+    stuck = asyncio.create_task(store._call(lambda: store._redis.blpop(["nothing"], timeout=5)))
+    await asyncio.sleep(0.2)
+    assert await store._call(lambda: store._redis.lpush("plain", b"y")) is None  # refused
+    assert await stuck is None
+    assert store.slow_commands == 1 and store.available
+    await store.close()
+
+
 async def test_a_redis_that_stops_answering_is_marked_down_within_two_timeouts(
     redis_server: RedisServer,
 ) -> None:
