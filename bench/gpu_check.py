@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         results["streams"] = concurrent_streams(engine, streams, args.tokens)
         if on_cuda:
             levels = sorted({1, 8, max(streams)})
-            results["cudnn_sdpa"] = cudnn_side_by_side(engine, levels, args.tokens)
+            results["cudnn_side_by_side"] = cudnn_side_by_side(engine, levels, args.tokens)
     save_json("gpu_check", results)
     return 0 if all(c["ok"] for c in checks) else 1
 
