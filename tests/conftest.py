@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,14 @@ def make_gateway(
     yield make
     for gateway in started:
         gateway.stop()
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 15.0) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "condition not met in time"
+        time.sleep(0.05)
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> None:

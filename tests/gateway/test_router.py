@@ -13,7 +13,7 @@ import pytest
 
 from gateway.config import load_config_text
 from gateway.router import PrefixRouter, prompt_text
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
 SYSTEM_A = "system\x1fYou are a support agent for ACME Corp. Be polite and precise.\x1e"
@@ -328,9 +328,8 @@ def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
         before = arrived()
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             slow = pool.submit(ask, "slow", delay=3)
-            deadline = time.monotonic() + 2.5
-            while arrived() == before and time.monotonic() < deadline:
-                time.sleep(0.02)  # until the slow answer holds its replica's one connection
+            # until the slow answer holds its replica's one connection
+            wait_for(lambda: arrived() > before, timeout=2.5)
             assert arrived() == before + 1
             quick = ask("quick")
             assert quick.status_code == 200, quick.text

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from typing import Any
 
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream
 
 
@@ -24,13 +23,6 @@ def open_stream_and_stop_reading(gw: Gateway, body: dict[str, Any]) -> socket.so
         + payload
     )
     return client
-
-
-def wait_for(condition: Any, timeout: float = 15.0) -> None:
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, "condition not met in time"
-        time.sleep(0.05)
 
 
 def test_a_stream_nobody_reads_ends_after_stream_idle_timeout(

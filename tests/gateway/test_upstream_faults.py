@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.conftest import wait_for
 from tests.fake_upstream import FakeUpstream
 from tests.gateway.test_api import sse_chunks
 
@@ -209,9 +210,7 @@ def test_all_connections_busy_is_503_upstream_busy(
     gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
     slow = threading.Thread(target=gw.chat, args=("slow",), kwargs={"fake": {"delay": 4}})
     slow.start()
-    deadline = time.monotonic() + 3
-    while upstream.stats["chat"] < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)  # until the slow request holds the one connection (it has arrived)
+    wait_for(lambda: upstream.stats["chat"] >= 1, timeout=3)  # it holds the one connection
     assert upstream.stats["chat"] == 1
     response = gw.chat("waiting")
     slow.join()
