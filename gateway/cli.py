@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import re
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
@@ -344,6 +345,11 @@ def _prepare_semantic(semantic: SemanticCacheConfig) -> int:
 
 
 def _setup_logging(level: str) -> None:
+    # NOTE: transformers draws a progress bar ("Loading weights: 45%|...") on every model
+    # load; in a server's log, which is not a terminal, it is carriage-return noise between
+    # the log lines. Set before transformers is first imported (it reads it then); a user's
+    # own HF_HUB_DISABLE_PROGRESS_BARS=0 still wins.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

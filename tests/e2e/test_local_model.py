@@ -55,6 +55,8 @@ def test_sdk_against_the_local_model(serve: Any, bundled_model_dir: Path, tmp_pa
         max_tokens=10,
     )
     assert again.headers["x-cache"] == "exact" and again.parse().choices[0].message.content == text
+    log = gateway.log.read_text()  # one line per event: no progress bar drawn by transformers
+    assert "local model smollm2 loaded" in log and "Loading weights" not in log
 
 
 def test_gateway_in_front_of_a_worker(serve: Any, bundled_model_dir: Path, tmp_path: Path) -> None:
