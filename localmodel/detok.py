@@ -42,6 +42,14 @@ class IncrementalDetokenizer:
     ``tokens[prefix_offset:read_offset]`` is a window already emitted; decoding it and the
     window extended to the newest token, the difference is the new text. Special tokens are
     skipped (chat markers never reach the client).
+
+    A context that ends mid-character (a token-id prompt cut inside a character, its last
+    token carrying the first bytes) decodes to a trailing U+FFFD. A completion that
+    finishes the character emits it whole, as the text of prompt + completion shows it:
+    prompt ``Hello`` + the first bytes of 🌍, completion its last bytes + `` world``, streams
+    ``"🌍 world"``, where decoding the completion's ids alone starts with U+FFFDs. A
+    completion that does not finish it does not emit it: that broken character is the
+    prompt's, and no U+FFFD of the prompt's making reaches the client.
     """
 
     def __init__(self, tokenizer: Any, context: Sequence[int] = ()) -> None:
@@ -53,19 +61,31 @@ class IncrementalDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one token; return the text it completes (often ``""`` mid-character)."""
         self._tokens.append(token_id)
-        prefix_text = self._decode(self._prefix_offset, self._read_offset)
-        new_text = self._decode(self._prefix_offset, len(self._tokens))
-        if len(new_text) <= len(prefix_text) or new_text.endswith(_REPLACEMENT):
+        new_text, emitted = self._window()
+        if len(new_text) <= emitted or new_text.endswith(_REPLACEMENT):
             return ""  # NOTE: an unfinished multi-byte character decodes to U+FFFD; wait for more
         self._prefix_offset, self._read_offset = self._read_offset, len(self._tokens)
-        return new_text[len(prefix_text) :]
+        return new_text[emitted:]
 
     def flush(self) -> str:
         """Text still held back at the end of generation (may contain U+FFFD if truly broken)."""
-        prefix_text = self._decode(self._prefix_offset, self._read_offset)
-        new_text = self._decode(self._prefix_offset, len(self._tokens))
+        new_text, emitted = self._window()
         self._prefix_offset = self._read_offset = len(self._tokens)
-        return new_text[len(prefix_text) :]
+        return new_text[emitted:]
+
+    def _window(self) -> tuple[str, int]:
+        """The window decoded to the newest token, and how many of its characters were emitted.
+
+        NOTE: the read offset only moves to a token that ends a character, so the emitted
+        text is a prefix of the new text, except where the context ended mid-character:
+        there its trailing U+FFFD turns into the finished character, so only the start the
+        two share counts as emitted.
+        """
+        emitted_text = self._decode(self._prefix_offset, self._read_offset)
+        new_text = self._decode(self._prefix_offset, len(self._tokens))
+        if not emitted_text.endswith(_REPLACEMENT):
+            return new_text, len(emitted_text)
+        return new_text, _shared_prefix_len(emitted_text, new_text)
 
     def _decode(self, start: int, stop: int) -> str:
         return str(
@@ -123,3 +143,8 @@ class StopMatcher:
                     longest = size
                     break
         return longest
+
+
+def _shared_prefix_len(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

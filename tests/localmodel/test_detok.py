@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from localmodel.detok import IncrementalDetokenizer, StopMatcher
+from localmodel import Engine, SamplingParams, TextDelta
+from localmodel.detok import CONTEXT_TOKENS, IncrementalDetokenizer, StopMatcher
 
 TEXTS = [
     "héllo 🌍 世界 🎉 — ok",
@@ -39,6 +40,54 @@ def test_context_tokens_are_not_emitted_and_specials_are_skipped(tokenizer: Any)
     assert "".join(pieces) == "Bonjour 🌍!"
     detok = IncrementalDetokenizer(tokenizer, context)
     assert detok.push(tokenizer.convert_tokens_to_ids("<|im_end|>")) == ""
+
+
+def _cuts_mid_character(tokenizer: Any, ids: list[int]) -> list[int]:
+    """Where a prompt of ``ids[:cut]`` ends inside a character (its text ends in U+FFFD)."""
+    return [cut for cut in range(1, len(ids)) if tokenizer.decode(ids[:cut]).endswith("\ufffd")]
+
+
+def _complete_text(tokenizer: Any, ids: list[int]) -> str:
+    """The text of ``ids`` up to its last complete character."""
+    return str(tokenizer.decode(ids)).removesuffix("\ufffd")
+
+
+@pytest.mark.parametrize("text", TEXTS[:3])
+def test_a_prompt_ending_mid_character_streams_that_character_whole(
+    tokenizer: Any, text: str
+) -> None:
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    cuts = _cuts_mid_character(tokenizer, ids)
+    assert cuts  # the text has characters split across tokens
+    for cut in cuts:
+        prompt, completion = ids[:cut], ids[cut:]
+        detok = IncrementalDetokenizer(tokenizer, prompt[-CONTEXT_TOKENS:])
+        pieces = [*(detok.push(t) for t in completion), detok.flush()]
+        assert all("\ufffd" not in piece for piece in pieces), (cut, pieces)
+        shown = _complete_text(tokenizer, prompt)  # the split character is not in it
+        assert "".join(pieces) == text[len(shown) :], cut
+
+
+def test_a_character_the_completion_does_not_finish_stays_the_prompts(tokenizer: Any) -> None:
+    ids = tokenizer.encode("Hello 🌍", add_special_tokens=False)
+    prompt = ids[: _cuts_mid_character(tokenizer, ids)[0]]
+    detok = IncrementalDetokenizer(tokenizer, prompt)
+    pieces = [detok.push(t) for t in tokenizer.encode(" world", add_special_tokens=False)]
+    assert "".join([*pieces, detok.flush()]) == " world"
+
+
+def test_engine_streams_a_character_the_prompt_began(engine: Engine) -> None:
+    tokenizer = engine.tokenizer
+    ids = tokenizer.encode("Hello 🌍", add_special_tokens=False)
+    prompt = ids[: _cuts_mid_character(tokenizer, ids)[0]]  # token ids: /v1/completions allows it
+    params = SamplingParams(temperature=0.0, max_tokens=2)
+    request = engine.prepare(prompt, params, namespace="detok")
+    streamed = "".join(e.text for e in engine.generate(request) if isinstance(e, TextDelta))
+    choice = engine.complete(engine.prepare(prompt, params, namespace="detok")).choices[0]
+    whole = str(tokenizer.decode([*prompt, *choice.token_ids]))
+    assert "\ufffd" not in whole  # the bundled model finishes the emoji in its two tokens
+    assert streamed == choice.text == whole[len(_complete_text(tokenizer, prompt)) :]
+    assert choice.text and "\ufffd" not in choice.text
 
 
 def test_stop_matcher_without_stops_passes_text_through() -> None:
