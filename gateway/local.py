@@ -18,7 +18,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,18 +53,31 @@ _KEEPALIVE_EVERY = 15.0
 
 
 class LocalBackend:
-    """A ``local`` model: loads in the background; ``ready()`` turns true once it has."""
+    """A ``local`` model: loads in the background; ``ready()`` turns true once it has.
+
+    ``load`` builds the engine on a worker thread (default: load the model and warm it up);
+    tests pass one whose timing they control.
+    """
 
     forwards_client_auth = False
     apis = frozenset({"chat", "completion"})  # others through their adapter's chat bridge
 
-    def __init__(self, name: str, config: LocalModelConfig, engine_config: EngineConfig) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: LocalModelConfig,
+        engine_config: EngineConfig,
+        *,
+        load: Callable[[EngineConfig], Engine] | None = None,
+    ) -> None:
         self.name = name
         self.config = config
         self.engine_config = engine_config
+        self._load_engine = load or _load_and_warm
         self._engine: AsyncEngine | None = None
         self._loader: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._closed = False
         self._created = int(time.time())
 
     @classmethod
@@ -112,8 +125,16 @@ class LocalBackend:
         return repr(self._error) if self._error is not None else None
 
     async def close(self) -> None:
+        """Stop serving and close the engine, waiting for a load still in progress.
+
+        NOTE: a load runs on a thread that cannot be interrupted: cancelling its task only
+        drops the engine it makes, disk writer thread and files still open. So close waits
+        for the load (one not yet begun does not begin), and ``_load`` closes the engine that
+        arrives after close, even if this wait is itself cancelled.
+        """
+        self._closed = True
         if self._loader is not None and not self._loader.done():
-            self._loader.cancel()
+            await asyncio.shield(self._loader)
         if self._engine is not None:
             await self._engine.aclose()
 
@@ -190,12 +211,17 @@ class LocalBackend:
     # -- helpers ---------------------------------------------------------------------------
 
     async def _load(self) -> None:
+        if self._closed:
+            return
         started = time.perf_counter()
         try:
-            engine = await asyncio.to_thread(_load_and_warm, self.engine_config)
+            engine = await asyncio.to_thread(self._load_engine, self.engine_config)
         except Exception as exc:
             self._error = exc
             log.exception("local model %s failed to load", self.name)
+            return
+        if self._closed:  # close() came during the load: no one will serve or close it
+            await asyncio.to_thread(engine.close)
             return
         self._engine = AsyncEngine(engine, name=f"localmodel-{self.name}")
         self._engine.start()
@@ -207,10 +233,15 @@ class LocalBackend:
         if self._engine is None:
             raise APIError(
                 503,
-                f"The local model `{self.name}` is not available: {self._error or 'not started'}",
+                f"The local model `{self.name}` is not available: {self._why_unavailable()}",
                 code="model_unavailable",
             )
         return self._engine
+
+    def _why_unavailable(self) -> str:
+        if self._error is not None:
+            return str(self._error)
+        return "shut down" if self._closed else "not started"
 
     async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
         body = request.body
