@@ -62,7 +62,8 @@ class Metrics:
         )
         self.stream_errors = counter(
             "cachegate_stream_errors",
-            "Streams that ended without [DONE]: an error event (its code) or client_disconnected.",
+            "Streams that ended without [DONE]: an error event (its code), client_disconnected or "
+            "client_stuck.",
             ["route", "model", "code"],
         )
         self.semantic_audits = counter(

@@ -356,9 +356,10 @@ def semantic_settings(config: Config) -> SemanticSettings | None:
 
 
 def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
-    metrics.gauges(
-        "cachegate_cache", "Response cache", lambda: _flat(cache.stats()), _CACHE_COUNTERS
-    )
+    def flat() -> dict[str, float]:  # (semantic_skipped: the labelled series below)
+        return _flat({k: v for k, v in cache.stats().items() if k != "semantic_skipped"})
+
+    metrics.gauges("cachegate_cache", "Response cache", flat, _CACHE_COUNTERS)
     metrics.labelled_gauges(  # cachegate_semantic_skipped_total{reason="overload"}
         "cachegate_semantic",
         "Semantic steps skipped",
@@ -414,7 +415,7 @@ def _entry_store(config: Config) -> EntryStore:
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|store_failures|evictions"
     r"|expirations"
-    r"|too_long_for_semantic|store_skipped_commands|store_slow_commands|semantic_skipped_\w+"
+    r"|too_long_for_semantic|store_skipped_commands|store_slow_commands"
     r"|embedder_(waits|wait_seconds|texts_encoded)"
 )
 _BACKEND_COUNTERS = re.compile(
@@ -422,6 +423,7 @@ _BACKEND_COUNTERS = re.compile(
     r"|prefix_disk_(queries|hits|hit_tokens|served_tokens|read_errors|offered|dropped"
     r"|written_tokens|files_written|write_errors|evicted_tokens)"
     r"|kv_pool_(preemptions|copied_pages)"
+    r"|prompt_caching_(requests|marks_added)"
     r"|routing_routed_\w+"
 )
 

@@ -317,6 +317,9 @@ def test_automatic_cache_control_turns_into_cache_reads(
     assert "cache_control" not in str(fake.bodies[-1])
     counters = gw.http.get("/admin/stats").json()["backends"]["claude"]["prompt_caching"]
     assert counters["requests"] == 2 and counters["marks_added"] == 4
+    metrics = gw.http.get("/metrics").text  # counts that only go up are counters
+    assert "# TYPE cachegate_backend_prompt_caching_requests_total counter" in metrics
+    assert 'cachegate_backend_prompt_caching_marks_added_total{model="claude"} 4' in metrics
 
 
 def test_the_ledger_counts_anthropic_cache_reads_and_writes(

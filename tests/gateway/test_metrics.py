@@ -96,6 +96,8 @@ def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpst
     assert sample(metrics, "cachegate_cache_hits_exact_total") == 1
     assert sample(metrics, "cachegate_cache_stores_total") == 1
     assert "# TYPE cachegate_cache_entries gauge" in metrics  # a level, not a count
+    assert 'cachegate_semantic_skipped_total{reason="overload"}' in metrics
+    assert "cachegate_cache_semantic_skipped" not in metrics  # (not twice under two names)
     assert sample(metrics, "cachegate_cache_entries") == 1
     page = gw.http.get("/dashboard")
     assert page.headers["content-type"] == "text/html; charset=utf-8"
