@@ -81,17 +81,18 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/admin/cache/tightening/reset", status_code=200)
 async def reset_tightening(request: Request[Any, Any, Any]) -> Response[Any]:
     """Undo auto-tighten (``cache.semantic.auto_tighten``): every scope's verifier threshold back
-    to the configured one, or only those of ``{"model": ..., "namespace": ...}`` (either)."""
+    to the configured one, or only those of ``{"tenant": ..., "model": ..., "namespace": ...}``
+    (any of them; ``tenant`` as ``/admin/stats`` shows it in ``cache.audit.estimates``)."""
     runtime = _authorized(request)
     if isinstance(runtime, Response):
         return runtime
-    body = await _object(request, ("model", "namespace"))
+    body = await _object(request, ("tenant", "model", "namespace"))
     if isinstance(body, Response):
         return body
     auditor = runtime.auditor
     if auditor is None or auditor.tightening is None:
         return _error(APIError(400, "Auto-tighten is off (cache.semantic.auto_tighten)."))
-    reset = auditor.tightening.reset(body.get("model"), body.get("namespace"))
+    reset = auditor.tightening.reset(body.get("tenant"), body.get("model"), body.get("namespace"))
     return Response(_encode({"reset": reset}), media_type="application/json")
 
 

@@ -150,13 +150,13 @@ def _audit(audit: dict[str, Any] | None) -> None:
     print(f"semantic audit: {100 * audit['rate']:g}% of semantic hits re-asked, answers "
           f"compared by {audit['comparison']}, {audit['running']} running")  # fmt: skip
     rows = [
-        [a["model"], a["namespace"] or '""', a["audits"], a["wrong"],
+        [a["tenant"], a["model"], a["namespace"] or '""', a["audits"], a["wrong"],
          f"{100 * a['false_hit_rate']:.2f}%" if a["audits"] else "-",
          "{:.2f}% - {:.2f}%".format(*(100 * v for v in a["interval95"])) if a["audits"] else "-",
          a["errors"], a["dropped"]]
         for a in audit["estimates"]
     ]  # fmt: skip
-    head = ["MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
+    head = ["TENANT", "MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
             "ERRORS", "DROPPED"]  # fmt: skip
     if tighten := audit.get("auto_tighten"):
         print(f"auto-tighten: above {100 * tighten['bound']:g}% wrong, "

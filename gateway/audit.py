@@ -11,15 +11,17 @@ background:
              the backend directly, past the response cache, and a Responses request is sent
              with ``store: false`` (the upstream keeps no response object either)
     judge    the fresh answer against the served one (semantic.audit.Audit.judge)
-    count    ``cachegate_semantic_audits_total{model,verdict}``, the estimate per model and
-             namespace (/admin/stats ``cache.audit``), and the call's cost in the usage ledger
-             (``audit_*`` fields: spending, never savings)
+    count    ``cachegate_semantic_audits_total{model,verdict}``, the estimate per tenant,
+             model and namespace (/admin/stats ``cache.audit``), and the call's cost in the
+             usage ledger (``audit_*`` fields: spending, never savings)
 
 With ``cache.semantic.auto_tighten`` on, every judged verdict also feeds a
-:class:`semantic.audit.Tightening`: a (model, namespace) whose audits show, window by window,
-more wrong hits than ``max_wrong_rate`` gets a stricter verifier score threshold
-(:meth:`Auditor.score_threshold`, read by the pipeline at every lookup), counted in
-``cachegate_semantic_tightenings_total{model}`` and logged.
+:class:`semantic.audit.Tightening`: a scope (tenant, model, namespace: :func:`audit_scope`)
+whose audits show, window by window, more wrong hits than ``max_wrong_rate`` gets a stricter
+verifier score threshold (:meth:`Auditor.score_threshold`, read by the pipeline at every
+lookup), counted in ``cachegate_semantic_tightenings_total{model}`` and logged. Tenants never
+share a scope: one tenant's wrong hits (or its reset) leave every other tenant's threshold as
+it was, as they never share a cached answer either.
 
 At most ``audit_max_concurrency`` audits run at once; a hit sampled while they all run is
 counted ``dropped`` rather than queued (an audit is worth less than the capacity it takes from
@@ -38,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semantic.audit import Audit, Tightening, Verdict
+from semantic.audit import Audit, AuditScope, Tightening, Verdict
 
 from .canonical import Adapter, Answer, GatewayRequest
 from .ledger import Ledger, usage_of
@@ -47,7 +49,7 @@ from .metrics import Metrics
 if TYPE_CHECKING:
     from semantic.cache import ResponseCache
 
-__all__ = ["AuditJob", "Auditor"]
+__all__ = ["AuditJob", "Auditor", "audit_scope"]
 
 log = logging.getLogger(__name__)
 
@@ -107,12 +109,12 @@ class Auditor:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    def score_threshold(self, model: str, namespace: str) -> float | None:
-        """The verifier score threshold auto-tighten set for this scope; None: the configured
-        one (or auto-tighten is off)."""
+    def score_threshold(self, request: GatewayRequest) -> float | None:
+        """The verifier score threshold auto-tighten set for the request's scope; None: the
+        configured one (or auto-tighten is off)."""
         if self.tightening is None:
             return None
-        return self.tightening.threshold(model, namespace)
+        return self.tightening.threshold(audit_scope(request))
 
     @property
     def running(self) -> int:
@@ -127,8 +129,8 @@ class Auditor:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def stats(self) -> dict[str, Any]:
-        """``cache.audit`` of /admin/stats: the sampling rate and, per model and namespace,
-        the verdicts with the estimated false-hit rate and its 95% interval."""
+        """``cache.audit`` of /admin/stats: the sampling rate and, per tenant, model and
+        namespace, the verdicts with the estimated false-hit rate and its 95% interval."""
         estimates = self.audit.stats()
         out: dict[str, Any] = {
             "rate": self.audit.rate,
@@ -140,7 +142,8 @@ class Auditor:
         if (tightening := self.tightening) is not None:
             out["auto_tighten"] = {"bound": tightening.bound, "window": tightening.window}
             for row in estimates:
-                row["tightened"] = tightening.state(row["model"], row["namespace"])
+                scope = AuditScope(row["tenant"], row["model"], row["namespace"])
+                row["tightened"] = tightening.state(scope)
         return out
 
     # -- helpers ---------------------------------------------------------------------------
@@ -171,29 +174,33 @@ class Auditor:
         self._count(job, verdict)
 
     def _count(self, job: AuditJob, verdict: Verdict) -> None:
-        model, namespace = job.request.model, job.request.control.namespace
-        self.audit.record(model, namespace, verdict)
-        self._metrics.semantic_audits.labels(model, verdict).inc()
+        scope = audit_scope(job.request)
+        self.audit.record(scope, verdict)
+        self._metrics.semantic_audits.labels(scope.model, verdict).inc()
         # NOTE: a hit served under the request's own threshold (x-cache-threshold) says
         # nothing of the configured one: it counts in the estimate, not toward tightening
         if self.tightening is not None and job.request.control.threshold is None:
-            self._tighten(self.tightening, model, namespace, verdict)
+            self._tighten(self.tightening, scope, verdict)
 
-    def _tighten(
-        self, tightening: Tightening, model: str, namespace: str, verdict: Verdict
-    ) -> None:
+    def _tighten(self, tightening: Tightening, scope: AuditScope, verdict: Verdict) -> None:
         cache = self._cache
         calibration = cache.verifier.calibration if cache.verifier is not None else None
         if calibration is None or cache.score_threshold is None:
             return  # the verifier is not loaded: no calibrated threshold to step from
         stepped = tightening.observe(
-            model, namespace, verdict, base=cache.score_threshold, stricter=calibration.stricter
+            scope, verdict, base=cache.score_threshold, stricter=calibration.stricter
         )
         if stepped is not None:
-            self._metrics.semantic_tightenings.labels(model).inc()
+            self._metrics.semantic_tightenings.labels(scope.model).inc()
             log.warning(
-                "auto-tighten: audits of model %s, namespace %r show more than %.2g%% wrong "
-                "hits; its verifier score threshold is now %.4f%s", model, namespace,
-                100 * tightening.bound, stepped,
+                "auto-tighten: audits of tenant %r, model %s, namespace %r show more than "
+                "%.2g%% wrong hits; its verifier score threshold is now %.4f%s", scope.tenant,
+                scope.model, scope.namespace, 100 * tightening.bound, stepped,
                 " (no semantic hits)" if stepped >= 1.0 else "",
             )  # fmt: skip
+
+
+def audit_scope(request: GatewayRequest) -> AuditScope:
+    """Where a request's audits count and its threshold is tightened: its tenant (the one its
+    cache key holds: ``request`` as routed), model and namespace."""
+    return AuditScope(request.tenant, request.model, request.control.namespace)

@@ -418,10 +418,10 @@ class SemanticCacheConfig(_Base, frozen=True):
     audit_rate: Fraction = 0.01
     #: Audits running at once; a hit sampled while they all run is counted "dropped".
     audit_max_concurrency: PositiveInt = 2
-    #: Raise a (model, namespace)'s verifier score threshold one calibrated step when its
-    #: audits show more wrong hits than max_wrong_rate: the Wilson 95% upper bound of a window
-    #: of judged audits exceeds it (windows of the fewest audits that can clear it: 73 at 0.05,
-    #: 189 at 0.02). Needs max_wrong_rate, audit_rate > 0 and the verifier deciding. Per
+    #: Raise a (tenant, model, namespace)'s verifier score threshold one calibrated step when
+    #: its audits show more wrong hits than max_wrong_rate: the Wilson 95% upper bound of a
+    #: window of judged audits exceeds it (windows of the fewest audits that can clear it: 73 at
+    #: 0.05, 189 at 0.02). Needs max_wrong_rate, audit_rate > 0 and the verifier deciding. Per
     #: process, in memory; undone by a restart or POST /admin/cache/tightening/reset.
     auto_tighten: bool = False
 

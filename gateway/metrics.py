@@ -74,8 +74,8 @@ class Metrics:
         )
         self.semantic_tightenings = counter(
             "cachegate_semantic_tightenings",
-            "Steps auto-tighten took: a (model, namespace) whose audits showed more wrong hits "
-            "than cache.semantic.max_wrong_rate got a stricter verifier threshold.",
+            "Steps auto-tighten took: a (tenant, model, namespace) whose audits showed more wrong "
+            "hits than cache.semantic.max_wrong_rate got a stricter verifier threshold.",
             ["model"],
         )
         self.coalesced = counter(

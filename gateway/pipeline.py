@@ -335,7 +335,7 @@ class Pipeline:
         """The verifier score threshold auto-tighten set for the request's scope, if any."""
         if self.auditor is None:
             return None
-        return self.auditor.score_threshold(request.model, request.control.namespace)
+        return self.auditor.score_threshold(request)
 
     def _replay(
         self, request: GatewayRequest, adapter: Adapter, found: Lookup, key: CacheKey

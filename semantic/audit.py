@@ -2,14 +2,14 @@
 
 A sampled share (``audit_rate``) of semantic hits is, after being served as usual, also sent to
 its model in the background; the fresh answer is compared with the served one and the verdict
-counted per (model, namespace). The wrong share with a Wilson 95% interval is the live estimate
-of the false-hit rate:
+counted per :class:`AuditScope` (tenant, model, namespace). The wrong share with a Wilson 95%
+interval is the live estimate of the false-hit rate:
 
-    >>> audit = Audit(rate=0.01, seed=1)
+    >>> audit, scope = Audit(rate=0.01, seed=1), AuditScope("acme", "gpt-4o", "")
     >>> if audit.sample():                       # this hit is audited
     ...     verdict = await audit.judge(served_text, fresh_text, verifier=v, embedder=e)
-    ...     audit.record("gpt-4o", "default", verdict)          # "ok" | "wrong"
-    >>> audit.estimate("gpt-4o", "default")      # Estimate(audits=..., wrong=..., low=..., high=...)
+    ...     audit.record(scope, verdict)         # "ok" | "wrong"
+    >>> audit.estimate(scope)                    # Estimate(audits=..., wrong=..., low=..., high=...)
 
 The comparison (:meth:`Audit.judge`), in order:
 
@@ -31,7 +31,7 @@ Audits that could not be judged are counted apart, never in the estimate: ``erro
 call failed or timed out) and ``dropped`` (too many audits already running: shed, not queued).
 
 Auto-tighten (:class:`Tightening`, ``cache.semantic.auto_tighten``, off by default): the judged
-audits of each (model, namespace) are read in windows of :func:`window_size` ``(bound)`` audits,
+audits of each scope (tenant, model, namespace) are read in windows of :func:`window_size` ``(bound)`` audits,
 the fewest with which a clean window (no wrong verdict) can show the rate is under ``bound``.
 At the end of a window whose Wilson 95% upper bound exceeds ``bound``, the scope's verifier
 score threshold moves one calibrated step up (``Calibration.stricter``: the wrong rate measured
@@ -54,6 +54,7 @@ from typing import Any, Literal, Protocol
 __all__ = [
     "VERDICTS",
     "Audit",
+    "AuditScope",
     "Estimate",
     "Tightening",
     "Verdict",
@@ -76,6 +77,21 @@ class _Verifier(Protocol):
 
 class _Embedder(Protocol):
     async def embed(self, text: str, *, max_wait: float | None = None) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AuditScope:
+    """Where audits are counted and thresholds tightened: the tenant, model and namespace of
+    the audited hits, so one tenant's wrong hits never tighten another tenant's scope.
+
+    NOTE: the tenant is the one the response cache keys by (``GatewayRequest.tenant`` after
+    routing: with a front gateway's partition, or the client's key digest), so a tightened
+    threshold applies exactly where the audited answers could be served.
+    """
+
+    tenant: str
+    model: str
+    namespace: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +148,7 @@ class Audit:
         self.same_similarity = same_similarity
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._counts: dict[tuple[str, str], dict[Verdict, int]] = {}  # (model, ns) -> counts
+        self._counts: dict[AuditScope, dict[Verdict, int]] = {}
 
     def sample(self) -> bool:
         """Whether to audit this hit."""
@@ -162,25 +178,27 @@ class Audit:
             return "ok" if float(a @ b) >= self.same_similarity else "wrong"
         return "ok"
 
-    def record(self, model: str, namespace: str, verdict: Verdict) -> None:
+    def record(self, scope: AuditScope, verdict: Verdict) -> None:
         with self._lock:
-            counts = self._counts.setdefault((model, namespace), dict.fromkeys(VERDICTS, 0))
+            counts = self._counts.setdefault(scope, dict.fromkeys(VERDICTS, 0))
             counts[verdict] += 1
 
-    def estimate(self, model: str, namespace: str) -> Estimate:
+    def estimate(self, scope: AuditScope) -> Estimate:
         with self._lock:
-            counts = dict(self._counts.get((model, namespace)) or dict.fromkeys(VERDICTS, 0))
+            counts = dict(self._counts.get(scope) or dict.fromkeys(VERDICTS, 0))
         judged = counts["ok"] + counts["wrong"]
         return Estimate(judged, counts["wrong"], *wilson(counts["wrong"], judged))
 
     def stats(self) -> list[dict[str, Any]]:
-        """Per (model, namespace): the verdicts, the estimate and its interval (admin stats)."""
+        """Per scope (tenant, model, namespace): the verdicts, the estimate and its interval
+        (admin stats)."""
         with self._lock:
             rows = sorted((key, dict(counts)) for key, counts in self._counts.items())
         out = []
-        for (model, namespace), counts in rows:
-            e = self.estimate(model, namespace)
-            out.append({"model": model, "namespace": namespace, "audits": e.audits,
+        for scope, counts in rows:
+            e = self.estimate(scope)
+            out.append({"tenant": scope.tenant, "model": scope.model,
+                        "namespace": scope.namespace, "audits": e.audits,
                         "wrong": e.wrong, "errors": counts["error"], "dropped": counts["dropped"],
                         "false_hit_rate": round(e.rate, 6),
                         "interval95": [round(e.low, 4), round(e.high, 4)]})  # fmt: skip
@@ -207,30 +225,31 @@ class _Scope:
 
 
 class Tightening:
-    """Per (model, namespace), the verifier score threshold that auto-tighten has set (see the
-    module docstring). Thread-safe; in memory: a restart, or :meth:`reset`, undoes it.
+    """Per :class:`AuditScope` (tenant, model, namespace), the verifier score threshold that
+    auto-tighten has set (see the module docstring). Thread-safe; in memory: a restart, or
+    :meth:`reset`, undoes it.
 
-        >>> t = Tightening(bound=0.5)                     # windows of 4 judged audits
+        >>> t, scope = Tightening(bound=0.5), AuditScope("acme", "m", "ns")  # windows of 4
         >>> for _ in range(4):
-        ...     stepped = t.observe("m", "ns", "wrong", base=0.87, stricter=lambda x: x + 0.06)
-        >>> stepped, t.threshold("m", "ns")               # (0.93, 0.93): one step up
+        ...     stepped = t.observe(scope, "wrong", base=0.87, stricter=lambda x: x + 0.06)
+        >>> stepped, t.threshold(scope)                   # (0.93, 0.93): one step up
+        >>> t.threshold(AuditScope("other", "m", "ns"))   # None: another tenant's is its own
     """
 
     def __init__(self, bound: float) -> None:
         self.bound = bound
         self.window = window_size(bound)
         self._lock = threading.Lock()
-        self._scopes: dict[tuple[str, str], _Scope] = {}
+        self._scopes: dict[AuditScope, _Scope] = {}
 
-    def threshold(self, model: str, namespace: str) -> float | None:
+    def threshold(self, scope: AuditScope) -> float | None:
         """The scope's tightened score threshold; None: the configured one applies."""
-        scope = self._scopes.get((model, namespace))
-        return None if scope is None else scope.threshold
+        held = self._scopes.get(scope)
+        return None if held is None else held.threshold
 
     def observe(
         self,
-        model: str,
-        namespace: str,
+        scope: AuditScope,
         verdict: Verdict,
         *,
         base: float,
@@ -241,35 +260,38 @@ class Tightening:
         if verdict not in ("ok", "wrong"):
             return None  # not judged: no evidence either way
         with self._lock:
-            scope = self._scopes.setdefault((model, namespace), _Scope())
+            held = self._scopes.setdefault(scope, _Scope())
             if verdict == "wrong":
-                scope.wrong += 1
+                held.wrong += 1
             else:
-                scope.ok += 1
-            n = scope.ok + scope.wrong
+                held.ok += 1
+            n = held.ok + held.wrong
             if n < self.window:
                 return None
-            high = wilson(scope.wrong, n)[1]
-            scope.ok = scope.wrong = 0  # a new window, whatever the decision
-            current = base if scope.threshold is None else scope.threshold
+            high = wilson(held.wrong, n)[1]
+            held.ok = held.wrong = 0  # a new window, whatever the decision
+            current = base if held.threshold is None else held.threshold
             if high <= self.bound or current >= 1.0:
                 return None
-            scope.threshold = stricter(current)
-            scope.steps += 1
-            return scope.threshold
+            held.threshold = stricter(current)
+            held.steps += 1
+            return held.threshold
 
-    def reset(self, model: str | None = None, namespace: str | None = None) -> int:
+    def reset(
+        self, tenant: str | None = None, model: str | None = None, namespace: str | None = None
+    ) -> int:
         """Forget the tightening of matching scopes (None matches any); how many were reset."""
         with self._lock:
             keys = [k for k in self._scopes
-                    if model in (None, k[0]) and namespace in (None, k[1])]  # fmt: skip
+                    if tenant in (None, k.tenant) and model in (None, k.model)
+                    and namespace in (None, k.namespace)]  # fmt: skip
             for key in keys:
                 del self._scopes[key]
             return len(keys)
 
-    def state(self, model: str, namespace: str) -> dict[str, Any]:
+    def state(self, scope: AuditScope) -> dict[str, Any]:
         """The scope's steps, threshold and current window (admin stats)."""
         with self._lock:
-            scope = self._scopes.get((model, namespace)) or _Scope()
-            return {"steps": scope.steps, "score_threshold": scope.threshold,
-                    "window": [scope.ok + scope.wrong, self.window]}  # fmt: skip
+            held = self._scopes.get(scope) or _Scope()
+            return {"steps": held.steps, "score_threshold": held.threshold,
+                    "window": [held.ok + held.wrong, self.window]}  # fmt: skip

@@ -80,9 +80,13 @@ def served_then_hit(
     return first, hit
 
 
-def estimate(gw: Gateway, ns: str, model: str = "fake-model") -> dict[str, Any] | None:
+def estimate(
+    gw: Gateway, ns: str, model: str = "fake-model", tenant: str | None = None
+) -> dict[str, Any] | None:
+    """The audit's row of ``ns`` (and ``tenant``: any when None) in /admin/stats."""
     rows = gw.http.get("/admin/stats").json()["cache"]["audit"]["estimates"]
-    return next((r for r in rows if r["model"] == model and r["namespace"] == ns), None)
+    return next((r for r in rows if r["model"] == model and r["namespace"] == ns
+                 and (tenant is None or r["tenant"] == tenant)), None)  # fmt: skip
 
 
 def wait_for(check: Callable[[], Any], what: str) -> Any:
@@ -94,11 +98,13 @@ def wait_for(check: Callable[[], Any], what: str) -> Any:
     return value
 
 
-def settled(gw: Gateway, ns: str, n: int, model: str = "fake-model") -> dict[str, Any]:
+def settled(
+    gw: Gateway, ns: str, n: int, model: str = "fake-model", tenant: str | None = None
+) -> dict[str, Any]:
     """The namespace's estimate once ``n`` audits have ended, whatever their verdict."""
 
     def done() -> dict[str, Any] | None:
-        row = estimate(gw, ns, model)
+        row = estimate(gw, ns, model, tenant)
         return row if row and row["audits"] + row["errors"] + row["dropped"] >= n else None
 
     return wait_for(done, f"{n} audits in namespace {ns}")  # type: ignore[no-any-return]
@@ -324,7 +330,7 @@ def test_cachegate_stats_prints_the_estimates(
     out = capsys.readouterr().out
     assert "semantic audit: 100% of semantic hits re-asked" in out and "WRONG-HIT RATE" in out
     row = next(line.split() for line in out.splitlines() if " cli " in line)
-    assert row[:5] == ["fake-model", "cli", "1", "1", "100.00%"]
+    assert row[:6] == ["default", "fake-model", "cli", "1", "1", "100.00%"]
     assert "AUDITS (SPENT)" in out
 
 
@@ -414,6 +420,64 @@ def test_auto_tighten_raises_a_scopes_threshold_until_its_wrong_hits_stop(
     assert again.headers["x-cache"] == "semantic"
     bad = gw.http.post("/admin/cache/tightening/reset", json={"model": 3})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "model"
+
+
+@pytest.fixture(scope="module")
+def tenants(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """The tightening gateway of ``tight`` with two tenants, ``a`` and ``b`` (keys ``key-a``,
+    ``key-b``), and an admin key, which its client sends unless a request names another."""
+    text = config_text(upstream_server.url, tmp_path_factory.mktemp("tenants"),
+                       auto_tighten=True, max_wrong_rate=0.5)  # fmt: skip
+    config = yaml.safe_load(text)
+    config["auth"] = {"keys": [{"key": "key-a", "tenant": "a"}, {"key": "key-b", "tenant": "b"}]}
+    config["admin"] = {"api_key": "adm"}
+    with Gateway(load_config_text(yaml.safe_dump(config))) as gateway:
+        gateway.http.headers["authorization"] = "Bearer adm"
+        yield gateway
+
+
+def test_one_tenants_wrong_hits_tighten_only_its_own_scope(
+    tenants: Gateway, upstream: FakeUpstream
+) -> None:
+    """Tenants never share a cached answer, so one tenant's wrong hits say nothing of
+    another's: its audits tighten its own scope, even under the same model and namespace, and
+    the operator resets one tenant's scope without touching the other's."""
+    gw = tenants
+    a, b = ({"headers": {"authorization": f"Bearer key-{t}"}} for t in "ab")
+    fees = {"contents": [f"The fee is {10 * (i + 1)} dollars." for i in range(80)]}
+    calm = {"content": "Open the login page and click 'Forgot password'."}
+    assert ask(gw, STORED, "shared", fees, **a).headers["x-cache"] == "miss"
+    assert ask(gw, STORED, "shared", calm, **b).headers["x-cache"] == "miss"
+    served = 0
+    for _ in range(60):  # tenant a's wrong hits, until its threshold stops them
+        if ask(gw, PARAPHRASE, "shared", fees, **a).headers["x-cache"] != "semantic":
+            break
+        served += 1
+        settled(gw, "shared", served)  # (b has no audit yet: the only row is a's)
+    else:
+        raise AssertionError("the wrong hits never stopped")
+    # tenant b, same model, same namespace: still served at the configured threshold
+    assert ask(gw, PARAPHRASE, "shared", calm, **b).headers["x-cache"] == "semantic"
+    row_b = settled(gw, "shared", 1, tenant="b")
+    assert (row_b["audits"], row_b["wrong"], row_b["tightened"]["steps"]) == (1, 0, 0)
+    row_a = estimate(gw, "shared", tenant="a")
+    assert row_a is not None and row_a["wrong"] == served
+    assert row_a["tightened"]["steps"] == served // 4 >= 1
+    # the reset names a tenant: b's leaves a's scope tightened, a's undoes it
+    reset = gw.http.post("/admin/cache/tightening/reset", json={"tenant": "b"})
+    assert reset.status_code == 200 and reset.json() == {"reset": 1}
+    assert estimate(gw, "shared", tenant="a")["tightened"]["steps"] >= 1  # type: ignore[index]
+    reset = gw.http.post(
+        "/admin/cache/tightening/reset", json={"tenant": "a", "model": "fake-model"}
+    )
+    assert reset.json() == {"reset": 1}
+    assert estimate(gw, "shared", tenant="a")["tightened"]["steps"] == 0  # type: ignore[index]
+    again = ask(gw, "How do I reset my password", "shared", fees, **a)
+    assert again.headers["x-cache"] == "semantic"
+    bad = gw.http.post("/admin/cache/tightening/reset", json={"tenant": 1})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tenant"
 
 
 def test_hits_served_under_a_requests_own_threshold_do_not_tighten_the_scope(

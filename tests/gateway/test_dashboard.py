@@ -64,7 +64,7 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
         assert "hit rate" in cards and "%" in cards
         # the audit panel: the fake upstream's fresh answers carry another serial number
         audit = page.evaluate("document.querySelector('#audit table tr:nth-child(2)').innerText")
-        assert audit.split("\t")[:5] == ["fake-model", '""', "2", "2", "100.00 %"]
+        assert audit.split("\t")[:6] == ["default", "fake-model", '""', "2", "2", "100.00 %"]
         # the filter: one namespace's answers only (its two misses)
         page.evaluate(FILTER % "ns:travel:eu")
         page.wait_for("!document.getElementById('legend-tiers').innerText.includes('semantic')")

@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from semantic.audit import Audit, Tightening, answer_difference, wilson, window_size
+from semantic.audit import (
+    Audit,
+    AuditScope,
+    Tightening,
+    answer_difference,
+    wilson,
+    window_size,
+)
 
 #: Answer pairs as an audit sees them: (served, fresh, the served answer was wrong). A wrong
 #: hit's fresh answer differs in a number, unit or date, which the hard checks see.
@@ -19,6 +26,8 @@ SAME = [
     ("Click 'Forgot password' on the login page.", "Click 'Forgot password' on the login page."),
     ("Shipping to Canada takes 5 days.", "Shipping to Canada takes 5 days."),
 ]
+#: The scope the replayed workloads are counted in.
+SCOPE = AuditScope("acme", "m", "ns")
 DIFFERENT = [
     ("The office opens at 9 am.", "The office opens at 10 am."),
     ("Shipping to Canada takes 5 days.", "Shipping to Canada takes 12 days."),
@@ -32,7 +41,7 @@ def replay(labels: list[bool], audit: Audit, rng: random.Random) -> None:
     for wrong in labels:
         if audit.sample():
             served, fresh = rng.choice(DIFFERENT if wrong else SAME)
-            audit.record("m", "ns", asyncio.run(audit.judge(served, fresh)))
+            audit.record(SCOPE, asyncio.run(audit.judge(served, fresh)))
 
 
 def test_the_estimate_covers_the_true_rate_of_a_replayed_labelled_workload() -> None:
@@ -44,7 +53,7 @@ def test_the_estimate_covers_the_true_rate_of_a_replayed_labelled_workload() -> 
     labels = [rng.random() < 0.04 for _ in range(4_000)]
     audit = Audit(rate=0.25, seed=7)
     replay(labels, audit, rng)
-    est = audit.estimate("m", "ns")
+    est = audit.estimate(SCOPE)
     truth = sum(labels) / len(labels)
     assert 850 <= est.audits <= 1150
     assert est.low <= truth <= est.high and est.high - est.low < 0.04
@@ -64,8 +73,8 @@ def test_the_interval_holds_the_truth_about_95_percent_of_the_time() -> None:
         audit = Audit(rate=0.2, seed=run)
         for wrong in labels:
             if audit.sample():
-                audit.record("m", "ns", "wrong" if wrong else "ok")
-        est = audit.estimate("m", "ns")
+                audit.record(SCOPE, "wrong" if wrong else "ok")
+        est = audit.estimate(SCOPE)
         covered += est.low <= sum(labels) / len(labels) <= est.high
     assert covered >= 360
 
@@ -73,13 +82,14 @@ def test_the_interval_holds_the_truth_about_95_percent_of_the_time() -> None:
 def test_only_judged_audits_enter_the_estimate() -> None:
     audit = Audit(rate=1.0)
     for verdict in ("ok", "wrong", "error", "dropped", "dropped"):
-        audit.record("m", "", verdict)  # type: ignore[arg-type]
-    est = audit.estimate("m", "")
+        audit.record(AuditScope("t", "m", ""), verdict)  # type: ignore[arg-type]
+    est = audit.estimate(AuditScope("t", "m", ""))
     assert (est.audits, est.wrong, est.rate) == (2, 1, 0.5)
     row = audit.stats()[0]
     assert (row["errors"], row["dropped"], row["false_hit_rate"]) == (1, 2, 0.5)
-    assert audit.estimate("other", "") == audit.estimate("m", "x")  # nothing audited: [0, 1]
-    assert audit.estimate("other", "").high == 1.0
+    nothing = audit.estimate(AuditScope("t", "other", ""))
+    assert nothing == audit.estimate(AuditScope("t", "m", "x"))  # nothing audited: [0, 1]
+    assert nothing.high == 1.0 and audit.estimate(AuditScope("u", "m", "")).audits == 0
 
 
 def test_wilson_bounds_and_the_rate_setting() -> None:
@@ -150,12 +160,16 @@ def test_the_window_is_the_fewest_audits_a_clean_record_needs_to_clear_the_bound
         window_size(0.0)
 
 
-def _steps(t: Tightening, verdicts: list[str], ns: str = "ns") -> list[float | None]:
+def _steps(t: Tightening, verdicts: list[str], scope: AuditScope = SCOPE) -> list[float | None]:
     """Feed ``verdicts`` to ``t`` (a stricter step adds 0.1), return what each one stepped to."""
     return [
-        t.observe("m", ns, v, base=0.5, stricter=lambda x: round(x + 0.1, 4))  # type: ignore[arg-type]
+        t.observe(scope, v, base=0.5, stricter=lambda x: round(x + 0.1, 4))  # type: ignore[arg-type]
         for v in verdicts
     ]
+
+
+def _in(namespace: str, tenant: str = SCOPE.tenant) -> AuditScope:
+    return AuditScope(tenant, SCOPE.model, namespace)
 
 
 def test_a_scope_is_tightened_only_at_the_end_of_a_window_that_fails_its_bound() -> None:
@@ -163,15 +177,30 @@ def test_a_scope_is_tightened_only_at_the_end_of_a_window_that_fails_its_bound()
     assert t.window == 4
     # a window of 3 wrong in 4: its upper bound is above 0.5 -> one step, from the base
     assert _steps(t, ["wrong", "ok", "wrong", "wrong"]) == [None, None, None, 0.6]
-    assert t.threshold("m", "ns") == 0.6 and t.threshold("m", "other") is None
+    assert t.threshold(SCOPE) == 0.6 and t.threshold(_in("other")) is None
     # the next window starts empty and is judged at the new threshold: a clean one passes
-    assert _steps(t, ["ok"] * 4) == [None] * 4 and t.threshold("m", "ns") == 0.6
+    assert _steps(t, ["ok"] * 4) == [None] * 4 and t.threshold(SCOPE) == 0.6
     # errors and drops are no evidence: they do not fill a window
     assert _steps(t, ["error", "dropped"] * 4) == [None] * 8
     # the next failing window steps again, from where the scope is
     assert _steps(t, ["wrong"] * 4)[-1] == 0.7
-    assert t.state("m", "ns") == {"steps": 2, "score_threshold": 0.7, "window": [0, 4]}
-    assert t.state("m", "fresh") == {"steps": 0, "score_threshold": None, "window": [0, 4]}
+    assert t.state(SCOPE) == {"steps": 2, "score_threshold": 0.7, "window": [0, 4]}
+    assert t.state(_in("fresh")) == {"steps": 0, "score_threshold": None, "window": [0, 4]}
+
+
+def test_one_tenants_audits_never_tighten_or_reset_another_tenants_scope() -> None:
+    """Two tenants with the same model and namespace are two scopes (as in the response
+    cache): the wrong hits of one tighten only its own, and a reset names the tenant."""
+    t = Tightening(bound=0.5)
+    other = _in(SCOPE.namespace, tenant="globex")
+    assert _steps(t, ["wrong"] * 3, scope=other) == [None] * 3  # a window not yet full ...
+    assert _steps(t, ["wrong"] * 4)[-1] == 0.6  # ... is not filled by acme's audits
+    assert t.threshold(SCOPE) == 0.6 and t.threshold(other) is None
+    assert t.state(other)["window"] == [3, 4]
+    assert _steps(t, ["wrong"], scope=other) == [0.6]  # its own window, its own step
+    assert t.reset(tenant="initech") == 0 and t.threshold(SCOPE) == 0.6
+    assert t.reset(tenant="globex", model="m", namespace="ns") == 1
+    assert t.threshold(other) is None and t.threshold(SCOPE) == 0.6
 
 
 def test_a_small_sample_cannot_ratchet_a_sound_scope() -> None:
@@ -179,7 +208,7 @@ def test_a_small_sample_cannot_ratchet_a_sound_scope() -> None:
     of 16%, and the upper-bound rule would tighten a scope with no wrong hit at all."""
     t = Tightening(bound=0.05)
     assert _steps(t, ["ok"] * 3 * t.window) == [None] * 3 * t.window
-    assert t.threshold("m", "ns") is None
+    assert t.threshold(SCOPE) is None
     # one wrong in a window is already too many for 5% at 95%: 1 of 73 -> upper bound 7.4%
     assert _steps(t, ["wrong"] + ["ok"] * (t.window - 1))[-1] == 0.6
 
@@ -189,10 +218,10 @@ def test_at_one_a_scope_stays_closed_until_reset() -> None:
     stricter = {0.5: 0.9, 0.9: 1.0}.__getitem__
     for expected in (0.9, 1.0):
         for _ in range(3):
-            t.observe("m", "ns", "wrong", base=0.5, stricter=stricter)
-        assert t.observe("m", "ns", "wrong", base=0.5, stricter=stricter) == expected
+            t.observe(SCOPE, "wrong", base=0.5, stricter=stricter)
+        assert t.observe(SCOPE, "wrong", base=0.5, stricter=stricter) == expected
     for _ in range(4):  # (no semantic hit is served at 1.0; nothing steps past it)
-        assert t.observe("m", "ns", "wrong", base=0.5, stricter=stricter) is None
-    _steps(t, ["wrong"] * 4, ns="b")
-    assert t.reset("m", "ns") == 1 and t.threshold("m", "ns") is None
-    assert t.threshold("m", "b") == 0.6 and t.reset() == 1 and t.threshold("m", "b") is None
+        assert t.observe(SCOPE, "wrong", base=0.5, stricter=stricter) is None
+    _steps(t, ["wrong"] * 4, scope=_in("b"))
+    assert t.reset(model="m", namespace="ns") == 1 and t.threshold(SCOPE) is None
+    assert t.threshold(_in("b")) == 0.6 and t.reset() == 1 and t.threshold(_in("b")) is None
