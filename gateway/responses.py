@@ -18,7 +18,9 @@ id — and an upstream that does not know the id (the gateway answered it from t
 local model) gets the conversation inlined as ``input``. An id the gateway does not hold is
 forwarded upstream as is, and the request is cached under an exact key that includes the id
 (the conversation then starts with a reference turn to it, so a follow-up on a cached answer
-of that chain still continues it upstream).
+of that chain still continues it upstream) — unless the id is another owner's: one an
+upstream answered for another owner stays refused (404) after its stored copy is gone, as the
+upstream, called with the gateway's key, would continue it for anyone (``stored.claim``).
 
 The API is part of every cache scope (``kind``), so an answer stored through this API is never
 served to a chat request, or the other way round: a Response object is not a chat completion.
@@ -30,7 +32,7 @@ import dataclasses
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -164,8 +166,9 @@ class ResponsesAdapter:
         if previous_id is None:
             return items, 0, body
         previous = self.store.get(owner, previous_id)
-        if previous is None and self.store.held(previous_id):
-            # another owner's: never forwarded, as the upstream would resolve it for anyone
+        if previous is None and self.store.foreign(owner, previous_id):
+            # another owner's (held, or claimed: its response may be gone): never forwarded,
+            # as an upstream called with the gateway's key would resolve it for anyone
             raise _not_found(previous_id)
         if previous is None:  # not ours: the upstream may hold it
             return [{"type": _REFERENCE, "id": previous_id}, *items], 1, body
@@ -228,7 +231,9 @@ class ResponsesAdapter:
         )
 
     def fold(self, request: GatewayRequest, *, cached: bool) -> ResponsesFold:
-        return ResponsesFold()  # always: a completed response is kept for previous_response_id
+        # always: a completed response is kept for previous_response_id, and every streamed
+        # id is claimed for its owner as it arrives (a stream cut short may leave it upstream)
+        return ResponsesFold(lambda response_id: self.store.claim(request.owner, response_id))
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         """A stored Response as a new one: new ids, and this request's own echoed fields
@@ -274,17 +279,19 @@ class ResponsesAdapter:
         return self  # it renders the chat form's answers itself (to_chat, from_chat, ...)
 
     def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
-        """Keep a Response the client received (unless it asked ``store: false``).
+        """Keep a Response the client received (unless it asked ``store: false``), and claim
+        the id of one an upstream answered for its owner, kept or not.
 
         NOTE: one still running upstream (``background: true``: ``queued`` or ``in_progress``)
         is not kept: the copy would never change. Polled at the gateway it is not found; a
-        follow-up naming it goes to the upstream as a reference, as for any id not kept here.
+        follow-up naming it goes to the upstream as a reference, as for any id not kept here
+        (by its owner only: the claim refuses it to the others).
         """
-        if request.body.get("store") is False or answer.get("object") != "response":
+        if answer.get("object") != "response" or not isinstance(answer.get("id"), str):
             return
-        if answer.get("status") in _RUNNING:
-            return
-        if not isinstance(answer.get("id"), str):
+        if upstream:
+            self.store.claim(request.owner, answer["id"])
+        if request.body.get("store") is False or answer.get("status") in _RUNNING:
             return
         turns = list(request.turns or ())
         own = [_with_id(item) for item in turns[request.earlier :]]
@@ -329,14 +336,22 @@ class ResponsesAdapter:
 
 
 class ResponsesFold:
-    """A Responses stream's answer is the ``response`` of its ``response.completed`` event."""
+    """A Responses stream's answer is the ``response`` of its ``response.completed`` event;
+    ``claim`` is told the response's id at its first event that carries one."""
 
-    def __init__(self) -> None:
+    def __init__(self, claim: Callable[[str], None] | None = None) -> None:
         self._final: dict[str, Any] | None = None
+        self._claim = claim
 
     def add(self, chunk: dict[str, Any]) -> bool:
-        if chunk.get("type") in _TERMINAL and isinstance(chunk.get("response"), dict):
-            self._final = chunk["response"]
+        response = chunk.get("response")
+        if not isinstance(response, dict):
+            return True
+        if self._claim is not None and isinstance(response.get("id"), str):
+            self._claim(response["id"])
+            self._claim = None
+        if chunk.get("type") in _TERMINAL:
+            self._final = response
         return True
 
     def result(self) -> dict[str, Any] | None:

@@ -17,18 +17,37 @@ not share it. A follow-up naming an id this gateway does not hold is forwarded u
 it is. When the store is full, the owner holding the most (bytes, or responses) gives up its
 least recently used one: owners share the store, and one that stores a flood of responses
 (cache hits cost it nothing) pushes out its own, not the others'.
+
+Who an id belongs to outlives the response (:meth:`ResponseStore.claim`): an upstream called
+with the gateway's own key resolves any id made with that key, whoever names it, so an id
+answered for one owner must stay refused to the others after its response has expired or
+was pushed out (and for a ``background`` one never kept at all). Each claim is two 16-byte
+digests (id, owner), about 100 bytes, ``CLAIMS_MAX`` of them at most (100 times the
+responses: ~100 MB when full); past it, an owner holding more than its share (or else the most)
+gives up its oldest, so one owner's flood of upstream calls cannot push out another's claims. ``foreign`` reads both:
+
+    store.claim(owner, "resp_...")      # an upstream answered this id for owner
+    store.foreign(other, "resp_...")    # True: never resolved nor forwarded for other
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 
-__all__ = ["STORE_BYTES", "STORE_MAX", "STORE_TTL", "ResponseStore", "StoredResponse"]
+__all__ = [
+    "CLAIMS_MAX",
+    "STORE_BYTES",
+    "STORE_MAX",
+    "STORE_TTL",
+    "ResponseStore",
+    "StoredResponse",
+]
 
 #: Responses held at most.
 STORE_MAX = 10_000
@@ -36,6 +55,8 @@ STORE_MAX = 10_000
 STORE_BYTES = 256 * 2**20
 #: Seconds a stored response stays (OpenAI keeps them 30 days).
 STORE_TTL = 30 * 86_400.0
+#: Response ids whose owner is remembered at most (after their responses are gone).
+CLAIMS_MAX = 100 * STORE_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,19 +94,35 @@ class _Owner:
         self.bytes = 0
 
 
+class _Claimant:
+    __slots__ = ("ids", "owner")
+
+    def __init__(self, owner: bytes) -> None:
+        self.owner = owner  # the owner's digest
+        self.ids: deque[bytes] = deque()  # digests of the ids claimed for it, oldest first
+
+
 class ResponseStore:
-    """Stored responses by (owner, id), bounded in count, bytes and age."""
+    """Stored responses by (owner, id), bounded in count, bytes and age; and the owner of each
+    id an upstream answered, for longer (``claim``)."""
 
     def __init__(
-        self, max_entries: int = STORE_MAX, ttl: float = STORE_TTL, max_bytes: int = STORE_BYTES
+        self,
+        max_entries: int = STORE_MAX,
+        ttl: float = STORE_TTL,
+        max_bytes: int = STORE_BYTES,
+        max_claims: int = CLAIMS_MAX,
     ) -> None:
         self._max = max_entries
         self._max_bytes = max_bytes
         self._ttl = ttl
+        self._max_claims = max_claims
         self._owners: dict[str, _Owner] = {}
         self._ids: dict[str, int] = {}  # id -> how many owners hold it (ids are random: one)
         self._count = 0
         self._bytes = 0
+        self._claims: dict[bytes, _Claimant] = {}  # id digest -> its owner's claims
+        self._claimants: dict[bytes, _Claimant] = {}  # owner digest -> its claims
 
     def __len__(self) -> int:
         return self._count
@@ -114,6 +151,36 @@ class ResponseStore:
     def held(self, response_id: str) -> bool:
         """Whether any owner holds ``response_id`` (for refusing it to the others)."""
         return response_id in self._ids
+
+    def claim(self, owner: str, response_id: str) -> None:
+        """Remember that ``response_id`` was answered for ``owner`` (see the module); the first
+        owner an id is claimed for keeps it."""
+        key = _digest(response_id)
+        if key in self._claims:
+            return
+        owner_key = _digest(owner)
+        claimant = self._claimants.get(owner_key)
+        if claimant is None:
+            claimant = self._claimants[owner_key] = _Claimant(owner_key)
+        claimant.ids.append(key)
+        self._claims[key] = claimant
+        if len(self._claims) > self._max_claims:
+            # NOTE: an owner past its fair share gives up its own oldest claim at once (a
+            # flood pays O(1)); else the owner holding the most, found in O(owners)
+            over = len(claimant.ids) * len(self._claimants) > self._max_claims
+            biggest = claimant if over else max(self._claimants.values(), key=lambda c: len(c.ids))
+            del self._claims[biggest.ids.popleft()]
+            if not biggest.ids:
+                del self._claimants[biggest.owner]
+
+    def foreign(self, owner: str, response_id: str) -> bool:
+        """Whether ``response_id`` is another owner's: held here for another, or claimed for
+        another (its response may be gone). An id nobody claimed is nobody's here."""
+        mine = self._owners.get(owner)
+        if response_id in self._ids and (mine is None or response_id not in mine.items):
+            return True
+        claimant = self._claims.get(_digest(response_id))
+        return claimant is not None and claimant.owner != _digest(owner)
 
     def get(self, owner: str, response_id: str) -> StoredResponse | None:
         held = self._owners.get(owner)
@@ -144,3 +211,8 @@ class ResponseStore:
         left = self._ids.pop(response_id) - 1
         if left:
             self._ids[response_id] = left
+
+
+def _digest(text: str) -> bytes:
+    """16 bytes that stand for an id or an owner in the claims (a collision needs ~2**64 tries)."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

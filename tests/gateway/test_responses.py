@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.stored import ResponseStore
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -287,6 +288,39 @@ def test_one_tenant_never_reads_anothers_response(
     assert a.responses.retrieve(made.id).id == made.id
     _, cache = create(b, input="Tenant a's secret plan.")
     assert cache == "miss"
+
+
+def test_another_owners_id_stays_refused_once_its_response_is_gone(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """The upstream, called with the gateway's key, continues any id it made, whoever names it:
+    an id answered for tenant a is refused to b after the gateway's copy is gone (pushed out
+    here), or when it never kept one (a background response, a stream cut short), while a
+    itself still continues it upstream."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    gw.runtime.responses.store = ResponseStore(max_entries=1)  # a's next response pushes out
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    made, _ = create(a, input="Tenant a's secret plan.")
+    create(a, input="Something else.")
+    with pytest.raises(openai.NotFoundError):  # forgotten here; the upstream still holds it
+        a.responses.retrieve(made.id)
+    queued, _ = create(a, input="Write a long report.", background=True)
+    events: list[Any] = []
+    with pytest.raises(openai.APIError):
+        for event in a.responses.create(model=MODEL, input="Draft the memo.", stream=True,
+                                        extra_body={"fake": {"break_after": 2}}):  # fmt: skip
+            events.append(event)
+    cut = events[0].response.id
+    asked = upstream.stats["responses"]
+    for previous in (made.id, queued.id, cut):
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(b, input="What was the plan?", previous_response_id=previous)
+        assert refused.value.code == "previous_response_not_found"
+    assert upstream.stats["responses"] == asked  # none of them was forwarded
+    for previous in (made.id, queued.id, cut):  # their owner continues them upstream
+        follow, cache = create(a, input="What was the plan?", previous_response_id=previous)
+        assert cache == "miss" and upstream.last_body["previous_response_id"] == previous
+    assert "turns=3" in follow.output_text
 
 
 def test_a_responses_answer_is_never_served_to_chat_and_back(

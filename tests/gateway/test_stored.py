@@ -47,3 +47,33 @@ def test_one_owner_alone_keeps_its_most_recently_used() -> None:
     assert all(store.get("a", f"resp_a{n}") is not None for n in (0, 2, 3))
     store.put(stored("a", 3))  # the same id again: replaced, not counted twice
     assert len(store) == 3
+
+
+def test_who_an_id_belongs_to_outlives_its_response() -> None:
+    """An upstream called with the gateway's key continues any id it made: once the response
+    is pushed out here, its claim still says whose it is."""
+    store = ResponseStore(max_entries=1)
+    store.put(stored("a", 0))
+    store.claim("a", "resp_a0")
+    store.put(stored("a", 1))  # pushes resp_a0 out
+    assert store.get("a", "resp_a0") is None and not store.held("resp_a0")
+    assert store.foreign("b", "resp_a0") and not store.foreign("a", "resp_a0")
+    assert store.foreign("b", "resp_a1") and not store.foreign("a", "resp_a1")  # held, unclaimed
+    assert not store.foreign("b", "resp_nobody")  # (an id nobody here was answered)
+    store.claim("b", "resp_a0")  # the first owner keeps it
+    assert store.foreign("b", "resp_a0") and not store.foreign("a", "resp_a0")
+
+
+def test_one_owners_flood_of_claims_pushes_out_its_own() -> None:
+    store = ResponseStore(max_claims=10)
+    for n in range(3):
+        store.claim("a", f"resp_a{n}")
+    for n in range(50):  # a flood of upstream calls, to push a's claims out
+        store.claim("b", f"resp_b{n}")
+    assert all(store.foreign("b", f"resp_a{n}") for n in range(3))
+    assert store.foreign("a", "resp_b49") and not store.foreign("a", "resp_b42")
+    assert sum(store.foreign("a", f"resp_b{n}") for n in range(50)) == 7
+    for n in range(3, 13):  # an owner below its share takes from the one holding the most
+        store.claim("a", f"resp_a{n}")
+    assert sum(store.foreign("b", f"resp_a{n}") for n in range(13)) == 5
+    assert sum(store.foreign("a", f"resp_b{n}") for n in range(50)) == 5
