@@ -66,7 +66,7 @@ class AnthropicBackend(UpstreamBackend):
         response = await self._send(request, stream=True, auth=auth, path="v1/messages")
         if response.headers.get("content-type", "").startswith("application/json"):
             raise await _not_a_stream(self.name, response)
-        return AnthropicStream(self.name, response)
+        return AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits)
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens."""
@@ -128,7 +128,7 @@ class AnthropicBackend(UpstreamBackend):
             error = body.get("error")
             detail = error.get("message") if isinstance(error, dict) else error
             raise APIError(502, f"Upstream for model '{self.name}' failed: {detail}")
-        return Answer(body, relayed(response.headers))
+        return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
 
 
 class AnthropicStream(UpstreamStream):

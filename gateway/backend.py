@@ -15,16 +15,24 @@ from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 __all__ = ["Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
 
 _RELAYED = ("x-request-id", "openai-processing-ms", "openai-version", "request-id")
+_RATE_LIMITS = ("x-ratelimit-", "anthropic-ratelimit-")
 
 
-def relayed(headers: Mapping[str, str]) -> dict[str, str]:
+def relayed(headers: Mapping[str, str], *, rate_limits: bool) -> dict[str, str]:
     """The headers of an upstream answer worth passing on: its request id (the OpenAI SDKs'
-    ``_request_id``, Anthropic's ``request-id``), processing time and rate-limit state.
-    Nothing else (no cookies)."""
+    ``_request_id``, Anthropic's ``request-id``), processing time and, with ``rate_limits``,
+    its rate-limit state. Nothing else (no cookies).
+
+    NOTE: the rate-limit state is the upstream key's: the client's own when it went upstream,
+    else the gateway's, which every tenant's requests draw on. Relayed to a tenant, it would
+    tell how much the others use (and describe a budget that tenant does not have), so a
+    backend relays it only when the key is the client's or the gateway serves one tenant
+    (``UpstreamBackend.relays_rate_limits``).
+    """
     return {
         k.lower(): v
         for k, v in headers.items()
-        if k.lower() in _RELAYED or k.lower().startswith(("x-ratelimit-", "anthropic-ratelimit-"))
+        if k.lower() in _RELAYED or (rate_limits and k.lower().startswith(_RATE_LIMITS))
     }
 
 

@@ -295,6 +295,8 @@ def _backends(
             continue
         options: dict[str, Any] = {
             "forward_client_auth": not config.auth.keys,
+            # (several keys of one tenant, e.g. while one is rotated, are still one tenant)
+            "one_tenant": len({key.tenant for key in config.auth.keys}) <= 1,
             "transport": transport,
             "on_retry": metrics.on_retry,
         }

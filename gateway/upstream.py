@@ -62,6 +62,7 @@ class UpstreamBackend:
         config: OpenAIModelConfig,
         *,
         forward_client_auth: bool,
+        one_tenant: bool,
         base_url: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_retry: Any = None,
@@ -70,6 +71,9 @@ class UpstreamBackend:
         self.config = config
         self._forward_client_auth = forward_client_auth
         self.forwards_client_auth = forward_client_auth and not config.api_key
+        #: The upstream's rate-limit headers reach the client (see ``backend.relayed``): the
+        #: key they describe is the client's own, or only one tenant's requests use it.
+        self.relays_rate_limits = one_tenant or self.forwards_client_auth
         self.apis = OPENAI_APIS
         self._on_retry = on_retry
         t = config.timeout
@@ -108,7 +112,9 @@ class UpstreamBackend:
         if response.status_code in (404, 405, 501):  # (405, 501: it keeps no copy to delete)
             return False
         if not 200 <= response.status_code < 300:
-            raise await _upstream_error(self.name, response, retryable=False)
+            raise await _upstream_error(
+                self.name, response, self.relays_rate_limits, retryable=False
+            )
         return True
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
@@ -122,14 +128,14 @@ class UpstreamBackend:
             raise _failure(
                 502, "upstream_error", f"Upstream for model '{self.name}' failed: {detail}"
             )
-        return Answer(body, relayed(response.headers))
+        return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
         if response.headers.get("content-type", "").startswith("application/json"):
             # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
             raise await _not_a_stream(self.name, response)
-        return UpstreamStream(self.name, response, request.kind)
+        return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits)
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "upstream"}
@@ -281,7 +287,9 @@ class UpstreamBackend:
             await response.aclose()
             await self._backoff(attempt, wait, f"HTTP {response.status_code}")
             return
-        error = await _upstream_error(self.name, response, retryable=retryable)
+        error = await _upstream_error(
+            self.name, response, self.relays_rate_limits, retryable=retryable
+        )
         if error.status in (401, 403) and self.config.api_key:
             raise _own_key_refused(self.name, error) from None
         if retryable and last and attempt:  # retried here already: a client should not
@@ -602,11 +610,13 @@ class UpstreamStream:
     """Events of an upstream SSE response, as they arrive (those that arrived together are
     marked ``more``, so the relay sends them in one write; see gateway.readahead)."""
 
-    def __init__(self, name: str, response: httpx.Response, kind: str = "chat") -> None:
+    def __init__(
+        self, name: str, response: httpx.Response, kind: str = "chat", rate_limits: bool = False
+    ) -> None:
         self._name = name
         self._response = response
         self._kind = kind
-        self.headers = relayed(response.headers)
+        self.headers = relayed(response.headers, rate_limits=rate_limits)
         self._body: ReadAhead | None = None
         self._parser = SSEParser()
         self._ready: collections.deque[StreamEvent] = collections.deque()
@@ -771,7 +781,9 @@ def _retry_after(value: str | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-async def _upstream_error(name: str, response: httpx.Response, *, retryable: bool) -> UpstreamError:
+async def _upstream_error(
+    name: str, response: httpx.Response, rate_limits: bool, *, retryable: bool
+) -> UpstreamError:
     status = response.status_code
     raw, error = await _read_error(response)
     message = ""
@@ -786,7 +798,7 @@ async def _upstream_error(name: str, response: httpx.Response, *, retryable: boo
     if status == 508 and fields.get("code") == "loop_detected":
         return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
     # the upstream's request id and rate-limit state, as on an answer (to quote to support)
-    headers = relayed(response.headers)
+    headers = relayed(response.headers, rate_limits=rate_limits)
     retry_after = response.headers.get("retry-after")
     if status in (429, 503) and retry_after and _retry_after(retry_after) is not None:
         # NOTE: also on a 503 (passed on as 502): a wait longer than max_retry_wait was not

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from gateway.config import load_config_text
@@ -165,6 +166,56 @@ def test_cookies_an_upstream_sets_are_not_sent_on_later_requests(
     assert gw.chat("next", headers={"authorization": "Bearer key-b"}).status_code == 200
     assert upstream.last_headers["authorization"] == "Bearer sk-test"
     assert "cookie" not in upstream.last_headers
+
+
+def test_rate_limits_of_a_key_all_tenants_share_are_not_relayed(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """``x-ratelimit-*`` describe the key the upstream was called with. With tenants, the
+    gateway's own key is every tenant's: its state would tell one tenant how much the others
+    use, so it is not relayed (the request id is). One tenant, or the client's own key, gets
+    it."""
+    question = [{"role": "user", "content": "How much budget is left?"}]
+
+    def ratelimits(headers: Any) -> dict[str, str]:
+        return {k: v for k, v in headers.items() if "ratelimit" in k}
+
+    def sdk(gw: Gateway, key: str) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0)
+
+    tenants = make_gateway(
+        "auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}", "max_retries: 0"
+    )
+    a = sdk(tenants, "key-a")
+    miss = a.chat.completions.with_raw_response.create(model="fake-model", messages=question)
+    assert (
+        miss.headers["x-cache"] == "miss" and miss.parse()._request_id == f"req_{miss.parse().id}"
+    )
+    assert ratelimits(miss.headers) == {}
+    with a.chat.completions.with_streaming_response.create(
+        model="fake-model", messages=question, stream=True, extra_body={"cache": {"no-cache": True}}
+    ) as streamed:
+        assert streamed.headers["x-request-id"].startswith("req_")
+        assert ratelimits(streamed.headers) == {}
+    limited = {"x-ratelimit-remaining-tokens": "0", "retry-after": "1"}
+    refused = {"raw": {"status": 429, "headers": limited,
+                       "body": '{"error": {"message": "Rate limit reached", "type": "tokens"}}'}}  # fmt: skip
+    with pytest.raises(openai.RateLimitError) as error:
+        a.chat.completions.create(
+            model="fake-model", messages=question, extra_body={"fake": refused}
+        )
+    assert error.value.response.headers["retry-after"] == "1"  # when to retry: still said
+    assert ratelimits(error.value.response.headers) == {}
+    # one tenant (with two keys), and a client whose own key goes upstream: relayed
+    one = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-a2, tenant: a}]}")
+    own = make_gateway(model_yaml="api_key: null")
+    for gw, key in ((one, "key-a2"), (own, "sk-client")):
+        miss = sdk(gw, key).chat.completions.with_raw_response.create(
+            model="fake-model", messages=question
+        )
+        assert miss.headers["x-cache"] == "miss"
+        assert ratelimits(miss.headers) == {"x-ratelimit-remaining-requests": "4999"}
+    assert upstream.last_headers["authorization"] == "Bearer sk-client"
 
 
 def test_cache_disabled_bypasses(make_gateway: Any, upstream: FakeUpstream) -> None:
