@@ -307,9 +307,8 @@ def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response
         metrics.stream_errors.labels(route, model, code).inc()
 
     def on_end() -> None:
-        usage = reply.outcome.usage if reply.outcome is not None else None
         status = 200 if ended["error"] is None else 502
-        observe(runtime, seen.now(status, ended["ttft"]), reply, usage if status == 200 else None)
+        observe(runtime, seen.now(status, ended["ttft"]), reply)
         if reply.audit is not None and runtime.auditor is not None:
             runtime.auditor.submit(reply.audit)  # the replay has been sent
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .audit import AuditJob
     from .errors import APIError
+    from .ledger import Usage
 
 __all__ = [
     "Adapter",
@@ -128,6 +129,12 @@ class BackendStream(Protocol):
         """Headers of the backend's answer to relay to the client (known once opened)."""
         ...
 
+    def counted(self) -> dict[str, Any] | None:
+        """The usage the backend counted itself so far, as a chat ``usage`` object (None: it
+        counts nothing; an upstream's usage comes only in its stream). The ledger books it
+        when the stream ends before reporting its usage: the local model knows its prompt."""
+        ...
+
     def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
 
     async def aclose(self) -> None: ...
@@ -150,8 +157,10 @@ class StreamOutcome:
     error: str | None = None
     #: The answer's last event was sent (what follows is only cleanup).
     finished: bool = False
-    #: The ``usage`` of the answer the stream folded into, once it completed (the ledger's).
-    usage: dict[str, Any] | None = None
+    #: What the model call cost, for the ledger, once the stream has ended: the usage it
+    #: reported when it finished; else what is known (``ledger.partial_usage``). None: a
+    #: finished stream that reported no usage.
+    usage: Usage | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +204,12 @@ class Fold(Protocol):
 
         NOTE: kept even by a fold that does not assemble its answer (``cached=False``).
         """
+        ...
+
+    def streamed(self) -> int:
+        """Characters of generated text (content, tool-call arguments, reasoning) among the
+        events taken so far: a stream that ends before reporting its usage is booked with at
+        least the output tokens they amount to. Kept whether or not the fold assembles."""
         ...
 
 

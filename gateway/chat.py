@@ -110,10 +110,12 @@ class ChunkFold:
         self._assembler = Assembler(kind) if assemble else None  # (a pass-through: none)
         self._include_usage = include_usage
         self._usage: dict[str, Any] | None = None
+        self._streamed = 0
 
     def add(self, chunk: dict[str, Any]) -> bool:
         if self._assembler is not None:
             self._assembler.add(chunk)
+        self._streamed += _generated(chunk)
         if chunk.get("usage"):
             self._usage = chunk["usage"]
         usage_only = not chunk.get("choices") and chunk.get("usage") is not None
@@ -124,6 +126,9 @@ class ChunkFold:
 
     def usage(self) -> dict[str, Any] | None:
         return self._usage
+
+    def streamed(self) -> int:
+        return self._streamed
 
 
 CHAT = ChoicesAdapter("chat")
@@ -139,6 +144,26 @@ def content_text(content: Any) -> str:
             str(p.get("text") or "") for p in content if isinstance(p, dict) and p.get("text")
         )
     return ""
+
+
+def _generated(chunk: dict[str, Any]) -> int:
+    """Characters of generated text in one chunk: each choice's content, refusal, reasoning
+    and tool-call names and arguments (a completion's: its text)."""
+    count = 0
+    for choice in chunk.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            count += len(choice["text"]) if isinstance(choice.get("text"), str) else 0
+            continue
+        parts = [delta.get(k) for k in ("content", "refusal", "reasoning_content")]
+        for call in delta.get("tool_calls") or ():
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict):
+                parts += [function.get("name"), function.get("arguments")]
+        count += sum(len(part) for part in parts if isinstance(part, str))
+    return count
 
 
 def _expected(request: GatewayRequest) -> int:

@@ -17,6 +17,13 @@ The semantic audit's model calls (gateway.audit) are spending the cache causes, 
 and not savings: they are a line of their own (``audit_calls``, ``audit_input_tokens``,
 ``audit_output_tokens``, ``audit_usd``), outside ``requests``, ``spent_usd`` and ``saved_usd``.
 
+A stream that ends before its answer (the client left, the upstream broke or sent an error, a
+local generation was cancelled) still cost what the model generated, and the provider bills
+it: it is booked as a model call with what is known (``partial_usage``) and counted in
+``ended_early``. Its output tokens are at least what the streamed text amounts to; its input
+tokens are unknown (0) unless the stream reported them (Anthropic's ``message_start``) or the
+backend counted them (the local model's prompt).
+
 Prices are USD per million tokens from the YAML ``prices:`` map (unpriced models count tokens,
 and $0)::
 
@@ -35,7 +42,7 @@ from typing import Any, Literal
 
 from .config import Price
 
-__all__ = ["Ledger", "Usage", "usage_of"]
+__all__ = ["Ledger", "Usage", "partial_usage", "usage_of"]
 
 Source = Literal["local", "upstream"]
 
@@ -77,6 +84,20 @@ def usage_of(usage: Any) -> Usage:
     return Usage(_int(prompt), _int(output), cached)
 
 
+def partial_usage(reported: Any, counted: Any, streamed_chars: int) -> Usage:
+    """What a call whose stream ended before its answer is known to have cost.
+
+    Field by field the larger of the usage its stream ``reported`` so far and the usage the
+    backend ``counted`` itself (usage objects of any API, or None); output tokens at least
+    those of the ``streamed_chars`` characters of text the client was sent (an estimate).
+    """
+    a, b = usage_of(reported), usage_of(counted)
+    output = max(a.output_tokens, b.output_tokens, _estimated_tokens(streamed_chars))
+    return Usage(max(a.input_tokens, b.input_tokens), output,
+                 max(a.cached_tokens, b.cached_tokens),
+                 max(a.cache_write_tokens, b.cache_write_tokens))  # fmt: skip
+
+
 @dataclass(slots=True)
 class _Account:
     requests: int = 0
@@ -100,6 +121,7 @@ class _Account:
     audit_input_tokens: int = 0
     audit_output_tokens: int = 0
     audit_usd: float = 0.0  # what they cost: spent on top of spent_usd
+    ended_early: int = 0  # model calls whose stream ended before the answer (partial_usage)
     #: [written at, tokens not yet read] of recent cache writes, oldest first.
     writes: deque[list[float]] = field(default_factory=deque)
 
@@ -128,11 +150,24 @@ class Ledger:
         self._accounts: dict[tuple[str, str], _Account] = {}
 
     def record(
-        self, tenant: str, model: str, usage: Usage, *, source: Source, hit: bool
+        self,
+        tenant: str,
+        model: str,
+        usage: Usage,
+        *,
+        source: Source,
+        hit: bool,
+        ended_early: bool = False,
     ) -> dict[str, float]:
-        """Account one answer; returns what it saved (``tokens_saved``, ``usd_saved``)."""
+        """Account one answer; returns what it saved (``tokens_saved``, ``usd_saved``).
+
+        ``ended_early``: a model's stream that ended before its answer; ``usage`` is what was
+        known of it (``partial_usage``), charged as any model call.
+        """
         account = self._account(tenant, model)
         account.requests += 1
+        if ended_early:
+            account.ended_early += 1
         price = self._prices.get(model, Price())
         before = _saved(account)
         if hit:
@@ -280,6 +315,12 @@ def _fields(a: _Account) -> dict[str, Any]:
 
 def _usd(tokens: int, per_million: float) -> float:
     return tokens * per_million / 1_000_000
+
+
+def _estimated_tokens(chars: int) -> int:
+    """Tokens of ``chars`` characters of text, roughly: 4 characters a token (the rule
+    gateway.prompt_cache estimates prefixes by), rounded up."""
+    return -(-max(chars, 0) // 4)
 
 
 def _int(value: Any) -> int:

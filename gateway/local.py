@@ -283,6 +283,7 @@ class LocalStream:
         self._job = job
         self._events = events
         self.headers: dict[str, str] = {}  # nothing to relay: no upstream
+        self._deltas = 0  # text deltas generated (each one token, or more)
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         kind = self._request.kind
@@ -300,6 +301,8 @@ class LocalStream:
                     yield StreamEvent(_KEEPALIVE, None)
                     continue
                 event, pending = pending.result(), None
+                if isinstance(event, TextDelta):
+                    self._deltas += 1
                 for chunk in _chunks(kind, head, event, started):
                     yield StreamEvent(encode_event(chunk), chunk)
                 if isinstance(event, Finished):
@@ -314,6 +317,12 @@ class LocalStream:
 
     async def aclose(self) -> None:
         await self._close(None)
+
+    def counted(self) -> dict[str, Any]:
+        """The prompt it ran, and a token for each text delta (a lower bound: a delta may hold
+        more than one; the exact count is in the ``Finished`` event, which a stream closed early
+        never reads)."""
+        return {"prompt_tokens": len(self._job.prompt_tokens), "completion_tokens": self._deltas}
 
     async def _close(self, pending: asyncio.Task[Event] | None) -> None:
         """Cancel the generation; the engine stops it between two tokens.

@@ -248,6 +248,7 @@ class MessageFold:
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, str] = {}  # input_json_delta pieces of tool_use blocks
         self._stopped = False
+        self._streamed = 0  # characters of generated text (see streamed)
         #: Something arrived that this assembler cannot fold: the answer is not stored.
         self.unjoinable: str | None = None
 
@@ -276,6 +277,9 @@ class MessageFold:
         """``message_start``'s usage updated by ``message_delta``'s (complete or not)."""
         return dict(self._message["usage"]) if self._message is not None else None
 
+    def streamed(self) -> int:
+        return self._streamed
+
     def result(self) -> dict[str, Any] | None:
         """The whole message, or None when the stream did not finish or cannot be joined."""
         if self._message is None or not self._stopped or self.unjoinable is not None:
@@ -291,6 +295,8 @@ class MessageFold:
     def _delta(self, index: int, delta: dict[str, Any]) -> None:
         block = self._blocks.get(index)
         kind = delta.get("type")
+        text = delta.get(_GENERATED.get(str(kind), ""))
+        self._streamed += len(text) if isinstance(text, str) else 0
         if block is None:
             self.unjoinable = "delta without a block"
             return
@@ -308,6 +314,12 @@ class MessageFold:
 # ---------------------------------------------------------------------------------------------
 # helpers
 
+#: The field of each content delta that holds generated text (what ``streamed`` counts).
+_GENERATED = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "input_json_delta": "partial_json",
+}
 #: delta type -> (its field, the block field it extends)
 _DELTA_FIELDS = {
     "text_delta": ("text", "text"),

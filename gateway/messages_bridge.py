@@ -204,6 +204,9 @@ class _MessagesStream:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
+    def counted(self) -> dict[str, Any] | None:
+        return self._inner.counted()
+
     def _convert(self, event: StreamEvent) -> Iterator[dict[str, Any]]:
         if not self._started:
             self._started = True

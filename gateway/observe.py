@@ -23,7 +23,7 @@ from semantic.cache import Lookup
 
 from .config import LocalModelConfig
 from .history import Answer, RecentHit, Tier, describe_text
-from .ledger import usage_of
+from .ledger import Usage, usage_of
 
 if TYPE_CHECKING:
     from .canonical import Reply
@@ -60,18 +60,16 @@ def request_id(incoming: str | None) -> str:
     return "req_" + secrets.token_hex(12)
 
 
-def observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any = None) -> None:
-    """Count one answered request (``reply`` None: it failed before an answer).
-
-    ``usage``: the answer's usage object when the reply does not carry it (a stream's).
-    """
+def observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
+    """Count one answered request (``reply`` None: it failed before an answer; a stream's
+    once it has ended, its ``outcome`` saying what its model call cost)."""
     try:
-        _observe(runtime, seen, reply, usage)
+        _observe(runtime, seen, reply)
     except Exception:  # NOTE: see the module docstring
         log.exception("observing request %s failed", seen.request_id)
 
 
-def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> None:
+def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
     tier: Tier = "bypass" if reply is None else reply.cache
     if reply is not None and reply.coalesced:
         tier = "coalesced"
@@ -84,16 +82,8 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
         seen.latency * 1000, f" upstream_request_id={seen.upstream_id}" if seen.upstream_id else "",
     )  # fmt: skip
     local = isinstance(runtime.config.models.get(seen.model), LocalModelConfig)
-    answered = reply is not None and seen.status < 400 and bool(seen.model)
     hit = tier in ("exact", "semantic", "coalesced")
-    if answered and reply is not None:
-        if hit and reply.lookup is not None and reply.lookup.entry is not None:
-            usage = reply.lookup.entry.response.get("usage")
-        elif hit and reply.avoided is not None:  # embeddings: every input from the cache
-            usage = reply.avoided
-        elif usage is None and reply.body is not None:
-            usage = reply.body.get("usage")
-    counted = usage_of(usage) if answered and usage is not None else None
+    counted, early = _counted(seen, reply, hit)
     if seen.trace is not None:
         similarity = (
             reply.lookup.similarity if reply and reply.lookup and tier == "semantic" else None
@@ -103,15 +93,38 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None, usage: Any) -> N
                        similarity=similarity)  # fmt: skip
     if counted is None or reply is None:
         return
-    saved = runtime.ledger.record(
-        seen.tenant, seen.model, counted, source="local" if local else "upstream", hit=hit
-    )
+    saved = runtime.ledger.record(seen.tenant, seen.model, counted,
+                                  source="local" if local else "upstream", hit=hit,
+                                  ended_early=early)  # fmt: skip
     runtime.history.record_saving(saved)
     if reply.avoided is not None and not hit:  # embeddings: some inputs from the cache
         avoided = usage_of(reply.avoided)
         runtime.history.record_saving(runtime.ledger.avoided(seen.tenant, seen.model, avoided))
     if reply.lookup is not None and reply.key is not None:
         _verdict(runtime, seen, reply.lookup, reply.key.question)
+
+
+def _counted(seen: Seen, reply: Reply | None, hit: bool) -> tuple[Usage | None, bool]:
+    """The usage the ledger books a request with (None: none), and whether it is a model's
+    stream that ended before its answer.
+
+    NOTE: such a stream is booked whatever its status (502: it failed, or its client left):
+    its model ran, and the provider bills what it generated.
+    """
+    if reply is None or not seen.model:
+        return None, False
+    if reply.outcome is not None:  # a model's stream, ended
+        return reply.outcome.usage, not reply.outcome.finished
+    if seen.status >= 400:
+        return None, False
+    usage: Any = None
+    if hit and reply.lookup is not None and reply.lookup.entry is not None:
+        usage = reply.lookup.entry.response.get("usage")
+    elif hit and reply.avoided is not None:  # embeddings: every input from the cache
+        usage = reply.avoided
+    elif reply.body is not None:
+        usage = reply.body.get("usage")
+    return (usage_of(usage) if usage is not None else None), False
 
 
 def _verdict(runtime: Runtime, seen: Seen, lookup: Lookup, question: str) -> None:

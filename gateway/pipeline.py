@@ -45,6 +45,7 @@ from .canonical import (
 from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
+from .ledger import Usage, partial_usage, usage_of
 from .requests import partitioned
 from .tracing import tier
 
@@ -362,7 +363,8 @@ class _Relay:
 
     NOTE: the answer is stored before the stream's last event is sent, so a client that
     disconnects right after the last token still leaves a complete answer in the cache, while
-    a stream that breaks before it (either side) never stores anything.
+    a stream that breaks before it (either side) never stores anything. Either way its
+    ``outcome.usage`` says what the call cost once it has ended (see :meth:`_spent`).
     """
 
     def __init__(
@@ -446,14 +448,23 @@ class _Relay:
                 APIError(500, "The gateway failed while streaming.", code="internal_error")
             )
         finally:
+            self.outcome.usage = self._spent(fold)
             self._land()
             await self._close_stream()
+
+    def _spent(self, fold: Fold) -> Usage | None:
+        """The usage the stream reported, when its answer finished; else (the client left,
+        the stream broke or failed, the run was cancelled) what is known of it: the model ran,
+        and the provider bills what it generated (``ledger.partial_usage``)."""
+        reported = fold.usage()
+        if self.outcome.finished:
+            return usage_of(reported) if reported is not None else None
+        return partial_usage(reported, self._stream.counted(), fold.streamed())
 
     def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
         """Start the complete answer's cache write (the last event does not wait for it)."""
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
-        self.outcome.usage = fold.usage()  # (the ledger counts it, stored or not)
         result = fold.result()
         if result is None or not self._adapter.complete(self._request, result):
             return

@@ -342,15 +342,20 @@ class ResponsesFold:
     def __init__(self, claim: Callable[[str], None] | None = None) -> None:
         self._final: dict[str, Any] | None = None
         self._claim = claim
+        self._streamed = 0
 
     def add(self, chunk: dict[str, Any]) -> bool:
+        kind = chunk.get("type")
+        if isinstance(kind, str) and kind.endswith(".delta"):  # text, arguments, reasoning
+            delta = chunk.get("delta")
+            self._streamed += len(delta) if isinstance(delta, str) else 0
         response = chunk.get("response")
         if not isinstance(response, dict):
             return True
         if self._claim is not None and isinstance(response.get("id"), str):
             self._claim(response["id"])
             self._claim = None
-        if chunk.get("type") in _TERMINAL:
+        if kind in _TERMINAL:
             self._final = response
         return True
 
@@ -360,6 +365,11 @@ class ResponsesFold:
 
     def usage(self) -> dict[str, Any] | None:
         return self._final.get("usage") if self._final is not None else None
+
+    def streamed(self) -> int:
+        """Characters of the ``*.delta`` events taken (a bridged stream's text deltas go to the
+        client unparsed: the local model counts its own output, see LocalStream.counted)."""
+        return self._streamed
 
 
 def input_items(value: Any) -> list[dict[str, Any]]:
@@ -566,6 +576,9 @@ class _ChatAsResponses:
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+    def counted(self) -> dict[str, Any] | None:
+        return self._stream.counted()
 
 
 def _response(

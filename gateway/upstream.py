@@ -507,6 +507,9 @@ class _Released:
         finally:
             self._finish()
 
+    def counted(self) -> dict[str, Any] | None:
+        return self._inner.counted()
+
     def _finish(self) -> None:
         if not self._done:
             self._done = True
@@ -654,6 +657,9 @@ class UpstreamStream:
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
         return _event(self._name, data, more=more, kind=self._kind)
+
+    def counted(self) -> dict[str, Any] | None:
+        return None  # an upstream's usage is only what its stream reports
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

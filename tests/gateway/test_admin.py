@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 
 from gateway.cli import main
 from gateway.config import load_config_text
+from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream
 
 KEY_B_DIGEST = hashlib.sha256(b"key-b").hexdigest()
@@ -262,6 +264,64 @@ def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -
     assert line in metrics
     assert sum(p["saved"].get("usd_saved", 0) for p in gw.http.get("/admin/history").json()[
         "points"]) == pytest.approx(row["saved_usd"])  # fmt: skip
+
+
+def ledger_row(gw: Gateway) -> dict[str, Any]:
+    row: dict[str, Any] = gw.http.get("/admin/stats").json()["ledger"].get("default", {})
+    return row.get("fake-model", {})
+
+
+@pytest.mark.parametrize("fault", ["break_after", "error_event"])
+def test_a_stream_that_ends_early_is_booked_with_what_it_streamed(
+    make_gateway: Any, upstream: FakeUpstream, fault: str
+) -> None:
+    """The upstream cuts its stream, or sends an error event, after two pieces of text: it
+    reported no usage, yet it generated (and bills) them. The ledger books the call, its
+    output estimated from the text streamed (4 characters a token), marked ended early; the
+    partial answer is not cached."""
+    gw = make_gateway("prices: {fake-model: {input: 2.0, output: 8.0}}")
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    fake = {"content": "abcd" * 50, "chunks": 4, fault: 3}  # the role chunk, 2 × 50 characters
+    text = ""
+    with pytest.raises(openai.APIError):  # the error event the stream ends with
+        for chunk in sdk.chat.completions.create(model="fake-model", messages=[{"role": "user",
+                "content": "cut"}], stream=True, extra_body={"fake": fake}):  # fmt: skip
+            text += chunk.choices[0].delta.content or ""
+    assert text == "abcd" * 25
+    wait_for(lambda: ledger_row(gw).get("requests") == 1)  # (booked once the stream has ended)
+    row = ledger_row(gw)
+    assert (row["model_calls"], row["ended_early"]) == (1, 1)
+    assert (row["input_tokens"], row["output_tokens"]) == (0, 25)  # the prompt: unknown
+    assert row["spent_usd"] == pytest.approx(25 * 8.0 / 1e6)
+    metrics = gw.http.get("/metrics").text
+    assert 'cachegate_ledger_ended_early_total{model="fake-model",tenant="default"} 1.0' in metrics
+    assert gw.chat("cut", stream=True, fake=fake).headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 2
+    complete = gw.chat("whole", stream=True, stream_options={"include_usage": True})
+    assert complete.status_code == 200 and "[DONE]" in complete.text
+    wait_for(lambda: ledger_row(gw).get("requests") == 3)
+    assert ledger_row(gw)["ended_early"] == 2  # a stream that finished is not
+
+
+def test_a_stream_whose_client_left_is_booked_with_what_it_was_sent(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    fake = {"content": "abcd" * 50, "chunks": 20, "chunk_delay": 0.3}  # 20 × 10 characters
+    with sdk.chat.completions.create(model="fake-model", messages=[{"role": "user",
+            "content": "leave"}], stream=True, extra_body={"fake": fake}) as stream:  # fmt: skip
+        text = ""
+        for chunk in stream:
+            text += chunk.choices[0].delta.content or ""
+            if len(text) >= 20:
+                break  # and hang up
+    wait_for(lambda: ledger_row(gw).get("ended_early") == 1)
+    row = ledger_row(gw)
+    assert (row["requests"], row["model_calls"]) == (1, 1)
+    # what the client read, at least (the gateway may have taken a piece more)
+    assert 5 <= row["output_tokens"] < 50
+    assert gw.chat("leave", fake=fake).headers["x-cache"] == "miss"  # nothing was stored
 
 
 def test_entries_of_a_redis_cache(

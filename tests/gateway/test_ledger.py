@@ -6,7 +6,7 @@ import pytest
 
 from gateway.config import Price
 from gateway.history import NAMESPACES, OTHER_NAMESPACES, Answer, History, percentile
-from gateway.ledger import Ledger, Usage, usage_of
+from gateway.ledger import Ledger, Usage, partial_usage, usage_of
 
 
 def test_usage_of_each_api() -> None:
@@ -52,6 +52,22 @@ def test_hits_and_local_prefix_tokens() -> None:
     row = ledger.stats()["t"]["local"]
     assert row["prefix_cached_tokens"] == 256 and row["saved_usd"] == 0  # unpriced: tokens only
     assert ledger.stats()["t"]["m"]["avoided_output_tokens"] == 10
+
+
+def test_a_stream_that_ended_early_is_booked_with_what_is_known() -> None:
+    # Anthropic's message_start reported the input (and 1 output token); 41 characters came
+    reported = {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 900}
+    assert partial_usage(reported, None, 41) == Usage(910, 11, 900, 0)
+    # the local model counted its prompt and 3 deltas; 8 characters would be only 2 tokens
+    assert partial_usage(None, {"prompt_tokens": 50, "completion_tokens": 3}, 8) == Usage(50, 3)
+    assert partial_usage(None, None, 0) == Usage()  # an upstream cut before any text
+    ledger = Ledger({"m": Price(input=1.0, output=2.0)})
+    ledger.record("t", "m", Usage(0, 25), source="upstream", hit=False, ended_early=True)
+    ledger.record("t", "m", Usage(10, 5), source="upstream", hit=False)
+    row = ledger.stats()["t"]["m"]
+    assert (row["requests"], row["model_calls"], row["ended_early"]) == (2, 2, 1)
+    assert (row["input_tokens"], row["output_tokens"]) == (10, 30)
+    assert row["spent_usd"] == pytest.approx((10 * 1.0 + 30 * 2.0) / 1e6)
 
 
 def test_history_ring_is_bounded_and_percentiles_are_binned() -> None:

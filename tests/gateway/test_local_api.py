@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config_text
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 
 MODEL = "smollm2"
 SYSTEM = {
@@ -426,6 +426,33 @@ def test_client_disconnect_frees_the_engine(gw: Gateway, caplog: pytest.LogCaptu
     )
     # nothing was stored for the cut stream (only the short answer above)
     assert admin_stats(gw)["cache"]["stores"] == stores + 1
+
+
+def test_a_cancelled_stream_is_booked_with_its_prompt(gw: Gateway) -> None:
+    """The client leaves after two text deltas: the generation is cancelled and never reports
+    its usage; the ledger books the prompt the model ran and the deltas it generated."""
+    messages = [{"role": "user", "content": "Write a long story about a saw and a drill."}]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 400, "temperature": 0,
+            "stream": True}  # fmt: skip
+    headers = {"authorization": "Bearer key-b"}
+
+    def row() -> dict[str, Any]:
+        return dict(admin_stats(gw)["ledger"].get("b", {}).get(MODEL, {}))
+
+    before = row()
+    deltas = 0
+    with gw.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        for line in response.iter_lines():
+            chunk = json.loads(line[6:]) if line.startswith("data: {") else {}
+            deltas += bool(chunk.get("choices") and chunk["choices"][0]["delta"].get("content"))
+            if deltas == 2:
+                break  # and hang up
+    wait_for(lambda: row().get("ended_early", 0) == before.get("ended_early", 0) + 1)
+    after = row()
+    prompt = usage(chat(gw, messages, key="key-b", max_tokens=1))["prompt_tokens"]
+    assert after["input_tokens"] - before.get("input_tokens", 0) == prompt
+    assert after["output_tokens"] - before.get("output_tokens", 0) >= 2
+    assert after["model_calls"] - before.get("model_calls", 0) == 1
 
 
 def test_prefix_evicted_from_memory_is_reloaded_from_disk(

@@ -16,7 +16,7 @@ import yaml
 
 from gateway.config import load_config_text
 from gateway.requests import tenant_partition
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -195,6 +195,31 @@ def test_failed_or_refused_answers_are_never_stored(
     assert ask(client, "Tell me", extra_body=refusal).parse().stop_reason == "refusal"
     assert ask(client, "Tell me", extra_body=refusal).headers["x-cache"] == "miss"
     assert fake.stats["/v1/messages"] == 4
+
+
+def test_a_broken_stream_is_booked_with_the_input_tokens_it_reported(
+    client: anthropic.Anthropic, fake: FakeAnthropic, gw: Gateway
+) -> None:
+    """Cut after its first text delta: ``message_start`` reported the input tokens, the
+    output is estimated from the 40 characters streamed (its ``message_delta`` never came)."""
+    messages = [{"role": "user", "content": "Tell me about hammers"}]
+    cut = {"fake": {"content": "abcd" * 10, "break_after": 4}}  # start, block, ping, delta
+    with (
+        pytest.raises(anthropic.APIError),
+        client.messages.stream(
+            model="claude-plain", max_tokens=64, messages=messages, extra_body=cut
+        ) as stream,
+    ):
+        stream.get_final_message()
+    prompt = client.messages.count_tokens(model="claude-plain", messages=messages).input_tokens
+    assert prompt > 0
+
+    def row() -> dict[str, Any]:
+        ledger = gw.http.get("/admin/stats").json()["ledger"]
+        return dict(ledger.get("default", {}).get("claude-plain", {}))
+
+    wait_for(lambda: row().get("ended_early") == 1)
+    assert (row()["model_calls"], row()["input_tokens"], row()["output_tokens"]) == (1, prompt, 10)
 
 
 def test_unknown_fields_and_headers_go_upstream_untouched(
