@@ -6,10 +6,18 @@ for the flight to land (at most ``max_wait`` seconds), then looks the answer up 
 
     flights = Flights(config)
     if flights.busy(key.exact):
-        landed = await flights.follow(key.exact)    # then: cache lookup again
+        followed = await flights.follow(key.exact)  # "landed": look the answer up again;
+                                                    # "lead": followed.flight is this one's
     flight = flights.lead(key.exact)                # None: someone else leads
     ...                                             # call the model, store
-    flight.land()                                   # wake the followers (always: finally)
+    flight.land()                                   # answered: wake the followers (finally)
+    flight.fail(error)                              # no answer: wake them, one leads next
+
+When the leader gets no answer (an upstream error, a timeout, its client gone), the followers
+must not all call the model at once (a herd, when the model is already failing): one of them
+leads the next flight and the others wait on for it, within their own ``max_wait``. An error
+that the others would get too is theirs at once instead: a 4xx about the request itself, or
+any error of that second flight (the model failed twice in a row: nobody else tries now).
 """
 
 from __future__ import annotations
@@ -17,34 +25,61 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .config import CoalesceConfig
+from .errors import APIError
 
-__all__ = ["Flight", "Flights"]
+__all__ = ["Flight", "Flights", "Followed"]
 
 Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
 
 
 class Flight:
-    """One model call that identical requests wait on; ``land`` wakes them (idempotent)."""
+    """One model call that identical requests wait on; ``land`` or ``fail`` wakes them (once).
 
-    __slots__ = ("_event", "_flights", "exact", "since")
+    ``retry``: led by a follower of a flight that failed (its own failure is shared).
+    """
 
-    def __init__(self, flights: dict[str, Flight], exact: str) -> None:
+    __slots__ = ("_event", "_flights", "error", "exact", "failed", "retry", "since")
+
+    def __init__(self, flights: dict[str, Flight], exact: str, *, retry: bool = False) -> None:
         self._flights = flights
         self._event = asyncio.Event()
         self.exact = exact
         self.since = time.monotonic()
+        self.retry = retry
+        self.failed = False  # the leader got no answer
+        self.error: APIError | None = None  # what the followers get instead of an answer
 
     def land(self) -> None:
-        """The leader stored its answer, or failed: release the key and wake the followers."""
+        """The leader has its answer (stored, or not storable): release the key and wake the
+        followers, to look it up."""
         if self._flights.get(self.exact) is self:
             del self._flights[self.exact]
         self._event.set()
 
+    def fail(self, error: BaseException | None) -> None:
+        """The leader got no answer (``error``: why, when known): wake the followers, to get
+        ``error`` when it would fail them too (see :func:`_shared`), else to lead again."""
+        if not self._event.is_set():
+            self.failed = True
+            self.error = _shared(error, retried=self.retry)
+        self.land()
+
     async def wait(self) -> None:
         await self._event.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    """How a follower's wait ended: ``landed`` (look its answer up in the cache), ``late``
+    (``max_wait`` passed: call the model alone) or ``lead`` (the leader failed: this request
+    leads ``flight``, the next one)."""
+
+    kind: Literal["landed", "late", "lead"]
+    flight: Flight | None = None
 
 
 class Flights:
@@ -61,28 +96,37 @@ class Flights:
         """Whether a live flight for ``exact`` is in progress."""
         return self._live(exact) is not None
 
-    def lead(self, exact: str) -> Flight | None:
+    def lead(self, exact: str, *, retry: bool = False) -> Flight | None:
         """Register a flight for ``exact``; None when a live one is in progress already."""
         if self._live(exact) is not None:
             return None
-        flight = self._flights[exact] = Flight(self._flights, exact)
+        flight = self._flights[exact] = Flight(self._flights, exact, retry=retry)
         return flight
 
-    async def follow(self, exact: str, watch: Watch | None = None) -> bool:
-        """Wait for the flight of ``exact`` to land: False when it did not within max_wait.
+    async def follow(self, exact: str, watch: Watch | None = None) -> Followed:
+        """Wait for the flight of ``exact`` to land, for ``max_wait`` seconds in all.
 
-        It waits once only, so a failing model is not retried one waiting request after
-        another.
+        When its leader fails, the first follower to wake leads the next flight and the
+        others wait for that one; raises the leader's error when it is shared (``Flight.fail``).
+
+        NOTE: the first to wake takes the lead before it awaits anything, so exactly one
+        follower calls the model again, however many were waiting.
         """
-        flight = self._live(exact)
-        if flight is None:
-            return True
-        waiting = asyncio.wait_for(flight.wait(), self.config.max_wait)
-        try:
-            await (watch(waiting) if watch else waiting)
-        except TimeoutError:
-            return False
-        return True
+        deadline = time.monotonic() + self.config.max_wait
+        while (flight := self._live(exact)) is not None:
+            waiting = asyncio.wait_for(flight.wait(), deadline - time.monotonic())
+            try:
+                await (watch(waiting) if watch else waiting)
+            except TimeoutError:
+                return Followed("late")
+            if not flight.failed:
+                return Followed("landed")
+            if flight.error is not None:
+                raise _copy(flight.error)
+            successor = self.lead(exact, retry=True)
+            if successor is not None:
+                return Followed("lead", successor)
+        return Followed("landed")
 
     def _live(self, exact: str) -> Flight | None:
         """The flight of ``exact``, unless it is abandoned.
@@ -97,3 +141,31 @@ class Flights:
             flight.land()
             return None
         return flight
+
+
+#: 4xx statuses that say nothing about the request itself: another try may be answered.
+_TRANSIENT = frozenset({408, 409, 425, 429})
+
+
+def _shared(error: BaseException | None, *, retried: bool) -> APIError | None:
+    """The error a failed flight's followers get instead of calling the model, or None.
+
+    A 4xx about the request itself (400, 401, 404, 413, 422, ...) would fail each identical
+    request the same way: theirs at once. A flight that was itself a follower's retry shares
+    any error: the model failed twice in a row, and the followers left should not each try
+    again (one after another, or all at once). Not an error of the request (its client left,
+    the gateway is shutting down: no ``APIError``): another follower leads.
+    """
+    if not isinstance(error, APIError):
+        return None
+    if retried or (400 <= error.status < 500 and error.status not in _TRANSIENT):
+        return error
+    return None
+
+
+def _copy(error: APIError) -> APIError:
+    """A follower's own copy of the leader's error (a handler may change its ``param``),
+    marked as an identical request's."""
+    headers = {**error.headers, "x-cache-coalesced": "true"}
+    return APIError(error.status, error.message, type=error.type, param=error.param,
+                    code=error.code, headers=headers)  # fmt: skip

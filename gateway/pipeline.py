@@ -5,7 +5,7 @@
         │                                                semantic hit carries an AuditJob (audit.py)
         │ miss
     the same request already in flight? ── wait for its answer ──► replay (coalesced)
-        │ no (or it stored nothing)
+        │ no (or it stored nothing; if it failed, one waiter calls again, the others wait on)
     backend (local model with its prefix KV cache, or an upstream)
         │
     store the answer, only when it is complete and successful
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import re
@@ -128,20 +129,14 @@ class Pipeline:
         bridge = _bridge(backend, adapter, request)
         looked = await self._look_up(request, adapter)
         if looked.hit is not None:
-            assert looked.key is not None
-            served = self._replay(request, adapter, looked.hit, looked.key)
-            if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
-                served.audit = _audit_job(backend, bridge, request, adapter, auth,
-                                          looked.hit, account)  # fmt: skip
-            return served
+            audit = functools.partial(_audit_job, backend, bridge, request, adapter, auth, account)
+            return self._hit(request, adapter, looked, audit)
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
-            exact = looked.save.key.exact
-            if self.flights.busy(exact) and (not request.stream or self.flights.config.streams):
-                reply = await self._follow(request, adapter, looked.save.key, watch)
-                if reply is not None:
-                    return reply
-            flight = self.flights.lead(exact)
+            joined = await self._join(request, adapter, looked.save.key, watch)
+            if isinstance(joined, Reply):
+                return joined
+            flight = joined
         seen: dict[str, Any] = {"lookup": looked.missed, "key": looked.key}
         try:
             if request.stream:
@@ -160,6 +155,10 @@ class Pipeline:
             adapter.delivered(request, answer.body, upstream=bridge is None)
             headers = _keyed(answer.headers, looked.key)
             return Reply(looked.state, headers, body=answer.body, **seen)
+        except BaseException as exc:  # no answer: an error, a timeout, its client gone
+            if flight is not None:
+                flight.fail(exc)  # (then land below does nothing more)
+            raise
         finally:
             if flight is not None:
                 flight.land()
@@ -303,16 +302,21 @@ class Pipeline:
 
     async def _follow(
         self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
-    ) -> Reply | None:
+    ) -> Reply | Flight | None:
         """Wait for the identical request in flight, then serve what it stored.
 
-        ``None`` when it stored nothing (it failed, was cancelled or its answer was not
-        complete) or took too long: this request then calls the model itself.
+        A ``Flight`` when the one in flight failed and this request leads the next try (the
+        others wait for it; raises the error the failed one shares, see gateway.coalesce).
+        ``None`` when it stored nothing although it answered (its answer was not complete, or
+        not as the backend gave it) or took too long: this request then calls the model
+        itself. NOTE: the followers of an answer that could not be stored do not queue behind
+        each other: each would get an answer none of them can share.
         """
         assert self.cache is not None
         with tier("coalesce.wait"):
-            if not await self.flights.follow(key.exact, watch):
-                return None
+            followed = await self.flights.follow(key.exact, watch)
+        if followed.kind != "landed":
+            return followed.flight  # (late: None)
         found = await self.cache.lookup(
             key,
             max_age=request.control.max_age,
@@ -326,6 +330,32 @@ class Pipeline:
         reply.coalesced = True
         reply.headers["x-cache-coalesced"] = "true"
         return reply
+
+    def _hit(
+        self,
+        request: GatewayRequest,
+        adapter: Adapter,
+        looked: _Looked,
+        audit: Callable[[Lookup], AuditJob],
+    ) -> Reply:
+        """A stored answer, served; a sampled semantic hit carries its ``audit`` (audit.py)."""
+        assert looked.hit is not None and looked.key is not None
+        served = self._replay(request, adapter, looked.hit, looked.key)
+        if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
+            served.audit = audit(looked.hit)
+        return served
+
+    async def _join(
+        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
+    ) -> Reply | Flight | None:
+        """Coalesce a miss with the identical requests in flight: the answer of the one that
+        ran (a replay), or the flight this request leads (None: it calls the model alone)."""
+        flights = self.flights
+        if flights.busy(key.exact) and (not request.stream or flights.config.streams):
+            followed = await self._follow(request, adapter, key, watch)
+            if followed is not None:
+                return followed
+        return flights.lead(key.exact)
 
     def _threshold(self, request: GatewayRequest) -> float | None:
         if request.control.threshold is not None:
@@ -386,6 +416,7 @@ class _Relay:
         self._flight = flight
         self._events: AsyncGenerator[bytes, None] | None = None
         self._closed = False
+        self._error: APIError | None = None  # why the stream failed, for its flight
         self.outcome = StreamOutcome()
 
     def __aiter__(self) -> AsyncGenerator[bytes, None]:
@@ -410,8 +441,13 @@ class _Relay:
             await self._stream.aclose()
 
     def _land(self) -> None:
+        """Land the flight (when the answer was not stored: stored, it lands after the write);
+        a stream that ended before its answer failed it."""
         if self._flight is not None:
-            self._flight.land()
+            if self.outcome.finished:
+                self._flight.land()
+            else:
+                self._flight.fail(self._error)
             self._flight = None
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
@@ -421,6 +457,9 @@ class _Relay:
             async for event in self._stream:
                 if event.error:
                     self.outcome.error = "upstream_error"  # the upstream's own error event
+                    self._error = APIError(
+                        502, "The model failed while streaming its answer.", code="upstream_error"
+                    )
                     yield pending + event.raw
                     return
                 if event.done:
@@ -474,6 +513,7 @@ class _Relay:
         self._adapter.delivered(self._request, result, upstream=self._native)
 
     def _failed(self, error: APIError) -> bytes:
+        self._error = error
         # a metrics label: only the gateway's own short snake_case codes
         code = error.code or ""
         self.outcome.error = code if _CODE.fullmatch(code) else "stream_error"
@@ -539,8 +579,8 @@ def _audit_job(
     request: GatewayRequest,
     adapter: Adapter,
     auth: str | None,
-    hit: Lookup,
     account: str,
+    hit: Lookup,
 ) -> AuditJob:
     """The audit of a semantic hit: the same request to the same backend with the same
     credentials, as one non-streamed call whose answer nobody stores.

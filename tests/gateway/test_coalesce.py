@@ -103,24 +103,84 @@ def test_identical_misses_in_flight_make_one_upstream_call(
     assert upstream.stats["chat"] == 5
 
 
-def test_a_failed_first_request_lets_the_others_call_the_model(
+def test_a_failed_first_request_hands_the_call_to_one_of_the_others(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
-    gw = make_gateway()
-    # the first identical body gets a 400 from the upstream, later ones an answer
-    replies = asyncio.run(ask(gw, 5, {"delay": 0.4, "status": 400, "fail_times": 1}))
-    failed = [r for r in replies if isinstance(r, openai.BadRequestError)]
+    """The first call fails (a 500, not retried here): one waiting request calls again, the
+    others wait for it and are served its answer; no herd of calls to a failing model."""
+    gw = make_gateway(model_yaml="max_retries: 0")
+    replies = asyncio.run(ask(gw, 6, {"delay": 0.4, "status": 500, "fail_times": 1}))
+    failed = [r for r in replies if isinstance(r, openai.InternalServerError)]
     answered = [r for r in replies if not isinstance(r, Exception)]
-    assert len(failed) == 1 and len(answered) == 4
-    # each waiting request called the model itself (nothing of the failure was cached) ...
-    assert upstream.stats["chat"] == 5
-    assert all(r.headers["x-cache"] == "miss" for r in answered)
-    assert coalesced_metric(gw) == 0
-    # ... and the answer one of them stored is a plain hit now
-    again = gw.chat(
-        "Name three prime numbers.", fake={"delay": 0.4, "status": 400, "fail_times": 1}
-    )
-    assert again.headers["x-cache"] == "exact"
+    assert len(failed) == 1 and failed[0].status_code == 502  # the first one's own failure
+    assert upstream.stats["chat"] == 2
+    assert sorted(r.headers["x-cache"] for r in answered) == ["exact"] * 4 + ["miss"]
+    assert len({r.parse().choices[0].message.content for r in answered}) == 1
+    assert coalesced_metric(gw) == 4
+    assert not len(gw.runtime.pipeline.flights)
+
+
+def test_a_model_that_fails_twice_fails_the_others_without_calling_it(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The first call and the one a waiting request made after it both fail: the others get
+    that error (marked coalesced) instead of each calling the failing model again."""
+    gw = make_gateway(model_yaml="max_retries: 0")
+    replies = asyncio.run(ask(gw, 6, {"delay": 0.4, "status": 500}))
+    assert all(isinstance(r, openai.InternalServerError) for r in replies), replies
+    assert upstream.stats["chat"] == 2
+    shared = [r for r in replies if r.response.headers.get("x-cache-coalesced") == "true"]
+    assert len(shared) == 4
+    assert all("HTTP 500" in r.message for r in replies)
+    assert not len(gw.runtime.pipeline.flights)
+
+
+def test_a_request_error_of_the_first_is_shared_with_the_others(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A 400 about the request itself would fail every identical request: the others get it
+    at once, and nothing of it is cached."""
+    gw = make_gateway()
+    fake = {"delay": 0.4, "status": 400, "fail_times": 1}
+    replies = asyncio.run(ask(gw, 5, fake))
+    assert all(isinstance(r, openai.BadRequestError) for r in replies), replies
+    assert upstream.stats["chat"] == 1
+    coalesced = [r.response.headers.get("x-cache-coalesced") for r in replies]
+    assert sorted(coalesced, key=str) == [None] + ["true"] * 4
+    assert all("fake failure 400" in r.message for r in replies)
+    # the same body again, alone (the fake fails it only once): a fresh answer, then a hit
+    assert gw.chat("Name three prime numbers.", fake=fake).headers["x-cache"] == "miss"
+    assert gw.chat("Name three prime numbers.", fake=fake).headers["x-cache"] == "exact"
+
+
+def test_waiting_on_after_a_failure_is_still_bounded_by_max_wait(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The first call fails and the one that calls again hangs: the others stop waiting
+    ``max_wait`` after they began, and call the model themselves."""
+    gw = make_gateway("cache: {coalesce: {max_wait: 1.0}}", "max_retries: 0")
+    fake = {"contents": [{"status": 500, "delay": 0.3}, {"delay": 5.0}, "third", "fourth"]}
+
+    async def run() -> list[tuple[float, Any]]:
+        started = time.perf_counter()
+
+        async def timed() -> tuple[float, Any]:
+            reply = (await ask(gw, 1, fake))[0]
+            return time.perf_counter() - started, reply
+
+        first = asyncio.create_task(timed())
+        await until_upstream_called(upstream, 1)  # the first one leads
+        others = [asyncio.create_task(timed()) for _ in range(3)]
+        return [await first, *[await task for task in others]]
+
+    (_, first), *others = asyncio.run(run())
+    assert isinstance(first, openai.InternalServerError)
+    done = sorted(others, key=lambda pair: pair[0])
+    assert [r.parse().choices[0].message.content for _, r in done[:2]] in (
+        ["third", "fourth"], ["fourth", "third"])  # fmt: skip
+    assert done[1][0] < 4.0  # they waited ~1 s, not for the hanging call (5 s)
+    assert done[2][0] >= 5.0 and done[2][1].headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 4
 
 
 def test_waiting_is_bounded_by_max_wait(make_gateway: Any, upstream: FakeUpstream) -> None:
@@ -200,7 +260,7 @@ def test_streams_wait_when_configured(make_gateway: Any, upstream: FakeUpstream)
 def test_first_request_cancelled_by_its_client_releases_the_others(
     make_gateway: Any, upstream: FakeUpstream, stream: bool
 ) -> None:
-    """The first client hangs up: the waiting ones call the model instead of waiting on."""
+    """The first client hangs up: one waiting request calls the model, the others wait for it."""
     gw = make_gateway("cache: {coalesce: {streams: true}}")
     body = {"model": "fake-model", "messages": QUESTION, "stream": stream}
     body["fake"] = {"delay": 4.0} if not stream else {"chunk_delay": 0.6}
@@ -220,8 +280,8 @@ def test_first_request_cancelled_by_its_client_releases_the_others(
     others = asyncio.run(run())
     assert time.perf_counter() - started < 20  # nobody waited out max_wait (60 s)
     assert all(r.status_code == 200 for r in others)
-    assert all(r.headers["x-cache"] == "miss" for r in others)
-    assert upstream.stats["chat"] == 4
+    assert sorted(r.headers["x-cache"] for r in others) == ["exact", "exact", "miss"]
+    assert upstream.stats["chat"] == 2
     # no flight is left behind: a later identical request is a plain hit, at once
     again = gw.http.post("/v1/chat/completions", json=body)
     assert again.headers["x-cache"] == "exact"
