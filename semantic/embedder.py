@@ -531,7 +531,14 @@ class _Batcher:
         if max_wait is not None:
             # NOTE: the bound is on the wait for a worker, not the encoding: a text that has
             # started is waited for (on a slow CPU one encode alone may take longer).
-            await asyncio.wait([fut], timeout=max_wait)
+            try:
+                await asyncio.wait([fut], timeout=max_wait)
+            except asyncio.CancelledError:
+                # NOTE: asyncio.wait does not cancel fut: its caller is gone (client left,
+                # shutdown), so its text leaves the queue unencoded, as a refused one does
+                if not job.started:
+                    fut.cancel()
+                raise
             if not fut.done() and not job.started:
                 fut.cancel()
                 emb._refused += 1

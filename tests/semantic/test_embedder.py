@@ -303,3 +303,27 @@ async def test_a_caller_past_its_max_wait_is_refused_and_costs_no_encoding(
     assert after.texts_encoded - before.texts_encoded == len(texts)  # the late ones never ran
     assert after.waits - before.waits == len(texts) and after.wait_seconds > before.wait_seconds
     assert after.queued == 0
+
+
+async def test_a_caller_with_max_wait_that_is_cancelled_leaves_the_queue(
+    embedder: Embedder,
+) -> None:
+    """A lookup whose client went away (its task cancelled while it waits for a worker) is
+    neither encoded nor left in the queue, where it would age it and get others refused."""
+    import uuid
+
+    tag = uuid.uuid4().hex  # texts the LRU has never seen
+    texts = [f"Question {i} about the harbour of town {tag}" for i in range(160)]
+    before = embedder.stats()
+    backlog = [asyncio.ensure_future(embedder.embed(t)) for t in texts]
+    await asyncio.sleep(0)  # queued: two batches running, the rest waiting behind them
+    gone = asyncio.ensure_future(embedder.embed(f"A lookup whose client left {tag}", max_wait=30))
+    await asyncio.sleep(0)
+    assert embedder.stats().queued > 0
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await asyncio.gather(*backlog)
+    after = embedder.stats()
+    assert after.queued == 0
+    assert after.texts_encoded - before.texts_encoded == len(texts)  # the cancelled one never ran
