@@ -60,9 +60,11 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
             return _error(APIError(400, f"'{name}' must be true or false.", param=name))
     # "" is the default namespace (requests without one); only a missing or null one means all.
     namespace = body.get("namespace")
-    flushed = 0
+    flushed = abandoned = 0
     if body.get("answers", True) and runtime.cache is not None:
-        await runtime.pipeline.settle()  # (answers already sent are stored, then dropped)
+        # (answers already sent are stored, then dropped; a write still stuck after the
+        # bound is cancelled, so that it cannot land after the flush)
+        abandoned = await runtime.pipeline.drain("before a flush")
         try:
             flushed = await runtime.cache.flush(namespace)
         except StoreUnavailable as exc:
@@ -72,10 +74,9 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
         for backend in runtime.backends.values():
             # (off the loop: it may wait for a disk write)
             prefix_bytes += await asyncio.to_thread(backend.flush_prefix_cache)
-    return Response(
-        _encode({"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_bytes}),
-        media_type="application/json",
-    )
+    reply = {"flushed": flushed, "namespace": namespace, "prefix_bytes_freed": prefix_bytes,
+             "abandoned_writes": abandoned}  # fmt: skip
+    return Response(_encode(reply), media_type="application/json")
 
 
 @post("/admin/cache/tightening/reset", status_code=200)

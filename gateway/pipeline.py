@@ -224,16 +224,18 @@ class Pipeline:
             await asyncio.wait(tasks, timeout=left)
         return set()
 
-    async def drain(self) -> None:
-        """At shutdown, before the cache closes: let the writes in progress finish, for a
+    async def drain(self, why: str = "at shutdown") -> int:
+        """Before the cache closes or is flushed: let the writes in progress finish, for a
         bounded time (a write waiting for an embedder that is still loading could wait for
-        minutes), then cancel the rest (their flights still land)."""
+        minutes), then cancel the rest (their flights still land): an answer a client has
+        seen is then never written after it. Returns how many were cancelled."""
         pending = await self.settle()
         for task in pending:
             task.cancel()
         if pending:
-            log.warning("%d cache write(s) abandoned at shutdown", len(pending))
+            log.warning("%d cache write(s) abandoned %s", len(pending), why)
             await asyncio.wait(pending)
+        return len(pending)
 
     async def store(self, request: GatewayRequest, save: Save, answer: dict[str, Any]) -> None:
         """Store a complete answer; a failing cache write is logged, never lost to the client."""

@@ -417,3 +417,22 @@ def test_a_flush_drops_an_answer_whose_write_was_in_progress(
         assert flush.result(timeout=10).json()["flushed"] == 1
     assert held.stored.is_set()
     assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"  # gone
+
+
+def test_a_flush_cancels_a_write_still_stuck_after_the_bound(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write still waiting when the flush's wait runs out is cancelled, not left to land
+    after the flush said the cache was empty."""
+    monkeypatch.setattr(pipeline, "_DRAIN_S", 0.3)
+    gw = make_gateway()
+    held = _HeldStore(gw)
+    try:
+        assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"
+        flushed = gw.http.post("/admin/cache/flush", json={}).json()
+    finally:
+        held.release.set()
+    time.sleep(0.3)  # (had the write gone on, it would land now)
+    assert not held.stored.is_set()
+    assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"
+    assert flushed.get("abandoned_writes") == 1
