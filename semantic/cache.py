@@ -167,6 +167,7 @@ class _Counters:
     evictions: int = 0
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
+    semantic_errors: int = 0  # semantic lookups that failed (a model or index error): misses
     #: Semantic steps skipped because the embedder was overloaded: "overload" (lookups),
     #: "overload_store" (answers stored without a vector: exact hits only).
     skipped: Counter[str] = field(default_factory=lambda: Counter(overload=0, overload_store=0))
@@ -278,9 +279,18 @@ class ResponseCache:
         if not self.embedder.fits(key.question):
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
-        return await self._lookup_semantic(
-            key, now, max_age, threshold, score_threshold, overloaded
-        )
+        try:
+            return await self._lookup_semantic(
+                key, now, max_age, threshold, score_threshold, overloaded
+            )
+        except Exception:
+            # NOTE: a cache that fails must not fail the request: the model answers it (an
+            # embedder or verifier error, an index bug), counted and logged
+            self._counters.semantic_errors += 1
+            if self._counters.semantic_errors % 1000 == 1:  # (not a line per request)
+                log.exception("semantic lookup failed (%d so far): answered as a miss",
+                              self._counters.semantic_errors)  # fmt: skip
+            return Lookup("miss")
 
     async def store(
         self,
@@ -361,6 +371,7 @@ class ResponseCache:
             "evictions": c.evictions,
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,
+            "semantic_errors": c.semantic_errors,
             "semantic_skipped": dict(c.skipped),
             # a shared store's commands skipped because this replica had too many in flight
             "store_skipped_commands": getattr(self._store, "skipped_turns", 0),

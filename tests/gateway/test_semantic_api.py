@@ -346,3 +346,29 @@ def test_embedder_backend_from_yaml_serves_hits(
         assert f'cachegate_embedder_backend_info{{backend="{backend}"}} 1' in metrics
     finally:
         gateway.stop()
+
+
+def test_a_failing_semantic_tier_is_a_miss_not_an_error(
+    gw: Gateway, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The semantic tier is a cache: when its model fails (an ONNX Runtime error, a bug), the
+    request goes to the model as a miss, and the failure is counted and logged."""
+    cache = gw.runtime.cache
+    assert cache is not None and cache.embedder is not None
+    first = ask(gw, "Which plans include phone support?", ns="broken")
+    assert first.headers["x-cache"] == "miss"
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("onnxruntime: a kernel failed")
+
+    before = cache.stats()["semantic_errors"]
+    calls = upstream.stats["chat"]
+    monkeypatch.setattr(cache.embedder, "embed_then", broken)
+    again = ask(gw, "Which plans come with phone support?", ns="broken")
+    assert again.status_code == 200 and again.headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == calls + 1
+    assert cache.stats()["semantic_errors"] == before + 1
+    metrics = gw.http.get("/metrics").text
+    assert "cachegate_cache_semantic_errors_total" in metrics
+    exact = ask(gw, "Which plans include phone support?", ns="broken")
+    assert exact.headers["x-cache"] == "exact"  # exact hits do not need the embedder
