@@ -341,8 +341,11 @@ class ResponseCache:
             self._counters.store_failures += 1
             return None
         # NOTE: an answer stored again without a vector (semantic off for it) must leave the
-        # index too, or a later search finds an entry the guard has no vector for.
-        self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
+        # index too, or a later search finds an entry the guard has no vector for. A shared
+        # store's follower applies the put instead, in order with every other write of the id
+        # (see ``_dropped``); ``put`` returned once it had, so the next lookup here finds it.
+        if not self._store.shared:
+            self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
         self._dropped(evicted)
         self._counters.stores += 1
         self._counters.evictions += len(evicted)
@@ -430,7 +433,7 @@ class ResponseCache:
         self._dropped([entry_id])
         return True
 
-    # -- StoreListener: changes made by other replicas (Redis) -----------------------------
+    # -- StoreListener: index changes (a shared store's follower makes them all, in order) --
 
     def on_put(self, entry_id: int, scope: str, vector: bytes | None, vector_model: str) -> None:
         if self.index is None:
@@ -524,7 +527,6 @@ class ResponseCache:
         self, key: CacheKey, hits: list[Hit], limit: float, now: float, max_age: float | None
     ) -> list[tuple[Hit, Entry]]:
         """The live, fresh entries of ``key``'s scope among ``hits`` at or above ``limit``."""
-        assert self.index is not None
         out: list[tuple[Hit, Entry]] = []
         for hit in hits:
             if hit.similarity < limit:
@@ -538,7 +540,7 @@ class ResponseCache:
                 or entry.scope != key.scope
                 or not self._searchable(entry.vector, entry.vector_model)
             ):
-                self.index.remove(hit.id)
+                self._dropped([hit.id])
                 continue
             if _fresh(entry, now, max_age):
                 out.append((hit, entry))
@@ -642,13 +644,14 @@ class ResponseCache:
             return None
 
     def _dropped(self, ids: list[int]) -> None:
-        """The store dropped ``ids`` (evicted, expired, flushed): their vectors go too.
+        """The store dropped ``ids`` (evicted, expired, flushed), or a lookup found their
+        entries gone or unsearchable: their vectors go too.
 
         NOTE: not for a shared store: there an id may be stored again (by any replica, or by a
-        request here) between the store dropping it and this call, and dropping its vector then
-        would leave a live entry unsearchable here. The follower applies the store's del and
-        put events in the order they happened instead; until it does, a vector whose entry is
-        gone is a miss (``_lookup_semantic`` removes it).
+        request here) between the store dropping it (or a lookup reading it) and this call, and
+        dropping its vector then would leave a live entry unsearchable here. The follower
+        applies the store's del and put events in the order they happened instead, and is the
+        only writer of the index; until it does, a vector whose entry is gone is a miss.
         """
         if not self._store.shared:
             self.on_delete(ids)

@@ -10,7 +10,10 @@ Keys (``P`` = the configured key prefix):
                  or a comma-separated ``idlist``)
 
 Every replica keeps its own vector index in memory and ``follow``s the events stream to add and
-drop vectors as other replicas store and evict answers — its own changes too, in stream order.
+drop vectors as other replicas store and evict answers — its own changes too, in stream order:
+the follower is the only writer of the index, so a late local change can never undo a newer
+event. ``put`` returns once this replica's follower has applied its event (waiting at most
+``_APPLY_WAIT`` command timeouts), so an answer stored here is found here by the next lookup.
 A replica that (re)connects after missing events — or finds the stream trimmed past where it
 was — reloads everything (``on_reset``).
 
@@ -33,6 +36,7 @@ Redis answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -69,6 +73,9 @@ _RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unrea
 _REFUSED_S = 1.0  # how long the follower waits after Redis refused one of its commands
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
+#: How long ``put`` waits for the follower to apply its event, in multiples of the command
+#: timeout (normally one round trip: Redis wakes the follower's blocked XREAD at once).
+_APPLY_WAIT = 2
 
 # Lua shared by the scripts: drop entries (keys, expiry, hits) and announce them, 500 ids per
 # command and event.
@@ -94,8 +101,9 @@ end
 
 # KEYS: entry, lru, exp, hits, events. ARGV: blob, px ('' = none), now, expires ('' = none),
 # id, scope, vector, vector model, max entries, entry key prefix, stream maxlen.
-# Returns {entries left, evicted id...}. NOTE: SET comes first: if it fails nothing is written.
-# Past max_entries, expired entries go before live ones, then the least recently used.
+# Returns {entries left, the put's event id, evicted id...}. NOTE: SET comes first: if it fails
+# nothing is written. Past max_entries, expired entries go before live ones, then the least
+# recently used.
 _PUT = (
     _DROP
     + """
@@ -111,8 +119,8 @@ else
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 end
 redis.call('HDEL', KEYS[4], ARGV[5])
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'put', 'id', ARGV[5],
-           'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8])
+local event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'put',
+                         'id', ARGV[5], 'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8])
 local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[9])
 local gone = {}
 if over > 0 then
@@ -126,8 +134,8 @@ if over > 0 then
   end
   drop(gone, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
 end
-local out = {redis.call('ZCARD', KEYS[2])}
-for i, id in ipairs(gone) do out[i + 1] = id end
+local out = {redis.call('ZCARD', KEYS[2]), event}
+for i, id in ipairs(gone) do out[i + 2] = id end
 return out
 """
 )
@@ -220,6 +228,10 @@ class RedisStore:
         self._count = 0
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
+        #: Where the follower stands (the last event applied to its listener); None while it
+        #: is not following (not started, reloading, or reconnecting): nothing to wait for.
+        self._applied: tuple[int, int] | None = None
+        self._progress = asyncio.Event()  # set (and replaced) whenever ``_applied`` changes
         self._put_script = self._redis.register_script(_PUT)
         self._sweep_script = self._redis.register_script(_SWEEP)
         self._hit_script = self._redis.register_script(_HIT)
@@ -255,7 +267,10 @@ class RedisStore:
         return cast(Entry | None, got)
 
     async def put(self, entry: Entry) -> list[int]:
-        async def op() -> list[int]:
+        """Store ``entry``; returns the ids evicted for room, once this replica's follower has
+        applied the put (see ``_until_applied``)."""
+
+        async def op() -> tuple[list[int], bytes]:
             now = time.time()
             # NOTE: a non-finite expiry (never validated away here) means "never": int(inf)
             # would raise, and Redis refuses an expiry past its range.
@@ -280,11 +295,13 @@ class RedisStore:
                 ],
             )
             self._count = int(reply[0])
-            return [int(member) for member in reply[1:]]
+            return [int(member) for member in reply[2:]], bytes(reply[1])
 
-        evicted: list[int] | None = await self._call(op)
-        if evicted is None:
+        done: tuple[list[int], bytes] | None = await self._call(op)
+        if done is None:
             raise StoreUnavailable("Redis failed: the answer was not stored")
+        evicted, event = done
+        await self._until_applied(event)
         return evicted
 
     async def delete(self, ids: list[int]) -> None:
@@ -369,54 +386,17 @@ class RedisStore:
             return set()
 
     async def follow(self, listener: StoreListener) -> None:
-        """Apply other replicas' changes to ``listener`` until cancelled (reconnecting as needed).
+        """Apply the store's changes to ``listener``, every replica's (this one's too) in stream
+        order, until cancelled (reconnecting as needed).
 
         NOTE: XREAD from a position the stream was trimmed past answers the oldest events left,
         without an error; so about once a second the follower checks that the stream still
         holds where it stood at its previous check, and reloads if not.
         """
-        last: bytes | None = None
-        checked = b"0-0"  # where the follower stood at its previous trim check
-        check_at = 0.0
-        while True:
-            try:
-                if last is None:
-                    last = checked = await self._reload_point()
-                    await listener.on_reset()
-                    check_at = 0.0  # the reload may have been slow: check right away
-                if time.monotonic() >= check_at:
-                    if await self._trimmed_since(checked):
-                        log.warning(
-                            "response-cache event stream trimmed past this replica; reloading"
-                        )
-                        last = None
-                        continue
-                    checked, check_at = last, time.monotonic() + _TRIM_CHECK_S
-                    await self._count_entries()  # (also catches changes made without events)
-                reply = await self._follower.xread(
-                    {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
-                )
-                if reply:
-                    last = _apply_all(listener, reply, last)
-                    await self._count_entries()  # other replicas' stores and evictions
-            except ResponseError as exc:  # (NOPERM, WRONGTYPE: it may answer so every time)
-                log.warning("response-cache event stream: %s; reloading", exc)
-                last = None
-                await asyncio.sleep(_REFUSED_S)  # not a hot loop of full reloads
-                continue
-            except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
-                if _cancelling():  # a cancellation that arrived as the read's timeout
-                    raise asyncio.CancelledError from exc
-                if last is not None:
-                    log.warning("response-cache event stream lost (%r); will reload", exc)
-                last = None  # events may be lost while disconnected: reload on return
-                await asyncio.sleep(_RECONNECT_S)
-                continue
-            except Exception:  # NOTE: a follower that stopped would leave the index behind
-                log.exception("response-cache event stream: an event could not be applied")
-                last = None  # reload: the index agrees with Redis again
-                await asyncio.sleep(1.0)  # (not a hot loop, should it fail every time)
-                continue
+        try:
+            await self._follow(listener)
+        finally:
+            self._stand_at(None)
 
     def __len__(self) -> int:
         return self._count
@@ -435,6 +415,79 @@ class RedisStore:
         await self._follower.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    async def _follow(self, listener: StoreListener) -> None:
+        last: bytes | None = None
+        checked = b"0-0"  # where the follower stood at its previous trim check
+        check_at = 0.0
+        while True:
+            try:
+                if last is None:
+                    self._stand_at(None)  # puts meanwhile are in the reload, or after its point
+                    last = checked = await self._reload_point()
+                    await listener.on_reset()
+                    self._stand_at(last)
+                    check_at = 0.0  # the reload may have been slow: check right away
+                if time.monotonic() >= check_at:
+                    if await self._trimmed_since(checked):
+                        log.warning(
+                            "response-cache event stream trimmed past this replica; reloading"
+                        )
+                        last = None
+                        continue
+                    checked, check_at = last, time.monotonic() + _TRIM_CHECK_S
+                    await self._count_entries()  # (also catches changes made without events)
+                reply = await self._follower.xread(
+                    {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
+                )
+                if reply:
+                    last = _apply_all(listener, reply, last)
+                    self._stand_at(last)
+                    await self._count_entries()  # other replicas' stores and evictions
+            except ResponseError as exc:  # (NOPERM, WRONGTYPE: it may answer so every time)
+                log.warning("response-cache event stream: %s; reloading", exc)
+                last = None
+                self._stand_at(None)
+                await asyncio.sleep(_REFUSED_S)  # not a hot loop of full reloads
+                continue
+            except (TimeoutError, RedisError, OSError, StoreUnavailable) as exc:
+                if _cancelling():  # a cancellation that arrived as the read's timeout
+                    raise asyncio.CancelledError from exc
+                if last is not None:
+                    log.warning("response-cache event stream lost (%r); will reload", exc)
+                last = None  # events may be lost while disconnected: reload on return
+                self._stand_at(None)
+                await asyncio.sleep(_RECONNECT_S)
+                continue
+            except Exception:  # NOTE: a follower that stopped would leave the index behind
+                log.exception("response-cache event stream: an event could not be applied")
+                last = None  # reload: the index agrees with Redis again
+                self._stand_at(None)
+                await asyncio.sleep(1.0)  # (not a hot loop, should it fail every time)
+                continue
+
+    def _stand_at(self, position: bytes | None) -> None:
+        """The follower has applied every event up to ``position`` (None: it is not following
+        now, and will reload): wake the puts waiting for it."""
+        self._applied = None if position is None else _stream_id(position)
+        self._progress.set()
+        self._progress = asyncio.Event()
+
+    async def _until_applied(self, event: bytes) -> None:
+        """Wait until the follower has applied ``event`` (a put's), at most ``_APPLY_WAIT``
+        command timeouts; at once when no follower is following.
+
+        NOTE: the follower is the only writer of a shared store's index: a local change made
+        after awaiting Redis could undo a newer event the follower already applied (the same id
+        stored again, evicted, stored without a vector). Waiting here instead keeps an answer
+        stored on this replica findable by the next lookup here. A follower that is slow only
+        delays that: it applies the event when it gets to it.
+        """
+        target = _stream_id(event)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self._timeout * _APPLY_WAIT):
+                while self._applied is not None and self._applied < target:
+                    await self._progress.wait()
 
     async def _delete(self, ids: list[int]) -> bool:
         """Delete entries with their LRU ranks; False when Redis failed (nothing deleted)."""

@@ -19,6 +19,7 @@ from semantic.keys import CacheKey, chat_key, entry_id
 from semantic.redis_store import RedisStore
 from semantic.store import DiskStore, Entry
 from tests.conftest import RedisServer
+from tests.semantic.test_redis_store import wait_for
 
 
 def ask(question: str) -> dict[str, object]:
@@ -173,6 +174,83 @@ async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
     monkeypatch.undo()
     await cache.flush()
     assert (await cache.lookup(paraphrase)).kind == "miss"
+    await cache.close()
+
+
+def applied_events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bytes, bool]]:
+    """The events the follower applies from now on: (op, whether it carries a vector)."""
+    applied: list[tuple[bytes, bool]] = []
+    real_apply = redis_store._apply
+
+    def apply(listener: redis_store.StoreListener, fields: dict[bytes, bytes]) -> None:
+        real_apply(listener, fields)
+        applied.append((fields[b"op"], bool(fields.get(b"vector"))))
+
+    monkeypatch.setattr(redis_store, "_apply", apply)
+    return applied
+
+
+async def test_a_lookup_that_read_its_candidate_gone_keeps_it_once_stored_again(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup reads its candidate just after another replica evicted it; while Redis's
+    answer (none) travels back, a request stores the question again and the follower applies
+    the del, then the put. The lookup leaves the live entry's vector (it used to remove it)."""
+    store, cache, stored, paraphrase = await password_question_on_redis(redis_server)
+    applied = applied_events(monkeypatch)
+    real_get, read = store.get, []
+
+    async def get_as_it_is_evicted_and_stored_again(
+        entry_id: int, *, strict: bool = False
+    ) -> Entry | None:
+        if not strict or read:  # (the candidate's read is the strict one)
+            return await real_get(entry_id, strict=strict)
+        await store.delete([entry_id])  # evicted just before the read reaches Redis...
+        read.append(await real_get(entry_id, strict=True))
+        # ...and stored again, the follower applying both, before the lookup goes on
+        await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+        await wait_for(lambda: applied[-2:] == [(b"del", False), (b"put", True)])
+        return read[0]
+
+    monkeypatch.setattr(store, "get", get_as_it_is_evicted_and_stored_again)
+    assert (await cache.lookup(paraphrase)).kind == "miss"  # its candidate was gone
+    assert read == [None]
+    monkeypatch.undo()
+    assert (await cache.lookup(paraphrase)).kind == "semantic"  # was: a miss for good
+    await cache.close()
+
+
+async def test_an_older_store_answered_last_keeps_the_newer_ones_vector(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stores of one question, the first for exact hits only (the embedder was overloaded),
+    the second with its vector, Redis's answer to the first arriving last: the index follows
+    Redis, where the newer entry has its vector (the first's late local put used to drop it)."""
+    store, cache, stored, paraphrase = await password_question_on_redis(redis_server)
+    applied = applied_events(monkeypatch)
+    real_put = store.put
+    first_written, second_stored = asyncio.Event(), asyncio.Event()
+
+    async def put_answered_late_without_a_vector(entry: Entry) -> list[int]:
+        evicted = await real_put(entry)
+        if not entry.vector:  # the first store: its answer comes back after the second's
+            first_written.set()
+            await second_stored.wait()
+        return evicted
+
+    monkeypatch.setattr(store, "put", put_answered_late_without_a_vector)
+    first = asyncio.create_task(
+        cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="", overloaded=True)
+    )
+    await first_written.wait()
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    await wait_for(lambda: applied[-2:] == [(b"put", False), (b"put", True)])
+    second_stored.set()
+    assert await first is not None
+    monkeypatch.undo()
+    found = await store.get(entry_id(stored.exact))
+    assert found is not None and found.vector  # Redis holds the newer entry, with its vector
+    assert (await cache.lookup(paraphrase)).kind == "semantic"  # was: a miss for good
     await cache.close()
 
 

@@ -56,9 +56,9 @@ async def wait_for(condition, timeout: float = 3.0) -> None:  # type: ignore[no-
 
 
 @contextlib.asynccontextmanager
-async def following(url: str) -> AsyncIterator[tuple[RedisStore, Recorder]]:
+async def following(url: str, **options: float) -> AsyncIterator[tuple[RedisStore, Recorder]]:
     """A store whose follower feeds a Recorder, once its first load is done."""
-    store = RedisStore(url, max_entries=100)
+    store = RedisStore(url, max_entries=100, **options)
     recorder = Recorder()
     task = asyncio.create_task(store.follow(recorder))
     try:
@@ -140,6 +140,38 @@ async def test_follow_sees_puts_deletes_and_expiry(redis_server: RedisServer) ->
         assert await reader.sweep() == []  # announced once
         await wait_for(lambda: short.id in recorder.deletes)
     await writer.close()
+
+
+async def test_a_put_returns_once_its_own_follower_has_applied_it(
+    redis_server: RedisServer,
+) -> None:
+    """The follower is the only writer of a shared store's index: a put waits for it, so the
+    next lookup on the replica that stored an answer finds it."""
+    async with following(redis_server.url) as (store, recorder):
+        for n in range(3):
+            e = entry(n)
+            await store.put(e)
+            assert recorder.puts[-1] == (e.id, e.scope, None)  # (no wait_for: already applied)
+
+
+async def test_a_put_waits_for_a_stuck_follower_only_so_long(redis_server: RedisServer) -> None:
+    release, stuck = asyncio.Event(), asyncio.Event()
+    async with following(redis_server.url, timeout=0.2) as (store, recorder):  # waits ≤ 0.4 s
+        real_xread = store._follower.xread
+
+        async def xread_stuck_until_released(*args: object, **kwargs: object) -> object:
+            stuck.set()
+            await release.wait()
+            return await real_xread(*args, **kwargs)
+
+        store._follower.xread = xread_stuck_until_released
+        await asyncio.wait_for(stuck.wait(), 3)  # (once the read in progress has timed out)
+        started = time.monotonic()
+        await asyncio.wait_for(store.put(e := entry(1)), 3)
+        assert time.monotonic() - started >= 0.35  # it did wait for the follower...
+        assert recorder.puts == []  # ...which has not applied it
+        release.set()
+        await wait_for(lambda: recorder.puts == [(e.id, e.scope, None)])
 
 
 async def test_flush_namespace(redis_server: RedisServer) -> None:
