@@ -18,10 +18,12 @@ background:
 With ``cache.semantic.auto_tighten`` on, every judged verdict also feeds a
 :class:`semantic.audit.Tightening`: a scope (tenant, model, namespace: :func:`audit_scope`)
 whose audits show, window by window, more wrong hits than ``max_wrong_rate`` gets a stricter
-verifier score threshold (:meth:`Auditor.score_threshold`, read by the pipeline at every
-lookup), counted in ``cachegate_semantic_tightenings_total{model}`` and logged. Tenants never
-share a scope: one tenant's wrong hits (or its reset) leave every other tenant's threshold as
-it was, as they never share a cached answer either.
+verifier score threshold (:meth:`Auditor.tightened`, read by the pipeline at every lookup),
+counted in ``cachegate_semantic_tightenings_total{model}`` and logged. Tenants never share a
+scope: one tenant's wrong hits (or its reset) leave every other tenant's threshold as it was,
+as they never share a cached answer either. A job carries the generation of the threshold its
+hit was served under: an audit that ends after the scope stepped up (or was reset) counts in
+the estimate, never in the new threshold's window.
 
 At most ``audit_max_concurrency`` audits run at once; a hit sampled while they all run is
 counted ``dropped`` rather than queued (an audit is worth less than the capacity it takes from
@@ -40,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semantic.audit import Audit, AuditScope, Tightening, Verdict
+from semantic.audit import Audit, AuditScope, Tightened, Tightening, Verdict
 
 from .canonical import Adapter, Answer, GatewayRequest
 from .ledger import Ledger, usage_of
@@ -68,6 +70,9 @@ class AuditJob:
     #: The ledger account its cost goes to: the tenant its request is booked under (before
     #: routing keys a tenant by the client's own key, ``request.tenant`` after)
     account: str
+    #: The generation of the scope's threshold at the lookup that found the hit
+    #: (:meth:`Auditor.tightened`): only that threshold's window takes its verdict.
+    generation: int
 
 
 class Auditor:
@@ -109,12 +114,12 @@ class Auditor:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    def score_threshold(self, request: GatewayRequest) -> float | None:
-        """The verifier score threshold auto-tighten set for the request's scope; None: the
-        configured one (or auto-tighten is off)."""
+    def tightened(self, request: GatewayRequest) -> Tightened:
+        """The verifier score threshold auto-tighten set for the request's scope (None: the
+        configured one, or auto-tighten is off) with its generation, for the hit's job."""
         if self.tightening is None:
-            return None
-        return self.tightening.threshold(audit_scope(request))
+            return Tightened()
+        return self.tightening.current(audit_scope(request))
 
     @property
     def running(self) -> int:
@@ -180,15 +185,17 @@ class Auditor:
         # NOTE: a hit served under the request's own threshold (x-cache-threshold) says
         # nothing of the configured one: it counts in the estimate, not toward tightening
         if self.tightening is not None and job.request.control.threshold is None:
-            self._tighten(self.tightening, scope, verdict)
+            self._tighten(self.tightening, scope, verdict, job.generation)
 
-    def _tighten(self, tightening: Tightening, scope: AuditScope, verdict: Verdict) -> None:
+    def _tighten(
+        self, tightening: Tightening, scope: AuditScope, verdict: Verdict, generation: int
+    ) -> None:
         cache = self._cache
         calibration = cache.verifier.calibration if cache.verifier is not None else None
         if calibration is None or cache.score_threshold is None:
             return  # the verifier is not loaded: no calibrated threshold to step from
         stepped = tightening.observe(
-            scope, verdict, base=cache.score_threshold, stricter=calibration.stricter
+            scope, verdict, generation, base=cache.score_threshold, stricter=calibration.stricter
         )
         if stepped is not None:
             self._metrics.semantic_tightenings.labels(scope.model).inc()

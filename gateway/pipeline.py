@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from semantic.audit import Tightened
 from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, ContextMode
 
@@ -85,6 +86,7 @@ class _Looked:
     save: Save | None = None  # where to store a fresh answer (None: do not)
     key: CacheKey | None = None  # None: the cache was bypassed
     missed: Lookup | None = None  # the miss (with any guard rejection), for the dashboard
+    generation: int = 0  # of the tightened threshold the lookup ran under (AuditJob)
 
 
 class Pipeline:
@@ -266,18 +268,21 @@ class Pipeline:
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)
         await self._written(key.scope)
+        # NOTE: threshold and generation read together, before the lookup: the hit's audit
+        # must count in the window of the threshold it was served under, not of a later one
+        tightened = self._tightened(request)
         with tier("cache.lookup") as span:
             found = await self.cache.lookup(
                 key,
                 max_age=control.max_age,
                 threshold=self._threshold(request),
-                score_threshold=self._tightened(request),
+                score_threshold=tightened.threshold,
                 overloaded=self.overloaded(),
             )
             if span is not None:
                 span.set_attribute("cachegate.cache", found.kind)
         if found.entry is not None:
-            return _Looked("exact", hit=found, key=key)
+            return _Looked("exact", hit=found, key=key, generation=tightened.generation)
         # the question's embedding: computed once, for lookup and store
         save = None if control.no_store else Save(key, found.vector, found.overloaded)
         return _Looked("miss", save=save, key=key, missed=found)
@@ -323,7 +328,7 @@ class Pipeline:
             key,
             max_age=request.control.max_age,
             threshold=self._threshold(request),
-            score_threshold=self._tightened(request),
+            score_threshold=self._tightened(request).threshold,
             again=True,
         )
         if found.entry is None:
@@ -338,13 +343,13 @@ class Pipeline:
         request: GatewayRequest,
         adapter: Adapter,
         looked: _Looked,
-        audit: Callable[[Lookup], AuditJob],
+        audit: Callable[[Lookup, int], AuditJob],
     ) -> Reply:
         """A stored answer, served; a sampled semantic hit carries its ``audit`` (audit.py)."""
         assert looked.hit is not None and looked.key is not None
         served = self._replay(request, adapter, looked.hit, looked.key)
         if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
-            served.audit = audit(looked.hit)
+            served.audit = audit(looked.hit, looked.generation)
         return served
 
     async def _join(
@@ -364,11 +369,11 @@ class Pipeline:
             return request.control.threshold
         return self._thresholds.get(request.model)
 
-    def _tightened(self, request: GatewayRequest) -> float | None:
+    def _tightened(self, request: GatewayRequest) -> Tightened:
         """The verifier score threshold auto-tighten set for the request's scope, if any."""
         if self.auditor is None:
-            return None
-        return self.auditor.score_threshold(request)
+            return Tightened()
+        return self.auditor.tightened(request)
 
     def _replay(
         self, request: GatewayRequest, adapter: Adapter, found: Lookup, key: CacheKey
@@ -583,6 +588,7 @@ def _audit_job(
     auth: str | None,
     account: str,
     hit: Lookup,
+    generation: int,
 ) -> AuditJob:
     """The audit of a semantic hit: the same request to the same backend with the same
     credentials, as one non-streamed call whose answer nobody stores.
@@ -603,7 +609,7 @@ def _audit_job(
     def ask() -> Awaitable[Answer]:
         return _complete(backend, bridge, asked, auth, None)
 
-    return AuditJob(asked, adapter, hit.entry.response, ask, account)
+    return AuditJob(asked, adapter, hit.entry.response, ask, account, generation)
 
 
 async def _complete(

@@ -37,8 +37,12 @@ At the end of a window whose Wilson 95% upper bound exceeds ``bound``, the scope
 score threshold moves one calibrated step up (``Calibration.stricter``: the wrong rate measured
 at the new point is at most half the old one; past the last row, 1.0: no semantic hits in that
 scope). A window starts empty after every decision, so each step is judged on audits of the
-threshold it set. The window is sized so that small samples cannot ratchet a sound scope up:
-with 5 audits the upper bound of 0 wrong is 0.43 whatever the true rate.
+threshold it set: every served hit carries the scope's *generation* when it was looked up
+(:meth:`Tightening.current`: the steps taken plus the resets), and a verdict of an older
+generation (an audit still running when the threshold stepped up or was reset) is left out of
+the window. It still counts in the estimate: that hit was served, right or wrong. The window is
+sized so that small samples cannot ratchet a sound scope up: with 5 audits the upper bound of 0
+wrong is 0.43 whatever the true rate.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ __all__ = [
     "Audit",
     "AuditScope",
     "Estimate",
+    "Tightened",
     "Tightening",
     "Verdict",
     "answer_difference",
@@ -216,12 +221,23 @@ def window_size(bound: float, z: float = _Z95) -> int:
     return n
 
 
+@dataclass(frozen=True, slots=True)
+class Tightened:
+    """A scope's verifier score threshold as auto-tighten left it (None: the configured one)
+    and its generation, which an audit of a hit served under it hands back to
+    :meth:`Tightening.observe`."""
+
+    threshold: float | None = None
+    generation: int = 0
+
+
 @dataclass(slots=True)
 class _Scope:
     ok: int = 0
     wrong: int = 0
     steps: int = 0
     threshold: float | None = None  # None: not tightened (the configured threshold)
+    generation: int = 0  # bumped by every step and every reset: whose audits the window takes
 
 
 class Tightening:
@@ -230,9 +246,11 @@ class Tightening:
     :meth:`reset`, undoes it.
 
         >>> t, scope = Tightening(bound=0.5), AuditScope("acme", "m", "ns")  # windows of 4
+        >>> served, up = t.current(scope), lambda x: x + 0.06  # at the lookup: Tightened(None, 0)
         >>> for _ in range(4):
-        ...     stepped = t.observe(scope, "wrong", base=0.87, stricter=lambda x: x + 0.06)
-        >>> stepped, t.threshold(scope)                   # (0.93, 0.93): one step up
+        ...     stepped = t.observe(scope, "wrong", served.generation, base=0.87, stricter=up)
+        >>> stepped, t.current(scope)                     # 0.93, Tightened(0.93, 1): one step
+        >>> t.observe(scope, "wrong", served.generation, base=0.87, stricter=up)  # None: stale
         >>> t.threshold(AuditScope("other", "m", "ns"))   # None: another tenant's is its own
     """
 
@@ -244,23 +262,35 @@ class Tightening:
 
     def threshold(self, scope: AuditScope) -> float | None:
         """The scope's tightened score threshold; None: the configured one applies."""
-        held = self._scopes.get(scope)
-        return None if held is None else held.threshold
+        return self.current(scope).threshold
+
+    def current(self, scope: AuditScope) -> Tightened:
+        """The scope's threshold and its generation, read together (at a lookup: the
+        generation goes with the audit of the hit it serves)."""
+        with self._lock:
+            held = self._scopes.get(scope)
+            return Tightened() if held is None else Tightened(held.threshold, held.generation)
 
     def observe(
         self,
         scope: AuditScope,
         verdict: Verdict,
+        generation: int,
         *,
         base: float,
         stricter: Callable[[float], float],
     ) -> float | None:
-        """Count a verdict; at the end of a window that fails, step the scope's threshold up
-        from its current one (``base`` while untightened) and return the new threshold."""
+        """Count a verdict of a hit served under ``generation`` (:meth:`current`); at the end
+        of a window that fails, step the scope's threshold up from its current one (``base``
+        while untightened) and return the new threshold."""
         if verdict not in ("ok", "wrong"):
             return None  # not judged: no evidence either way
         with self._lock:
             held = self._scopes.setdefault(scope, _Scope())
+            # NOTE: an audit runs for seconds after its hit was served; one served before the
+            # last step (or reset) judges the threshold that was, not this window's
+            if generation != held.generation:
+                return None
             if verdict == "wrong":
                 held.wrong += 1
             else:
@@ -275,19 +305,26 @@ class Tightening:
                 return None
             held.threshold = stricter(current)
             held.steps += 1
+            held.generation += 1
             return held.threshold
 
     def reset(
         self, tenant: str | None = None, model: str | None = None, namespace: str | None = None
     ) -> int:
-        """Forget the tightening of matching scopes (None matches any); how many were reset."""
+        """Forget the tightening and the window of matching scopes (None matches any); how
+        many had either to forget."""
         with self._lock:
             keys = [k for k in self._scopes
                     if tenant in (None, k.tenant) and model in (None, k.model)
                     and namespace in (None, k.namespace)]  # fmt: skip
+            reset = 0
             for key in keys:
-                del self._scopes[key]
-            return len(keys)
+                held = self._scopes[key]
+                reset += bool(held.steps or held.ok or held.wrong)
+                # NOTE: kept, one generation on, not deleted: the audits of hits served before
+                # the reset must stay out of the window of the threshold it restores
+                self._scopes[key] = _Scope(generation=held.generation + 1)
+            return reset
 
     def state(self, scope: AuditScope) -> dict[str, Any]:
         """The scope's steps, threshold and current window (admin stats)."""

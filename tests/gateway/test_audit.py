@@ -8,22 +8,29 @@ waited for by polling, never by sleeping a fixed time.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import httpx
 import pytest
 import yaml
 
+from gateway.audit import AuditJob, Auditor, audit_scope
+from gateway.canonical import Answer, GatewayRequest
 from gateway.chat import CHAT, COMPLETION
 from gateway.cli import main
 from gateway.config import ConfigError, load_config_text
 from gateway.messages_bridge import MESSAGES
+from gateway.metrics import Metrics
 from gateway.responses import ResponsesAdapter
 from gateway.stored import ResponseStore
+from semantic.audit import Audit, Tightening, Verdict
+from semantic.verifier import Calibration
 from tests.browser import Browser
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
@@ -499,3 +506,68 @@ def test_the_reset_route_says_when_auto_tighten_is_off(gw: Gateway) -> None:
     response = gw.http.post("/admin/cache/tightening/reset", json={})
     assert response.status_code == 400
     assert "auto_tighten" in response.json()["error"]["message"]
+
+
+class _Scripted(Audit):
+    """Judges a served answer "WRONG" wrong, any other ok (the fresh answer is not looked at)."""
+
+    async def judge(self, served: str, fresh: str, **_: Any) -> Verdict:
+        return "wrong" if served == "WRONG" else "ok"
+
+
+class _Text:
+    def complete(self, request: Any, body: dict[str, Any]) -> bool:
+        return True
+
+    def text(self, body: dict[str, Any]) -> str:
+        return str(body["t"])
+
+
+def test_an_audit_that_ends_after_a_step_counts_in_the_estimate_not_the_new_window() -> None:
+    """Two hits served at the configured threshold are audited at once: the first wrong
+    verdict fails the window and steps the scope up; the second, as wrong and as old, ends
+    after the step. It is counted in the estimate, but the new threshold's window is left to
+    the hits served under it, which are all right here: no second step."""
+    calibration = Calibration((0.5, 0.6, 0.7), (0.2, 0.1, 0.05), (1.0, 0.9, 0.8))
+    cache = SimpleNamespace(verifier=SimpleNamespace(calibration=calibration),
+                            score_threshold=0.5, embedder=None)  # fmt: skip
+    request = cast(GatewayRequest, SimpleNamespace(
+        tenant="acme", model="m", control=SimpleNamespace(namespace="ns", threshold=None)
+    ))  # fmt: skip
+    tightening = Tightening(bound=0.5)  # windows of 4
+    auditor = Auditor(_Scripted(1.0), cast(Any, cache), Metrics(), cast(Any, SimpleNamespace(
+        record_audit=lambda *_: None)), max_concurrency=8, tightening=tightening)  # fmt: skip
+    scope = audit_scope(request)
+
+    def job(served: str, gate: asyncio.Event) -> AuditJob:
+        async def ask() -> Answer:
+            await gate.wait()
+            return Answer({"t": "fresh"})
+
+        generation = auditor.tightened(request).generation  # as the lookup reads it
+        return AuditJob(request, cast(Any, _Text()), {"t": served}, ask, "acme", generation)
+
+    async def audited(*jobs: AuditJob) -> None:
+        assert all(auditor.submit(j) for j in jobs)
+        await asyncio.gather(*auditor._tasks)
+
+    async def scenario() -> None:
+        now = asyncio.Event()
+        now.set()
+        await audited(*(job("OK", now) for _ in range(3)))
+        first, second = asyncio.Event(), asyncio.Event()
+        late = job("WRONG", second)  # served before the step, audited after it
+        assert auditor.submit(job("WRONG", first)) and auditor.submit(late)
+        first.set()
+        while tightening.state(scope)["steps"] == 0:
+            await asyncio.sleep(0.001)
+        assert auditor.tightened(request).threshold == 0.6
+        second.set()
+        await asyncio.gather(*auditor._tasks)
+        assert tightening.state(scope)["window"] == [0, 4]  # the late verdict is not in it
+        await audited(*(job("OK", now) for _ in range(4)))
+        await auditor.close()
+
+    asyncio.run(scenario())
+    assert tightening.state(scope) == {"steps": 1, "score_threshold": 0.6, "window": [0, 4]}
+    assert auditor.audit.estimate(scope).wrong == 2 and auditor.audit.estimate(scope).audits == 9

@@ -13,6 +13,7 @@ import pytest
 from semantic.audit import (
     Audit,
     AuditScope,
+    Tightened,
     Tightening,
     answer_difference,
     wilson,
@@ -160,10 +161,18 @@ def test_the_window_is_the_fewest_audits_a_clean_record_needs_to_clear_the_bound
         window_size(0.0)
 
 
-def _steps(t: Tightening, verdicts: list[str], scope: AuditScope = SCOPE) -> list[float | None]:
-    """Feed ``verdicts`` to ``t`` (a stricter step adds 0.1), return what each one stepped to."""
+def _steps(
+    t: Tightening, verdicts: list[str], scope: AuditScope = SCOPE, generation: int | None = None
+) -> list[float | None]:
+    """Feed ``verdicts`` to ``t`` (a stricter step adds 0.1), return what each one stepped to.
+    ``generation``: the one their hits were served under (None: the scope's current one, read
+    before each verdict, as if each hit were served and audited before the next)."""
+
+    def served() -> int:
+        return t.current(scope).generation if generation is None else generation
+
     return [
-        t.observe(scope, v, base=0.5, stricter=lambda x: round(x + 0.1, 4))  # type: ignore[arg-type]
+        t.observe(scope, v, served(), base=0.5, stricter=lambda x: round(x + 0.1, 4))  # type: ignore[arg-type]
         for v in verdicts
     ]
 
@@ -217,11 +226,48 @@ def test_at_one_a_scope_stays_closed_until_reset() -> None:
     t = Tightening(bound=0.5)
     stricter = {0.5: 0.9, 0.9: 1.0}.__getitem__
     for expected in (0.9, 1.0):
+        served = t.current(SCOPE).generation
         for _ in range(3):
-            t.observe(SCOPE, "wrong", base=0.5, stricter=stricter)
-        assert t.observe(SCOPE, "wrong", base=0.5, stricter=stricter) == expected
+            t.observe(SCOPE, "wrong", served, base=0.5, stricter=stricter)
+        assert t.observe(SCOPE, "wrong", served, base=0.5, stricter=stricter) == expected
+    served = t.current(SCOPE).generation
     for _ in range(4):  # (no semantic hit is served at 1.0; nothing steps past it)
-        assert t.observe(SCOPE, "wrong", base=0.5, stricter=stricter) is None
+        assert t.observe(SCOPE, "wrong", served, base=0.5, stricter=stricter) is None
+    assert t.state(SCOPE)["steps"] == 2
     _steps(t, ["wrong"] * 4, scope=_in("b"))
     assert t.reset(model="m", namespace="ns") == 1 and t.threshold(SCOPE) is None
     assert t.threshold(_in("b")) == 0.6 and t.reset() == 1 and t.threshold(_in("b")) is None
+
+
+def test_a_window_takes_only_the_audits_of_hits_served_under_its_threshold() -> None:
+    """An audit runs for seconds after its hit was served: one of a hit served before a step
+    (or a reset) that ends after it judged the old threshold. With a bound of 5% one wrong
+    verdict fails a window of 73, so such a stale verdict would step a scope whose every hit
+    under the new threshold was right; it counts nowhere in the tightening."""
+    t = Tightening(bound=0.05)
+    before = t.current(SCOPE)
+    assert before == Tightened(None, 0)
+    # two hits served at the configured threshold, audited concurrently: the first wrong
+    # verdict ends the window (72 ok before it) and steps the scope up
+    assert _steps(t, ["ok"] * (t.window - 1) + ["wrong"])[-1] == 0.6
+    assert t.current(SCOPE) == Tightened(0.6, 1)
+    # the second, served under the old threshold too, ends after the step: left out
+    assert _steps(t, ["wrong"], generation=before.generation) == [None]
+    assert t.state(SCOPE)["window"] == [0, t.window]
+    # every hit served under the new threshold is right: its window passes, no second step
+    assert _steps(t, ["ok"] * t.window) == [None] * t.window
+    assert t.state(SCOPE) == {"steps": 1, "score_threshold": 0.6, "window": [0, t.window]}
+
+
+def test_a_reset_leaves_the_audits_of_hits_served_before_it_out_of_the_next_window() -> None:
+    t = Tightening(bound=0.5)
+    assert _steps(t, ["wrong"] * 4)[-1] == 0.6
+    tightened = t.current(SCOPE)
+    assert t.reset(namespace=SCOPE.namespace) == 1
+    assert t.current(SCOPE) == Tightened(None, tightened.generation + 1)
+    # audits of hits served at 0.6 (before the reset) end now: none enters the window
+    assert _steps(t, ["wrong"] * 4, generation=tightened.generation) == [None] * 4
+    assert t.state(SCOPE) == {"steps": 0, "score_threshold": None, "window": [0, 4]}
+    # nothing left to forget: a second reset resets nothing; a window of its own still steps
+    assert t.reset() == 0 and t.threshold(SCOPE) is None
+    assert _steps(t, ["wrong"] * 4)[-1] == 0.6
