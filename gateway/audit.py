@@ -2,15 +2,18 @@
 
 The tier walk samples a semantic hit (``cache.semantic.audit_rate``) and attaches an
 :class:`AuditJob` to its reply; the HTTP layer hands the job to the :class:`Auditor` once the
-response has been sent, so an audit never delays the client. The auditor then, in the
-background:
+response has been sent, so an audit never delays the client whose hit it checks, and its
+scoring is never queued ahead of another request's lookup (see ``judge``). The auditor then, in
+the background:
 
     ask      the same canonical request, to the same backend, with the same credentials the
              client's request would have used (the gateway's key for the model, or the client's
              own key it forwards), as one non-streamed call with nothing stored: the call goes to
              the backend directly, past the response cache, and a Responses request is sent
              with ``store: false`` (the upstream keeps no response object either)
-    judge    the fresh answer against the served one (semantic.audit.Audit.judge)
+    judge    the fresh answer against the served one (semantic.audit.Audit.judge), on the
+             verifier's or the embedder's background path: queued apart from the live
+             lookups' pairs and texts and scored alone, only while none of theirs waits
     count    ``cachegate_semantic_audits_total{model,verdict}``, the estimate per tenant,
              model and namespace (/admin/stats ``cache.audit``), and the call's cost in the
              usage ledger (``audit_*`` fields: spending, never savings)

@@ -43,6 +43,11 @@ generation (an audit still running when the threshold stepped up or was reset) i
 the window. It still counts in the estimate: that hit was served, right or wrong. The window is
 sized so that small samples cannot ratchet a sound scope up: with 5 audits the upper bound of 0
 wrong is 0.43 whatever the true rate.
+
+An audit never takes the models from live lookups: the judge scores the two answers through
+the verifier's and the embedder's background paths (``verify_background``,
+``embed_background``): one pair (or text) at a time, alone, and only while no live lookup's
+pair (or text) is queued.
 """
 
 from __future__ import annotations
@@ -77,11 +82,11 @@ _Z95 = 1.959964
 
 
 class _Verifier(Protocol):
-    async def verify(self, stored: str, new: str) -> float: ...
+    async def verify_background(self, stored: str, new: str) -> float: ...
 
 
 class _Embedder(Protocol):
-    async def embed(self, text: str, *, max_wait: float | None = None) -> Any: ...
+    async def embed_background(self, text: str) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -175,11 +180,15 @@ class Audit:
         # 4k characters, 9 ms at 16k, 59 ms at 64k), a wait every request would share
         if await asyncio.to_thread(answer_difference, served, fresh) is not None:
             return "wrong"
+        # NOTE: on the models' background paths: an audit's answers are long, and in a live
+        # lookup's batch they would make that lookup wait for them
         if verifier is not None:
-            score = await verifier.verify(served, fresh)
+            score = await verifier.verify_background(served, fresh)
             return "ok" if score >= self.same_score else "wrong"
         if embedder is not None:
-            a, b = await asyncio.gather(embedder.embed(served), embedder.embed(fresh))
+            a, b = await asyncio.gather(
+                embedder.embed_background(served), embedder.embed_background(fresh)
+            )
             return "ok" if float(a @ b) >= self.same_similarity else "wrong"
         return "ok"
 

@@ -20,6 +20,11 @@ barrier waits whenever the other core is busy. Parallelism across batch chunks d
 
 Repeated texts are answered from a small LRU (identical questions are common in caches).
 
+Background work (:meth:`Embedder.embed_background`: the audit's answers, which no request waits
+for) never joins a request's micro-batch: one such text at a time is handed to a worker, only
+when no request's text is queued, so a request waits at most for that one text's forward pass
+on a worker, never for a queue of them (and with 2 workers the other worker stays free).
+
 Overload: a caller may bound how long it waits for the model (``max_wait``, seconds). When the
 oldest text still queued has already waited longer, it is refused at once; otherwise it waits at
 most ``max_wait`` for a worker to start on it and then gives up (its text leaves the queue
@@ -125,7 +130,9 @@ class EmbedderStats:
     texts_encoded: int  # texts that went through the model
     cache_hits: int  # texts answered from the LRU
     max_batch_seen: int  # largest batch so far
-    waits: int  # texts handed to a worker after queueing
+    #: texts handed to a worker after queueing (requests' only, here and in ``queued``:
+    #: embed_background's texts wait by design)
+    waits: int
     wait_seconds: float  # their total time in the queue (mean wait: wait_seconds / waits)
     queued: int  # texts waiting for a worker now
     refused: int  # calls that gave up on their max_wait (EmbedderBusy)
@@ -284,6 +291,22 @@ class Embedder:
         if hit is not None:
             return hit
         vec, _ = await self._batcher().submit(text, None, max_wait)
+        return vec
+
+    async def embed_background(self, text: str) -> np.ndarray:
+        """Embed one text no request waits for (an audit's answer) as :meth:`embed` does, but
+        behind every request's text: alone, one at a time, only when no request's text is
+        queued. ``[dim]``, read-only.
+
+        NOTE: an answer is long (up to the model's 256 tokens) and a micro-batch's forward
+        grows with its tokens: in a request's batch it would make that request wait for it.
+        A request's text that comes during its forward waits for that one text at most (with
+        2 workers, not even that: the other one takes it).
+        """
+        hit = self._cache_get(text)
+        if hit is not None:
+            return hit
+        vec, _ = await self._batcher().submit(text, None, background=True)
         return vec
 
     async def embed_then(
@@ -488,6 +511,7 @@ class _Job:
     then: Callable[[np.ndarray], Any] | None
     queued: float  # time.monotonic() when it joined the queue
     started: bool = False  # handed to a worker
+    background: bool = False  # Embedder.embed_background: behind every request's text
 
 
 class _Batcher:
@@ -499,18 +523,26 @@ class _Batcher:
     queue (one micro-batch split across both workers, the next one only when both are done)
     gave each worker ~8, and a batch of 8 runs ~20% fewer texts/s per core than 16 (measured on
     one core with Quora questions and the padded forward: ~130 vs ~158 texts/s). Texts that
-    arrive while every worker is idle are split across them.
+    arrive while every worker is idle are split across them. Background texts wait in a queue
+    of their own, run one at a time, each alone, on a worker no request's text waits for.
     """
 
     def __init__(self, embedder: Embedder, loop: asyncio.AbstractEventLoop) -> None:
         self._embedder = embedder
         self._loop = loop
         self._pending: list[_Job] = []
+        self._background: list[_Job] = []
+        self._background_running = False
         self._idle = embedder.workers  # workers not running a batch of this loop
         self._scheduled = False
 
     async def submit(
-        self, text: str, then: Callable[[np.ndarray], Any] | None, max_wait: float | None = None
+        self,
+        text: str,
+        then: Callable[[np.ndarray], Any] | None,
+        max_wait: float | None = None,
+        *,
+        background: bool = False,
     ) -> tuple[np.ndarray, Any]:
         """``(vector, then(vector))`` (``None`` without ``then``; a :class:`_Failed` if it raised).
 
@@ -525,9 +557,9 @@ class _Batcher:
             emb._refused += 1
             raise EmbedderBusy(f"the embedder's queue is older than {max_wait:.3f} s")
         fut: asyncio.Future[tuple[np.ndarray, Any]] = self._loop.create_future()
-        self._pending.append(_Job(text, fut, then, now))
+        job = _Job(text, fut, then, now, background=background)
+        (self._background if background else self._pending).append(job)
         self._schedule()
-        job = self._pending[-1]
         if max_wait is not None:
             # NOTE: the bound is on the wait for a worker, not the encoding: a text that has
             # started is waited for (on a slow CPU one encode alone may take longer).
@@ -557,7 +589,7 @@ class _Batcher:
     def _schedule(self) -> None:
         # Scheduled, not run: every caller arriving in this loop iteration (and every caller
         # woken by a finished batch, whose wake-ups are queued first) joins the next batch.
-        if self._idle and self._pending and not self._scheduled:
+        if self._idle and (self._pending or self._background) and not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._dispatch)
 
@@ -580,14 +612,26 @@ class _Batcher:
             part_of = {texts[i]: r % n_parts for r, i in enumerate(order)}
             for k in range(n_parts):
                 self._start([job for job in jobs if part_of[job.text] == k])
+        self._dispatch_background()
+
+    def _dispatch_background(self) -> None:
+        """One background text, alone, on an idle worker, when no request's text waits."""
+        while (
+            self._idle and not self._pending and not self._background_running and self._background
+        ):
+            job = self._background.pop(0)
+            if not job.fut.done():  # (a caller that went away is dropped)
+                self._start([job])
 
     def _start(self, jobs: list[_Job]) -> None:
         """Run ``jobs`` (their texts, then each one's ``then``) in one worker."""
         emb = self._embedder
         now = time.monotonic()
-        emb._waits += len(jobs)
         for job in jobs:
             job.started = True
+            if job.background:
+                continue  # (it waits by design: the wait stats are the requests' queue)
+            emb._waits += 1
             waited = now - job.queued
             emb._wait_seconds += waited
             slot = bisect.bisect_left(WAIT_BUCKETS, waited)
@@ -604,6 +648,8 @@ class _Batcher:
                     job.fut.set_exception(exc)
             return
         self._idle -= 1
+        if jobs[0].background:
+            self._background_running = True
         running.add_done_callback(lambda done: self._finish(jobs, row, done))
 
     def _finish(
@@ -613,6 +659,8 @@ class _Batcher:
         done: asyncio.Future[tuple[np.ndarray, dict[int, Any]]],
     ) -> None:
         self._idle += 1
+        if jobs[0].background:
+            self._background_running = False
         if done.cancelled():  # the executor was shut down under it
             for job in jobs:
                 job.fut.cancel()

@@ -82,6 +82,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: A pair waiting for the verifier's worker: (stored, new, the future of its logit).
+_Queued = tuple[str, str, asyncio.Future[float]]
+
 DEFAULT_PATH = Path(__file__).with_name("verifier")
 """The shipped verifier (package data): ``delta.safetensors`` + ``meta.json``."""
 
@@ -278,6 +281,7 @@ class PairVerifier:
     ``export_dir`` (default: the embedder's, ``$XDG_CACHE_HOME/cachegate/models``). Thread-safe;
     :meth:`verify` gathers concurrent calls from the event loop into one job for the verifier's
     own worker thread: one forward pass (int8: one pass per pair, in that one job).
+    :meth:`verify_background` (the audit's answer pairs) waits until no such call does.
     """
 
     #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
@@ -306,7 +310,8 @@ class PairVerifier:
         self._tokenizer, self._model = load_model(self.path)
         self._lock = threading.Lock()
         self._num_threads = num_threads
-        self._pending: list[tuple[str, str, asyncio.Future[float]]] = []
+        self._pending: list[_Queued] = []
+        self._background: list[_Queued] = []
         self._running = False
         #: The backend in use: the one asked for, or the next one when it could not be loaded
         #: ("onnx-int8" → "onnx" → "torch").
@@ -389,12 +394,19 @@ class PairVerifier:
     async def verify_logit(self, stored: str, new: str) -> float:
         """The cross-encoder's logit for one pair, computed off the event loop; concurrent calls
         share one forward pass."""
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self._pending.append((stored, new, future))
-        if not self._running:
-            self._running = True
-            asyncio.get_running_loop().create_task(self._drain())
-        return await future
+        return await self._queued(self._pending, stored, new)
+
+    async def verify_background(self, stored: str, new: str) -> float:
+        """The cross-encoder's own probability for one pair that no request waits for (the
+        audit's two answers), scored only while no :meth:`verify_logit` call waits, alone.
+
+        NOTE: an audit's answers fill ``max_length`` and a batch is padded to its longest
+        pair: in a live batch one would make the whole pass several times longer (a live
+        pair alone 13-16 ms, batched with an audit's pair 85-125 ms on 2 shared cores:
+        docs/observability.md, "The semantic audit"). Alone and one at a time, a live pair
+        that arrives meanwhile waits for one such pass at most, never for a queue of them.
+        """
+        return _sigmoid(await self._queued(self._background, stored, new))
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -469,22 +481,42 @@ class PairVerifier:
             lambda: (directory / name).unlink(missing_ok=True),
         )
 
+    async def _queued(self, queue: list[_Queued], stored: str, new: str) -> float:
+        """Queue a pair in ``queue`` (live or background) and wait for its logit."""
+        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        queue.append((stored, new, future))
+        if not self._running:
+            self._running = True
+            asyncio.get_running_loop().create_task(self._drain())
+        return await future
+
     async def _drain(self) -> None:
+        """Score every live pair waiting, as one batch; only when none waits, one background
+        pair (a cancelled one is skipped), then look at the live queue again."""
         try:
-            while self._pending:
-                jobs, self._pending = self._pending, []
-                try:
-                    scores = await asyncio.to_thread(self._score_in_worker, [j[:2] for j in jobs])
-                except Exception as exc:  # every waiter sees the failure
-                    for *_, fut in jobs:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                for (*_, fut), s in zip(jobs, scores, strict=True):
-                    if not fut.done():
-                        fut.set_result(float(s))
+            while self._pending or self._background:
+                if self._pending:
+                    jobs, self._pending = self._pending, []
+                else:
+                    jobs = [self._background.pop(0)]
+                    if jobs[0][2].done():
+                        continue  # its audit was cancelled: nothing waits for it
+                await self._score(jobs)
         finally:
             self._running = False
+
+    async def _score(self, jobs: list[_Queued]) -> None:
+        """One pass over ``jobs`` in the worker thread; each waiter gets its logit."""
+        try:
+            scores = await asyncio.to_thread(self._score_in_worker, [j[:2] for j in jobs])
+        except Exception as exc:  # every waiter sees the failure
+            for *_, fut in jobs:
+                if not fut.done():
+                    fut.set_exception(exc)
+            return
+        for (*_, fut), s in zip(jobs, scores, strict=True):
+            if not fut.done():
+                fut.set_result(float(s))
 
     def _score_in_worker(self, pairs: list[tuple[str, str]]) -> np.ndarray:
         import torch

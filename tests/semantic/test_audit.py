@@ -106,18 +106,35 @@ def test_wilson_bounds_and_the_rate_setting() -> None:
 
 
 class _Verifier:
+    """Scores every pair ``score``; ``pairs``: those of the background path, ``live``: those
+    of the live lookups' path (an audit must never take it)."""
+
     def __init__(self, score: float) -> None:
-        self.score, self.pairs = score, []  # type: ignore[var-annotated]
+        self.score, self.pairs, self.live = score, [], []  # type: ignore[var-annotated]
+
+    async def verify_background(self, stored: str, new: str) -> float:
+        self.pairs.append((stored, new))
+        return self.score
 
     async def verify(self, stored: str, new: str) -> float:
-        self.pairs.append((stored, new))
+        self.live.append((stored, new))
         return self.score
 
 
 class _Embedder:
-    """Two fixed directions: texts that mention Paris point one way, the others another."""
+    """Two fixed directions: texts that mention Paris point one way, the others another.
+    ``live``: texts embedded on the live lookups' path (an audit must never take it)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.live: list[str] = []
+
+    async def embed_background(self, text: str) -> Any:
+        self.texts.append(text)
+        return np.array([1.0, 0.0]) if "Paris" in text else np.array([0.6, 0.8])
 
     async def embed(self, text: str, *, max_wait: float | None = None) -> Any:
+        self.live.append(text)
         return np.array([1.0, 0.0]) if "Paris" in text else np.array([0.6, 0.8])
 
 
@@ -147,6 +164,17 @@ def test_judge_hard_checks_first_then_the_verifier_else_the_embedding() -> None:
         )
         == "ok"
     )
+
+
+def test_the_judge_scores_answers_behind_live_lookups_never_among_them() -> None:
+    """An audit's answers are long; in a live lookup's batch they would make it wait for them.
+    The judge takes the models' background paths (queued apart, run when no lookup waits)."""
+    audit, verifier, embedder = Audit(rate=1.0), _Verifier(0.9), _Embedder()
+    served, fresh = "Yes, it opens on Sundays.", "It opens Sundays too."
+    assert asyncio.run(audit.judge(served, fresh, verifier=verifier, embedder=embedder)) == "ok"
+    assert verifier.pairs == [(served, fresh)] and verifier.live == []
+    assert asyncio.run(audit.judge("Paris.", "It is Paris.", embedder=embedder)) == "ok"
+    assert embedder.texts == ["Paris.", "It is Paris."] and embedder.live == []
 
 
 # ---- auto-tighten ---------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -327,3 +328,48 @@ async def test_a_caller_with_max_wait_that_is_cancelled_leaves_the_queue(
     after = embedder.stats()
     assert after.queued == 0
     assert after.texts_encoded - before.texts_encoded == len(texts)  # the cancelled one never ran
+
+
+async def test_an_audits_texts_never_join_a_requests_batch_and_wait_behind_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The audit's answers (embed_background) queue apart: a request's text queued after two
+    of them is encoded first, in a batch of its own; they then run one at a time, each alone,
+    and a request's text that comes while the first runs goes before the second."""
+    import threading
+
+    emb = Embedder(workers=1, cache_size=0)
+    loop = asyncio.get_running_loop()
+    answers = [f"Answer {i}: open Settings, then Security, then Reset password." for i in (1, 2)]
+    question, late = "How do I reset my password?", "Where is the reset link?"
+    batches: list[list[str]] = []
+    arrived = threading.Event()
+    encode_then = emb._encode_then
+    tasks: list[asyncio.Task[np.ndarray]] = []
+
+    def ask_late() -> None:  # on the loop: its text is queued before ``arrived`` is set
+        tasks.append(loop.create_task(emb.embed(late)))
+        loop.call_soon(arrived.set)
+
+    def recorded(texts: list[str], calls: list[Any]) -> Any:
+        batches.append(list(texts))
+        if texts == answers[:1]:  # a request comes while the first answer is encoded
+            loop.call_soon_threadsafe(ask_late)
+            assert arrived.wait(30)
+        return encode_then(texts, calls)
+
+    monkeypatch.setattr(emb, "_encode_then", recorded)
+    try:
+        audits = [asyncio.ensure_future(emb.embed_background(a)) for a in answers]
+        await asyncio.sleep(0)  # both answers are queued before the request's question
+        before = emb.stats()
+        vec = await emb.embed(question)  # (awaited here: it joins the queue at once)
+        vecs = await asyncio.wait_for(asyncio.gather(*audits), 30)
+        vecs += await asyncio.gather(*tasks)  # (the late request's: made during the first)
+        after = emb.stats()
+    finally:
+        emb.close()
+    assert batches == [[question], answers[:1], [late], answers[1:]]
+    np.testing.assert_allclose(np.stack([vec, *vecs]), emb.encode([question, *answers, late]),
+                               atol=1e-5)  # fmt: skip
+    assert after.waits - before.waits == 2  # the requests' texts; the answers wait by design

@@ -3,7 +3,9 @@ weights and the real embedder (a paraphrase hits, a trap does not, a context swa
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -434,3 +436,51 @@ def test_loading_the_shipped_verifier_prints_no_load_report(
     assert "LOAD REPORT" not in capfd.readouterr().err
     head = load_file(str(shipped / "delta.safetensors"))["classifier.weight"].float()
     assert bool((model.classifier.weight == head).all())  # the head came from the delta
+
+
+# ---- the audit's background path -----------------------------------------------------------------
+
+#: An answer as an audit compares two: long enough to fill ``max_length`` (128 tokens).
+ANSWER = (
+    "To reset your password, open Settings, choose Security, then select 'Reset password'. "
+    "You will receive an email with a link valid for 24 hours; follow it and choose a new "
+    "password of at least 12 characters, including a number and a symbol. "
+) * 4
+
+
+async def test_a_live_pair_is_scored_before_and_never_with_an_audits_pairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch is padded to its longest pair, and an audit's pair fills ``max_length``: a live
+    pair batched with one would wait several times its own pass. Audit pairs queue apart and are scored
+    one at a time, alone, only while no live pair waits: a live pair queued after two of them
+    goes first, and one that comes while the first is scored goes before the second."""
+    verifier = PairVerifier()
+    loop = asyncio.get_running_loop()
+    first, second = (ANSWER, ANSWER.replace("24", "48")), (ANSWER, ANSWER.replace("12", "16"))
+    live, late = ("How do I reset my password?", "How can I reset my password?"), ("a", "b")
+    batches: list[list[tuple[str, str]]] = []
+    arrived = threading.Event()
+    score = verifier._score_in_worker
+    tasks: list[asyncio.Task[float]] = []
+
+    def look_up_late() -> None:  # on the loop: its pair is queued before ``arrived`` is set
+        tasks.append(loop.create_task(verifier.verify_logit(*late)))
+        loop.call_soon(arrived.set)
+
+    def recorded(pairs: list[tuple[str, str]]) -> np.ndarray:
+        batches.append(list(pairs))
+        if pairs == [first]:  # a live lookup comes while the audit's pair is scored
+            loop.call_soon_threadsafe(look_up_late)
+            assert arrived.wait(30)
+        return score(pairs)
+
+    monkeypatch.setattr(verifier, "_score_in_worker", recorded)
+    audits = [asyncio.ensure_future(verifier.verify_background(*p)) for p in (first, second)]
+    await asyncio.sleep(0)  # both audit pairs are queued before the live one
+    alone = await verifier.verify_logit(*live)
+    scores = await asyncio.gather(*audits)
+    assert batches == [[live], [first], [late], [second]]
+    logits = [alone, *await asyncio.gather(*tasks)]  # (the late one's, made during ``first``)
+    assert logits == pytest.approx(verifier.logits([live, late]).tolist(), abs=1e-4)
+    assert scores == pytest.approx(verifier.score([first, second]).tolist(), abs=1e-4)
