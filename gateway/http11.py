@@ -30,7 +30,18 @@ from typing import Any
 import httptools
 import httpx
 
-__all__ = ["HTTP11Transport"]
+__all__ = ["HANDLED", "HTTP11Transport", "StaleConnection"]
+
+#: Set in the extensions of each request this transport handled: its failures say exactly
+#: whether the request may be sent again (:class:`StaleConnection`).
+HANDLED = "cachegate.http11"
+
+
+class StaleConnection(httpx.RemoteProtocolError):
+    """A reused keep-alive connection closed (or reset) before a single byte of the answer
+    came: the server closed it as idle when the request went out, so it never worked on the
+    request. The only failure after which a request (a POST) may be sent again."""
+
 
 #: A body read this far ahead of its reader pauses the socket until it catches up.
 _READ_AHEAD = 1 << 20
@@ -58,14 +69,19 @@ class HTTP11Transport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts = request.extensions.get("timeout") or {}
+        request.extensions[HANDLED] = True
         url = request.url
         origin = (url.raw_scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
         head = _head(request) + await _body(request)
         connection = self._reuse(origin)
+        reused = connection is not None
         if connection is None:
             connection = await self._connect(origin, timeouts.get("connect"))
+        connection.reused = reused
         try:
-            await connection.send(head, timeouts.get("write"))
+            await connection.send(
+                head, timeouts.get("write"), head_request=request.method == "HEAD"
+            )
             status, reason, headers = await connection.response(timeouts.get("read"))
         except BaseException:
             connection.close()
@@ -157,6 +173,7 @@ class _Connection(asyncio.Protocol):
         self._writable = True
         self._drained: asyncio.Future[None] | None = None
         self.idle_since = 0.0
+        self.reused = False  # taken from the idle pool (it may have been closed as idle)
         self._busy = False  # a request was sent and its answer is not read to the end
         self._reset()
 
@@ -169,6 +186,8 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._keep_alive = True
         self._closed_by: BaseException | None = None
+        self._received = False  # a byte of this request's answer arrived
+        self._head_request = False
 
     @property
     def usable(self) -> bool:
@@ -177,11 +196,12 @@ class _Connection(asyncio.Protocol):
 
     # -- the request's side ------------------------------------------------------------------
 
-    async def send(self, data: bytes, timeout: float | None) -> None:
+    async def send(self, data: bytes, timeout: float | None, head_request: bool = False) -> None:
         self._reset()
+        self._head_request = head_request
         self._busy = True
         if self._transport is None or self._transport.is_closing():
-            raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+            raise StaleConnection("Server disconnected without sending a response.")
         self._transport.write(data)
         if not self._writable:
             self._drained = asyncio.get_running_loop().create_future()
@@ -248,9 +268,10 @@ class _Connection(asyncio.Protocol):
         if not self._busy:  # bytes nobody asked for (an idle connection): not to be reused
             self.close()
             return
+        self._received = True
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._fail(httpx.RemoteProtocolError(f"invalid answer: {exc}"))
             return
         if self._buffered > _READ_AHEAD and self._transport is not None:
@@ -277,17 +298,20 @@ class _Connection(asyncio.Protocol):
     def _ended(self, exc: Exception | None = None) -> None:
         """The server closed the connection (or it broke)."""
         self._keep_alive = False
-        if self._head_done and self._eof_body:
+        if self._head_done and self._eof_body and exc is None:
             self._complete = True  # a body that lasts until the connection closes
         elif not self._complete and self._closed_by is None:
-            if exc is not None:
+            if exc is not None and self.reused and not self._received and not self._head_done:
+                self._closed_by = StaleConnection(str(exc) or repr(exc))
+            elif exc is not None:
                 self._closed_by = httpx.ReadError(str(exc) or repr(exc))
             elif self._head_done:
                 self._closed_by = httpx.RemoteProtocolError("peer closed connection mid-answer")
+            elif self._received:
+                self._closed_by = httpx.RemoteProtocolError("peer closed connection mid-head")
             else:
-                self._closed_by = httpx.RemoteProtocolError(
-                    "Server disconnected without sending a response."
-                )
+                cls = StaleConnection if self.reused else httpx.RemoteProtocolError
+                self._closed_by = cls("Server disconnected without sending a response.")
         self._notify()
 
     def _fail(self, error: BaseException) -> None:
@@ -296,6 +320,10 @@ class _Connection(asyncio.Protocol):
         self._notify()
 
     # -- httptools callbacks -------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second answer to one request: bytes nobody asked for
+            raise RuntimeError("data after the end of the answer")
 
     def on_status(self, status: bytes) -> None:
         self._reason += status
@@ -312,6 +340,12 @@ class _Connection(asyncio.Protocol):
         names = {name.lower() for name, _ in self._headers}
         self._eof_body = b"content-length" not in names and b"transfer-encoding" not in names
         self._head_done = True
+        if self._head_request:
+            # NOTE: no body follows a HEAD, whatever its headers say; the parser cannot be
+            # told, so this connection (which it would read a body from) is not reused
+            self._eof_body = False
+            self._complete = True
+            self._keep_alive = False
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)

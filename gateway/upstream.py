@@ -28,7 +28,7 @@ from httpx._utils import get_environment_proxies  # (httpx's own reading of them
 from .backend import Answer, BackendStream, StreamEvent, relayed
 from .config import ConfigError, OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
-from .http11 import HTTP11Transport
+from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
@@ -228,11 +228,13 @@ class UpstreamBackend:
                 raise _timeout(self.name) from None
             except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
                 # NOTE: a kept-alive connection the upstream closed as this request went out
-                # (uvicorn closes idle ones after 5 s) fails at once: the request gets one more
-                # try on a fresh connection, outside max_retries. A later failure may come
-                # after the upstream did the work, so it is not sent again.
+                # (uvicorn closes idle ones after 5 s) fails at once, before any byte of an
+                # answer: the request gets one more try on a fresh connection, outside
+                # max_retries. Any other break may come after the upstream did the work, so
+                # it is not sent again (``_stale``).
                 sent_at = built.extensions.get(_ADMITTED, sent_at)  # (after any wait for a turn)
-                if resent or time.monotonic() - sent_at > _STALE_CONNECTION_S:
+                late = time.monotonic() - sent_at > _STALE_CONNECTION_S
+                if resent or late or not _stale(exc, built):
                     error = _broken(self.name, exc)
                     if resent:
                         error.final()
@@ -521,6 +523,20 @@ _MADE_MAX = 100_000
 
 #: Request extension: when ``_Admission`` let the request go (monotonic seconds).
 _ADMITTED = "cachegate.admitted_at"
+
+
+def _stale(exc: Exception, request: httpx.Request) -> bool:
+    """Whether ``exc`` shows that the upstream never worked on ``request``: a kept-alive
+    connection it had closed as idle, before any byte of an answer.
+
+    NOTE: any other break may come after the upstream read the request and did (and billed)
+    the work, or even answered it: a fresh connection closed, an answer cut or malformed.
+    Sending it again would run it twice. httpcore (proxied upstreams) cannot say whether a
+    connection was reused; its words for a close before any byte of the answer stand in.
+    """
+    if request.extensions.get(HANDLED):
+        return isinstance(exc, StaleConnection)
+    return str(exc) == "Server disconnected without sending a response."
 
 
 def _proxy_mounts(limit: int, timeout: float) -> dict[str, httpx.AsyncBaseTransport | None]:

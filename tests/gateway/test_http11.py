@@ -4,7 +4,9 @@ test needs (the fake upstreams cover the ordinary answers through the gateway's 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import struct
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -223,3 +225,56 @@ async def test_https(tmp_path: Path) -> None:
         async with httpx.AsyncClient(base_url=base, transport=untrusting) as c:
             with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await c.post("/", content=b"")
+
+
+async def test_a_second_answer_after_the_first_is_not_merged_into_it() -> None:
+    """Bytes after the end of the answer (a stray second response in the same read) neither
+    replace its status nor join its body, and the connection is not used again."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK + b"HTTP/1.1 500 Oops\r\ncontent-length: 7\r\n\r\n{error}")
+        await keep_answering(reader, writer)
+
+    async with server(handler) as (base, connections), client(base) as c:
+        first = await c.post("/", content=b"")
+        assert (first.status_code, first.content) == (200, b"{}")
+        again = await c.post("/", content=b"")
+        assert (again.status_code, again.content) == (200, b"{}")
+    assert len(connections) == 2  # the first connection was not reused
+
+
+async def test_a_body_until_close_that_is_reset_is_an_error_not_a_short_success() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\n\r\npartial-bo")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()  # a reset (RST), not a close
+
+    async with server(handler) as (base, _), client(base) as c:
+        with pytest.raises(httpx.ReadError):
+            await c.post("/", content=b"")
+
+
+async def test_head_and_upgrade_answers() -> None:
+    """A HEAD's answer has no body whatever its content-length says (no wait for one); a 101
+    is an invalid answer, not a crash in the protocol's callback."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader)
+        if request.startswith(b"HEAD"):
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 50\r\n\r\n")
+        else:
+            writer.write(b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\n"
+                         b"connection: upgrade\r\n\r\n\x81\x02hi")  # fmt: skip
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with server(handler) as (base, _), client(base) as c:
+        head = await asyncio.wait_for(c.head("/"), 1)
+        assert (head.status_code, head.content) == (200, b"")
+        with pytest.raises(httpx.RemoteProtocolError, match="invalid answer"):
+            await c.post("/", content=b"")

@@ -324,14 +324,17 @@ class RawUpstream:
 
     ``work`` seconds after reading a request it answers (``answer_first``: only the first
     request of each connection; later ones are closed unanswered, as an upstream's idle
-    timeout closes a pooled connection at the wrong moment) or closes without answering.
+    timeout closes a pooled connection at the wrong moment) or closes without answering
+    (after sending ``partial``, the start of an answer, when given).
     """
 
-    def __init__(self, *, answer_first: bool = True, work: float = 0.0) -> None:
+    def __init__(
+        self, *, answer_first: bool = True, work: float = 0.0, partial: bytes = b""
+    ) -> None:
         import socket
         import threading
 
-        self.answer_first, self.work = answer_first, work
+        self.answer_first, self.work, self.partial = answer_first, work, partial
         self.received = self.answered = 0
         self._sock = socket.socket()
         self._sock.bind(("127.0.0.1", 0))
@@ -370,6 +373,7 @@ class RawUpstream:
     def _connection(self, conn: Any) -> None:
         with conn:
             if not self._read_request(conn) or not self.answer_first:
+                conn.sendall(self.partial)
                 return  # closed unanswered
             answer = json.dumps({
                 "id": "x", "object": "chat.completion", "created": 1, "model": "m",
@@ -411,6 +415,22 @@ def test_an_upstream_that_dies_while_working_is_not_sent_the_request_again(
         response = gw.chat("expensive")
         assert response.status_code == 502 and "broke off" in response.json()["error"]["message"]
         assert server.received == 1  # it may have done (and billed) the work: not twice
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("partial", [b"", b"HTTP/1.1 200 OK\r\ncontent-"])
+def test_a_fresh_connection_that_breaks_at_once_is_not_sent_the_request_again(
+    make_gateway: Any, partial: bytes
+) -> None:
+    """Only a kept-alive connection closed as idle proves the upstream never read the request:
+    a fresh one that breaks, even within the resend window, may have done the work."""
+    server = RawUpstream(answer_first=False, work=0.1, partial=partial)
+    try:
+        gw = make_gateway(model_yaml=f"{{base_url: '{server.url}', max_retries: 0}}")
+        response = gw.chat("expensive")
+        assert response.status_code == 502 and "broke off" in response.json()["error"]["message"]
+        assert server.received == 1
     finally:
         server.close()
 
