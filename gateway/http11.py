@@ -45,6 +45,9 @@ class StaleConnection(httpx.RemoteProtocolError):
 
 #: A body read this far ahead of its reader pauses the socket until it catches up.
 _READ_AHEAD = 1 << 20
+#: An answer whose status line and headers run longer than this is refused (h11's limit):
+#: a server sending endless headers would otherwise grow them in memory without bound.
+_MAX_HEAD = 64 * 1024
 _Origin = tuple[bytes, str, int]
 
 
@@ -186,7 +189,7 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._keep_alive = True
         self._closed_by: BaseException | None = None
-        self._received = False  # a byte of this request's answer arrived
+        self._received = 0  # bytes of this request's answer that arrived
         self._head_request = False
 
     @property
@@ -268,11 +271,14 @@ class _Connection(asyncio.Protocol):
         if not self._busy:  # bytes nobody asked for (an idle connection): not to be reused
             self.close()
             return
-        self._received = True
+        self._received += len(data)
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             self._fail(httpx.RemoteProtocolError(f"invalid answer: {exc}"))
+            return
+        if not self._head_done and self._received > _MAX_HEAD:
+            self._fail(httpx.RemoteProtocolError(f"invalid answer: a head over {_MAX_HEAD} bytes"))
             return
         if self._buffered > _READ_AHEAD and self._transport is not None:
             self._transport.pause_reading()

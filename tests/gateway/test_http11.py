@@ -278,3 +278,17 @@ async def test_head_and_upgrade_answers() -> None:
         assert (head.status_code, head.content) == (200, b"")
         with pytest.raises(httpx.RemoteProtocolError, match="invalid answer"):
             await c.post("/", content=b"")
+
+
+async def test_an_endless_head_is_refused() -> None:
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nx-padding: ")
+        for _ in range(64):  # 1 MiB of one header, and still no end of the head
+            writer.write(b"a" * 16384)
+            await writer.drain()
+        await asyncio.sleep(1)
+
+    async with server(handler) as (base, _), client(base) as c:
+        with pytest.raises(httpx.RemoteProtocolError, match="head over 65536 bytes"):
+            await c.post("/", content=b"")
