@@ -684,7 +684,12 @@ def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> N
     assert gw.chat("a", headers={"x-cache-namespace": "ns1"}).headers["x-cache"] == "miss"
     gw.chat("c")  # the default namespace: "" flushes it alone, not everything
     flushed = gw.http.post("/admin/cache/flush", json={"namespace": ""}).json()
-    assert flushed == {"flushed": 1, "namespace": "", "prefix_bytes_freed": 0}
+    assert flushed == {
+        "flushed": 1,
+        "namespace": "",
+        "prefix_bytes_freed": 0,
+        "abandoned_writes": 0,
+    }
     assert gw.http.post("/admin/cache/flush").json()["flushed"] == 2
     assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
     metrics = gw.http.get("/metrics").text
