@@ -245,7 +245,7 @@ class LocalBackend:
 
     async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
         body = request.body
-        params = _sampling(body)
+        params = _sampling(body, request.kind)
         namespace = (
             self.name
             if self.config.share_prefix_across_tenants
@@ -391,15 +391,25 @@ _KNOWN = frozenset({
     "service_tier", "parallel_tool_calls", "tool_choice", "function_call", "response_format",
     "modalities", "audio", "prompt_cache_key", "safety_identifier", *_UNSUPPORTED,
 })  # fmt: skip
+#: Fields of one API that the other does not define: a 400 there, as any unknown field.
+_ONLY = {
+    "chat": frozenset({"prompt", "echo", "suffix", "best_of"}),
+    "completion": frozenset({
+        "messages", "max_completion_tokens", "parallel_tool_calls", "tool_choice",
+        "function_call", "response_format", "modalities", "audio", "tools", "functions",
+    }),
+}  # fmt: skip
 
 
 def _unsupported(param: str, what: str = "is not supported by the local model") -> APIError:
     return APIError(400, f"'{param}' {what}.", param=param, code="unsupported_parameter")
 
 
-def _sampling(body: dict[str, Any]) -> SamplingParams:
+def _sampling(body: dict[str, Any], kind: str) -> SamplingParams:
+    """The request's sampling parameters, or a 400 for a field the local model does not know
+    in this API (``kind``), cannot honour, or a value of the wrong type."""
     for param in body:
-        if param not in _KNOWN:
+        if param not in _KNOWN or param in _ONLY.get(kind, ()):
             raise _unsupported(param, "is not a request argument the local model recognizes")
     for param, unused in _UNSUPPORTED.items():
         value = body.get(param)
@@ -411,6 +421,10 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
             raise _unsupported(param)
     modalities = body.get("modalities") or ()
     modalities = [modalities] if isinstance(modalities, str) else modalities
+    if not isinstance(modalities, list | tuple):
+        raise APIError(
+            400, "'modalities' must be a list of strings.", param="modalities", code="invalid_value"
+        )
     if body.get("audio") is not None or any(m != "text" for m in modalities):
         raise _unsupported("modalities", "other than text is not supported by the local model")
     response_format = body.get("response_format")
@@ -420,15 +434,18 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
     temperature = body.get("temperature")
     top_p = body.get("top_p")
     top_k = body.get("top_k")  # NOTE: None (unset) = the model's default, like temperature
-    if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0):
+    if top_k is not None and (not _is_int(top_k) or top_k < 0):
         raise APIError(400, "'top_k' must be a non-negative integer.", param="top_k")
+    seed = body.get("seed")  # (chat and completions check it; the bridges' bodies not)
+    if seed is not None and not _is_int(seed):
+        raise APIError(400, "'seed' must be an integer.", param="seed", code="invalid_value")
     try:
         return SamplingParams(
             max_tokens=_max_tokens(body),
             temperature=None if temperature is None else float(temperature),
             top_p=None if top_p is None else float(top_p),
             top_k=top_k,
-            seed=body.get("seed"),
+            seed=seed,
             stop=(stop,) if isinstance(stop, str) else tuple(stop or ()),
             n=int(body.get("n") or 1),
         )
@@ -439,8 +456,13 @@ def _sampling(body: dict[str, Any]) -> SamplingParams:
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
-    value = body.get("max_completion_tokens") or body.get("max_tokens")
+    value = body.get("max_completion_tokens")
+    value = body.get("max_tokens") if value is None else value
     return int(value) if value is not None else None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:

@@ -305,7 +305,9 @@ class ResponsesAdapter:
         """The request in Chat Completions form (the local model's), or a 400 naming what
         that form cannot carry."""
         body = request.body
-        if not request.turns or request.turns[0].get("type") == _REFERENCE:
+        if not request.turns:
+            raise APIError(400, "'input' must not be empty.", param="input", code="invalid_value")
+        if request.turns[0].get("type") == _REFERENCE:
             raise _not_found(request.previous)  # earlier turns only an upstream holds
         chat = _chat_params(body)
         messages = (

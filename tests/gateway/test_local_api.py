@@ -277,6 +277,9 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
         ({"modalities": ["text", "audio"]}, "modalities", "unsupported_parameter"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "modalities", "unsupported_parameter"),
         ({"frobnicate": 1}, "frobnicate", "unsupported_parameter"),
+        ({"prompt": "x"}, "prompt", "unsupported_parameter"),  # (a completions field)
+        ({"modalities": 5}, "modalities", "invalid_value"),
+        ({"modalities": True}, "modalities", "invalid_value"),
     ],
 )
 def test_requests_the_model_cannot_serve_get_400(
@@ -538,3 +541,32 @@ def test_the_ledger_counts_prefix_cached_tokens_per_tenant(gw: Gateway) -> None:
     assert cached >= 60
     row = admin_stats(gw)["ledger"]["b"][MODEL]
     assert row["prefix_cached_tokens"] - before >= cached and row["model_calls"] >= 2
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param"),
+    [
+        (
+            "/v1/completions",
+            {"prompt": "Once", "max_completion_tokens": [1]},
+            "max_completion_tokens",
+        ),
+        ("/v1/completions", {"prompt": "Once", "messages": []}, "messages"),
+        (
+            "/v1/completions",
+            {"prompt": "Once", "response_format": {"type": "text"}},
+            "response_format",
+        ),
+        ("/v1/responses", {"input": "hi", "seed": "abc"}, "seed"),
+        ("/v1/responses", {"input": "hi", "seed": 1.5}, "seed"),
+        ("/v1/responses", {"input": []}, "input"),
+    ],
+)
+def test_fields_of_another_api_or_of_the_wrong_type_get_400(
+    gw: Gateway, route: str, body: dict[str, Any], param: str
+) -> None:
+    """Not a 500 from the engine, nor a field silently ignored (found by a review)."""
+    headers = {"authorization": "Bearer key-a"}
+    response = gw.http.post(route, json={"model": MODEL, **body}, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == param
