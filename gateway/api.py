@@ -39,6 +39,8 @@ __all__ = ["Walk", "error_response", "routes", "serve"]
 
 _encode = msgspec.json.encode
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+#: How a stream ends when its client went away (gateway.connections), not a failure.
+_CLIENT_GONE = frozenset({"client_disconnected", "client_stuck"})
 
 #: A tier walk: the pipeline's for an adapter (``through``), or one of its own (embeddings).
 Walk = Callable[[Pipeline, GatewayRequest, str | None, Watch[Any]], Awaitable[Reply]]
@@ -307,7 +309,10 @@ def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response
         metrics.stream_errors.labels(route, model, code).inc()
 
     def on_end() -> None:
-        status = 200 if ended["error"] is None else 502
+        # (the log line's status: a client that left is 499, as before a response; another
+        # end before [DONE] is the gateway's or the model's failure)
+        error = ended["error"]
+        status = 200 if error is None else 499 if error in _CLIENT_GONE else 502
         observe(runtime, seen.now(status, ended["ttft"]), reply)
         if reply.audit is not None and runtime.auditor is not None:
             runtime.auditor.submit(reply.audit)  # the replay has been sent

@@ -413,6 +413,7 @@ def test_client_disconnect_frees_the_engine(gw: Gateway, caplog: pytest.LogCaptu
             "max_tokens": 400, "temperature": 0, "stream": True}  # fmt: skip
     headers = {"authorization": "Bearer key-a"}
     stores = admin_stats(gw)["cache"]["stores"]
+    caplog.set_level(logging.INFO, logger="cachegate.requests")
     with gw.http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
         lines = response.iter_lines()
         assert next(lines).startswith("data: ")
@@ -429,6 +430,8 @@ def test_client_disconnect_frees_the_engine(gw: Gateway, caplog: pytest.LogCaptu
     )
     # nothing was stored for the cut stream (only the short answer above)
     assert admin_stats(gw)["cache"]["stores"] == stores + 1
+    ends = [r.getMessage() for r in caplog.records if r.name == "cachegate.requests"]
+    assert any("status=499" in line for line in ends), ends  # the client left: not a 502
 
 
 def test_a_cancelled_stream_is_booked_with_its_prompt(gw: Gateway) -> None:
