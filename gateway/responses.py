@@ -323,7 +323,7 @@ class ResponsesAdapter:
         completion = answer.body
         choice = (completion.get("choices") or [{}])[0]
         text = (choice.get("message") or {}).get("content") or ""
-        message = _message(_new_id("msg"), text, "completed")
+        message = _message(_new_id("msg"), text, _item_status(choice.get("finish_reason")))
         response = _response(
             request,
             completion.get("model"),
@@ -562,7 +562,7 @@ class _ChatAsResponses:
         else:
             return  # ended without [DONE]: the relay reports it
         full = "".join(text)
-        done = _message(message["id"], full, "completed")
+        done = _message(message["id"], full, _item_status(finish))
         final = _response(self._request, model, [done], finish, _usage(usage))
         # NOTE: one response, one id: the one response.created announced
         final.update(id=response["id"], created_at=response["created_at"])
@@ -581,6 +581,12 @@ class _ChatAsResponses:
 
     def counted(self) -> dict[str, Any] | None:
         return self._stream.counted()
+
+
+def _item_status(finish: str | None) -> str:
+    """The message item's status: cut at max_output_tokens, it is ``incomplete`` as its
+    response is (OpenAI's)."""
+    return "incomplete" if finish == "length" else "completed"
 
 
 def _response(

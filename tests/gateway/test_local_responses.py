@@ -87,3 +87,17 @@ def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             create(c, input="Hello", **body)
         assert refused.value.param == param
+
+
+def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: Gateway) -> None:
+    c = sdk(gw)
+    cut = c.responses.create(model=MODEL, input="Write a long story about a lighthouse.",
+                             temperature=0, max_output_tokens=3)  # fmt: skip
+    assert cut.status == "incomplete" and cut.incomplete_details is not None
+    assert [item.status for item in cut.output] == ["incomplete"]
+    events = list(c.responses.create(model=MODEL, input="Write a long story about a harbour.",
+                                     temperature=0, max_output_tokens=3, stream=True))  # fmt: skip
+    done = [e.item.status for e in events if e.type == "response.output_item.done"]
+    last = events[-1]
+    assert last.type == "response.incomplete" and done == ["incomplete"]
+    assert [item.status for item in last.response.output] == ["incomplete"]
