@@ -95,6 +95,11 @@ class GatewayRequest:
     #: Headers of the client's API that go upstream and are part of the cache scope
     #: (Anthropic's ``anthropic-version`` and ``anthropic-beta``).
     api_headers: tuple[tuple[str, str], ...] = ()
+    #: A chat request whose final assistant message is continued, not answered with a new
+    #: turn (a Messages prefill, through the bridge). Not in the body: an OpenAI upstream
+    #: would refuse vLLM's ``continue_final_message``; a backend that cannot honour it
+    #: ignores it (OpenAI answers with a new turn, as it does for such a chat request).
+    continue_final: bool = False
 
 
 @dataclass(frozen=True, slots=True)

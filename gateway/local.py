@@ -389,7 +389,8 @@ _KNOWN = frozenset({
     "model", "messages", "prompt", "stream", "stream_options", "temperature", "top_p", "top_k",
     "n", "stop", "max_tokens", "max_completion_tokens", "seed", "user", "metadata", "store",
     "service_tier", "parallel_tool_calls", "tool_choice", "function_call", "response_format",
-    "modalities", "audio", "prompt_cache_key", "safety_identifier", *_UNSUPPORTED,
+    "modalities", "audio", "prompt_cache_key", "safety_identifier", "continue_final_message",
+    "add_generation_prompt", *_UNSUPPORTED,
 })  # fmt: skip
 #: Fields of one API that the other does not define: a 400 there, as any unknown field.
 _ONLY = {
@@ -471,7 +472,7 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
             for field in ("tool_calls", "function_call"):  # the template would drop them
                 if message.get(field):
                     raise _unsupported(f"messages[{i}].{field}")
-        return engine.encode_chat(request.body["messages"])
+        return engine.encode_chat(request.body["messages"], continue_final=_continues(request))
     prompt = request.body.get("prompt")
     if isinstance(prompt, str):
         return engine.encode_text(prompt)
@@ -488,6 +489,26 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         "The local model takes one prompt per request (a string or a list of token ids).",
         param="prompt",
     )
+
+
+def _continues(request: GatewayRequest) -> bool:
+    """Whether the prompt continues the final assistant message rather than open a new turn:
+    a Messages prefill (the bridge says so), or vLLM's ``continue_final_message: true`` on a
+    chat request (vLLM clients send ``add_generation_prompt: false`` with it; accepted, not
+    needed). Chat's default stays OpenAI's: a final assistant message gets a new turn.
+    """
+    body = request.body
+    continued = body.get("continue_final_message", False)
+    opened = body.get("add_generation_prompt", not continued)
+    # NOTE: both (vLLM refuses it too), or neither (a closed turn and no new one), is a 400
+    if not (isinstance(continued, bool) and isinstance(opened, bool)) or continued == opened:
+        raise APIError(
+            400,
+            "Set exactly one of 'continue_final_message' and 'add_generation_prompt' to true.",
+            param="continue_final_message",
+            code="invalid_value",
+        )
+    return request.continue_final or continued
 
 
 # ---------------------------------------------------------------------------------------------

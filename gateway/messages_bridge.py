@@ -8,6 +8,11 @@ answer, JSON or SSE. Plain string turns stay strings, so the local model's chat 
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
 reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
+A request whose last turn is the assistant's (a prefill) asks Anthropic to continue that text:
+its answer is only the continuation. The chat request says so in ``continue_final``, which the
+local model honours (the turn is left open in its prompt); an OpenAI upstream cannot, and
+answers with a new turn as before.
+
 Usage is normalised to Anthropic's: ``input_tokens`` excludes the prompt tokens read from a
 cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_tokens``).
 """
@@ -61,7 +66,10 @@ class MessagesBridge:
 
     def to_chat(self, request: GatewayRequest) -> GatewayRequest:
         body = to_chat(request.body)
-        return dataclasses.replace(request, kind="chat", body=body, include_usage=True)
+        prefill = request.body["messages"][-1]["role"] == "assistant"
+        return dataclasses.replace(
+            request, kind="chat", body=body, include_usage=True, continue_final=prefill
+        )
 
     def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
         message = from_chat(answer.body, request.model, _stops(request))

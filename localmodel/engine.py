@@ -335,9 +335,13 @@ class Engine:
         messages: Sequence[Mapping[str, Any]],
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
+        continue_final: bool = False,
     ) -> list[int]:
-        """Chat messages → prompt token ids (template + generation prompt)."""
-        return prompts.encode_chat(self.tokenizer, messages, tools=tools)
+        """Chat messages → prompt token ids (template + generation prompt; or, with
+        ``continue_final``, the final assistant message left open to be continued)."""
+        return prompts.encode_chat(
+            self.tokenizer, messages, tools=tools, continue_final=continue_final
+        )
 
     def encode_text(self, text: str) -> list[int]:
         """Legacy-completions prompt text → token ids."""

@@ -2,7 +2,10 @@
 
 The template is the model's own (SmolLM2: ChatML, ``<|im_start|>role\\n…<|im_end|>``), rendered
 to text with the generation prompt appended and then tokenised without adding special
-tokens again (the template already wrote them).
+tokens again (the template already wrote them). A final assistant message can instead be
+*continued* (``continue_final``: a prefill, e.g. an Anthropic Messages request that ends with
+an assistant turn): it is left open — no end-of-turn marker, no new assistant header — so the
+model writes on from its last character, as vLLM's ``continue_final_message`` does.
 
 Message text is text: a ``<|im_end|>`` typed in a message is tokenised as the characters it
 is made of, never as the control token (else a user could close their turn and write a
@@ -38,23 +41,31 @@ def render_chat(
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
     add_generation_prompt: bool = True,
+    continue_final: bool = False,
 ) -> str:
     """Render OpenAI-style ``messages`` with the model's chat template.
 
     ``content`` may be a string or a list of ``{"type": "text", "text": …}`` parts (joined);
     other part types (images, audio) raise :class:`InvalidPromptError`. ``tools`` are passed
-    to the template, which may ignore them (SmolLM2's does).
+    to the template, which may ignore them (SmolLM2's does). ``continue_final``: the last
+    message is an assistant turn to continue, left open with no generation prompt (ChatML: a
+    final ``"2, 3,"`` renders as ``…<|im_start|>assistant\\n2, 3,``).
     """
     if not messages:
         raise InvalidPromptError("messages must not be empty")
     if getattr(tokenizer, "chat_template", None) is None:
         raise InvalidPromptError("this model has no chat template; use completions instead")
     normalised = [_normalise(m) for m in messages]
+    if continue_final and normalised[-1]["role"] != "assistant":
+        raise InvalidPromptError("only a final assistant message can be continued")
     try:
+        # NOTE: continue_final_message marks where the final message's text ends and cuts the
+        # rendering there, so its end-of-turn marker (and all the template writes after) goes
         text = tokenizer.apply_chat_template(
             normalised,
             tools=list(tools) if tools else None,
-            add_generation_prompt=add_generation_prompt,
+            add_generation_prompt=add_generation_prompt and not continue_final,
+            continue_final_message=continue_final,
             tokenize=False,
         )
     except Exception as exc:  # jinja raise_exception() in templates, bad roles…
@@ -67,14 +78,16 @@ def encode_chat(
     messages: Sequence[Mapping[str, Any]],
     *,
     tools: Sequence[Mapping[str, Any]] | None = None,
+    continue_final: bool = False,
 ) -> list[int]:
-    """Token ids of ``messages`` rendered with the generation prompt (ready to complete)."""
-    text = render_chat(tokenizer, messages, tools=tools)
+    """Token ids of ``messages`` rendered ready to complete: with the generation prompt, or
+    with the final assistant message left open when ``continue_final`` (see ``render_chat``)."""
+    text = render_chat(tokenizer, messages, tools=tools, continue_final=continue_final)
     contents = [_normalise(m)["content"] for m in messages]
     markers = _control_texts(tokenizer)
     if not any(marker in content for content in contents for marker in markers):
         return list(tokenizer.encode(text, add_special_tokens=False))
-    return _encode_literal_contents(tokenizer, messages, contents, tools, text)
+    return _encode_literal_contents(tokenizer, messages, contents, tools, text, continue_final)
 
 
 def _encode_literal_contents(
@@ -83,6 +96,7 @@ def _encode_literal_contents(
     contents: list[str],
     tools: Sequence[Mapping[str, Any]] | None,
     text: str,
+    continue_final: bool,
 ) -> list[int]:
     """Encode with every message's content as plain text (control-token strings included).
 
@@ -94,7 +108,7 @@ def _encode_literal_contents(
     """
     holders = [f"\ue000{i}\ue001" for i in range(len(messages))]
     masked = [{**m, "content": h} for m, h in zip(messages, holders, strict=True)]
-    skeleton = render_chat(tokenizer, masked, tools=tools)
+    skeleton = render_chat(tokenizer, masked, tools=tools, continue_final=continue_final)
     pieces = _PLACEHOLDER.split(skeleton)  # template text, index, template text, index, ...
     if "".join(contents[int(p)] if i % 2 else p for i, p in enumerate(pieces)) != text:
         # the template changes contents (trims them, say): no safe way to keep them literal

@@ -1,6 +1,7 @@
 """POST /v1/messages served by the bundled local model (real weights, CPU) through its chat path,
 with the official anthropic SDK: answers, streaming, prefix KV reuse turn after turn reported as
-``cache_read_input_tokens``, the response cache, count_tokens, unsupported input."""
+``cache_read_input_tokens``, the response cache, count_tokens, a prefill continued, unsupported
+input."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 import yaml
 
@@ -109,6 +111,61 @@ def test_count_tokens_counts_the_chat_prompt(client: anthropic.Anthropic) -> Non
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
     usage = create(client, messages, extra_headers={"cache-control": "no-cache"}).parse().usage
     assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
+
+
+def test_a_final_assistant_turn_is_continued_not_answered_anew(
+    client: anthropic.Anthropic, gw: Gateway, bundled_model_dir: Path
+) -> None:
+    """A prefill: the prompt ends with the assistant's text (no end of turn, no new header),
+    the answer is only what follows it, the cache replays it, count_tokens counts that prompt;
+    a chat request answers the same turns anew unless it asks vLLM's continue_final_message."""
+    from transformers import AutoTokenizer
+
+    question = {"role": "user", "content": "List the first five prime numbers, comma separated."}
+    prefilled = [question, {"role": "assistant", "content": "2, 3,"}]
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=prefilled)
+    alone = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=[question])
+    prefill_ids = AutoTokenizer.from_pretrained(bundled_model_dir).encode("2, 3,")
+    # [question]'s prompt ends with the new turn's header; the prefill's text follows it
+    assert counted.input_tokens == alone.input_tokens + len(prefill_ids)
+    fresh = create(client, prefilled)
+    assert fresh.headers["x-cache"] == "miss"
+    message = fresh.parse()
+    usage = message.usage
+    assert usage.input_tokens + usage.cache_read_input_tokens == counted.input_tokens
+    text = message.content[0].text
+    assert "5, 7" in text and not text.lstrip().startswith("2")  # continued, not repeated
+    replay = create(client, prefilled)
+    assert replay.headers["x-cache"] == "exact"
+    assert replay.parse().content[0].text == text
+    assert replay.parse().stop_reason == message.stop_reason
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    asked: dict[str, Any] = {"model": MODEL, "max_tokens": 12, "temperature": 0,
+                             "messages": [{"role": "system", "content": SYSTEM}, *prefilled]}  # fmt: skip
+    anew = chat.chat.completions.create(**asked)
+    assert anew.choices[0].message.content != text  # OpenAI's rule: a new turn
+    continued = chat.chat.completions.create(**asked, extra_body={"continue_final_message": True})
+    assert continued.choices[0].message.content == text
+    assert continued.usage is not None and continued.usage.prompt_tokens == counted.input_tokens
+
+
+def test_continue_final_message_is_refused_where_it_cannot_hold(gw: Gateway) -> None:
+    """vLLM's rules: not together with a generation prompt, only for a final assistant turn."""
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    prefilled: list[Any] = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hel"},
+    ]
+    for turns, extra in (
+        (prefilled, {"continue_final_message": True, "add_generation_prompt": True}),
+        (prefilled, {"add_generation_prompt": False}),  # a closed turn and no new one
+        (prefilled[:1], {"continue_final_message": True}),
+    ):
+        with pytest.raises(openai.BadRequestError) as refused:
+            chat.chat.completions.create(
+                model=MODEL, max_tokens=2, messages=turns, extra_body=extra
+            )
+        assert refused.value.code == "invalid_value"
 
 
 #: A Gemma-style chat template: no system role (``raise_exception`` in the template).

@@ -79,6 +79,25 @@ def test_marker_text_in_a_later_turn_keeps_earlier_turns_ids(tokenizer: Any) -> 
     assert ids2[:end_of_answer] == without[:end_of_answer]
 
 
+def test_continue_final_leaves_the_assistant_turn_open(tokenizer: Any) -> None:
+    """A prefill: the prompt ends with the assistant's text, so the model writes on from it;
+    and it extends the prompt that asks for a new turn, so the prefix cache serves it."""
+    question = [{"role": "user", "content": "List five primes."}]
+    prefilled = [*question, {"role": "assistant", "content": "2, 3,"}]
+    text = render_chat(tokenizer, prefilled, continue_final=True)
+    assert text == render_chat(tokenizer, question) + "2, 3,"  # no <|im_end|>, no new header
+    ids = encode_chat(tokenizer, prefilled, continue_final=True)
+    assert ids == encode_chat(tokenizer, question) + tokenizer.encode("2, 3,")
+    assert encode_chat(tokenizer, prefilled) != ids  # by default: a new turn, as OpenAI's
+    # marker text in the continued turn stays text, and the turn stays open
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    typed = [*question, {"role": "assistant", "content": "a <|im_end|>"}]
+    ids = encode_chat(tokenizer, typed, continue_final=True)
+    assert ids.count(im_end) == 2 and ids[-1] != im_end  # the system and user turns'
+    with pytest.raises(InvalidPromptError, match="assistant"):
+        encode_chat(tokenizer, question, continue_final=True)
+
+
 def test_encode_text_special_cases(tokenizer: Any) -> None:
     assert encode_text(tokenizer, "Once upon") == tokenizer.encode("Once upon")
     assert encode_text(tokenizer, "") == [tokenizer.bos_token_id]
