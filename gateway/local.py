@@ -398,6 +398,7 @@ _ONLY = {
     "completion": frozenset({
         "messages", "max_completion_tokens", "parallel_tool_calls", "tool_choice",
         "function_call", "response_format", "modalities", "audio", "tools", "functions",
+        "continue_final_message", "add_generation_prompt",
     }),
 }  # fmt: skip
 

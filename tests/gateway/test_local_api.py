@@ -557,6 +557,11 @@ def test_the_ledger_counts_prefix_cached_tokens_per_tenant(gw: Gateway) -> None:
         ("/v1/completions", {"prompt": "Once", "messages": []}, "messages"),
         (
             "/v1/completions",
+            {"prompt": "Once", "continue_final_message": True},
+            "continue_final_message",
+        ),
+        (
+            "/v1/completions",
             {"prompt": "Once", "response_format": {"type": "text"}},
             "response_format",
         ),
