@@ -46,6 +46,10 @@ class Backend(Protocol):
     #: The APIs (``GatewayRequest.kind``) it speaks. Another API is served through the
     #: adapter's chat ``Bridge`` when it has one and the backend speaks ``chat``.
     apis: frozenset[str]
+    #: What its answers depend on besides the request (``semantic.keys.salted``): part of every
+    #: response-cache key of this model, so that answers cached before the operator changed it
+    #: (a local model's default_max_tokens, an upstream_model) are not served after.
+    cache_salt: str
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer: ...
 

@@ -73,6 +73,11 @@ class LocalBackend:
         self.name = name
         self.config = config
         self.engine_config = engine_config
+        # NOTE: the settings an answer depends on when a request leaves them unset (and the
+        # model itself); not those that change only its speed or memory (weights, kv_dtype)
+        c = engine_config
+        self.cache_salt = repr(("local", str(c.source), c.default_max_tokens,
+                                c.default_temperature, c.default_top_p, c.default_top_k))  # fmt: skip
         self._load_engine = load or _load_and_warm
         self._engine: AsyncEngine | None = None
         self._loader: asyncio.Task[None] | None = None

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from semantic.audit import Tightened
 from semantic.cache import Lookup, ResponseCache
-from semantic.keys import CacheKey, ContextMode
+from semantic.keys import CacheKey, ContextMode, salted
 
 from .audit import AuditJob, Auditor
 from .backend import Backend, BackendStream
@@ -129,7 +129,7 @@ class Pipeline:
         account = request.tenant  # (the ledger's: routing may key a tenant by the client's key)
         backend, request = self.route(request, auth)
         bridge = _bridge(backend, adapter, request)
-        looked = await self._look_up(request, adapter)
+        looked = await self._look_up(request, adapter, backend.cache_salt)
         if looked.hit is not None:
             audit = functools.partial(_audit_job, backend, bridge, request, adapter, auth, account)
             return self._hit(request, adapter, looked, audit)
@@ -259,11 +259,11 @@ class Pipeline:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    async def _look_up(self, request: GatewayRequest, adapter: Adapter) -> _Looked:
+    async def _look_up(self, request: GatewayRequest, adapter: Adapter, salt: str) -> _Looked:
         control = request.control
         if self.cache is None or (control.no_cache and control.no_store):
             return _Looked("bypass")
-        key = adapter.key(request, self._context_turns, self._context)
+        key = salted(adapter.key(request, self._context_turns, self._context), salt)
         save = None if control.no_store else Save(key, None)
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)

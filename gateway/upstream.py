@@ -75,6 +75,8 @@ class UpstreamBackend:
         #: key they describe is the client's own, or only one tenant's requests use it.
         self.relays_rate_limits = one_tenant or self.forwards_client_auth
         self.apis = OPENAI_APIS
+        #: (the model name is in every key already; the upstream model it stands for is not)
+        self.cache_salt = _salt(config)
         self._on_retry = on_retry
         t = config.timeout
         self._client = httpx.AsyncClient(
@@ -350,6 +352,7 @@ class ReplicatedBackend:
             bool(client_options.get("forward_client_auth")) and not config.api_key
         )
         self.apis = OPENAI_APIS
+        self.cache_salt = _salt(config)
         self._on_retry = client_options.get("on_retry")
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
@@ -523,6 +526,11 @@ _MADE_MAX = 100_000
 
 #: Request extension: when ``_Admission`` let the request go (monotonic seconds).
 _ADMITTED = "cachegate.admitted_at"
+
+
+def _salt(config: OpenAIModelConfig) -> str:
+    """An upstream model's ``cache_salt``: the model its name stands for upstream, when set."""
+    return f"upstream_model={config.upstream_model}" if config.upstream_model else ""
 
 
 def _stale(exc: Exception, request: httpx.Request) -> bool:

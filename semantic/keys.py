@@ -37,6 +37,7 @@ __all__ = [
     "completion_key",
     "embedding_key",
     "entry_id",
+    "salted",
 ]
 
 #: Body fields that never change the answer's content. Everything else is part of the scope,
@@ -243,6 +244,17 @@ def _text(content: Any) -> tuple[str, bool]:
         ]
         return "\n".join(texts), len(texts) == len(content)
     return "", False
+
+
+def salted(key: CacheKey, salt: str) -> CacheKey:
+    """``key`` under a backend's ``salt``: what its answers depend on besides the request (a
+    local model's defaults for the sampling parameters a request leaves unset, the upstream
+    model a name stands for). Answers made under other settings then never match. ``""``:
+    ``key`` itself."""
+    if not salt:
+        return key
+    scope, exact = _digest([salt, key.scope]), _digest([salt, key.exact])
+    return CacheKey(scope=scope, question=key.question, exact=exact, semantic=key.semantic)
 
 
 def _digest(parts: list[Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -820,3 +821,19 @@ def test_a_requests_cache_directives_go_upstream(make_gateway: Any, upstream: Fa
     assert upstream.last_headers["cache-control"] == "no-store"
     gw.chat("directives 2", headers={"cache-control": "no-cache, no-store"})
     assert upstream.last_headers["cache-control"] == "no-cache, no-store"
+
+
+def test_answers_cached_under_another_upstream_model_are_not_served(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A model name that the operator points at another upstream model starts afresh."""
+    data = f"data_dir: '{tmp_path / 'shared'}'"
+    for upstream_model, expected in (
+        ("model-a", "miss"),
+        ("model-a", "exact"),
+        ("model-b", "miss"),
+    ):
+        gw = make_gateway(data, f"upstream_model: {upstream_model}")
+        assert gw.chat("Which model answers?").headers["x-cache"] == expected, upstream_model
+        gw.stop()
+    assert upstream.stats["chat"] == 2

@@ -578,3 +578,27 @@ def test_fields_of_another_api_or_of_the_wrong_type_get_400(
     response = gw.http.post(route, json={"model": MODEL, **body}, headers=headers)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param
+
+
+def test_answers_cached_under_other_model_defaults_are_not_served(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """An answer made under one default_max_tokens (the request set none) is not served once
+    the operator changed it: the model's defaults are part of every key. The cache itself
+    outlives a restart with the same settings."""
+    question = [{"role": "user", "content": "Tell me about the sea."}]
+    headers = {"authorization": "Bearer key-a"}
+    body = {"model": MODEL, "messages": question, "temperature": 0}
+
+    def ask(default_max_tokens: int) -> tuple[str, int]:
+        config = local_config(bundled_model_dir, tmp_path, default_max_tokens=default_max_tokens)
+        gateway = Gateway(load_config_text(config))
+        try:
+            response = gateway.http.post("/v1/chat/completions", json=body, headers=headers)
+            return response.headers["x-cache"], response.json()["usage"]["completion_tokens"]
+        finally:
+            gateway.stop()
+
+    assert ask(3) == ("miss", 3)
+    assert ask(3) == ("exact", 3)  # the same settings after a restart: served
+    assert ask(5) == ("miss", 5)  # was ("exact", 3): cut at the old default

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from semantic.keys import chat_key, completion_key, entry_id
+from semantic.keys import chat_key, completion_key, entry_id, salted
 
 
 def body(*messages: tuple[str, Any], **params: Any) -> dict[str, Any]:
@@ -124,3 +124,12 @@ def test_content_shape_is_part_of_the_exact_key() -> None:
     a, b = chat_key("t", "", "m", parts), chat_key("t", "", "m", joined)
     assert a.question == b.question  # the same text for the semantic tier...
     assert a.exact != b.exact  # ...but a model may join parts differently: not an exact match
+
+
+def test_a_salted_key_is_another_key_with_the_same_question() -> None:
+    key = chat_key("t", "", "m", {"messages": [{"role": "user", "content": "Hi there?"}]})
+    assert salted(key, "") is key
+    a, b = salted(key, "upstream_model=a"), salted(key, "upstream_model=b")
+    assert len({key.scope, a.scope, b.scope}) == 3 and len({key.exact, a.exact, b.exact}) == 3
+    assert (a.question, a.semantic) == (key.question, key.semantic)
+    assert salted(key, "upstream_model=a") == a  # (the same salt: the same key, every time)
