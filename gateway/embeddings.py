@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from semantic.keys import CacheKey, embedding_key
+from semantic.keys import CacheKey, embedding_key, salted
 
 from .backend import Backend
 from .canonical import Answer, CacheState, GatewayRequest, Reply, Wire
@@ -77,7 +77,7 @@ async def embed(
             code="unsupported_model",
         )
     inputs = embedding_inputs(request.body["input"])
-    batch = await _look_up(pipeline, request, inputs)
+    batch = await _look_up(pipeline, request, inputs, backend.cache_salt)
     missing = [i for i in range(len(inputs)) if i not in batch.found]
     usage: dict[str, Any] = {"prompt_tokens": 0, "total_tokens": 0}
     model = next(iter(batch.found.values()), {}).get("model") or request.model
@@ -120,14 +120,18 @@ class _Batch:
 
 
 async def _look_up(
-    pipeline: Pipeline, request: GatewayRequest, inputs: list[str | list[int]]
+    pipeline: Pipeline, request: GatewayRequest, inputs: list[str | list[int]], salt: str
 ) -> _Batch:
     cache, control = pipeline.cache, request.control
     batch = _Batch()
     if cache is None or not cache.exact or (control.no_cache and control.no_store):
         return batch
     ns = control.namespace
-    batch.keys = [embedding_key(request.tenant, ns, request.model, request.body, x) for x in inputs]
+    # (salted: a name pointed at another upstream model gives other vectors)
+    batch.keys = [
+        salted(embedding_key(request.tenant, ns, request.model, request.body, x), salt)
+        for x in inputs
+    ]
     batch.state = "refresh" if control.no_cache else "miss"
     if not control.no_cache:
         looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
