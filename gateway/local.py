@@ -486,9 +486,7 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         prompt = prompt[0]  # one prompt in a list: ["text"] or [[token ids]]
         if isinstance(prompt, str):
             return engine.encode_text(prompt)
-    if isinstance(prompt, list) and all(
-        isinstance(t, int) and not isinstance(t, bool) for t in prompt
-    ):
+    if isinstance(prompt, list) and all(_is_int(t) for t in prompt):
         return list(prompt)
     raise APIError(
         400,

@@ -108,7 +108,7 @@ def _counted(seen: Seen, reply: Reply | None, hit: bool) -> tuple[Usage | None, 
     """The usage the ledger books a request with (None: none), and whether it is a model's
     stream that ended before its answer.
 
-    NOTE: such a stream is booked whatever its status (502: it failed, or its client left):
+    NOTE: such a stream is booked whatever its status (502: it failed; 499: its client left):
     its model ran, and the provider bills what it generated.
     """
     if reply is None or not seen.model:

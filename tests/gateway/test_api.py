@@ -823,10 +823,13 @@ def test_a_requests_cache_directives_go_upstream(make_gateway: Any, upstream: Fa
     assert upstream.last_headers["cache-control"] == "no-cache, no-store"
 
 
+@pytest.mark.parametrize("api", ["chat", "embeddings"])
 def test_answers_cached_under_another_upstream_model_are_not_served(
-    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path, api: str
 ) -> None:
-    """A model name that the operator points at another upstream model starts afresh."""
+    """A model name that the operator points at another upstream model starts afresh: its
+    answers, and its embeddings (another model's vectors live in another space). The cache
+    itself outlives a restart with the same settings."""
     data = f"data_dir: '{tmp_path / 'shared'}'"
     for upstream_model, expected in (
         ("model-a", "miss"),
@@ -834,6 +837,11 @@ def test_answers_cached_under_another_upstream_model_are_not_served(
         ("model-b", "miss"),
     ):
         gw = make_gateway(data, f"upstream_model: {upstream_model}")
-        assert gw.chat("Which model answers?").headers["x-cache"] == expected, upstream_model
+        if api == "chat":
+            response = gw.chat("Which model answers?")
+        else:
+            body = {"model": "fake-model", "input": ["alpha"], "encoding_format": "float"}
+            response = gw.http.post("/v1/embeddings", json=body)
+        assert response.headers["x-cache"] == expected, upstream_model
         gw.stop()
-    assert upstream.stats["chat"] == 2
+    assert upstream.stats[api] == 2

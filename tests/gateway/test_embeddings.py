@@ -183,20 +183,3 @@ def test_a_batchs_usage_is_shared_among_its_inputs_by_length() -> None:
     shares = _split(101, ["x" * n for n in (3, 7, 11, 13)])
     assert sum(shares) == 101 and shares == sorted(shares)
     assert _split(5, [[1, 2, 3, 4], [5]]) == [4, 1]  # token ids: their count
-
-
-def test_vectors_of_another_upstream_model_are_not_served(
-    make_gateway: Any, upstream: FakeUpstream, tmp_path: Any
-) -> None:
-    """A model name pointed at another upstream embedding model gives other vectors: the
-    cached ones of the old model are not served (they live on across restarts)."""
-    data = f"data_dir: '{tmp_path / 'shared'}'"
-    for upstream_model, expected in (
-        ("embed-a", "miss"),
-        ("embed-a", "exact"),
-        ("embed-b", "miss"),
-    ):
-        gw = make_gateway(data, f"upstream_model: {upstream_model}")
-        assert embed(gw, ["alpha"]).headers["x-cache"] == expected, upstream_model
-        gw.stop()
-    assert upstream.stats["embeddings"] == 2
