@@ -139,6 +139,12 @@ def test_a_final_assistant_turn_is_continued_not_answered_anew(
     assert replay.headers["x-cache"] == "exact"
     assert replay.parse().content[0].text == text
     assert replay.parse().stop_reason == message.stop_reason
+    with client.messages.stream(
+        model=MODEL, max_tokens=12, system=SYSTEM, messages=prefilled,
+        extra_body={"temperature": 0}, extra_headers={"cache-control": "no-cache"},  # (the model's)
+    ) as stream:  # fmt: skip
+        streamed = "".join(stream.text_stream)
+    assert stream.response.headers["x-cache"] == "refresh" and streamed == text
     chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
     asked: dict[str, Any] = {"model": MODEL, "max_tokens": 12, "temperature": 0,
                              "messages": [{"role": "system", "content": SYSTEM}, *prefilled]}  # fmt: skip
