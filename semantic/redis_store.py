@@ -210,6 +210,16 @@ class RedisStore:
             socket_connect_timeout=timeout,
             decode_responses=False,
         )
+        # One connection of its own asks Redis, after a command timed out with no answer from
+        # Redis meanwhile, whether Redis answers at all (``_redis_answers``).
+        self._prober: Any = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            single_connection_client=True,
+            decode_responses=False,
+        )
+        self._probe: asyncio.Future[bool] | None = None
         self._p = key_prefix
         self._timeout = timeout
         self._max_entries = max_entries
@@ -222,7 +232,8 @@ class RedisStore:
         self._turns = asyncio.Semaphore(_CONNECTIONS)
         #: commands skipped because they waited too long for a connection (this replica's burst)
         self.skipped_turns = 0
-        #: commands that ran past ``timeout`` while Redis answered others: given up, Redis up
+        #: commands that ran past ``timeout`` while Redis answered others (or a probe right
+        #: after): given up, Redis up
         self.slow_commands = 0
         self._answered_at = 0.0  # when a command last came back from Redis
         self._count = 0
@@ -413,6 +424,9 @@ class RedisStore:
     async def close(self) -> None:
         await self._redis.aclose(close_connection_pool=True)  # (a pool it does not own else)
         await self._follower.aclose()
+        if self._probe is not None:
+            self._probe.cancel()
+        await self._prober.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -605,9 +619,14 @@ class RedisStore:
             # NOTE: a command that timed out while others came back from Redis meanwhile met
             # this replica's congestion (a burst's connects on a busy loop: a CI failure), not
             # a Redis that stopped answering; switching the cache off for everyone for
-            # ``retry_after`` would be the wrong answer to it. A Redis that hangs is still
-            # marked down within one more ``timeout``: the next command sees no answer at all.
-            if isinstance(exc, (TimeoutError, RedisTimeoutError)) and self._answered_at > started:
+            # ``retry_after`` would be the wrong answer to it. So did one that timed out with
+            # no answer meanwhile when a probe right after is answered: the burst's first 64
+            # commands, each opening its connection, can all pass ``timeout`` together on a
+            # starved loop (another CI failure). A Redis that hangs answers neither: it is
+            # marked down within one more ``timeout`` (the probe's).
+            if isinstance(exc, (TimeoutError, RedisTimeoutError)) and (
+                self._answered_at > started or await self._redis_answers()
+            ):
                 self.slow_commands += 1
                 log.debug("response cache: a Redis command was slow while Redis answered others")
             else:
@@ -615,6 +634,23 @@ class RedisStore:
             return default
         finally:
             self._turns.release()
+
+    async def _redis_answers(self) -> bool:
+        """Whether Redis answers a PING on the probe's own connection within ``timeout`` (or
+        answers another command meanwhile). Commands that time out together share one probe."""
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.ensure_future(self._ping())
+        return await asyncio.shield(self._probe)
+
+    async def _ping(self) -> bool:
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._prober.ping()
+        except (TimeoutError, RedisError, OSError):
+            return self._answered_at > started
+        self._answered_at = time.monotonic()
+        return True
 
     def _mark_down(self, exc: BaseException) -> None:
         if self.available:
