@@ -38,7 +38,10 @@ __all__ = [
     "sample",
 ]
 
-MAX_STOP_STRINGS = 4  # OpenAI's limit
+#: The engine's bound on stop strings (it matches each against every token's text). OpenAI's
+#: APIs take up to 4, checked where their requests are parsed; Anthropic's Messages API
+#: states no limit, and its ``stop_sequences`` reach the engine as they are.
+MAX_STOP_STRINGS = 64
 #: Temperatures below this sample greedily: logits / 1e-38 overflow float32.
 MIN_TEMPERATURE = 1e-5
 
@@ -88,7 +91,7 @@ class SamplingParams:
             ``None`` = the model's default.
         top_k: keep the k most likely tokens; 0 disables; ``None`` = the model's default.
         seed: makes sampling reproducible; ``None`` draws a fresh seed.
-        stop: up to 4 strings; the output ends *before* the first occurrence of any of them.
+        stop: up to ``MAX_STOP_STRINGS`` strings; the output ends *before* the first occurrence of any of them.
         n: number of choices, generated one after another from one prefill.
     """
 

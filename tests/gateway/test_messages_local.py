@@ -97,7 +97,8 @@ def test_stop_reasons_max_tokens_and_the_stop_sequence_that_matched(
     assert cut.stop_reason == "max_tokens" and cut.stop_sequence is None
     assert text.startswith(cut.content[0].text) and cut.usage.output_tokens == 2
     stop = " " + words[1]  # its first occurrence ends the answer
-    stopped = client.messages.create(max_tokens=12, stop_sequences=["zzz", stop], **params)
+    others = [f"zz{n}" for n in range(5)]  # more than chat's 4: Messages sets no such limit
+    stopped = client.messages.create(max_tokens=12, stop_sequences=[*others, stop], **params)
     assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == stop
     assert stopped.content[0].text == text[: text.index(stop)]
     with client.messages.stream(max_tokens=12, stop_sequences=[stop], **params) as stream:
@@ -221,3 +222,6 @@ def test_what_the_local_model_cannot_do_is_a_400(client: anthropic.Anthropic) ->
     assert "image" in refused.value.message
     with pytest.raises(anthropic.BadRequestError):
         create(client, [{"role": "user", "content": "hi"}], extra_body={"container": "c"})
+    with pytest.raises(anthropic.BadRequestError) as refused:  # the engine's own bound
+        create(client, [{"role": "user", "content": "hi"}], stop_sequences=["z"] * 65)
+    assert "stop" in refused.value.message and "64" in refused.value.message
