@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 
-__all__ = ["Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
+__all__ = ["OPENAI_SAMPLING", "Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
 
 _RELAYED = ("x-request-id", "openai-processing-ms", "openai-version", "request-id")
 _RATE_LIMITS = ("x-ratelimit-", "anthropic-ratelimit-")
@@ -34,6 +34,10 @@ def relayed(headers: Mapping[str, str], *, rate_limits: bool) -> dict[str, str]:
         for k, v in headers.items()
         if k.lower() in _RELAYED or (rate_limits and k.lower().startswith(_RATE_LIMITS))
     }
+
+
+#: The sampling the OpenAI API applies to a request that sets none (what it echoes).
+OPENAI_SAMPLING = {"temperature": 1.0, "top_p": 1.0}
 
 
 class Backend(Protocol):
@@ -71,5 +75,11 @@ class Backend(Protocol):
     def stats(self) -> dict[str, Any] | None: ...  # for /admin/stats and /metrics
 
     def flush_prefix_cache(self) -> int: ...  # bytes of prefix KV dropped (admin flush)
+
+    def sampling_defaults(self) -> dict[str, float]:
+        """``temperature`` and ``top_p`` of a request that sets neither, as a Responses object
+        echoes them: the local model's own; OpenAI's 1.0 for an upstream, whose are not
+        visible here."""
+        ...
 
     async def close(self) -> None: ...

@@ -239,9 +239,15 @@ class Bridge(Protocol):
 
     def to_chat(self, request: GatewayRequest) -> GatewayRequest: ...
 
-    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer: ...
+    #: ``sampling``: the backend's ``sampling_defaults`` (what it applied to a request that
+    #: set no ``temperature`` or ``top_p``), for an API whose answer echoes them.
+    def from_chat(
+        self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]
+    ) -> Answer: ...
 
-    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream: ...
+    def from_chat_stream(
+        self, request: GatewayRequest, stream: BackendStream, sampling: Mapping[str, float]
+    ) -> BackendStream: ...
 
 
 class Adapter(Wire, Protocol):

@@ -37,7 +37,7 @@ from localmodel import (
 )
 from localmodel.weights import in_use as weights_in_use
 
-from .backend import Answer, StreamEvent
+from .backend import OPENAI_SAMPLING, Answer, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
@@ -212,6 +212,13 @@ class LocalBackend:
     def flush_prefix_cache(self) -> int:
         """Drop every cached prefix (admin); returns the bytes freed."""
         return self._engine.engine.flush_prefix_cache() if self._engine is not None else 0
+
+    def sampling_defaults(self) -> dict[str, float]:
+        """The model's own (its generation_config or model card, under the YAML's)."""
+        if self._engine is None:
+            return dict(OPENAI_SAMPLING)  # (not loaded: it has answered nothing yet)
+        d = self._engine.engine.sampling_defaults
+        return {"temperature": d.temperature, "top_p": d.top_p}
 
     # -- helpers ---------------------------------------------------------------------------
 

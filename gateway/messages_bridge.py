@@ -20,7 +20,7 @@ cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_token
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -71,13 +71,17 @@ class MessagesBridge:
             request, kind="chat", body=body, include_usage=True, continue_final=prefill
         )
 
-    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
+    def from_chat(
+        self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]
+    ) -> Answer:
         message = from_chat(answer.body, request.model, _stops(request))
         # NOTE: tool arguments that are not a JSON object (e.g. cut off by max_tokens) reach
         # the client as {}: never stored, as the streamed path does not store them either
         return Answer(message, answer.headers, lossless=_arguments_kept(answer.body))
 
-    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
+    def from_chat_stream(
+        self, request: GatewayRequest, stream: BackendStream, sampling: Mapping[str, float]
+    ) -> BackendStream:
         return _MessagesStream(stream, request.model, _stops(request))
 
 

@@ -623,7 +623,7 @@ async def _complete(
         return await _watched(backend.complete(request, auth), watch)
     with _params_of(request.kind):
         answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
-    return bridge.from_chat(request, answer)
+    return bridge.from_chat(request, answer, backend.sampling_defaults())
 
 
 async def _open(
@@ -637,7 +637,7 @@ async def _open(
         return await _watched(backend.open_stream(request, auth), watch)
     with _params_of(request.kind):
         stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
-    return bridge.from_chat_stream(request, stream)
+    return bridge.from_chat_stream(request, stream, backend.sampling_defaults())
 
 
 #: Chat Completions fields an error may name, as the bridged APIs call them.

@@ -319,7 +319,9 @@ class ResponsesAdapter:
         chat["messages"] = messages
         return dataclasses.replace(request, kind="chat", body=chat, include_usage=True)
 
-    def from_chat(self, request: GatewayRequest, answer: Answer) -> Answer:
+    def from_chat(
+        self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]
+    ) -> Answer:
         completion = answer.body
         choice = (completion.get("choices") or [{}])[0]
         text = (choice.get("message") or {}).get("content") or ""
@@ -330,11 +332,14 @@ class ResponsesAdapter:
             [message],
             choice.get("finish_reason"),
             _usage(completion.get("usage") or {}),
+            sampling,
         )
         return Answer(response, answer.headers)
 
-    def from_chat_stream(self, request: GatewayRequest, stream: BackendStream) -> BackendStream:
-        return _ChatAsResponses(request, stream)
+    def from_chat_stream(
+        self, request: GatewayRequest, stream: BackendStream, sampling: Mapping[str, float]
+    ) -> BackendStream:
+        return _ChatAsResponses(request, stream, sampling)
 
 
 class ResponsesFold:
@@ -520,9 +525,12 @@ class _Events:
 class _ChatAsResponses:
     """A chat-completions stream (the local model's) as the Responses event stream."""
 
-    def __init__(self, request: GatewayRequest, stream: BackendStream) -> None:
+    def __init__(
+        self, request: GatewayRequest, stream: BackendStream, sampling: Mapping[str, float]
+    ) -> None:
         self._request = request
         self._stream = stream
+        self._sampling = sampling
 
     @property
     def headers(self) -> Mapping[str, str]:
@@ -531,7 +539,7 @@ class _ChatAsResponses:
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         message = _message(_new_id("msg"), "", "in_progress")
         part = message["content"][0]
-        response = _response(self._request, self._request.model, [], None, None)
+        response = _response(self._request, self._request.model, [], None, None, self._sampling)
         response["status"] = "in_progress"
         events = _Events(response)
         yield StreamEvent(events.opening(), None)
@@ -563,7 +571,7 @@ class _ChatAsResponses:
             return  # ended without [DONE]: the relay reports it
         full = "".join(text)
         done = _message(message["id"], full, _item_status(finish))
-        final = _response(self._request, model, [done], finish, _usage(usage))
+        final = _response(self._request, model, [done], finish, _usage(usage), self._sampling)
         # NOTE: one response, one id: the one response.created announced
         final.update(id=response["id"], created_at=response["created_at"])
         tail = events.text_done(0, message, 0, full) + events.part_done(
@@ -595,8 +603,10 @@ def _response(
     output: list[dict[str, Any]],
     finish: str | None,
     usage: dict[str, Any] | None,
+    sampling: Mapping[str, float],
 ) -> dict[str, Any]:
-    """A Response object echoing the request's parameters, as OpenAI's does."""
+    """A Response object echoing the request's parameters, as OpenAI's does; ``temperature``
+    and ``top_p`` the request left unset echo what the backend applied (``sampling``)."""
     body = request.body
     incomplete = finish == "length"
     return {
@@ -614,16 +624,21 @@ def _response(
         "previous_response_id": request.previous,
         "reasoning": {"effort": None, "summary": None},
         "store": body.get("store", True),
-        "temperature": body.get("temperature", 1.0),
+        "temperature": _applied(body, "temperature", sampling),
         "text": body.get("text") or {"format": {"type": "text"}},
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools") or [],
-        "top_p": body.get("top_p", 1.0),
+        "top_p": _applied(body, "top_p", sampling),
         "truncation": body.get("truncation", "disabled"),
         "usage": usage,
         "user": body.get("user"),
         "metadata": body.get("metadata") or {},
     }
+
+
+def _applied(body: dict[str, Any], name: str, sampling: Mapping[str, float]) -> Any:
+    value = body.get(name)
+    return sampling[name] if value is None else value
 
 
 def _usage(chat: dict[str, Any]) -> dict[str, Any]:

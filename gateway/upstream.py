@@ -25,7 +25,7 @@ import httpx
 import msgspec
 from httpx._utils import get_environment_proxies  # (httpx's own reading of them)
 
-from .backend import Answer, BackendStream, StreamEvent, relayed
+from .backend import OPENAI_SAMPLING, Answer, BackendStream, StreamEvent, relayed
 from .config import ConfigError, OpenAIModelConfig
 from .errors import NO_RETRY, APIError, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
@@ -157,6 +157,9 @@ class UpstreamBackend:
 
     def flush_prefix_cache(self) -> int:
         return 0  # the upstream's own prompt cache is not ours to flush
+
+    def sampling_defaults(self) -> dict[str, float]:
+        return dict(OPENAI_SAMPLING)
 
     async def close(self) -> None:
         await self._client.aclose()
@@ -405,6 +408,9 @@ class ReplicatedBackend:
 
     def flush_prefix_cache(self) -> int:
         return 0
+
+    def sampling_defaults(self) -> dict[str, float]:
+        return self._replicas[0].sampling_defaults()
 
     async def close(self) -> None:
         await asyncio.gather(*(r.close() for r in self._replicas))

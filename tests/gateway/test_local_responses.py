@@ -101,3 +101,20 @@ def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: G
     last = events[-1]
     assert last.type == "response.incomplete" and done == ["incomplete"]
     assert [item.status for item in last.response.output] == ["incomplete"]
+
+
+def test_unset_sampling_echoes_what_the_model_applied(gw: Gateway) -> None:
+    """A Response echoes its temperature and top_p: those the request left unset are the
+    model's own (the bundled model card's 0.2 / 0.9), not OpenAI's 1.0, streamed or not."""
+    c = sdk(gw)
+    body: dict[str, Any] = {"model": MODEL, "input": "Name one tool.", "max_output_tokens": 2,
+                            "extra_headers": {"cache-control": "no-store"}}  # fmt: skip
+    unset = c.responses.create(**body)
+    assert (unset.temperature, unset.top_p) == (0.2, 0.9)  # was (1.0, 1.0)
+    assert c.responses.retrieve(unset.id).temperature == 0.2  # as stored
+    greedy = c.responses.create(temperature=0, **body)
+    assert (greedy.temperature, greedy.top_p) == (0, 0.9)
+    with c.responses.with_streaming_response.create(stream=True, top_p=0.5, **body) as raw:
+        events = list(raw.parse())
+    assert (events[0].response.temperature, events[0].response.top_p) == (0.2, 0.5)
+    assert (events[-1].response.temperature, events[-1].response.top_p) == (0.2, 0.5)
