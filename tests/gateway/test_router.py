@@ -224,7 +224,7 @@ def test_dead_replica_fails_over(
             assert gw.chat(f"q{i}").status_code == 200
             assert gw.chat(f"s{i}", stream=True).status_code == 200
         # max_retries 0 does not stop failover, and a dead replica costs a connect, not a backoff
-        assert time.perf_counter() - started < 3
+        assert time.perf_counter() - started < 4.5  # (one backoff alone would be 5 s)
         assert upstream.stats["chat"] == 8
         replicas = routing_stats(gw)["replicas"]
         assert replicas[0]["down"] and not replicas[1]["down"]

@@ -280,7 +280,9 @@ def test_overload_is_turned_away_not_queued_past_the_pool_timeout(
     served = [r for r in responses if r.status_code == 200]
     busy = [r for r in responses if r.status_code == 503]
     assert len(served) + len(busy) == 40
-    assert 4 <= len(served) <= 24  # (a wide margin for timing: unbounded, all 40 were served)
+    # (a wide margin for timing: unbounded, all 40 were served, the last after ~3 s; a loaded
+    # machine may start the 40 over a while, and serve more of them in the pool's 0.8 s)
+    assert 4 <= len(served) <= 32 and len(busy) >= 8
     assert {r.json()["error"]["code"] for r in busy} == {"upstream_busy"}
     assert upstream.stats["chat"] == len(served)
     # the turns came back: the next request is served

@@ -156,7 +156,9 @@ async def test_a_put_returns_once_its_own_follower_has_applied_it(
 
 async def test_a_put_waits_for_a_stuck_follower_only_so_long(redis_server: RedisServer) -> None:
     release, stuck = asyncio.Event(), asyncio.Event()
-    async with following(redis_server.url, timeout=0.2) as (store, recorder):  # waits ≤ 0.4 s
+    async with following(redis_server.url) as (store, recorder):
+        await store.get(1)  # (connected within the default timeout, as a busy CI machine needs)
+        store._timeout = 0.2  # the put waits at most 2 x 0.2 s for the follower
         real_xread = store._follower.xread
 
         async def xread_stuck_until_released(*args: object, **kwargs: object) -> object:
@@ -310,16 +312,27 @@ async def test_a_follower_whose_reads_redis_refuses_waits_before_it_reloads_agai
 async def test_listings_of_a_large_cache_are_paged_within_the_timeout(
     redis_server: RedisServer,
 ) -> None:
-    # One ZRANGE of 100k members takes ~0.5 s; every page of the listing must fit in 0.25 s
-    # (a margin of ~100x over a page's few ms, so a busy machine does not fail it).
-    store = RedisStore(redis_server.url, max_entries=10**6, timeout=0.25)
+    # One ZRANGE of 100k members takes ~0.5 s, past the command timeout: every listing reads
+    # short ZSCAN pages instead. NOTE: counted, not timed against a short timeout (0.25 s
+    # was, and a starved loop on a busy CI machine passed it on one page or another).
+    store = RedisStore(redis_server.url, max_entries=10**6, timeout=3.0)
     stored = [entry(n) for n in range(3)]
     for e in stored:
         await store.put(e)
     bare = [10**12 + i for i in range(100_000)]  # LRU ranks only: enough to make a long listing
     for start in range(0, len(bare), 10_000):
         await store._redis.zadd("cachegate:lru", {i: 1.0 for i in bare[start : start + 10_000]})
+    pages: list[int] = []
+    scan = store._redis.zscan
+
+    async def counted(*args: object, **kwargs: object) -> object:
+        cursor, page = await scan(*args, **kwargs)
+        pages.append(len(page))
+        return cursor, page
+
+    store._redis.zscan = counted
     assert await store.ids() == set(bare) | {e.id for e in stored}
+    assert len(pages) >= 100 and max(pages) <= 4 * redis_store._BATCH  # (COUNT is a hint)
     assert sorted([e.id async for e in store.entries()]) == sorted(e.id for e in stored)
     assert store.available
     assert len(await store.flush()) == len(bare) + 3
@@ -505,9 +518,13 @@ async def test_a_burst_of_commands_waits_for_connections_not_marks_redis_down(
     # and then: one lookup among the first 64 (each opening its connection, on a loaded CI
     # machine) passed 0.5 s while the others came back, and that marked Redis down. Such a
     # lookup may miss, but the cache stays on and every other lookup is a hit.
+    # NOTE: "< 10" failed on CI: only the first wave (each command opening its connection) can
+    # be slow, so at most 64; the ~236 queued lookups behind it never are (they all missed).
     misses = sum(g is None for g in got)
-    assert misses == store.slow_commands and misses < 10
+    assert misses == store.slow_commands and misses <= 64
     assert all(g.id == e.id for g in got if g is not None)
+    again = await store.get(e.id)  # the cache stayed on and the pool is warm
+    assert again is not None and again.id == e.id
     await store.close()
 
 
@@ -535,9 +552,11 @@ async def test_a_command_timed_out_by_a_starved_loop_does_not_mark_redis_down(
     """Every command in flight can pass its deadline together when this process's loop is
     starved (a burst's connects on a busy 2-core machine: a CI failure), with no answer from
     Redis meanwhile. A probe of its own then finds Redis answering: the cache stays on."""
-    store = RedisStore(redis_server.url, max_entries=1000, timeout=0.2)
+    store = RedisStore(redis_server.url, max_entries=1000)
     e = entry(1)
-    await store.put(e)
+    await store.put(e)  # (connected, scripts loaded: within the default timeout)
+    await store._prober.ping()  # (the probe's connection too)
+    store._timeout = 0.2
 
     async def starved() -> bytes | None:  # its answer is not read within the timeout, nor any other
         await asyncio.sleep(0.4)
@@ -581,7 +600,8 @@ async def test_a_redis_that_stops_answering_is_marked_down_within_two_timeouts(
         second = asyncio.create_task(store.get(e.id))
         assert await first is None and await second is None
         assert not store.available and store.slow_commands == 0
-        assert time.perf_counter() - started < 1.0  # (a loaded CI machine fires timers late)
+        # two timeouts are 0.4 s; a retry_after or a hang would be seconds more
+        assert time.perf_counter() - started < 2.0  # (a loaded CI machine fires timers late)
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
     await store.close()
