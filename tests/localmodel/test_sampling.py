@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from localmodel.sampling import (
+    MAX_STOP_STRINGS,
     SamplingDefaults,
     SamplingError,
     SamplingParams,
@@ -77,7 +78,7 @@ def test_sample_does_not_modify_logits() -> None:
         {"top_p": -0.1},
         {"top_p": 1.5},
         {"top_k": -1},
-        {"stop": ("a", "b", "c", "d", "e")},
+        {"stop": ("a",) * (MAX_STOP_STRINGS + 1)},
         {"stop": ("",)},
         {"n": 0},
     ],
