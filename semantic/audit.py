@@ -56,11 +56,13 @@ import asyncio
 import math
 import random
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "MAX_SCOPES",
     "VERDICTS",
     "Audit",
     "AuditScope",
@@ -79,6 +81,10 @@ VERDICTS: tuple[Verdict, ...] = ("ok", "wrong", "error", "dropped")
 #: Hard checks that make two answers different whatever the verifier says.
 _ANSWER_CHECKS = ("number_mismatch", "unit_mismatch", "date_mismatch")
 _Z95 = 1.959964
+#: The most scopes (tenant, model, namespace) held: namespaces are the client's to choose.
+#: Past it the estimate least recently updated goes, and the untightened window least
+#: recently updated; a tightened scope is never forgotten (see ``Tightening``).
+MAX_SCOPES = 10_000
 
 
 class _Verifier(Protocol):
@@ -158,7 +164,7 @@ class Audit:
         self.same_similarity = same_similarity
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._counts: dict[AuditScope, dict[Verdict, int]] = {}
+        self._counts: OrderedDict[AuditScope, dict[Verdict, int]] = OrderedDict()
 
     def sample(self) -> bool:
         """Whether to audit this hit."""
@@ -196,6 +202,9 @@ class Audit:
         with self._lock:
             counts = self._counts.setdefault(scope, dict.fromkeys(VERDICTS, 0))
             counts[verdict] += 1
+            self._counts.move_to_end(scope)
+            if len(self._counts) > MAX_SCOPES:
+                self._counts.popitem(last=False)
 
     def estimate(self, scope: AuditScope) -> Estimate:
         with self._lock:
@@ -267,7 +276,7 @@ class Tightening:
         self.bound = bound
         self.window = window_size(bound)
         self._lock = threading.Lock()
-        self._scopes: dict[AuditScope, _Scope] = {}
+        self._scopes: OrderedDict[AuditScope, _Scope] = OrderedDict()
 
     def threshold(self, scope: AuditScope) -> float | None:
         """The scope's tightened score threshold; None: the configured one applies."""
@@ -295,7 +304,7 @@ class Tightening:
         if verdict not in ("ok", "wrong"):
             return None  # not judged: no evidence either way
         with self._lock:
-            held = self._scopes.setdefault(scope, _Scope())
+            held = self._held(scope)
             # NOTE: an audit runs for seconds after its hit was served; one served before the
             # last step (or reset) judges the threshold that was, not this window's
             if generation != held.generation:
@@ -316,6 +325,22 @@ class Tightening:
             held.steps += 1
             held.generation += 1
             return held.threshold
+
+    def _held(self, scope: AuditScope) -> _Scope:
+        """The scope's state, created if new, as the most recently used (under the lock).
+
+        NOTE: past MAX_SCOPES an untightened scope's window goes (the least recently used): a
+        tightened one never does, or one tenant's flood of namespaces could loosen another's.
+        """
+        held = self._scopes.get(scope)
+        if held is None:
+            if len(self._scopes) >= MAX_SCOPES:
+                old = next((k for k, v in self._scopes.items() if v.threshold is None), None)
+                if old is not None:
+                    del self._scopes[old]
+            held = self._scopes[scope] = _Scope()
+        self._scopes.move_to_end(scope)
+        return held
 
     def reset(
         self, tenant: str | None = None, model: str | None = None, namespace: str | None = None

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from semantic import audit as audit_module
 from semantic.audit import (
     Audit,
     AuditScope,
@@ -223,6 +224,27 @@ def test_a_scope_is_tightened_only_at_the_end_of_a_window_that_fails_its_bound()
     assert _steps(t, ["wrong"] * 4)[-1] == 0.7
     assert t.state(SCOPE) == {"steps": 2, "score_threshold": 0.7, "window": [0, 4]}
     assert t.state(_in("fresh")) == {"steps": 0, "score_threshold": None, "window": [0, 4]}
+
+
+def test_a_flood_of_namespaces_is_bounded_and_never_loosens_a_tightened_scope(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Namespaces are the client's to choose: past MAX_SCOPES the least recently updated
+    estimate and untightened window go, never another tenant's tightened threshold."""
+    monkeypatch.setattr(audit_module, "MAX_SCOPES", 50)
+    t, audit = Tightening(bound=0.5), Audit(rate=1.0)
+    victim = _in("ns", tenant="globex")
+    assert _steps(t, ["wrong"] * 4, scope=victim)[-1] == 0.6  # tightened
+    audit.record(victim, "wrong")
+    for n in range(500):  # another tenant's flood, one audited hit per namespace
+        flood = _in(f"flood-{n}")
+        _steps(t, ["ok"], scope=flood)
+        audit.record(flood, "ok")
+    assert len(t._scopes) == 50 and len(audit.stats()) == 50  # was: 501 of each
+    assert t.threshold(victim) == 0.6  # kept, though the least recently updated
+    assert t.state(_in("flood-499"))["window"] == [1, 4]  # the recent ones are kept
+    assert t.state(_in("flood-0"))["window"] == [0, 4]  # the oldest untightened went
+    assert audit.estimate(victim).audits == 0 and audit.estimate(_in("flood-499")).audits == 1
 
 
 def test_one_tenants_audits_never_tighten_or_reset_another_tenants_scope() -> None:
