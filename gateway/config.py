@@ -54,10 +54,12 @@ __all__ = [
 
 BUNDLED_MODEL_NAME = "smollm2-135m-instruct"
 
-Seconds = Annotated[float, msgspec.Meta(gt=0)]
 #: The longest TTL an answer may have (10 years), in config and per request: past it Redis
 #: cannot set an expiry, and infinity is no number of seconds (``null`` is "never expires").
 MAX_TTL = 10 * 365 * 24 * 3600.0
+#: A duration: finite (``.inf`` would crash ``serve``'s shutdown deadline and turn the
+#: dashboard's history times into NaN; settings that can wait forever take ``null``).
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
 TTL = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]

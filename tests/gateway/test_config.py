@@ -156,6 +156,24 @@ def test_errors_name_file_key_and_problem(text: str, message: str) -> None:
     assert message in str(error.value)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        # `serve` crashed computing uvicorn's shutdown deadline (math.ceil(inf))
+        "server: {shutdown_timeout: .inf}",
+        # the history's interval starts became NaN: /admin/history answered "t": null
+        "admin: {history_interval: .inf}",
+        "server: {stream_idle_timeout: .inf}",
+        "cache: {coalesce: {max_wait: .inf}}",
+        "cache: {redis: {timeout: .inf}}",
+        "models: {x: {backend: openai, base_url: u, timeout: {read: .inf}}}",
+    ],
+)
+def test_durations_are_finite(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"f\.yaml: [a-z_.]+: expected `float` <= 315360000\.0"):
+        load_config_text(text, source="f.yaml")
+
+
 def test_zero_and_one_are_valid_thresholds() -> None:
     assert load_config_text("cache: {semantic: {threshold: 0}}").cache.semantic.threshold == 0
     assert load_config_text("cache: {semantic: {threshold: 1}}").cache.semantic.threshold == 1
@@ -235,6 +253,16 @@ def test_cli_port_is_checked_like_the_file(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(config), "--port", "9001")
     assert result.returncode == 1
     assert result.stderr.strip() == "error: --port 9001: admin_port must differ from port"
+
+
+def test_cli_serve_refuses_an_endless_shutdown_timeout(tmp_path: Path) -> None:
+    config = tmp_path / "endless.yaml"
+    config.write_text("server: {shutdown_timeout: .inf}\n")
+    result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: {config}: server.shutdown_timeout: expected `float` <= 315360000.0"
+    )
 
 
 def test_cli_help_explains() -> None:
