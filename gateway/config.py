@@ -479,6 +479,10 @@ class CacheConfig(_Base, frozen=True):
     coalesce: CoalesceConfig = CoalesceConfig()
     redis: RedisConfig = RedisConfig()
 
+    def __post_init__(self) -> None:
+        if self.backend == "redis":
+            _check_redis_url(self.redis.url)
+
 
 class TracingConfig(_Base, frozen=True):
     """OpenTelemetry traces (the ``otel`` extra): one span per request, one per tier."""
@@ -539,6 +543,16 @@ def _check_spaces(key: str | None, where: str) -> None:
     """A key with spaces around it can never be presented (a bearer token is stripped)."""
     if key and key != key.strip():
         raise ValueError(f"{where} has spaces or a newline around it (from its ${{VAR}}?)")
+
+
+def _check_redis_url(url: str) -> None:
+    """A URL the Redis client cannot parse fails at start, not with a traceback in ``serve``."""
+    from redis.asyncio.connection import parse_url
+
+    try:
+        parse_url(url)
+    except ValueError as exc:  # (its messages never quote the password)
+        raise ValueError(f"redis.url: {exc}") from None
 
 
 def _check_price(model: str, price: Price) -> None:

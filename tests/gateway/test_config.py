@@ -115,6 +115,14 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "f.yaml: models.m.default_temperature: expected `float` <= 2.0",
         ),
         ("cache: {backend: memcached}", "f.yaml: cache.backend: invalid enum value 'memcached'"),
+        (  # `serve` failed with the Redis client's traceback
+            "cache: {backend: redis, redis: {url: 'localhost:6379'}}",
+            "f.yaml: cache: redis.url: Redis URL must specify one of the following schemes",
+        ),
+        (
+            "cache: {backend: redis, redis: {url: 'redis://:pw@redis:63x9/0'}}",
+            "f.yaml: cache: redis.url: Port could not be cast to integer value as '63x9'",
+        ),
         ("admin: {api_key: ''}", "f.yaml: admin.api_key: expected `str` of length >= 1"),
         ("models: {}", "f.yaml: models: expected a mapping"),
         ("- a list", "f.yaml: the top level must be a mapping"),
@@ -172,6 +180,12 @@ def test_errors_name_file_key_and_problem(text: str, message: str) -> None:
 def test_durations_are_finite(text: str) -> None:
     with pytest.raises(ConfigError, match=r"f\.yaml: [a-z_.]+: expected `float` <= 315360000\.0"):
         load_config_text(text, source="f.yaml")
+
+
+def test_redis_url_is_checked_only_for_the_redis_backend() -> None:
+    assert load_config_text("cache: {redis: {url: unused}}").cache.redis.url == "unused"
+    socket = "cache: {backend: redis, redis: {url: 'unix:///run/redis.sock'}}"
+    assert load_config_text(socket).cache.redis.url == "unix:///run/redis.sock"
 
 
 def test_zero_and_one_are_valid_thresholds() -> None:
