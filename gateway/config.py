@@ -735,11 +735,20 @@ def _redact(data: Any) -> Any:
 
 # NOTE: up to the last "@" before the path: a password may hold "@" itself.
 _URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#]*)@", re.IGNORECASE)
+_URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+
+
+#: A credential in a URL's query (the Redis client reads ``?password=``; SAS ``sig=``, ...).
+_URL_QUERY_SECRET = re.compile(
+    r"([?&][^=&#]*(?:pass|token|secret|key|auth|sig)[^=&#]*=)[^&#]*", re.IGNORECASE
+)
 
 
 def redact_url(url: str) -> str:
     """``url`` with any password or token in it replaced by ``***`` (for logs and stats)."""
-    return _URL_USERINFO.sub(_redact_userinfo, url)
+    if not _URL_SCHEME.match(url):
+        return url
+    return _URL_QUERY_SECRET.sub(r"\1***", _URL_USERINFO.sub(_redact_userinfo, url))
 
 
 def _redact_userinfo(m: re.Match[str]) -> str:

@@ -232,6 +232,19 @@ models: {m: {backend: openai, replicas: ['https://u:replica-pw@w1/v1', 'http://w
     assert "redis://default:***@redis:6379/0" in text and "https://u:***@w1/v1" in text
 
 
+def test_dump_redacts_credentials_in_a_url_query() -> None:
+    # the Redis client takes ?password=; replicas' URLs are shown in /admin/stats too
+    config = load_config_text("""
+cache: {redis: {url: 'redis://redis:6379/0?password=pw-secret&db=1'}}
+models: {m: {backend: openai, replicas: ['https://w1/v1?api-version=1&api-key=k-secret']}}
+""")
+    text = dump_config(config)
+    assert "pw-secret" not in text and "k-secret" not in text
+    assert "redis://redis:6379/0?password=***&db=1" in text
+    assert "https://w1/v1?api-version=1&api-key=***" in text
+    assert config.cache.redis.url.endswith("?password=pw-secret&db=1")  # (redacted only shown)
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args], capture_output=True, text=True, timeout=60
