@@ -432,6 +432,8 @@ class ReplicatedBackend:
             route = self.router.choose(prompt, exclude=frozenset(tried), pinned=pinned)
             try:
                 result = await call(self._replicas[route.replica])
+                # (a replica that sends its stream's headers and hangs fails over here)
+                first = await _Primed.first(result) if stream else None
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
@@ -449,7 +451,9 @@ class ReplicatedBackend:
                     made(result.body.get("id"))
                 return result
             release = functools.partial(self.router.release, route.replica)
-            return _Released(result, release, made if responses else None)
+            broken = functools.partial(self._broken, route.replica)
+            primed = _Primed(result, first)
+            return _Released(primed, release, made if responses else None, broken)
 
     def _again(self, replica: int, exc: UpstreamError, tried: int, retries: int) -> int:
         """After ``exc`` from ``replica``: the retries counted so far if another replica is
@@ -476,6 +480,12 @@ class ReplicatedBackend:
             exc.final()
         raise exc
 
+    def _broken(self, replica: int, exc: UpstreamError) -> None:
+        """A stream from ``replica`` failed after its first event: a replica that stopped
+        answering (timed out) is avoided like one that failed before it."""
+        if exc.replica_unhealthy:
+            self.router.mark_down(replica, self.config.routing.down_for)
+
     def _remember(self, replica: int, response_id: Any) -> None:
         if isinstance(response_id, str):
             self._made[response_id] = replica
@@ -490,14 +500,57 @@ class ReplicatedBackend:
             self._on_retry(self.name, "failover")
 
 
-class _Released:
-    """A stream that tells the router when it is over (ended, broken or closed)."""
+class _Primed:
+    """A stream whose first event was read already (``None``: it had none).
 
-    def __init__(self, inner: BackendStream, release: Any, made: Any = None) -> None:
+    NOTE: a replica sends a stream's headers at once (vLLM, a cachegate worker) and its first
+    event when it has one: a hung replica's failure shows only at that first read. Read
+    before the stream is handed on, it is a failure before any byte reached the client, so
+    the request fails over and the replica is avoided, as when it hangs before its headers.
+    """
+
+    def __init__(self, inner: BackendStream, first: StreamEvent | None) -> None:
+        self._inner = inner
+        self.headers = inner.headers
+        self._first = first
+
+    @staticmethod
+    async def first(stream: BackendStream) -> StreamEvent | None:
+        """``stream``'s first event; on a failure, the stream closed and the error raised."""
+        try:
+            return await anext(aiter(stream))
+        except StopAsyncIteration:
+            return None
+        except BaseException:
+            await stream.aclose()
+            raise
+
+    async def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        if self._first is None:
+            return  # (it ended before its first event)
+        yield self._first
+        async for event in self._inner:  # (its __aiter__ is itself: it goes on from there)
+            yield event
+
+    def counted(self) -> dict[str, Any] | None:
+        return self._inner.counted()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _Released:
+    """A stream that tells the router when it is over (ended, broken or closed), and when it
+    broke because its replica failed (``broken``)."""
+
+    def __init__(
+        self, inner: BackendStream, release: Any, made: Any = None, broken: Any = None
+    ) -> None:
         self._inner = inner
         self.headers = inner.headers
         self._release = release
         self._made = made  # told the id of the Response the stream creates
+        self._broken = broken
         self._done = False
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -509,6 +562,10 @@ class _Released:
                         self._made(created.get("id"))
                         self._made = None
                 yield event
+        except UpstreamError as exc:
+            if self._broken is not None:
+                self._broken(exc)
+            raise
         finally:
             self._finish()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 from pathlib import Path
@@ -358,6 +359,59 @@ def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
         with pytest.raises(openai.APIStatusError) as failed:  # not the other replica's 400
             client.responses.create(model="fake-model", input="then", previous_response_id=made)
         assert failed.value.status_code == 502
+    finally:
+        gw.stop()
+        second.stop()
+
+
+class HungAfterHeaders:
+    """A replica that sends a stream's headers at once, then nothing (a worker whose engine
+    hangs: vLLM and cachegate workers send the headers before the first token)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        self.calls += 1
+        while (await receive()).get("more_body"):
+            pass
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await asyncio.sleep(3600)
+
+
+def test_a_replica_whose_streams_hang_after_their_headers_is_avoided(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    hung = ThreadedServer(HungAfterHeaders()).start()
+    urls = [f"{hung.url}/v1", f"{upstream_server.url}/v1"]
+    gw = replicated(tmp_path, urls, "max_retries: 1, timeout: {read: 0.5}")
+    try:
+        for i in range(4):  # each would go where the first went: the prefix is remembered
+            body = {"model": "fake-model", "stream": True,
+                    "messages": [SUPPORT, {"role": "user", "content": f"question {i}"}]}  # fmt: skip
+            response = gw.http.post("/v1/chat/completions", json=body)
+            assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
+        # its first stream failed over before any byte reached the client; then it is down
+        assert upstream.stats["chat"] == 4 and hung.app.calls <= 1
+        assert routing_stats(gw)["replicas"][0]["down"]
+    finally:
+        gw.stop()
+        hung.stop()
+
+
+def test_a_replica_whose_stream_stalls_after_its_first_event_is_avoided(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1"]
+    gw = replicated(tmp_path, urls, "timeout: {read: 0.5}")
+    try:
+        stalled = gw.chat("stall", stream=True, fake={"chunk_delay": 3})
+        assert '"code":"upstream_timeout"' in stalled.text  # (the client had its first event)
+        assert sum(r["down"] for r in routing_stats(gw)["replicas"]) == 1
     finally:
         gw.stop()
         second.stop()
