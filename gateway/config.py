@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -222,10 +223,25 @@ class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
     def __post_init__(self) -> None:
         if bool(self.base_url) == bool(self.replicas):
             raise ValueError("set either base_url or replicas (a list of base URLs)")
+        _check_urls(self.urls)
 
     @property
     def urls(self) -> tuple[str, ...]:
         return self.replicas or (self.base_url or "",)
+
+
+def _check_urls(urls: tuple[str, ...]) -> None:
+    """Each URL an ``http://`` or ``https://`` one with a host: without its scheme
+    (``worker:8081/v1``) it was accepted, and every request failed as "unreachable"."""
+    for url in urls:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            parts.port  # noqa: B018 (raises on a port that is not a number)
+            ok = parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{redact_url(url)!r} is not an http:// or https:// URL with a host")
 
 
 class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
@@ -332,6 +348,7 @@ class AnthropicModelConfig(OpenAIModelConfig, frozen=True, tag="anthropic", tag_
     def __post_init__(self) -> None:
         if self.replicas:
             raise ValueError("backend: anthropic takes one base_url (replicas are for openai)")
+        _check_urls(self.urls)
         if self.routing != RoutingConfig():
             raise ValueError("backend: anthropic takes one base_url (routing is for replicas)")
         if self.prompt_cache_key:

@@ -98,8 +98,20 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
         ),
         ("models: {gpt: {backend: magic}}", "f.yaml: models.gpt.backend: invalid value 'magic'"),
         (
-            "models: {x: {backend: openai, base_url: u, timeout: {read: 0}}}",
+            "models: {x: {backend: openai, base_url: http://u/v1, timeout: {read: 0}}}",
             "f.yaml: models.x.timeout.read: expected `float` > 0.0",
+        ),
+        (  # (a compose service name without its scheme: every request was "unreachable")
+            "models: {w: {backend: openai, replicas: [http://w1:8081/v1, 'worker:8081/v1']}}",
+            "f.yaml: models.w: 'worker:8081/v1' is not an http:// or https:// URL with a host",
+        ),
+        (
+            "models: {w: {backend: openai, base_url: '127.0.0.1:8081/v1'}}",
+            "f.yaml: models.w: '127.0.0.1:8081/v1' is not an http:// or https:// URL with a host",
+        ),
+        (
+            "models: {c: {backend: anthropic, base_url: api.anthropic.com}}",
+            "f.yaml: models.c: 'api.anthropic.com' is not an http:// or https:// URL with a host",
         ),
         (
             "models: {x: {backend: openai, base_url: '${CG_UNSET_VAR}'}}",
@@ -211,7 +223,9 @@ def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
 
 
 def test_dump_redacts_secrets() -> None:
-    config = load_config_text("models: {m: {backend: openai, base_url: u, api_key: sk-secret}}")
+    config = load_config_text(
+        "models: {m: {backend: openai, base_url: http://u/v1, api_key: sk-secret}}"
+    )
     text = dump_config(config)
     assert "sk-secret" not in text and "'***'" in text
     assert msgspec.structs.asdict(config.models["m"])["api_key"] == "sk-secret"
