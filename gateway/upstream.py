@@ -433,7 +433,7 @@ class ReplicatedBackend:
             try:
                 result = await call(self._replicas[route.replica])
                 # (a replica that sends its stream's headers and hangs fails over here)
-                first = await _Primed.first(result) if stream else None
+                primed = await _Primed.of(result) if stream else None
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
@@ -452,8 +452,7 @@ class ReplicatedBackend:
                 return result
             release = functools.partial(self.router.release, route.replica)
             broken = functools.partial(self._broken, route.replica)
-            primed = _Primed(result, first)
-            return _Released(primed, release, made if responses else None, broken)
+            return _Released(primed or result, release, made if responses else None, broken)
 
     def _again(self, replica: int, exc: UpstreamError, tried: int, retries: int) -> int:
         """After ``exc`` from ``replica``: the retries counted so far if another replica is
@@ -509,27 +508,30 @@ class _Primed:
     the request fails over and the replica is avoided, as when it hangs before its headers.
     """
 
-    def __init__(self, inner: BackendStream, first: StreamEvent | None) -> None:
+    def __init__(self, inner: BackendStream) -> None:
         self._inner = inner
         self.headers = inner.headers
-        self._first = first
+        self._events = aiter(inner)  # (one iterator: the first event and the rest)
+        self._first: StreamEvent | None = None
 
-    @staticmethod
-    async def first(stream: BackendStream) -> StreamEvent | None:
-        """``stream``'s first event; on a failure, the stream closed and the error raised."""
+    @classmethod
+    async def of(cls, stream: BackendStream) -> _Primed:
+        """``stream`` with its first event read; on a failure, closed and the error raised."""
+        primed = cls(stream)
         try:
-            return await anext(aiter(stream))
+            primed._first = await anext(primed._events)
         except StopAsyncIteration:
-            return None
+            pass  # (it ended before its first event)
         except BaseException:
             await stream.aclose()
             raise
+        return primed
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         if self._first is None:
-            return  # (it ended before its first event)
+            return
         yield self._first
-        async for event in self._inner:  # (its __aiter__ is itself: it goes on from there)
+        async for event in self._events:
             yield event
 
     def counted(self) -> dict[str, Any] | None:
