@@ -74,8 +74,14 @@ class Block:
     tokens: int
     #: A mark may go here (not on thinking blocks or empty text).
     markable: bool
-    #: The client's own mark on this block: its TTL, or None.
-    client_ttl: TTL | None
+    #: The TTLs of the client's own marks on this block and inside it (the content blocks
+    #: of a ``tool_result`` or ``search_result``, which the API counts against the four too).
+    client_ttls: tuple[TTL, ...]
+
+    @property
+    def client_ttl(self) -> TTL | None:
+        """The TTL of the client's first mark on or in this block, or None."""
+        return self.client_ttls[0] if self.client_ttls else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +119,8 @@ def blocks_of(body: dict[str, Any]) -> list[Block]:
         state.update(len(raw).to_bytes(8, "little") + raw)
         tokens += _estimate(item)
         markable = _markable(where, item)
-        ttl = _client_ttl(item)
-        blocks.append(Block(where, state.copy().digest(), tokens, markable, ttl))
+        ttls = tuple(_client_ttls(item))
+        blocks.append(Block(where, state.copy().digest(), tokens, markable, ttls))
     return blocks
 
 
@@ -135,8 +141,8 @@ def plan_marks(
     ``reserved``: marks the client asked for outside the blocks (a top-level
     ``cache_control``, which the API places itself).
     """
-    client = [i for i, b in enumerate(blocks) if b.client_ttl is not None]
-    budget = MAX_BREAKPOINTS - len(client) - reserved
+    client = [i for i, b in enumerate(blocks) if b.client_ttls]
+    budget = MAX_BREAKPOINTS - sum(len(b.client_ttls) for b in blocks) - reserved
     worth = [i for i, b in enumerate(blocks) if b.markable and b.tokens >= min_tokens]
     if budget <= 0 or not worth:
         return Plan((), gap, shared)
@@ -257,7 +263,7 @@ class PromptCacher:
         while len(self._tenants) > self.max_tenants:
             self._tenants.popitem(last=False)
         marked = [m.index for m in plan.marks]
-        marked += [i for i, b in enumerate(blocks) if b.client_ttl is not None]
+        marked += [i for i, b in enumerate(blocks) if b.client_ttls]
         history.record(blocks, marked, now)
 
 
@@ -341,11 +347,17 @@ def _markable(where: Where, item: Any) -> bool:
     return not (kind == "text" and not item.get("text"))
 
 
-def _client_ttl(item: Any) -> TTL | None:
-    control = item.get("cache_control") if isinstance(item, dict) else None
-    if not isinstance(control, dict):
-        return None
-    return "1h" if control.get("ttl") == "1h" else "5m"
+def _client_ttls(item: Any) -> Iterator[TTL]:
+    """The client's marks on ``item`` and on the blocks of its ``content`` (a tool result's),
+    in prompt order."""
+    if not isinstance(item, dict):
+        return
+    control = item.get("cache_control")
+    if isinstance(control, dict):
+        yield "1h" if control.get("ttl") == "1h" else "5m"
+    content = item.get("content")
+    for inner in content if isinstance(content, list) else ():
+        yield from _client_ttls(inner)
 
 
 def _at_or_before(worth: list[int], index: int) -> int | None:
@@ -388,8 +400,8 @@ def _ttl(mode: Literal["auto", "5m", "1h"], gap: float | None) -> TTL:
 def _fit_ttl(blocks: list[Block], index: int, ttl: TTL) -> TTL:
     """NOTE: the API wants 1-hour marks before 5-minute ones: a client's 5m mark earlier in the
     prompt makes ours 5m, a client's 1h mark later makes ours 1h."""
-    if ttl == "1h" and any(b.client_ttl == "5m" for b in blocks[:index]):
+    if ttl == "1h" and any("5m" in b.client_ttls for b in blocks[:index]):
         return "5m"
-    if ttl == "5m" and any(b.client_ttl == "1h" for b in blocks[index + 1 :]):
+    if ttl == "5m" and any("1h" in b.client_ttls for b in blocks[index + 1 :]):
         return "1h"
     return ttl

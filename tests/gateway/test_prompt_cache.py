@@ -159,3 +159,24 @@ def test_a_top_level_cache_control_counts_as_a_client_mark() -> None:
     assert len(marks(PromptCacher(min_tokens=1).prepare("t", body, now=0.0))) == 4
     body["cache_control"] = {"type": "ephemeral"}  # the API's automatic mark: one of the four
     assert PromptCacher(min_tokens=1).prepare("t", body, now=0.0) is body
+
+
+def test_client_marks_inside_tool_results_count_against_the_four() -> None:
+    """The API counts a mark on a tool result's content block like any other: with two such
+    and two on text blocks, a fifth mark would have the request refused."""
+    mark = {"type": "ephemeral"}
+    body = conversation(3)
+    for n, message in enumerate(body["messages"][:4]):
+        text = {"type": "text", "text": message["content"], "cache_control": mark}
+        if n in (2, 3):  # (the role does not matter here)
+            message["content"] = [
+                {"type": "tool_result", "tool_use_id": f"t{n}", "content": [text]}
+            ]
+        else:
+            message["content"] = [text]
+    assert PromptCacher(min_tokens=1).prepare("t", body, now=0.0) is body  # four already
+    body["messages"][0]["content"][0].pop("cache_control")
+    sent = PromptCacher(min_tokens=1, ttl="1h").prepare("t", body, now=0.0)
+    assert str(sent).count("cache_control") == MAX_BREAKPOINTS
+    # the one free mark: at the end, and 5m (a 1h one must not follow the client's 5m ones)
+    assert sent["messages"][-1]["content"][0]["cache_control"] == mark
