@@ -223,12 +223,21 @@ def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, 
     return [tenant, namespace, kind, model, fields]
 
 
-def _canonical(value: Any) -> Any:
+#: Marks a JSON object whose keys are hashed in their order (see ``_canonical``).
+_ORDERED = "\x00ordered"
+
+
+def _canonical(value: Any, *, ordered: bool = False) -> Any:
+    """``value`` as hashed: objects by their sorted keys (a field's place in a request does
+    not change its answer), except a JSON schema's ``properties``, whose order does: a model
+    fills in a structured output or a tool call's arguments in that order (a ``reasoning``
+    before an ``answer`` is thought through first; OpenAI's strict mode emits them so)."""
     # 1 and 1.0 mean the same to every API: hash them the same.
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
+        items = {k: _canonical(v, ordered=k == "properties") for k, v in value.items()}
+        return {_ORDERED: list(items.items())} if ordered else items
     if isinstance(value, list):
         return [_canonical(v) for v in value]
     return value

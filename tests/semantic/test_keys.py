@@ -101,6 +101,31 @@ def test_integral_floats_hash_like_ints() -> None:
     )
 
 
+def test_the_order_of_schema_properties_is_part_of_the_key() -> None:
+    # A model fills in a structured output (and a tool call's arguments) in the order of the
+    # schema's properties: "reasoning" before "answer" is another answer than the reverse.
+    def schema(*names: str) -> dict[str, Any]:
+        properties = {n: {"type": "string", "description": n} for n in names}
+        return {"type": "object", "properties": properties, "required": ["answer", "reasoning"]}
+
+    def keys(*names: str) -> list[Any]:
+        fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema(*names)}}
+        tools = [{"type": "function", "function": {"name": "f", "parameters": schema(*names)}}]
+        return [chat_key("t", "", "m", body(Q, response_format=fmt)),
+                chat_key("t", "", "m", body(Q, tools=tools))]  # fmt: skip
+
+    for first, second in zip(keys("reasoning", "answer"), keys("answer", "reasoning"), strict=True):
+        assert first.scope != second.scope and first.exact != second.exact
+    # the order of a schema's other keywords, and of a property's own, changes nothing
+    shuffled = {
+        "required": ["answer", "reasoning"],
+        "properties": {n: {"description": n, "type": "string"} for n in ("reasoning", "answer")},
+        "type": "object",
+    }
+    fmt = {"json_schema": {"schema": shuffled, "name": "r"}, "type": "json_schema"}
+    assert chat_key("t", "", "m", body(Q, response_format=fmt)) == keys("reasoning", "answer")[0]
+
+
 def test_completion_keys_and_entry_ids() -> None:
     a = completion_key("t", "", "m", {"prompt": "Once", "max_tokens": 3})
     b = completion_key("t", "", "m", {"prompt": "Once", "max_tokens": 4})
