@@ -303,8 +303,8 @@ class MessageFold:
         field = _DELTA_FIELDS.get(str(kind))
         if kind == "input_json_delta":
             self._json[index] = self._json.get(index, "") + str(delta.get("partial_json") or "")
-        elif kind == "citations_delta":
-            block.setdefault("citations", []).append(delta.get("citation"))
+        elif kind == "citations_delta":  # (a start may say "citations": null)
+            block["citations"] = [*(block.get("citations") or ()), delta.get("citation")]
         elif field is not None:
             block[field[1]] = (block.get(field[1]) or "") + str(delta.get(field[0]) or "")
         else:

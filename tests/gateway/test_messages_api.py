@@ -515,3 +515,38 @@ def test_gateway_timeouts_and_busy_upstreams_get_anthropics_types() -> None:
     assert _anthropic_type(timeout) == "timeout_error"
     assert _anthropic_type(UpstreamError(502, "Bad gateway.")) == "api_error"
     assert _anthropic_type(UpstreamError(529, "Overloaded.")) == "overloaded_error"
+
+
+def test_citations_fold_into_a_text_block_whose_start_says_null() -> None:
+    """A ``content_block_start`` may carry ``"citations": null`` (the SDK reads it as none):
+    the citations that follow are folded in, not a crash of the relay."""
+    from gateway.messages import MessageFold, message_events
+
+    citation = {"type": "char_location", "cited_text": "Paris", "document_index": 0,
+                "document_title": None, "start_char_index": 0, "end_char_index": 5}  # fmt: skip
+    head = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude",
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 1}}  # fmt: skip
+    events = [
+        {"type": "message_start", "message": head},
+        {"type": "content_block_start", "index": 0,
+         "content_block": {"type": "text", "text": "", "citations": None}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "text_delta", "text": "Paris."}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "citations_delta", "citation": citation}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+         "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    fold = MessageFold()
+    for event in events:
+        fold.add(event)
+    message = fold.result()
+    assert message is not None
+    assert message["content"] == [{"type": "text", "text": "Paris.", "citations": [citation]}]
+    replay = MessageFold()
+    for event in message_events(message):
+        replay.add(event)
+    assert replay.result() == message
