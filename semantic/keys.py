@@ -20,6 +20,7 @@ So a request splits into:
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,7 +71,8 @@ class CacheKey:
     question: str
     #: Hex digest of the full request (scope with the whole conversation, plus the question).
     exact: str
-    #: False when only an exact hit is safe (no trailing user text, images, legacy prompts).
+    #: False when only an exact hit is safe (no trailing user text, images, legacy prompts,
+    #: indented text such as code: see ``_INDENTED``).
     semantic: bool
 
 
@@ -100,7 +102,7 @@ def chat_key(
     params = _params(tenant, namespace, api, model, body)
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
-    semantic = text_only and bool(question.strip())
+    semantic = text_only and bool(question.strip()) and not _INDENTED.search(question)
     if semantic:
         # The last message's fields other than its text (e.g. "name") belong to the scope.
         extra = {k: v for k, v in last.items() if k != "content"}
@@ -156,6 +158,12 @@ def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[d
 
 _SYSTEM_ROLES = ("system", "developer")
 
+#: A line that starts with spaces or tabs: an indented layout (code, YAML), where the column a
+#: line starts at can change the answer (a ``print`` inside a loop or after it). The embedder and the
+#: verifier read words and never see it, so such text is matched exactly (a question) or kept
+#: in the scope (an earlier turn of the ``verify`` context), never compared by meaning.
+_INDENTED = re.compile(r"\n[ \t]+\S")
+
 
 #: Characters kept of each earlier turn in the compared text (the verifier reads 128 tokens).
 TURN_CHARS = 200
@@ -186,7 +194,7 @@ def compared_text(question: str, earlier: list[dict[str, Any]], window: int | No
 def _uncompared(earlier: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:
     """The messages of the compared window that :func:`compared_text` does not carry whole,
     for the scope (``context: verify``): tool results and calls, non-text parts, fields
-    besides the text, text past ``TURN_CHARS``. Two conversations that differ there never
+    besides the text, text past ``TURN_CHARS``, indented text. Two conversations that differ there never
     share an answer, whatever the verifier reads; plain text turns stay out of the scope.
     """
     if window == 0:
@@ -202,7 +210,7 @@ def _uncompared(earlier: list[dict[str, Any]], window: int | None) -> list[dict[
         plain = (
             m.get("role") in ("user", "assistant") and text_only and set(m) <= {"role", "content"}
         )
-        if not plain or len(" ".join(text.split())) > TURN_CHARS:
+        if not plain or len(" ".join(text.split())) > TURN_CHARS or _INDENTED.search(text):
             unseen.append(m)
     return unseen
 

@@ -95,6 +95,22 @@ def test_requests_without_trailing_user_text_are_exact_only() -> None:
     assert chat_key("t", "", "m", image).exact != chat_key("t", "", "m", other_image).exact
 
 
+def test_indented_text_is_matched_exactly() -> None:
+    # The embedder and the verifier read words: a line's indentation is invisible to them,
+    # yet it decides what this code prints (0 1 3, or 3).
+    code = "What does this print?\n\nx = 0\nfor i in range(3):\n    x += i\n{}print(x)"
+    inside, after = code.format("    "), code.format("")
+    key = chat_key("t", "", "m", body(("user", inside)))
+    assert not key.semantic and key.question == ""
+    assert key.exact != chat_key("t", "", "m", body(("user", after))).exact
+    assert chat_key("t", "", "m", body(("user", "Line one\nline two?"))).semantic
+    # an earlier turn with indented text stays in the scope of the verified context
+    for mode in ("exact", "verify"):
+        a, b = (chat_key("t", "", "m", body(("user", c), ("assistant", "It prints it."), Q),
+                         context=mode) for c in (inside, after))  # fmt: skip
+        assert a.semantic and a.scope != b.scope, mode
+
+
 def test_integral_floats_hash_like_ints() -> None:
     assert chat_key("t", "", "m", body(Q, temperature=1)) == chat_key(
         "t", "", "m", body(Q, temperature=1.0)
