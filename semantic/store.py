@@ -173,7 +173,15 @@ class DiskStore:
         self._meta: OrderedDict[int, _Meta] = OrderedDict()
         #: (expires, id) of entries with a TTL, soonest first; stale pairs are skipped.
         self._expiries: list[tuple[float, int]] = []
-        self._restore_meta()
+        try:
+            self._restore_meta()
+        except (OSError, sqlite3.Error) as exc:  # e.g. "database disk image is malformed"
+            self._cache.close()
+            self._lock.close()
+            raise StoreOpenError(
+                f"{directory}: cannot read the cache there: {exc} (a damaged cache: move the "
+                "directory away to start with an empty one)"
+            ) from None
 
     # -- EntryStore ------------------------------------------------------------------------
 

@@ -152,3 +152,18 @@ async def test_bulk_sweeps_and_flushes_let_requests_run_between_batches(tmp_path
     reopened = DiskStore(tmp_path, max_entries=10_000)  # nothing came back
     assert len(reopened) == 0
     await reopened.close()
+
+
+async def test_a_damaged_database_is_a_clear_open_error(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=5000)
+    for n in range(2000):
+        await store.put(entry(n))
+    await store.close()
+    db = tmp_path / "cache.db"
+    with db.open("r+b") as f:  # pages past the header overwritten (was: a traceback at start)
+        f.seek(db.stat().st_size // 2)
+        f.write(b"\xa5" * 40960)
+    with pytest.raises(StoreOpenError, match="cannot read the cache there"):
+        DiskStore(tmp_path, max_entries=5000)
+    with pytest.raises(StoreOpenError, match="cannot read the cache there"):
+        DiskStore(tmp_path, max_entries=5000)  # (the failed open released its lock)
