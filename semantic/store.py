@@ -338,7 +338,15 @@ class DiskStore:
             used = max(entry.created, entry.used)
             found.append((used, key, _Meta(entry.expires, entry.namespace, entry.hits, used)))
         # Least recently used first, so they are still evicted first after a restart.
-        for _, key, meta in sorted(found, key=lambda t: t[0]):
+        found.sort(key=lambda t: t[0])
+        # NOTE: max_entries may have been lowered since: the excess goes now (in batches), not
+        # all at once under the next answer stored (~1 s per 20k deletes, on the event loop)
+        excess = max(len(found) - self._max_entries, 0)
+        for start in range(0, excess, _BATCH):
+            with self._cache.transact():
+                for _, key, _ in found[start : min(start + _BATCH, excess)]:
+                    self._cache.delete(key)
+        for _, key, meta in found[excess:]:
             self._meta[key] = meta
             if meta.expires is not None:
                 self._expiries.append((meta.expires, key))

@@ -167,3 +167,19 @@ async def test_a_damaged_database_is_a_clear_open_error(tmp_path: Path) -> None:
         DiskStore(tmp_path, max_entries=5000)
     with pytest.raises(StoreOpenError, match="cannot read the cache there"):
         DiskStore(tmp_path, max_entries=5000)  # (the failed open released its lock)
+
+
+async def test_a_lowered_max_entries_applies_at_start(tmp_path: Path) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    entries = [entry(n) for n in range(10)]
+    for e in entries:
+        await store.put(e)
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=3)
+    assert len(reopened) == 3  # was: 10 until the next store evicted 8 at once
+    assert [x.id async for x in reopened.entries()] == [e.id for e in entries[-3:]]
+    assert await reopened.get(entries[0].id) is None
+    await reopened.close()
+    again = DiskStore(tmp_path, max_entries=10)  # the excess left the disk too
+    assert len(again) == 3
+    await again.close()
