@@ -215,11 +215,24 @@ class DiskStore:
         return evicted
 
     async def delete(self, ids: list[int]) -> None:
+        """Delete ``ids``; StoreUnavailable (``removed``: what did go) when the disk refuses.
+
+        NOTE: an entry leaves the memory view only once its batch is committed: forgotten here
+        but left on disk (a full disk rolls the batch back), it came back at the next start.
+        """
+        done: list[int] = []
         for start in range(0, len(ids), _BATCH):
-            with self._cache.transact():  # one SQLite transaction per batch, not per entry
-                for entry_id in ids[start : start + _BATCH]:
-                    self._meta.pop(entry_id, None)
-                    self._cache.delete(entry_id)
+            batch = ids[start : start + _BATCH]
+            try:
+                with self._cache.transact():  # one SQLite transaction per batch, not per entry
+                    for entry_id in batch:
+                        self._cache.delete(entry_id)
+            except (OSError, sqlite3.Error) as exc:
+                removed = [i for i in done if i not in self._meta]
+                raise StoreUnavailable(f"cannot delete cached answers: {exc}", removed) from None
+            for entry_id in batch:
+                self._meta.pop(entry_id, None)
+            done += batch
             await _yield_to_requests(len(ids))
 
     async def record_hit(self, entry_id: int) -> None:

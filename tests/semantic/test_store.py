@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import time
 from pathlib import Path
 
 import pytest
 
 from semantic.keys import entry_id
-from semantic.store import DiskStore, Entry, StoreOpenError
+from semantic.store import DiskStore, Entry, StoreOpenError, StoreUnavailable
 
 
 def entry(n: int, *, namespace: str = "", expires: float | None = None) -> Entry:
@@ -183,3 +184,27 @@ async def test_a_lowered_max_entries_applies_at_start(tmp_path: Path) -> None:
     again = DiskStore(tmp_path, max_entries=10)  # the excess left the disk too
     assert len(again) == 3
     await again.close()
+
+
+async def test_a_flush_the_disk_refuses_leaves_the_entries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    entries = [entry(n) for n in range(3)]
+    for e in entries:
+        await store.put(e)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store._cache, "delete", full)  # (the transaction is rolled back)
+    with pytest.raises(StoreUnavailable, match="disk is full"):  # admin: 503, not a 500
+        await store.flush()
+    # was: 0 entries here, and all 3 back (servable) after the next start
+    assert len(store) == 3 and await store.get(entries[0].id) is not None
+    monkeypatch.undo()
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=10)
+    assert len(reopened) == 3
+    assert sorted(await reopened.flush()) == sorted(e.id for e in entries)
+    await reopened.close()
