@@ -19,6 +19,7 @@ import msgspec
 
 __all__ = [
     "DONE",
+    "KEEPALIVE",
     "Assembler",
     "EventTooLarge",
     "SSEParser",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 DONE = b"data: [DONE]\n\n"
+#: A comment event: keeps a quiet stream's connections (proxies, a client's read timeout) alive.
+KEEPALIVE = b": keep-alive\n\n"
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
 #: Top-level and choice fields rebuilt by assembly and replay; any other field (citations,
 #: service_tier, stop_reason, content_filter_results, ...) is kept as last sent, and replayed.
@@ -48,6 +51,8 @@ class SSEParser:
 
     Linear in the bytes fed, however they are split: only new bytes are normalised and
     searched. An event longer than ``max_event_bytes`` raises :class:`EventTooLarge`.
+    An event of comments only (an upstream's keep-alive) has no data: ``commented`` says
+    whether one arrived since it was last asked.
 
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
@@ -59,6 +64,7 @@ class SSEParser:
         self._scanned = 0  # bytes of the buffer known to hold no event end
         self._held_cr = False  # a trailing CR may be the first half of a CRLF
         self._max = max_event_bytes
+        self._commented = False
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._held_cr:
@@ -84,6 +90,13 @@ class SSEParser:
             ]
             if lines:
                 events.append(b"\n".join(lines))
+            elif block.startswith(b":") or b"\n:" in block:
+                self._commented = True
+
+    def commented(self) -> bool:
+        """Whether an event of comments only arrived since the last call."""
+        commented, self._commented = self._commented, False
+        return commented
 
     @property
     def pending(self) -> bytes:

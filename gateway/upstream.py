@@ -32,7 +32,7 @@ from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
 from .router import PrefixRouter, prompt_text
-from .sse import EventTooLarge, SSEParser
+from .sse import KEEPALIVE, EventTooLarge, SSEParser
 
 __all__ = [
     "OPENAI_APIS",
@@ -730,6 +730,10 @@ class UpstreamStream:
                 ) from None
             for i, raw in enumerate(events, start=1):
                 self._ready.append(self._event(raw, more=i < len(events)))
+            if self._parser.commented() and not events:
+                # the upstream's keep-alive, passed on: the client's side of a quiet stream
+                # (its read timeout, a proxy's idle timeout) stays alive as it would upstream
+                self._ready.append(StreamEvent(KEEPALIVE, None))
         event = self._ready.popleft()
         self._finished = self._finished or event.done
         return event

@@ -10,6 +10,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
 
     delay          seconds before the response starts
     first_delay    seconds between a stream's response headers and its first event
+    keepalive      with ``first_delay``: send a ``: keep-alive`` comment event every this many
+                   seconds of that wait (as OpenRouter does while a model thinks)
     chunk_delay    seconds between generated stream events (as a real server, the usage chunk
                    and ``[DONE]`` follow the last one at once)
     status         answer with this HTTP error status (``fail_times``: only the first N times
@@ -237,6 +239,18 @@ class FakeUpstream:
                 ] += 1
                 return
 
+    async def _quiet(self, fake: dict[str, Any], disconnected: asyncio.Event, send: Any) -> None:
+        """``first_delay`` seconds without an event (``keepalive``: comments meanwhile)."""
+        deadline = time.monotonic() + fake["first_delay"]
+        while (left := deadline - time.monotonic()) > 0 and not disconnected.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    disconnected.wait(), min(left, fake.get("keepalive") or left)
+                )
+            if fake.get("keepalive") and deadline - time.monotonic() > 0:
+                await send({"type": "http.response.body", "body": b": keep-alive\n\n",
+                            "more_body": True})  # fmt: skip
+
     def _ended(self, i: int, fake: dict[str, Any], disconnected: asyncio.Event) -> bool:
         """Before stream event ``i``: True when the client went away (counted cancelled);
         raises to cut the connection at ``break_after``."""
@@ -334,8 +348,7 @@ class FakeUpstream:
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append({**_head(kind, answer), "choices": [], "usage": answer["usage"]})
         if fake.get("first_delay"):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(disconnected.wait(), fake["first_delay"])
+            await self._quiet(fake, disconnected, send)
         # endless: the first content piece over and over, until the client disconnects
         endless = bool(fake.get("endless"))
         sent = itertools.chain(events[:2], itertools.repeat(events[1])) if endless else events

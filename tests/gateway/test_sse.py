@@ -25,6 +25,14 @@ def test_parser_handles_split_events_crlf_comments_and_multiline() -> None:
         assert [e for part in split for e in part] == [b'{"a":\n1}', b"[DONE]"], size
 
 
+def test_parser_tells_of_an_event_of_comments_only() -> None:
+    parser = SSEParser()
+    assert parser.feed(b": keep-alive\r\n\r\n") == [] and parser.commented()
+    assert not parser.commented()  # (once)
+    assert parser.feed(b"event: ping\n\n\n\n") == [] and not parser.commented()
+    assert parser.feed(b"id: 1\n: x\n\ndata: 1\n\n") == [b"1"] and parser.commented()
+
+
 def test_parser_bounds_an_event_and_reads_a_large_one_in_linear_time() -> None:
     parser = SSEParser(max_event_bytes=1000)
     assert parser.feed(b"data: " + b"x" * 900) == []

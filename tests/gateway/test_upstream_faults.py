@@ -9,6 +9,7 @@ import json
 import time
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -190,6 +191,29 @@ def test_event_whose_data_spans_lines_reaches_the_sdk_whole(make_gateway: Any) -
             stream = raw_response.parse()
             text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
         assert text == "Hello"
+
+
+def test_upstream_keep_alives_reach_the_client_of_a_quiet_stream(make_gateway: Any) -> None:
+    # the model thinks for 2.5 s, its upstream sending a comment every 0.4 s: a client whose
+    # read timeout is 1 s is answered, as it is straight from that upstream (they were dropped)
+    gw = make_gateway()
+    client = openai.OpenAI(
+        base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0, timeout=httpx.Timeout(1.0)
+    )
+    fake = {"first_delay": 2.5, "keepalive": 0.4}
+    stream = client.chat.completions.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": "think"}],
+        stream=True,
+        extra_body={"fake": fake},
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text.startswith("answer #")
+    with gw.http.stream("POST", "/v1/chat/completions", json={
+        "model": "fake-model", "messages": [{"role": "user", "content": "again"}],
+        "stream": True, "fake": {**fake, "first_delay": 1.0}}) as response:  # fmt: skip
+        body = response.read()
+    assert body.startswith(b": keep-alive\n\n") and body.endswith(b"data: [DONE]\n\n")
 
 
 def test_unreachable_after_retries_tells_clients_not_to_retry(
