@@ -224,9 +224,7 @@ class DiskStore:
         for start in range(0, len(ids), _BATCH):
             batch = ids[start : start + _BATCH]
             try:
-                with self._cache.transact():  # one SQLite transaction per batch, not per entry
-                    for entry_id in batch:
-                        self._cache.delete(entry_id)
+                self._delete_on_disk(batch)
             except (OSError, sqlite3.Error) as exc:
                 removed = [i for i in done if i not in self._meta]
                 raise StoreUnavailable(f"cannot delete cached answers: {exc}", removed) from None
@@ -234,6 +232,12 @@ class DiskStore:
                 self._meta.pop(entry_id, None)
             done += batch
             await _yield_to_requests(len(ids))
+
+    def _delete_on_disk(self, ids: list[int]) -> None:
+        """Delete ``ids`` (a batch) from the database: one SQLite transaction, not one each."""
+        with self._cache.transact():
+            for entry_id in ids:
+                self._cache.delete(entry_id)
 
     async def record_hit(self, entry_id: int) -> None:
         meta = self._meta.get(entry_id)
@@ -356,9 +360,7 @@ class DiskStore:
         # all at once under the next answer stored (~1 s per 20k deletes, on the event loop)
         excess = max(len(found) - self._max_entries, 0)
         for start in range(0, excess, _BATCH):
-            with self._cache.transact():
-                for _, key, _ in found[start : min(start + _BATCH, excess)]:
-                    self._cache.delete(key)
+            self._delete_on_disk([key for _, key, _ in found[start : min(start + _BATCH, excess)]])
         for _, key, meta in found[excess:]:
             self._meta[key] = meta
             if meta.expires is not None:
