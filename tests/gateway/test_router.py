@@ -236,8 +236,8 @@ def test_dead_replica_fails_over(
         gw.stop()
 
 
-class Unavailable:
-    """A replica whose model failed to load: it answers 503 to every request (ASGI app)."""
+class Replica:
+    """An ASGI app that reads each request whole, counts it (``calls``) and sends ``answer``."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -248,6 +248,16 @@ class Unavailable:
         self.calls += 1
         while (await receive()).get("more_body"):
             pass
+        await self.answer(send)
+
+    async def answer(self, send: Any) -> None:
+        raise NotImplementedError
+
+
+class Unavailable(Replica):
+    """A replica whose model failed to load: it answers 503 to every request."""
+
+    async def answer(self, send: Any) -> None:
         body = b'{"error": {"message": "model not loaded", "code": "model_unavailable"}}'
         headers = [(b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": 503, "headers": headers})
@@ -364,19 +374,11 @@ def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
         second.stop()
 
 
-class HungAfterHeaders:
+class HungAfterHeaders(Replica):
     """A replica that sends a stream's headers at once, then nothing (a worker whose engine
     hangs: vLLM and cachegate workers send the headers before the first token)."""
 
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        self.calls += 1
-        while (await receive()).get("more_body"):
-            pass
+    async def answer(self, send: Any) -> None:
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await asyncio.sleep(3600)
