@@ -163,7 +163,7 @@ class _Counters:
     hits: Counter[str] = field(default_factory=Counter)
     rejections: Counter[str] = field(default_factory=Counter)
     stores: int = 0
-    store_failures: int = 0  # answers the store could not take (Redis unavailable)
+    store_failures: int = 0  # answers the store could not take (Redis down, a full disk)
     evictions: int = 0
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
@@ -337,7 +337,7 @@ class ResponseCache:
         )
         try:
             evicted = await self._store.put(entry)
-        except StoreUnavailable:  # (Redis down: its outage is logged once, not per answer)
+        except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
             self._counters.store_failures += 1
             return None
         # NOTE: an answer stored again without a vector (semantic off for it) must leave the

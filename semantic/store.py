@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import heapq
+import logging
 import sqlite3
 import time
 from collections import OrderedDict
@@ -24,6 +25,8 @@ from typing import Any, Protocol
 
 import diskcache
 import msgspec
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DiskStore",
@@ -168,6 +171,7 @@ class DiskStore:
             self._lock.close()
             raise StoreOpenError(f"{directory}: cannot open the cache there: {exc}") from None
         self._max_entries = max_entries
+        self._refusing = False  # the last write failed (logged once until one succeeds)
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
         self._meta: OrderedDict[int, _Meta] = OrderedDict()
@@ -198,8 +202,19 @@ class DiskStore:
         return entry
 
     async def put(self, entry: Entry) -> list[int]:
+        """StoreUnavailable when the disk refuses the write (full, read-only): the entry is
+        not stored, and the first refusal of a run of them is logged."""
         expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
-        self._cache.set(entry.id, self._encoder.encode(entry), expire=expire)
+        try:
+            self._cache.set(entry.id, self._encoder.encode(entry), expire=expire)
+        except (OSError, sqlite3.Error) as exc:
+            if not self._refusing:
+                log.warning("the cache directory refuses writes, answers are not stored: %s", exc)
+            self._refusing = True
+            raise StoreUnavailable(f"cannot store the answer: {exc}") from None
+        if self._refusing:
+            log.info("the cache directory takes writes again")
+            self._refusing = False
         now = time.time()
         self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits, now)
         self._meta.move_to_end(entry.id)

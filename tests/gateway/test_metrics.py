@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import sqlite3
 import time
 from typing import Any
 
+import diskcache
 import httpx
+import pytest
 
+from tests.conftest import wait_for
 from tests.fake_upstream import FakeUpstream
 
 ROUTE = "/v1/chat/completions"
@@ -101,3 +106,32 @@ def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpst
     assert sample(metrics, "cachegate_cache_entries") == 1
     page = gw.http.get("/dashboard")
     assert page.headers["content-type"] == "text/html; charset=utf-8"
+
+
+def test_answers_a_full_disk_refuses_are_served_and_counted(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    gw = make_gateway()
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(diskcache.Cache, "set", full)
+    caplog.set_level(logging.INFO)
+    for n in range(3):
+        assert gw.chat(f"question {n}").status_code == 200  # served all the same
+
+    def failures() -> float:
+        return sample(gw.http.get("/metrics").text, "cachegate_cache_store_failures_total")
+
+    wait_for(lambda: failures() == 3)  # was 0: a traceback per answer instead
+    refusals = [r for r in caplog.records if "refuses writes" in r.getMessage()]
+    assert len(refusals) == 1 and refusals[0].levelno == logging.WARNING  # once per outage
+    assert not [r for r in caplog.records if r.exc_info]
+    assert gw.chat("question 0").headers["x-cache"] == "miss"  # nothing half-stored
+    monkeypatch.undo()  # the disk has room again
+    wait_for(lambda: failures() == 4)
+    assert gw.chat("question 0").status_code == 200
+    wait_for(lambda: gw.chat("question 0").headers["x-cache"] == "exact")
+    assert any("takes writes again" in r.getMessage() for r in caplog.records)
