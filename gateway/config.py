@@ -62,6 +62,8 @@ MAX_TTL = 10 * 365 * 24 * 3600.0
 #: dashboard's history times into NaN; settings that can wait forever take ``null``).
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
 TTL = Annotated[float, msgspec.Meta(gt=0, le=MAX_TTL)]
+#: A wait that may be zero: finite too (``.inf`` would sleep forever before a retry).
+Wait = Annotated[float, msgspec.Meta(ge=0, le=MAX_TTL)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
@@ -207,9 +209,9 @@ class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
     #: Retries before the first response byte, on connect errors, 429 and 5xx.
     max_retries: NonNegativeInt = 2
     #: First backoff in seconds; doubles each retry (with jitter).
-    retry_backoff: Annotated[float, msgspec.Meta(ge=0)] = 0.5
+    retry_backoff: Wait = 0.5
     #: A Retry-After longer than this is not waited for: the error goes back to the client.
-    max_retry_wait: Annotated[float, msgspec.Meta(ge=0)] = 20.0
+    max_retry_wait: Wait = 20.0
     max_connections: PositiveInt = 256
     #: Send OpenAI's ``prompt_cache_key`` with chat and responses requests that set none: a
     #: digest of the tenant and the prompt's stable prefix (system/developer messages or

@@ -187,6 +187,9 @@ def test_errors_name_file_key_and_problem(text: str, message: str) -> None:
         "cache: {coalesce: {max_wait: .inf}}",
         "cache: {redis: {timeout: .inf}}",
         "models: {x: {backend: openai, base_url: u, timeout: {read: .inf}}}",
+        # a retry slept forever (the backoff is capped by max_retry_wait, itself endless)
+        "models: {x: {backend: openai, base_url: u, retry_backoff: .inf}}",
+        "models: {x: {backend: openai, base_url: u, max_retry_wait: .inf}}",
     ],
 )
 def test_durations_are_finite(text: str) -> None:
