@@ -41,7 +41,7 @@ def add_commands(commands: Any) -> None:
         "new", help="print a fresh random key, its SHA-256 digest and the YAML that uses it"
     )
     who = new.add_mutually_exclusive_group()
-    who.add_argument("--tenant", help="the tenant the key belongs to (auth.keys)")
+    who.add_argument("--tenant", type=_tenant, help="the tenant the key belongs to (auth.keys)")
     who.add_argument("--admin", action="store_true", help="an admin key (admin.api_key_sha256)")
     new.set_defaults(func=_key_new)
 
@@ -78,6 +78,15 @@ def add_commands(commands: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # commands
+
+
+def _tenant(name: str) -> str:
+    """A tenant name as ``auth.keys`` takes it (the YAML printed must load)."""
+    if not name or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+        raise argparse.ArgumentTypeError(
+            f"{name!r}: a tenant name is not empty and has no control characters"
+        )
+    return name
 
 
 def _key_new(args: argparse.Namespace) -> int:

@@ -69,6 +69,11 @@ def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str])
         printed = capsys.readouterr().out.split("(the file then holds no secret):\n", 1)[1]
         keys = load_config_text(printed).auth.keys
         assert [k.tenant for k in keys] == [tenant]
+    for tenant in ("", "a\tb"):  # was: printed 'tenant: "TENANT"' / YAML that fails to load
+        with pytest.raises(SystemExit) as exited:
+            main(["key", "new", "--tenant", tenant])
+        assert exited.value.code == 2
+        assert "a tenant name is not empty and has no control characters" in capsys.readouterr().err
 
 
 def test_serve_says_who_can_open_the_admin_routes(tmp_path: Path) -> None:
