@@ -621,7 +621,7 @@ def load_config_text(
             config = _build(_expand_env(raw, source, path="", typed=True), source)
         except ConfigError:
             raise first from None
-    return _resolve_paths(config, base_dir or Path.cwd())
+    return _resolve_paths(config, base_dir or Path.cwd(), source)
 
 
 def _verifier_switch(raw: dict[str, Any]) -> dict[str, Any]:
@@ -711,29 +711,40 @@ def _describe(exc: Exception, prefix: str = "") -> str:
     return f"{path}: {what}" if path else what
 
 
-def _resolve_paths(config: Config, base: Path) -> Config:
-    data_dir = str((base / config.data_dir).resolve())
+def _resolve_paths(config: Config, base: Path, source: str) -> Config:
+    def checked(path: str, key: str) -> str:
+        if "\x00" in path:  # (os.path raises a ValueError on it)
+            raise ConfigError(f"{source}: {key}: a path cannot hold a NUL character")
+        return path
+
+    def resolve(path: str, key: str) -> str:
+        return str((base / checked(path, key)).resolve())
+
+    data_dir = resolve(config.data_dir, "data_dir")
     models: dict[str, ModelConfig] = {}
     for name, model in config.models.items():
         if isinstance(model, LocalModelConfig) and model.source != "bundled":
-            candidate = base / model.source
-            if model.source.startswith((".", "/")) or candidate.exists():
-                model = msgspec.structs.replace(model, source=str(candidate.resolve()))
+            checked(model.source, f"models.{name}.source")
+            if model.source.startswith((".", "/")) or (base / model.source).exists():
+                source_dir = resolve(model.source, f"models.{name}.source")
+                model = msgspec.structs.replace(model, source=source_dir)
         if isinstance(model, LocalModelConfig) and model.prefix_disk_dir:
-            disk_dir = str((base / model.prefix_disk_dir).resolve())
+            disk_dir = resolve(model.prefix_disk_dir, f"models.{name}.prefix_disk_dir")
             model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model
     semantic = config.cache.semantic
     if semantic.verifier not in ("bundled", "off"):
-        verifier = str((base / semantic.verifier).resolve())
+        verifier = resolve(semantic.verifier, "cache.semantic.verifier")
         semantic = msgspec.structs.replace(semantic, verifier=verifier)
     if semantic.embedder_export_dir is not None:
-        export_dir = str((base / semantic.embedder_export_dir).resolve())
+        export_dir = resolve(semantic.embedder_export_dir, "cache.semantic.embedder_export_dir")
         semantic = msgspec.structs.replace(semantic, embedder_export_dir=export_dir)
-    if semantic.embedding_model != "bundled":
-        candidate = base / semantic.embedding_model
-        if semantic.embedding_model.startswith((".", "/")) or candidate.exists():
-            semantic = msgspec.structs.replace(semantic, embedding_model=str(candidate.resolve()))
+    embedding_model = checked(semantic.embedding_model, "cache.semantic.embedding_model")
+    if embedding_model != "bundled" and (
+        embedding_model.startswith((".", "/")) or (base / embedding_model).exists()
+    ):
+        embedding_model = str((base / embedding_model).resolve())
+        semantic = msgspec.structs.replace(semantic, embedding_model=embedding_model)
     cache = msgspec.structs.replace(config.cache, semantic=semantic)
     return msgspec.structs.replace(config, data_dir=data_dir, models=models, cache=cache)
 

@@ -168,6 +168,16 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
             "auth.keys[0].tenant: expected `str` matching",
         ),
+        # was a ValueError traceback ("embedded null byte") from `config check` and `serve`
+        ('data_dir: "/tmp/a\\0b"', "f.yaml: data_dir: a path cannot hold a NUL character"),
+        (
+            'models: {m: {backend: local, source: "./m\\0"}}',
+            "models.m.source: a path cannot hold a NUL character",
+        ),
+        (
+            'cache: {semantic: {embedding_model: "e\\0"}}',
+            "cache.semantic.embedding_model: a path cannot hold a NUL character",
+        ),
     ],
 )
 def test_errors_name_file_key_and_problem(text: str, message: str) -> None:
