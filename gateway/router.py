@@ -8,7 +8,9 @@ request to the replica holding the longest prefix of it — unless that match is
 flight than the least-loaded one), in which case the least-loaded replica gets it.
 
 The trees are a ``prefix.RadixCache`` whose spans are byte counts, with a byte budget and
-LRU eviction: what the router remembers ages like what the replicas' caches hold.
+LRU eviction: what the router remembers ages like what the replicas' caches hold. They are kept
+per tenant, as a cachegate worker keeps its tenants' prefix KV apart: one tenant's prompts never
+draw another's requests to a replica that would not reuse their KV for it.
 
     >>> router = PrefixRouter(["http://w1:8081/v1", "http://w2:8081/v1"])
     >>> pick = router.choose("system: You are ...\\nuser: hi")     # Route(replica=0, matched=0)
@@ -67,11 +69,15 @@ class PrefixRouter:
         self.counts = {"prefix": 0, "least_loaded": 0, "round_robin": 0, "pinned": 0}
 
     def choose(
-        self, prompt: str, exclude: frozenset[int] = frozenset(), pinned: int | None = None
+        self,
+        prompt: str,
+        exclude: frozenset[int] = frozenset(),
+        pinned: int | None = None,
+        tenant: str = "",
     ) -> Route:
-        """Pick a replica for ``prompt`` (never one in ``exclude``) and count it in flight;
-        ``pinned``: the replica that must serve it (it holds state the request refers to),
-        unless excluded or down."""
+        """Pick a replica for ``tenant``'s ``prompt`` (never one in ``exclude``) and count it
+        in flight; ``pinned``: the replica that must serve it (it holds state the request
+        refers to), unless excluded or down."""
         # A sentinel 0 ends the key: match() serves at most n-1, and the prompt is all of it.
         tokens = (*prompt.encode("utf-8", "surrogatepass"), 0)
         with self._lock:
@@ -83,12 +89,12 @@ class PrefixRouter:
             if pinned is not None and pinned in candidates and self._down_until[pinned] <= now:
                 route = Route(pinned, 0, "pinned")
             else:
-                route = self._pick(tokens, healthy)
+                route = self._pick(tokens, healthy, tenant)
             self._in_flight[route.replica] += 1
             self.counts[route.reason] += 1
             if self.policy == "prefix":
                 self._trees.insert(
-                    RadixKey(self.replicas[route.replica], tokens), CountSpan(len(tokens))
+                    RadixKey(self._tree(route.replica, tenant), tokens), CountSpan(len(tokens))
                 )
             return route
 
@@ -100,11 +106,13 @@ class PrefixRouter:
         """The replica failed before answering: avoid it for a while, forget its prefixes."""
         with self._lock:
             self._down_until[replica] = time.monotonic() + seconds
-            self._trees.flush(self.replicas[replica])
+            for tree in self._remembered(replica):
+                self._trees.flush(tree)
 
     def stats(self) -> dict[str, Any]:
         now = time.monotonic()
         with self._lock:
+            remembered = self._trees.tokens_by_namespace()
             return {
                 "policy": self.policy,
                 "replicas": [
@@ -112,7 +120,7 @@ class PrefixRouter:
                         "url": redact_url(url),  # (a URL may carry credentials)
                         "in_flight": self._in_flight[i],
                         "down": self._down_until[i] > now,
-                        "remembered_bytes": self._trees.tokens_by_namespace().get(url, 0),
+                        "remembered_bytes": sum(remembered[t] for t in self._remembered(i)),
                     }
                     for i, url in enumerate(self.replicas)
                 ],
@@ -121,7 +129,16 @@ class PrefixRouter:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _pick(self, tokens: tuple[int, ...], candidates: list[int]) -> Route:
+    def _tree(self, replica: int, tenant: str) -> str:
+        """The namespace of ``replica``'s tree for ``tenant``."""
+        return f"{self.replicas[replica]}\x1f{tenant}"
+
+    def _remembered(self, replica: int) -> list[str]:
+        """``replica``'s trees that hold something (every tenant's)."""
+        mine = self._tree(replica, "")
+        return [t for t in self._trees.tokens_by_namespace() if t.startswith(mine)]
+
+    def _pick(self, tokens: tuple[int, ...], candidates: list[int], tenant: str) -> Route:
         least = min(self._in_flight[i] for i in candidates)
         if self.policy == "round_robin":
             while True:
@@ -131,7 +148,7 @@ class PrefixRouter:
         if self.policy == "prefix":
             matches: list[tuple[int, int]] = []
             for i in candidates:
-                found: Match = self._trees.match(RadixKey(self.replicas[i], tokens))
+                found: Match = self._trees.match(RadixKey(self._tree(i, tenant), tokens))
                 matches.append((found.n_cached, i))
             matched, best = max(matches, key=lambda m: (m[0], -self._in_flight[m[1]]))
             prompt_bytes = len(tokens) - 1

@@ -429,7 +429,9 @@ class ReplicatedBackend:
         tried: set[int] = set()
         retries = 0
         while True:
-            route = self.router.choose(prompt, exclude=frozenset(tried), pinned=pinned)
+            route = self.router.choose(
+                prompt, exclude=frozenset(tried), pinned=pinned, tenant=request.tenant
+            )
             try:
                 result = await call(self._replicas[route.replica])
                 # (a replica that sends its stream's headers and hangs fails over here)

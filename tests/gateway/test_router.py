@@ -21,11 +21,12 @@ SYSTEM_A = "system\x1fYou are a support agent for ACME Corp. Be polite and preci
 SYSTEM_B = "system\x1fYou translate English into French, word for word.\x1e"
 
 
-def replicated(tmp_path: Path, urls: list[str], settings: str = "") -> Gateway:
-    """A gateway whose fake-model has ``urls`` as replicas (max_retries 0, cache off)."""
+def replicated(tmp_path: Path, urls: list[str], settings: str = "", top: str = "") -> Gateway:
+    """A gateway whose fake-model has ``urls`` as replicas (max_retries 0, cache off);
+    ``top``: more top-level settings."""
     replicas = ", ".join(f'"{u}"' for u in urls)
     return Gateway(
-        load_config_text(f"""
+        load_config_text(f"""{top}
 data_dir: {tmp_path}
 cache: {{enabled: false}}
 models:
@@ -34,8 +35,10 @@ models:
     )
 
 
-def routing_stats(gw: Gateway) -> dict[str, Any]:
-    stats: dict[str, Any] = gw.http.get("/admin/stats").json()["backends"]["fake-model"]["routing"]
+def routing_stats(gw: Gateway, admin_key: str | None = None) -> dict[str, Any]:
+    headers = {"authorization": f"Bearer {admin_key}"} if admin_key else None
+    reply = gw.http.get("/admin/stats", headers=headers).json()
+    stats: dict[str, Any] = reply["backends"]["fake-model"]["routing"]
     return stats
 
 
@@ -81,6 +84,17 @@ def test_short_matches_and_busy_replicas_fall_back_to_least_loaded() -> None:
     third = router.choose(SYSTEM_A + "user\x1fq3\x1e")  # imbalance would be 2: least loaded
     assert third.replica != first.replica and third.reason == "least_loaded"
     assert router.stats()["replicas"][first.replica]["in_flight"] == 2
+
+
+def test_a_replica_marked_down_forgets_every_tenants_prefixes() -> None:
+    router = PrefixRouter(["r0", "r1"])
+    for tenant in ("a", "b"):
+        router.release(router.choose(SYSTEM_A, tenant=tenant).replica)
+    held = [r["remembered_bytes"] for r in router.stats()["replicas"]]
+    assert sum(held) == 2 * (len(SYSTEM_A) + 1)
+    for replica in (0, 1):
+        router.mark_down(replica, 60)
+    assert [r["remembered_bytes"] for r in router.stats()["replicas"]] == [0, 0]
 
 
 def test_round_robin_exclusion_and_down_replicas() -> None:
@@ -209,6 +223,32 @@ def test_replicas_through_the_api(
         metrics = gw.http.get("/metrics").text
         assert "# TYPE cachegate_backend_routing_routed_prefix_total counter" in metrics
         assert 'cachegate_backend_routing_routed_prefix_total{model="fake-model"}' in metrics
+    finally:
+        gw.stop()
+        second.stop()
+
+
+def test_one_tenants_prompts_do_not_draw_anothers_requests(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    second = ThreadedServer(FakeUpstream()).start()
+    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1"]
+    keys = "auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}\nadmin: {api_key: adm}"
+    gw = replicated(tmp_path, urls, top=keys)
+    try:
+        body = {"model": "fake-model", "messages": [SUPPORT, {"role": "user", "content": "hi"}]}
+        for key in ("key-a", "key-a", "key-b", "key-b"):
+            headers = {"authorization": f"Bearer {key}"}
+            assert (
+                gw.http.post("/v1/chat/completions", json=body, headers=headers).status_code == 200
+            )
+        # was {"prefix": 3, "least_loaded": 1}: b's first request followed a's prefix, to a
+        # replica (a cachegate worker) that keeps a's KV from b
+        assert routing_stats(gw, "adm")["routed"] == {
+            "prefix": 2, "least_loaded": 2, "round_robin": 0, "pinned": 0
+        }  # fmt: skip
+        remembered = [r["remembered_bytes"] for r in routing_stats(gw, "adm")["replicas"]]
+        assert sum(remembered) == 2 * (len(prompt_text(body)) + 1)  # one tree per tenant
     finally:
         gw.stop()
         second.stop()
