@@ -33,6 +33,7 @@ from .errors import APIError, sse_error
 from .ledger import usage_of
 from .pipeline import Pipeline, Save, Watch
 from .requests import embedding_inputs, parse_request
+from .tracing import tier
 
 __all__ = ["EMBEDDINGS", "embed"]
 
@@ -93,7 +94,8 @@ async def embed(
         headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
         if missing and not request.control.no_store:
             fresh = [(batch.keys[i], batch.found[i]) for i in batch.asked]
-            await _bounded(pipeline.store(request, Save(k, None), a) for k, a in fresh)
+            with tier("cache.store"):
+                await _bounded(pipeline.store(request, Save(k, None), a) for k, a in fresh)
     data = [
         {"object": "embedding", "index": i, "embedding": batch.found[i]["embedding"]}
         for i in range(len(inputs))
@@ -134,11 +136,15 @@ async def _look_up(
     ]
     batch.state = "refresh" if control.no_cache else "miss"
     if not control.no_cache:
-        looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
-        for i, hit in enumerate(looked):
-            if hit.entry is not None:
-                batch.found[i] = hit.entry.response
-                batch.age = max(batch.age, hit.age or 0.0)
+        with tier("cache.lookup") as span:
+            looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
+            for i, hit in enumerate(looked):
+                if hit.entry is not None:
+                    batch.found[i] = hit.entry.response
+                    batch.age = max(batch.age, hit.age or 0.0)
+            if span is not None:  # (exact: every input found, as x-cache says)
+                found = "exact" if len(batch.found) == len(inputs) else "miss"
+                span.set_attribute("cachegate.cache", found)
     return batch
 
 
@@ -161,8 +167,9 @@ async def _ask(
     if len(asked) < len(inputs):  # only what the cache lacks
         body = {**body, "input": [inputs[i] for i in asked]}
     try:
-        pending = backend.complete(dataclasses.replace(request, body=body), auth)
-        answer: Answer = await (watch(pending) if watch else pending)
+        with tier("model", **{"gen_ai.request.model": request.model}):
+            pending = backend.complete(dataclasses.replace(request, body=body), auth)
+            answer: Answer = await (watch(pending) if watch else pending)
     except APIError as exc:
         if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
             _renumber(exc, asked)

@@ -197,7 +197,8 @@ class Pipeline:
 
         async def work() -> None:
             try:
-                await self.store(request, save, answer)
+                with tier("cache.store"):
+                    await self.store(request, save, answer)
             finally:
                 if flight is not None:
                     flight.land()
@@ -240,20 +241,20 @@ class Pipeline:
         return len(pending)
 
     async def store(self, request: GatewayRequest, save: Save, answer: dict[str, Any]) -> None:
-        """Store a complete answer; a failing cache write is logged, never lost to the client."""
+        """Store a complete answer; a failing cache write is logged, never lost to the client.
+        (Its ``cache.store`` span is the caller's: one for all the inputs of an embeddings batch.)"""
         assert self.cache is not None
         try:
-            with tier("cache.store"):
-                await self.cache.store(
-                    save.key,
-                    answer,
-                    model=request.model,
-                    tenant=request.tenant,
-                    namespace=request.control.namespace,
-                    ttl=request.control.ttl,
-                    vector=save.vector,
-                    overloaded=save.overloaded,
-                )
+            await self.cache.store(
+                save.key,
+                answer,
+                model=request.model,
+                tenant=request.tenant,
+                namespace=request.control.namespace,
+                ttl=request.control.ttl,
+                vector=save.vector,
+                overloaded=save.overloaded,
+            )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
 

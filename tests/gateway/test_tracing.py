@@ -59,6 +59,31 @@ def test_a_span_per_request_and_per_tier(make_gateway: Any, upstream: FakeUpstre
     assert names.count("chat fake-model") == 3 and "chat missing" in names
 
 
+def test_an_embeddings_batch_has_one_span_per_tier(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Its inputs are looked up, asked for and stored together: one span each, not one per
+    input (and the upstream call is a span, as a chat request's is)."""
+    gw = make_gateway()
+    exporter = traced(gw)
+
+    def embed(inputs: list[str]) -> None:
+        body = {"model": "fake-model", "input": inputs}
+        assert gw.http.post("/v1/embeddings", json=body).status_code == 200
+
+    embed(["a", "b", "c"])
+    embed(["c", "a"])
+    spans = [s.name for s in exporter.get_finished_spans()]
+    assert sorted(spans) == sorted(["embeddings fake-model", "cache.lookup", "model",
+                                    "cache.store", "embeddings fake-model", "cache.lookup"])  # fmt: skip
+    miss, hit = sorted(by_trace(exporter).values(), key=lambda t: len(t), reverse=True)
+    for child in ("cache.lookup", "model", "cache.store"):
+        assert miss[child].parent.span_id == miss["embeddings fake-model"].context.span_id
+    assert miss["cache.lookup"].attributes["cachegate.cache"] == "miss"
+    assert miss["model"].attributes["gen_ai.request.model"] == "fake-model"
+    assert hit["cache.lookup"].attributes["cachegate.cache"] == "exact"
+
+
 class _Collector(http.server.BaseHTTPRequestHandler):
     received: ClassVar[list[bytes]] = []
 
