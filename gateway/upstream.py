@@ -123,8 +123,9 @@ class UpstreamBackend:
         response = await self._send(request, stream=False, auth=auth)
         body = await read_object(self.name, response)
         # an error sent with status 200 (a Response object always has "error", null or the
-        # reason it failed: that is an answer, passed on)
-        if "error" in body and "choices" not in body and body.get("object") != "response":
+        # reason it failed: that is an answer, passed on; other servers may send a null one)
+        failed = body.get("error") is not None and "choices" not in body
+        if failed and body.get("object") != "response":
             error = body["error"]
             detail = error.get("message") if isinstance(error, dict) else error
             raise _failure(

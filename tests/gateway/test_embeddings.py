@@ -83,6 +83,11 @@ def test_repeats_mixes_errors_and_the_hit_shape(make_gateway: Any, upstream: Fak
     body = {"model": "fake-model", "input": ["p", "q"], "fake": raw}
     assert gw.http.post("/v1/embeddings", json=body).status_code == 502
     assert gw.http.post("/v1/embeddings", json=body).status_code == 502  # nothing was stored
+    # a server that says "error": null beside its data answered (was: a 502 "failed: None")
+    fine = {**twice, "data": twice["data"][:2], "error": None}
+    body = {"model": "fake-model", "input": ["p", "q"], "fake": {"raw": {"body": json.dumps(fine)}}}
+    answered = gw.http.post("/v1/embeddings", json=body)
+    assert answered.status_code == 200 and answered.json()["data"][1]["embedding"] == [1.5]
 
 
 def test_large_batches_on_redis_are_cached_whole(
