@@ -83,3 +83,35 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
 def _audited(gw: Any, auth: dict[str, str]) -> int:
     stats = gw.http.get("/admin/stats", headers=auth).json()
     return sum(row["audits"] for row in stats["cache"]["audit"]["estimates"])
+
+
+#: The vertices of a tier's line in the tier chart: True where it is at 0 (the x axis).
+AT_ZERO = """(() => {
+  const svg = document.getElementById('chart-tiers'), zero = svg.viewBox.baseVal.height - 20;
+  const d = svg.querySelector('path[stroke="%s"]').getAttribute('d');
+  return d.slice(1).split('L').map(v => Math.abs(+v.split(',')[1] - zero) < 0.5);
+})()"""
+
+
+def test_dashboard_draws_a_quiet_time_as_zero(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Intervals without an answer have no point in the history: the tier chart drops to 0
+    there, instead of drawing a line across the quiet time as if the traffic had gone on."""
+    gw = make_gateway("admin: {history_interval: 1}")
+    for i in range(3):
+        assert gw.chat(f"before the pause {i}").headers["x-cache"] == "miss"
+    time.sleep(3.5)  # (nothing reads the history meanwhile: no point for these intervals)
+    for i in range(3):
+        assert gw.chat(f"after the pause {i}").headers["x-cache"] == "miss"
+
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#chart-tiers path') !== null")
+        at_zero = page.evaluate(AT_ZERO % "#f59e0b")  # the misses' line
+        busy = [i for i, zero in enumerate(at_zero) if not zero]
+        assert any(at_zero[busy[0] : busy[-1]]), at_zero
+        # the latency chart shares the tier chart's time axis (its right end: now)
+        axis = "[...document.querySelectorAll('#%s text')].slice(-3).map(t => t.textContent)"
+        assert page.evaluate(axis % "chart-latency") == page.evaluate(axis % "chart-tiers")
+        assert page.errors == []
