@@ -115,3 +115,18 @@ def test_dashboard_draws_a_quiet_time_as_zero(
         axis = "[...document.querySelectorAll('#%s text')].slice(-3).map(t => t.textContent)"
         assert page.evaluate(axis % "chart-latency") == page.evaluate(axis % "chart-tiers")
         assert page.errors == []
+
+
+def test_dashboard_with_the_cache_off(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """No response cache: its panel says so rather than counting 0 lookups and 0 stores."""
+    gw = make_gateway("cache: {enabled: false}")
+    assert gw.chat("hello").headers["x-cache"] == "bypass"
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.getElementById('ledger').innerText.includes('fake-model')")
+        assert page.evaluate("document.getElementById('cache').innerText") == "response cache off"
+        cards = page.evaluate("document.getElementById('cards').innerText")
+        assert "off\ncached answers" in cards and "0.0 %\nhit rate" in cards
+        assert page.errors == []
