@@ -50,9 +50,9 @@ class Answer:
     tier: Tier
     model: str
     namespace: str
-    latency: float  # seconds to the body (streams: to the first event)
-    ttft: float | None = None  # streams: seconds to the first token event
-    status: int = 200
+    latency: float  # seconds to the complete answer (streams: to their end)
+    ttft: float | None = None  # streams: seconds to the first event
+    status: int = 200  # 400 and above: an error (``errors``); 4xx are left out of the latency
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +121,11 @@ class History:
         point.by_namespace[(namespace, answer.tier)] += 1
         if answer.status >= 400:
             point.errors += 1
+        if 400 <= answer.status < 500:
+            # NOTE: a request refused at once (a wrong key, an unknown model) is no miss: it
+            # would pull the misses' latency down to a fraction of a millisecond. (A 5xx stays:
+            # its client waited that long on a model call.)
+            return
         series = "hit" if answer.tier in _HITS else "miss"
         _observe(point.latency, series, answer.latency)
         if answer.ttft is not None:

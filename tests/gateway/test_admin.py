@@ -248,6 +248,23 @@ def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstr
     assert later["points"] == []
 
 
+def test_history_latency_leaves_errors_out(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """Requests refused in a fraction of a millisecond (a wrong key, an unknown model, a
+    malformed body) are errors, counted apart: they never pull the misses' latency down."""
+    gw = make_gateway(TENANTS + "admin: {api_key: adm}\n")
+    for i in range(3):
+        miss = gw.chat(f"slow {i}", fake={"delay": 0.2}, headers=bearer("key-a"))
+        assert miss.headers["x-cache"] == "miss"
+    for _ in range(4):
+        assert gw.chat("no key").status_code == 401
+        assert gw.chat("x", model="missing", headers=bearer("key-a")).status_code == 404
+    history = gw.http.get("/admin/history", headers=bearer("adm")).json()
+    misses = [p["latency"]["miss"] for p in history["points"] if "miss" in p["latency"]]
+    assert sum(m["count"] for m in misses) == 3
+    assert all(m["p50"] >= 0.2 for m in misses)
+    assert sum(p["errors"] for p in history["points"]) == 8
+
+
 def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("prices: {fake-model: {input: 2.0, cached_input: 0.5, output: 8.0}}")
     usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
