@@ -130,3 +130,19 @@ def test_dashboard_with_the_cache_off(
         cards = page.evaluate("document.getElementById('cards').innerText")
         assert "off\ncached answers" in cards and "0.0 %\nhit rate" in cards
         assert page.errors == []
+
+
+def test_dashboard_time_labels_fit_their_chart(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The time axis' last label (now) is drawn whole, not cut at the chart's right edge."""
+    gw = make_gateway()
+    gw.chat("hello")
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#chart-tiers path') !== null")
+        overflow = """[...document.querySelectorAll('svg.chart')].flatMap(svg => [...svg.querySelectorAll('text')]
+          .map(t => t.getBBox()).filter(b => b.x < 0 || b.x + b.width > svg.viewBox.baseVal.width)
+          .map(b => [svg.id, b.x, b.width]))"""
+        assert page.evaluate(overflow) == []
+        assert page.errors == []
