@@ -111,6 +111,9 @@ def test_dashboard_draws_a_quiet_time_as_zero(
         at_zero = page.evaluate(AT_ZERO % "#f59e0b")  # the misses' line
         busy = [i for i, zero in enumerate(at_zero) if not zero]
         assert any(at_zero[busy[0] : busy[-1]]), at_zero
+        # the misses' latency: a line for each burst, none across the pause
+        p50 = "#chart-latency path[stroke='#f59e0b'][stroke-dasharray='']"
+        assert page.evaluate(f"document.querySelector(\"{p50}\").getAttribute('d')").count("M") == 2
         # the latency chart shares the tier chart's time axis (its right end: now)
         axis = "[...document.querySelectorAll('#%s text')].slice(-3).map(t => t.textContent)"
         assert page.evaluate(axis % "chart-latency") == page.evaluate(axis % "chart-tiers")
