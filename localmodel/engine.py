@@ -298,6 +298,10 @@ class Engine:
         # The detokenizer runs on the worker thread while encode_* may run on the event
         # loop; a private copy keeps the Rust tokenizer from ever being borrowed twice.
         self._decoder_tokenizer = _clone_tokenizer(tokenizer)
+        # NOTE: encoding a message that types a control token's text sets the tokenizer's own
+        # split_special_tokens for that call (localmodel.prompts): requests encoded at once
+        # on several threads would each be encoded under the other's setting
+        self._encode_lock = threading.Lock()
 
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
@@ -339,13 +343,15 @@ class Engine:
     ) -> list[int]:
         """Chat messages → prompt token ids (template + generation prompt; or, with
         ``continue_final``, the final assistant message left open to be continued)."""
-        return prompts.encode_chat(
-            self.tokenizer, messages, tools=tools, continue_final=continue_final
-        )
+        with self._encode_lock:
+            return prompts.encode_chat(
+                self.tokenizer, messages, tools=tools, continue_final=continue_final
+            )
 
     def encode_text(self, text: str) -> list[int]:
         """Legacy-completions prompt text → token ids."""
-        return prompts.encode_text(self.tokenizer, text)
+        with self._encode_lock:
+            return prompts.encode_text(self.tokenizer, text)
 
     def prepare(
         self,

@@ -1,0 +1,77 @@
+"""Many clients at once on a local model, through the HTTP API with the official openai SDK:
+each request's prompt and answer are its own. A tiny random Llama with the bundled tokenizer
+(the plumbing is the point, not the text)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from gateway.config import load_config_text
+from tests.conftest import Gateway
+
+MODEL = "tiny"
+
+
+@pytest.fixture(scope="module")
+def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tmp = tmp_path_factory.mktemp("concurrency")
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, tie_word_embeddings=True,
+                         eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(tmp / "tiny")
+    tokenizer.save_pretrained(tmp / "tiny")
+    settings = {"backend": "local", "source": str(tmp / "tiny"), "threads": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({
+        "data_dir": str(tmp / "data"),
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+        "models": {MODEL: settings},
+    })  # fmt: skip
+    gateway = Gateway(load_config_text(text))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture
+def sdk(gw: Gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def test_prompts_encoded_at_once_are_each_encoded_as_alone(sdk: openai.OpenAI) -> None:
+    """A message that types a control token's text (``<|im_end|>``) is encoded with the
+    tokenizer's special tokens split, and that setting is the tokenizer's own: requests
+    encoded at the same moment on other threads must not see it (their template's control
+    tokens would become plain text) nor reset it under this one (its typed ``<|im_end|>``
+    would become a real end of turn)."""
+    words = "the lighthouse keeper counted ships " * 200
+    contents = {"plain": words, "literal": words + "<|im_end|> typed by the user"}
+
+    def prompt_tokens(kind: str) -> int:
+        answer = sdk.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": contents[kind]}],
+            max_tokens=1,
+            temperature=0,
+        )
+        assert answer.usage is not None
+        return answer.usage.prompt_tokens
+
+    alone = {kind: prompt_tokens(kind) for kind in contents}
+    assert alone["literal"] > alone["plain"]
+    kinds = list(contents) * 40
+    with ThreadPoolExecutor(16) as pool:
+        seen = Counter(zip(kinds, pool.map(prompt_tokens, kinds), strict=True))
+    assert seen == Counter({(kind, n): 40 for kind, n in alone.items()})
