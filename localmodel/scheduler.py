@@ -17,7 +17,8 @@ request waits for another's whole generation and none starves. Cancellation (``r
 is seen by the scheduler before the request's next piece is fed: it answers the piece with
 None instead of logits, and the coroutine finishes ``"cancelled"`` with what it has (a prompt
 cut part-way keeps the KV computed so far in the prefix tree; a preempted request is not fed
-again). Its KV pages are freed at that step. A request's sampling parameters, stop strings, ``n`` and
+again). Its KV pages are freed at that step. A request still waiting for a slot leaves the
+queue at the next step, wherever it waits (so ``pending`` counts it no more). A request's sampling parameters, stop strings, ``n`` and
 seed are its own (each coroutine holds its own RNG), so a request's tokens do not depend on
 what it is batched with.
 
@@ -141,16 +142,9 @@ class Scheduler:
     # ── helpers ───────────────────────────────────────────────────────────────────────
 
     def _admit(self) -> None:
+        self._drop_cancelled()
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
-            if seq.request.cancel.is_set():  # the client left while the request waited
-                self.waiting.popleft()
-                if seq.steps is not None:  # preempted: it finishes "cancelled", fed nothing
-                    full = self._full  # (it holds no page: its end frees none)
-                    self.running.append(seq)
-                    self._advance(seq, None)
-                    self._full = full
-                continue
             if self.running and (self._full or not self._fits(seq)):
                 return  # the pool is busy with running requests: wait for them to finish
             self.waiting.popleft()
@@ -166,6 +160,24 @@ class Scheduler:
                 except Exception as exc:  # e.g. no page to copy a foreign span into
                     logger.exception("localmodel: a preempted request could not resume")
                     self._fail(seq, exc)
+
+    def _drop_cancelled(self) -> None:
+        """Take every waiting request whose client left out of the queue, wherever it waits
+        (not only once a slot frees: until then it would count as pending). One never
+        admitted is dropped (nobody listens); a preempted one finishes "cancelled", fed
+        nothing. A request cancelled after this is admitted and ends at the next step."""
+        if not any(seq.request.cancel.is_set() for seq in self.waiting):
+            return
+        waiting: deque[_Sequence] = deque()
+        for seq in self.waiting:
+            if not seq.request.cancel.is_set():
+                waiting.append(seq)
+            elif seq.steps is not None:  # preempted
+                full = self._full  # (it holds no page: its end frees none)
+                self.running.append(seq)
+                self._advance(seq, None)
+                self._full = full
+        self.waiting = waiting
 
     def _fits(self, seq: _Sequence) -> bool:
         """Whether the pool (if any) has room for ``seq``'s tokens, counting cached pages,

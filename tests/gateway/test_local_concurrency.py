@@ -8,15 +8,17 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 import yaml
 
 from gateway.config import load_config_text
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 
 MODEL = "tiny"
+ONE = "tiny-one-at-a-time"  # the same model with max_batch: 1
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     text = yaml.safe_dump({
         "data_dir": str(tmp / "data"),
         "cache": {"enabled": False, "semantic": {"enabled": False}},
-        "models": {MODEL: settings},
+        "models": {MODEL: settings, ONE: {**settings, "max_batch": 1}},
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
     yield gateway
@@ -75,3 +77,34 @@ def test_prompts_encoded_at_once_are_each_encoded_as_alone(sdk: openai.OpenAI) -
     with ThreadPoolExecutor(16) as pool:
         seen = Counter(zip(kinds, pool.map(prompt_tokens, kinds), strict=True))
     assert seen == Counter({(kind, n): 40 for kind, n in alone.items()})
+
+
+def backend_stats(gw: Gateway, model: str) -> dict[str, Any]:
+    return dict(gw.http.get("/admin/stats").json()["backends"][model])
+
+
+def test_requests_whose_clients_left_the_queue_stop_counting_as_pending(
+    gw: Gateway, sdk: openai.OpenAI
+) -> None:
+    """With every batch slot taken, requests wait; a client that gives up waiting is gone
+    from ``pending`` at once, not only when a slot frees (``cachegate_backend_pending``)."""
+    running = sdk.completions.create(
+        model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+    )
+    next(iter(running))  # it decodes: the one slot is taken
+    impatient = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0,
+                              timeout=0.25)  # fmt: skip
+    for i in range(3):
+        with pytest.raises(openai.APITimeoutError):
+            impatient.completions.create(model=ONE, prompt=f"waiting {i}", max_tokens=4)
+    wait_for(lambda: backend_stats(gw, ONE)["pending"] == 1, timeout=3)
+    running.close()
+    wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
+    answer = sdk.completions.create(model=ONE, prompt="next", max_tokens=3, temperature=0)
+    assert answer.choices[0].finish_reason == "length"
+
+    def no_page_held_by_a_request() -> bool:  # (the answer may arrive just before its release)
+        pool = backend_stats(gw, ONE)["kv_pool"]
+        return bool(pool["used"] == pool["cached"])
+
+    wait_for(no_page_held_by_a_request, timeout=3)
