@@ -3,8 +3,9 @@
 ``MessagesBridge`` is the Messages adapter's chat bridge (gateway.canonical.Bridge), the same
 mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
-``tool`` messages, ``stop_sequences`` → ``stop``) and renders the chat answer back as a Messages
-answer, JSON or SSE. Plain string turns stay strings, so the local model's chat template
+``tool`` messages, ``stop_sequences`` → ``stop``, ``tool_choice``'s ``disable_parallel_tool_use``
+→ ``parallel_tool_calls: false``) and renders the chat answer back as a Messages answer, JSON
+or SSE. Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
 reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
@@ -124,8 +125,12 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["stop"] = list(body["stop_sequences"])
     if body.get("tools"):
         chat["tools"] = [_tool(t) for t in body["tools"]]
-    if body.get("tool_choice") is not None:
-        chat["tool_choice"] = _tool_choice(body["tool_choice"])
+    choice = body.get("tool_choice")
+    if choice is not None:
+        chat["tool_choice"] = _tool_choice(choice)
+        # (OpenAI refuses parallel_tool_calls in a request without tools)
+        if choice.get("disable_parallel_tool_use") and chat.get("tools"):
+            chat["parallel_tool_calls"] = False
     return chat
 
 

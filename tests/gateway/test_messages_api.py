@@ -322,6 +322,23 @@ def test_bridged_answers_say_why_they_stopped(
         assert cut.parse().stop_reason == "max_tokens" and cut.parse().content[-1].input == {}
 
 
+def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """``tool_choice.disable_parallel_tool_use`` asks for at most one tool call: a chat
+    upstream is asked the same with ``parallel_tool_calls: false`` (not left to call several)."""
+    tool = {"name": "weather", "description": "Weather in a city",
+            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+    for kind in ("auto", "any"):
+        choice = {"type": kind, "disable_parallel_tool_use": True}
+        ask(client, f"Weather in Paris and Rome ({kind})?", model="gpt", tools=[tool],
+            tool_choice=choice)  # fmt: skip
+        assert upstream.last_body["parallel_tool_calls"] is False, kind
+    ask(client, "Weather in Oslo and Rome?", model="gpt", tools=[tool],
+        tool_choice={"type": "auto"})  # fmt: skip
+    assert "parallel_tool_calls" not in upstream.last_body  # the upstream's default
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
