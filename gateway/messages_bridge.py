@@ -50,6 +50,8 @@ _CARRIED = frozenset({
     "model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p",
     "top_k", "stream", "tools", "tool_choice", "metadata", "service_tier",
 })  # fmt: skip
+#: Other fields with the value that asks for what a chat model does anyway: accepted, not sent.
+_DEFAULTS = {"thinking": {"type": "disabled"}}
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -109,7 +111,7 @@ async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | No
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The Chat Completions body asking what the Messages ``body`` asks."""
     for field, value in body.items():
-        if field not in _CARRIED and value is not None:
+        if field not in _CARRIED and value is not None and value != _DEFAULTS.get(field):
             raise _unsupported(field)
     chat: dict[str, Any] = {"model": body["model"]}
     if body.get("max_tokens") is not None:  # (count_tokens requests have none)

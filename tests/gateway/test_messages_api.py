@@ -339,6 +339,21 @@ def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
     assert "parallel_tool_calls" not in upstream.last_body  # the upstream's default
 
 
+def test_thinking_disabled_is_no_request_for_thinking_through_the_bridge(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """``thinking: {"type": "disabled"}`` asks for the default: a chat upstream answers it (it
+    is not forwarded); thinking enabled is still a 400, as any field a chat model cannot honour."""
+    plain = ask(client, "Think?", model="gpt", thinking={"type": "disabled"})
+    assert plain.parse().stop_reason == "end_turn"
+    assert "thinking" not in upstream.last_body and upstream.stats["chat"] == 1
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        ask(client, "Think?", model="gpt", max_tokens=2048,
+            thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
+    assert "thinking" in refused.value.message
+    assert upstream.stats["chat"] == 1
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
