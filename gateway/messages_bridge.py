@@ -112,7 +112,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The Chat Completions body asking what the Messages ``body`` asks."""
     for field, value in body.items():
         if field not in _CARRIED and value is not None and value != _DEFAULTS.get(field):
-            raise _unsupported(field)
+            raise _unsupported(f"'{field}'")
     chat: dict[str, Any] = {"model": body["model"]}
     if body.get("max_tokens") is not None:  # (count_tokens requests have none)
         chat["max_tokens"] = body["max_tokens"]
@@ -318,7 +318,7 @@ def _turn(message: dict[str, Any]) -> list[dict[str, Any]]:
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
                             "content": _result_text(block.get("content"))})  # fmt: skip
         elif kind not in ("thinking", "redacted_thinking"):  # earlier thinking is not re-read
-            raise _unsupported(f"content blocks of type '{kind}'", "are")
+            raise _unsupported(f"Content blocks of type '{kind}'", "are")
     turn: list[dict[str, Any]] = list(results)
     if texts or calls or not results:
         chat: dict[str, Any] = {"role": role, "content": "\n".join(texts) if texts else None}
@@ -334,14 +334,14 @@ def _result_text(content: Any) -> str:
     if isinstance(content, list):
         for block in content:
             if block.get("type") != "text":
-                raise _unsupported("tool results other than text", "are")
+                raise _unsupported("Tool results other than text", "are")
         return "\n".join(b.get("text", "") for b in content)
     return content or ""
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     if tool.get("type") not in (None, "custom"):
-        raise _unsupported(f"server tools ('{tool.get('type')}')", "are")
+        raise _unsupported(f"Server tools ('{tool.get('type')}')", "are")
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("description"):
         function["description"] = tool["description"]
@@ -397,5 +397,5 @@ def _error_message(chunk: dict[str, Any] | None) -> str:
 
 def _unsupported(what: str, verb: str = "is") -> APIError:
     return APIError(
-        400, f"'{what}' {verb} not supported by this model.", type="invalid_request_error"
+        400, f"{what} {verb} not supported by this model.", type="invalid_request_error"
     )

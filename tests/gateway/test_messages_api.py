@@ -354,6 +354,20 @@ def test_thinking_disabled_is_no_request_for_thinking_through_the_bridge(
     assert upstream.stats["chat"] == 1
 
 
+def test_what_a_bridged_model_cannot_read_is_named_in_a_plain_400(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    image = {"type": "image",
+             "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}  # fmt: skip
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        ask(client, "", model="gpt",
+            messages=[{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}])  # fmt: skip
+    assert refused.value.body == {"type": "error", "error": {
+        "type": "invalid_request_error",
+        "message": "Content blocks of type 'image' are not supported by this model."}}  # fmt: skip
+    assert upstream.stats["chat"] == 0
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
