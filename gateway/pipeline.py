@@ -509,13 +509,15 @@ class _Relay:
         return partial_usage(reported, self._stream.counted(), fold.streamed())
 
     def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
-        """Start the complete answer's cache write (the last event does not wait for it)."""
+        """Start the complete answer's cache write (the last event does not wait for it); an
+        answer the stream ended with reached its client, complete or not (``delivered``: a
+        Response cut at ``max_output_tokens`` is kept for ``previous_response_id`` too)."""
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
         result = fold.result()
-        if result is None or not self._adapter.complete(self._request, result):
+        if result is None:
             return
-        if self._save is not None:
+        if self._save is not None and self._adapter.complete(self._request, result):
             self._pipeline.store_soon(self._request, self._save, result, self._flight)
             self._flight = None  # it lands once the answer is stored
         self._adapter.delivered(self._request, result, upstream=self._native)

@@ -343,7 +343,8 @@ class ResponsesAdapter:
 
 
 class ResponsesFold:
-    """A Responses stream's answer is the ``response`` of its ``response.completed`` event;
+    """A Responses stream's answer is the ``response`` of its last event (``completed``,
+    ``incomplete`` or ``failed``: only a completed one is cached, see ``complete``);
     ``claim`` is told the response's id at its first event that carries one."""
 
     def __init__(self, claim: Callable[[str], None] | None = None) -> None:
@@ -367,8 +368,7 @@ class ResponsesFold:
         return True
 
     def result(self) -> dict[str, Any] | None:
-        final = self._final
-        return final if final is not None and final.get("status") == "completed" else None
+        return self._final
 
     def usage(self) -> dict[str, Any] | None:
         return self._final.get("usage") if self._final is not None else None

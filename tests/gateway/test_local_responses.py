@@ -118,3 +118,21 @@ def test_unset_sampling_echoes_what_the_model_applied(gw: Gateway) -> None:
         events = list(raw.parse())
     assert (events[0].response.temperature, events[0].response.top_p) == (0.2, 0.5)
     assert (events[-1].response.temperature, events[-1].response.top_p) == (0.2, 0.5)
+
+
+def test_a_streamed_response_cut_short_can_be_retrieved_and_continued(gw: Gateway) -> None:
+    """An ``incomplete`` Response is kept as OpenAI keeps it, streamed or not: the client can
+    fetch it and continue after it (it was neither, streamed: 404 and 400 not found)."""
+    c = sdk(gw)
+    body: dict[str, Any] = {"model": MODEL, "input": "Write a long story about a mill.",
+                            "temperature": 0, "max_output_tokens": 3}  # fmt: skip
+    for streamed in (False, True):
+        if streamed:
+            with c.responses.with_streaming_response.create(stream=True, **body) as raw:
+                cut = list(raw.parse())[-1].response
+        else:
+            cut = c.responses.create(**body)
+        assert cut.status == "incomplete"
+        assert c.responses.retrieve(cut.id).output_text == cut.output_text
+        then = c.responses.create(**{**body, "input": "Go on."}, previous_response_id=cut.id)
+        assert then.previous_response_id == cut.id and then.output_text
