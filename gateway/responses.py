@@ -15,7 +15,7 @@ each event with its ``sequence_number``. Upstreams that speak the API get the bo
 ``previous_response_id``: when this gateway stored that response (for the same owner), the
 conversation it stands for is resolved here — the cache key sees that conversation, never the
 id — and an upstream that does not know the id (the gateway answered it from the cache or the
-local model) gets the conversation inlined as ``input``. An id the gateway does not hold is
+local model, or another model's upstream did) gets the conversation inlined as ``input``. An id the gateway does not hold is
 forwarded upstream as is, and the request is cached under an exact key that includes the id
 (the conversation then starts with a reference turn to it, so a follow-up on a cached answer
 of that chain still continues it upstream) — unless the id is another owner's: one an
@@ -162,6 +162,8 @@ class ResponsesAdapter:
         An id this gateway does not hold becomes a reference turn, ``{"type":
         "previous_response", "id": ...}``, at the conversation's start: the key includes it
         (exact only), and a follow-up on this answer still continues that upstream chain.
+        An id an upstream made is forwarded only to the model that made it: a follow-up on
+        another model (another upstream, perhaps) gets the conversation inlined.
         """
         if previous_id is None:
             return items, 0, body
@@ -173,7 +175,9 @@ class ResponsesAdapter:
         if previous is None:  # not ours: the upstream may hold it
             return [{"type": _REFERENCE, "id": previous_id}, *items], 1, body
         turns = [*previous.conversation, *items]
-        if not previous.upstream:  # the upstream never saw this id: send the conversation
+        # the upstream never saw this id (or another model's upstream made it, which this
+        # model's may not know): send the conversation
+        if not previous.upstream or previous.model != body["model"]:
             body = {k: v for k, v in body.items() if k != "previous_response_id"}
             if turns[0].get("type") == _REFERENCE:  # ... after the upstream chain it continues
                 body["previous_response_id"] = turns[0]["id"]

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
 from gateway.stored import ResponseStore
 from tests.conftest import Gateway
@@ -198,6 +199,32 @@ def test_an_id_the_gateway_does_not_hold_is_forwarded_as_an_exact_key(
     with pytest.raises(openai.BadRequestError):  # another unknown id: the upstream's 400
         create(c, input="What did I ask you to remember?", previous_response_id="resp_1x")
     assert upstream.stats["responses"] == 5  # two unknown ids, the direct one, two misses
+
+
+def test_a_follow_up_on_another_upstream_model_gets_the_conversation(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """OpenAI lets a follow-up change the model; the other model's upstream never saw the id
+    (it was forwarded there: 400 previous_response_not_found), so it gets the conversation."""
+    other = ThreadedServer(FakeUpstream()).start()
+    other.app._serial = 1000  # (its ids are not the first upstream's: real ones are random)
+    try:
+        models = {"other-model": {"backend": "openai", "base_url": f"{other.url}/v1",
+                                  "api_key": "sk-other"}}  # fmt: skip
+        c = sdk(make_gateway(yaml.safe_dump({"models": models})))
+        first, _ = create(c, input="My name is Ann.")
+        then = c.responses.create(model="other-model", input="What is my name?",
+                                  previous_response_id=first.id)  # fmt: skip
+        assert "turns=3" in then.output_text
+        sent = other.app.last_body
+        assert "previous_response_id" not in sent
+        assert [i.get("role") for i in sent["input"]] == ["user", "assistant", "user"]
+        # the model that made it still gets the id, as sent
+        again, _ = create(c, input="And my surname?", previous_response_id=first.id)
+        assert "turns=3" in again.output_text
+        assert upstream.last_body["previous_response_id"] == first.id
+    finally:
+        other.stop()
 
 
 def test_a_follow_up_on_a_hit_sends_the_upstream_no_id_it_never_stored(
