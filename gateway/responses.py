@@ -146,7 +146,7 @@ class ResponsesAdapter:
         previous_id = parsed.previous_response_id
         turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
         return dataclasses.replace(
-            request, body=body, owner=owner, turns=tuple(turns), earlier=earlier,
+            request, body=_forwardable(body), owner=owner, turns=tuple(turns), earlier=earlier,
             previous=previous_id,
         )  # fmt: skip
 
@@ -768,6 +768,29 @@ def _sendable(item: dict[str, Any]) -> bool:
     return kind != _REFERENCE and (kind != "reasoning" or bool(item.get("encrypted_content")))
 
 
+def _forwardable(body: dict[str, Any]) -> dict[str, Any]:
+    """The body with its input items as an upstream can take them: the ids this gateway gave
+    them (a client sends back the output of a cache hit or of the local model) left out, as
+    the upstream answers an item id it did not store with a 400; a reasoning item of ours
+    without its ``encrypted_content`` cannot be sent at all."""
+    items = body.get("input")
+    if not isinstance(items, list) or not any(map(_with_our_id, items)):
+        return body
+    sent = []
+    for item in items:
+        if not _with_our_id(item):
+            sent.append(item)
+        elif _sendable(item):
+            sent.append(_inline(item))
+    return {**body, "input": sent}
+
+
+def _with_our_id(item: dict[str, Any]) -> bool:
+    """An item sent in full (not a reference) with an id this gateway made."""
+    kind = item.get("type", "message" if "role" in item else _ITEM_REFERENCE)
+    return kind != _ITEM_REFERENCE and _ours(item.get("id"))
+
+
 def _inline(item: dict[str, Any]) -> dict[str, Any]:
     """An item sent in full, without the id this gateway gave it (the upstream answers an
     input item id it did not store with a 400); an item reference keeps its id."""
@@ -790,7 +813,22 @@ _ID_PREFIXES = {"message": "msg", "function_call": "fc", "reasoning": "rs",
 
 
 def _new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(24)}"
+    """An id as OpenAI's look (48 hex digits), its last 8 a digest of the others: an id this
+    gateway made is told from an upstream's without remembering it (``_ours``)."""
+    random = secrets.token_hex(20)
+    return f"{prefix}_{random}{_tag(random)}"
+
+
+def _ours(item_id: Any) -> bool:
+    """Whether this gateway made ``item_id`` (one in 2**32 upstream ids passes for one)."""
+    if not isinstance(item_id, str) or len(item_id) < 49 or item_id[-49] != "_":
+        return False
+    random, tag = item_id[-48:-8], item_id[-8:]
+    return secrets.compare_digest(tag, _tag(random))
+
+
+def _tag(random: str) -> str:
+    return hashlib.blake2b(random.encode(), digest_size=4, person=b"cachegate-id").hexdigest()
 
 
 def _not_found(response_id: str | None) -> APIError:

@@ -248,6 +248,33 @@ def test_a_follow_up_on_a_hit_sends_the_upstream_no_id_it_never_stored(
     assert all("id" not in i for i in sent)
 
 
+def test_the_output_of_a_hit_sent_back_as_input_reaches_the_upstream_without_our_ids(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The function-calling loop of OpenAI's guide keeps the history itself (``input +=
+    response.output``). After a hit, that output has ids only the gateway made, which the
+    upstream answered with a 400 (an item id it did not store); its own ids stay."""
+    c = sdk(gw)
+    tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
+    fake = {"fake": {"tool_call": "weather", "reasoning": True}}
+    question = {"role": "user", "content": "Weather in Paris?"}
+    for turn in ("miss", "exact"):  # (a miss: the upstream's ids; a hit: the gateway's)
+        ask, cache = create(c, input=[question], tools=tools, extra_body=fake)
+        assert cache == turn and [i.type for i in ask.output] == ["reasoning", "function_call"]
+        output = [i.model_dump(exclude_none=True) for i in ask.output]
+        answer = {"type": "function_call_output", "call_id": ask.output[1].call_id,
+                  "output": f"sunny ({turn})"}  # fmt: skip
+        then, cache = create(c, input=[question, *output, answer], tools=tools)
+        assert cache == "miss" and then.output_text.startswith("answer #")
+        sent = upstream.last_body["input"]
+        if turn == "miss":  # the upstream's own ids, as sent
+            assert [i.get("id") for i in sent[1:3]] == [o["id"] for o in output]
+        else:  # ours left out; the reasoning item, found by id only, with it
+            kinds = [i.get("type", "message") for i in sent]
+            assert kinds == ["message", "function_call", "function_call_output"]
+            assert all("id" not in i for i in sent)
+
+
 def test_get_input_items_and_delete_a_stored_response(
     gw: Gateway, upstream_server: ThreadedServer, upstream: FakeUpstream
 ) -> None:
