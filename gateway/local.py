@@ -509,8 +509,10 @@ def _continues(request: GatewayRequest) -> bool:
     needed). Chat's default stays OpenAI's: a final assistant message gets a new turn.
     """
     body = request.body
-    continued = body.get("continue_final_message", False)
-    opened = body.get("add_generation_prompt", not continued)
+    continued = body.get("continue_final_message")
+    continued = False if continued is None else continued  # null: unset, as for every field
+    opened = body.get("add_generation_prompt")
+    opened = not continued if opened is None else opened
     # NOTE: both (vLLM refuses it too), or neither (a closed turn and no new one), is a 400
     if not (isinstance(continued, bool) and isinstance(opened, bool)) or continued == opened:
         raise APIError(

@@ -175,6 +175,26 @@ def test_continue_final_message_is_refused_where_it_cannot_hold(gw: Gateway) -> 
         assert refused.value.code == "invalid_value"
 
 
+def test_continue_final_message_null_is_unset(gw: Gateway) -> None:
+    """null means unset, as for every other field (was a 400 "Set exactly one ...")."""
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    prefilled: list[Any] = [
+        {"role": "user", "content": "List the first five prime numbers, comma separated."},
+        {"role": "assistant", "content": "2, 3,"},
+    ]
+    asked: dict[str, Any] = {"model": MODEL, "max_tokens": 6, "temperature": 0,
+                             "messages": prefilled, "extra_headers": {"cache-control": "no-store"}}  # fmt: skip
+    anew = chat.chat.completions.create(**asked).usage
+    same = chat.chat.completions.create(**asked, extra_body={"continue_final_message": None})
+    assert same.usage is not None and anew is not None
+    assert same.usage.prompt_tokens == anew.prompt_tokens  # a new turn, as without the field
+    continued = chat.chat.completions.create(**asked, extra_body={"continue_final_message": True})
+    also = {"continue_final_message": True, "add_generation_prompt": None}
+    again = chat.chat.completions.create(**asked, extra_body=also)
+    assert again.usage is not None and continued.usage is not None
+    assert again.usage.prompt_tokens == continued.usage.prompt_tokens != anew.prompt_tokens
+
+
 #: A Gemma-style chat template: no system role (``raise_exception`` in the template).
 NO_SYSTEM = (
     "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
