@@ -401,8 +401,8 @@ _KNOWN = frozenset({
     "model", "messages", "prompt", "stream", "stream_options", "temperature", "top_p", "top_k",
     "n", "stop", "max_tokens", "max_completion_tokens", "seed", "user", "metadata", "store",
     "service_tier", "parallel_tool_calls", "tool_choice", "function_call", "response_format",
-    "modalities", "audio", "prompt_cache_key", "safety_identifier", "continue_final_message",
-    "add_generation_prompt", *_UNSUPPORTED,
+    "modalities", "audio", "prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
+    "safety_identifier", "continue_final_message", "add_generation_prompt", *_UNSUPPORTED,
 })  # fmt: skip
 #: Fields of one API that the other does not define: a 400 there, as any unknown field.
 _ONLY = {

@@ -300,6 +300,8 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         {"modalities": ["text"]},
         {"modalities": "text"},
         {"user": "u1", "metadata": {"k": "v"}, "store": False, "prompt_cache_key": "k"},
+        # the OpenAI SDK's prompt cache settings (a provider's cache, not the answer): were a 400
+        {"prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "30m"}},
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
     completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
