@@ -499,6 +499,7 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         400,
         "The local model takes one prompt per request (a string or a list of token ids).",
         param="prompt",
+        code="unsupported_parameter",
     )
 
 

@@ -310,6 +310,17 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         assert response.status_code == 200, (extra, response.text)
 
 
+def test_several_prompts_in_one_completion_are_refused(gw: Gateway) -> None:
+    """One prompt per request (documented); the 400 says so with a code, as other refusals."""
+    headers = {"authorization": "Bearer key-a"}
+    body = {"model": MODEL, "max_tokens": 2, "temperature": 0}
+    for prompt in (["Hello", "Goodbye"], [[19556, 28], [19556]]):
+        response = gw.http.post("/v1/completions", json={**body, "prompt": prompt}, headers=headers)
+        assert response.status_code == 400
+        error = response.json()["error"]
+        assert error["param"] == "prompt" and error["code"] == "unsupported_parameter"  # was null
+
+
 def test_earlier_tool_calls_are_refused_not_dropped(gw: Gateway) -> None:
     """The template has no place for them: the model would answer half a conversation."""
     call = {"id": "c1", "type": "function",
