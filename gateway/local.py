@@ -77,7 +77,8 @@ class LocalBackend:
         # model itself); not those that change only its speed or memory (weights, kv_dtype)
         c = engine_config
         self.cache_salt = repr(("local", str(c.source), c.default_max_tokens,
-                                c.default_temperature, c.default_top_p, c.default_top_k))  # fmt: skip
+                                c.default_temperature, c.default_top_p, c.default_top_k,
+                                c.max_context, c.context_overflow, c.sink_tokens))  # fmt: skip
         self._load_engine = load or _load_and_warm
         self._engine: AsyncEngine | None = None
         self._loader: asyncio.Task[None] | None = None

@@ -603,15 +603,24 @@ def test_answers_cached_under_other_model_defaults_are_not_served(
     headers = {"authorization": "Bearer key-a"}
     body = {"model": MODEL, "messages": question, "temperature": 0}
 
-    def ask(default_max_tokens: int) -> tuple[str, int]:
-        config = local_config(bundled_model_dir, tmp_path, default_max_tokens=default_max_tokens)
+    def ask(default_max_tokens: int, **settings: Any) -> tuple[str, int]:
+        config = local_config(
+            bundled_model_dir, tmp_path, default_max_tokens=default_max_tokens, **settings
+        )
         gateway = Gateway(load_config_text(config))
         try:
             response = gateway.http.post("/v1/chat/completions", json=body, headers=headers)
-            return response.headers["x-cache"], response.json()["usage"]["completion_tokens"]
+            usage = response.json()["usage"]
+            prompt_tokens.append(usage["prompt_tokens"])
+            return response.headers["x-cache"], usage["completion_tokens"]
         finally:
             gateway.stop()
 
+    prompt_tokens: list[int] = []
     assert ask(3) == ("miss", 3)
     assert ask(3) == ("exact", 3)  # the same settings after a restart: served
     assert ask(5) == ("miss", 5)  # was ("exact", 3): cut at the old default
+    # the window cuts an answer whose request set no max_tokens: it is part of the key too
+    window = prompt_tokens[0] + 2
+    assert ask(5, max_context=window) == ("miss", 2)
+    assert ask(5, max_context=window + 8) == ("miss", 5)  # was ("exact", 2)
