@@ -77,6 +77,8 @@ _LOCAL_KNOWN = frozenset(
         "truncation",
         "service_tier",
         "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
         "safety_identifier",
         "stream_options",
         "include",

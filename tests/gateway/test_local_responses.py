@@ -89,6 +89,13 @@ def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
         assert refused.value.param == param
 
 
+def test_a_provider_prompt_cache_setting_is_no_refusal(gw: Gateway) -> None:
+    # a client made for OpenAI and the local model alike (was: a 400, "not a request argument")
+    for extra in ({"prompt_cache_retention": "24h"}, {"prompt_cache_options": {}}):
+        answer, _ = create(sdk(gw), input="Hello", prompt_cache_key="acme", extra_body=extra)
+        assert answer.status in ("completed", "incomplete") and answer.output_text
+
+
 def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: Gateway) -> None:
     c = sdk(gw)
     cut = c.responses.create(model=MODEL, input="Write a long story about a lighthouse.",
