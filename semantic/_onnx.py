@@ -168,7 +168,9 @@ def load_checked(
     compared with torch's, or with recorded ones, on fixed probes) finds nothing; else
     ``(None, why)``, ``why`` being "could not be loaded: ..." or "disagrees: <disagreement>".
     A graph that disagrees is thrown away (``redo``: delete its files) and loaded, so
-    exported, once more: a stale or foreign file is harmless.
+    exported, once more: a stale or foreign file is harmless. One that cannot be thrown away
+    (an export directory the process may only read: the container image's baked exports) is
+    not used either.
     """
     why = ""
     for attempt in range(2):
@@ -183,7 +185,10 @@ def load_checked(
         if not why:
             return graph, ""
         if attempt == 0:
-            redo()
+            try:
+                redo()
+            except OSError as exc:
+                return None, f"disagrees: {why} (and cannot be exported again: {exc})"
     return None, f"disagrees: {why}"
 
 

@@ -255,6 +255,38 @@ def test_int8_whose_probes_disagree_runs_float32_onnx(
     np.testing.assert_allclose(verifier.score(PAIRS), fp32.score(PAIRS), atol=1e-6)
 
 
+def test_int8_that_disagrees_in_a_read_only_export_dir_runs_float32_onnx(
+    exported: tuple[Path, PairVerifier], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The container image bakes the exports into a directory its runtime user cannot write
+    (/opt/cachegate/models): int8 that disagrees there (the image built on a CPU that rounds
+    otherwise) cannot be exported again, and runs float32 instead of losing the verifier."""
+    _, fp32 = exported
+
+    def off(meta: dict[str, object]) -> None:
+        own = meta["backends"][INT8]  # type: ignore[index]
+        own["probe_logits"] = [z + 2 * INT8_AGREEMENT for z in own["probe_logits"]]
+
+    path = _copy_verifier(tmp_path, off)
+    exports = tmp_path / "exports"
+    PairVerifier(path, backend=INT8, export_dir=exports)  # bakes model.onnx and model.int8.onnx
+    baked = sorted(p.name for p in exports.rglob("*.onnx"))
+    assert baked == ["model.int8.onnx", "model.onnx"]
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if exports in self.parents:  # as uid 10001 on root's 0755 directory (root ignores modes)
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    real_unlink = Path.unlink
+    monkeypatch.setattr(Path, "unlink", unlink)
+    verifier = PairVerifier(path, backend=INT8, export_dir=exports)
+    assert verifier.backend == "onnx"
+    assert "onnx-int8 disagrees" in verifier.fallback and "Permission denied" in verifier.fallback
+    assert sorted(p.name for p in exports.rglob("*.onnx")) == baked
+    np.testing.assert_allclose(verifier.score(PAIRS), fp32.score(PAIRS), atol=1e-6)
+
+
 def test_verifier_backend_from_yaml_reaches_the_settings(tmp_path: Path) -> None:
     def settings(semantic: str) -> tuple[str, Path | None]:
         config = load_config_text(
