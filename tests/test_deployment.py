@@ -18,11 +18,19 @@ No Docker engine runs where these tests run, so nothing is built or started. Ins
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import fnmatch
+import http.server
 import json
+import os
 import re
 import shlex
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -157,6 +165,34 @@ def test_ports_and_healthchecks_follow_the_config(files: tuple[Path, ...]) -> No
             assert not fixed, f"{svc.name}: {_replicas(service)} replicas on host ports {fixed}"
         test = " ".join(_as_list(service["healthcheck"]["test"]))
         assert f"127.0.0.1:{svc.port}/readyz" in test, f"{svc.name}: healthcheck {test!r}"
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "loading"])
+def test_healthchecks_reach_the_container_itself_past_a_proxy(ready: bool) -> None:
+    """A healthcheck asks 127.0.0.1 inside the container, never a proxy: Docker injects the
+    ~/.docker/config.json proxies into every container (podman passes the host's), and
+    urllib honours HTTP_PROXY but not a CIDR in NO_PROXY (Docker's documented "127.0.0.0/8").
+    Through the proxy, a ready service would stay unhealthy and `depends_on` would never
+    start the gateway."""
+    commands = {
+        tuple(_as_list(project["services"][svc.name]["healthcheck"]["test"])): svc.port
+        for files in _projects()
+        for project in [_merge(files)]
+        for svc in _cachegate_services(project).values()
+    }
+    for target in ("cpu", "cuda"):
+        health = _inherited(_stages(DOCKERFILE), target)["HEALTHCHECK"]
+        commands[("CMD", *json.loads(health.split(" CMD ", 1)[1]))] = 8080
+    with _readyz_server(200 if ready else 503) as port, socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))  # bound, never listening: a proxy that refuses
+        proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        env = {"PATH": os.environ.get("PATH", ""), "NO_PROXY": "localhost,127.0.0.0/8"}
+        env |= {"HTTP_PROXY": proxy, "http_proxy": proxy, "no_proxy": env["NO_PROXY"]}
+        for test, listens in commands.items():
+            assert test[:2] == ("CMD", "python") and test[2] == "-c", test
+            code = test[3].replace(f"127.0.0.1:{listens}/", f"127.0.0.1:{port}/")
+            done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+            assert (done.returncode == 0) == ready, f"{test}: {done.stderr.decode()[-300:]}"
 
 
 @PROJECTS
@@ -485,6 +521,28 @@ def _depends_healthy(service: dict[str, Any], other: str) -> bool:
     if isinstance(depends, list):
         return False
     return (depends.get(other) or {}).get("condition") == "service_healthy"
+
+
+@contextlib.contextmanager
+def _readyz_server(status: int) -> Iterator[int]:
+    """A local server answering ``status`` on /readyz (404 elsewhere); yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status if self.path == "/readyz" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _device_reservations(service: dict[str, Any]) -> list[dict[str, Any]]:
