@@ -326,22 +326,40 @@ class DiskStore:
     # -- helpers ---------------------------------------------------------------------------
 
     async def sync(self) -> None:
-        """Write changed hit counts and last use back into the stored entries (in batches)."""
+        """Write changed hit counts and last use back into the stored entries (in batches).
+
+        A disk that refuses the writes (full, read-only) leaves them to a later sync: logged
+        once, as for ``put``, and never an error (at shutdown it stopped the close).
+        """
         dirty = [i for i, m in self._meta.items() if m.dirty]
         for start in range(0, len(dirty), _BATCH):
-            with self._cache.transact():
-                for entry_id in dirty[start : start + _BATCH]:
-                    meta = self._meta.get(entry_id)
-                    raw = self._cache.get(entry_id) if meta is not None else None
-                    if meta is None or raw is None:
-                        continue
-                    entry = self._decoder.decode(raw)
-                    entry.hits, entry.used = meta.hits, meta.used
-                    expires = entry.expires
-                    expire = None if expires is None else max(expires - time.time(), 0.001)
-                    self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
+            batch = dirty[start : start + _BATCH]
+            try:
+                self._write_back(batch)
+            except (OSError, sqlite3.Error) as exc:
+                if not self._refusing:
+                    log.warning("the cache directory refuses writes, hit counts wait: %s", exc)
+                self._refusing = True
+                return
+            for entry_id in batch:  # (written: the transaction committed)
+                meta = self._meta.get(entry_id)
+                if meta is not None:
                     meta.dirty = False
             await _yield_to_requests(len(dirty))
+
+    def _write_back(self, ids: list[int]) -> None:
+        """Hit counts and last use of ``ids`` (a batch) into their entries: one transaction."""
+        with self._cache.transact():
+            for entry_id in ids:
+                meta = self._meta.get(entry_id)
+                raw = self._cache.get(entry_id) if meta is not None else None
+                if meta is None or raw is None:
+                    continue
+                entry = self._decoder.decode(raw)
+                entry.hits, entry.used = meta.hits, meta.used
+                expires = entry.expires
+                expire = None if expires is None else max(expires - time.time(), 0.001)
+                self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
 
     def _reheap(self) -> None:
         """Rebuild the expiry heap from the live entries (drops the stale pairs)."""

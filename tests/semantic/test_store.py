@@ -208,3 +208,31 @@ async def test_a_flush_the_disk_refuses_leaves_the_entries(
     assert len(reopened) == 3
     assert sorted(await reopened.flush()) == sorted(e.id for e in entries)
     await reopened.close()
+
+
+async def test_hit_counts_a_full_disk_refuses_wait_for_a_later_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DiskStore(tmp_path, max_entries=10)
+    stored = entry(1)
+    await store.put(stored)
+    await store.record_hit(stored.id)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store._cache, "set", full)
+    await store.sync()  # was: sqlite3.OperationalError (at shutdown: "shutdown failed")
+    await store.sync()
+    assert len([r for r in caplog.records if "refuses writes" in r.getMessage()]) == 1
+    monkeypatch.undo()
+    await store.close()  # the count that waited is written now
+    reopened = DiskStore(tmp_path, max_entries=10)
+    got = await reopened.get(stored.id)
+    assert got is not None and got.hits == 1
+    monkeypatch.setattr(reopened._cache, "set", full)
+    await reopened.record_hit(stored.id)
+    await reopened.close()  # closes (and unlocks) all the same
+    again = DiskStore(tmp_path, max_entries=10)
+    assert len(again) == 1
+    await again.close()
