@@ -212,9 +212,7 @@ class DiskStore:
                 log.warning("the cache directory refuses writes, answers are not stored: %s", exc)
             self._refusing = True
             raise StoreUnavailable(f"cannot store the answer: {exc}") from None
-        if self._refusing:
-            log.info("the cache directory takes writes again")
-            self._refusing = False
+        self._taking_writes()
         now = time.time()
         self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits, now)
         self._meta.move_to_end(entry.id)
@@ -345,7 +343,14 @@ class DiskStore:
                 meta = self._meta.get(entry_id)
                 if meta is not None:
                     meta.dirty = False
+            self._taking_writes()
             await _yield_to_requests(len(dirty))
+
+    def _taking_writes(self) -> None:
+        """A write succeeded: the next refusal is logged again."""
+        if self._refusing:
+            log.info("the cache directory takes writes again")
+            self._refusing = False
 
     def _write_back(self, ids: list[int]) -> None:
         """Hit counts and last use of ``ids`` (a batch) into their entries: one transaction."""
