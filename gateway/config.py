@@ -565,9 +565,22 @@ def _check_spaces(key: str | None, where: str) -> None:
 
 
 def _check_redis_url(url: str) -> None:
-    """A URL the Redis client cannot parse fails at start, not with a traceback in ``serve``."""
+    """A URL the Redis client cannot parse fails at start, not with a traceback in ``serve``.
+
+    NOTE: a password with "/", "?" or "#" in it (a base64 one: ``openssl rand -base64``) ends
+    the URL's host part inside the password: the client's error then quoted the password as
+    a port, or the client took the rest of it for the host and the printed configuration
+    showed it. Such a URL is refused without quoting it.
+    """
     from redis.asyncio.connection import parse_url
 
+    scheme, _, rest = url.partition("://")
+    userinfo, at, _ = rest.rpartition("@")
+    if scheme.lower() in ("redis", "rediss") and at and any(c in userinfo for c in "/?#"):
+        raise ValueError(
+            "redis.url: '/', '?' or '#' comes before its last '@': percent-encode them in "
+            "the password or user name (%2F, %3F, %23), and an '@' after them (%40)"
+        )
     try:
         parse_url(url)
     except ValueError as exc:  # (its messages never quote the password)

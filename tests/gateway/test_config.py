@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -295,6 +296,31 @@ def test_cli_config_check(tmp_path: Path) -> None:
     latin1.write_bytes(b"server: {host: caf\xe9}\n")
     result = run_cli("config", "check", str(latin1))
     assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
+
+
+def test_cli_config_check_never_quotes_a_redis_password_it_cannot_parse(tmp_path: Path) -> None:
+    # A base64 password holds "/": the URL's host part then ended inside it, and the error
+    # ("Port could not be cast to integer value as 'q7Jk'") or the printed configuration
+    # ("redis://:***@2m/Xw+Zp@redis...", the rest taken for the host) showed it.
+    config = tmp_path / "redis.yaml"
+    config.write_text(
+        "cache: {backend: redis, redis: {url: 'redis://:${CG_REDIS_PW}@redis:6379/0'}}\n"
+    )
+    for password in ("q7Jk/2mXw+Zp", "q7Jk@2m/Xw+Zp", "q7Jk#2mXw", "q7Jk?2mXw"):
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway", "config", "check", str(config)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "CG_REDIS_PW": password},
+        )  # fmt: skip
+        assert result.returncode == 1, result.stdout
+        assert "percent-encode" in result.stderr
+        for part in ("q7Jk", "2m", "Xw"):
+            assert part not in result.stdout + result.stderr
+    encoded = subprocess.run(
+        [sys.executable, "-m", "gateway", "config", "check", str(config)],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "CG_REDIS_PW": "q7Jk%2F2m"},
+    )  # fmt: skip
+    assert encoded.returncode == 0, encoded.stderr
+    assert "url: redis://:***@redis:6379/0" in encoded.stdout
 
 
 def test_cli_port_is_checked_like_the_file(tmp_path: Path) -> None:
