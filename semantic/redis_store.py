@@ -149,6 +149,31 @@ if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
 end
 """
 
+# KEYS: entry, hits, lru, exp, events. ARGV: id, entry key prefix, stream maxlen, now.
+# Returns {blob, hits} or {}. NOTE: an entry whose key is gone while ``lru`` still ranks it, and
+# not because it expired (the sweep drops, announces and counts those), was dropped by Redis
+# itself (a maxmemory eviction: `volatile-lru` picks entry keys, which carry the TTL; a DEL by
+# hand). No event said so: every replica kept its vector (a nearest neighbour never served,
+# hiding the live ones behind it) and counted it, until its TTL's sweep. Dropped and announced
+# here, in one step with the read, so no put of the same id can come between.
+_GET = (
+    _DROP
+    + """
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  return {raw, redis.call('HGET', KEYS[2], ARGV[1])}
+end
+local expires = redis.call('ZSCORE', KEYS[4], ARGV[1])
+if expires and tonumber(expires) <= tonumber(ARGV[4]) + 1 then
+  return {}  -- expired (PX may end its key a moment before): the sweep's
+end
+if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
+  drop({ARGV[1]}, ARGV[2], KEYS[4], KEYS[2], KEYS[5], ARGV[3])
+end
+return {}
+"""
+)
+
 # KEYS: lru, exp, hits, events. ARGV: now, batch, entry key prefix, stream maxlen.
 # Returns {entries left, swept id...}: ids whose expiry is still due when the script runs.
 _SWEEP = (
@@ -246,6 +271,7 @@ class RedisStore:
         self._put_script = self._redis.register_script(_PUT)
         self._sweep_script = self._redis.register_script(_SWEEP)
         self._hit_script = self._redis.register_script(_HIT)
+        self._get_script = self._redis.register_script(_GET)
 
     @property
     def available(self) -> bool:
@@ -259,12 +285,13 @@ class RedisStore:
         StoreUnavailable, so a caller never takes "unknown" for "gone"."""
 
         async def op() -> Entry | None:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                pipe.get(self._key(entry_id))
-                pipe.hget(self._p + "hits", entry_id)
-                raw, hits = await pipe.execute()
-            if raw is None:
+            reply = await self._get_script(
+                keys=[self._key(entry_id), *self._keys("hits", "lru", "exp", "events")],
+                args=[entry_id, self._p + "e:", _STREAM_MAXLEN, repr(time.time())],
+            )
+            if not reply:  # (and if ``lru`` still had it, its removal is announced)
                 return None
+            raw, hits = reply
             entry = self._decode(raw)
             if entry is not None:
                 entry.hits = int(hits or 0)

@@ -13,6 +13,7 @@ from typing import Any
 
 import openai
 import pytest
+import redis
 
 from gateway.cli import main
 from gateway.config import load_config_text
@@ -368,6 +369,37 @@ def test_entries_of_a_redis_cache(
             assert reply.json()["error"]["code"] == "cache_unavailable"
     finally:
         redis_server.start()
+
+
+def test_an_entry_redis_dropped_by_itself_leaves_every_replica(
+    make_gateway: Any, upstream: FakeUpstream, redis_server: Any
+) -> None:
+    # Redis drops an entry's key by itself under `maxmemory-policy volatile-lru` (what
+    # docs/deployment.md allows), or a DEL by hand; no event says so. Every replica kept its
+    # vector and counted it: /admin/stats said 3 entries (87 after a real eviction storm)
+    # while /admin/cache/entries listed 2, and the ghost stayed the nearest neighbour.
+    config = f"cache: {{backend: redis, redis: {{url: '{redis_server.url}'}}}}"
+    a, b = make_gateway(config, semantic=True), make_gateway(config, semantic=True)
+    for question in (
+        "How do I reset my router password?",
+        "Who wrote Hamlet?",
+        "Why is the sky blue?",
+    ):
+        assert a.chat(question).headers["x-cache"] == "miss"
+    oldest = a.http.get("/admin/cache/entries").json()["data"][-1]["id"]  # (the router)
+    client = redis.Redis.from_url(redis_server.url)
+    assert client.delete(f"cachegate:e:{oldest}") == 1  # as a maxmemory eviction does
+    client.close()
+    no_store = {"cache-control": "no-store"}
+    paraphrase = b.chat("How can I reset my router password?", headers=no_store)
+    assert paraphrase.headers["x-cache"] == "miss"  # (never served: its entry is gone)
+
+    def agree(gw: Any) -> bool:
+        stats = gw.http.get("/admin/stats").json()["cache"]
+        listed = gw.http.get("/admin/cache/entries").json()["total"]
+        return bool(stats["entries"] == stats["index"]["entries"] == listed == 2)
+
+    wait_for(lambda: agree(a) and agree(b), timeout=5)  # fmt: skip
 
 
 def test_ledger_counts_embeddings_inputs_answered_from_the_cache(
