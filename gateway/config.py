@@ -777,7 +777,9 @@ def _redact(data: Any) -> Any:
 
 
 # NOTE: up to the last "@" before the path: a password may hold "@" itself.
-_URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^/?#]*)@", re.IGNORECASE)
+#: Up to the last "@" before any query or fragment: a password holding "/" (a base64 one) is
+#: no valid URL, and its tail would otherwise read as the host part and be shown.
+_URL_USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)([^?#]*)@", re.IGNORECASE)
 _URL_SCHEME = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 

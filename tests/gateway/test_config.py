@@ -258,6 +258,10 @@ models: {m: {backend: openai, replicas: ['https://u:replica-pw@w1/v1', 'http://w
     for secret in ("gw-key-1", "replica-pw", "pw@x"):
         assert secret not in text, secret
     assert "redis://default:***@redis:6379/0" in text and "https://u:***@w1/v1" in text
+    # a password holding "/": no URL, and its error showed it whole (its tail read as a host)
+    with pytest.raises(ConfigError) as slash:
+        load_config_text("models: {m: {backend: openai, base_url: 'https://u:pa/ss@h/v1'}}")
+    assert "pa/ss" not in str(slash.value) and "https://u:***@h/v1" in str(slash.value)
 
 
 def test_dump_redacts_credentials_in_a_url_query() -> None:
