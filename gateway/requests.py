@@ -299,7 +299,7 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     >>> parse_cache_control({"cache-control": "no-store", "x-cache-ttl": "60"})
     CacheControl(no_cache=False, no_store=True, namespace='', threshold=None, ttl=60.0, max_age=None)
     """
-    directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+    directives = {d.strip().lower() for d in _list_header(headers, "cache-control").split(",")}
     no_cache = "no-cache" in directives
     no_store = "no-store" in directives
     max_age = None
@@ -358,6 +358,13 @@ def _extension(extension: Any, control: CacheControl) -> CacheControl:
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
 _PARTITION = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+
+
+def _list_header(headers: Mapping[str, str], name: str) -> str:
+    """A list header's value: its lines joined, as HTTP says they combine (a proxy may add a
+    ``cache-control`` line of its own; ``get`` reads only the first line)."""
+    getall = getattr(headers, "getall", None)  # (a multidict: the request's headers)
+    return ", ".join(getall(name, ())) if getall is not None else headers.get(name, "")
 
 
 def _hops(value: str | None) -> int:

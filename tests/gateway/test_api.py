@@ -118,6 +118,24 @@ def test_no_store_and_body_extension(make_gateway: Any, upstream: FakeUpstream) 
     assert gw.chat("q2").headers["x-cache"] == "exact"
 
 
+def test_cache_control_on_several_header_lines(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """HTTP lets a list header come as several lines (a proxy may add its own): every line
+    counts. A second ``cache-control: no-store`` line was ignored, and the answer stored."""
+    gw = make_gateway()
+    lines = [("cache-control", "no-cache"), ("cache-control", "no-store")]
+    both = gw.http.post("/v1/chat/completions", json=_body("two lines"), headers=lines)
+    assert both.headers["x-cache"] == "bypass"
+    assert gw.chat("two lines").headers["x-cache"] == "miss"  # nothing was stored
+    lines = [("cache-control", "no-store"), ("cache-control", "max-age=-1")]
+    refused = gw.http.post("/v1/chat/completions", json=_body("two lines"), headers=lines)
+    assert refused.json()["error"]["param"] == "cache-control: max-age"
+    assert upstream.stats["chat"] == 2
+
+
+def _body(content: str) -> dict[str, Any]:
+    return {"model": "fake-model", "messages": [{"role": "user", "content": content}]}
+
+
 def test_namespaces_are_isolated(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     gw.chat("q3", headers={"x-cache-namespace": "team-a"})
