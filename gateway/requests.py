@@ -306,19 +306,13 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     for directive in directives:
         if directive.startswith("max-age="):
             max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
-    namespace = headers.get("x-cache-namespace", "")
+    namespace = _namespace(headers.get("x-cache-namespace", ""), "x-cache-namespace")
     threshold = _number(headers.get("x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
     ttl = _ttl(headers.get("x-cache-ttl"), "x-cache-ttl")
 
     control = CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
     if extension is not None:
         control = _extension(extension, control)
-    if len(control.namespace) > 128 or not _NAMESPACE.fullmatch(control.namespace):
-        raise APIError(
-            400,
-            "The cache namespace must be at most 128 letters, digits or '._:-' characters.",
-            param="x-cache-namespace",
-        )
     return control
 
 
@@ -338,7 +332,7 @@ def _extension(extension: Any, control: CacheControl) -> CacheControl:
         elif name == "namespace":
             if not isinstance(value, str):
                 raise APIError(400, "'cache.namespace' must be a string.", param="cache.namespace")
-            namespace = value
+            namespace = _namespace(value, "cache.namespace")
         elif name in ("threshold", "ttl", "max-age"):
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise APIError(400, f"'cache.{key}' must be a number.", param=f"cache.{key}")
@@ -358,6 +352,16 @@ def _extension(extension: Any, control: CacheControl) -> CacheControl:
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
 _PARTITION = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
+
+
+def _namespace(value: str, param: str) -> str:
+    if len(value) > 128 or not _NAMESPACE.fullmatch(value):
+        raise APIError(
+            400,
+            "The cache namespace must be at most 128 letters, digits or '._:-' characters.",
+            param=param,
+        )
+    return value
 
 
 def _list_header(headers: Mapping[str, str], name: str) -> str:

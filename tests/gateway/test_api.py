@@ -496,7 +496,10 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
         error = gw.chat("x", headers={"x-cache-ttl": ttl}).json()["error"]
         assert error["param"] == "x-cache-ttl" and "at most 315360000 seconds" in error["message"]
     assert gw.chat("x", cache={"ttl": 1e16}).json()["error"]["param"] == "cache.ttl"
-    assert gw.chat("x", headers={"x-cache-namespace": "a b"}).status_code == 400
+    error = gw.chat("x", headers={"x-cache-namespace": "a b"}).json()["error"]
+    assert error["param"] == "x-cache-namespace"
+    # the body's namespace is named as the body's (it was named as the header)
+    assert gw.chat("x", cache={"namespace": "a b"}).json()["error"]["param"] == "cache.namespace"
     assert upstream.stats["requests"] == 0
     assert gw.chat("deep but fine", x=[[[[{"a": [1]}]]]]).status_code == 200
     assert gw.chat("ten years", headers={"x-cache-ttl": "315360000"}).status_code == 200
