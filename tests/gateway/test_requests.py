@@ -83,6 +83,12 @@ def test_cache_controls_from_headers_and_body() -> None:
     )
     assert body == CacheControl(no_store=True, namespace="n", threshold=0.0, ttl=5.0)
     assert parse_cache_control({}, {"threshold": 1}).threshold == 1.0
+    # both given: the body's value wins; no-cache / no-store hold if either asks (docs)
+    both = parse_cache_control(
+        {"cache-control": "no-cache", "x-cache-namespace": "a", "x-cache-ttl": "100"},
+        {"namespace": "", "ttl": 1, "no-cache": False},
+    )
+    assert both == CacheControl(no_cache=True, namespace="", ttl=1.0)
 
 
 @pytest.mark.parametrize(
