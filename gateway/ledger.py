@@ -51,6 +51,11 @@ Source = Literal["local", "upstream"]
 #: waste, never an under-estimate of cost.
 WRITE_TTL = 300.0
 
+#: The largest token count believed: above it a reported count is not one (0), as a string or
+#: a negative number is. NOTE: a bigger one (a broken upstream's 10**400) would be summed into
+#: the account for good, and /metrics, whose values are floats, would fail from then on.
+MAX_TOKENS = 2**53 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class Usage:
@@ -324,4 +329,7 @@ def _estimated_tokens(chars: int) -> int:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    """A reported token count; 0 for what is not one (see ``MAX_TOKENS``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS:
+        return value
+    return 0

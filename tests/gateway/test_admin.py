@@ -289,6 +289,28 @@ def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -
         "points"]) == pytest.approx(row["saved_usd"])  # fmt: skip
 
 
+def test_an_absurd_usage_count_leaves_metrics_readable(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """An upstream that reports a token count no model has (a 401-digit number) is not believed:
+    summed into the ledger it made every later /metrics scrape fail with 500, and the account
+    was left half-booked (its tokens added, its cost not)."""
+    gw = make_gateway("prices: {fake-model: {input: 2.0, output: 8.0}}")
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
+              "usage": {"prompt_tokens": -1, "completion_tokens": 100}, "choices": [{"index": 0,
+              "finish_reason": "stop", "message": {"role": "assistant", "content": "absurd"}}]}  # fmt: skip
+    body = json.dumps(answer).replace("-1", "1" + "0" * 400)  # (JSON has no limit; Python neither)
+    assert gw.chat("absurd", fake={"raw": {"body": body}}).status_code == 200
+    row = ledger_row(gw)
+    assert (row["model_calls"], row["input_tokens"], row["output_tokens"]) == (1, 0, 100)
+    assert row["spent_usd"] == pytest.approx(100 * 8.0 / 1e6)
+    metrics = gw.http.get("/metrics")
+    assert metrics.status_code == 200
+    assert 'cachegate_ledger_input_tokens_total{model="fake-model",tenant="default"} 0.0' in (
+        metrics.text
+    )
+
+
 def ledger_row(gw: Gateway) -> dict[str, Any]:
     row: dict[str, Any] = gw.http.get("/admin/stats").json()["ledger"].get("default", {})
     return row.get("fake-model", {})
