@@ -155,18 +155,20 @@ class AdminConfig(_Base, frozen=True):
         return self.api_key is not None or self.api_key_sha256 is not None
 
 
-NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
+#: USD per million tokens: finite and at most $1 a token. NOTE: ``.inf`` (or 1e308, times a
+#: token count) made the ledger's sums NaN: null in /admin/stats, and `cachegate stats` failed.
+PerMillion = Annotated[float, msgspec.Meta(ge=0, le=1_000_000)]
 
 
 class Price(_Base, frozen=True):
     """A model's prices in USD per million tokens (for the usage ledger's savings)."""
 
-    input: NonNegativeFloat = 0.0
+    input: PerMillion = 0.0
     #: Input tokens read from a provider's prompt cache (or the local prefix cache); None: input.
-    cached_input: NonNegativeFloat | None = None
+    cached_input: PerMillion | None = None
     #: Input tokens written into a provider's prompt cache (Anthropic); None: input.
-    cache_write: NonNegativeFloat | None = None
-    output: NonNegativeFloat = 0.0
+    cache_write: PerMillion | None = None
+    output: PerMillion = 0.0
 
 
 class TimeoutConfig(_Base, frozen=True):

@@ -165,6 +165,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {m: {backend: local}}\nprices: {m: {input: 1, cache_write: 0.5}}",
             "prices.m.cache_write is below its input price",
         ),
+        (  # .inf (or 1e308 times a token count) made the ledger's sums NaN
+            "models: {m: {backend: local}}\nprices: {m: {input: .inf, output: 10}}",
+            "prices[...].input: expected `float` <= 1000000.0",
+        ),
         (
             'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
             "auth.keys[0].tenant: expected `str` matching",
