@@ -164,7 +164,7 @@ class StreamOutcome:
     finished: bool = False
     #: What the model call cost, for the ledger, once the stream has ended: the usage it
     #: reported when it finished; else what is known (``ledger.partial_usage``). None: a
-    #: finished stream that reported no usage.
+    #: finished stream that reported no usage (booked with 0 tokens).
     usage: Usage | None = None
 
 

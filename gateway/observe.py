@@ -91,9 +91,11 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
         provider = "cachegate" if hit else "cachegate.local" if local else "openai"
         seen.trace.end(status=seen.status, cache=tier, provider=provider, usage=counted,
                        similarity=similarity)  # fmt: skip
-    if counted is None or reply is None:
+    if reply is None or not seen.model or (reply.outcome is None and seen.status >= 400):
         return
-    saved = runtime.ledger.record(seen.tenant, seen.model, counted,
+    # an answer whose usage was not reported (an upstream that sends none) is still a request,
+    # a model call or a call avoided: its tokens are unknown (0)
+    saved = runtime.ledger.record(seen.tenant, seen.model, counted or Usage(),
                                   source="local" if local else "upstream", hit=hit,
                                   ended_early=early)  # fmt: skip
     runtime.history.record_saving(saved)

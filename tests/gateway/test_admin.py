@@ -311,6 +311,29 @@ def test_an_absurd_usage_count_leaves_metrics_readable(
     )
 
 
+def test_answers_without_usage_are_still_counted(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """An upstream that reports no usage (some OpenAI-compatible servers): its answers were
+    left out of the ledger altogether, so a cache hit on them was no call avoided and the
+    model calls were not there; they count, with their tokens unknown (0)."""
+    gw = make_gateway("prices: {fake-model: {input: 2.0, output: 8.0}}")
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
+              "choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": "no usage"}}]}  # fmt: skip
+    raw = {"raw": {"body": json.dumps(answer)}}
+    assert gw.chat("unmetered", fake=raw).headers["x-cache"] == "miss"
+    assert gw.chat("unmetered", fake=raw).headers["x-cache"] == "exact"
+    chunk = {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
+             "choices": [{"index": 0, "delta": {"content": "no usage"}, "finish_reason": "stop"}]}  # fmt: skip
+    sse = f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n"
+    streamed = {"raw": {"content_type": "text/event-stream", "body": sse}}
+    assert "[DONE]" in gw.chat("unmetered stream", stream=True, fake=streamed).text
+    wait_for(lambda: ledger_row(gw).get("requests") == 3)
+    row = ledger_row(gw)
+    assert (row["model_calls"], row["calls_avoided"], row["ended_early"]) == (2, 1, 0)
+    assert row["input_tokens"] == row["output_tokens"] == row["avoided_input_tokens"] == 0
+    assert row["spent_usd"] == row["saved_usd"] == 0
+
+
 def ledger_row(gw: Gateway) -> dict[str, Any]:
     row: dict[str, Any] = gw.http.get("/admin/stats").json()["ledger"].get("default", {})
     return row.get("fake-model", {})
