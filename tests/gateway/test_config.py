@@ -362,6 +362,24 @@ def test_cli_help_explains() -> None:
     assert "--port" in serve_help.stdout and "--host" in serve_help.stdout
 
 
+def test_cli_output_to_a_reader_that_left_ends_quietly() -> None:
+    # `cachegate config show | head -1`, `cachegate cache ls | head`: the reader closes the pipe
+    # early; the CLI printed a BrokenPipeError traceback (or "Exception ignored" at exit).
+    for buffered in ("", "1"):
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        if buffered:
+            env["PYTHONUNBUFFERED"] = "1"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "config", "show"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        assert process.stdout is not None
+        process.stdout.close()
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 1
+        assert err == ""
+
+
 def test_cli_refuses_a_data_dir_another_process_holds(tmp_path: Path) -> None:
     from semantic.store import DiskStore
 
