@@ -69,6 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
         sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C before uvicorn took the signals (imports, Runtime.build)
+        return 130
     except BrokenPipeError:  # the reader left (`cachegate cache ls | head`): stop, as cat does
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (for the exit's flush)
         return 1

@@ -380,6 +380,29 @@ def test_cli_output_to_a_reader_that_left_ends_quietly() -> None:
         assert err == ""
 
 
+def test_cli_serve_interrupted_while_starting_exits_quietly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Ctrl-C in the seconds before uvicorn owns the signals (importing torch, building the
+    # runtime) ended `cachegate serve` with a KeyboardInterrupt traceback.
+    from gateway.cli import main
+    from gateway.runtime import Runtime
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Runtime, "build", interrupted)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\n")
+    try:
+        code = main(["serve", "--config", str(config), "--port", "0"])
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped main()")
+    assert code == 130
+    assert capsys.readouterr().err == ""
+
+
 def test_cli_refuses_a_data_dir_another_process_holds(tmp_path: Path) -> None:
     from semantic.store import DiskStore
 
