@@ -36,7 +36,7 @@ class _Failed(Exception):
 def add_commands(commands: Any) -> None:
     """Add ``key``, ``stats`` and ``cache`` to the CLI's subparsers."""
     key = commands.add_parser("key", help="make gateway or admin keys (printed with their digest)")
-    key_commands = key.add_subparsers(title="key commands", metavar="ACTION")
+    key_commands = key.add_subparsers(title="key commands", metavar="ACTION", required=True)
     new = key_commands.add_parser(
         "new", help="print a fresh random key, its SHA-256 digest and the YAML that uses it"
     )
@@ -50,7 +50,7 @@ def add_commands(commands: Any) -> None:
     stats.set_defaults(func=_run(_stats))
 
     cache = commands.add_parser("cache", help="list, show, remove or flush cached answers")
-    cache_commands = cache.add_subparsers(title="cache commands", metavar="ACTION")
+    cache_commands = cache.add_subparsers(title="cache commands", metavar="ACTION", required=True)
     ls = cache_commands.add_parser("ls", help="list cached answers, newest first")
     _client_options(ls)
     ls.add_argument("--namespace", help='only this namespace ("" is the default one)')

@@ -115,7 +115,9 @@ def _parser() -> argparse.ArgumentParser:
     prepare.set_defaults(func=_prepare)
 
     config = commands.add_parser("config", help="check or show a configuration file")
-    config_commands = config.add_subparsers(title="config commands", metavar="ACTION")
+    config_commands = config.add_subparsers(
+        title="config commands", metavar="ACTION", required=True
+    )
     check = config_commands.add_parser(
         "check", help="validate FILE; print the effective configuration or the errors"
     )

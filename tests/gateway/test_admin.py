@@ -77,6 +77,19 @@ def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str])
         assert "a tenant name is not empty and has no control characters" in capsys.readouterr().err
 
 
+def test_a_command_without_its_action_shows_its_own_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `cachegate cache` printed cachegate's top-level help (which names no cache action)
+    for command in ("cache", "config", "key"):
+        with pytest.raises(SystemExit) as exited:
+            main([command])
+        assert exited.value.code == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith(f"usage: cachegate {command} [-h] ACTION ...")
+        assert f"cachegate {command}: error: the following arguments are required: ACTION" in err
+
+
 def test_serve_says_who_can_open_the_admin_routes(tmp_path: Path) -> None:
     config = tmp_path / "c.yaml"
     model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
