@@ -17,6 +17,7 @@ Every key is documented in docs/configuration.md; config.example.yaml shows them
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -615,11 +616,33 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     return load_config_text(text, source=str(p), base_dir=p.resolve().parent)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML forbids it; PyYAML
+    keeps the last, silently dropping the earlier block: a ``models:`` appended to a file)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # (`<<: *base` keys may be overridden)
+                continue
+            key = self.construct_object(key_node, deep=True)
+            with contextlib.suppress(TypeError):  # (an unhashable key: SafeLoader's own error)
+                if key in seen:
+                    first = seen[key] + 1
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"key {key!r} appears twice in this mapping (first on line "
+                        f"{first}); the later one would replace the earlier",
+                        problem_mark=key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def load_config_text(
     text: str, *, source: str = "<config>", base_dir: Path | None = None
 ) -> Config:
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
     if raw is None:

@@ -306,6 +306,31 @@ def test_cli_config_check(tmp_path: Path) -> None:
     assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
 
 
+def test_cli_config_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
+    # A `models:` block appended to config.example.yaml replaced its models silently: the
+    # bundled model was gone, and nothing said why.
+    config = tmp_path / "twice.yaml"
+    shutil.copy(EXAMPLE, config)
+    with config.open("a") as file:
+        file.write("models:\n  gpt-4o-mini: {backend: openai, base_url: 'http://127.0.0.1:9/v1'}\n")
+    result = run_cli("config", "check", str(config))
+    assert result.returncode == 1, result.stdout
+    lines = EXAMPLE.read_text().splitlines()
+    assert result.stderr.startswith(
+        f"error: {config}: invalid YAML: key 'models' appears twice in this mapping (first on "
+        f"line {lines.index('models:') + 1}); the later one would replace the earlier\n"
+        f'  in "<unicode string>", line {len(lines) + 1}, column 1:'
+    )
+    merged = tmp_path / "merged.yaml"  # a merge key's values may still be overridden
+    merged.write_text(
+        "models:\n  a: &m {backend: openai, base_url: 'http://x/v1'}\n"
+        "  b: {<<: *m, base_url: 'http://y/v1'}\n"
+    )
+    result = run_cli("config", "check", str(merged))
+    assert result.returncode == 0, result.stderr
+    assert "base_url: http://y/v1" in result.stdout
+
+
 def test_cli_config_check_never_quotes_a_redis_password_it_cannot_parse(tmp_path: Path) -> None:
     # A base64 password holds "/": the URL's host part then ended inside it, and the error
     # ("Port could not be cast to integer value as 'q7Jk'") or the printed configuration
