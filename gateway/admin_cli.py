@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -206,8 +207,8 @@ def _show(client: httpx.Client, args: argparse.Namespace) -> None:
         f"{'expires:':15}{'never' if expires is None else _duration(expires - entry['created']) + ' after'}"
     )
     print(f"{'usage:':15}{entry.get('usage')}")
-    print(f"{'question:':15}{entry['question']}")
-    print(f"{'answer:':15}{entry['answer']}")
+    print(f"{'question:':15}{_printable(entry['question'])}")
+    print(f"{'answer:':15}{_printable(entry['answer'])}")
 
 
 def _rm(client: httpx.Client, args: argparse.Namespace) -> None:
@@ -307,8 +308,18 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
+#: C0 and C1 control characters but tab and newline: a client's text (its question, the answer)
+#: holding ESC or CR could otherwise move the cursor, rewrite lines or retitle the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\x1b``), never run."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
 def _cut(text: str, width: int) -> str:
-    text = " ".join(text.split())
+    text = _printable(" ".join(text.split()))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -228,6 +229,27 @@ def test_cli_against_a_running_gateway(
     assert main(["stats", "--url", "http://[::1", "--key", "adm"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--url http://[::1" in err
+
+
+def test_cli_shows_control_characters_in_client_text_as_escapes(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A client's question (and the answer echoing it) reached the operator's terminal raw:
+    # ESC sequences recoloured it or set its title, a CR rewrote the line it was printed on.
+    gw = make_gateway("admin: {api_key: adm, show_text: true}")
+    gw.chat("What\x1b]0;owned\x07 is \x1b[8mhidden\x1b[0m?\rFine.\nSecond line")
+    url = ["--url", gw.url, "--key", "adm"]
+    assert main(["cache", "ls", *url]) == 0
+    out = capsys.readouterr().out
+    assert "What\\x1b]0;owned\\x07 is \\x1b[8mhidden" in out
+    entry_id = out.splitlines()[1].split()[0]
+    assert main(["cache", "show", entry_id, *url]) == 0
+    out = capsys.readouterr().out
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", out)
+    assert (
+        "question:      What\\x1b]0;owned\\x07 is \\x1b[8mhidden\\x1b[0m?\\rFine.\nSecond line"
+        in out
+    )
 
 
 def test_cli_passes_on_a_403_that_is_not_about_the_key(
