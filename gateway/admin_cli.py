@@ -64,11 +64,11 @@ def add_commands(commands: Any) -> None:
     ls.set_defaults(func=_run(_ls))
     show = cache_commands.add_parser("show", help="one cached answer in full")
     _client_options(show)
-    show.add_argument("id")
+    show.add_argument("id", type=_entry_id)
     show.set_defaults(func=_run(_show))
     rm = cache_commands.add_parser("rm", help="remove one cached answer")
     _client_options(rm)
-    rm.add_argument("id")
+    rm.add_argument("id", type=_entry_id)
     rm.set_defaults(func=_run(_rm))
     flush = cache_commands.add_parser("flush", help="drop all cached answers (or a namespace)")
     _client_options(flush)
@@ -79,6 +79,13 @@ def add_commands(commands: Any) -> None:
 
 # ---------------------------------------------------------------------------------------------
 # commands
+
+
+def _entry_id(value: str) -> str:
+    """An entry's id as ``cache ls`` prints it (digits: '?x' would ask another route)."""
+    if not (value.isascii() and value.isdigit()):
+        raise argparse.ArgumentTypeError(f"{value!r}: an entry id is the number 'cache ls' shows")
+    return value
 
 
 def _tenant(name: str) -> str:
@@ -274,6 +281,10 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
     if response.status_code == 401 or _code(response) == "admin_closed":
         raise _Failed(f"the gateway refused the admin key ({response.status_code}: "
                       f"{_message(response)}); pass --key or set CACHEGATE_ADMIN_KEY")  # fmt: skip
+    if response.status_code == 404 and _code(response) == "not_found":
+        # (not the gateway's admin routes: a data port with admin_port set, or a URL with /v1)
+        raise _Failed(f"{client.base_url} has no {path}: give --url the gateway's admin port "
+                      "(server.admin_port, when set), without /v1")  # fmt: skip
     if response.status_code >= 400:
         raise _Failed(f"{response.status_code}: {_message(response)}")
     try:

@@ -229,6 +229,16 @@ def test_cli_against_a_running_gateway(
     assert main(["stats", "--url", "http://[::1", "--key", "adm"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--url http://[::1" in err
+    # the SDK's URL (with /v1) for the admin one: was "404: Unknown route: GET /v1/admin/stats"
+    assert main(["stats", "--url", gw.url + "/v1", "--key", "adm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --url the gateway's admin port" in err
+    # an id that is none (was: a KeyError traceback, '?x' asked the listing route)
+    for wrong in ("?x", "#", "12a"):
+        with pytest.raises(SystemExit) as exited:
+            main(["cache", "show", wrong, *url])
+        assert exited.value.code == 2
+        assert "an entry id is the number 'cache ls' shows" in capsys.readouterr().err
 
 
 def test_cli_shows_control_characters_in_client_text_as_escapes(
