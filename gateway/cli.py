@@ -114,6 +114,13 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
     prepare.set_defaults(func=_prepare)
 
+    _config_commands(commands)
+    add_commands(commands)
+    return parser
+
+
+def _config_commands(commands: Any) -> None:
+    """``config check FILE`` and ``config show [FILE]``."""
     config = commands.add_parser("config", help="check or show a configuration file")
     config_commands = config.add_subparsers(
         title="config commands", metavar="ACTION", required=True
@@ -126,8 +133,6 @@ def _parser() -> argparse.ArgumentParser:
     show = config_commands.add_parser("show", help="print the effective configuration")
     show.add_argument("file", nargs="?", help="YAML configuration file (default: built-in)")
     show.set_defaults(func=_config_check)
-    add_commands(commands)
-    return parser
 
 
 def _serving_options(parser: argparse.ArgumentParser) -> None:

@@ -25,12 +25,14 @@ def replicated(tmp_path: Path, urls: list[str], settings: str = "", top: str = "
     """A gateway whose fake-model has ``urls`` as replicas (max_retries 0, cache off);
     ``top``: more top-level settings."""
     replicas = ", ".join(f'"{u}"' for u in urls)
+    if "max_retries" not in settings:  # (a key given twice is a config error)
+        settings = f"max_retries: 0, {settings}"
     return Gateway(
         load_config_text(f"""{top}
 data_dir: {tmp_path}
 cache: {{enabled: false}}
 models:
-  fake-model: {{backend: openai, replicas: [{replicas}], max_retries: 0, {settings}}}
+  fake-model: {{backend: openai, replicas: [{replicas}], {settings}}}
 """)
     )
 
