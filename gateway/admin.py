@@ -90,6 +90,10 @@ async def reset_tightening(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await _object(request, ("tenant", "model", "namespace"))
     if isinstance(body, Response):
         return body
+    # NOTE: a misspelt field must not widen the reset to every scope (it would match any)
+    if unknown := sorted(set(body) - {"tenant", "model", "namespace"}):
+        return _error(APIError(400, f"Unknown field '{unknown[0]}': give tenant, model or "
+                                    "namespace.", param=unknown[0]))  # fmt: skip
     auditor = runtime.auditor
     if auditor is None or auditor.tightening is None:
         return _error(APIError(400, "Auto-tighten is off (cache.semantic.auto_tighten)."))

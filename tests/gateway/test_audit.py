@@ -473,6 +473,10 @@ def test_one_tenants_wrong_hits_tighten_only_its_own_scope(
     row_a = estimate(gw, "shared", tenant="a")
     assert row_a is not None and row_a["wrong"] == served
     assert row_a["tightened"]["steps"] == served // 4 >= 1
+    # a misspelt field is refused, not read as "every scope" (it would undo a's step)
+    typo = gw.http.post("/admin/cache/tightening/reset", json={"tennant": "b"})
+    assert typo.status_code == 400 and typo.json()["error"]["param"] == "tennant"
+    assert estimate(gw, "shared", tenant="a")["tightened"]["steps"] >= 1  # type: ignore[index]
     # the reset names a tenant: b's leaves a's scope tightened, a's undoes it
     reset = gw.http.post("/admin/cache/tightening/reset", json={"tenant": "b"})
     assert reset.status_code == 200 and reset.json() == {"reset": 1}
