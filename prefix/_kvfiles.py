@@ -161,6 +161,8 @@ def _claim_run_dir(directory: Path) -> tuple[Path, int]:
     """Make ``directory/kv-XXXX/`` with a held ``flock`` on ``kv-XXXX.lock``; remove dead runs.
 
     ``.claim`` serialises start-ups, so no one removes a run that is still taking its lock.
+    Only runs are removed: a ``kv-*`` directory with a lock file beside it, and in it only
+    ``*.kv`` files; anything else (a user's own ``kv-backups/``) stays.
     """
     directory.mkdir(parents=True, exist_ok=True)
     claim = os.open(directory / ".claim", os.O_RDWR | os.O_CREAT, 0o600)
@@ -168,9 +170,7 @@ def _claim_run_dir(directory: Path) -> tuple[Path, int]:
         fcntl.flock(claim, fcntl.LOCK_EX)
         for old in directory.glob("kv-*"):
             if old.is_dir() and _unused(_lock_path(old)):
-                shutil.rmtree(old, ignore_errors=True)
-                with contextlib.suppress(OSError):
-                    os.unlink(_lock_path(old))
+                _remove_dead_run(old)
         run_dir = Path(tempfile.mkdtemp(prefix="kv-", dir=directory))
         lock = os.open(_lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -179,12 +179,25 @@ def _claim_run_dir(directory: Path) -> tuple[Path, int]:
         os.close(claim)
 
 
+def _remove_dead_run(run_dir: Path) -> None:
+    """Remove a dead run's ``*.kv`` files, then the directory and its lock if that emptied it."""
+    for path in run_dir.glob("*.kv"):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        return  # not empty: files that are not ours
+    with contextlib.suppress(OSError):
+        os.unlink(_lock_path(run_dir))
+
+
 def _unused(lock_path: Path) -> bool:
-    """Whether no live process holds the lock (a missing lock file counts as unused)."""
+    """Whether the lock file exists and no live process holds it (no lock file: not a run)."""
     try:
         fd = os.open(lock_path, os.O_RDWR)
     except FileNotFoundError:
-        return True
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True

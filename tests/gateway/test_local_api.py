@@ -511,6 +511,27 @@ def test_prefix_evicted_from_memory_is_reloaded_from_disk(
         gateway.stop()
 
 
+def test_prefix_disk_dir_keeps_a_users_own_kv_named_directories(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    shared = tmp_path / "cache"  # a directory the user keeps other things in too
+    (shared / "kv-backups").mkdir(parents=True)
+    (shared / "kv-backups" / "db.dump").write_text("precious")
+    (shared / "kv-dead").mkdir()  # a crashed run's: its lock beside it, nobody holding it
+    (shared / "kv-dead" / "0000000000000000.kv").write_bytes(b"orphan")
+    (shared / "kv-dead.lock").touch()
+    text = local_config(bundled_model_dir, tmp_path, prefix_disk_dir=str(shared))
+    gateway = Gateway(load_config_text(text))
+    try:
+        response = chat(gateway, [{"role": "user", "content": "hi"}], max_tokens=2)
+        assert response.status_code == 200
+        assert admin_stats(gateway)["backends"][MODEL]["prefix_disk"] is not None
+        assert (shared / "kv-backups" / "db.dump").read_text() == "precious"
+        assert not (shared / "kv-dead").exists() and not (shared / "kv-dead.lock").exists()
+    finally:
+        gateway.stop()
+
+
 def test_a_model_that_cannot_load_is_503_and_readyz_says_why(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     config = load_config_text(
