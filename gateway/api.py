@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.background_tasks import BackgroundTask
-from litestar.exceptions import HTTPException
+from litestar.exceptions import HTTPException, InternalServerException
 from litestar.params import FromPath
 from litestar.response import Stream
 
@@ -268,7 +268,10 @@ def _identified(response: Response[Any], rid: str) -> Response[Any]:
 
 async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) -> GatewayRequest:
     tenant = runtime.authenticate(_credential(wire, request)[0])
-    raw = await request.body()
+    try:
+        raw = await request.body()
+    except InternalServerException as exc:  # litestar's: the client left mid-body (a 499)
+        raise ClientDisconnected from exc
     return wire.parse(raw, request.headers, tenant)
 
 

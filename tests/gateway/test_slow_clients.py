@@ -121,3 +121,24 @@ def test_the_watchdog_spares_a_stream_whose_client_reads_again() -> None:
     ended, stuck, cancelled = asyncio.run(scenario())
     assert ended == ["a"]
     assert not stuck and not cancelled
+
+
+def test_a_client_that_leaves_mid_body_is_a_499_not_a_500(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A client that hangs up while sending its body left: not a gateway error."""
+    gw = make_gateway("")
+    host, port = gw.url.removeprefix("http://").split(":")
+    payload = b'{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}'
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json"
+            + f"\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
+            + payload[:10]
+        )
+    series = 'cachegate_requests_total{cache="bypass",model="",route="/v1/chat/completions",'
+    wait_for(lambda: series in gw.http.get("/metrics").text)
+    metrics = gw.http.get("/metrics").text
+    assert series + 'status="499"} 1.0' in metrics
+    assert 'status="500"' not in metrics
+    assert upstream.stats["requests"] == 0
