@@ -52,7 +52,7 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     runtime = _authorized(request)
     if isinstance(runtime, Response):
         return runtime
-    body = await _object(request, ("namespace",))
+    body = await _object(request, ("namespace",), ("prefix", "answers"))
     if isinstance(body, Response):
         return body
     for name in ("prefix", "answers"):
@@ -90,10 +90,6 @@ async def reset_tightening(request: Request[Any, Any, Any]) -> Response[Any]:
     body = await _object(request, ("tenant", "model", "namespace"))
     if isinstance(body, Response):
         return body
-    # NOTE: a misspelt field must not widen the reset to every scope (it would match any)
-    if unknown := sorted(set(body) - {"tenant", "model", "namespace"}):
-        return _error(APIError(400, f"Unknown field '{unknown[0]}': give tenant, model or "
-                                    "namespace.", param=unknown[0]))  # fmt: skip
     auditor = runtime.auditor
     if auditor is None or auditor.tightening is None:
         return _error(APIError(400, "Auto-tighten is off (cache.semantic.auto_tighten)."))
@@ -185,9 +181,15 @@ admin_routes = [
 ]  # fmt: skip
 
 
-async def _object(request: Request[Any, Any, Any], strings: tuple[str, ...]) -> Any:
+async def _object(
+    request: Request[Any, Any, Any], strings: tuple[str, ...], others: tuple[str, ...] = ()
+) -> Any:
     """The request's JSON object (an empty body: ``{}``) whose ``strings`` fields, when given,
-    are strings or null; else the 400 response."""
+    are strings or null, and which has no field but those and ``others``; else the 400 response.
+
+    NOTE: a misspelt field must not widen what it does ({"namspace": "x"} flushed every
+    namespace; {"tennant": ...} reset every scope): an unknown field is refused.
+    """
     raw = await request.body()
     try:
         body = msgspec.json.decode(raw) if raw.strip() else {}
@@ -195,6 +197,10 @@ async def _object(request: Request[Any, Any, Any], strings: tuple[str, ...]) -> 
         return _error(APIError(400, "The request body must be JSON."))
     if not isinstance(body, dict):
         return _error(APIError(400, "The request body must be a JSON object."))
+    if unknown := sorted(set(body) - {*strings, *others}):
+        fields = ", ".join((*strings, *others))
+        return _error(APIError(400, f"Unknown field '{unknown[0]}': give {fields}.",
+                               param=unknown[0]))  # fmt: skip
     for name in strings:
         if not isinstance(body.get(name, ""), str | None):
             return _error(APIError(400, f"'{name}' must be a string.", param=name))

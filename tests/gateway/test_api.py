@@ -712,6 +712,10 @@ def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> N
         "prefix_bytes_freed": 0,
         "abandoned_writes": 0,
     }
+    # a misspelt field is refused (was: read as {} and every namespace flushed)
+    typo = gw.http.post("/admin/cache/flush", json={"namspace": "ns2"})
+    assert typo.status_code == 400 and typo.json()["error"]["param"] == "namspace"
+    assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 2
     assert gw.http.post("/admin/cache/flush").json()["flushed"] == 2
     assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
     metrics = gw.http.get("/metrics").text
