@@ -106,7 +106,7 @@ class PrefixRouter:
         """The replica failed before answering: avoid it for a while, forget its prefixes."""
         with self._lock:
             self._down_until[replica] = time.monotonic() + seconds
-            for tree in self._remembered(replica):
+            for tree in self._remembered(replica, self._trees.tokens_by_namespace()):
                 self._trees.flush(tree)
 
     def stats(self) -> dict[str, Any]:
@@ -120,7 +120,9 @@ class PrefixRouter:
                         "url": redact_url(url),  # (a URL may carry credentials)
                         "in_flight": self._in_flight[i],
                         "down": self._down_until[i] > now,
-                        "remembered_bytes": sum(remembered[t] for t in self._remembered(i)),
+                        "remembered_bytes": sum(
+                            remembered[t] for t in self._remembered(i, remembered)
+                        ),
                     }
                     for i, url in enumerate(self.replicas)
                 ],
@@ -133,10 +135,11 @@ class PrefixRouter:
         """The namespace of ``replica``'s tree for ``tenant``."""
         return f"{self.replicas[replica]}\x1f{tenant}"
 
-    def _remembered(self, replica: int) -> list[str]:
-        """``replica``'s trees that hold something (every tenant's)."""
+    def _remembered(self, replica: int, held: dict[str, int]) -> list[str]:
+        """``replica``'s trees among ``held`` (the trees' ``tokens_by_namespace``): every
+        tenant's that holds something."""
         mine = self._tree(replica, "")
-        return [t for t in self._trees.tokens_by_namespace() if t.startswith(mine)]
+        return [t for t in held if t.startswith(mine)]
 
     def _pick(self, tokens: tuple[int, ...], candidates: list[int], tenant: str) -> Route:
         least = min(self._in_flight[i] for i in candidates)
