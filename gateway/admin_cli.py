@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import httpx
+import msgspec
 
 from .auth import digest, new_key
+from .config import TenantName
 
 __all__ = ["add_commands"]
 
@@ -89,12 +91,13 @@ def _entry_id(value: str) -> str:
 
 
 def _tenant(name: str) -> str:
-    """A tenant name as ``auth.keys`` takes it (the YAML printed must load)."""
-    if not name or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
+    """A tenant name as ``auth.keys`` takes it (its rule: the YAML printed must load)."""
+    try:
+        return msgspec.convert(name, TenantName)
+    except msgspec.ValidationError:
         raise argparse.ArgumentTypeError(
             f"{name!r}: a tenant name is not empty and has no control characters"
-        )
-    return name
+        ) from None
 
 
 def _key_new(args: argparse.Namespace) -> int:
