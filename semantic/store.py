@@ -124,6 +124,11 @@ class _Meta:
 _BATCH = 256
 
 
+def _expire(expires: float | None) -> float | None:
+    """diskcache's ``expire`` (seconds from now, at least a moment) for an entry's ``expires``."""
+    return None if expires is None else max(expires - time.time(), 0.001)
+
+
 async def _yield_to_requests(total: int) -> None:
     if total > _BATCH:  # (a small operation runs at once, as before)
         await asyncio.sleep(0)
@@ -204,13 +209,10 @@ class DiskStore:
     async def put(self, entry: Entry) -> list[int]:
         """StoreUnavailable when the disk refuses the write (full, read-only): the entry is
         not stored, and the first refusal of a run of them is logged."""
-        expire = None if entry.expires is None else max(entry.expires - time.time(), 0.001)
         try:
-            self._cache.set(entry.id, self._encoder.encode(entry), expire=expire)
+            self._cache.set(entry.id, self._encoder.encode(entry), expire=_expire(entry.expires))
         except (OSError, sqlite3.Error) as exc:
-            if not self._refusing:
-                log.warning("the cache directory refuses writes, answers are not stored: %s", exc)
-            self._refusing = True
+            self._refused(exc, "answers are not stored")
             raise StoreUnavailable(f"cannot store the answer: {exc}") from None
         self._taking_writes()
         now = time.time()
@@ -335,9 +337,7 @@ class DiskStore:
             try:
                 self._write_back(batch)
             except (OSError, sqlite3.Error) as exc:
-                if not self._refusing:
-                    log.warning("the cache directory refuses writes, hit counts wait: %s", exc)
-                self._refusing = True
+                self._refused(exc, "hit counts wait")
                 return
             for entry_id in batch:  # (written: the transaction committed)
                 meta = self._meta.get(entry_id)
@@ -345,6 +345,12 @@ class DiskStore:
                     meta.dirty = False
             self._taking_writes()
             await _yield_to_requests(len(dirty))
+
+    def _refused(self, exc: BaseException, what: str) -> None:
+        """A write failed: logged once until one succeeds (``_taking_writes``)."""
+        if not self._refusing:
+            log.warning("the cache directory refuses writes, %s: %s", what, exc)
+        self._refusing = True
 
     def _taking_writes(self) -> None:
         """A write succeeded: the next refusal is logged again."""
@@ -362,9 +368,9 @@ class DiskStore:
                     continue
                 entry = self._decoder.decode(raw)
                 entry.hits, entry.used = meta.hits, meta.used
-                expires = entry.expires
-                expire = None if expires is None else max(expires - time.time(), 0.001)
-                self._cache.set(entry_id, self._encoder.encode(entry), expire=expire)
+                self._cache.set(
+                    entry_id, self._encoder.encode(entry), expire=_expire(entry.expires)
+                )
 
     def _reheap(self) -> None:
         """Rebuild the expiry heap from the live entries (drops the stale pairs)."""
