@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,23 @@ models:
   fake-model: {{backend: openai, replicas: [{replicas}], {settings}}}
 """)
     )
+
+
+@contextlib.contextmanager
+def with_a_second(
+    upstream_server: ThreadedServer, tmp_path: Path, settings: str = "", *, top: str = "",
+    more: tuple[str, ...] = (),
+) -> Iterator[tuple[Gateway, ThreadedServer]]:  # fmt: skip
+    """A gateway (``replicated``) over the shared fake upstream and a second one it starts,
+    then ``more`` URLs; both stopped at the end."""
+    second = ThreadedServer(FakeUpstream()).start()
+    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1", *more]
+    gw = replicated(tmp_path, urls, settings, top=top)
+    try:
+        yield gw, second
+    finally:
+        gw.stop()
+        second.stop()
 
 
 def routing_stats(gw: Gateway, admin_key: str | None = None) -> dict[str, Any]:
@@ -147,10 +166,8 @@ def test_prompt_text_of_a_responses_request() -> None:
 def test_a_responses_follow_up_goes_to_the_replica_that_holds_its_previous_response(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, stream: bool
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
-    try:
+    with with_a_second(upstream_server, tmp_path) as (gw, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
         previous = None
         for turn in range(4):  # each turn on its own would go to the other (idle) replica
             asked = {
@@ -173,18 +190,13 @@ def test_a_responses_follow_up_goes_to_the_replica_that_holds_its_previous_respo
             upstream.stats["responses"],
             second.app.stats["responses"],
         ].index(4)
-    finally:
-        gw.stop()
-        second.stop()
 
 
 def test_a_previous_response_made_elsewhere_is_asked_of_each_replica(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
-    try:
+    with with_a_second(upstream_server, tmp_path) as (gw, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
         for replica in (upstream_server, second):  # (made by another gateway, say)
             direct = openai.OpenAI(base_url=f"{replica.url}/v1", api_key="k", max_retries=0)
             made = direct.responses.create(model="fake-model", input="first").id
@@ -193,18 +205,14 @@ def test_a_previous_response_made_elsewhere_is_asked_of_each_replica(
                     model="fake-model", input="then", previous_response_id=made
                 )
                 assert follow_up.previous_response_id == made
-    finally:
-        gw.stop()
-        second.stop()
 
 
 def test_replicas_through_the_api(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1", refused_url]
-    gw = replicated(tmp_path, urls, "routing: {min_match: 0.3}")
-    try:
+    with with_a_second(
+        upstream_server, tmp_path, "routing: {min_match: 0.3}", more=(refused_url,)
+    ) as (gw, second):
         ask_support(gw, 6)
         counts = sorted([upstream.stats["chat"], second.app.stats["chat"]])
         assert counts == [0, 6]  # one live replica served the whole shared-prefix conversation
@@ -225,19 +233,13 @@ def test_replicas_through_the_api(
         metrics = gw.http.get("/metrics").text
         assert "# TYPE cachegate_backend_routing_routed_prefix_total counter" in metrics
         assert 'cachegate_backend_routing_routed_prefix_total{model="fake-model"}' in metrics
-    finally:
-        gw.stop()
-        second.stop()
 
 
 def test_one_tenants_prompts_do_not_draw_anothers_requests(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1"]
     keys = "auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}\nadmin: {api_key: adm}"
-    gw = replicated(tmp_path, urls, top=keys)
-    try:
+    with with_a_second(upstream_server, tmp_path, top=keys) as (gw, _):
         body = {"model": "fake-model", "messages": [SUPPORT, {"role": "user", "content": "hi"}]}
         for key in ("key-a", "key-a", "key-b", "key-b"):
             headers = {"authorization": f"Bearer {key}"}
@@ -251,9 +253,6 @@ def test_one_tenants_prompts_do_not_draw_anothers_requests(
         }  # fmt: skip
         remembered = [r["remembered_bytes"] for r in routing_stats(gw, "adm")["replicas"]]
         assert sum(remembered) == 2 * (len(prompt_text(body)) + 1)  # one tree per tenant
-    finally:
-        gw.stop()
-        second.stop()
 
 
 def test_dead_replica_fails_over(
@@ -397,10 +396,8 @@ def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
 def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
     upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    gw = replicated(tmp_path, [f"{upstream_server.url}/v1", f"{second.url}/v1"])
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
-    try:
+    with with_a_second(upstream_server, tmp_path) as (gw, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
         made = ""
         for n in range(8):  # until one is made by the second replica (new prompts alternate)
             made = client.responses.create(model="fake-model", input=f"topic {n}" * 20).id
@@ -411,9 +408,6 @@ def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
         with pytest.raises(openai.APIStatusError) as failed:  # not the other replica's 400
             client.responses.create(model="fake-model", input="then", previous_response_id=made)
         assert failed.value.status_code == 502
-    finally:
-        gw.stop()
-        second.stop()
 
 
 class HungAfterHeaders(Replica):
@@ -449,13 +443,7 @@ def test_a_replica_whose_streams_hang_after_their_headers_is_avoided(
 def test_a_replica_whose_stream_stalls_after_its_first_event_is_avoided(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
-    second = ThreadedServer(FakeUpstream()).start()
-    urls = [f"{upstream_server.url}/v1", f"{second.url}/v1"]
-    gw = replicated(tmp_path, urls, "timeout: {read: 0.5}")
-    try:
+    with with_a_second(upstream_server, tmp_path, "timeout: {read: 0.5}") as (gw, _):
         stalled = gw.chat("stall", stream=True, fake={"chunk_delay": 3})
         assert '"code":"upstream_timeout"' in stalled.text  # (the client had its first event)
         assert sum(r["down"] for r in routing_stats(gw)["replicas"]) == 1
-    finally:
-        gw.stop()
-        second.stop()
