@@ -392,6 +392,12 @@ _UNSUPPORTED: dict[str, Any] = {
     "echo": False,
     "suffix": None,
     "best_of": 1,
+    # OpenAI chat fields for other models (reasoning, predicted outputs, web search, audio
+    # voice): null (as some clients send every field they know) asks for nothing
+    "reasoning_effort": None,
+    "verbosity": None,
+    "prediction": None,
+    "web_search_options": None,
 }
 
 
@@ -411,7 +417,8 @@ _ONLY = {
     "completion": frozenset({
         "messages", "max_completion_tokens", "parallel_tool_calls", "tool_choice",
         "function_call", "response_format", "modalities", "audio", "tools", "functions",
-        "continue_final_message", "add_generation_prompt",
+        "continue_final_message", "add_generation_prompt", "reasoning_effort", "verbosity",
+        "prediction", "web_search_options",
     }),
 }  # fmt: skip
 

@@ -277,6 +277,13 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
         ({"modalities": ["text", "audio"]}, "modalities", "unsupported_parameter"),
         ({"audio": {"voice": "alloy", "format": "wav"}}, "modalities", "unsupported_parameter"),
         ({"frobnicate": 1}, "frobnicate", "unsupported_parameter"),
+        ({"frobnicate": None}, "frobnicate", "unsupported_parameter"),
+        ({"reasoning_effort": "high"}, "reasoning_effort", "unsupported_parameter"),
+        (
+            {"prediction": {"type": "content", "content": "x"}},
+            "prediction",
+            "unsupported_parameter",
+        ),
         ({"prompt": "x"}, "prompt", "unsupported_parameter"),  # (a completions field)
         ({"modalities": 5}, "modalities", "invalid_value"),
         ({"modalities": True}, "modalities", "invalid_value"),
@@ -302,6 +309,10 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         {"user": "u1", "metadata": {"k": "v"}, "store": False, "prompt_cache_key": "k"},
         # the OpenAI SDK's prompt cache settings (a provider's cache, not the answer): were a 400
         {"prompt_cache_retention": "24h", "prompt_cache_options": {"ttl": "30m"}},
+        # OpenAI fields of other models, sent as null by clients that send every field: were
+        # a 400 "not a request argument the local model recognizes"
+        {"reasoning_effort": None, "verbosity": None, "prediction": None},
+        {"web_search_options": None},
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
     completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
