@@ -81,7 +81,9 @@ class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
 
 
 class ServerConfig(_Base, frozen=True):
-    host: str = "127.0.0.1"
+    #: The address to bind ("0.0.0.0": every interface); not empty, which binds every
+    #: interface too while reading as "unset".
+    host: Annotated[str, msgspec.Meta(min_length=1)] = "127.0.0.1"
     port: Port = 8080
     #: Request bodies larger than this get a 413.
     max_body_bytes: PositiveInt = 4 * 1024 * 1024

@@ -137,6 +137,8 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "f.yaml: cache: redis.url: Port could not be cast to integer value as '63x9'",
         ),
         ("admin: {api_key: ''}", "f.yaml: admin.api_key: expected `str` of length >= 1"),
+        # (was accepted, and bound every interface)
+        ("server: {host: ''}", "f.yaml: server.host: expected `str` of length >= 1"),
         ("models: {}", "f.yaml: models: expected a mapping"),
         ("- a list", "f.yaml: the top level must be a mapping"),
         ("server: [", "f.yaml: invalid YAML"),
