@@ -31,7 +31,7 @@ from .backend import Backend
 from .canonical import Answer, CacheState, GatewayRequest, Reply, Wire
 from .errors import APIError, sse_error
 from .ledger import usage_of
-from .pipeline import Pipeline, Save, Watch
+from .pipeline import Pipeline, Watch
 from .requests import embedding_inputs, parse_request
 from .tracing import tier
 
@@ -40,7 +40,7 @@ __all__ = ["EMBEDDINGS", "embed"]
 T = TypeVar("T")
 
 
-#: Cache lookups or stores of one request in flight at once (a batch holds up to 2,048).
+#: Cache lookups of one request in flight at once (a batch holds up to 2,048).
 _CONCURRENCY = 16
 
 
@@ -92,10 +92,10 @@ async def embed(
         headers["x-cache-age"] = str(int(batch.age))
     if batch.keys:
         headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
-        if missing and not request.control.no_store:
-            fresh = [(batch.keys[i], batch.found[i]) for i in batch.asked]
-            with tier("cache.store"):
-                await _bounded(pipeline.store(request, Save(k, None), a) for k, a in fresh)
+        if missing and not request.control.no_store:  # (the response does not wait for it)
+            pipeline.store_many_soon(
+                request, [(batch.keys[i], batch.found[i]) for i in batch.asked]
+            )
     data = [
         {"object": "embedding", "index": i, "embedding": batch.found[i]["embedding"]}
         for i in range(len(inputs))
@@ -136,6 +136,7 @@ async def _look_up(
     ]
     batch.state = "refresh" if control.no_cache else "miss"
     if not control.no_cache:
+        await pipeline.written(batch.keys[0].scope)  # (one scope: see embedding_key)
         with tier("cache.lookup") as span:
             looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
             for i, hit in enumerate(looked):

@@ -24,7 +24,15 @@ import functools
 import hashlib
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Mapping,
+)
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -192,7 +200,7 @@ class Pipeline:
         for the write, then land its flight (identical requests waiting on it find it).
 
         NOTE: a lookup in the same scope waits for the writes in progress there
-        (:meth:`_written`): a client that got an answer and asks again finds it stored.
+        (:meth:`written`): a client that got an answer and asks again finds it stored.
         """
 
         async def work() -> None:
@@ -203,9 +211,34 @@ class Pipeline:
                 if flight is not None:
                     flight.land()
 
-        scope = save.key.scope
+        self._write_soon(save.key.scope, work())
+
+    def store_many_soon(
+        self, request: GatewayRequest, answers: list[tuple[CacheKey, dict[str, Any]]]
+    ) -> None:
+        """Store complete answers of one scope (an embeddings batch's inputs, exact only) in a
+        task of its own, in a few store writes: the response does not wait for them."""
+
+        async def work() -> None:
+            assert self.cache is not None
+            try:
+                with tier("cache.store"):
+                    await self.cache.store_many(
+                        answers,
+                        model=request.model,
+                        tenant=request.tenant,
+                        namespace=request.control.namespace,
+                        ttl=request.control.ttl,
+                    )
+            except Exception:  # the answers are good; a cache write failure must not lose them
+                log.exception("storing responses failed")
+
+        self._write_soon(answers[0][0].scope, work())
+
+    def _write_soon(self, scope: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run a cache write of ``scope`` as a task that lookups there wait for."""
         writes = self._writes.setdefault(scope, set())
-        task = asyncio.get_running_loop().create_task(work())
+        task = asyncio.get_running_loop().create_task(work)
         writes.add(task)
 
         def done(_: object) -> None:
@@ -268,7 +301,7 @@ class Pipeline:
         save = None if control.no_store else Save(key, None)
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)
-        await self._written(key.scope)
+        await self.written(key.scope)
         # NOTE: threshold and generation read together, before the lookup: the hit's audit
         # must count in the window of the threshold it was served under, not of a later one
         tightened = self._tightened(request)
@@ -288,7 +321,7 @@ class Pipeline:
         save = None if control.no_store else Save(key, found.vector, found.overloaded)
         return _Looked("miss", save=save, key=key, missed=found)
 
-    async def _written(self, scope: str) -> None:
+    async def written(self, scope: str) -> None:
         """Wait for the cache writes in progress in ``scope`` (already running: a store's
         time, not a response's): an answer a client has seen is found by its next request."""
         writes = self._writes.get(scope)

@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -321,7 +321,55 @@ class ResponseCache:
             semantic = vector is not None
         if not semantic:
             vector = None  # a vector without its model's name could never be searched
-        entry = Entry(
+        entry = self._entry(key, response, model, tenant, namespace, now, ttl, vector)
+        try:
+            evicted = await self._store.put(entry)
+        except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
+            self._counters.store_failures += 1
+            return None
+        self._stored([entry], evicted)
+        return entry
+
+    async def store_many(
+        self,
+        answers: Sequence[tuple[CacheKey, dict[str, Any]]],
+        *,
+        model: str,
+        tenant: str,
+        namespace: str,
+        ttl: float | None = None,
+    ) -> int:
+        """Store complete answers for exact hits only (an embeddings batch's inputs: their
+        keys are not semantic) in a few store writes, not one each; returns how many were
+        stored (the others are counted in ``store_failures``)."""
+        now = time.time()
+        ttl = self._settings.ttl if ttl is None else ttl
+        entries = [
+            self._entry(key, response, model, tenant, namespace, now, ttl, None)
+            for key, response in answers
+        ]
+        try:
+            evicted = await self._store.put_many(entries)
+        except StoreUnavailable as exc:
+            # NOTE: a disk store wrote the first ``stored`` ones; of a shared store's, which
+            # may be any, only the count is used (its follower applies the puts)
+            self._counters.store_failures += len(entries) - exc.stored
+            entries, evicted = entries[: exc.stored], exc.removed
+        self._stored(entries, evicted)
+        return len(entries)
+
+    def _entry(
+        self,
+        key: CacheKey,
+        response: dict[str, Any],
+        model: str,
+        tenant: str,
+        namespace: str,
+        now: float,
+        ttl: float | None,
+        vector: np.ndarray | None,
+    ) -> Entry:
+        return Entry(
             id=entry_id(key.exact),
             exact=key.exact,
             scope=key.scope,
@@ -335,21 +383,19 @@ class ResponseCache:
             vector=None if vector is None else np.asarray(vector, dtype=np.float32).tobytes(),
             vector_model=self.embedder.model_name if vector is not None and self.embedder else "",
         )
-        try:
-            evicted = await self._store.put(entry)
-        except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
-            self._counters.store_failures += 1
-            return None
+
+    def _stored(self, entries: Sequence[Entry], evicted: list[int]) -> None:
+        """``entries`` were written, evicting ``evicted``."""
         # NOTE: an answer stored again without a vector (semantic off for it) must leave the
         # index too, or a later search finds an entry the guard has no vector for. A shared
         # store's follower applies the put instead, in order with every other write of the id
         # (see ``_dropped``); ``put`` returned once it had, so the next lookup here finds it.
         if not self._store.shared:
-            self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
+            for entry in entries:
+                self.on_put(entry.id, entry.scope, entry.vector, entry.vector_model)
         self._dropped(evicted)
-        self._counters.stores += 1
+        self._counters.stores += len(entries)
         self._counters.evictions += len(evicted)
-        return entry
 
     async def flush(self, namespace: str | None = None) -> int:
         """Drop every entry (or those of one namespace); returns how many."""

@@ -40,7 +40,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import msgspec
@@ -73,6 +73,8 @@ _RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unrea
 _REFUSED_S = 1.0  # how long the follower waits after Redis refused one of its commands
 #: The longest Redis expiry set (100 years); a longer TTL is kept in the entry and ``exp`` only.
 _MAX_PX = 100 * 365 * 24 * 3600 * 1000
+#: Puts of one ``put_many`` in flight at once (an embeddings batch holds up to 2,048).
+_PUTS_AT_ONCE = 16
 #: How long ``put`` waits for the follower to apply its event, in multiples of the command
 #: timeout (normally one round trip: Redis wakes the follower's blocked XREAD at once).
 _APPLY_WAIT = 2
@@ -340,6 +342,26 @@ class RedisStore:
             raise StoreUnavailable("Redis failed: the answer was not stored")
         evicted, event = done
         await self._until_applied(event)
+        return evicted
+
+    async def put_many(self, entries: Sequence[Entry]) -> list[int]:
+        """``put`` each, ``_PUTS_AT_ONCE`` at a time (each waits for Redis, not holding the
+        event loop; the pool and its follower are not flooded); StoreUnavailable (``stored``:
+        how many were, ``removed``: the ids evicted for them) when some were not."""
+        gate = asyncio.Semaphore(_PUTS_AT_ONCE)
+
+        async def one(entry: Entry) -> list[int]:
+            async with gate:
+                return await self.put(entry)
+
+        done = await asyncio.gather(*(one(e) for e in entries), return_exceptions=True)
+        for outcome in done:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, StoreUnavailable):
+                raise outcome
+        evicted = [i for outcome in done if isinstance(outcome, list) for i in outcome]
+        stored = sum(isinstance(outcome, list) for outcome in done)
+        if stored < len(entries):
+            raise StoreUnavailable("Redis failed: answers were not stored", evicted, stored=stored)
         return evicted
 
     async def delete(self, ids: list[int]) -> None:

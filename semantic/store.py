@@ -18,7 +18,7 @@ import logging
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,11 +65,13 @@ class Entry(msgspec.Struct, kw_only=True):
 
 
 class StoreUnavailable(Exception):
-    """The store could not be reached; ``removed`` lists what an interrupted flush did drop."""
+    """The store could not be reached; ``removed`` lists what an interrupted flush did drop,
+    ``stored`` how many entries an interrupted ``put_many`` did store (its first ones)."""
 
-    def __init__(self, message: str, removed: list[int] | None = None) -> None:
+    def __init__(self, message: str, removed: list[int] | None = None, stored: int = 0) -> None:
         super().__init__(message)
         self.removed = removed or []
+        self.stored = stored
 
 
 class StoreOpenError(Exception):
@@ -92,6 +94,7 @@ class EntryStore(Protocol):
     # strict: raise StoreUnavailable when the store could not say (else None: a miss)
     async def get(self, entry_id: int, *, strict: bool = False) -> Entry | None: ...
     async def put(self, entry: Entry) -> list[int]: ...  # returns the ids evicted for room
+    async def put_many(self, entries: Sequence[Entry]) -> list[int]: ...  # (fewer writes)
     async def delete(self, ids: list[int]) -> None: ...
     async def record_hit(self, entry_id: int) -> None: ...
     async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
@@ -215,6 +218,40 @@ class DiskStore:
             self._refused(exc, "answers are not stored")
             raise StoreUnavailable(f"cannot store the answer: {exc}") from None
         self._taking_writes()
+        evicted = self._admit(entry)
+        for victim in evicted:
+            self._cache.delete(victim)
+        return evicted
+
+    async def put_many(self, entries: Sequence[Entry]) -> list[int]:
+        """``put`` each of ``entries`` (an embeddings batch's inputs): one SQLite transaction
+        for each ``_BATCH`` of them, not a commit each, and requests are served between two.
+        StoreUnavailable (``stored``: how many were; ``removed``: the ids evicted for them)
+        when the disk refuses a batch."""
+        evicted: list[int] = []
+        for start in range(0, len(entries), _BATCH):
+            batch = entries[start : start + _BATCH]
+            try:
+                with self._cache.transact():
+                    for entry in batch:
+                        raw = self._encoder.encode(entry)
+                        self._cache.set(entry.id, raw, expire=_expire(entry.expires))
+            except (OSError, sqlite3.Error) as exc:
+                self._refused(exc, "answers are not stored")
+                raise StoreUnavailable(
+                    f"cannot store the answers: {exc}", evicted, stored=start
+                ) from None
+            self._taking_writes()
+            victims = [victim for entry in batch for victim in self._admit(entry)]
+            if victims:
+                self._delete_on_disk(victims)
+            evicted += victims
+            await _yield_to_requests(len(entries))
+        return evicted
+
+    def _admit(self, entry: Entry) -> list[int]:
+        """A written ``entry`` into the memory view; returns the ids to evict for room (gone
+        from the view: the caller deletes them on disk)."""
         now = time.time()
         self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits, now)
         self._meta.move_to_end(entry.id)
@@ -225,7 +262,6 @@ class DiskStore:
             victim = self._pop_expired(now)
             if victim is None:
                 victim, _ = self._meta.popitem(last=False)  # the least recently used
-            self._cache.delete(victim)
             evicted.append(victim)
         return evicted
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
+import diskcache
 import openai
 import pytest
 
-from tests.conftest import Gateway
+from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream, embedding_of
+from tests.gateway.test_metrics import sample
 
 
 def sdk(gw: Gateway, key: str = "sk-client") -> openai.OpenAI:
@@ -105,6 +108,42 @@ def test_large_batches_on_redis_are_cached_whole(
     again = embed(gw, batch)
     assert again.headers["x-cache"] == "exact" and again.headers["x-cache-inputs"] == "600/600"
     assert embed(gw, "warm").headers["x-cache"] == "exact"  # the cache stayed on for everyone
+
+
+def test_a_large_batch_is_stored_after_its_answer_in_few_writes(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its 600 answers are written in 3 transactions after the response (one commit each on
+    the event loop, before it, held everyone else's requests ~0.1 ms an input); the next
+    request waits for them and finds all; a full disk is counted input by input."""
+    gw = make_gateway()
+    commits = []
+    real = diskcache.Cache.transact
+
+    def counted(self: diskcache.Cache, *args: Any, **kwargs: Any) -> Any:
+        commits.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(diskcache.Cache, "transact", counted)
+    batch = [f"input {i}" for i in range(600)]
+    assert embed(gw, batch).headers["x-cache-inputs"] == "0/600"
+    again = embed(gw, batch)
+    assert again.headers["x-cache"] == "exact" and again.headers["x-cache-inputs"] == "600/600"
+    assert len(commits) == 3  # (256 + 256 + 88; was 600 one-entry commits)
+    metrics = gw.http.get("/metrics").text
+    assert sample(metrics, "cachegate_cache_stores_total") == 600
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(diskcache.Cache, "set", full)
+    other = [f"other {i}" for i in range(300)]
+    assert embed(gw, other).status_code == 200  # served all the same
+    wait_for(
+        lambda: sample(gw.http.get("/metrics").text, "cachegate_cache_store_failures_total") == 300
+    )
+    monkeypatch.undo()
+    assert embed(gw, other).headers["x-cache-inputs"] == "0/300"  # nothing half-stored
 
 
 def test_what_changes_an_embedding_is_part_of_the_key(
