@@ -114,6 +114,9 @@ class _ChatBody(_Sampling):
 
 class _CompletionBody(_Sampling):
     prompt: str | list[str | int | list[int]] = ""
+    #: OpenAI's completions take 0: with ``echo`` and ``logprobs``, a prompt is scored and
+    #: nothing is generated (evaluation harnesses ask so).
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] | None = None
     logprobs: Annotated[int, msgspec.Meta(ge=0, le=5)] | None = None
     echo: bool | None = None
     suffix: str | None = None

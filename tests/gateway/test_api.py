@@ -278,6 +278,24 @@ def test_completions_endpoint_caches_exactly(make_gateway: Any, upstream: FakeUp
     assert upstream.stats["completions"] == 1
 
 
+def test_completions_take_max_tokens_zero(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """OpenAI's completions take ``max_tokens: 0`` (score a prompt with ``echo`` and
+    ``logprobs``, generate nothing); chat's minimum stays 1."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    scored = sdk.completions.create(
+        model="fake-model", prompt="Score me", max_tokens=0, echo=True, logprobs=0
+    )  # was: 400 "expected `int` >= 1"
+    assert scored.object == "text_completion"
+    assert upstream.last_body["max_tokens"] == 0 and upstream.stats["completions"] == 1
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.completions.create(model="fake-model", prompt="Score me", max_tokens=-1)
+    assert refused.value.body["param"] == "max_tokens"  # type: ignore[index]
+    chat = gw.http.post("/v1/chat/completions", json={
+        "model": "fake-model", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0})  # fmt: skip
+    assert chat.status_code == 400
+
+
 # -- streaming ------------------------------------------------------------------------------
 
 
