@@ -519,6 +519,11 @@ class TracingConfig(_Base, frozen=True):
     #: Share of requests traced (head sampling by trace id).
     sample_rate: Fraction = 1.0
 
+    def __post_init__(self) -> None:
+        # (without its scheme the gateway started, and every export failed with a traceback)
+        if self.endpoint is not None:
+            _check_urls((self.endpoint,))
+
 
 class Config(_Base, frozen=True):
     server: ServerConfig = ServerConfig()

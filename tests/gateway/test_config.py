@@ -118,6 +118,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {x: {backend: openai, base_url: '${CG_UNSET_VAR}'}}",
             "f.yaml: models.x.base_url: environment variable CG_UNSET_VAR is not set",
         ),
+        (  # the gateway started, and every batch of spans failed to export
+            "tracing: {enabled: true, endpoint: 'otel-collector:4318/v1/traces'}",
+            "f.yaml: tracing: 'otel-collector:4318/v1/traces' is not an http:// or https:// URL",
+        ),
         (
             "cache: {semantic: {threshold: 1.2}}",
             "f.yaml: cache.semantic.threshold: expected `float` <= 1.0",
