@@ -9,6 +9,7 @@ Disconnects and shutdown are handled in connections.py.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -36,6 +37,8 @@ from .stored import StoredResponse
 from .tracing import RequestTrace
 
 __all__ = ["Walk", "error_response", "routes", "serve"]
+
+log = logging.getLogger(__name__)
 
 _encode = msgspec.json.encode
 _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
@@ -218,15 +221,15 @@ async def serve(
             if runtime.admission is not None and (door := runtime.admission.door()) is not None:
                 await runtime.connections.guard(request)(door)  # the loop runs late: wait
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
-    except (APIError, HTTPException) as exc:  # litestar's own: e.g. 413 for an oversized body
-        error = exc if isinstance(exc, APIError) else _from_http(exc)
-        _record(runtime, route, seen.model, "bypass", error.status, seen.started)
-        observe(runtime, seen.now(error.status), None)
-        return _identified(error_response(error, wire=wire), seen.request_id)
     except ClientDisconnected:
         _record(runtime, route, seen.model, "bypass", 499, seen.started)
         observe(runtime, seen.now(499), None)
         return Response(b"", status_code=499)
+    except Exception as exc:  # litestar's own: e.g. 413 for an oversized body; a failure
+        error = _api_error(exc, route, seen.request_id)
+        _record(runtime, route, seen.model, "bypass", error.status, seen.started)
+        observe(runtime, seen.now(error.status), None)
+        return _identified(error_response(error, wire=wire), seen.request_id)
     return _send(runtime, reply, wire, seen)
 
 
@@ -398,6 +401,21 @@ def _record(
     metrics = runtime.metrics
     metrics.requests.labels(route, model, cache, str(status)).inc()
     metrics.latency.labels(route, cache).observe(time.perf_counter() - started)
+
+
+def _api_error(exc: Exception, route: str, rid: str) -> APIError:
+    """The error a request that raised ``exc`` is answered with.
+
+    NOTE: an unexpected failure (a bug, a cache read that raised) is a 500 here, not in the
+    app's catch-all handler: there it was not counted in ``/metrics``, its trace span never
+    ended and its answer had no ``x-request-id``.
+    """
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, HTTPException):
+        return _from_http(exc)
+    log.error("unhandled error on %s (request %s)", route, rid, exc_info=exc)
+    return APIError(500, "The gateway had an internal error.", code="internal_error")
 
 
 def _from_http(exc: HTTPException) -> APIError:

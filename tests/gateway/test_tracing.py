@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import http.server
+import sqlite3
 import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
+import diskcache
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 from gateway.config import TracingConfig
 from gateway.tracing import Tracing
 from tests.fake_upstream import FakeUpstream
+from tests.gateway.test_metrics import sample
 
 
 def traced(gw: Any) -> InMemorySpanExporter:
@@ -82,6 +86,31 @@ def test_an_embeddings_batch_has_one_span_per_tier(
     assert miss["cache.lookup"].attributes["cachegate.cache"] == "miss"
     assert miss["model"].attributes["gen_ai.request.model"] == "fake-model"
     assert hit["cache.lookup"].attributes["cachegate.cache"] == "exact"
+
+
+def test_a_request_that_fails_unexpectedly_is_traced_and_counted(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure nothing expected (here the cache's database cannot be read) is a 500 that ends
+    its span and counts in /metrics like any error (it did neither: its span never ended)."""
+    gw = make_gateway()
+    exporter = traced(gw)
+    assert gw.chat("unreadable").status_code == 200  # stored: the next one reads it
+    exporter.clear()
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(diskcache.Cache, "get", unreadable)
+    response = gw.chat("unreadable")
+    assert response.status_code == 500 and response.json()["error"]["code"] == "internal_error"
+    assert response.headers["x-request-id"].startswith("req_")
+    (root,) = [s for s in exporter.get_finished_spans() if s.name == "chat fake-model"]
+    assert root.attributes is not None and root.attributes["http.response.status_code"] == 500
+    assert root.attributes["cachegate.request_id"] == response.headers["x-request-id"]
+    assert root.status.status_code == StatusCode.ERROR
+    metrics = gw.http.get("/metrics").text
+    assert sample(metrics, "cachegate_requests_total", cache="bypass", status="500") == 1
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
