@@ -180,6 +180,7 @@ class DiskStore:
             raise StoreOpenError(f"{directory}: cannot open the cache there: {exc}") from None
         self._max_entries = max_entries
         self._refusing = False  # the last write failed (logged once until one succeeds)
+        self._unreadable = False  # the last read failed (likewise)
         self._encoder = msgspec.msgpack.Encoder()
         self._decoder = msgspec.msgpack.Decoder(Entry)
         self._meta: OrderedDict[int, _Meta] = OrderedDict()
@@ -201,11 +202,24 @@ class DiskStore:
         meta = self._meta.get(entry_id)
         if meta is None:
             return None
-        raw = self._cache.get(entry_id)
-        if raw is None:  # expired inside diskcache, or removed by another process
-            self._meta.pop(entry_id, None)
+        try:
+            raw = self._cache.get(entry_id)
+            if raw is None:  # expired inside diskcache, or removed by another process
+                self._meta.pop(entry_id, None)
+                return None
+            entry = self._decoder.decode(raw)
+        except (OSError, sqlite3.Error, msgspec.DecodeError) as exc:
+            # NOTE: a read the disk refuses (a damaged database, an I/O error) is a miss, as a
+            # Redis read that fails: the model answers, the request does not fail with a 500
+            if not self._unreadable:
+                log.warning("the cache directory cannot be read, answered as misses: %s", exc)
+            self._unreadable = True
+            if strict:
+                raise StoreUnavailable(f"cannot read the cached answer: {exc}") from None
             return None
-        entry = self._decoder.decode(raw)
+        if self._unreadable:
+            log.info("the cache directory can be read again")
+            self._unreadable = False
         entry.hits = meta.hits
         return entry
 

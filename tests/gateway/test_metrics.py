@@ -108,6 +108,30 @@ def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpst
     assert page.headers["content-type"] == "text/html; charset=utf-8"
 
 
+def test_a_cache_directory_that_cannot_be_read_answers_misses(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A damaged database or an I/O error on a read: the model answers (was a 500)."""
+    gw = make_gateway()
+    assert gw.chat("unreadable").status_code == 200  # stored: the next one reads it
+    wait_for(lambda: gw.chat("unreadable").headers["x-cache"] == "exact")
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(diskcache.Cache, "get", unreadable)
+    caplog.set_level(logging.INFO)
+    for _ in range(2):
+        response = gw.chat("unreadable")
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+    warnings = [r for r in caplog.records if "cannot be read" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING  # once per outage
+    monkeypatch.undo()
+    wait_for(lambda: gw.chat("unreadable").headers["x-cache"] == "exact")
+    assert any("can be read again" in r.getMessage() for r in caplog.records)
+
+
 def test_answers_a_full_disk_refuses_are_served_and_counted(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
