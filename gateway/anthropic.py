@@ -85,7 +85,7 @@ class AnthropicBackend(UpstreamBackend):
 
     # -- UpstreamBackend hooks -------------------------------------------------------------
 
-    def _payload(self, request: GatewayRequest, stream: bool) -> bytes:
+    def _payload(self, request: GatewayRequest, stream: bool, path: str | None = None) -> bytes:
         body = dict(request.body)
         body["model"] = self.config.upstream_model or request.model
         if stream:

@@ -31,7 +31,7 @@ from .messages_bridge import MESSAGES, count_tokens
 from .observe import Seen, observe, request_id
 from .pipeline import Pipeline, Watch
 from .requests import request_tenant
-from .responses import input_items_page
+from .responses import count_input_tokens, input_items_page
 from .runtime import Runtime
 from .stored import StoredResponse
 from .tracing import RequestTrace
@@ -117,6 +117,23 @@ async def delete_response(
     return _json({"id": stored.id, "object": "response", "deleted": True})
 
 
+@post("/v1/responses/input_tokens", status_code=200)
+async def count_response_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
+    """The input tokens of a Response request (never cached, no model call)."""
+    runtime = _runtime(request)
+    auth = request.headers.get("authorization")
+    try:
+        tenant = runtime.authenticate(auth)
+        parsed = runtime.responses.parse_count(await request.body(), request.headers, tenant)
+        backend, parsed = runtime.pipeline.route(parsed, auth)
+        count = await count_input_tokens(runtime.responses, backend, parsed, auth)
+    except APIError as exc:
+        return error_response(exc)
+    except HTTPException as exc:
+        return error_response(_from_http(exc))
+    return _json({"object": "response.input_tokens", "input_tokens": count})
+
+
 @post("/v1/messages", status_code=200)
 async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     """Anthropic Messages: Anthropic's error bodies, ``x-api-key`` or a bearer token."""
@@ -188,6 +205,7 @@ routes = [
     get_response,
     list_input_items,
     delete_response,
+    count_response_tokens,
     create_message,
     count_message_tokens,
     list_models,

@@ -161,8 +161,10 @@ class LocalBackend:
         return LocalStream(request, self.name, job, engine.stream(job))
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
-        """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``)."""
+        """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``,
+        ``/v1/responses/input_tokens``); a 400 for what a create would refuse (tools, ...)."""
         engine = await self._ready_engine()
+        _sampling(request.body, request.kind)
         try:
             return len(await asyncio.to_thread(_tokens, engine.engine, request))
         except ValueError as exc:  # InvalidPromptError: the chat template refused the turns

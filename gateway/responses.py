@@ -33,18 +33,20 @@ import hashlib
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
 from semantic.keys import CacheKey, ContextMode, chat_key
 
+from .backend import Backend
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 from .errors import APIError, sse_error
+from .messages_bridge import TokenCounter
 from .requests import decode_body, gateway_request, partitioned, validated
 from .stored import ResponseStore, StoredResponse
 
-__all__ = ["ResponsesAdapter"]
+__all__ = ["InputTokenCounter", "ResponsesAdapter", "count_input_tokens"]
 
 _encode = msgspec.json.Encoder().encode
 #: Events that end a Responses stream; only ``response.completed`` ends it with an answer.
@@ -185,6 +187,20 @@ class ResponsesAdapter:
                 body["previous_response_id"] = turns[0]["id"]
             body["input"] = [_inline(t) for t in turns if _sendable(t)]
         return turns, len(previous.conversation), body
+
+    def parse_count(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        """A ``POST /v1/responses/input_tokens`` body: a Response request's fields, its
+        conversation resolved as a Response request's is; ``input`` may be left out."""
+        body = decode_body(raw)
+        given = isinstance(body, dict) and "input" in body
+        if not given:
+            body["input"] = []
+        request = self.parse(_encode(body), headers, tenant)
+        if not given and request.body.get("input") == []:  # (nothing inlined into it)
+            request = dataclasses.replace(
+                request, body={k: v for k, v in request.body.items() if k != "input"}
+            )
+        return request
 
     def owner(self, tenant: str, headers: Mapping[str, str]) -> str:
         """Who may read a stored response: the tenant, or without gateway keys the client's
@@ -419,6 +435,37 @@ def input_items(value: Any) -> list[dict[str, Any]]:
             item = {**item, "type": "message", "content": content}
         items.append(item)
     return items
+
+
+async def count_input_tokens(
+    adapter: ResponsesAdapter, backend: Backend, request: GatewayRequest, auth: str | None
+) -> int:
+    """``POST /v1/responses/input_tokens``: asked of an OpenAI-compatible upstream, counted by
+    the local model's tokenizer for the chat form of the request; other backends cannot (400)."""
+    if "responses" in backend.apis and isinstance(backend, InputTokenCounter):
+        answer = await backend.count_input_tokens(request, auth)
+        count = answer.body.get("input_tokens")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise APIError(502, f"Upstream for model '{backend.name}' answered no input_tokens.",
+                           type="api_error", code="upstream_error")  # fmt: skip
+        return count
+    if "chat" in backend.apis and isinstance(backend, TokenCounter):
+        return await backend.count_tokens(adapter.to_chat(request))
+    raise APIError(
+        400,
+        f"Counting input tokens is not supported for model '{backend.name}'.",
+        param="model",
+        code="unsupported_model",
+    )
+
+
+@runtime_checkable
+class InputTokenCounter(Protocol):
+    """A backend that counts a Response request's input tokens (an OpenAI-compatible API)."""
+
+    async def count_input_tokens(
+        self, request: GatewayRequest, auth: str | None = None
+    ) -> Answer: ...
 
 
 def replay_events(response: dict[str, Any]) -> list[bytes]:

@@ -119,6 +119,11 @@ class UpstreamBackend:
             )
         return True
 
+    async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+        """``POST /responses/input_tokens`` upstream: the Response request's input tokens."""
+        response = await self._send(request, stream=False, auth=auth, path=_COUNT_PATH)
+        return Answer(await read_object(self.name, response))
+
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
         body = await read_object(self.name, response)
@@ -167,9 +172,11 @@ class UpstreamBackend:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _payload(self, request: GatewayRequest, stream: bool) -> bytes:
+    def _payload(self, request: GatewayRequest, stream: bool, path: str | None = None) -> bytes:
         body = dict(request.body)
         body["model"] = self.config.upstream_model or request.model
+        if path == _COUNT_PATH:  # (a count takes a Response request's fields, nothing else)
+            return _encode(body)
         if self.config.prompt_cache_key and request.kind in ("chat", "responses"):
             body.setdefault("prompt_cache_key", prompt_cache_key(request))
         if stream and request.kind in ("chat", "completion"):
@@ -208,8 +215,8 @@ class UpstreamBackend:
     async def _send(
         self, request: GatewayRequest, *, stream: bool, auth: str | None, path: str | None = None
     ) -> httpx.Response:
+        payload = self._payload(request, stream, path)
         path = path or _PATHS[request.kind]
-        payload = self._payload(request, stream)
         headers = _ascii(self._headers(request, auth))
         if stream:
             headers["accept"] = "text/event-stream"
@@ -378,6 +385,12 @@ class ReplicatedBackend:
             request, lambda b: b.open_stream(request, auth), stream=True
         )
         return stream
+
+    async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+        answer: Answer = await self._routed(
+            request, lambda b: b.count_input_tokens(request, auth), stream=False
+        )
+        return answer
 
     def describe(self) -> dict[str, Any]:
         return self._replicas[0].describe()
@@ -774,6 +787,8 @@ class UpstreamStream:
 # ---------------------------------------------------------------------------------------------
 # helpers
 
+#: Where an OpenAI-compatible upstream counts a Response request's input tokens.
+_COUNT_PATH = "responses/input_tokens"
 _PATHS = {
     "chat": "chat/completions",
     "completion": "completions",

@@ -112,6 +112,12 @@ class FakeUpstream:
             return await send_json(
                 send, 200, {"object": "list", "data": [{"id": "fake", "object": "model"}]}
             )
+        if method == "POST" and path.endswith("/responses/input_tokens"):
+            body = _decode(await read_body(receive))
+            self.stats["input_tokens"] += 1
+            self.last_body = body
+            self.last_headers = {k.decode(): v.decode() for k, v in scope["headers"]}
+            return await self._count(body, send)
         if method != "POST" or not path.endswith(
             ("/chat/completions", "/completions", "/embeddings", "/responses")
         ):
@@ -196,6 +202,19 @@ class FakeUpstream:
 
     # -- the Responses API -----------------------------------------------------------------
 
+    async def _count(self, body: dict[str, Any], send: Any) -> None:
+        """``POST /responses/input_tokens``: a word is a token (instructions, the conversation
+        its previous_response_id continues, the input)."""
+        conversation = _items(body.get("input"))
+        previous = body.get("previous_response_id")
+        if previous is not None:
+            if previous not in self.responses:
+                return await send_json(send, 400, {"error": _previous_not_found(previous)})
+            conversation = [*self.responses[previous][1], *conversation]
+        text = " ".join([body.get("instructions") or "", *map(_item_text, conversation)])
+        count = {"object": "response.input_tokens", "input_tokens": len(text.split())}
+        return await send_json(send, 200, count)
+
     async def _respond_responses(
         self, body: dict[str, Any], fake: dict[str, Any], disconnected: asyncio.Event, send: Any
     ) -> None:
@@ -209,10 +228,7 @@ class FakeUpstream:
         previous = body.get("previous_response_id")
         if previous is not None:
             if previous not in self.responses:
-                error = {"message": f"Previous response with id '{previous}' not found.",
-                         "type": "invalid_request_error", "param": "previous_response_id",
-                         "code": "previous_response_not_found"}  # fmt: skip
-                return await send_json(send, 400, {"error": error})
+                return await send_json(send, 400, {"error": _previous_not_found(previous)})
             conversation = [*self.responses[previous][1], *conversation]
         response = _response(self._serial, body, conversation, fake)
         if body.get("store", True):
@@ -402,6 +418,12 @@ def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | 
     tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)
     return {"object": "list", "data": data, "model": body["model"],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+
+
+def _previous_not_found(previous: str) -> dict[str, Any]:
+    return {"message": f"Previous response with id '{previous}' not found.",
+            "type": "invalid_request_error", "param": "previous_response_id",
+            "code": "previous_response_not_found"}  # fmt: skip
 
 
 def _items(value: Any) -> list[dict[str, Any]]:

@@ -52,6 +52,29 @@ def test_turn_after_turn_reuses_the_prefix_kv(gw: Gateway) -> None:
     assert c.responses.retrieve(second.id).output_text == second.output_text
 
 
+def test_input_tokens_are_what_a_create_reads(gw: Gateway) -> None:
+    """``responses.input_tokens.count`` on the local model: its tokenizer over the chat form,
+    the previous response's conversation included: what the answer's usage then says."""
+    c = sdk(gw)
+    first, _ = create(c, instructions="Be brief.", input="Do you sell saws?")
+    assert first.usage is not None
+    alone = c.responses.input_tokens.count(
+        model=MODEL, instructions="Be brief.", input="Do you sell saws?"
+    )
+    assert alone.input_tokens == first.usage.input_tokens
+    follow = c.responses.input_tokens.count(
+        model=MODEL, instructions="Be brief.", input="And drills?", previous_response_id=first.id
+    )
+    second, _ = create(
+        c, instructions="Be brief.", input="And drills?", previous_response_id=first.id
+    )
+    assert second.usage is not None and follow.input_tokens == second.usage.input_tokens
+    with pytest.raises(openai.BadRequestError):  # as a create: the local model has no tools
+        c.responses.input_tokens.count(
+            model=MODEL, input="x", tools=[{"type": "function", "name": "f", "parameters": {}}]
+        )
+
+
 def test_streaming_from_the_local_model_then_a_replay(gw: Gateway) -> None:
     c = sdk(gw)
     body: dict[str, Any] = {"model": MODEL, "input": "Name one tool.", "temperature": 0,

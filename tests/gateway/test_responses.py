@@ -275,6 +275,49 @@ def test_the_output_of_a_hit_sent_back_as_input_reaches_the_upstream_without_our
             assert all("id" not in i for i in sent)
 
 
+def test_input_tokens_are_counted_upstream_with_the_conversation_resolved(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """``client.responses.input_tokens.count`` (was a 404): the upstream counts, no model
+    call, nothing cached; a chain through a cache hit is sent inlined, another tenant's id is
+    refused as for a create."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    counted = a.responses.input_tokens.count(
+        model=MODEL, input="How many words are here?", instructions="Be brief"
+    )
+    assert counted.object == "response.input_tokens" and counted.input_tokens == 7
+    assert upstream.stats["input_tokens"] == 1 and upstream.stats["responses"] == 0
+    assert upstream.last_headers["authorization"] != "Bearer key-a"  # (the gateway's keys)
+    first, _ = create(a, input="My name is Ann.")
+    again, cache = create(a, input="My name is Ann.")  # a hit: an id only the gateway knows
+    assert cache == "exact"
+    follow = a.responses.input_tokens.count(
+        model=MODEL, input="What is my name?", previous_response_id=again.id
+    )
+    assert "previous_response_id" not in upstream.last_body  # the conversation, inlined
+    assert [i.get("role") for i in upstream.last_body["input"]] == ["user", "assistant", "user"]
+    answer = len(first.output_text.split())
+    assert follow.input_tokens == 4 + answer + 4
+    upstream_made = a.responses.input_tokens.count(
+        model=MODEL, input="And now?", previous_response_id=first.id
+    )  # the upstream's own id: sent as is, it resolves it
+    assert upstream.last_body["previous_response_id"] == first.id
+    assert upstream_made.input_tokens == 4 + answer + 2
+    with pytest.raises(openai.BadRequestError):  # never forwarded for another tenant
+        b.responses.input_tokens.count(model=MODEL, input="x", previous_response_id=first.id)
+    with pytest.raises(openai.NotFoundError):
+        a.responses.input_tokens.count(model="no-such-model", input="x")
+    with pytest.raises(openai.BadRequestError):
+        a.responses.input_tokens.count(model=MODEL, input=5)  # type: ignore[arg-type]
+    malformed = gw.http.post("/v1/responses/input_tokens", content=b"{not json",
+                             headers={"authorization": "Bearer key-a"})  # fmt: skip
+    assert malformed.status_code == 400 and malformed.json()["error"]["type"]
+    unauthorized = gw.http.post("/v1/responses/input_tokens", json={"model": MODEL, "input": "x"})
+    assert unauthorized.status_code == 401
+    assert upstream.stats["input_tokens"] == 3 and upstream.stats["responses"] == 1
+
+
 def test_get_input_items_and_delete_a_stored_response(
     gw: Gateway, upstream_server: ThreadedServer, upstream: FakeUpstream
 ) -> None:
