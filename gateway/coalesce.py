@@ -5,19 +5,21 @@ model and stores the answer. An identical request that misses meanwhile *follows
 for the flight to land (at most ``max_wait`` seconds), then looks the answer up in the cache::
 
     flights = Flights(config)
-    if flights.busy(key.exact):
-        followed = await flights.follow(key.exact)  # "landed": look the answer up again;
-                                                    # "lead": followed.flight is this one's
-    flight = flights.lead(key.exact)                # None: someone else leads
-    ...                                             # call the model, store
-    flight.land()                                   # answered: wake the followers (finally)
-    flight.fail(error)                              # no answer: wake them, one leads next
+    if flights.busy(key.exact):  # (stream: whether this request streams)
+        followed = await flights.follow(key.exact, stream)  # "landed": look it up again;
+                                                            # "lead": it leads followed.flight
+    flight = flights.lead(key.exact, stream)  # None: someone else leads
+    ...                                       # call the model, store
+    flight.land()                             # answered: wake the followers (finally)
+    flight.fail(error)                        # no answer: wake them, one leads next
 
 When the leader gets no answer (an upstream error, a timeout, its client gone), the followers
 must not all call the model at once (a herd, when the model is already failing): one of them
 leads the next flight and the others wait on for it, within their own ``max_wait``. An error
 that the others would get too is theirs at once instead: a 4xx about the request itself, or
-any error of that second flight (the model failed twice in a row: nobody else tries now).
+any error of that second flight (the model failed twice in a row: nobody else tries now). A
+4xx is theirs only when they asked the same way (streamed or not): the upstream may refuse
+one of the two forms and answer the other (a model the account may not stream).
 """
 
 from __future__ import annotations
@@ -39,15 +41,20 @@ Watch = Callable[[Awaitable[Any]], Awaitable[Any]]
 class Flight:
     """One model call that identical requests wait on; ``land`` or ``fail`` wakes them (once).
 
-    ``retry``: led by a follower of a flight that failed (its own failure is shared).
+    ``retry``: led by a follower of a flight that failed (its own failure is shared);
+    ``stream``: whether its leader streams (an error about the request is shared only with
+    requests asked the same way, see :meth:`shared`).
     """
 
-    __slots__ = ("_event", "_flights", "error", "exact", "failed", "retry", "since")
+    __slots__ = ("_event", "_flights", "error", "exact", "failed", "retry", "since", "stream")
 
-    def __init__(self, flights: dict[str, Flight], exact: str, *, retry: bool = False) -> None:
+    def __init__(
+        self, flights: dict[str, Flight], exact: str, stream: bool, *, retry: bool = False
+    ) -> None:
         self._flights = flights
         self._event = asyncio.Event()
         self.exact = exact
+        self.stream = stream
         self.since = time.monotonic()
         self.retry = retry
         self.failed = False  # the leader got no answer
@@ -70,6 +77,18 @@ class Flight:
 
     async def wait(self) -> None:
         await self._event.wait()
+
+    def shared(self, stream: bool) -> APIError | None:
+        """The error a follower that streams (or not) gets instead of calling the model.
+
+        NOTE: streaming is outside the cache key, but a streamed call and a plain one are two
+        calls to the upstream: one may be refused (400: the account may not stream this model)
+        where the other is answered, so such an error is not another form's.
+        """
+        error = self.error
+        if error is not None and _about_request(error) and stream != self.stream:
+            return None
+        return error
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +115,15 @@ class Flights:
         """Whether a live flight for ``exact`` is in progress."""
         return self._live(exact) is not None
 
-    def lead(self, exact: str, *, retry: bool = False) -> Flight | None:
-        """Register a flight for ``exact``; None when a live one is in progress already."""
+    def lead(self, exact: str, stream: bool, *, retry: bool = False) -> Flight | None:
+        """Register a flight for ``exact`` (``stream``: its leader's form); None when a live
+        one is in progress already."""
         if self._live(exact) is not None:
             return None
-        flight = self._flights[exact] = Flight(self._flights, exact, retry=retry)
+        flight = self._flights[exact] = Flight(self._flights, exact, stream, retry=retry)
         return flight
 
-    async def follow(self, exact: str, watch: Watch | None = None) -> Followed:
+    async def follow(self, exact: str, stream: bool, watch: Watch | None = None) -> Followed:
         """Wait for the flight of ``exact`` to land, for ``max_wait`` seconds in all.
 
         When its leader fails, the first follower to wake leads the next flight and the
@@ -121,9 +141,9 @@ class Flights:
                 return Followed("late")
             if not flight.failed:
                 return Followed("landed")
-            if flight.error is not None:
-                raise _copy(flight.error)
-            successor = self.lead(exact, retry=True)
+            if (error := flight.shared(stream)) is not None:
+                raise _copy(error)
+            successor = self.lead(exact, stream, retry=True)
             if successor is not None:
                 return Followed("lead", successor)
         return Followed("landed")
@@ -158,9 +178,14 @@ def _shared(error: BaseException | None, *, retried: bool) -> APIError | None:
     """
     if not isinstance(error, APIError):
         return None
-    if retried or (400 <= error.status < 500 and error.status not in _TRANSIENT):
+    if retried or _about_request(error):
         return error
     return None
+
+
+def _about_request(error: APIError) -> bool:
+    """A 4xx about the request itself (not one that another try may get answered)."""
+    return 400 <= error.status < 500 and error.status not in _TRANSIENT
 
 
 def _copy(error: APIError) -> APIError:

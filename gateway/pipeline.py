@@ -355,7 +355,7 @@ class Pipeline:
         """
         assert self.cache is not None
         with tier("coalesce.wait"):
-            followed = await self.flights.follow(key.exact, watch)
+            followed = await self.flights.follow(key.exact, request.stream, watch)
         if followed.kind != "landed":
             return followed.flight  # (late: None)
         found = await self.cache.lookup(
@@ -396,7 +396,7 @@ class Pipeline:
             followed = await self._follow(request, adapter, key, watch)
             if followed is not None:
                 return followed
-        return flights.lead(key.exact)
+        return flights.lead(key.exact, request.stream)
 
     def _threshold(self, request: GatewayRequest) -> float | None:
         if request.control.threshold is not None:

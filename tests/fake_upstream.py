@@ -16,6 +16,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    and ``[DONE]`` follow the last one at once)
     status         answer with this HTTP error status (``fail_times``: only the first N times
                    this exact body is seen; ``retry_after``: a Retry-After header)
+    stream_status  answer a streaming request with this HTTP error status, a plain one as usual
+                   (as OpenAI refuses to stream some models to an unverified organization)
     break_after    cut the connection after this many stream events (no [DONE])
     error_event    send an ``{"error": ...}`` event after this many stream events
     invalid_json   answer 200 with a body that is not JSON
@@ -168,12 +170,15 @@ class FakeUpstream:
             return await _raw(
                 send, raw.get("status", 200), raw["body"].encode(), content_type, raw.get("headers")
             )
+        status = fake.get("stream_status") if body.get("stream") else None
         if fake.get("status") and attempt <= fake.get("fail_times", 10**9):
+            status = fake["status"]
+        if status:
             self.stats["errors"] += 1
             headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
-            headers["x-request-id"] = f"req_failed_{fake['status']}"
-            message = {"message": f"fake failure {fake['status']}", "type": "server_error"}
-            return await send_json(send, fake["status"], {"error": message}, headers)
+            headers["x-request-id"] = f"req_failed_{status}"
+            message = {"message": f"fake failure {status}", "type": "server_error"}
+            return await send_json(send, status, {"error": message}, headers)
         if fake.get("invalid_json"):
             return await _raw(send, 200, b"{not json", "application/json")
         if fake.get("error_body"):

@@ -153,6 +153,34 @@ def test_a_request_error_of_the_first_is_shared_with_the_others(
     assert gw.chat("Name three prime numbers.", fake=fake).headers["x-cache"] == "exact"
 
 
+def test_a_request_error_of_a_stream_is_not_shared_with_plain_requests(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The first request streams and is refused (400: the upstream will not stream this model
+    to this account); the plain requests waiting for it are not refused with it: one of them
+    calls the model, the others are served its answer."""
+    gw = make_gateway()
+    fake = {"delay": 0.4, "stream_status": 400}
+
+    async def run() -> tuple[Exception, list[Any]]:
+        async with client(gw) as sdk:
+            stream = asyncio.create_task(
+                sdk.chat.completions.create(
+                    model="fake-model", messages=QUESTION, stream=True, extra_body={"fake": fake}
+                )
+            )
+            await until_upstream_called(upstream, 1)  # the stream leads
+            plain = await ask(gw, 4, fake)
+            return (await asyncio.gather(stream, return_exceptions=True))[0], plain
+
+    refused, plain = asyncio.run(run())
+    assert isinstance(refused, openai.BadRequestError)
+    assert all(not isinstance(r, Exception) for r in plain), plain
+    assert sorted(r.headers["x-cache"] for r in plain) == ["exact"] * 3 + ["miss"]
+    assert upstream.stats["chat"] == 2
+    assert not len(gw.runtime.pipeline.flights)
+
+
 def test_waiting_on_after_a_failure_is_still_bounded_by_max_wait(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
