@@ -17,9 +17,11 @@ consecutive requests, the gateway places them (``PromptCacher.prepare``):
 
 A mark goes only where the prefix holds at least the model's minimum cacheable length (a
 shorter one is not cached and would waste one of the four). A client's own marks are never
-moved, and count against the four. The TTL is chosen from the measured gap between requests
-sharing the prefix: a gap over 5 minutes outlives a 5-minute entry, so the 1-hour one pays (up
-to an hour; past that neither survives and the cheaper write is used).
+moved, and count against the four; its top-level ``cache_control`` (automatic caching) is a
+mark the API puts on the last block itself, so none is added there. The TTL is chosen from
+the measured gap between requests sharing the prefix: a gap over 5 minutes outlives a
+5-minute entry, so the 1-hour one pays (up to an hour; past that neither survives and the
+cheaper write is used); a mark before a client's 1-hour one is a 1-hour one too.
 
 >>> cacher = PromptCacher(min_tokens=1)
 >>> body = {"system": "Be brief.", "messages": [{"role": "user", "content": "Hi"}]}
@@ -132,17 +134,17 @@ def plan_marks(
     gap: float | None,
     min_tokens: int,
     ttl: Literal["auto", "5m", "1h"] = "auto",
-    reserved: int = 0,
+    automatic: TTL | None = None,
 ) -> Plan:
     """Choose the marks to add (pure: the tenant's history comes in as arguments).
 
     ``shared``: how many leading blocks the tenant's earlier requests had too; ``known``:
     indexes where a cache entry was written already (an earlier request's marks);
-    ``reserved``: marks the client asked for outside the blocks (a top-level
-    ``cache_control``, which the API places itself).
+    ``automatic``: the TTL of the client's top-level ``cache_control``, a mark the API places
+    on the last block itself.
     """
     client = [i for i, b in enumerate(blocks) if b.client_ttls]
-    budget = MAX_BREAKPOINTS - sum(len(b.client_ttls) for b in blocks) - reserved
+    budget = MAX_BREAKPOINTS - sum(len(b.client_ttls) for b in blocks) - (automatic is not None)
     worth = [i for i, b in enumerate(blocks) if b.markable and b.tokens >= min_tokens]
     if budget <= 0 or not worth:
         return Plan((), gap, shared)
@@ -154,7 +156,10 @@ def plan_marks(
             chosen.append(index)
 
     last = worth[-1]
-    take(last)
+    if automatic is None:
+        take(last)
+    else:  # (the last markable block: worth, as a prefix only grows)
+        client.append(last)
     divergence = _at_or_before(worth, shared - 1)
     if divergence is not None and (divergence not in known or last - divergence >= LOOKBACK_BLOCKS):
         take(divergence)
@@ -164,7 +169,8 @@ def plan_marks(
         take(index)
     marks = sorted(chosen)
     chosen_ttl = _ttl(ttl, gap)
-    return Plan(tuple(Mark(i, _fit_ttl(blocks, i, chosen_ttl)) for i in marks), gap, shared)
+    fitted = (Mark(i, _fit_ttl(blocks, i, chosen_ttl, automatic)) for i in marks)
+    return Plan(tuple(fitted), gap, shared)
 
 
 def apply_marks(
@@ -242,7 +248,7 @@ class PromptCacher:
             gap=gap,
             min_tokens=self.min_tokens,
             ttl=self.ttl,
-            reserved=1 if body.get("cache_control") else 0,
+            automatic=_automatic(body),
         )
         self._remember(tenant, history, blocks, plan, now)
         self.requests += 1
@@ -397,11 +403,20 @@ def _ttl(mode: Literal["auto", "5m", "1h"], gap: float | None) -> TTL:
     return "1h" if gap is not None and FIVE_MINUTES < gap <= ONE_HOUR else "5m"
 
 
-def _fit_ttl(blocks: list[Block], index: int, ttl: TTL) -> TTL:
+def _fit_ttl(blocks: list[Block], index: int, ttl: TTL, automatic: TTL | None) -> TTL:
     """NOTE: the API wants 1-hour marks before 5-minute ones: a client's 5m mark earlier in the
-    prompt makes ours 5m, a client's 1h mark later makes ours 1h."""
+    prompt makes ours 5m, a client's 1h mark later (its automatic one: at the end) makes ours 1h."""
     if ttl == "1h" and any("5m" in b.client_ttls for b in blocks[:index]):
         return "5m"
-    if ttl == "5m" and any("1h" in b.client_ttls for b in blocks[index + 1 :]):
+    later = automatic == "1h" or any("1h" in b.client_ttls for b in blocks[index + 1 :])
+    if ttl == "5m" and later:
         return "1h"
     return ttl
+
+
+def _automatic(body: dict[str, Any]) -> TTL | None:
+    """The TTL of the client's top-level ``cache_control`` (automatic caching), or None."""
+    control = body.get("cache_control")
+    if not control:
+        return None
+    return "1h" if isinstance(control, dict) and control.get("ttl") == "1h" else "5m"

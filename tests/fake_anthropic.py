@@ -5,7 +5,8 @@ headers (``x-api-key`` or ``Authorization: Bearer``, ``anthropic-version`` requi
 ``{"type": "error", "error": {"type", "message"}}`` and status codes, and prompt caching as
 documented: an entry is written for the prefix up to each ``cache_control`` block (at most 4,
 1-hour marks before 5-minute ones, prefixes shorter than ``min_cacheable`` tokens are not
-cached), read when a later request's mark, or a block up to 20 before it, ends the same prefix;
+cached; a top-level ``cache_control``, automatic caching, is one more mark, on the last
+block), read when a later request's mark, or a block up to 20 before it, ends the same prefix;
 usage reports ``input_tokens`` (after the last cache read or write), ``cache_read_input_tokens``
 and ``cache_creation_input_tokens``. Tokens are counted as 1 per 4 characters of text.
 
@@ -149,7 +150,10 @@ class FakeAnthropic:
 
     @staticmethod
     def _check_marks(body: dict[str, Any]) -> str | None:
-        ttls = [ttl for _, _, ttl in _blocks(body) if ttl is not None]
+        ttls = [ttl for _, _, ttl in _blocks(body, automatic=False) if ttl is not None]
+        automatic = body.get("cache_control")
+        if isinstance(automatic, dict):  # automatic caching: a mark the API puts on the last block
+            ttls.append(automatic.get("ttl", "5m"))
         if len(ttls) > 4:
             return f"A maximum of 4 blocks with cache_control may be provided. Found {len(ttls)}."
         if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
@@ -161,8 +165,9 @@ class FakeAnthropic:
 # helpers
 
 
-def _blocks(body: dict[str, Any]) -> list[tuple[bytes, int, str | None]]:
-    """(digest of the prefix through the block, its tokens, its mark's TTL) in prompt order."""
+def _blocks(body: dict[str, Any], automatic: bool = True) -> list[tuple[bytes, int, str | None]]:
+    """(digest of the prefix through the block, its tokens, its mark's TTL) in prompt order
+    (``automatic``: a top-level ``cache_control`` marks the last block, unless it has one)."""
     items: list[Any] = list(body.get("tools") or [])
     system = body.get("system")
     items += [{"type": "text", "text": system}] if isinstance(system, str) else list(system or [])
@@ -178,6 +183,9 @@ def _blocks(body: dict[str, Any]) -> list[tuple[bytes, int, str | None]]:
         text = plain.get("text") if isinstance(plain.get("text"), str) else _encode(plain).decode()
         ttl = None if control is None else control.get("ttl", "5m")
         out.append((state.copy().digest(), len(text) // 4 + 1, ttl))
+    top = body.get("cache_control")
+    if automatic and isinstance(top, dict) and out and out[-1][2] is None:
+        out[-1] = (*out[-1][:2], top.get("ttl", "5m"))
     return out
 
 

@@ -461,6 +461,23 @@ def test_client_breakpoints_are_kept_and_the_total_stays_four(
     assert str(sent).count("cache_control") == 4  # the fake refuses a fifth with 400
 
 
+def test_added_marks_suit_automatic_caching_asked_for_an_hour(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """Automatic caching (a top-level ``cache_control``) with the 1-hour TTL: the API puts
+    that mark on the last block itself, so the gateway adds none there, and the marks it adds
+    before it are 1-hour ones (a 1-hour mark after a 5-minute one is refused with a 400)."""
+    automatic = {"type": "ephemeral", "ttl": "1h"}
+    question = "Do you sell hammers? " * 10
+    reply = ask(client, question, system=SYSTEM, extra_body={"cache_control": automatic})
+    sent = fake.bodies[-1]
+    assert sent["cache_control"] == automatic
+    assert sent["system"][0]["cache_control"] == automatic
+    assert "cache_control" not in str(sent["messages"])
+    written = reply.parse().usage.cache_creation_input_tokens
+    assert written == len(SYSTEM) // 4 + 1 + len(question) // 4 + 1  # up to the last block
+
+
 def test_count_tokens(client: anthropic.Anthropic, fake: FakeAnthropic) -> None:
     counted = client.messages.count_tokens(
         model="claude", system=SYSTEM, messages=[{"role": "user", "content": "hi"}])  # fmt: skip
