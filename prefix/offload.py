@@ -199,6 +199,7 @@ class DiskTier:
         self._queries = self._hits = self._hit_tokens = self._read_errors = 0
         self._offered = self._dropped = self._written_tokens = self._files_written = 0
         self._write_errors = 0
+        self._failing = False  # the last write failed (writer thread only)
         self._writer = threading.Thread(target=self._write_loop, name="kv-disk-writer", daemon=True)
         self._writer.start()
 
@@ -353,8 +354,16 @@ class DiskTier:
                         current = queued.stamp == self._stamp(queued.record.namespace)
                     if current and not self._closed:
                         self._write(queued.record)
+                        if self._failing:
+                            logger.info("prefix.offload: %s takes writes again", self.directory)
+                            self._failing = False
             except Exception:
-                logger.exception("prefix.offload: writing to %s failed", self.directory)
+                # NOTE: once per run of failures (a full disk, a directory removed under it
+                # fail every eviction's write): the rest are counted in write_errors
+                if not self._failing:
+                    logger.exception("prefix.offload: writing to %s failed (the next failures "
+                                     "are only counted, in write_errors)", self.directory)  # fmt: skip
+                self._failing = True
                 with self._lock:
                     self._write_errors += 1
             finally:

@@ -350,6 +350,29 @@ def test_a_codec_error_is_counted_and_leaves_no_file(tier: DiskTier) -> None:
     check_accounting(tier)
 
 
+def test_a_run_of_write_failures_is_logged_once(
+    tier: DiskTier, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A directory removed under the tier fails every eviction's write: one traceback for
+    the run of them (was one each), the rest counted; a write that succeeds says so."""
+    import logging
+    import shutil
+
+    caplog.set_level(logging.INFO, logger="prefix.offload")
+    shutil.rmtree(tier.directory)
+    for n in range(3):
+        assert tier.offer(evicted([10 * n + 1, 10 * n + 2]))
+    tier.drain()
+    assert tier.stats.write_errors == 3
+    failures = [r for r in caplog.records if "failed" in r.getMessage()]
+    assert len(failures) == 1 and failures[0].exc_info is not None
+    tier.directory.mkdir()
+    store(tier, evicted([7, 8, 9]))
+    assert tier.stats.write_errors == 3
+    assert any("takes writes again" in r.getMessage() for r in caplog.records)
+    assert tier.read(RadixKey(NS, [7, 8, 9, 1]), start=0) is not None
+
+
 # -- run directories --------------------------------------------------------------------
 
 
