@@ -309,9 +309,9 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     for directive in directives:
         if directive.startswith("max-age="):
             max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
-    namespace = _namespace(headers.get("x-cache-namespace", ""), "x-cache-namespace")
-    threshold = _number(headers.get("x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
-    ttl = _ttl(headers.get("x-cache-ttl"), "x-cache-ttl")
+    namespace = _namespace(_one_header(headers, "x-cache-namespace") or "", "x-cache-namespace")
+    threshold = _number(_one_header(headers, "x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
+    ttl = _ttl(_one_header(headers, "x-cache-ttl"), "x-cache-ttl")
 
     control = CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
     if extension is not None:
@@ -372,6 +372,17 @@ def _list_header(headers: Mapping[str, str], name: str) -> str:
     ``cache-control`` line of its own; ``get`` reads only the first line)."""
     getall = getattr(headers, "getall", None)  # (a multidict: the request's headers)
     return ", ".join(getall(name, ())) if getall is not None else headers.get(name, "")
+
+
+def _one_header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header that takes one value: a 400 when it comes on several lines (``get`` read the
+    first alone, so a proxy's line added after the client's was silently ignored)."""
+    getall = getattr(headers, "getall", None)  # (a multidict: the request's headers)
+    lines = list(getall(name, ())) if getall is not None else []
+    if len(lines) > 1:
+        raise APIError(400, f"The '{name}' header is given {len(lines)} times: give it once.",
+                       param=name, code="invalid_value")  # fmt: skip
+    return headers.get(name)
 
 
 def _hops(value: str | None) -> int:

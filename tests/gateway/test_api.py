@@ -130,6 +130,13 @@ def test_cache_control_on_several_header_lines(make_gateway: Any, upstream: Fake
     refused = gw.http.post("/v1/chat/completions", json=_body("two lines"), headers=lines)
     assert refused.json()["error"]["param"] == "cache-control: max-age"
     assert upstream.stats["chat"] == 2
+    # a header of one value on two lines is a 400 naming it (the first line was used, silently)
+    for name, values in (("x-cache-namespace", ("a", "b")), ("x-cache-ttl", ("60", "60")),
+                         ("x-cache-threshold", ("0.9", "0.5"))):  # fmt: skip
+        lines = [(name, value) for value in values]
+        twice = gw.http.post("/v1/chat/completions", json=_body("two lines"), headers=lines)
+        assert twice.status_code == 400 and twice.json()["error"]["param"] == name
+    assert upstream.stats["chat"] == 2
 
 
 def _body(content: str) -> dict[str, Any]:
