@@ -139,6 +139,7 @@ def _decider(
     signals = [verifier.signals(r["a"], r["b"], ua[i], ub[i], float(cos[i]))
                for i, r in enumerate(rows)]  # fmt: skip
     veto = np.array([verifier.vetoed(s) is not None for s in signals])
+    veto |= np.array([not verifier.reads_differences(r["a"], r["b"]) for r in rows], dtype=bool)
     scores = np.zeros(len(rows), dtype=np.float32)
     judged = np.flatnonzero((cos >= verifier.cosine_floor) & ~veto)
     logits = _score(verifier, [(rows[i]["a"], rows[i]["b"]) for i in judged])

@@ -659,6 +659,8 @@ class ResponseCache:
             veto = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
             if veto is None and not verifier.can_reach(signals, threshold):
                 veto = "verifier"
+            if veto is None and not verifier.reads_differences(entry.question, key.question):
+                veto = "verifier_unread"  # (what it does not read differs: it cannot judge)
             if veto is None:
                 judged.append((hit, entry, signals))
             else:

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import logging
 import threading
@@ -308,6 +309,9 @@ class PairVerifier:
 
             self._guard_mlp = Verifier.load(DEFAULT_WEIGHTS)
         self._tokenizer, self._model = load_model(self.path)
+        #: The tokenizer of :meth:`reads_differences`, on the event loop: a fast tokenizer's
+        #: truncation is a setting of its own, which two threads must not change at once.
+        self._reader = copy.deepcopy(self._tokenizer)
         self._lock = threading.Lock()
         self._num_threads = num_threads
         self._pending: list[_Queued] = []
@@ -351,6 +355,28 @@ class PairVerifier:
     def can_reach(self, signals: CandidateSignals, threshold: float) -> bool:
         """Whether running the cross-encoder could give this pair ``threshold``."""
         return self.combiner is None or self.combiner.can_reach(signals, threshold)
+
+    def reads_differences(self, stored: str, new: str) -> bool:
+        """Whether the model reads every difference of a (stored, new) pair.
+
+        A pair longer than ``max_length`` tokens loses the end of each text (the oldest earlier
+        turns first), which the model never sees: two conversations that differ only there
+        would be judged the same. Such a pair is judged only when what is cut off is the same
+        in both texts, from the start of the turn each is cut in (the cuts may fall a token
+        apart). A tokenizer without character offsets cannot tell: a cut pair is not judged.
+        """
+        reader = self._reader
+        if len(reader(stored, new)["input_ids"]) <= self.max_length:
+            return True
+        if not reader.is_fast:
+            return False
+        pair = reader(stored, new, truncation="longest_first", max_length=self.max_length,
+                      return_offsets_mapping=True)  # fmt: skip
+        read = [0, 0]  # characters of each text the model reads
+        for text, (_, end) in zip(pair.sequence_ids(), pair["offset_mapping"], strict=True):
+            if text is not None:
+                read[text] = max(read[text], end)
+        return _unread(stored, read[0]) == _unread(new, read[1])
 
     def near_duplicate(self, signals: CandidateSignals) -> bool:
         """Whether the combiner's near-duplicate rail serves this pair without the model."""
@@ -547,6 +573,13 @@ class PairVerifier:
         self.vetoes: tuple[str, ...] = tuple(meta.get("vetoes", ()))
         #: Score threshold chosen at training time (used when neither YAML knob is given).
         self.default_threshold = float(meta.get("default_threshold", 0.5))
+
+
+def _unread(text: str, read: int) -> str:
+    """``text`` from the start of the turn (:func:`semantic.keys.compared_text`'s separators)
+    where its first ``read`` characters end; all of it when they end in the question."""
+    start = max(text.rfind(" | ", 0, read + 3), text.rfind(" || ", 0, read + 4))
+    return text[start:] if start >= 0 else text
 
 
 def is_conversation(a: str, b: str) -> bool:

@@ -348,6 +348,36 @@ def test_follow_ups_that_share_their_question_are_told_apart_by_their_context(
         assert hit.json()["choices"][0]["message"]["content"] == answers[country]
 
 
+def test_a_context_turn_the_verifier_does_not_read_must_be_the_same(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The verifier reads 128 tokens of a pair: with a window of long turns it never saw the
+    oldest one, so a conversation for a grandmother got the answer given for a baby."""
+
+    def convo(first: str, question: str = "Suggest a dinner recipe.") -> Any:
+        return [{"role": "user", "content": first},
+                {"role": "assistant", "content": "Great, cooking at home is a lovely way to spend "
+                 "an evening and it also saves money compared with eating out at restaurants "
+                 "every night of the week."},
+                {"role": "user", "content": "I have about forty minutes tonight and a fairly "
+                 "basic kitchen with an oven, a stove and a couple of pans, nothing fancy."},
+                {"role": "assistant", "content": "Forty minutes is plenty of time for a "
+                 "satisfying home-cooked dinner with a basic kitchen setup like yours; many "
+                 "classic dishes fit easily."},
+                {"role": "user", "content": question}]  # fmt: skip
+
+    assert chat(gw, convo("I want to cook for my baby."), "u").headers["x-cache"] == "miss"
+    other = chat(gw, convo("I want to cook for my grandmother."), "u")
+    assert other.headers["x-cache"] == "miss"  # was "semantic" (0.98)
+    # the question reworded under the same turns still hits: what the verifier does not read
+    # is the same
+    again = convo("I want to cook for my baby.", "Can you suggest a recipe for dinner?")
+    assert chat(gw, again, "u").headers["x-cache"] == "semantic"
+    assert upstream.stats["chat"] == 2
+    reasons = gw.http.get("/admin/stats").json()["cache"]["guard_rejections_by_reason"]
+    assert reasons.get("verifier_unread", 0) >= 1
+
+
 # ---- the defaults, and role "veto" (the guard decides, the verifier may turn its pick down) --------
 
 
