@@ -207,8 +207,11 @@ def _uncompared(earlier: list[dict[str, Any]], window: int | None) -> list[dict[
         if m.get("role") in _SYSTEM_ROLES:
             continue  # (in the scope already)
         text, text_only = _text(m.get("content"))
+        # NOTE: a field that is null or empty says nothing: the SDKs send an answer back as they
+        # got it (OpenAI's: with "refusal": null and "annotations": [])
+        fields = {k for k, v in m.items() if v is not None and v != [] and v != {}}
         plain = (
-            m.get("role") in ("user", "assistant") and text_only and set(m) <= {"role", "content"}
+            m.get("role") in ("user", "assistant") and text_only and fields <= {"role", "content"}
         )
         if not plain or len(" ".join(text.split())) > TURN_CHARS or _INDENTED.search(text):
             unseen.append(m)

@@ -324,6 +324,26 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
 
 
+def test_an_answer_sent_back_as_the_sdk_got_it_is_compared_as_text(gw: Gateway) -> None:
+    """The openai SDK sends a ``choices[0].message`` appended to the messages with OpenAI's
+    ``"refusal": null`` and ``"annotations": []``: those fields kept every such turn in the
+    scope, so a reworded history never hit."""
+
+    def convo(first: str, reply: str) -> Any:
+        return [{"role": "user", "content": first},
+                {"role": "assistant", "content": reply, "refusal": None, "annotations": []},
+                {"role": "user", "content": "How long does it take?"}]  # fmt: skip
+
+    stored = convo("How do I renew my passport in Canada?", "You can renew it by mail.")
+    assert chat(gw, stored, "sdk").headers["x-cache"] == "miss"
+    reworded = convo("What is the process to renew a passport in Canada?", "Renewal works by mail.")
+    assert chat(gw, reworded, "sdk").headers["x-cache"] == "semantic"  # was "miss"
+    swapped = convo("How do I renew my passport in Mexico?", "You can renew it by mail.")
+    assert chat(gw, swapped, "sdk").headers["x-cache"] == "miss"
+    refused = [stored[0], {**stored[1], "refusal": "I can't help with that."}, stored[2]]
+    assert chat(gw, refused, "sdk").headers["x-cache"] == "miss"  # (a field with a value counts)
+
+
 def test_follow_ups_that_share_their_question_are_told_apart_by_their_context(
     gw: Gateway,
 ) -> None:
