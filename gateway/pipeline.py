@@ -607,13 +607,21 @@ def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Brid
         return None
     bridge = adapter.bridge
     if bridge is None or "chat" not in backend.apis:
+        routes = " or ".join(
+            f"POST {_ROUTES[api]}" for api in sorted(backend.apis & _ROUTES.keys())
+        )
         raise APIError(
             400,
-            f"The model `{request.model}` does not serve the {request.kind} API.",
+            f"The model `{request.model}` does not serve the {request.kind} API: use {routes}.",
             param="model",
-            code="unsupported_model",
+            code="unsupported_endpoint",
         )
     return bridge
+
+
+#: The route of each API a backend may serve (what a 400 for another API points the client to).
+_ROUTES = {"chat": "/v1/chat/completions", "completion": "/v1/completions",
+           "responses": "/v1/responses", "messages": "/v1/messages"}  # fmt: skip
 
 
 def _audit_job(

@@ -277,6 +277,27 @@ def test_messages_and_chat_completions_never_share_an_answer(
     assert upstream.stats["chat"] == 2
 
 
+def test_other_apis_of_an_anthropic_model_point_to_messages(
+    gw: Gateway, fake: FakeAnthropic
+) -> None:
+    """The openai SDK asking a `backend: anthropic` model: 400 unsupported_endpoint (as
+    docs/configuration.md says), naming the route that serves it; nothing goes upstream."""
+    chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+    calls = [
+        lambda: chat.chat.completions.create(
+            model="claude", messages=[{"role": "user", "content": "Hi"}]),
+        lambda: chat.completions.create(model="claude", prompt="Hi"),
+        lambda: chat.responses.create(model="claude", input="Hi"),
+    ]  # fmt: skip
+    for call in calls:
+        with pytest.raises(openai.BadRequestError) as raised:
+            call()
+        error = raised.value.body
+        assert isinstance(error, dict) and error["code"] == "unsupported_endpoint"
+        assert error["param"] == "model" and "POST /v1/messages" in error["message"]
+    assert not fake.bodies
+
+
 def test_bridged_answers_say_why_they_stopped(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
