@@ -281,7 +281,10 @@ def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
         response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
         raise _Failed(f"cannot reach the gateway at {client.base_url} ({_reason(exc)})") from None
-    if response.status_code == 401 or _code(response) == "admin_closed":
+    if _code(response) == "admin_closed":  # (no key opens them: the gateway's config must)
+        raise _Failed(f"the gateway's admin routes are closed ({response.status_code}: "
+                      f"{_message(response)})")  # fmt: skip
+    if response.status_code == 401:
         raise _Failed(f"the gateway refused the admin key ({response.status_code}: "
                       f"{_message(response)}); pass --key or set CACHEGATE_ADMIN_KEY")  # fmt: skip
     if response.status_code == 404 and _code(response) == "not_found":

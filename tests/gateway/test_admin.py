@@ -48,6 +48,19 @@ def test_tenant_keys_never_open_admin_routes(make_gateway: Any, upstream: FakeUp
     assert gw.http.get("/dashboard?key=key-a").status_code == 403
 
 
+def test_cli_says_closed_admin_routes_need_the_gateways_admin_key(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # was: "refused the admin key (403: ...); pass --key or set CACHEGATE_ADMIN_KEY", though
+    # no key the operator can pass opens them: only admin.api_key in the gateway's config
+    gw = make_gateway(TENANTS)
+    for key in ("key-a", "anything"):
+        assert main(["stats", "--url", gw.url, "--key", key]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "admin routes are closed (403" in err
+        assert "Set admin.api_key" in err and "pass --key" not in err
+
+
 def test_admin_key_as_digest(make_gateway: Any, upstream: FakeUpstream) -> None:
     digest = hashlib.sha256(b"the-admin").hexdigest()
     gw = make_gateway(TENANTS + f"admin: {{api_key_sha256: {digest}}}\n")
