@@ -9,6 +9,7 @@ Disconnects and shutdown are handled in connections.py.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -158,30 +159,47 @@ async def count_message_tokens(request: Request[Any, Any, Any]) -> Response[Any]
 
 @get("/v1/models")
 async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
-    runtime = _runtime(request)
+    """The configured models: OpenAI's list, or Anthropic's for its SDK (which sends
+    ``anthropic-version``, its key as ``x-api-key`` or a bearer token)."""
+    runtime, anthropic = _runtime(request), _anthropic(request)
     try:
-        runtime.authenticate(request.headers.get("authorization"))
+        runtime.authenticate(_credential(MESSAGES if anthropic else CHAT, request)[0])
     except APIError as exc:
-        return error_response(exc)
+        return error_response(exc, wire=MESSAGES if anthropic else CHAT)
     data = [backend.describe() for backend in runtime.backends.values()]
-    return _json({"object": "list", "data": data})
+    if not anthropic:
+        return _json({"object": "list", "data": data})
+    models = [_anthropic_model(d) for d in data]
+    first, last = (models[0]["id"], models[-1]["id"]) if models else (None, None)
+    return _json({"data": models, "has_more": False, "first_id": first, "last_id": last})
 
 
 @get("/v1/models/{model_id:path}")
 async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Response[Any]:
-    runtime = _runtime(request)
+    runtime, anthropic = _runtime(request), _anthropic(request)
+    wire = MESSAGES if anthropic else CHAT
     try:
-        runtime.authenticate(request.headers.get("authorization"))
+        runtime.authenticate(_credential(wire, request)[0])
+        backend = runtime.backends.get(model_id.lstrip("/"))
+        if backend is None:
+            raise APIError(404, f"The model `{model_id.lstrip('/')}` does not exist.",
+                           code="model_not_found")  # fmt: skip
     except APIError as exc:
-        return error_response(exc)
-    backend = runtime.backends.get(model_id.lstrip("/"))
-    if backend is None:
-        return error_response(
-            APIError(
-                404, f"The model `{model_id.lstrip('/')}` does not exist.", code="model_not_found"
-            )
-        )
-    return _json(backend.describe())
+        return error_response(exc, wire=wire)
+    described = backend.describe()
+    return _json(_anthropic_model(described) if anthropic else described)
+
+
+def _anthropic(request: Request[Any, Any, Any]) -> bool:
+    """Whether the anthropic SDK asks (it sends ``anthropic-version`` with every request)."""
+    return "anthropic-version" in request.headers
+
+
+def _anthropic_model(described: dict[str, Any]) -> dict[str, Any]:
+    """A model as Anthropic's ``GET /v1/models`` describes one."""
+    created = datetime.datetime.fromtimestamp(described.get("created") or 0, datetime.UTC)
+    return {"type": "model", "id": described["id"], "display_name": described["id"],
+            "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
 
 
 @get("/healthz")

@@ -634,3 +634,30 @@ def test_citations_fold_into_a_text_block_whose_start_says_null() -> None:
     for event in message_events(message):
         replay.add(event)
     assert replay.result() == message
+
+
+def test_the_anthropic_sdk_lists_and_retrieves_the_models(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """``client.models.list()`` of the anthropic SDK (its key as ``x-api-key``): Anthropic's
+    list and errors (it got a 401 with gateway keys, and OpenAI's list without them); the
+    openai SDK still gets OpenAI's."""
+    keys = {"auth": {"keys": [{"key": "key-a", "tenant": "a"}]}}
+    text = config(fake_server.url, upstream_server.url, tmp_path, **keys)
+    with Gateway(load_config_text(text)) as gw:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="key-a", max_retries=0)
+        page = client.models.list()
+        ids = [m.id for m in page.data]
+        assert sorted(ids) == ["claude", "claude-client-key", "claude-plain", "gpt"]
+        assert all(m.type == "model" and m.display_name == m.id for m in page.data)
+        assert page.first_id == ids[0] and page.last_id == ids[-1] and not page.has_more
+        model = client.models.retrieve("gpt")
+        assert model.id == "gpt" and model.created_at.year == 1970  # (an upstream's: unknown)
+        with pytest.raises(anthropic.NotFoundError) as missing:
+            client.models.retrieve("no-such-model")
+        assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+        with pytest.raises(anthropic.AuthenticationError) as refused:
+            anthropic.Anthropic(base_url=gw.url, api_key="wrong", max_retries=0).models.list()
+        assert refused.value.body["type"] == "error"  # type: ignore[index]
+        listed = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a").models.list()
+        assert [m.id for m in listed.data] == ids and listed.data[0].object == "model"
