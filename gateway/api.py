@@ -22,7 +22,7 @@ from litestar.exceptions import HTTPException, InternalServerException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .canonical import Adapter, CacheControl, GatewayRequest, Reply, Wire
+from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
 from .embeddings import EMBEDDINGS, embed
@@ -31,7 +31,7 @@ from .messages import client_credential, parse_count_tokens
 from .messages_bridge import MESSAGES, count_tokens
 from .observe import Seen, observe, request_id
 from .pipeline import Pipeline, Watch
-from .requests import request_tenant
+from .requests import gateway_request, request_tenant
 from .responses import count_input_tokens, input_items_page
 from .runtime import Runtime
 from .stored import StoredResponse
@@ -104,14 +104,19 @@ async def delete_response(
     """Forget a stored response here, and at the upstream that made it (which stores it as
     well): an upstream that fails to delete it leaves both copies (the client may retry)."""
     runtime = _runtime(request)
+    auth = request.headers.get("authorization")
     try:
         stored = _stored_response(request, response_id)
         backend = runtime.backends.get(stored.model)
         remote = getattr(backend, "delete_response", None)
         if stored.upstream and remote is not None:
-            asked = GatewayRequest("responses", stored.model, {}, False, False,
-                                   _caller(request), CacheControl())  # fmt: skip
-            await remote(asked, stored.id, request.headers.get("authorization"))
+            # NOTE: asked as the request that made it was (tenant, partition, account headers,
+            # and routed: a forwarded client key is its tenant), or a cachegate upstream (a
+            # worker) finds it filed under another partition and keeps its copy
+            asked = gateway_request("responses", {"model": stored.model}, request.headers,
+                                    runtime.authenticate(auth))  # fmt: skip
+            _, asked = runtime.pipeline.route(asked, auth)
+            await remote(asked, stored.id, auth)
     except APIError as exc:
         return error_response(exc)
     runtime.responses.store.delete(stored.owner, stored.id)

@@ -9,6 +9,7 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway
@@ -166,3 +167,30 @@ def test_a_streamed_response_cut_short_can_be_retrieved_and_continued(gw: Gatewa
         assert c.responses.retrieve(cut.id).output_text == cut.output_text
         then = c.responses.create(**{**body, "input": "Go on."}, previous_response_id=cut.id)
         assert then.previous_response_id == cut.id and then.output_text
+
+
+def test_a_response_deleted_through_a_gateway_is_gone_from_its_worker(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """gateway (no keys: each client key is a tenant) -> ``cachegate worker``, which stores the
+    Response too: the delete reaches the worker's copy, so nobody can continue after it."""
+    from gateway.runtime import Runtime
+
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
+    del settings["auth"]
+    worker_config = load_config_text(yaml.safe_dump(settings))
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    front = {"data_dir": str(tmp_path / "front"), "cache": {"enabled": False},
+             "models": {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1"}}}  # fmt: skip
+    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    try:
+        c = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="client-key", max_retries=0)
+        made, _ = create(c, input="The locker code is 4471. Say ok.")
+        c.responses.delete(made.id)
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(made.id)
+        with pytest.raises(openai.BadRequestError):  # (the worker's copy would answer it)
+            create(c, input="What is the locker code?", previous_response_id=made.id)
+    finally:
+        gateway.stop()
+        worker.stop()
