@@ -100,6 +100,10 @@ class GatewayRequest:
     #: would refuse vLLM's ``continue_final_message``; a backend that cannot honour it
     #: ignores it (OpenAI answers with a new turn, as it does for such a chat request).
     continue_final: bool = False
+    #: The body that carries the whole conversation in place of the earlier response it names
+    #: upstream (the Responses API's ``previous_response_id``), when this gateway holds it: sent
+    #: instead when the upstream answers that it holds no such response (a restarted worker).
+    standalone: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -642,13 +642,17 @@ def _audit_job(
     no response object for it either.
     """
     assert hit.entry is not None
-    body = {k: v for k, v in request.body.items() if k not in ("stream", "stream_options")}
-    if request.kind == "responses":
-        body["store"] = False
+
+    def audited(sent: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in sent.items() if k not in ("stream", "stream_options")}
+        if request.kind == "responses":
+            body["store"] = False
+        return body
+
     control = dataclasses.replace(request.control, no_cache=True, no_store=True)
-    asked = dataclasses.replace(
-        request, body=body, stream=False, include_usage=False, control=control
-    )
+    standalone = None if request.standalone is None else audited(request.standalone)
+    asked = dataclasses.replace(request, body=audited(request.body), stream=False,
+                                include_usage=False, control=control, standalone=standalone)  # fmt: skip
 
     def ask() -> Awaitable[Answer]:
         return _complete(backend, bridge, asked, auth, None)
@@ -664,7 +668,7 @@ async def _complete(
     watch: Watch[Any] | None,
 ) -> Answer:
     if bridge is None:
-        return await _watched(backend.complete(request, auth), watch)
+        return await _resent(lambda sent: _watched(backend.complete(sent, auth), watch), request)
     with _params_of(request.kind):
         answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
     return bridge.from_chat(request, answer, backend.sampling_defaults())
@@ -678,10 +682,23 @@ async def _open(
     watch: Watch[Any] | None,
 ) -> BackendStream:
     if bridge is None:
-        return await _watched(backend.open_stream(request, auth), watch)
+        return await _resent(lambda sent: _watched(backend.open_stream(sent, auth), watch), request)
     with _params_of(request.kind):
         stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
     return bridge.from_chat_stream(request, stream, backend.sampling_defaults())
+
+
+async def _resent(call: Callable[[GatewayRequest], Awaitable[T]], request: GatewayRequest) -> T:
+    """``call(request)``, and once more with the request's standalone body when the upstream
+    no longer holds the earlier response it names (``GatewayRequest.standalone``)."""
+    try:
+        return await call(request)
+    except APIError as exc:
+        if exc.code != "previous_response_not_found" or request.standalone is None:
+            raise
+    log.info("model %s: the upstream holds no %s now; sending the conversation instead",
+             request.model, request.previous)  # fmt: skip
+    return await call(dataclasses.replace(request, body=request.standalone, standalone=None))
 
 
 #: Chat Completions fields an error may name, as the bridged APIs call them.

@@ -151,7 +151,7 @@ class ResponsesAdapter:
         turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
         return dataclasses.replace(
             request, body=_forwardable(body), owner=owner, turns=tuple(turns), earlier=earlier,
-            previous=previous_id,
+            previous=previous_id, standalone=_standalone(turns, body),
         )  # fmt: skip
 
     def _resolve(
@@ -182,10 +182,7 @@ class ResponsesAdapter:
         # the upstream never saw this id (or another model's upstream made it, which this
         # model's may not know): send the conversation
         if not previous.upstream or previous.model != body["model"]:
-            body = {k: v for k, v in body.items() if k != "previous_response_id"}
-            if turns[0].get("type") == _REFERENCE:  # ... after the upstream chain it continues
-                body["previous_response_id"] = turns[0]["id"]
-            body["input"] = [_inline(t) for t in turns if _sendable(t)]
+            body = _inlined(turns, body)
         return turns, len(previous.conversation), body
 
     def parse_count(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
@@ -815,6 +812,26 @@ def _sendable(item: dict[str, Any]) -> bool:
     never stored this one: a 400)."""
     kind = item.get("type")
     return kind != _REFERENCE and (kind != "reasoning" or bool(item.get("encrypted_content")))
+
+
+def _inlined(turns: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the conversation ``turns`` as its input, in place of its
+    ``previous_response_id`` (still there if the conversation opens with a reference: the
+    upstream chain it continues)."""
+    body = {k: v for k, v in body.items() if k != "previous_response_id"}
+    if turns[0].get("type") == _REFERENCE:
+        body["previous_response_id"] = turns[0]["id"]
+    body["input"] = [_inline(t) for t in turns if _sendable(t)]
+    return body
+
+
+def _standalone(turns: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any] | None:
+    """The body to send instead when the upstream no longer holds the ``previous_response_id``
+    that ``body`` names and this gateway holds with all its turns (a restarted worker keeps
+    none): the conversation inlined. None when the body names none, or none held here."""
+    if body.get("previous_response_id") is None or turns[0].get("type") == _REFERENCE:
+        return None
+    return _forwardable(_inlined(turns, body))
 
 
 def _forwardable(body: dict[str, Any]) -> dict[str, Any]:

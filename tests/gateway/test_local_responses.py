@@ -169,20 +169,31 @@ def test_a_streamed_response_cut_short_can_be_retrieved_and_continued(gw: Gatewa
         assert then.previous_response_id == cut.id and then.output_text
 
 
+def start_worker(model_dir: Path, tmp_path: Path, port: int = 0) -> Gateway:
+    """A ``cachegate worker`` on ``port`` (0: any free one)."""
+    from gateway.runtime import Runtime
+
+    settings = yaml.safe_load(local_config(model_dir, tmp_path / "worker"))
+    del settings["auth"]
+    config = load_config_text(yaml.safe_dump(settings))
+    return Gateway(config, port=port, runtime=Runtime.build(config, worker=True))
+
+
+def in_front(worker: Gateway, tmp_path: Path) -> Gateway:
+    """A gateway in front of ``worker`` with no keys (each client key is a tenant, forwarded)
+    and no response cache."""
+    front = {"data_dir": str(tmp_path / "front"), "cache": {"enabled": False},
+             "models": {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1"}}}  # fmt: skip
+    return Gateway(load_config_text(yaml.safe_dump(front)))
+
+
 def test_a_response_deleted_through_a_gateway_is_gone_from_its_worker(
     bundled_model_dir: Path, tmp_path: Path
 ) -> None:
-    """gateway (no keys: each client key is a tenant) -> ``cachegate worker``, which stores the
-    Response too: the delete reaches the worker's copy, so nobody can continue after it."""
-    from gateway.runtime import Runtime
-
-    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
-    del settings["auth"]
-    worker_config = load_config_text(yaml.safe_dump(settings))
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    front = {"data_dir": str(tmp_path / "front"), "cache": {"enabled": False},
-             "models": {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1"}}}  # fmt: skip
-    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    """The worker stores the Response too: the gateway's delete reaches that copy, so nobody
+    can continue after it."""
+    worker = start_worker(bundled_model_dir, tmp_path)
+    gateway = in_front(worker, tmp_path)
     try:
         c = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="client-key", max_retries=0)
         made, _ = create(c, input="The locker code is 4471. Say ok.")
@@ -191,6 +202,34 @@ def test_a_response_deleted_through_a_gateway_is_gone_from_its_worker(
             c.responses.retrieve(made.id)
         with pytest.raises(openai.BadRequestError):  # (the worker's copy would answer it)
             create(c, input="What is the locker code?", previous_response_id=made.id)
+    finally:
+        gateway.stop()
+        worker.stop()
+
+
+def test_a_conversation_goes_on_after_its_worker_restarted(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """The worker keeps its Responses in memory: restarted, it holds none. The gateway holds
+    the conversation, and sends it in place of the id the worker no longer knows."""
+    worker = start_worker(bundled_model_dir, tmp_path)
+    gateway = in_front(worker, tmp_path)
+    try:
+        c = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="client-key", max_retries=0)
+        made, _ = create(c, input="Do you sell hammers?")
+        alone, _ = create(c, input="And nails?")
+        assert made.usage is not None and alone.usage is not None
+        worker.stop()
+        worker = start_worker(bundled_model_dir, tmp_path / "again", port=worker.server.port)
+        body: dict[str, Any] = {"model": MODEL, "input": "And nails?", "temperature": 0,
+                                "max_output_tokens": 8, "previous_response_id": made.id}  # fmt: skip
+        with c.responses.with_streaming_response.create(stream=True, **body) as raw:
+            streamed = list(raw.parse())[-1].response
+        then = c.responses.create(**body)
+        for answer in (streamed, then):
+            assert answer.status in ("completed", "incomplete") and answer.output_text
+            assert answer.usage is not None  # the first turn was sent again, answer and all
+            assert answer.usage.input_tokens > alone.usage.input_tokens + made.usage.output_tokens
     finally:
         gateway.stop()
         worker.stop()
