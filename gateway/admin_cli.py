@@ -209,7 +209,7 @@ def _ls(client: httpx.Client, args: argparse.Namespace) -> None:
 def _show(client: httpx.Client, args: argparse.Namespace) -> None:
     entry = _get(client, f"/admin/cache/entries/{args.id}")
     for name in ("id", "kind", "model", "tenant", "namespace", "hits", "finish_reason"):
-        print(f"{name + ':':15}{entry[name]}")
+        print(f"{name + ':':15}{_printable(str(entry[name]))}")
     created = datetime.datetime.fromtimestamp(entry["created"], datetime.UTC)
     print(f"{'stored:':15}{created:%Y-%m-%d %H:%M:%S} UTC ({_duration(entry['age_s'])} ago)")
     expires = entry.get("expires")
@@ -319,7 +319,8 @@ def _reason(exc: httpx.HTTPError) -> str:
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    cells = [[str(c) for c in row] for row in [head, *rows]]
+    # (printable: a tenant behind a front gateway holds the partition's \x1f separator)
+    cells = [[_printable(str(c)) for c in row] for row in [head, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(head))]
     for row in cells:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())

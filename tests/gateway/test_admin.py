@@ -275,6 +275,23 @@ def test_cli_shows_control_characters_in_client_text_as_escapes(
     )
 
 
+def test_cli_tables_show_a_front_gateways_partition_as_an_escape(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Behind a front gateway (a cachegate worker, an inner gateway) each tenant is joined to
+    # its x-cachegate-partition by \x1f: printed raw, that byte vanished on the terminal and
+    # shifted every column after it in `cachegate stats` and `cache ls`.
+    gw = make_gateway("admin: {api_key: adm}")
+    assert gw.chat("hello", headers={"x-cachegate-partition": "abc123"}).status_code == 200
+    url = ["--url", gw.url, "--key", "adm"]
+    for command in (["stats"], ["cache", "ls"]):
+        assert main([*command, *url]) == 0
+        out = capsys.readouterr().out
+        assert "default\\x1fabc123" in out and "\x1f" not in out
+        head, row = out.splitlines()[-2:] if command == ["stats"] else out.splitlines()[:2]
+        assert head.index("MODEL") == row.index("fake-model")  # the columns line up
+
+
 def test_cli_passes_on_a_403_that_is_not_about_the_key(
     make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
