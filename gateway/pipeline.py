@@ -670,7 +670,8 @@ async def _complete(
     if bridge is None:
         return await _resent(lambda sent: _watched(backend.complete(sent, auth), watch), request)
     with _params_of(request.kind):
-        answer = await _watched(backend.complete(bridge.to_chat(request), auth), watch)
+        chat = bridge.to_chat(request)
+        answer = await _renamed(lambda sent: _watched(backend.complete(sent, auth), watch), chat)
     return bridge.from_chat(request, answer, backend.sampling_defaults())
 
 
@@ -684,8 +685,25 @@ async def _open(
     if bridge is None:
         return await _resent(lambda sent: _watched(backend.open_stream(sent, auth), watch), request)
     with _params_of(request.kind):
-        stream = await _watched(backend.open_stream(bridge.to_chat(request), auth), watch)
+        chat = bridge.to_chat(request)
+        stream = await _renamed(lambda sent: _watched(backend.open_stream(sent, auth), watch), chat)
     return bridge.from_chat_stream(request, stream, backend.sampling_defaults())
+
+
+async def _renamed(call: Callable[[GatewayRequest], Awaitable[T]], chat: GatewayRequest) -> T:
+    """``call(chat)`` (a bridged request in chat form), and once more with its ``max_tokens``
+    as ``max_completion_tokens`` when the upstream refuses the older name, as OpenAI's
+    reasoning models do (the bridge sends ``max_tokens``, which other servers know)."""
+    try:
+        return await call(chat)
+    except APIError as exc:
+        if exc.param != "max_tokens" or "max_completion_tokens" not in exc.message:
+            raise
+        if "max_tokens" not in chat.body:
+            raise
+    body = {k: v for k, v in chat.body.items() if k != "max_tokens"}
+    body["max_completion_tokens"] = chat.body["max_tokens"]
+    return await call(dataclasses.replace(chat, body=body))
 
 
 async def _resent(call: Callable[[GatewayRequest], Awaitable[T]], request: GatewayRequest) -> T:

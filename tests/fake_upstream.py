@@ -39,6 +39,9 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
 
+A chat request for a model named ``o-...`` with ``max_tokens`` is refused as OpenAI's
+reasoning models refuse it (a 400 asking for ``max_completion_tokens``).
+
 ``stop`` is honoured as vLLM honours it: the answer ends before the first stop string it
 contains, with ``finish_reason: "stop"`` and the choice's ``stop_reason`` naming that string.
 A chat ``tool_choice`` that names a function is answered with a call of it, and, as OpenAI
@@ -186,6 +189,12 @@ class FakeUpstream:
                 send, 200, {"error": {"message": "fake error in a 200", "type": "server_error"}}
             )
 
+        if kind == "chat" and str(body.get("model")).startswith("o-") and "max_tokens" in body:
+            # as OpenAI's reasoning models (o1, o3, gpt-5) refuse the older name
+            error = {"message": "Unsupported parameter: 'max_tokens' is not supported with this "
+                     "model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
+                     "param": "max_tokens", "code": "unsupported_parameter"}  # fmt: skip
+            return await send_json(send, 400, {"error": error})
         self._serial += 1
         if kind == "responses":
             return await self._respond_responses(body, fake, disconnected, send)

@@ -661,3 +661,33 @@ def test_the_anthropic_sdk_lists_and_retrieves_the_models(
         assert refused.value.body["type"] == "error"  # type: ignore[index]
         listed = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a").models.list()
         assert [m.id for m in listed.data] == ids and listed.data[0].object == "model"
+
+
+def test_a_reasoning_model_upstream_gets_max_completion_tokens(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Messages through the chat bridge to an OpenAI reasoning model (which refuses
+    ``max_tokens`` and asks for ``max_completion_tokens``): every request failed with that
+    400; it is sent again once with the newer name, JSON and streamed."""
+    models = {"o": {"backend": "openai", "base_url": f"{upstream_server.url}/v1",
+                    "api_key": "sk-test", "upstream_model": "o-mini"}}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": models,
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    with Gateway(load_config_text(text)) as gw:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="k", max_retries=0)
+        message = ask(client, "Think hard.", model="o", max_tokens=32).parse()
+        assert message.content[0].text.startswith("answer #") and message.stop_reason == "end_turn"
+        assert upstream.last_body["max_completion_tokens"] == 32
+        assert "max_tokens" not in upstream.last_body
+        params = {"model": "o", "max_tokens": 16,
+                  "messages": [{"role": "user", "content": "Think again."}]}  # fmt: skip
+        with client.messages.stream(**params) as stream:
+            assert "".join(stream.text_stream).startswith("answer #")
+        assert upstream.last_body["max_completion_tokens"] == 16
+        assert upstream.stats["chat"] == 4  # each refused once, then answered
+        # a chat client's own max_tokens is its own: passed on, and the refusal with it
+        chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as refused:
+            chat.chat.completions.create(
+                model="o", max_tokens=8, messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+        assert refused.value.body["param"] == "max_tokens"  # type: ignore[index]
