@@ -204,8 +204,10 @@ class DiskStore:
             return None
         try:
             raw = self._cache.get(entry_id)
-            if raw is None:  # expired inside diskcache, or removed by another process
-                self._meta.pop(entry_id, None)
+            if raw is None:  # expired inside diskcache (its rows expire with the entry)
+                # NOTE: not forgotten here: the sweep (or an eviction) drops it and says so, so
+                # its vector leaves the index; forgotten on a read (a lookup, `cachegate cache
+                # show`), it was never announced and its vector stayed for good
                 return None
             entry = self._decoder.decode(raw)
         except (OSError, sqlite3.Error, msgspec.DecodeError) as exc:

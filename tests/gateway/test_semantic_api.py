@@ -225,6 +225,27 @@ def test_eviction_keeps_index_and_store_consistent(
         gateway.stop()
 
 
+def test_an_expired_answer_read_before_the_sweep_still_leaves_the_index(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # Reading an expired answer (`cachegate cache show`, an exact lookup) made the disk store
+    # forget it without saying so: no sweep or eviction ever dropped its vector, and
+    # /admin/stats counted 3 vectors for 2 answers until a paraphrase ran into it.
+    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path, max_entries=2)))
+    try:
+        ask(gateway, "How do I cook rice?", ns="exp", headers={"x-cache-ttl": "1"})
+        ask(gateway, "Who painted the Mona Lisa?", ns="exp")
+        expired = gateway.http.get("/admin/cache/entries").json()["data"][1]["id"]
+        time.sleep(1.2)
+        assert gateway.http.get(f"/admin/cache/entries/{expired}").status_code == 404
+        ask(gateway, "Why is the sky blue?", ns="exp")  # room: the expired answer goes first
+        stats = gateway.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == 2 and stats["index"]["entries"] == 2
+        assert stats["evictions"] == 1
+    finally:
+        gateway.stop()
+
+
 def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
