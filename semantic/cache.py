@@ -305,7 +305,8 @@ class ResponseCache:
         overloaded: bool = False,
     ) -> Entry | None:
         """Store a complete, successful answer (None: the store could not take it, counted
-        in ``store_failures``). ``ttl`` overrides the configured one.
+        in ``store_failures``; or no tier could find it: the exact tier is off and it has no
+        vector). ``ttl`` overrides the configured one.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
         the answer is stored for exact hits only, without waiting for the embedder again.
@@ -321,6 +322,10 @@ class ResponseCache:
             semantic = vector is not None
         if not semantic:
             vector = None  # a vector without its model's name could never be searched
+            if not self._settings.exact:
+                # NOTE: no tier could ever serve it (a completion, a question too long or met
+                # while overloaded): stored, it only evicted answers that can be served
+                return None
         entry = self._entry(key, response, model, tenant, namespace, now, ttl, vector)
         try:
             evicted = await self._store.put(entry)

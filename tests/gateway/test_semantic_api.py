@@ -246,6 +246,26 @@ def test_an_expired_answer_read_before_the_sweep_still_leaves_the_index(
         gateway.stop()
 
 
+def test_without_the_exact_tier_only_answers_it_can_find_are_stored(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # With exact.enabled: false a completion (a prompt matches exactly only) was stored all
+    # the same: never served, it took a place and evicted the answers semantic lookups find.
+    text = config_text(upstream_server.url, tmp_path, max_entries=2, exact={"enabled": False})
+    gateway = Gateway(load_config_text(text))
+    try:
+        ask(gateway, "How do I cook rice?", ns="noexact")
+        for prompt in ("Once upon a time", "Roses are red"):
+            completion = {"model": "fake-model", "prompt": prompt}
+            assert gateway.http.post("/v1/completions", json=completion).status_code == 200
+        hit = ask(gateway, "How can I cook rice?", ns="noexact")
+        assert hit.headers["x-cache"] == "semantic"
+        stats = gateway.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == stats["index"]["entries"] == 1 and stats["evictions"] == 0
+    finally:
+        gateway.stop()
+
+
 def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
