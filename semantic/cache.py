@@ -781,6 +781,10 @@ class ResponseCache:
                 self.index = VectorIndex(self.embedder.dim, **options)
                 if not self._store.shared:
                     await self.on_reset()
+                    # NOTE: the rebuild ran on a thread while requests and admin calls were
+                    # served: answers evicted, expired, flushed or deleted meanwhile left only
+                    # the index it replaced, and their vectors came back with it
+                    self.on_delete(sorted(self.index.ids() - await self._store.ids()))
             self._tasks.append(asyncio.create_task(self._store.follow(self), name="cache-follower"))
             if self._store.shared:
                 # NOTE: a shared store's follower loads the index itself (after noting where the

@@ -4,6 +4,7 @@ TTL, eviction, restart persistence, streamed replay. Real embedding model, real 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config_text
+from semantic.index import VectorIndex
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -292,6 +294,43 @@ def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
         assert upstream.stats["chat"] == 1
     finally:
         third.stop()
+
+
+def test_answers_flushed_while_the_index_is_rebuilt_stay_out_of_it(
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Without a saved index (a crash) a start rebuilds it from the stored answers on a thread,
+    # while requests and admin calls are served. What a flush (or an eviction, a sweep)
+    # dropped meanwhile came back with the rebuilt index: /admin/stats said 0 entries and 3
+    # vectors, for good.
+    text = config_text(upstream_server.url, tmp_path)
+    with Gateway(load_config_text(text)) as first:
+        for question in ("How do I cook rice?", "Who wrote Hamlet?", "Why is the sky blue?"):
+            ask(first, question, ns="rebuild")
+    (tmp_path / "response-cache" / "vector-index.npz").unlink()
+    started, flushed = threading.Event(), threading.Event()
+    rebuild = VectorIndex.rebuild
+
+    def after_the_flush(index: VectorIndex, items: Any) -> None:
+        started.set()
+        flushed.wait(30)
+        rebuild(index, items)
+
+    monkeypatch.setattr(VectorIndex, "rebuild", after_the_flush)
+    second = Gateway(load_config_text(text), wait=False)
+    try:
+        assert started.wait(60)
+        assert second.http.post("/admin/cache/flush", json={}).json()["flushed"] == 3
+        flushed.set()
+        second.wait_ready()
+        stats = second.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == 0 and stats["index"]["entries"] == 0
+    finally:
+        flushed.set()
+        second.stop()
 
 
 def test_guard_min_score_from_yaml(
