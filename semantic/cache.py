@@ -801,7 +801,13 @@ class ResponseCache:
 
     async def _reconcile(self) -> None:
         """Make a loaded index agree with the store, the source of truth."""
-        assert self.index is not None
+        assert self.index is not None and self.embedder is not None
+        # NOTE: vectors of another embedding model (saved before a model change) are never
+        # searched: a rebuild leaves them out, and a loaded index held them until they expired
+        mine = _index_scope(self.embedder.model_name, "").encode()
+        for scope in self.index.scopes():
+            if not scope.startswith(mine):
+                self.index.remove_scope(scope)
         stored, indexed = await self._store.ids(), self.index.ids()
         self.on_delete(sorted(indexed - stored))
         for missing in stored - indexed:

@@ -152,6 +152,11 @@ class VectorIndex:
                 return []
             return part.search(q, k, self.ef_search)
 
+    def scopes(self) -> list[bytes]:
+        """The keys of the scopes that hold entries."""
+        with self._lock:
+            return list(self._parts)
+
     def remove_scope(self, scope: Scope) -> list[int]:
         """Drop a whole scope; returns the ids it held."""
         with self._lock:

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config_text
+from semantic.embedder import default_model_path
 from semantic.index import VectorIndex
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
@@ -331,6 +332,26 @@ def test_answers_flushed_while_the_index_is_rebuilt_stay_out_of_it(
     finally:
         flushed.set()
         second.stop()
+
+
+def test_a_saved_index_keeps_no_vectors_of_another_embedding_model(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # After a change of cache.semantic.embedding_model the old answers are exact-only: a
+    # rebuilt index leaves their vectors out, but the saved one, loaded at the next start,
+    # kept them all in memory (and in /admin/stats) until they expired, a week by default.
+    with Gateway(load_config_text(config_text(upstream_server.url, tmp_path))) as first:
+        for question in ("How do I cook rice?", "Who wrote Hamlet?"):
+            ask(first, question, ns="model")
+    # the bundled weights by their path: another model's name, the same dimension
+    semantic = {"enabled": True, "embedding_model": str(default_model_path())}
+    text = config_text(upstream_server.url, tmp_path, semantic=semantic)
+    with Gateway(load_config_text(text)) as second:
+        stats = second.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == 2 and stats["index"]["entries"] == 0
+        assert ask(second, "How can I cook rice?", ns="model").headers["x-cache"] == "miss"
+        assert ask(second, "Who wrote Hamlet?", ns="model").headers["x-cache"] == "exact"
+        assert second.http.get("/admin/stats").json()["cache"]["index"]["entries"] == 1
 
 
 def test_guard_min_score_from_yaml(

@@ -58,6 +58,9 @@ def test_scope_restriction(threshold: int) -> None:
     (hit,) = index.search("scope-b", a, 1)
     assert isinstance(hit, Hit) and hit.id == 3 and hit.similarity == pytest.approx(1.0, abs=1e-5)
     assert index.search("no-such-scope", a, 1) == []
+    assert sorted(index.scopes()) == [b"scope-a", b"scope-b"]
+    assert sorted(index.remove_scope("scope-b")) == [2, 3] and index.scopes() == [b"scope-a"]
+    assert 3 not in index and index.search("scope-b", a, 1) == []
 
 
 @pytest.mark.parametrize("threshold", [10**6, 50])
