@@ -235,7 +235,8 @@ def _authorized(
 
 def _cache(runtime: Runtime) -> ResponseCache:
     if runtime.cache is None:
-        raise APIError(400, "The response cache is off (cache.enabled: false).", code="cache_off")
+        raise APIError(400, "The response cache is off: cache.enabled is false, or this is a "
+                       "cachegate worker (it has none).", code="cache_off")  # fmt: skip
     return runtime.cache
 
 

@@ -61,6 +61,17 @@ def test_cli_says_closed_admin_routes_need_the_gateways_admin_key(
         assert "Set admin.api_key" in err and "pass --key" not in err
 
 
+def test_cache_commands_without_a_response_cache_say_why(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A gateway with the cache off, or a worker (which has none whatever its config says:
+    the message named only cache.enabled)."""
+    gw = make_gateway("cache: {enabled: false}")
+    assert main(["cache", "ls", "--url", gw.url]) == 1
+    err = capsys.readouterr().err
+    assert "response cache is off" in err and "cachegate worker" in err
+
+
 def test_admin_key_as_digest(make_gateway: Any, upstream: FakeUpstream) -> None:
     digest = hashlib.sha256(b"the-admin").hexdigest()
     gw = make_gateway(TENANTS + f"admin: {{api_key_sha256: {digest}}}\n")
