@@ -576,6 +576,14 @@ class Engine:
                 method(n_pages)
 
         pool.reclaim = call_reclaim
+        unshare = weakref.WeakMethod(self._unshare)
+
+        def call_unshare(page: int) -> None:
+            method = unshare()
+            if method is not None:
+                method(page)
+
+        pool.unshare = call_unshare
         return pool
 
     def _reclaim(self, n_pages: int) -> None:
@@ -590,6 +598,20 @@ class Engine:
         while pool.free_pages < target:
             wanted = (target - pool.free_pages) * pool.page_bytes
             if not self.prefix_cache.evict(wanted, keep=_in_use):
+                return
+
+    def _unshare(self, page: int) -> None:
+        """Evict the prefix tree's tokens on ``page``, a running request's partly filled page
+        that it is to write into, when no page is free for its copy (after ``_reclaim``):
+        the request then writes into the page itself. The tree keeps the tokens before it
+        (and loses those after it, whose node hangs from it: a choice of ``n > 1``)."""
+        pool = self.pool
+
+        def keep(span: KVSpan) -> int:
+            return span.in_use(but=page) if isinstance(span, PagedKV) else 0
+
+        while pool.refs(page) > 1 and not pool.free_pages:
+            if not self.prefix_cache.evict(pool.page_bytes, keep=keep):
                 return
 
     def _on_evict(self, record: Evicted) -> None:

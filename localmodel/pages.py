@@ -25,7 +25,9 @@ the span's first page over the previous span's last page changes no value.
 When the pool has no free page, :attr:`PagePool.reclaim` (the engine: evict from the prefix
 tree, least recently used leaves first) is asked for room; pages still referenced by a
 running request are not freed by that. If nothing can be freed, :class:`PoolExhausted` is
-raised and the scheduler preempts its youngest running request.
+raised and the scheduler preempts its youngest running request. A copy-on-write that finds
+no page asks :attr:`PagePool.unshare` (the engine: evict the tree's tokens on that page)
+first: when only the tree shared the page, the request then writes into it in place.
 
 Pages hold KV in ``kv_dtype`` (the pool's ``dtype``): the model's dtype, a half-precision
 one (converted on write, back on read) or int8 (``localmodel.kvquant``'s rules): V is
@@ -156,6 +158,9 @@ class PagePool:
         self._lock = threading.RLock()
         #: called with a number of pages to free when too few are free (set by the engine)
         self.reclaim: Callable[[int], None] | None = None
+        #: called with a table's shared, partly filled page when no page is free to copy it
+        #: to: drop the spans' references to it if that can be done (set by the engine)
+        self.unshare: Callable[[int], None] | None = None
         self.preemptions = 0
         self.copied_pages = 0
 
@@ -213,6 +218,10 @@ class PagePool:
 
     def refs(self, page: int) -> int:
         return self._refs[page]
+
+    def table_refs(self, page: int) -> int:
+        """How many page tables (running requests) hold ``page``."""
+        return self._table_refs[page]
 
     def in_table(self, page: int) -> bool:
         """Whether a request's page table holds ``page`` (a running or prefilling request)."""
@@ -362,10 +371,15 @@ class PagedKV:
     def nbytes(self) -> int:
         return self.length * self.pool.bytes_per_token
 
-    def in_use(self) -> int:
+    def in_use(self, but: int | None = None) -> int:
         """How many leading tokens of the span are on pages that a running request's page
-        table holds too (dropping those frees no page now)."""
-        n = next((i for i, page in enumerate(self.pages) if not self.pool.in_table(page)), None)
+        table holds too (dropping those frees no page now); page ``but`` counts as not held
+        (a table's page the tree is to stop sharing, ``PagePool.unshare``)."""
+        pool = self.pool
+        n = next(
+            (i for i, page in enumerate(self.pages) if page == but or not pool.in_table(page)),
+            None,
+        )
         if n is None:
             return self.length
         return max(0, min(self.length, n * self.pool.page_size - self.offset))
@@ -528,11 +542,7 @@ class PagedCache(DynamicCache):
             raise RuntimeError(f"PagedCache overflow: {length + n} > {self.capacity} tokens")
         i = length // P
         if length % P and self.pool.refs(self.table[i]) > 1:  # copy-on-write
-            (page,) = self.pool.allocate(1)
-            self.pool.copy_page(self.table[i], page)
-            self.pool.decref((self.table[i],), table=True)
-            self.table[i] = page
-            self._table_changed()
+            self._own_page(i)
         need = -(-(length + n) // P) - len(self.table)
         if need > 0:
             self.table.extend(self.pool.allocate(need))
@@ -666,6 +676,30 @@ class PagedCache(DynamicCache):
         self.pool.decref(self.table[first:], table=True)
         del self.table[first:]
         self.table.extend(pages)
+        self._table_changed()
+
+    def _own_page(self, i: int) -> None:
+        """Make the shared, partly filled page ``table[i]`` this cache's alone: a copy; or,
+        when no page is free for one, the page itself if the pool's ``unshare`` (the tree
+        evicting its tokens on it) leaves no other reference to it.
+
+        NOTE: without that, a request whose table holds every page the pool can give it (a
+        prompt that fills the pool, sent again; the next choice of ``n > 1`` once the tree
+        shares the prompt's last page) could never write its next token.
+        """
+        shared, pool = self.table[i], self.pool
+        try:
+            (page,) = pool.allocate(1)
+        except PoolExhausted:
+            if pool.unshare is None or pool.table_refs(shared) > 1:
+                raise
+            pool.unshare(shared)
+            if pool.refs(shared) == 1:
+                return  # this table's alone now: written in place
+            (page,) = pool.allocate(1)  # (the pages the eviction freed, if any)
+        pool.copy_page(shared, page)
+        pool.decref((shared,), table=True)
+        self.table[i] = page
         self._table_changed()
 
     def _set_length(self, length: int) -> None:

@@ -20,6 +20,7 @@ STORY = (
     "and the colour of the sea at dusk. "
 ) * 5
 WINDOW = 96
+SMOLLM2_PAGE_BYTES = 30 * 3 * 16 * 64 * 2 * 4  # layers · kv heads · page · head dim · K, V · fp32
 
 
 def _model(model_dir: Path, **settings: object) -> dict[str, object]:
@@ -39,6 +40,7 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
             "int8w": _model(bundled_model_dir, weights="int8"),
             "bf16w": _model(bundled_model_dir, weights="bfloat16"),
             "int8pages": _model(bundled_model_dir, kv_dtype="int8"),
+            "smallpool": _model(bundled_model_dir, kv_pool_bytes=5 * SMOLLM2_PAGE_BYTES),
         },
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
@@ -192,3 +194,26 @@ def test_int8_and_bfloat16_weights_answer_over_http(gw: Gateway, model: str, rep
     # (Japan, not France: France's first token is a near tie that rounded weights may flip)
     assert answers[0] and "Tokyo" in answers[0] and answers[0] == answers[1]
     assert gw.http.get("/admin/stats").json()["backends"][model]["weights"] == reported
+
+
+def test_a_prompt_that_fills_the_pool_is_served_again_from_its_cached_prefix(gw: Gateway) -> None:
+    """A pool that caps the window: a prompt ending part-way into the pool's last page, sent
+    twice. The second maps every page from the tree and must write into the partly filled
+    last one, with no page free to copy it to: the tree gives that page up (it was a 500)."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    models = gw.http.get("/v1/models").json()["data"]
+    (described,) = [m for m in models if m["id"] == "smallpool"]
+    prompt = list(range(1000, 1000 + described["context_window"] - 5))  # token ids
+    assert len(prompt) % 16 and described["context_window"] % 16 == 0
+    answers = [
+        client.completions.create(model="smallpool", prompt=prompt, temperature=0, max_tokens=3)
+        for _ in range(2)
+    ]
+    assert answers[0].choices[0].text == answers[1].choices[0].text
+    usage = answers[1].usage
+    details = usage.prompt_tokens_details if usage else None
+    assert details is not None and details.cached_tokens == len(prompt) - 1
+    n2 = client.completions.create(
+        model="smallpool", prompt=prompt[:-1], temperature=0, max_tokens=4, n=2
+    )  # the second choice writes into the prompt's last page once the tree shares it
+    assert [c.finish_reason for c in n2.choices] == ["length", "length"]

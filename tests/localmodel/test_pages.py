@@ -243,6 +243,27 @@ def test_a_request_longer_than_the_pool_is_refused_like_a_context_overflow(
     assert engine.prepare(list(range(100)), SamplingParams(max_tokens=28), namespace=NS)
 
 
+@pytest.mark.parametrize("kv_dtype", ["float32", "int8"])
+def test_a_request_holding_every_page_writes_into_the_partial_page_the_tree_shares(
+    make_engine: MakeEngine, tiny_model: Any, kv_dtype: str
+) -> None:
+    """A 75-token prompt in a 5-page pool (80 tokens): sent again, it maps all five pages
+    from the tree, and n = 3 choices restart from the prompt's last page once the tree
+    shares it. No page is free to copy it to: the tree gives it up, nothing fails."""
+    page = PagePool.bytes_per_page(KVLayout.of(tiny_model), 16, getattr(torch, kv_dtype))
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=5 * page, kv_dtype=kv_dtype)
+    assert engine.context_window == 80
+    prompt = list(range(1000, 1075))
+    params = SamplingParams(temperature=0.0, max_tokens=3, n=3)
+    first = engine.complete(engine.prepare(prompt, params, namespace=NS))
+    again = engine.complete(engine.prepare(prompt, params, namespace=NS))
+    assert again.usage.cached_tokens == len(prompt) - 1
+    assert len(again.choices) == len(first.choices) == 3
+    if kv_dtype == "float32":  # (int8: a warm answer may differ from a cold one)
+        assert again.choices == first.choices
+    assert engine.pool.stats.used == engine.pool.stats.cached  # every request released
+
+
 @pytest.mark.parametrize("tree_bytes", [256 * 2**20, 0], ids=["tree-on", "tree-off"])
 def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     make_engine: MakeEngine, tiny_model: Any, tree_bytes: int
