@@ -551,7 +551,13 @@ class Engine:
         """One request's piece on its own: a prefill, or one decode step (sdpa, no batching)."""
         cache, tokens = piece.cache, piece.tokens
         assert isinstance(cache, PagedCache)
-        cache.reserve(len(tokens))  # NOTE: alone, the whole pool is there to reclaim
+        while True:  # NOTE: alone, the whole pool is there to reclaim
+            try:
+                cache.reserve(len(tokens))
+                break
+            except PoolExhausted:
+                if not self.reclaim_held():
+                    raise
         if len(tokens) == 1:
             logits = decode_one_token(self.model, cache, tokens[0], cache.length)
         else:
@@ -599,6 +605,20 @@ class Engine:
             wanted = (target - pool.free_pages) * pool.page_bytes
             if not self.prefix_cache.evict(wanted, keep=_in_use):
                 return
+
+    def reclaim_held(self) -> bool:
+        """Evict cached prefixes, least recently used first, those on pages running requests
+        hold too, until one more page is free; return whether one is. The last resort of a
+        request that runs alone and is short of pages (``_reclaim`` keeps what is on running
+        pages): a node whose partly filled page the request replaced with a copy (a later
+        node's, mapped over it) is kept by that later node, on the request's pages, with the
+        page. NOTE: one more, not one: a caller short of several calls it again."""
+        pool = self.pool
+        target = pool.free_pages + 1
+        while pool.free_pages < target:
+            if not self.prefix_cache.evict(pool.page_bytes):
+                return False
+        return True
 
     def _unshare(self, page: int) -> None:
         """Evict the prefix tree's tokens on ``page``, a running request's partly filled page

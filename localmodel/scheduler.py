@@ -29,6 +29,8 @@ to the prefix tree, its pages back to the pool, and it waits at the head of the 
 re-admitted it gets back what the tree still holds of its tokens (prompt and those generated
 so far) and the rest is fed again, ending with the token it was about to feed, so it goes on
 with the very logits it was waiting for: its continuation is the one it would have had.
+A request running alone that is still short evicts the cached prefixes on its own pages too
+(``Engine.reclaim_held``), and fails only if that frees no page.
 (Except past the window, ``context_overflow: sinks``: a slid cache is no token prefix, the
 tree keeps none of it, and its kept tokens are computed afresh, without the dropped ones.)
 Admission waits while the pool cannot hold a new request's tokens beside what the running
@@ -210,10 +212,10 @@ class Scheduler:
                 return batch
             except PoolExhausted as exc:
                 youngest = max(self.running, key=lambda s: s.arrival)
-                if len(self.running) == 1:  # NOTE: prepare() refuses what cannot fit alone
-                    self._fail(youngest, exc)
-                else:
+                if len(self.running) > 1:
                     self._preempt(youngest)
+                elif not self.engine.reclaim_held():  # NOTE: prepare() refuses what cannot
+                    self._fail(youngest, exc)  # fit alone: then the tree holds pages it needs
 
     def _preempt(self, seq: _Sequence) -> None:
         """Free ``seq``'s pages; requeue it first, to feed its tokens again from the start."""

@@ -217,3 +217,21 @@ def test_a_prompt_that_fills_the_pool_is_served_again_from_its_cached_prefix(gw:
         model="smallpool", prompt=prompt[:-1], temperature=0, max_tokens=4, n=2
     )  # the second choice writes into the prompt's last page once the tree shares it
     assert [c.finish_reason for c in n2.choices] == ["length", "length"]
+
+
+def test_a_long_prompt_after_two_that_share_its_prefix_gets_every_page(gw: Gateway) -> None:
+    """A 20-token prompt, one that continues it (its prefix hit copies the partly filled
+    second page), then one that continues that and needs all five pages of the pool: the
+    first prompt's node keeps that second page while the second's node, on the running
+    request's pages, hangs from it; running alone, the request evicts them (it was a 500)."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    first = list(range(4000, 4020))
+    second = first + list(range(5000, 5030))
+    third = second + list(range(6000, 6020))  # 70 tokens + 8: 5 pages of 16
+    for prompt, max_tokens in ((first, 1), (second, 1), (third, 8)):
+        answer = client.completions.create(
+            model="smallpool", prompt=prompt, temperature=0, max_tokens=max_tokens
+        )
+        assert answer.usage is not None and answer.usage.completion_tokens == max_tokens
+    details = answer.usage.prompt_tokens_details
+    assert details is not None and details.cached_tokens == len(second)

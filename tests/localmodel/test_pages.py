@@ -264,6 +264,34 @@ def test_a_request_holding_every_page_writes_into_the_partial_page_the_tree_shar
     assert engine.pool.stats.used == engine.pool.stats.cached  # every request released
 
 
+@pytest.mark.parametrize(("n_pages", "more", "max_tokens"), [(5, 20, 8), (6, 45, 1)])
+@pytest.mark.parametrize("batched", [False, True], ids=["alone", "scheduler"])
+def test_a_request_alone_evicts_the_node_that_keeps_a_page_it_replaced(
+    make_engine: MakeEngine, tiny_model: Any, batched: bool, n_pages: int, more: int,
+    max_tokens: int,
+) -> None:  # fmt: skip
+    """20 tokens, then 50 that continue them (the hit copies the partly filled second
+    page), then ``more`` that continue those, filling the pool: the first node keeps the
+    original second page, held up by the second node on the request's pages. The request,
+    alone, evicts cached prefixes on its own pages too, a page at a time (the second shape
+    is short of two pages at once)."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=n_pages * 16 * 512)
+    first = list(range(1000, 1020))
+    second = first + list(range(2000, 2030))
+    third = second + list(range(3000, 3000 + more))
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    alone = make_engine(tiny=tiny_model)
+    expected = alone.complete(alone.prepare(third, params, namespace=NS))
+    for prompt in (first, second):
+        engine.complete(engine.prepare(prompt, SamplingParams(max_tokens=1), namespace=NS))
+    if batched:
+        (got,) = _batched(engine, [(third, params)])
+    else:
+        got = engine.complete(engine.prepare(third, params, namespace=NS))
+    assert got.choices == expected.choices and got.usage.cached_tokens == len(second)
+    assert engine.pool.stats.used == engine.pool.stats.cached
+
+
 @pytest.mark.parametrize("tree_bytes", [256 * 2**20, 0], ids=["tree-on", "tree-off"])
 def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     make_engine: MakeEngine, tiny_model: Any, tree_bytes: int
