@@ -32,7 +32,7 @@ import dataclasses
 import hashlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Annotated, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
@@ -474,9 +474,7 @@ def replay_events(response: dict[str, Any]) -> list[bytes]:
         if item.get("type") == "message":
             for c, part in enumerate(item.get("content") or ()):
                 out.append(events.part_added(index, item, c, part))
-                if part.get("type") == "output_text":
-                    out.append(events.text_delta(index, item, c, part.get("text", "")))
-                    out.append(events.text_done(index, item, c, part.get("text", "")))
+                out += events.part_content(index, item, c, part)
                 out.append(events.part_done(index, item, c, part))
         elif item.get("type") == "function_call":
             out.append(events.arguments(index, item))
@@ -521,7 +519,9 @@ class _Events:
         return self.event("response.output_item.added", output_index=index, item=opened)
 
     def part_added(self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]) -> bytes:
-        empty = {**part, "text": ""} if "text" in part else part
+        # as OpenAI opens a part: empty, its text, refusal, annotations and logprobs to come
+        empty = {k: ([] if k in ("annotations", "logprobs") else v) for k, v in part.items()}
+        empty.update({k: "" for k in ("text", "refusal") if k in part})
         return self.event(
             "response.content_part.added",
             item_id=item.get("id"),
@@ -530,15 +530,48 @@ class _Events:
             part=empty,
         )
 
-    def text_delta(self, index: int, item: dict[str, Any], c: int, delta: str) -> bytes:
-        return self._text("response.output_text.delta", index, item, c, delta=delta)
-
-    def text_done(self, index: int, item: dict[str, Any], c: int, text: str) -> bytes:
-        return self._text("response.output_text.done", index, item, c, text=text)
-
-    def _text(self, kind: str, index: int, item: dict[str, Any], c: int, **text: str) -> bytes:
+    def part_content(
+        self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]
+    ) -> list[bytes]:
+        """A complete part's events between added and done: its text (with its logprobs, then
+        its annotations), or its refusal."""
         ids = {"item_id": item.get("id"), "output_index": index, "content_index": c}
-        return self.event(kind, **ids, **text, logprobs=[])
+        if part.get("type") == "refusal":
+            refusal = part.get("refusal") or ""
+            return [
+                self.event("response.refusal.delta", **ids, delta=refusal),
+                self.event("response.refusal.done", **ids, refusal=refusal),
+            ]
+        if part.get("type") != "output_text":
+            return []
+        text, logprobs = part.get("text", ""), part.get("logprobs") or []
+        out = [self.text_delta(index, item, c, text, logprobs)]
+        for a, annotation in enumerate(part.get("annotations") or ()):
+            out.append(self.event("response.output_text.annotation.added", **ids,
+                                  annotation_index=a, annotation=annotation))  # fmt: skip
+        return [*out, self.text_done(index, item, c, text, logprobs)]
+
+    def text_delta(
+        self, index: int, item: dict[str, Any], c: int, delta: str, logprobs: Sequence[Any] = ()
+    ) -> bytes:
+        return self._text("response.output_text.delta", index, item, c, logprobs, delta=delta)
+
+    def text_done(
+        self, index: int, item: dict[str, Any], c: int, text: str, logprobs: Sequence[Any] = ()
+    ) -> bytes:
+        return self._text("response.output_text.done", index, item, c, logprobs, text=text)
+
+    def _text(
+        self,
+        kind: str,
+        index: int,
+        item: dict[str, Any],
+        c: int,
+        logprobs: Sequence[Any],
+        **text: str,
+    ) -> bytes:
+        ids = {"item_id": item.get("id"), "output_index": index, "content_index": c}
+        return self.event(kind, **ids, **text, logprobs=list(logprobs))
 
     def part_done(self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]) -> bytes:
         return self.event(

@@ -28,7 +28,10 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     bad_chunk      send a chunk the assembler cannot read after this many stream events
     finish_reason  finish reason to report (e.g. "content_filter")
     tool_call      answer with a call of this function name
-    reasoning      responses: a reasoning item (an id only: no encrypted_content) before it
+    reasoning      responses: a reasoning item (an id only: no encrypted_content) before it;
+                   a string: its summary text (streamed as ``reasoning_summary_*`` events)
+    refusal        responses: answer with a refusal part of this text
+    citation       responses: the text cites this URL (a ``url_citation`` annotation)
     content        answer with this text (``repeat``: this many times over)
     contents       a list: the k-th request carrying this same list is answered by its k-th
                    entry (cycling): a text (as ``content``) or an object of these options
@@ -57,7 +60,9 @@ object (``store`` defaults to true, and stored responses serve ``previous_respon
 
 ``fake`` options for it: ``status``, ``delay``, ``break_after``, ``error_event`` (a
 ``type: error`` event), ``content``, ``chunks``, ``incomplete`` (status ``incomplete``),
-``failed`` (a ``response.failed`` stream / status ``failed``), ``tool_call``.
+``failed`` (a ``response.failed`` stream / status ``failed``), ``tool_call``, ``reasoning``,
+``refusal``, ``citation``. ``include: ["message.output_text.logprobs"]`` is honoured: each streamed piece
+of the text is a token, with ``top_logprobs`` alternatives (its logprobs on its delta event).
 
 Run standalone: ``python -m tests.fake_upstream --port 9999``.
 """
@@ -464,9 +469,14 @@ def _response(
         f"answer #{serial} to: {question} [turns={len(conversation)} "
         f"instructions={body.get('instructions')} temperature={body.get('temperature')}]"
     )
+    cited = [{"type": "url_citation", "start_index": 0, "end_index": len(text),
+              "url": fake["citation"], "title": "Source"}] if fake.get("citation") else []  # fmt: skip
+    part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": cited,
+                            "logprobs": _logprobs(body, fake, text)}  # fmt: skip
+    if fake.get("refusal"):
+        part = {"type": "refusal", "refusal": fake["refusal"]}
     item: dict[str, Any] = {"type": "message", "id": f"msg_{serial}", "status": "completed",
-        "role": "assistant", "content": [{"type": "output_text", "text": text,
-                                          "annotations": [], "logprobs": []}]}  # fmt: skip
+                            "role": "assistant", "content": [part]}  # fmt: skip
     if fake.get("tool_call"):
         item = {"type": "function_call", "id": f"fc_{serial}", "call_id": f"call_{serial}",
                 "name": fake["tool_call"], "arguments": '{"city": "Paris"}',
@@ -475,7 +485,9 @@ def _response(
         "failed" if fake.get("failed") else "incomplete" if fake.get("incomplete") else "completed"
     )
     status = "queued" if body.get("background") else status  # (its output comes later)
-    reasoning = [{"type": "reasoning", "id": f"rs_{serial}", "summary": []}] * bool(
+    summary = fake.get("reasoning")
+    summary = [{"type": "summary_text", "text": summary}] if isinstance(summary, str) else []
+    reasoning = [{"type": "reasoning", "id": f"rs_{serial}", "summary": summary}] * bool(
         fake.get("reasoning")
     )
     words = len(text.split())
@@ -535,20 +547,65 @@ def _response_events(response: dict[str, Any], pieces: int) -> list[dict[str, An
             events.append({"type": "response.output_item.done", "output_index": index,
                            "item": item})  # fmt: skip
             continue
+        if item["type"] == "reasoning":
+            events += _summary_events(index, item)
+            continue
         part = item["content"][0]
         ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
         events.append({"type": "response.output_item.added", "output_index": index,
                        "item": {**item, "status": "in_progress", "content": []}})  # fmt: skip
-        events.append({"type": "response.content_part.added", **ids, "part": {**part, "text": ""}})
-        for piece in _split(part["text"], pieces):
-            events.append({"type": "response.output_text.delta", **ids, "delta": piece,
-                           "logprobs": []})  # fmt: skip
-        events.append({"type": "response.output_text.done", **ids, "text": part["text"],
-                       "logprobs": []})  # fmt: skip
+        if part["type"] == "refusal":
+            events.append({"type": "response.content_part.added", **ids,
+                           "part": {**part, "refusal": ""}})  # fmt: skip
+            for piece in _split(part["refusal"], pieces):
+                events.append({"type": "response.refusal.delta", **ids, "delta": piece})
+            events.append({"type": "response.refusal.done", **ids, "refusal": part["refusal"]})
+        else:
+            events.append({"type": "response.content_part.added", **ids,
+                           "part": {**part, "text": "", "annotations": [], "logprobs": []}})  # fmt: skip
+            for k, piece in enumerate(_split(part["text"], pieces)):
+                events.append({"type": "response.output_text.delta", **ids, "delta": piece,
+                               "logprobs": part["logprobs"][k : k + 1]})  # fmt: skip
+            for a, annotation in enumerate(part["annotations"]):
+                events.append({"type": "response.output_text.annotation.added", **ids,
+                               "annotation_index": a, "annotation": annotation})  # fmt: skip
+            events.append({"type": "response.output_text.done", **ids, "text": part["text"],
+                           "logprobs": part["logprobs"]})  # fmt: skip
         events.append({"type": "response.content_part.done", **ids, "part": part})
         events.append({"type": "response.output_item.done", "output_index": index, "item": item})
     events.append({"type": f"response.{response['status']}", "response": response})
     return [{**e, "sequence_number": n} for n, e in enumerate(events)]
+
+
+def _summary_events(index: int, item: dict[str, Any]) -> list[dict[str, Any]]:
+    """A reasoning item's events: added without its summary, each summary part, done."""
+    events: list[dict[str, Any]] = [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "summary": []},
+        }
+    ]
+    for s, part in enumerate(item["summary"]):
+        ids = {"item_id": item["id"], "output_index": index, "summary_index": s}
+        events += [
+            {"type": "response.reasoning_summary_part.added", **ids, "part": {**part, "text": ""}},
+            {"type": "response.reasoning_summary_text.delta", **ids, "delta": part["text"]},
+            {"type": "response.reasoning_summary_text.done", **ids, "text": part["text"]},
+            {"type": "response.reasoning_summary_part.done", **ids, "part": part},
+        ]
+    events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events
+
+
+def _logprobs(body: dict[str, Any], fake: dict[str, Any], text: str) -> list[dict[str, Any]]:
+    """An output_text part's logprobs, when the request's ``include`` asks for them: a token
+    per streamed piece, with ``top_logprobs`` alternatives."""
+    if "message.output_text.logprobs" not in (body.get("include") or ()):
+        return []
+    top = [{"token": "x", "logprob": -9.0, "bytes": [120]}] * int(body.get("top_logprobs") or 0)
+    return [{"token": piece, "logprob": -0.5, "bytes": list(piece.encode()), "top_logprobs": top}
+            for piece in _split(text, fake.get("chunks", 4))]  # fmt: skip
 
 
 def _head(kind: str, answer: dict[str, Any]) -> dict[str, Any]:

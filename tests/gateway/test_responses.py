@@ -118,6 +118,45 @@ def test_streaming_has_the_real_event_sequence_and_replays_from_the_cache(
     assert upstream.stats["responses"] == 1
 
 
+def sdk_stream(c: openai.OpenAI, **body: Any) -> list[Any]:
+    """The events of ``client.responses.stream`` (the SDK's helper), checked by it."""
+    with c.responses.stream(model=MODEL, **body) as events:
+        return list(events)
+
+
+def seen(events: list[Any]) -> list[dict[str, Any]]:
+    """What an app reads of each event, but the ids and numbers a hit makes anew."""
+    out = []
+    for event in events:
+        fields = event.model_dump(exclude={"sequence_number", "item_id", "response"})
+        fields.get("item", {}).pop("id", None)
+        out.append(fields)
+    return out
+
+
+@pytest.mark.parametrize("first", ["stream", "json"])
+def test_a_stream_hit_sends_the_refusal_logprobs_and_citations_a_fresh_stream_sends(
+    gw: Gateway, upstream: FakeUpstream, first: str
+) -> None:
+    """Stored streamed or as JSON, a hit streams what a fresh stream of one piece does. It
+    sent the text's delta with ``logprobs: []`` (the answer's were lost), its annotations in
+    the opening part and none in ``response.output_text.annotation.added``, and a refusal in
+    no event at all (an app that shows ``response.refusal.delta`` showed nothing)."""
+    c = sdk(gw)
+    text = {"content": "Paris is the capital.", "citation": "https://example.com/p", "chunks": 1}
+    for fake in (text, {"refusal": "I can't help with that.", "chunks": 1}):
+        ask: dict[str, Any] = {"input": f"Tell me {fake} {first}", "extra_body": {"fake": fake},
+                               "include": ["message.output_text.logprobs"], "top_logprobs": 2,
+                               "extra_headers": {"cache-control": "no-store"}}  # fmt: skip
+        fresh = sdk_stream(c, **ask)  # (not stored)
+        del ask["extra_headers"]
+        create(c, **ask) if first == "json" else sdk_stream(c, **ask)
+        asked = upstream.stats["responses"]
+        hit = sdk_stream(c, **ask)
+        assert upstream.stats["responses"] == asked  # a hit
+        assert seen(hit) == seen(fresh)
+
+
 @pytest.mark.parametrize(
     "fake", [{"incomplete": True}, {"failed": True}, {"break_after": 4}, {"error_event": 3}]
 )
