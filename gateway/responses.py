@@ -476,6 +476,8 @@ def replay_events(response: dict[str, Any]) -> list[bytes]:
                 out.append(events.part_added(index, item, c, part))
                 out += events.part_content(index, item, c, part)
                 out.append(events.part_done(index, item, c, part))
+        elif item.get("type") == "reasoning":
+            out += events.summary(index, item)
         elif item.get("type") == "function_call":
             out.append(events.arguments(index, item))
         out.append(events.item_done(index, item))
@@ -511,12 +513,31 @@ class _Events:
         )
 
     def item_added(self, index: int, item: dict[str, Any]) -> bytes:
-        opened = {**item, "status": "in_progress"}
+        opened = {**item, "status": "in_progress"} if "status" in item else dict(item)
         if item.get("type") == "message":
             opened["content"] = []
         elif item.get("type") == "function_call":
             opened["arguments"] = ""
+        elif item.get("type") == "reasoning" and "summary" in item:
+            opened["summary"] = []
         return self.event("response.output_item.added", output_index=index, item=opened)
+
+    def summary(self, index: int, item: dict[str, Any]) -> list[bytes]:
+        """A reasoning item's summary parts, each as OpenAI streams one: added (empty), its
+        text, done."""
+        out: list[bytes] = []
+        for s, part in enumerate(item.get("summary") or ()):
+            ids = {"item_id": item.get("id"), "output_index": index, "summary_index": s}
+            text = part.get("text", "")
+            out += [
+                self.event(
+                    "response.reasoning_summary_part.added", **ids, part={**part, "text": ""}
+                ),
+                self.event("response.reasoning_summary_text.delta", **ids, delta=text),
+                self.event("response.reasoning_summary_text.done", **ids, text=text),
+                self.event("response.reasoning_summary_part.done", **ids, part=part),
+            ]
+        return out
 
     def part_added(self, index: int, item: dict[str, Any], c: int, part: dict[str, Any]) -> bytes:
         # as OpenAI opens a part: empty, its text, refusal, annotations and logprobs to come

@@ -157,6 +157,25 @@ def test_a_stream_hit_sends_the_refusal_logprobs_and_citations_a_fresh_stream_se
         assert seen(hit) == seen(fresh)
 
 
+@pytest.mark.parametrize("first", ["stream", "json"])
+def test_a_stream_hit_sends_the_reasoning_summary_a_fresh_stream_sends(
+    gw: Gateway, upstream: FakeUpstream, first: str
+) -> None:
+    """A hit streamed a reasoning item whole in ``response.output_item.added``, with no
+    ``response.reasoning_summary_*`` event: an app that shows the summary as it streams
+    (``response.reasoning_summary_text.delta``) showed nothing."""
+    c = sdk(gw)
+    fake = {"reasoning": "The user asks for a capital.", "content": "Paris.", "chunks": 1}
+    ask: dict[str, Any] = {"input": f"Capital of France? {first}", "extra_body": {"fake": fake}}
+    fresh = sdk_stream(c, **ask, extra_headers={"cache-control": "no-store"})  # (not stored)
+    create(c, **ask) if first == "json" else sdk_stream(c, **ask)
+    asked = upstream.stats["responses"]
+    hit = sdk_stream(c, **ask)
+    assert upstream.stats["responses"] == asked  # a hit
+    assert "response.reasoning_summary_text.delta" in [e.type for e in hit]
+    assert seen(hit) == seen(fresh)
+
+
 @pytest.mark.parametrize(
     "fake", [{"incomplete": True}, {"failed": True}, {"break_after": 4}, {"error_event": 3}]
 )
