@@ -364,18 +364,28 @@ class ResponsesAdapter:
 class ResponsesFold:
     """A Responses stream's answer is the ``response`` of its last event (``completed``,
     ``incomplete`` or ``failed``: only a completed one is cached, see ``complete``);
-    ``claim`` is told the response's id at its first event that carries one."""
+    ``claim`` is told the response's id at its first event that carries one.
+
+    NOTE: some upstreams (vLLM, ChatGPT's Codex API, proxies) end the stream with an empty
+    ``output`` after streaming its items: the answer's output is then the items of its
+    ``response.output_item.done`` events, as the client saw them (stored as it was, every
+    hit of it answered nothing).
+    """
 
     def __init__(self, claim: Callable[[str], None] | None = None) -> None:
         self._final: dict[str, Any] | None = None
         self._claim = claim
         self._streamed = 0
+        self._items: dict[int, dict[str, Any]] = {}  # finished output items by output_index
 
     def add(self, chunk: dict[str, Any]) -> bool:
         kind = chunk.get("type")
         if isinstance(kind, str) and kind.endswith(".delta"):  # text, arguments, reasoning
             delta = chunk.get("delta")
             self._streamed += len(delta) if isinstance(delta, str) else 0
+        index, item = chunk.get("output_index"), chunk.get("item")
+        if kind == "response.output_item.done" and isinstance(item, dict):
+            self._items[index if isinstance(index, int) else len(self._items)] = item
         response = chunk.get("response")
         if not isinstance(response, dict):
             return True
@@ -387,6 +397,8 @@ class ResponsesFold:
         return True
 
     def result(self) -> dict[str, Any] | None:
+        if self._final is not None and not self._final.get("output") and self._items:
+            return {**self._final, "output": [self._items[i] for i in sorted(self._items)]}
         return self._final
 
     def usage(self) -> dict[str, Any] | None:

@@ -32,6 +32,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    a string: its summary text (streamed as ``reasoning_summary_*`` events)
     refusal        responses: answer with a refusal part of this text
     citation       responses: the text cites this URL (a ``url_citation`` annotation)
+    empty_output   responses: a stream's last event says ``"output": []`` (its items were
+                   streamed), as vLLM, ChatGPT's Codex API and some proxies send it
     content        answer with this text (``repeat``: this many times over)
     contents       a list: the k-th request carrying this same list is answered by its k-th
                    entry (cycling): a text (as ``content``) or an object of these options
@@ -61,7 +63,7 @@ object (``store`` defaults to true, and stored responses serve ``previous_respon
 ``fake`` options for it: ``status``, ``delay``, ``break_after``, ``error_event`` (a
 ``type: error`` event), ``content``, ``chunks``, ``incomplete`` (status ``incomplete``),
 ``failed`` (a ``response.failed`` stream / status ``failed``), ``tool_call``, ``reasoning``,
-``refusal``, ``citation``. ``include: ["message.output_text.logprobs"]`` is honoured: each streamed piece
+``refusal``, ``citation``, ``empty_output``. ``include: ["message.output_text.logprobs"]`` is honoured: each streamed piece
 of the text is a token, with ``top_logprobs`` alternatives (its logprobs on its delta event).
 
 Run standalone: ``python -m tests.fake_upstream --port 9999``.
@@ -259,6 +261,8 @@ class FakeUpstream:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
         events = _response_events(response, fake.get("chunks", 4))
+        if fake.get("empty_output"):  # as vLLM, ChatGPT's Codex API and some proxies end it
+            events[-1] = {**events[-1], "response": {**response, "output": []}}
         for i, event in enumerate(events):
             if self._ended(i, fake, disconnected):
                 return

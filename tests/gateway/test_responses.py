@@ -176,6 +176,29 @@ def test_a_stream_hit_sends_the_reasoning_summary_a_fresh_stream_sends(
     assert seen(hit) == seen(fresh)
 
 
+def test_a_stream_that_ends_with_an_empty_output_is_stored_with_the_items_it_streamed(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """An upstream that ends its stream with ``"output": []`` (its items streamed before):
+    the answer was stored with no output, and every hit, streamed or JSON, answered nothing,
+    as did a follow-up's conversation."""
+    c = sdk(gw)
+    ask: dict[str, Any] = {"input": "Capital of France?", "extra_body": {"fake": {
+        "content": "Paris.", "empty_output": True}}}  # fmt: skip
+    events = sdk_stream(c, **ask)
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "Paris."
+    hit = sdk_stream(c, **ask)
+    assert "".join(e.delta for e in hit if e.type == "response.output_text.delta") == "Paris."
+    assert hit[-1].response.output_text == "Paris."
+    whole, cache = create(c, **ask)
+    assert cache == "exact" and whole.output_text == "Paris."
+    assert upstream.stats["responses"] == 1
+    later, _ = create(c, input="And of Spain?", previous_response_id=whole.id)
+    sent = upstream.last_body["input"]  # the hit's conversation, inlined
+    assert [i.get("role") for i in sent] == ["user", "assistant", "user"]
+    assert later.output_text.startswith("answer #2")
+
+
 @pytest.mark.parametrize(
     "fake", [{"incomplete": True}, {"failed": True}, {"break_after": 4}, {"error_event": 3}]
 )
