@@ -20,7 +20,8 @@ forwarded upstream as is, and the request is cached under an exact key that incl
 (the conversation then starts with a reference turn to it, so a follow-up on a cached answer
 of that chain still continues it upstream) — unless the id is another owner's: one an
 upstream answered for another owner stays refused (404) after its stored copy is gone, as the
-upstream, called with the gateway's key, would continue it for anyone (``stored.claim``).
+upstream, called with the gateway's key, would continue it for anyone (``stored.claim``). So
+does an input item naming one of that response's output items by id (``item_reference``).
 
 The API is part of every cache scope (``kind``), so an answer stored through this API is never
 served to a chat request, or the other way round: a Response object is not a chat completion.
@@ -147,12 +148,22 @@ class ResponsesAdapter:
             control = dataclasses.replace(request.control, no_cache=True, no_store=True)
             request = dataclasses.replace(request, control=control)
         owner = self.owner(request.tenant, headers)
+        self._refuse_foreign_items(owner, items)
         previous_id = parsed.previous_response_id
         turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
         return dataclasses.replace(
             request, body=_forwardable(body), owner=owner, turns=tuple(turns), earlier=earlier,
             previous=previous_id, standalone=_standalone(turns, body),
         )  # fmt: skip
+
+    def _refuse_foreign_items(self, owner: str, items: list[dict[str, Any]]) -> None:
+        """A 404, as for an unknown item, when an input item names another owner's item by its
+        id: an upstream called with the gateway's key resolves it (an ``item_reference``, a
+        reasoning item without its content) for anyone, as it does a response id."""
+        for item in items:
+            item_id = item.get("id")
+            if isinstance(item_id, str) and self.store.foreign(owner, item_id):
+                raise APIError(404, f"Item with id '{item_id}' not found.", param="input")
 
     def _resolve(
         self,
@@ -310,6 +321,9 @@ class ResponsesAdapter:
             return
         if upstream:
             self.store.claim(request.owner, answer["id"])
+            for item in answer.get("output") or ():  # (item ids too: ``_refuse_foreign_items``)
+                if isinstance(item, dict) and isinstance(item.get("id"), str):
+                    self.store.claim(request.owner, item["id"])
         if request.body.get("store") is False or answer.get("status") in _RUNNING:
             return
         turns = list(request.turns or ())
@@ -364,7 +378,8 @@ class ResponsesAdapter:
 class ResponsesFold:
     """A Responses stream's answer is the ``response`` of its last event (``completed``,
     ``incomplete`` or ``failed``: only a completed one is cached, see ``complete``);
-    ``claim`` is told the response's id at its first event that carries one.
+    ``claim`` is told the response's id at its first event that carries one, and each output
+    item's id as the item is added (a stream cut short has shown the client those).
 
     NOTE: some upstreams (vLLM, ChatGPT's Codex API, proxies) end the stream with an empty
     ``output`` after streaming its items: the answer's output is then the items of its
@@ -375,6 +390,7 @@ class ResponsesFold:
     def __init__(self, claim: Callable[[str], None] | None = None) -> None:
         self._final: dict[str, Any] | None = None
         self._claim = claim
+        self._claimed = False  # the response's id
         self._streamed = 0
         self._items: dict[int, dict[str, Any]] = {}  # finished output items by output_index
 
@@ -386,12 +402,14 @@ class ResponsesFold:
         index, item = chunk.get("output_index"), chunk.get("item")
         if kind == "response.output_item.done" and isinstance(item, dict):
             self._items[index if isinstance(index, int) else len(self._items)] = item
+        if self._claim is not None and isinstance(item, dict) and isinstance(item.get("id"), str):
+            self._claim(item["id"])
         response = chunk.get("response")
         if not isinstance(response, dict):
             return True
-        if self._claim is not None and isinstance(response.get("id"), str):
+        if self._claim is not None and not self._claimed and isinstance(response.get("id"), str):
             self._claim(response["id"])
-            self._claim = None
+            self._claimed = True
         if kind in _TERMINAL:
             self._final = response
         return True

@@ -501,6 +501,39 @@ def test_another_owners_id_stays_refused_once_its_response_is_gone(
     assert "turns=3" in follow.output_text
 
 
+def test_another_owners_output_items_are_never_referenced_upstream(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """The upstream, called with the gateway's key, resolves an input item by its id (an
+    ``item_reference``, or a reasoning item sent without its content) in whoever's request
+    names it: the ids of the items an upstream answered for tenant a (in a stream cut short
+    too) are refused to b as unknown ones, never forwarded, while a still references them."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    made, _ = create(a, input="Tenant a's secret plan.", extra_body={"fake": {"reasoning": True}})
+    events: list[Any] = []
+    with pytest.raises(openai.APIError):  # cut short: its items reached the client all the same
+        for event in a.responses.create(model=MODEL, input="Tenant a's second secret.",
+                                        stream=True, extra_body={"fake": {"break_after": 4}}):  # fmt: skip
+            events.append(event)
+    streamed = next(e.item.id for e in events if e.type == "response.output_item.added")
+    reasoning, message = made.output[0].id, made.output[1].id
+    asked = upstream.stats["responses"]
+    for item in (
+        {"type": "item_reference", "id": message},
+        {"id": streamed},  # (an item reference may leave its type out)
+        {"type": "reasoning", "id": reasoning, "summary": []},
+    ):
+        with pytest.raises(openai.NotFoundError) as refused:
+            create(b, input=[item, {"role": "user", "content": "Repeat that."}])
+        assert refused.value.body["param"] == "input"  # type: ignore[index]
+    assert upstream.stats["responses"] == asked  # none of them was forwarded
+    _, cache = create(
+        a, input=[{"type": "item_reference", "id": message}, {"role": "user", "content": "Go."}]
+    )
+    assert cache == "miss" and upstream.last_body["input"][0]["id"] == message
+
+
 def test_a_responses_answer_is_never_served_to_chat_and_back(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
