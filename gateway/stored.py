@@ -14,17 +14,21 @@ looking up another owner's id finds nothing, exactly as an id that never existed
 NOTE: the store lives in the gateway process's memory, bounded in count (``STORE_MAX``), in
 bytes (``STORE_BYTES``) and in age (``STORE_TTL``): a restart forgets it, and replicas do
 not share it. A follow-up naming an id this gateway does not hold is forwarded upstream as
-it is. When the store is full, the owner holding the most (bytes, or responses) gives up its
-least recently used one: owners share the store, and one that stores a flood of responses
-(cache hits cost it nothing) pushes out its own, not the others'.
+it is. When the store is full, the owner holding the most (bytes, or responses) of the tenant
+holding the most gives up its least recently used one: owners share the store, and one that
+stores a flood of responses (cache hits cost it nothing) pushes out its own, not the others';
+a tenant's owners are counted together first, as a tenant may spread a flood over many of them
+(each ``x-cachegate-partition`` is an owner of its own).
 
 Who an id belongs to outlives the response (:meth:`ResponseStore.claim`): an upstream called
 with the gateway's own key resolves any id made with that key, whoever names it, so an id
 answered for one owner must stay refused to the others after its response has expired or
 was pushed out (and for a ``background`` one never kept at all). Each claim is two 16-byte
 digests (id, owner), about 100 bytes, ``CLAIMS_MAX`` of them at most (100 times the
-responses: ~100 MB when full); past it, an owner holding more than its share (or else the most)
-gives up its oldest, so one owner's flood of upstream calls cannot push out another's claims. ``foreign`` reads both:
+responses: ~100 MB when full); past it, the tenant holding more than its share (or else the
+most) gives up its biggest owner's oldest, so one owner's flood of upstream calls cannot push
+out another's claims, nor one tenant's (spread over its partitions) another tenant's.
+``foreign`` reads both:
 
     store.claim(owner, "resp_...")      # an upstream answered this id for owner
     store.foreign(other, "resp_...")    # True: never resolved nor forwarded for other
@@ -102,6 +106,17 @@ class _Claimant:
         self.ids: deque[bytes] = deque()  # digests of the ids claimed for it, oldest first
 
 
+class _Claimants:
+    """The claims of one tenant's owners (see ``_tenant``)."""
+
+    __slots__ = ("count", "key", "owners")
+
+    def __init__(self, key: bytes) -> None:
+        self.key = key  # the tenant's digest
+        self.owners: dict[bytes, _Claimant] = {}  # owner digest -> its claims
+        self.count = 0  # claims of all its owners
+
+
 class ResponseStore:
     """Stored responses by (owner, id), bounded in count, bytes and age; and the owner of each
     id an upstream answered, for longer (``claim``)."""
@@ -122,7 +137,7 @@ class ResponseStore:
         self._count = 0
         self._bytes = 0
         self._claims: dict[bytes, _Claimant] = {}  # id digest -> its owner's claims
-        self._claimants: dict[bytes, _Claimant] = {}  # owner digest -> its claims
+        self._tenants: dict[bytes, _Claimants] = {}  # tenant digest -> its owners' claims
 
     def __len__(self) -> int:
         return self._count
@@ -143,10 +158,24 @@ class ResponseStore:
         self._bytes += size
         self._ids[stored.id] = self._ids.get(stored.id, 0) + 1
         while self._count > self._max or (self._bytes > self._max_bytes and self._count > 1):
-            over_bytes = self._bytes > self._max_bytes
-            name, biggest = max(self._owners.items(),
-                                key=lambda o: o[1].bytes if over_bytes else len(o[1].items))  # fmt: skip
-            self._forget(name, next(iter(biggest.items)))
+            name = self._biggest(self._bytes > self._max_bytes)
+            self._forget(name, next(iter(self._owners[name].items)))
+
+    def _biggest(self, by_bytes: bool) -> str:
+        """The owner holding the most (bytes, or responses) of the tenant holding the most.
+
+        NOTE: the tenant first: its owners may be many (a front gateway's partitions), each
+        holding little, and together more than another tenant's single owner."""
+
+        def held(owner: _Owner) -> int:
+            return owner.bytes if by_bytes else len(owner.items)
+
+        tenants: dict[str, int] = {}
+        for name, owner in self._owners.items():
+            tenants[_tenant(name)] = tenants.get(_tenant(name), 0) + held(owner)
+        tenant = max(tenants, key=tenants.__getitem__)
+        return max((n for n in self._owners if _tenant(n) == tenant),
+                   key=lambda n: held(self._owners[n]))  # fmt: skip
 
     def held(self, response_id: str) -> bool:
         """Whether any owner holds ``response_id`` (for refusing it to the others)."""
@@ -158,20 +187,38 @@ class ResponseStore:
         key = _digest(response_id)
         if key in self._claims:
             return
-        owner_key = _digest(owner)
-        claimant = self._claimants.get(owner_key)
+        tenant_key, owner_key = _digest(_tenant(owner)), _digest(owner)
+        tenant = self._tenants.get(tenant_key)
+        if tenant is None:
+            tenant = self._tenants[tenant_key] = _Claimants(tenant_key)
+        claimant = tenant.owners.get(owner_key)
         if claimant is None:
-            claimant = self._claimants[owner_key] = _Claimant(owner_key)
+            claimant = tenant.owners[owner_key] = _Claimant(owner_key)
         claimant.ids.append(key)
+        tenant.count += 1
         self._claims[key] = claimant
         if len(self._claims) > self._max_claims:
-            # NOTE: an owner past its fair share gives up its own oldest claim at once (a
-            # flood pays O(1)); else the owner holding the most, found in O(owners)
-            over = len(claimant.ids) * len(self._claimants) > self._max_claims
-            biggest = claimant if over else max(self._claimants.values(), key=lambda c: len(c.ids))
-            del self._claims[biggest.ids.popleft()]
-            if not biggest.ids:
-                del self._claimants[biggest.owner]
+            self._unclaim(tenant, claimant)
+
+    def _unclaim(self, tenant: _Claimants, claimant: _Claimant) -> None:
+        """Forget the oldest claim of the owner holding the most of the tenant holding the most.
+
+        NOTE: a tenant past its fair share gives up a claim at once, from the owner that just
+        claimed when that one holds its tenant's share or more (a flood pays O(1)); else the
+        tenant holding the most is found in O(tenants), its biggest owner in O(its owners).
+        The tenant first: its owners may be many (partitions), each holding little."""
+        if tenant.count * len(self._tenants) <= self._max_claims:
+            tenant = max(self._tenants.values(), key=lambda t: t.count)
+        if claimant.owner not in tenant.owners or (
+            len(claimant.ids) * len(tenant.owners) < tenant.count
+        ):
+            claimant = max(tenant.owners.values(), key=lambda c: len(c.ids))
+        del self._claims[claimant.ids.popleft()]
+        tenant.count -= 1
+        if not claimant.ids:
+            del tenant.owners[claimant.owner]
+            if not tenant.owners:
+                del self._tenants[tenant.key]
 
     def foreign(self, owner: str, response_id: str) -> bool:
         """Whether ``response_id`` is another owner's: held here for another, or claimed for
@@ -211,6 +258,12 @@ class ResponseStore:
         left = self._ids.pop(response_id) - 1
         if left:
             self._ids[response_id] = left
+
+
+def _tenant(owner: str) -> str:
+    """The tenant of an owner: its own name, less a front gateway's partitions and an open
+    gateway's client key (``requests.partitioned``'s separator)."""
+    return owner.partition("\x1f")[0]
 
 
 def _digest(text: str) -> bytes:

@@ -501,6 +501,34 @@ def test_another_owners_id_stays_refused_once_its_response_is_gone(
     assert "turns=3" in follow.output_text
 
 
+def test_a_tenants_flood_spread_over_partitions_pushes_out_its_own(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """Each ``x-cachegate-partition`` of a tenant is an owner of its own (a front gateway's
+    tenants), but a full store and a full record of claims are shared out by tenant first:
+    tenant b's responses under many partitions, each holding fewer than a, push out b's own,
+    never a's (a's responses stay readable, and its ids refused to b once they are gone)."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+
+    def flood(stage: str) -> list[str]:
+        made = [create(a, input=f"Tenant a's plan {n} ({stage}).")[0].id for n in range(3)]
+        for n in range(5):  # (each a miss: a response and an item claimed for b)
+            create(b, input=stage, extra_headers={"x-cachegate-partition": f"team-{n}"})
+        return made
+
+    gw.runtime.responses.store = ResponseStore(max_entries=6)
+    made = flood("the store")
+    assert [a.responses.retrieve(i).id for i in made] == made
+    gw.runtime.responses.store = ResponseStore(max_entries=1, max_claims=14)
+    made = flood("the claims")  # (all gone from the store: only their claims are left)
+    asked = upstream.stats["responses"]
+    for previous in made:
+        with pytest.raises(openai.BadRequestError):
+            create(b, input="What was the plan?", previous_response_id=previous)
+    assert upstream.stats["responses"] == asked  # none of them was forwarded
+
+
 def test_another_owners_output_items_are_never_referenced_upstream(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:

@@ -77,3 +77,27 @@ def test_one_owners_flood_of_claims_pushes_out_its_own() -> None:
         store.claim("a", f"resp_a{n}")
     assert sum(store.foreign("b", f"resp_a{n}") for n in range(13)) == 5
     assert sum(store.foreign("a", f"resp_b{n}") for n in range(50)) == 5
+
+
+def test_a_tenant_counts_all_its_owners_and_its_owners_stay_apart() -> None:
+    """A tenant's partitions (owners ``tenant\\x1fpartition``) are counted together against
+    the other tenants first; inside one tenant (an open gateway's client keys, a worker's
+    front tenants) the owner holding the most gives up its own."""
+    store = ResponseStore(max_entries=8, max_claims=8)
+    for n in range(3):
+        store.put(stored("a", n))
+        store.claim("a", f"resp_a{n}")
+    for n in range(6):  # tenant b, one response per partition
+        store.put(stored(f"b\x1fp{n}", 0))
+        store.claim(f"b\x1fp{n}", f"resp_b{n}")
+    assert all(store.get("a", f"resp_a{n}") is not None for n in range(3))
+    assert all(store.foreign("b\x1fp0", f"resp_a{n}") for n in range(3))
+    assert len(store) == 8 and store.get("b\x1fp0", "resp_b\x1fp00") is None
+    store = ResponseStore(max_entries=4, max_claims=4)
+    store.put(stored("default\x1fkey-1", 0))
+    store.claim("default\x1fkey-1", "resp_1")
+    for n in range(6):  # one client key's flood, in the one tenant of an open gateway
+        store.put(stored("default\x1fkey-2", n))
+        store.claim("default\x1fkey-2", f"resp_2{n}")
+    assert store.get("default\x1fkey-1", "resp_default\x1fkey-10") is not None
+    assert store.foreign("default\x1fkey-2", "resp_1")
