@@ -470,7 +470,7 @@ async def count_input_tokens(
     """``POST /v1/responses/input_tokens``: asked of an OpenAI-compatible upstream, counted by
     the local model's tokenizer for the chat form of the request; other backends cannot (400)."""
     if "responses" in backend.apis and isinstance(backend, InputTokenCounter):
-        answer = await backend.count_input_tokens(request, auth)
+        answer = await _counted(backend, request, auth)
         count = answer.body.get("input_tokens")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise APIError(502, f"Upstream for model '{backend.name}' answered no input_tokens.",
@@ -484,6 +484,18 @@ async def count_input_tokens(
         param="model",
         code="unsupported_model",
     )
+
+
+async def _counted(backend: InputTokenCounter, request: GatewayRequest, auth: str | None) -> Answer:
+    """The upstream's count, and once more with the conversation inlined when it no longer
+    holds the earlier response the request names, as a create is sent (``standalone``)."""
+    try:
+        return await backend.count_input_tokens(request, auth)
+    except APIError as exc:
+        if exc.code != "previous_response_not_found" or request.standalone is None:
+            raise
+    alone = dataclasses.replace(request, body=request.standalone, standalone=None)
+    return await backend.count_input_tokens(alone, auth)
 
 
 @runtime_checkable

@@ -399,6 +399,23 @@ def test_input_tokens_are_counted_upstream_with_the_conversation_resolved(
     assert upstream.stats["input_tokens"] == 3 and upstream.stats["responses"] == 1
 
 
+def test_input_tokens_of_a_follow_up_the_upstream_lost_are_counted_as_a_create_sends_it(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The upstream no longer holds the response (deleted there, expired, a restarted worker):
+    a create sends the conversation the gateway holds, and so does a count (was a 400)."""
+    c = sdk(gw)
+    first, _ = create(c, input="The locker code is 4471.")
+    del upstream.responses[first.id]  # the upstream lost it; the gateway still holds it
+    then, _ = create(c, input="What is the code?", previous_response_id=first.id)
+    assert then.usage is not None and "turns=3" in then.output_text
+    counted = c.responses.input_tokens.count(
+        model=MODEL, input="What is the code?", previous_response_id=first.id
+    )
+    assert "previous_response_id" not in upstream.last_body  # the conversation, inlined
+    assert counted.input_tokens == 5 + len(first.output_text.split()) + 4
+
+
 def test_get_input_items_and_delete_a_stored_response(
     gw: Gateway, upstream_server: ThreadedServer, upstream: FakeUpstream
 ) -> None:
