@@ -1,8 +1,9 @@
 """The OpenAI Responses API adapter: ``POST /v1/responses`` and the responses it stored.
 
-A request's ``input`` (a string, or a list of items), ``instructions``, function ``tools``,
-``text.format``, sampling parameters and ``previous_response_id`` map to the canonical
-request; a Response object (JSON) or the Responses event stream is rendered back::
+A request's ``input`` (a string, or a list of items; none with a stored ``prompt`` template),
+``instructions``, function ``tools``, ``text.format``, sampling parameters and
+``previous_response_id`` map to the canonical request; a Response object (JSON) or the
+Responses event stream is rendered back::
 
     response.created → response.in_progress → response.output_item.added
     → response.content_part.added → response.output_text.delta … → response.output_text.done
@@ -131,12 +132,13 @@ class ResponsesAdapter:
             raise APIError(
                 400, "You must provide a model parameter.", param="model", code="missing"
             )
-        if "input" not in body:
+        if "input" not in body and body.get("prompt") is None:
             raise APIError(
                 400, "Missing required parameter: 'input'.", param="input", code="missing"
             )
         extension = body.pop("cache", None)
-        parsed = validated(body, _Body)
+        # a stored prompt template may hold all the input: the body is sent without one
+        parsed = validated({"input": [], **body}, _Body)
         _check_tools(parsed.tools)
         items = input_items(parsed.input)
         request = gateway_request(
@@ -915,7 +917,7 @@ def _inlined(turns: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, Any
     ``previous_response_id`` (still there if the conversation opens with a reference: the
     upstream chain it continues)."""
     body = {k: v for k, v in body.items() if k != "previous_response_id"}
-    if turns[0].get("type") == _REFERENCE:
+    if _referenced(turns):
         body["previous_response_id"] = turns[0]["id"]
     body["input"] = [_inline(t) for t in turns if _sendable(t)]
     return body
@@ -925,9 +927,15 @@ def _standalone(turns: list[dict[str, Any]], body: dict[str, Any]) -> dict[str, 
     """The body to send instead when the upstream no longer holds the ``previous_response_id``
     that ``body`` names and this gateway holds with all its turns (a restarted worker keeps
     none): the conversation inlined. None when the body names none, or none held here."""
-    if body.get("previous_response_id") is None or turns[0].get("type") == _REFERENCE:
+    if body.get("previous_response_id") is None or _referenced(turns):
         return None
     return _forwardable(_inlined(turns, body))
+
+
+def _referenced(turns: list[dict[str, Any]]) -> bool:
+    """Whether the conversation opens with a reference to a response only the upstream holds
+    (it may have no turn at all: a prompt template's input, no output)."""
+    return bool(turns) and turns[0].get("type") == _REFERENCE
 
 
 def _forwardable(body: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,7 @@ responses, ``previous_response_id``, tenants, and what is never served across AP
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -663,6 +664,28 @@ def test_prompt_templates_item_references_and_conversations_are_told_apart(
         assert create(c, input="Continue.", extra_body={"conversation": "conv_1"})[1] == "bypass"
     assert upstream.stats["responses"] == calls + 2
     assert create(c, input="Continue.")[1] == "miss"  # nothing was stored for it either
+
+
+def test_a_prompt_template_may_hold_all_the_input(gw: Gateway, upstream: FakeUpstream) -> None:
+    """``responses.create(model=..., prompt={...})`` with no ``input``, as OpenAI's prompting
+    guide calls a stored prompt (was a 400 asking for ``input``): sent as asked, cached by its
+    template and variables, and continued along ``previous_response_id``."""
+    c = sdk(gw)
+    prompt = {"id": "pmpt_A", "version": "2", "variables": {"city": "Paris"}}
+    first, cache = create(c, prompt=prompt)
+    assert cache == "miss" and first.output_text and "input" not in upstream.last_body
+    again, cache = create(c, prompt=prompt)
+    assert cache == "exact" and again.output_text == first.output_text
+    assert create(c, prompt={**prompt, "variables": {"city": "Rome"}})[1] == "miss"
+    create(c, prompt=prompt, previous_response_id=again.id)  # a hit's id: the conversation
+    assert "previous_response_id" not in upstream.last_body
+    assert [i["role"] for i in upstream.last_body["input"]] == ["assistant"]
+    failed = {"id": "resp_f", "object": "response", "status": "failed", "model": MODEL,
+              "output": [], "error": {"code": "server_error", "message": "boom"}}  # fmt: skip
+    made, _ = create(c, prompt=prompt, extra_body={"fake": {"raw": {"body": json.dumps(failed)}}})
+    assert made.status == "failed"  # kept: a conversation of no turn at all, continued
+    assert create(c, prompt=prompt, previous_response_id=made.id)[0].output_text
+    assert gw.http.post("/v1/responses", json={"model": MODEL}).status_code == 400  # (no input)
 
 
 def test_content_parts_that_are_not_objects_get_a_400(gw: Gateway) -> None:
