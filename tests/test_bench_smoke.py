@@ -3,9 +3,11 @@ loaded here: fakes stand in for them)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
+import pytest
 
 from bench.verifier_eval import _latency
 
@@ -36,3 +38,39 @@ def test_verifier_eval_times_60_calls_with_fewer_pairs() -> None:
     assert set(latency) == {"embed", "verify_1", "verify_3"}
     assert len(set(embedder.texts)) == 60  # every text new to the embedder's LRU
     assert verifier.calls == [1] * 60 + [3] * 60
+
+
+def test_make_bench_runs_every_benchmark_with_a_docs_section() -> None:
+    import re
+    from pathlib import Path
+
+    from bench.run_all import BENCHMARKS, NOT_LISTED
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    modules = {p.stem for p in bench.glob("*.py")} - {"__init__"}
+    assert set(BENCHMARKS) | set(NOT_LISTED) == modules
+    assert not set(BENCHMARKS) & set(NOT_LISTED)
+    sections = re.findall(
+        r"<!-- bench:(\w+) -->", (bench.parent / "docs/benchmarks.md").read_text()
+    )
+    assert set(sections) - set(NOT_LISTED) <= set(BENCHMARKS)
+
+
+def test_make_bench_goes_on_after_a_benchmark_that_exits(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import types
+
+    from bench import run_all
+
+    ran: list[str] = []
+
+    def exits(argv: list[str]) -> None:
+        raise SystemExit("bench.overload --client wrk needs wrk: apt-get install wrk")
+
+    for name, main in (("exits", exits), ("runs", lambda argv: ran.append("runs"))):
+        monkeypatch.setitem(sys.modules, f"bench.{name}", types.SimpleNamespace(main=main))
+    assert run_all.main(["exits", "runs"]) == 1
+    assert ran == ["runs"]
+    err = capsys.readouterr().err
+    assert "needs wrk" in err and "failed: exits" in err
