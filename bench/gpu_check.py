@@ -21,10 +21,11 @@ Tolerance:
   either meaningless or flaky. Top-1 agreement is reported too (a near-tie may
   legitimately flip in bf16). The tolerance never goes below 2^-7 (one bf16 step at 1.0).
 
-Then concurrent streams (``--streams``, default 1/8/32/64 on CUDA, 1/8 on a CPU): that many
-greedy streams submitted at once to the engine's scheduler (``bench/engine.py``'s measure:
-distinct 64-token prompts, ``--tokens`` each), with aggregate and decode tokens/s and TTFT
-p50/p99, and the same 8 streams one at a time (``max_batch: 1``) for the batching ratio.
+Then concurrent streams (``--streams``, default 1/8/32/64 on CUDA, 1/8 on a CPU, none with
+``--no-bench``): that many greedy streams submitted at once to the engine's scheduler
+(``bench/engine.py``'s measure: distinct 64-token prompts, ``--tokens`` each), with aggregate
+and decode tokens/s and TTFT p50/p99, and the same 8 streams one at a time (``max_batch: 1``)
+for the batching ratio.
 On CUDA, last: 1, 8 and the most streams with cuDNN's SDPA off (what the engine sets at load)
 and on (torch's default), taking turns, to show what that setting is worth.
 
@@ -150,14 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0 = default)")
-    parser.add_argument("--no-bench", action="store_true", help="only the logits check")
+    parser.add_argument("--no-bench", action="store_true",
+                        help="only the logits check (and --streams if given)")  # fmt: skip
     parser.add_argument("--streams", help="concurrent streams, e.g. 1,8,32,64 (0: none)")
     parser.add_argument("--tokens", type=int, default=32, help="greedy tokens per stream")
     args = parser.parse_args(argv)
 
     engine = load_engine(CACHE_DIR, args.device, args.dtype, args.threads or None)
     on_cuda = engine.layout.device.type == "cuda"
-    streams = [int(c) for c in (args.streams or ("1,8,32,64" if on_cuda else "1,8")).split(",")]
+    default = "0" if args.no_bench else "1,8,32,64" if on_cuda else "1,8"
+    streams = [int(c) for c in (args.streams or default).split(",")]
     if max(streams) > engine.config.max_batch:
         engine = Engine(engine.model, engine.tokenizer,
                         replace(engine.config, max_batch=max(streams)))  # fmt: skip

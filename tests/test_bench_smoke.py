@@ -74,3 +74,25 @@ def test_make_bench_goes_on_after_a_benchmark_that_exits(
     assert ran == ["runs"]
     err = capsys.readouterr().err
     assert "needs wrk" in err and "failed: exits" in err
+
+
+def test_gpu_check_no_bench_is_only_the_logits_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from bench import gpu_check
+
+    layout = types.SimpleNamespace(device=torch.device("cpu"), dtype=torch.float32)
+    engine = types.SimpleNamespace(layout=layout, config=types.SimpleNamespace(max_batch=16))
+    streamed: list[list[int]] = []
+    monkeypatch.setattr(gpu_check, "load_engine", lambda *args: engine)
+    monkeypatch.setattr(gpu_check, "check_logits", lambda engine, size, reference: {
+        "prefix": size, "suffix": 64, "max_abs_diff": 0.0, "tolerance": 1e-4,
+        "top1_agrees": True, "ok": True})  # fmt: skip
+    monkeypatch.setattr(gpu_check, "concurrent_streams", lambda e, s, t: streamed.append(s))
+    monkeypatch.setattr(gpu_check, "save_json", lambda name, data: None)
+    assert gpu_check.main(["--no-bench"]) == 0
+    assert streamed == []
+    assert gpu_check.main(["--no-bench", "--streams", "1,8"]) == 0
+    assert streamed == [[1, 8]]
