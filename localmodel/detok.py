@@ -4,7 +4,8 @@ Byte-level BPE tokens are not characters: 🌍 is four bytes and may arrive as t
 tokens, and a SentencePiece token's leading space depends on its neighbours. So
 ``decode(token)`` per token is wrong; :class:`IncrementalDetokenizer` decodes a short window
 and emits only the text that the newest token *completes* (the prefix/read offset scheme
-of vLLM and TGI), holding it back while it still ends in U+FFFD (an unfinished character).
+of vLLM and TGI), holding it back while it still ends in U+FFFD (an unfinished character),
+and dropping it when generation ends before it is finished.
 
 :class:`StopMatcher` then cuts the text before the first stop string. In a stream it holds
 back any tail that could still become a stop string, so a client never sees half of one.
@@ -68,10 +69,13 @@ class IncrementalDetokenizer:
         return new_text[emitted:]
 
     def flush(self) -> str:
-        """Text still held back at the end of generation (may contain U+FFFD if truly broken)."""
+        """Text still held back at the end of generation, less a character its last tokens
+        left unfinished (``max_tokens`` cut inside an emoji: the tokens that would finish it
+        never came), as vLLM and TGI drop it: a U+FFFD there is no text the model wrote.
+        A broken byte sequence *inside* the text still shows as U+FFFD."""
         new_text, emitted = self._window()
         self._prefix_offset = self._read_offset = len(self._tokens)
-        return new_text[emitted:]
+        return new_text[emitted:].rstrip(_REPLACEMENT)
 
     def _window(self) -> tuple[str, int]:
         """The window decoded to the newest token, and how many of its characters were emitted.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 import yaml
 
@@ -221,6 +222,26 @@ def test_streaming_matches_non_streaming(gw: Gateway) -> None:
         if c["choices"] and c["choices"][0]["finish_reason"]
     ]
     assert finish == [plain.json()["choices"][0]["finish_reason"]]
+
+
+def test_max_tokens_inside_an_emoji_sends_no_replacement_character(gw: Gateway) -> None:
+    """The bundled model writes 👩 in three tokens: max_tokens 1, 2, 4, 5 cut one short.
+    The unfinished emoji is left out (as vLLM does), not sent as U+FFFD, streamed or not."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a", max_retries=0)
+    messages: Any = [{"role": "user", "content": "Write three emoji."}]
+    no_store = {"cache-control": "no-cache, no-store"}
+    texts = []
+    for max_tokens in range(1, 7):
+        ask = {"model": MODEL, "messages": messages, "temperature": 0, "max_tokens": max_tokens}
+        plain = client.chat.completions.create(**ask, extra_headers=no_store)
+        stream = client.chat.completions.create(**ask, stream=True, extra_headers=no_store)
+        deltas = [c.choices[0].delta.content or "" for c in stream if c.choices]
+        text = plain.choices[0].message.content or ""
+        assert "\ufffd" not in text and not any("\ufffd" in d for d in deltas), max_tokens
+        assert "".join(deltas) == text
+        assert plain.usage is not None and plain.usage.completion_tokens == max_tokens
+        texts.append(text)
+    assert texts[-1] == "👩👩" and "" in texts and len(set(texts)) == 3  # (cuts inside one)
 
 
 def test_stop_n_and_completions(gw: Gateway) -> None:
