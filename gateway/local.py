@@ -458,8 +458,11 @@ def _sampling(body: dict[str, Any], kind: str) -> SamplingParams:
     temperature = body.get("temperature")
     top_p = body.get("top_p")
     top_k = body.get("top_k")  # NOTE: None (unset) = the model's default, like temperature
+    if top_k == -1 and _is_int(top_k):
+        top_k = 0  # vLLM's and SGLang's "disabled", which their clients send
     if top_k is not None and (not _is_int(top_k) or top_k < 0):
-        raise APIError(400, "'top_k' must be a non-negative integer.", param="top_k")
+        raise APIError(400, "'top_k' must be a non-negative integer (0 or -1: no limit).",
+                       param="top_k", code="invalid_value")  # fmt: skip
     seed = body.get("seed")  # (chat and completions check it; the bridges' bodies not)
     if seed is not None and not _is_int(seed):
         raise APIError(400, "'seed' must be an integer.", param="seed", code="invalid_value")

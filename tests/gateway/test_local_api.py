@@ -299,6 +299,8 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
         ({"audio": {"voice": "alloy", "format": "wav"}}, "modalities", "unsupported_parameter"),
         ({"frobnicate": 1}, "frobnicate", "unsupported_parameter"),
         ({"frobnicate": None}, "frobnicate", "unsupported_parameter"),
+        ({"top_k": -2}, "top_k", "invalid_value"),
+        ({"top_k": 1.5}, "top_k", "invalid_value"),
         ({"reasoning_effort": "high"}, "reasoning_effort", "unsupported_parameter"),
         (
             {"prediction": {"type": "content", "content": "x"}},
@@ -334,6 +336,8 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         # a 400 "not a request argument the local model recognizes"
         {"reasoning_effort": None, "verbosity": None, "prediction": None},
         {"web_search_options": None},
+        {"top_k": -1},  # vLLM's and SGLang's "no limit" (was a 400)
+        {"top_k": 0},
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
     completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
