@@ -30,10 +30,24 @@ def relayed(headers: Mapping[str, str], *, rate_limits: bool) -> dict[str, str]:
     (``UpstreamBackend.relays_rate_limits``).
     """
     return {
-        k.lower(): v
+        k.lower(): _sendable(v)
         for k, v in headers.items()
         if k.lower() in _RELAYED or (rate_limits and k.lower().startswith(_RATE_LIMITS))
     }
+
+
+def _sendable(value: str) -> str:
+    """A header value as it can be sent again: the bytes the upstream sent.
+
+    NOTE: httpx reads header bytes that are valid UTF-8 as UTF-8; a character beyond Latin-1
+    (an ``x-request-id`` of ``req-€``) cannot be written to a response, which was a 500 for
+    an answer the upstream gave (and a stream's upstream connection never given back).
+    """
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return value.encode("utf-8").decode("latin-1")
+    return value
 
 
 #: The sampling the OpenAI API applies to a request that sets none (what it echoes).

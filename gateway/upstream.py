@@ -883,7 +883,7 @@ def _bearer(auth: str) -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
-    if not value:
+    if not value or not value.isascii():  # (float() reads other scripts' digits too)
         return None
     try:
         seconds = float(value)

@@ -490,3 +490,26 @@ def test_an_upstream_refusing_the_gateways_own_key_is_the_operators_502(
     assert (
         response.status_code == 401 and "Incorrect API key" in response.json()["error"]["message"]
     )
+
+
+def test_an_upstream_header_beyond_latin_1_is_passed_on_as_sent(make_gateway: Any) -> None:
+    """httpx reads header bytes that are valid UTF-8 as UTF-8: an ``x-request-id`` of
+    ``req-€`` could not be written to the response (a 500 for the upstream's answer), and
+    the stream's turn on the one connection was never given back (503 upstream_busy after)."""
+    gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
+    euro = {"x-request-id": "req-€"}
+    answer = json.dumps({"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+                         "choices": [{"index": 0, "finish_reason": "stop",
+                                      "message": {"role": "assistant", "content": "hi"}}]})  # fmt: skip
+    streamed = sse(chunk("hi", "stop"), "data: [DONE]\n\n")
+    streamed["raw"]["headers"] = euro
+    for i in range(2):
+        response = gw.chat(f"euro {i}", stream=True, fake=streamed)
+        assert response.status_code == 200, response.text
+        assert sse_chunks(response.text)[-1] == "[DONE]"
+        assert response.headers["x-request-id"] == "req-€"  # (the bytes as the upstream sent)
+    response = gw.chat("euro", fake=raw(answer, headers=euro))
+    assert response.status_code == 200, response.text
+    limited = raw("{}", status=429, headers={**euro, "retry-after": "٦٠٠"})  # (digits, too)
+    response = gw.chat("euro", fake=limited)
+    assert response.status_code == 429 and "retry-after" not in response.headers
