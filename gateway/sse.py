@@ -65,6 +65,7 @@ class SSEParser:
         self._held_cr = False  # a trailing CR may be the first half of a CRLF
         self._max = max_event_bytes
         self._commented = False
+        self._opening = True  # the stream's first bytes may be a UTF-8 BOM (not data)
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._held_cr:
@@ -74,6 +75,12 @@ class SSEParser:
                 data, self._held_cr = data[:-1], True
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         self._buffer += data
+        if self._opening and (len(self._buffer) >= 3 or not _BOM.startswith(self._buffer)):
+            # NOTE: as the SSE standard (and a browser) reads a stream: kept, it made the first
+            # line ``\ufeffdata: ...``, no data line, and its event was dropped unseen
+            self._opening = False
+            if self._buffer.startswith(_BOM):
+                del self._buffer[:3]
         events: list[bytes] = []
         while True:
             end = self._buffer.find(b"\n\n", max(self._scanned - 1, 0))
@@ -102,6 +109,9 @@ class SSEParser:
     def pending(self) -> bytes:
         """Bytes of an event that has not ended yet."""
         return bytes(self._buffer) + (b"\r" if self._held_cr else b"")
+
+
+_BOM = b"\xef\xbb\xbf"
 
 
 class EventTooLarge(ValueError):

@@ -297,3 +297,23 @@ def test_a_stream_that_cannot_be_joined_is_relayed_but_not_cached(make_gateway: 
     assert first.status_code == 200 and first.text.endswith("data: [DONE]\n\n")
     assert '"thinking": "see."' in first.text or '"thinking":"see."' in first.text
     assert gw.chat("think", stream=True, fake=fake).headers["x-cache"] == "miss"
+
+
+def test_a_stream_opened_with_a_byte_order_mark_keeps_its_first_event(make_gateway: Any) -> None:
+    """An upstream that writes a UTF-8 BOM first (.NET's UTF-8 writers do): the standard says
+    it is not part of the first line. Read as part of it, the first event had no data line
+    and was dropped unseen: its text was missing from the answer, and the answer was cached."""
+    parser = SSEParser()
+    stream = b'\xef\xbb\xbfdata: {"a":1}\n\n'
+    assert [e for i in range(len(stream)) for e in parser.feed(stream[i : i + 1])] == [b'{"a":1}']
+    assert SSEParser().feed(b"\xef\xbb\xbf\xef\xbb\xbfdata: 1\n\n") == []  # (only one, first)
+    events = (_chunk({"role": "assistant", "content": "Hel"}), _chunk({"content": "lo"}, "stop"))
+    body = "\ufeff" + "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    fake = {"raw": {"content_type": "text/event-stream", "body": body}}
+    gw = make_gateway()
+    for cache in ("miss", "exact"):
+        response = gw.chat("bom", stream=True, fake=fake)
+        assert response.headers["x-cache"] == cache
+        chunks = [json.loads(line[6:]) for line in response.text.split("\n")
+                  if line.startswith("data: {")]  # fmt: skip
+        assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "Hello"
