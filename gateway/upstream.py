@@ -943,13 +943,23 @@ async def _upstream_error(
 
 
 async def _read_error(response: httpx.Response) -> tuple[bytes, Any]:
-    """Read and close an unwanted answer: its body, and its ``error`` member if it has one."""
+    """Read and close an unwanted answer: its body (at most ``_ERROR_BYTES`` of it), and its
+    ``error`` member if it has one.
+
+    NOTE: an error whose body did not end (a proxy's, a server streaming after its status)
+    was read into memory for as long as it lasted, and its client waited as long.
+    """
+    read = bytearray()
     try:
-        raw = await response.aread()
+        async for piece in response.aiter_bytes():
+            read += piece
+            if len(read) > _ERROR_BYTES:
+                break
     except httpx.HTTPError:
-        raw = b""
+        read.clear()
     finally:
         await response.aclose()
+    raw = bytes(read)
     try:
         body = _decode(raw)
     except msgspec.DecodeError:
@@ -1029,6 +1039,9 @@ def _failure(status: int, code: str, message: str) -> UpstreamError:
 #: A connection that fails within this long of sending was closed before the upstream read the
 #: request (a stale keep-alive): safe to send again.
 _STALE_CONNECTION_S = 0.25
+
+#: The most of an error answer's body read (an error's JSON is far smaller).
+_ERROR_BYTES = 1 << 20
 
 #: Statuses that say a replica is unhealthy rather than that one request failed.
 _UNHEALTHY = frozenset({502, 503, 504})

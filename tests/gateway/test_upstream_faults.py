@@ -513,3 +513,40 @@ def test_an_upstream_header_beyond_latin_1_is_passed_on_as_sent(make_gateway: An
     limited = raw("{}", status=429, headers={**euro, "retry-after": "٦٠٠"})  # (digits, too)
     response = gw.chat("euro", fake=limited)
     assert response.status_code == 429 and "retry-after" not in response.headers
+
+
+class EndlessError(RawUpstream):
+    """Answers every request with a 400 whose body never ends (until the client leaves)."""
+
+    def _connection(self, conn: Any) -> None:
+        with conn:
+            if not self._read_request(conn):
+                return
+            piece = b'{"error": {"message": "' + b"x" * 65536
+            try:
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                             b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+                while True:
+                    conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+            except OSError:
+                return  # the gateway closed it
+
+
+def test_an_error_answer_whose_body_never_ends_is_answered_from_its_start(
+    make_gateway: Any,
+) -> None:
+    """Only the start of an error's body is read: it was read whole, into memory, for as long
+    as the upstream sent it (here: forever, and the client waited until its timeout)."""
+    server = EndlessError()
+    try:
+        gw = make_gateway(model_yaml=f"{{base_url: '{server.url}'}}")
+        response = gw.http.post(
+            "/v1/chat/completions",
+            json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=10,
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["message"].startswith('{"error": {"message": "xxx')
+        assert gw.chat("after").status_code == 400  # (its turn on a connection was given back)
+    finally:
+        server.close()
