@@ -12,10 +12,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import math
 import os
 import re
+import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
 from typing import Any
@@ -174,6 +176,7 @@ def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
 def _serve(args: argparse.Namespace) -> int:
     try:
         config = _with_overrides(_load(args.config), args)
+        _check_ports(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -204,6 +207,41 @@ def _serve(args: argparse.Namespace) -> int:
     with contextlib.suppress(KeyboardInterrupt):
         _run(_run_servers(config, app, admin, runtime))
     return 0
+
+
+def _check_ports(config: Config) -> None:
+    """Raise ConfigError when ``port`` or ``admin_port`` cannot be bound on ``host``.
+
+    NOTE: uvicorn binds only after the app's startup, which starts loading the models: a port
+    in use was reported at once but the process exited only once they had loaded (the bundled
+    model's first conversion: 20 s to a minute). A probe, as uvicorn binds (SO_REUSEADDR, one
+    socket per address the host resolves to); uvicorn's own error stays for a port taken since.
+    """
+    host = config.server.host
+    for name in ("port", "admin_port"):
+        port = getattr(config.server, name)
+        if port is None:
+            continue
+        try:
+            addresses = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+        except socket.gaierror as exc:
+            raise ConfigError(f"server.host {host}: {(exc.strerror or str(exc)).lower()}") from None
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    probe.bind(address)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRNOTAVAIL:  # (a family this machine lacks)
+                        continue
+                    why = (exc.strerror or str(exc)).lower()
+                    raise ConfigError(
+                        f"cannot listen on {host}:{port} (server.{name}): {why}"
+                    ) from None
 
 
 #: Seconds uvicorn's own deadline comes after ours: requests that ``abort_in_flight`` ended

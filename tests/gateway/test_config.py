@@ -451,6 +451,37 @@ def test_cli_refuses_a_data_dir_another_process_holds(tmp_path: Path) -> None:
     assert result.stderr.startswith("error: data_dir: ") and "in use by another" in result.stderr
 
 
+def test_cli_serve_on_a_port_in_use_fails_before_anything_starts(tmp_path: Path) -> None:
+    # uvicorn binds only after the app's startup: the port's error came at once, but the
+    # process opened data_dir and loaded its models (the bundled one's first conversion:
+    # 20 s to a minute) before it exited, with status 3; a taken admin_port left the main
+    # server running until then, its runtime never closed.
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        data = tmp_path / "data"
+        config = tmp_path / "c.yaml"
+        model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+        config.write_text(f"data_dir: {data}\nmodels: {{m: {model}}}\n")
+        result = run_cli("serve", "--config", str(config), "--port", str(port))
+        assert result.returncode == 1
+        assert result.stderr == (
+            f"error: cannot listen on 127.0.0.1:{port} (server.port): address already in use\n"
+        )
+        config.write_text(
+            f"data_dir: {data}\nserver: {{admin_port: {port}}}\nmodels: {{m: {model}}}\n"
+        )
+        result = run_cli("serve", "--config", str(config), "--port", "0")
+        assert result.returncode == 1
+        assert result.stderr == (
+            f"error: cannot listen on 127.0.0.1:{port} (server.admin_port): address already in use\n"
+        )
+    assert not data.exists()  # nothing was opened, nothing loaded
+
+
 def test_anthropic_backend_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.config import AnthropicModelConfig
 
