@@ -266,13 +266,14 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
             timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout + _SHUTDOWN_GRACE),
         )
 
-    main_server = uvicorn.Server(server_config(app, config.server.port))
-    _redact_access_log()  # (after uvicorn.Config, which configures its loggers)
-    deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
+    main_config = server_config(app, config.server.port)
     admin_server = admin_task = None
     if admin is not None and config.server.admin_port is not None:
         admin_server = _uvicorn_server()(server_config(admin, config.server.admin_port))
         admin_task = asyncio.create_task(admin_server.serve())
+    _redact_access_log()  # (after uvicorn.Config, which configures its loggers)
+    main_server = _main_server(main_config, admin_server, admin_task)
+    deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
     try:
         await main_server.serve()
     finally:
@@ -410,6 +411,24 @@ def _setup_logging(level: str) -> None:
     # request (with the upstream's request id), so httpx's own lines show only at debug.
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _main_server(config: Any, admin: Any | None, admin_task: asyncio.Task[None] | None) -> Any:
+    """The data port's server; its shutdown stops the admin port's server too, and waits for it.
+
+    NOTE: uvicorn re-raises the signal when the data port's server returns. The admin port
+    went on taking connections while the data port drained, and was then killed (SIGTERM) or
+    cancelled with a CancelledError traceback in the log (Ctrl-C).
+    """
+    import uvicorn
+
+    class WithAdmin(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            assert admin is not None and admin_task is not None
+            admin.should_exit = True  # both ports stop taking connections at once
+            await asyncio.gather(super().shutdown(sockets), admin_task)
+
+    return uvicorn.Server(config) if admin is None else WithAdmin(config)
 
 
 def _uvicorn_server() -> type:

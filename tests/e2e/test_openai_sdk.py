@@ -302,6 +302,57 @@ models:
     assert "shutdown: 2 requests still open after 3s; ended" in gateway.log.read_text()
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_shutdown_stops_the_admin_port_with_the_data_port(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, sig: str
+) -> None:
+    """With ``admin_port``: both ports refuse new connections while open requests drain, and
+    Ctrl-C ends quietly (the admin server was cancelled after the drain: a traceback)."""
+    import signal
+    import threading
+    import time
+
+    import httpx
+
+    from tests.e2e.conftest import free_port
+
+    admin_port = free_port()
+    gateway = serve(f"""
+server: {{shutdown_timeout: 3, admin_port: {admin_port}}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    admin = f"http://127.0.0.1:{admin_port}"
+    assert httpx.get(f"{admin}/admin/stats").status_code == 200
+    sdk = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="sk", max_retries=0)
+    slow: list[Any] = []
+
+    def ask() -> None:
+        try:
+            sdk.chat.completions.create(
+                model="fake-model",
+                messages=[{"role": "user", "content": "slow"}],
+                extra_body={"fake": {"delay": 30}},
+            )
+        except openai.APIStatusError as exc:
+            slow.append(exc)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    time.sleep(0.5)  # (the request is in flight)
+    gateway.proc.send_signal(getattr(signal, sig))
+    time.sleep(1)  # draining: shutdown_timeout is 3 s
+    for url in (f"{gateway.url}/readyz", f"{admin}/admin/stats"):  # draining: both refuse
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url, timeout=2)
+    asking.join(timeout=20)
+    assert slow and slow[0].status_code == 503  # the open request still got its answer
+    assert gateway.proc.wait(timeout=10) == (0 if sig == "SIGINT" else -15)
+    assert "Traceback" not in gateway.log.read_text()
+
+
 def test_debug_access_log_hides_the_dashboard_key(
     serve: Any, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
