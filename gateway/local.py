@@ -20,7 +20,7 @@ import os
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from localmodel import (
     AsyncEngine,
@@ -457,12 +457,7 @@ def _sampling(body: dict[str, Any], kind: str) -> SamplingParams:
     stop = body.get("stop")
     temperature = body.get("temperature")
     top_p = body.get("top_p")
-    top_k = body.get("top_k")  # NOTE: None (unset) = the model's default, like temperature
-    if top_k == -1 and _is_int(top_k):
-        top_k = 0  # vLLM's and SGLang's "disabled", which their clients send
-    if top_k is not None and (not _is_int(top_k) or top_k < 0):
-        raise APIError(400, "'top_k' must be a non-negative integer (0 or -1: no limit).",
-                       param="top_k", code="invalid_value")  # fmt: skip
+    top_k = _top_k(body.get("top_k"))
     seed = body.get("seed")  # (chat and completions check it; the bridges' bodies not)
     if seed is not None and not _is_int(seed):
         raise APIError(400, "'seed' must be an integer.", param="seed", code="invalid_value")
@@ -480,6 +475,17 @@ def _sampling(body: dict[str, Any], kind: str) -> SamplingParams:
         raise APIError(400, str(exc), param=exc.param, code="invalid_value") from None
     except ValueError as exc:
         raise APIError(400, str(exc), code="invalid_value") from None
+
+
+def _top_k(top_k: Any) -> int | None:
+    """A request's ``top_k``: None (unset) is the model's default, like temperature; -1 is
+    vLLM's and SGLang's "no limit", which their clients send (0 here)."""
+    if top_k == -1 and _is_int(top_k):
+        return 0
+    if top_k is not None and (not _is_int(top_k) or top_k < 0):
+        raise APIError(400, "'top_k' must be a non-negative integer (0 or -1: no limit).",
+                       param="top_k", code="invalid_value")  # fmt: skip
+    return cast(int | None, top_k)
 
 
 def _max_tokens(body: dict[str, Any]) -> int | None:
