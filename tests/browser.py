@@ -123,10 +123,19 @@ class Page:
         return reply["result"].get("value")
 
     def wait_for(self, expression: str, timeout: float = 30) -> None:
+        """Poll ``expression`` until it holds. One that throws is tried again: ``open`` returns
+        once the navigation started, and the page may not have its elements yet (a CI run
+        read ``about:blank``'s document: "Cannot read properties of null")."""
         deadline = time.time() + timeout
-        while not self.evaluate(expression):
+        while True:
+            try:
+                if self.evaluate(expression):
+                    return
+                failed = None
+            except RuntimeError as exc:
+                failed = exc
             if time.time() > deadline:
-                raise TimeoutError(f"the page never had: {expression}")
+                raise TimeoutError(f"the page never had: {expression}") from failed
             time.sleep(0.2)
 
     def screenshot(self, path: Path) -> None:
