@@ -326,7 +326,9 @@ class ResponseCache:
                 # NOTE: no tier could ever serve it (a completion, a question too long or met
                 # while overloaded): stored, it only evicted answers that can be served
                 return None
-        entry = self._entry(key, response, model, tenant, namespace, now, ttl, vector)
+        entry = self._entry(
+            key, response, vector, now, ttl, model=model, tenant=tenant, namespace=namespace
+        )
         try:
             evicted = await self._store.put(entry)
         except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
@@ -349,10 +351,8 @@ class ResponseCache:
         stored (the others are counted in ``store_failures``)."""
         now = time.time()
         ttl = self._settings.ttl if ttl is None else ttl
-        entries = [
-            self._entry(key, response, model, tenant, namespace, now, ttl, None)
-            for key, response in answers
-        ]
+        where = {"model": model, "tenant": tenant, "namespace": namespace}
+        entries = [self._entry(key, response, None, now, ttl, **where) for key, response in answers]
         try:
             evicted = await self._store.put_many(entries)
         except StoreUnavailable as exc:
@@ -364,16 +364,9 @@ class ResponseCache:
         return len(entries)
 
     def _entry(
-        self,
-        key: CacheKey,
-        response: dict[str, Any],
-        model: str,
-        tenant: str,
-        namespace: str,
-        now: float,
-        ttl: float | None,
-        vector: np.ndarray | None,
-    ) -> Entry:
+        self, key: CacheKey, response: dict[str, Any], vector: np.ndarray | None,
+        now: float, ttl: float | None, *, model: str, tenant: str, namespace: str,
+    ) -> Entry:  # fmt: skip
         return Entry(
             id=entry_id(key.exact),
             exact=key.exact,
