@@ -199,6 +199,7 @@ class _MessagesStream:
         self._stops = stops
         self._started = False
         self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
+        self._call_id = ""  # the id of the tool call last started
         self._next = 0
         self._stop: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
         self._called = False  # a tool call was streamed
@@ -261,11 +262,16 @@ class _MessagesStream:
                "delta": {"type": "text_delta", "text": text}}  # fmt: skip
 
     def _tool_call(self, call: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        which = f"tool{call.get('index', 0)}"
+        index = call.get("index")
+        which = f"tool{index or 0}"
         function = call.get("function") or {}
-        if self._open is None or self._open[1] != which:
+        # NOTE: Gemini sends no index, each call whole in one delta: there a new id is a new
+        # call (its arguments must not run on into the previous call's)
+        fresh = index is None and bool(call.get("id")) and call["id"] != self._call_id
+        if self._open is None or self._open[1] != which or fresh:
             yield from self._close_block()
-            block: dict[str, Any] = {"type": "tool_use", "id": call.get("id") or _tool_id(),
+            self._call_id = call.get("id") or _tool_id()
+            block: dict[str, Any] = {"type": "tool_use", "id": self._call_id,
                      "name": function.get("name") or "", "input": {}}  # fmt: skip
             yield self._start(block, which)
         assert self._open is not None

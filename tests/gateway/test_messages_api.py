@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import httpx
+import msgspec
 import openai
 import pytest
 import yaml
@@ -18,7 +19,7 @@ from gateway.config import load_config_text
 from gateway.requests import tenant_partition
 from tests.conftest import Gateway, wait_for
 from tests.fake_anthropic import FakeAnthropic
-from tests.fake_upstream import FakeUpstream, ThreadedServer
+from tests.fake_upstream import FakeUpstream, ThreadedServer, read_body
 
 SYSTEM = "You answer questions about the ACME hardware store. Prices include VAT. " * 12
 
@@ -341,6 +342,53 @@ def test_bridged_answers_say_why_they_stopped(
         assert upstream.last_body["max_tokens"] == 5
         assert cut.headers["x-cache"] == "miss"
         assert cut.parse().stop_reason == "max_tokens" and cut.parse().content[-1].input == {}
+
+
+class GeminiStream:
+    """An upstream that streams two tool calls as Gemini's OpenAI-compatible API does: each
+    call whole in one chunk, with its own id and no ``index``."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await read_body(receive)
+        calls = [{"id": f"call_{name}", "type": "function",
+                  "function": {"name": "weather", "arguments": f'{{"city": "{name}"}}'}}
+                 for name in ("Paris", "Rome")]  # fmt: skip
+        chunks: list[dict[str, Any]] = [
+            {"delta": {"role": "assistant", "tool_calls": [call]}} for call in calls
+        ]
+        chunks.append({"delta": {}, "finish_reason": "stop"})  # (Gemini's finish for calls)
+        events = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "g",
+                   "choices": [{"index": 0, "finish_reason": None, **chunk}]}
+                  for chunk in chunks]  # fmt: skip
+        body = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body + b"data: [DONE]\n\n"})
+
+
+def test_streamed_tool_calls_without_an_index_stay_apart(tmp_path: Path) -> None:
+    """Two calls that a chat upstream streams without ``index`` (Gemini) are two ``tool_use``
+    blocks, not the second's arguments run on into the first's (and its call lost)."""
+    server = ThreadedServer(GeminiStream()).start()
+    gemini = {"backend": "openai", "base_url": f"{server.url}/v1", "api_key": "sk-test"}
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"gemini": gemini},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    try:
+        with Gateway(load_config_text(text)) as gw:
+            client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+            for expected in ("miss", "exact"):  # fresh, then replayed from the cache
+                with client.messages.stream(
+                    model="gemini", max_tokens=64, tools=[tool],
+                    messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+                ) as stream:  # fmt: skip
+                    final = stream.get_final_message()
+                assert stream.response.headers["x-cache"] == expected
+                calls = [(b.id, b.input) for b in final.content if b.type == "tool_use"]
+                assert calls == [("call_Paris", {"city": "Paris"}), ("call_Rome", {"city": "Rome"})]
+                assert final.stop_reason == "tool_use"
+    finally:
+        server.stop()
 
 
 def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
