@@ -139,7 +139,10 @@ class Auditor:
     def stats(self) -> dict[str, Any]:
         """``cache.audit`` of /admin/stats: the sampling rate and, per tenant, model and
         namespace, the verdicts with the estimated false-hit rate and its 95% interval."""
-        estimates = self.audit.stats()
+        # NOTE: a tightened scope is shown even when its estimate went (past MAX_SCOPES): its
+        # threshold is still in force, and this is where an operator finds it
+        tightened = self.tightening.tightened() if self.tightening is not None else []
+        estimates = self.audit.stats(also=tightened)
         out: dict[str, Any] = {
             "rate": self.audit.rate,
             "running": len(self._tasks),

@@ -57,7 +57,7 @@ import math
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -212,14 +212,18 @@ class Audit:
         judged = counts["ok"] + counts["wrong"]
         return Estimate(judged, counts["wrong"], *wilson(counts["wrong"], judged))
 
-    def stats(self) -> list[dict[str, Any]]:
+    def stats(self, also: Iterable[AuditScope] = ()) -> list[dict[str, Any]]:
         """Per scope (tenant, model, namespace): the verdicts, the estimate and its interval
-        (admin stats)."""
+        (admin stats); ``also``: scopes shown even with no verdict held (none yet, or dropped
+        past MAX_SCOPES)."""
         with self._lock:
-            rows = sorted((key, dict(counts)) for key, counts in self._counts.items())
+            held = {key: dict(counts) for key, counts in self._counts.items()}
+        for scope in also:
+            held.setdefault(scope, dict.fromkeys(VERDICTS, 0))
         out = []
-        for scope, counts in rows:
-            e = self.estimate(scope)
+        for scope, counts in sorted(held.items()):
+            judged = counts["ok"] + counts["wrong"]
+            e = Estimate(judged, counts["wrong"], *wilson(counts["wrong"], judged))
             out.append({"tenant": scope.tenant, "model": scope.model,
                         "namespace": scope.namespace, "audits": e.audits,
                         "wrong": e.wrong, "errors": counts["error"], "dropped": counts["dropped"],
@@ -359,6 +363,11 @@ class Tightening:
                 # the reset must stay out of the window of the threshold it restores
                 self._scopes[key] = _Scope(generation=held.generation + 1)
             return reset
+
+    def tightened(self) -> list[AuditScope]:
+        """The scopes whose threshold is tightened (kept past MAX_SCOPES: see ``_held``)."""
+        with self._lock:
+            return [key for key, held in self._scopes.items() if held.threshold is not None]
 
     def state(self, scope: AuditScope) -> dict[str, Any]:
         """The scope's steps, threshold and current window (admin stats)."""

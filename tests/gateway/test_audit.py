@@ -29,6 +29,7 @@ from gateway.messages_bridge import MESSAGES
 from gateway.metrics import Metrics
 from gateway.responses import ResponsesAdapter
 from gateway.stored import ResponseStore
+from semantic import audit as audit_module
 from semantic.audit import Audit, Tightening, Verdict
 from semantic.verifier import Calibration
 from tests.browser import Browser
@@ -576,3 +577,36 @@ def test_an_audit_that_ends_after_a_step_counts_in_the_estimate_not_the_new_wind
     asyncio.run(scenario())
     assert tightening.state(scope) == {"steps": 1, "score_threshold": 0.6, "window": [0, 4]}
     assert auditor.audit.estimate(scope).wrong == 2 and auditor.audit.estimate(scope).audits == 9
+
+
+def test_a_tightened_scope_whose_estimate_was_dropped_still_shows_in_the_stats(
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_SCOPES the least recently updated estimate goes, but a tightened threshold is
+    never forgotten: its scope keeps a row in /admin/stats (and so on the dashboard and in
+    `cachegate stats`), or the operator could not see why it gets no semantic hits."""
+    monkeypatch.setattr(audit_module, "MAX_SCOPES", 1)
+    text = config_text(upstream_server.url, tmp_path, auto_tighten=True, max_wrong_rate=0.5)
+    with Gateway(load_config_text(text)) as gw:
+        fees = {"contents": [f"The fee is {10 * (i + 1)} dollars." for i in range(80)]}
+        calm = {"content": "Open the login page and click 'Forgot password'."}
+        assert ask(gw, STORED, "victim", fees).headers["x-cache"] == "miss"
+        assert ask(gw, STORED, "other", calm).headers["x-cache"] == "miss"
+        served = 0
+        while ask(gw, PARAPHRASE, "victim", fees).headers["x-cache"] == "semantic":
+            served += 1
+            settled(gw, "victim", served)
+            assert served < 60, "the wrong hits never stopped"
+        steps = served // 4
+        assert ask(gw, PARAPHRASE, "other", calm).headers["x-cache"] == "semantic"
+        settled(gw, "other", 1)  # the only estimate held now: the victim's went
+        row = estimate(gw, "victim")
+        assert row is not None, "the tightened scope vanished from /admin/stats"
+        assert (row["audits"], row["wrong"]) == (0, 0)  # its estimate was dropped
+        assert row["tightened"]["steps"] == steps >= 1
+        # still in force: another paraphrase misses too
+        again = ask(gw, "How could I reset my password?", "victim", fees)
+        assert again.headers["x-cache"] == "miss"
