@@ -41,11 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semantic.audit import Audit, AuditScope, Tightened, Tightening, Verdict
+from semantic.audit import VERDICTS, Audit, AuditScope, Tightened, Tightening, Verdict
 
 from .canonical import Adapter, Answer, GatewayRequest
 from .ledger import Ledger, usage_of
@@ -90,7 +90,16 @@ class Auditor:
         *,
         max_concurrency: int = 2,
         tightening: Tightening | None = None,
+        models: Iterable[str] = (),
     ) -> None:
+        # NOTE: every model's series from the start, at 0: one that first appears at 1 loses
+        # that increment to rate() and increase(), and wrong / (ok + wrong) has no value
+        # while ok is missing (every audit wrong so far: the alarm itself)
+        for model in models:
+            for verdict in VERDICTS:
+                metrics.semantic_audits.labels(model, verdict)
+            if tightening is not None:
+                metrics.semantic_tightenings.labels(model)
         self.audit = audit
         self.tightening = tightening
         self._cache = cache

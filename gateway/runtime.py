@@ -230,6 +230,7 @@ def _auditor(
     return Auditor(
         audit, cache, metrics, ledger,
         max_concurrency=semantic.audit_max_concurrency, tightening=tightening,
+        models=config.models,
     )  # fmt: skip
 
 

@@ -155,6 +155,21 @@ def test_a_semantic_hit_is_audited_once_and_the_audit_answer_is_not_stored(
     assert account["audit_output_tokens"] >= len(fake["content"].split())
 
 
+def test_every_verdicts_series_is_exported_at_zero_before_its_first_audit(
+    gw: Gateway, tight: Gateway
+) -> None:
+    """A counter series that first appears at 1 loses that increment to rate() and
+    increase(), and ``wrong / (ok + wrong)`` has no value while ``ok`` is missing (every audit
+    wrong so far: the alarm itself), so each configured model's series start at 0."""
+    text = gw.http.get("/metrics").text
+    for verdict in ("ok", "wrong", "error", "dropped"):  # (no test audits a wrong answer here)
+        series = f'cachegate_semantic_audits_total{{model="impatient-model",verdict="{verdict}"}}'
+        assert series in text, series
+    assert "cachegate_semantic_tightenings_total{" not in text  # auto-tighten is off
+    series = 'cachegate_semantic_tightenings_total{model="open-model"} 0.0'
+    assert series in tight.http.get("/metrics").text
+
+
 def test_a_different_fresh_answer_is_a_wrong_verdict(gw: Gateway, upstream: FakeUpstream) -> None:
     wrong_before = audits_total(gw, "wrong")
     costs = {"contents": ["The basic plan costs 10 dollars a month.",
