@@ -345,8 +345,14 @@ class DiskStore:
         return [i for i in ids if i not in self._meta]
 
     async def entries(self) -> AsyncIterator[Entry]:
-        for entry in self._live_entries():
-            yield entry
+        """Every live entry; StoreUnavailable when the disk refuses a read (a damaged
+        database, an I/O error): a partial list must not pass for the whole store, and the
+        admin listing answered a 500 where showing one entry answered ``cache_unavailable``."""
+        try:
+            for entry in self._live_entries():
+                yield entry
+        except (OSError, sqlite3.Error, msgspec.DecodeError) as exc:
+            raise StoreUnavailable(f"cannot read the cached answers: {exc}") from None
 
     async def ids(self) -> set[int]:
         return set(self._meta)

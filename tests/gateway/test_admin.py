@@ -6,12 +6,14 @@ import hashlib
 import json
 import logging
 import re
+import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import diskcache
 import openai
 import pytest
 import redis
@@ -500,6 +502,29 @@ def test_entries_of_a_redis_cache(
             assert reply.json()["error"]["code"] == "cache_unavailable"
     finally:
         redis_server.start()
+
+
+def test_entries_of_a_cache_directory_that_cannot_be_read(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # A damaged database (or an I/O error): showing one entry said 503 cache_unavailable, but
+    # the listing (and so `cachegate cache ls`) was a 500 "internal error"
+    gw = make_gateway("admin: {api_key: adm}")
+    assert gw.chat("on a damaged disk").status_code == 200
+    wait_for(lambda: gw.http.get("/admin/cache/entries", headers=bearer("adm")).json()["total"])
+
+    def unreadable(*args: object, **kwargs: object) -> None:
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(diskcache.Cache, "get", unreadable)
+    reply = gw.http.get("/admin/cache/entries", headers=bearer("adm"))
+    assert reply.status_code == 503, reply.text
+    assert reply.json()["error"]["code"] == "cache_unavailable"
+    assert "malformed" in reply.json()["error"]["message"]
+    assert main(["cache", "ls", "--url", gw.url, "--key", "adm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "503: cannot read the cached answers" in err
 
 
 def test_an_entry_redis_dropped_by_itself_leaves_every_replica(
