@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from importlib import resources
 from typing import Any
 
@@ -116,6 +117,8 @@ async def history(request: Request[Any, Any, Any]) -> Response[Any]:
     try:
         since = float(request.query_params.get("since") or 0) or None
     except ValueError:
+        since = math.nan
+    if since is not None and not math.isfinite(since):  # (NaN and inf: no point, ever)
         return _error(APIError(400, "'since' must be a unix time in seconds.", param="since"))
     body = {
         **runtime.history.snapshot(since),

@@ -335,6 +335,11 @@ def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstr
     assert history["interval_s"] == 10
     later = gw.http.get("/admin/history", params={"since": time.time() + 60}).json()
     assert later["points"] == []
+    # a NaN (a script's `since` from a missing point) matched no point, silently and for good
+    for wrong in ("NaN", "inf", "-inf", "yesterday"):
+        reply = gw.http.get("/admin/history", params={"since": wrong})
+        assert reply.status_code == 400, wrong
+        assert reply.json()["error"]["param"] == "since"
 
 
 def test_history_latency_leaves_errors_out(make_gateway: Any, upstream: FakeUpstream) -> None:
