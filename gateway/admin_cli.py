@@ -30,6 +30,11 @@ from .config import TenantName
 __all__ = ["add_commands"]
 
 _DEFAULT_URL = "http://127.0.0.1:8080"
+_TIMEOUT_S = 10.0
+#: ``cache ls`` and ``cache flush`` read the whole store, and a flush first waits up to 10 s for
+#: the cache writes in progress: cut at 10 s, a flush that went on regardless was reported as
+#: "cannot reach the gateway (timed out)"
+_SLOW = httpx.Timeout(_TIMEOUT_S, read=300.0)
 
 
 class _Failed(Exception):
@@ -195,7 +200,7 @@ def _ls(client: httpx.Client, args: argparse.Namespace) -> None:
                         ("kind", "kind"), ("search", "q")):  # fmt: skip
         if getattr(args, name) is not None:
             params[param] = getattr(args, name)
-    page = _get(client, "/admin/cache/entries", params)
+    page = _call(client, "GET", "/admin/cache/entries", params=params, timeout=_SLOW)
     rows = [
         [e["id"], e["kind"], e["model"], e["tenant"], e["namespace"] or '""',
          _duration(e["age_s"]), e["hits"], _cut(e["question"], 50)]
@@ -230,7 +235,7 @@ def _flush(client: httpx.Client, args: argparse.Namespace) -> None:
     body: dict[str, Any] = {"prefix": args.prefix}
     if args.namespace is not None:
         body["namespace"] = args.namespace
-    result = _call(client, "POST", "/admin/cache/flush", json=body)
+    result = _call(client, "POST", "/admin/cache/flush", json=body, timeout=_SLOW)
     where = "all namespaces" if args.namespace is None else f"namespace {args.namespace!r}"
     print(f"flushed {result['flushed']} answers ({where}); "
           f"prefix KV freed: {_bytes(result['prefix_bytes_freed'])}")  # fmt: skip
@@ -259,7 +264,7 @@ def _run(command: Any) -> Any:
         url = args.url.rstrip("/")
         try:
             try:
-                client = httpx.Client(base_url=url, headers=headers, timeout=10)
+                client = httpx.Client(base_url=url, headers=headers, timeout=_TIMEOUT_S)
             except httpx.InvalidURL as exc:
                 raise _Failed(f"--url {args.url}: {exc}") from None
             with client:
@@ -279,6 +284,10 @@ def _get(client: httpx.Client, path: str, params: dict[str, Any] | None = None) 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
     try:
         response = client.request(method, path, **kwargs)
+    except httpx.ReadTimeout:  # (reached: it may still be doing it)
+        seconds = (kwargs.get("timeout") or client.timeout).read
+        raise _Failed(f"the gateway at {client.base_url} did not answer {method} {path} within "
+                      f"{seconds:g} s (it may still be doing it)") from None  # fmt: skip
     except httpx.HTTPError as exc:
         raise _Failed(f"cannot reach the gateway at {client.base_url} ({_reason(exc)})") from None
     if _code(response) == "admin_closed":  # (no key opens them: the gateway's config must)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -18,6 +19,7 @@ import openai
 import pytest
 import redis
 
+from gateway import pipeline
 from gateway.cli import main
 from gateway.config import load_config_text
 from tests.conftest import Gateway, wait_for
@@ -265,6 +267,29 @@ def test_cli_against_a_running_gateway(
             main(["cache", "show", wrong, *url])
         assert exited.value.code == 2
         assert "an entry id is the number 'cache ls' shows" in capsys.readouterr().err
+
+
+def test_cli_flush_waits_for_the_gateways_drain(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A flush first waits up to 10 s for a cache write in progress, then drops the answers (a
+    big cache takes a while): the CLI gave up at 10 s and said "cannot reach the gateway (timed
+    out)", exit 1, while the gateway went on and flushed. (The flush's work after the wait is
+    a second here.)"""
+    monkeypatch.setattr(pipeline, "_DRAIN_S", 11.0)
+    gw = make_gateway()
+    assert gw.chat("flushed while a write hangs").status_code == 200
+    wait_for(lambda: gw.http.get("/admin/stats").json()["cache"]["entries"] == 1)
+
+    async def hanging(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(60)  # e.g. an embedder that is still loading
+
+    gw.runtime.cache.store = hanging
+    assert gw.chat("a write that hangs").headers["x-cache"] == "miss"
+    assert main(["cache", "flush", "--url", gw.url]) == 0
+    out, err = capsys.readouterr()
+    assert "flushed 1 answers (all namespaces)" in out and not err
 
 
 def test_cli_shows_control_characters_in_client_text_as_escapes(
