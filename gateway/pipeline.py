@@ -57,6 +57,7 @@ from .config import CoalesceConfig
 from .errors import APIError
 from .ledger import Usage, partial_usage, usage_of
 from .requests import partitioned
+from .responses import resent_if_lost
 from .tracing import tier
 
 __all__ = ["Pipeline", "Save", "Watch", "cache_key_id"]
@@ -668,7 +669,9 @@ async def _complete(
     watch: Watch[Any] | None,
 ) -> Answer:
     if bridge is None:
-        return await _resent(lambda sent: _watched(backend.complete(sent, auth), watch), request)
+        return await resent_if_lost(
+            lambda sent: _watched(backend.complete(sent, auth), watch), request
+        )
     with _params_of(request.kind):
         chat = bridge.to_chat(request)
         answer = await _renamed(lambda sent: _watched(backend.complete(sent, auth), watch), chat)
@@ -683,7 +686,9 @@ async def _open(
     watch: Watch[Any] | None,
 ) -> BackendStream:
     if bridge is None:
-        return await _resent(lambda sent: _watched(backend.open_stream(sent, auth), watch), request)
+        return await resent_if_lost(
+            lambda sent: _watched(backend.open_stream(sent, auth), watch), request
+        )
     with _params_of(request.kind):
         chat = bridge.to_chat(request)
         stream = await _renamed(lambda sent: _watched(backend.open_stream(sent, auth), watch), chat)
@@ -704,19 +709,6 @@ async def _renamed(call: Callable[[GatewayRequest], Awaitable[T]], chat: Gateway
     body = {k: v for k, v in chat.body.items() if k != "max_tokens"}
     body["max_completion_tokens"] = chat.body["max_tokens"]
     return await call(dataclasses.replace(chat, body=body))
-
-
-async def _resent(call: Callable[[GatewayRequest], Awaitable[T]], request: GatewayRequest) -> T:
-    """``call(request)``, and once more with the request's standalone body when the upstream
-    no longer holds the earlier response it names (``GatewayRequest.standalone``)."""
-    try:
-        return await call(request)
-    except APIError as exc:
-        if exc.code != "previous_response_not_found" or request.standalone is None:
-            raise
-    log.info("model %s: the upstream holds no %s now; sending the conversation instead",
-             request.model, request.previous)  # fmt: skip
-    return await call(dataclasses.replace(request, body=request.standalone, standalone=None))
 
 
 #: Chat Completions fields an error may name, as the bridged APIs call them.

@@ -32,10 +32,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Annotated, Any, Literal, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Literal, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -48,7 +49,10 @@ from .messages_bridge import TokenCounter
 from .requests import decode_body, gateway_request, partitioned, validated
 from .stored import ResponseStore, StoredResponse
 
-__all__ = ["InputTokenCounter", "ResponsesAdapter", "count_input_tokens"]
+__all__ = ["InputTokenCounter", "ResponsesAdapter", "count_input_tokens", "resent_if_lost"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 #: Events that end a Responses stream; only ``response.completed`` ends it with an answer.
@@ -472,7 +476,7 @@ async def count_input_tokens(
     """``POST /v1/responses/input_tokens``: asked of an OpenAI-compatible upstream, counted by
     the local model's tokenizer for the chat form of the request; other backends cannot (400)."""
     if "responses" in backend.apis and isinstance(backend, InputTokenCounter):
-        answer = await _counted(backend, request, auth)
+        answer = await resent_if_lost(lambda sent: backend.count_input_tokens(sent, auth), request)
         count = answer.body.get("input_tokens")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise APIError(502, f"Upstream for model '{backend.name}' answered no input_tokens.",
@@ -488,16 +492,20 @@ async def count_input_tokens(
     )
 
 
-async def _counted(backend: InputTokenCounter, request: GatewayRequest, auth: str | None) -> Answer:
-    """The upstream's count, and once more with the conversation inlined when it no longer
-    holds the earlier response the request names, as a create is sent (``standalone``)."""
+async def resent_if_lost(
+    call: Callable[[GatewayRequest], Awaitable[T]], request: GatewayRequest
+) -> T:
+    """``call(request)``, and once more with the request's standalone body when the upstream
+    no longer holds the earlier response it names (``GatewayRequest.standalone``: a restarted
+    worker, a response deleted there): a create and a count both go on with the conversation."""
     try:
-        return await backend.count_input_tokens(request, auth)
+        return await call(request)
     except APIError as exc:
         if exc.code != "previous_response_not_found" or request.standalone is None:
             raise
-    alone = dataclasses.replace(request, body=request.standalone, standalone=None)
-    return await backend.count_input_tokens(alone, auth)
+    log.info("model %s: the upstream holds no %s now; sending the conversation instead",
+             request.model, request.previous)  # fmt: skip
+    return await call(dataclasses.replace(request, body=request.standalone, standalone=None))
 
 
 @runtime_checkable
