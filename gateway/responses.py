@@ -131,17 +131,27 @@ class ResponsesAdapter:
     # -- Wire ------------------------------------------------------------------------------
 
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        return self._parse(raw, headers, tenant, counting=False)
+
+    def parse_count(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
+        """A ``POST /v1/responses/input_tokens`` body: a Response request's fields, its
+        conversation resolved as a Response request's is; ``input`` may be left out."""
+        return self._parse(raw, headers, tenant, counting=True)
+
+    def _parse(
+        self, raw: bytes, headers: Mapping[str, str], tenant: str, *, counting: bool
+    ) -> GatewayRequest:
         body = decode_body(raw)
         if "model" not in body:
             raise APIError(
                 400, "You must provide a model parameter.", param="model", code="missing"
             )
-        if "input" not in body and body.get("prompt") is None:
+        if "input" not in body and body.get("prompt") is None and not counting:
             raise APIError(
                 400, "Missing required parameter: 'input'.", param="input", code="missing"
             )
         extension = body.pop("cache", None)
-        # a stored prompt template may hold all the input: the body is sent without one
+        # a stored prompt template (or a count) may hold no input: the body is sent without one
         parsed = validated({"input": [], **body}, _Body)
         _check_tools(parsed.tools)
         items = input_items(parsed.input)
@@ -201,20 +211,6 @@ class ResponsesAdapter:
         if not previous.upstream or previous.model != body["model"]:
             body = _inlined(turns, body)
         return turns, len(previous.conversation), body
-
-    def parse_count(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
-        """A ``POST /v1/responses/input_tokens`` body: a Response request's fields, its
-        conversation resolved as a Response request's is; ``input`` may be left out."""
-        body = decode_body(raw)
-        given = isinstance(body, dict) and "input" in body
-        if not given:
-            body["input"] = []
-        request = self.parse(_encode(body), headers, tenant)
-        if not given and request.body.get("input") == []:  # (nothing inlined into it)
-            request = dataclasses.replace(
-                request, body={k: v for k, v in request.body.items() if k != "input"}
-            )
-        return request
 
     def owner(self, tenant: str, headers: Mapping[str, str]) -> str:
         """Who may read a stored response: the tenant, or without gateway keys the client's
