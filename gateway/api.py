@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -22,6 +23,7 @@ from litestar.exceptions import HTTPException, InternalServerException
 from litestar.params import FromPath
 from litestar.response import Stream
 
+from .backend import Backend
 from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch
@@ -126,18 +128,10 @@ async def delete_response(
 @post("/v1/responses/input_tokens", status_code=200)
 async def count_response_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     """The input tokens of a Response request (never cached, no model call)."""
-    runtime = _runtime(request)
-    auth = request.headers.get("authorization")
-    try:
-        tenant = runtime.authenticate(auth)
-        parsed = runtime.responses.parse_count(await request.body(), request.headers, tenant)
-        backend, parsed = runtime.pipeline.route(parsed, auth)
-        count = await count_input_tokens(runtime.responses, backend, parsed, auth)
-    except APIError as exc:
-        return error_response(exc)
-    except HTTPException as exc:
-        return error_response(_from_http(exc))
-    return _json({"object": "response.input_tokens", "input_tokens": count})
+    responses = _runtime(request).responses
+    count = functools.partial(count_input_tokens, responses)
+    return await _token_count(request, responses, responses.parse_count, count,
+                              object="response.input_tokens")  # fmt: skip
 
 
 @post("/v1/messages", status_code=200)
@@ -149,17 +143,30 @@ async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
 @post("/v1/messages/count_tokens", status_code=200)
 async def count_message_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     """The input tokens of a Messages request (never cached, no model call)."""
+    return await _token_count(request, MESSAGES, parse_count_tokens, count_tokens)
+
+
+async def _token_count(
+    request: Request[Any, Any, Any],
+    wire: Wire,
+    parse: Callable[[bytes, Mapping[str, str], str], GatewayRequest],
+    count: Callable[[Backend, GatewayRequest, str | None], Awaitable[int]],
+    **shape: str,
+) -> Response[Any]:
+    """A token-count route: ``wire``'s credentials and error bodies, the body read by
+    ``parse``, routed as a create is, counted by ``count``; answers ``{**shape, input_tokens}``."""
     runtime = _runtime(request)
+    checked, auth = _credential(wire, request)
     try:
-        tenant = runtime.authenticate(_credential(MESSAGES, request)[0])
-        parsed = parse_count_tokens(await request.body(), request.headers, tenant)
-        backend, parsed = runtime.pipeline.route(parsed, _credential(MESSAGES, request)[1])
-        count = await count_tokens(backend, parsed, _credential(MESSAGES, request)[1])
+        tenant = runtime.authenticate(checked)
+        parsed = parse(await request.body(), request.headers, tenant)
+        backend, parsed = runtime.pipeline.route(parsed, auth)
+        tokens = await count(backend, parsed, auth)
     except APIError as exc:
-        return error_response(exc, wire=MESSAGES)
+        return error_response(exc, wire=wire)
     except HTTPException as exc:
-        return error_response(_from_http(exc), wire=MESSAGES)
-    return _json({"input_tokens": count})
+        return error_response(_from_http(exc), wire=wire)
+    return _json({**shape, "input_tokens": tokens})
 
 
 @get("/v1/models")
