@@ -228,16 +228,7 @@ class DiskStore:
     async def put(self, entry: Entry) -> list[int]:
         """StoreUnavailable when the disk refuses the write (full, read-only): the entry is
         not stored, and the first refusal of a run of them is logged."""
-        try:
-            self._cache.set(entry.id, self._encoder.encode(entry), expire=_expire(entry.expires))
-        except (OSError, sqlite3.Error) as exc:
-            self._refused(exc, "answers are not stored")
-            raise StoreUnavailable(f"cannot store the answer: {exc}") from None
-        self._taking_writes()
-        evicted = self._admit(entry)
-        for victim in evicted:
-            self._cache.delete(victim)
-        return evicted
+        return await self.put_many((entry,))
 
     async def put_many(self, entries: Sequence[Entry]) -> list[int]:
         """``put`` each of ``entries`` (an embeddings batch's inputs): one SQLite transaction
