@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .config import Price
+from .requests import unpartitioned
 
 __all__ = ["Ledger", "Usage", "partial_usage", "usage_of"]
 
@@ -231,7 +232,7 @@ class Ledger:
         account = self._accounts.get((tenant, model))
         if account is None:
             if len(self._accounts) >= self._max_accounts:
-                tenant = tenant.partition("\x1f")[0]  # (requests.partitioned's separator)
+                tenant = unpartitioned(tenant)
             account = self._accounts.setdefault((tenant, model), _Account())
         return account
 

@@ -131,6 +131,11 @@ def partitioned(tenant: str, partition: str) -> str:
     return f"{tenant}\x1f{partition}" if partition else tenant
 
 
+def unpartitioned(name: str) -> str:
+    """The tenant a ``partitioned`` name subdivides (a name not partitioned: itself)."""
+    return name.partition("\x1f")[0]
+
+
 def request_tenant(tenant: str, headers: Mapping[str, str]) -> str:
     """The tenant a request's caches use: the authenticated one, with the front gateway's
     partition (``x-cachegate-partition``) when it sent one."""

@@ -44,6 +44,8 @@ from typing import Any
 
 import msgspec
 
+from .requests import unpartitioned
+
 __all__ = [
     "CLAIMS_MAX",
     "STORE_BYTES",
@@ -107,7 +109,7 @@ class _Claimant:
 
 
 class _Claimants:
-    """The claims of one tenant's owners (see ``_tenant``)."""
+    """The claims of one tenant's owners (see ``requests.unpartitioned``)."""
 
     __slots__ = ("count", "key", "owners")
 
@@ -172,9 +174,9 @@ class ResponseStore:
 
         tenants: dict[str, int] = {}
         for name, owner in self._owners.items():
-            tenants[_tenant(name)] = tenants.get(_tenant(name), 0) + held(owner)
+            tenants[unpartitioned(name)] = tenants.get(unpartitioned(name), 0) + held(owner)
         tenant = max(tenants, key=tenants.__getitem__)
-        return max((n for n in self._owners if _tenant(n) == tenant),
+        return max((n for n in self._owners if unpartitioned(n) == tenant),
                    key=lambda n: held(self._owners[n]))  # fmt: skip
 
     def held(self, response_id: str) -> bool:
@@ -187,7 +189,7 @@ class ResponseStore:
         key = _digest(response_id)
         if key in self._claims:
             return
-        tenant_key, owner_key = _digest(_tenant(owner)), _digest(owner)
+        tenant_key, owner_key = _digest(unpartitioned(owner)), _digest(owner)
         tenant = self._tenants.get(tenant_key)
         if tenant is None:
             tenant = self._tenants[tenant_key] = _Claimants(tenant_key)
@@ -258,12 +260,6 @@ class ResponseStore:
         left = self._ids.pop(response_id) - 1
         if left:
             self._ids[response_id] = left
-
-
-def _tenant(owner: str) -> str:
-    """The tenant of an owner: its own name, less a front gateway's partitions and an open
-    gateway's client key (``requests.partitioned``'s separator)."""
-    return owner.partition("\x1f")[0]
 
 
 def _digest(text: str) -> bytes:
