@@ -200,7 +200,7 @@ def _ls(client: httpx.Client, args: argparse.Namespace) -> None:
                         ("kind", "kind"), ("search", "q")):  # fmt: skip
         if getattr(args, name) is not None:
             params[param] = getattr(args, name)
-    page = _call(client, "GET", "/admin/cache/entries", params=params, timeout=_SLOW)
+    page = _get(client, "/admin/cache/entries", params, timeout=_SLOW)
     rows = [
         [e["id"], e["kind"], e["model"], e["tenant"], e["namespace"] or '""',
          _duration(e["age_s"]), e["hits"], _cut(e["question"], 50)]
@@ -277,8 +277,10 @@ def _run(command: Any) -> Any:
     return run
 
 
-def _get(client: httpx.Client, path: str, params: dict[str, Any] | None = None) -> Any:
-    return _call(client, "GET", path, params=params)
+def _get(
+    client: httpx.Client, path: str, params: dict[str, Any] | None = None, **options: Any
+) -> Any:
+    return _call(client, "GET", path, params=params, **options)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Any:
