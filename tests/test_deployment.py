@@ -260,6 +260,7 @@ def test_redis_backed_gateways_share_the_redis_service(files: tuple[Path, ...]) 
         assert re.match(r"(docker\.io/)?(library/)?(redis|valkey)", redis["image"])
         assert (url.port or 6379) == 6379
         assert _depends_healthy(service, url.hostname or ""), f"{svc.name}: waits for Redis"
+        _assert_redis_persists(redis)
         redis_profiles = set(redis.get("profiles", []))
         if redis_profiles:  # whatever starts this service must start Redis too
             profiles = set(service.get("profiles", []))
@@ -269,6 +270,17 @@ def test_redis_backed_gateways_share_the_redis_service(files: tuple[Path, ...]) 
         # each replica needs a host port of its own: the engine picks them (podman takes no
         # host range for one container port; deploy/test-images.sh found that)
         assert all(not _host_port(p) for p in service.get("ports", [])), service["ports"]
+
+
+def _assert_redis_persists(redis: dict[str, Any]) -> None:
+    """A Redis restart must keep the answers it acknowledged: AOF on, into a named volume."""
+    command = redis.get("command") or []
+    assert command and command[0] == "redis-server", "the compose Redis states its settings"
+    flags = dict(zip(command[1::2], command[2::2], strict=True))
+    assert flags.get("--appendonly") == "yes", "docs/deployment.md recommends AOF"
+    assert flags.get("--appendfsync") == "everysec"
+    mounts = {v.split(":")[1] for v in redis.get("volumes", []) if ":" in v}
+    assert flags.get("--dir") in mounts, "the AOF must land in a volume, not the container"
 
 
 def test_default_up_serves_the_local_model_without_a_gpu() -> None:
