@@ -870,7 +870,7 @@ def markdown(r: dict[str, Any], command: str) -> str:
     ]  # fmt: skip
     walls = r["wall_s"]
     wall_rows = [
-        [name, v["requests"], f"{v['wall_s']:.0f}", f"{v['per_s']:.0f}"]
+        [name, v["requests"], v.get("concurrency", "?"), f"{v['wall_s']:.0f}", f"{v['per_s']:.0f}"]
         for name, v in walls.items()
         if isinstance(v, dict)
     ]
@@ -937,9 +937,8 @@ def markdown(r: dict[str, Any], command: str) -> str:
             f"torch intra-op threads {g['torch_threads']} for GPTCache, 1 per embedder worker for "
             "cachegate):",
             table(["path", "hits", "hit p50", "hit p99", "all p50", "all p99"], lat_rows),
-            "Wall time of each pass through the gateway (8 requests in flight unless noted; the "
-            "`http_latency` pass sends one at a time):",
-            table(["pass", "requests", "wall s", "req/s"], wall_rows),
+            "Wall time of each pass through the gateway:",
+            table(["pass", "requests", "in flight", "wall s", "req/s"], wall_rows),
             f"GPTCache: bulk import {g['fill_s']:.0f} s (its `put` rewrites the FAISS file every 20 "
             f"entries, so the same vectors are imported in bulk), default-threshold pass "
             f"{g['pass1_s']:.0f} s. GPTCache does not scope by conversation, system prompt, "

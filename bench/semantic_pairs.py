@@ -293,8 +293,10 @@ def _markdown(r: dict[str, Any]) -> str:
             f"Machine: {r['machine']}. Quora dev pairs split by question groups: "
             f"{r['data']['held_out_pairs']} held-out pairs "
             f"({r['data']['held_out_duplicates']} duplicates) never used for tuning.",
-            f"Shipped default: cos ≥ {d['threshold']:.2f}, guard on "
-            f"(verifier min_score {d['guard_min_score']:.2f}).",
+            f"The guard's setting (what the gateway runs with `verifier: off`): "
+            f"cos ≥ {d['threshold']:.2f}, guard on (its learned check's min_score "
+            f"{d['guard_min_score']:.2f}). The shipped default adds the cross-encoder verifier: "
+            "`python -m bench.verifier_eval` measures it on the same held-out pairs.",
             table(["at the default", "precision", "recall", "F1"], split_rows),
             "Held-out precision/recall/F1 by threshold, guard off vs on:",
             curve,

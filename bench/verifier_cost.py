@@ -41,6 +41,7 @@ async def measure(urls: dict[str, str], pairs: list[dict[str, Any]]) -> dict[str
     related: dict[str, list[float]] = {name: [] for name in urls}
     alone: dict[str, list[float]] = {name: [] for name in urls}
     hits = dict.fromkeys(urls, 0)
+    errors = dict.fromkeys(urls, 0)  # a refused or failed request is neither a hit nor a miss
     async with httpx.AsyncClient(timeout=60) as client:
         for i, pair in enumerate(pairs):
             for name, url in urls.items():
@@ -48,12 +49,17 @@ async def measure(urls: dict[str, str], pairs: list[dict[str, Any]]) -> dict[str
                 cache, seconds = await ask(client, url, pair["b"], namespace=f"p{i}")
                 if cache == "miss":
                     related[name].append(seconds)
+                elif cache.startswith("error"):
+                    errors[name] += 1
                 else:
                     hits[name] += 1
                 cache, seconds = await ask(client, url, fresh(), namespace=f"f{i}")
                 if cache == "miss":
                     alone[name].append(seconds)
+                elif cache.startswith("error"):
+                    errors[name] += 1
     return {name: {"related_misses": len(related[name]), "wrong_hits": hits[name],
+                   "errors": errors[name],
                    "related_p50_ms": 1000 * percentile(related[name], 50),
                    "related_p99_ms": 1000 * percentile(related[name], 99),
                    "fresh_p50_ms": 1000 * percentile(alone[name], 50)}
@@ -72,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     with gateways(SIDES) as (urls, _):
         result = asyncio.run(measure(urls, pairs))
     base = result["off"]["related_p50_ms"]
-    lines = [[LABELS[name], r["related_misses"], r["wrong_hits"], f"{r['related_p50_ms']:.1f} ms",
+    lines = [[LABELS[name], r["related_misses"], r["wrong_hits"], r["errors"],
+              f"{r['related_p50_ms']:.1f} ms",
               f"{r['related_p99_ms']:.1f} ms", f"+{r['related_p50_ms'] - base:.1f} ms",
               f"{r['fresh_p50_ms']:.1f} ms"]
              for name, r in result.items()]  # fmt: skip
@@ -83,8 +90,9 @@ def main(argv: list[str] | None = None) -> None:
         f"traps of kinds no hard check catches ({', '.join(KINDS)}), each in its own namespace: "
         "the stored question, then the trap; gateways taking turns pair by pair; instant fake "
         "upstream. \"Wrong hits\": traps served from the cache (not misses, not counted in the "
-        "latency). Fresh: a question with nothing related stored.",
-        table(["gateway", "related misses", "wrong hits", "p50", "p99", "p50 vs semantic off",
+        "latency). Errors: requests the gateway refused or failed (in neither count). Fresh: a "
+        "question with nothing related stored.",
+        table(["gateway", "related misses", "wrong hits", "errors", "p50", "p99", "p50 vs semantic off",
                "fresh miss p50"], lines),
     ])  # fmt: skip
     publish("verifier_cost", {**header, "pairs": len(pairs), "result": result}, text,

@@ -96,3 +96,25 @@ def test_gpu_check_no_bench_is_only_the_logits_check(monkeypatch: pytest.MonkeyP
     assert streamed == []
     assert gpu_check.main(["--no-bench", "--streams", "1,8"]) == 0
     assert streamed == [[1, 8]]
+
+
+def test_verifier_cost_does_not_count_a_gateway_error_as_a_wrong_hit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+
+    import bench.verifier_cost as vc
+
+    async def ask(client: Any, url: str, question: str, namespace: str = "") -> Any:
+        if question.startswith("Fresh"):
+            return "miss", 0.001
+        if question == "trap":  # the store answered, the trap failed on one gateway
+            return ("error 500" if url == "u-broken" else "semantic"), 0.001
+        return "miss", 0.001
+
+    monkeypatch.setattr(vc, "ask", ask)
+    result = asyncio.run(
+        vc.measure({"ok": "u-ok", "broken": "u-broken"}, [{"a": "stored", "b": "trap"}])
+    )
+    assert result["ok"]["wrong_hits"] == 1 and result["ok"]["errors"] == 0
+    assert result["broken"]["wrong_hits"] == 0 and result["broken"]["errors"] == 1
