@@ -12,6 +12,7 @@ and reads the page's entries again by id.
 from __future__ import annotations
 
 import asyncio
+import binascii
 import heapq
 import time
 from collections.abc import Mapping
@@ -150,12 +151,21 @@ def _answer(response: dict[str, Any]) -> tuple[str, str | None]:
         blocks = [b for b in _dicts(response.get("content")) if b.get("type") == "text"]
         return _texts(blocks), _str(response.get("stop_reason"))
     if "embedding" in response:  # one input's vector
-        vector = response["embedding"]
-        return f"(an embedding, {len(vector) if isinstance(vector, list) else '?'} numbers)", None
+        return f"(an embedding, {_dimensions(response['embedding'])} numbers)", None
     choice = next(iter(_dicts(response.get("choices"))), {})
     message = choice.get("message")
     text = message.get("content") if isinstance(message, dict) else choice.get("text")
     return (text if isinstance(text, str) else ""), _str(choice.get("finish_reason"))
+
+
+def _dimensions(vector: Any) -> int | str:
+    """A stored vector's length: a list of floats, or base64 of float32s (``encoding_format``)."""
+    if isinstance(vector, list):
+        return len(vector)
+    try:
+        return len(binascii.a2b_base64(vector, strict_mode=True)) // 4
+    except (TypeError, ValueError):  # binascii.Error is a ValueError
+        return "?"
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:

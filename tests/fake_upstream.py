@@ -73,9 +73,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import hashlib
 import itertools
+import struct
 import threading
 import time
 from collections import Counter
@@ -432,10 +434,10 @@ def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | 
     inputs = [value] if isinstance(value, str) or isinstance(value[0], int) else value
     if fake.get("error_input") in inputs:  # refuse it, as OpenAI does an input too long
         return None
-    data = [
-        {"object": "embedding", "index": i, "embedding": embedding_of(x, body.get("dimensions", 8))}
-        for i, x in enumerate(inputs)
-    ]
+    vectors = [embedding_of(x, body.get("dimensions", 8)) for x in inputs]
+    if body.get("encoding_format") == "base64":  # little-endian float32s, as OpenAI sends them
+        vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+    data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
     if fake.get("drop_choices"):  # answer fewer embeddings than inputs
         data = data[: -fake["drop_choices"]]
     tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)

@@ -218,11 +218,16 @@ def test_entries_of_every_api_show_their_answer(make_gateway: Any, upstream: Fak
     }  # fmt: skip
     for path, body in asked.items():
         assert gw.http.post(path, json={"model": "fake-model", **body}).status_code == 200
+    b64 = {"model": "fake-model", "input": "Embed me as base64", "encoding_format": "base64"}
+    assert gw.http.post("/v1/embeddings", json=b64).status_code == 200
+    floats = gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": "Embed me"})
+    size = len(floats.json()["data"][0]["embedding"])
     shown = {e["question"]: e for e in gw.http.get("/admin/cache/entries").json()["data"]}
     rome, oslo = shown["Responses: where is Rome?"], shown["Messages: where is Oslo?"]
     assert "where is Rome?" in rome["answer"] and rome["finish_reason"] == "completed"
     assert "where is Oslo?" in oslo["answer"] and oslo["finish_reason"] == "end_turn"
-    assert shown["Embed me"]["answer"].startswith("(an embedding, ")
+    assert shown["Embed me"]["answer"] == f"(an embedding, {size} numbers)"
+    assert shown["Embed me as base64"]["answer"] == f"(an embedding, {size} numbers)"
 
 
 def test_cli_against_a_running_gateway(
