@@ -3,7 +3,8 @@
 Four things save tokens, and each API reports them its own way; ``usage_of`` normalises them:
 
 - a **response-cache hit** (exact, semantic, coalesced) avoids the whole call: the stored
-  answer's input and output tokens are saved, at the model's input and output prices;
+  answer's input and output tokens are saved, at what that call cost (its cached and
+  cache-written input at those prices, the rest at the input and output prices);
 - the **local prefix KV cache** serves prompt tokens without prefill
   (``usage.prompt_tokens_details.cached_tokens`` of a local model);
 - a **provider's prompt cache** bills cached input cheaper: OpenAI's
@@ -240,9 +241,9 @@ class Ledger:
     def _avoid(account: _Account, usage: Usage, price: Price) -> None:
         account.avoided_input_tokens += usage.input_tokens
         account.avoided_output_tokens += usage.output_tokens
-        account.saved_response_cache_usd += _usd(usage.input_tokens, price.input) + _usd(
-            usage.output_tokens, price.output
-        )
+        # what the call cost when it ran: its cached input at the cached price, not a saving
+        # of the full input price the provider never charged
+        account.saved_response_cache_usd += _cost(usage, price)
 
     def _charge(self, account: _Account, usage: Usage, price: Price, source: Source) -> None:
         cached_price = price.input if price.cached_input is None else price.cached_input

@@ -54,6 +54,17 @@ def test_hits_and_local_prefix_tokens() -> None:
     assert ledger.stats()["t"]["m"]["avoided_output_tokens"] == 10
 
 
+def test_a_hit_saves_what_its_call_cost_not_the_full_input_price() -> None:
+    # the stored call read 800 of its 1000 input tokens from the provider's prompt cache
+    ledger = Ledger({"m": Price(input=2.0, cached_input=0.5, output=8.0)})
+    usage = usage_of({"prompt_tokens": 1000, "completion_tokens": 10,
+                      "prompt_tokens_details": {"cached_tokens": 800}})  # fmt: skip
+    saved = ledger.record("t", "m", usage, source="upstream", hit=True)
+    paid = (200 * 2.0 + 800 * 0.5 + 10 * 8.0) / 1e6
+    assert saved == {"tokens_saved": 1010, "usd_saved": pytest.approx(paid)}
+    assert ledger.stats()["t"]["m"]["saved_usd"] == pytest.approx(paid)
+
+
 def test_a_stream_that_ended_early_is_booked_with_what_is_known() -> None:
     # Anthropic's message_start reported the input (and 1 output token); 41 characters came
     reported = {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 900}

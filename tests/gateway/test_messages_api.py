@@ -507,10 +507,15 @@ def test_the_ledger_counts_anthropic_cache_reads_and_writes(
     assert row["saved_provider_cache_usd"] == pytest.approx(
         second.cache_read_input_tokens * 2.7 / 1e6)  # fmt: skip
     assert row["write_premium_usd"] == pytest.approx(writes * 0.75 / 1e6)
-    hit_saved = (prompt[0] * 3.0 + first.output_tokens * 15.0) / 1e6
-    assert row["saved_response_cache_usd"] == pytest.approx(hit_saved)
+    hit_saved = (
+        first.input_tokens * 3.0
+        + first.cache_read_input_tokens * 0.3  # as it cost
+        + first.cache_creation_input_tokens * 3.75
+        + first.output_tokens * 15.0
+    ) / 1e6
+    assert row["saved_response_cache_usd"] == pytest.approx(hit_saved, abs=1e-6)  # (rounded)
     assert row["saved_usd"] == pytest.approx(
-        hit_saved + row["saved_provider_cache_usd"] - row["write_premium_usd"])  # fmt: skip
+        hit_saved + row["saved_provider_cache_usd"] - row["write_premium_usd"], abs=1e-6)  # fmt: skip
     labels = '{model="claude",tenant="default"}'
     read = float(second.cache_read_input_tokens)
     assert f"cachegate_ledger_provider_cached_tokens_total{labels} {read}" in metrics
