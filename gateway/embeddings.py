@@ -102,9 +102,9 @@ async def embed(
     ]
     answer_body = {"object": "list", "data": data, "model": model, "usage": usage}
     reply = Reply(batch.state, headers, body=answer_body)
-    asked = set(missing)
+    asked = set(batch.asked)  # (a repeated input went once: its repeats are saved too)
     cached = [batch.found[i] for i in range(len(inputs)) if i not in asked]
-    if cached:  # what the cached inputs cost when they were asked (the ledger's savings)
+    if cached:  # what the inputs not sent cost when they were asked (the ledger's savings)
         tokens = sum(usage_of(e.get("usage")).input_tokens for e in cached)
         reply.avoided = {"prompt_tokens": tokens, "total_tokens": tokens}
     return reply

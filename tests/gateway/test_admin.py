@@ -612,3 +612,7 @@ def test_ledger_counts_embeddings_inputs_answered_from_the_cache(
     part = embed("one two three four", "five six")  # one cached beside a call for the other
     assert (part["calls_avoided"], part["avoided_input_tokens"], part["model_calls"]) == (1, 8, 2)
     assert part["input_tokens"] == 6 and part["saved_usd"] == pytest.approx(8 * 2.0 / 1e6)
+    twice = embed("seven eight nine", "seven eight nine")  # sent upstream once: 3 tokens saved
+    assert (twice["model_calls"], twice["input_tokens"]) == (3, 9)
+    assert twice["avoided_input_tokens"] == 11
+    assert twice["saved_usd"] == pytest.approx(11 * 2.0 / 1e6)
