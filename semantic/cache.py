@@ -304,8 +304,9 @@ class ResponseCache:
         vector: np.ndarray | None = None,
         overloaded: bool = False,
     ) -> Entry | None:
-        """Store a complete, successful answer (None: the store could not take it, counted
-        in ``store_failures``; or no tier could find it: the exact tier is off and it has no
+        """Store a complete, successful answer (None: the store could not take it, or it
+        holds what the store cannot encode, an integer past 64 bits: counted in
+        ``store_failures``; or no tier could find it: the exact tier is off and it has no
         vector). ``ttl`` overrides the configured one.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
@@ -333,6 +334,10 @@ class ResponseCache:
             evicted = await self._store.put(entry)
         except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
             self._counters.store_failures += 1
+            return None
+        except OverflowError as exc:  # an integer msgpack cannot hold (past 64 bits)
+            self._counters.store_failures += 1
+            log.warning("an answer of %s could not be stored: %s", model, exc)
             return None
         self._stored([entry], evicted)
         return entry

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sqlite3
@@ -159,3 +160,25 @@ def test_answers_a_full_disk_refuses_are_served_and_counted(
     assert gw.chat("question 0").status_code == 200
     wait_for(lambda: gw.chat("question 0").headers["x-cache"] == "exact")
     assert any("takes writes again" in r.getMessage() for r in caplog.records)
+
+
+def test_an_answer_the_store_cannot_encode_is_served_and_counted(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    gw = make_gateway()
+    answer = {
+        "id": "chatcmpl-big", "object": "chat.completion", "created": 1, "model": "fake-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "big"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "system_fingerprint": 2**70,  # msgpack holds integers of 64 bits at most
+    }  # fmt: skip
+    response = gw.chat("big", fake={"raw": {"body": json.dumps(answer)}})
+    assert response.status_code == 200 and response.json()["system_fingerprint"] == 2**70
+
+    def failures() -> float:
+        return sample(gw.http.get("/metrics").text, "cachegate_cache_store_failures_total")
+
+    wait_for(lambda: failures() == 1)  # was 0, and a traceback in the log
+    assert not [r for r in caplog.records if r.exc_info]
+    assert gw.chat("big", fake={"raw": {"body": json.dumps(answer)}}).headers["x-cache"] == "miss"
