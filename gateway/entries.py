@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import binascii
 import heapq
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ __all__ = ["Query", "list_entries", "not_found", "parse_id", "parse_query", "ren
 
 MAX_LIMIT = 500
 _BATCH = 256
+_ID = re.compile(r"0|[1-9][0-9]{0,18}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +129,12 @@ def render(entry: Entry, show_text: bool, *, full: bool = False) -> dict[str, An
 
 
 def parse_id(raw: str) -> int:
-    try:
-        return int(raw)
-    except ValueError:
-        raise not_found(raw) from None
+    """An entry's id as the gateway writes it (``x-cache-entry``): ASCII digits, no sign,
+    no leading zero. NOTE: ``int`` alone took ``+12``, ``012``, `` 12`` and other scripts'
+    digits as 12, so a spelling no answer was given under showed or deleted entry 12."""
+    if not _ID.fullmatch(raw):
+        raise not_found(raw)
+    return int(raw)
 
 
 def not_found(raw: str) -> APIError:

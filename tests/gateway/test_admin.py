@@ -199,6 +199,21 @@ def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeU
     assert gw.chat("question 2", headers={"x-cache-namespace": "ns1"}).headers["x-cache"] == "miss"
 
 
+def test_an_entry_is_found_only_by_the_id_the_gateway_gave(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    gw.chat("kept")
+    entry = gw.chat("kept").headers["x-cache-entry"]
+    digits = entry.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))  # Arabic-Indic
+    for other in (f"+{entry}", f"0{entry}", f"%20{entry}", f"{entry[:3]}_{entry[3:]}", digits):
+        # each was read as the entry's id: shown, and deleted
+        assert gw.http.get(f"/admin/cache/entries/{other}").status_code == 404, other
+        assert gw.http.delete(f"/admin/cache/entries/{other}").status_code == 404, other
+    assert gw.http.get(f"/admin/cache/entries/{entry}").json()["id"] == entry
+    assert gw.chat("kept").headers["x-cache"] == "exact"
+
+
 def test_entries_show_text_when_configured(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("admin: {show_text: true}")
     gw.chat("Where is the Eiffel tower?")
