@@ -232,13 +232,20 @@ def _rm(client: httpx.Client, args: argparse.Namespace) -> None:
 
 
 def _flush(client: httpx.Client, args: argparse.Namespace) -> None:
-    body: dict[str, Any] = {"prefix": args.prefix}
+    # NOTE: a gateway without a response cache (a `cachegate worker`, cache.enabled: false)
+    # answers a flush with "flushed": 0 all the same: that read as success, nothing dropped
+    answers = _get(client, "/admin/stats").get("cache") is not None
+    if not answers and not args.prefix:
+        raise _Failed(f"{client.base_url} has no response cache (a `cachegate worker`, or "
+                      "cache.enabled: false): no answers to flush; --prefix flushes its "
+                      "prefix KV caches")  # fmt: skip
+    body: dict[str, Any] = {"prefix": args.prefix, "answers": answers}
     if args.namespace is not None:
         body["namespace"] = args.namespace
     result = _call(client, "POST", "/admin/cache/flush", json=body, timeout=_SLOW)
     where = "all namespaces" if args.namespace is None else f"namespace {args.namespace!r}"
-    print(f"flushed {result['flushed']} answers ({where}); "
-          f"prefix KV freed: {_bytes(result['prefix_bytes_freed'])}")  # fmt: skip
+    done = f"flushed {result['flushed']} answers ({where})" if answers else "no response cache"
+    print(f"{done}; prefix KV freed: {_bytes(result['prefix_bytes_freed'])}")
 
 
 # ---------------------------------------------------------------------------------------------

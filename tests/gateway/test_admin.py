@@ -312,6 +312,24 @@ def test_cli_flush_waits_for_the_gateways_drain(
     assert "flushed 1 answers (all namespaces)" in out and not err
 
 
+def test_cli_flush_says_when_there_is_no_response_cache(
+    make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A `cachegate worker` and a gateway with cache.enabled: false keep no answers: the flush
+    printed "flushed 0 answers" and exit status 0 there, as if it had dropped them."""
+    gw = make_gateway("cache: {enabled: false}")
+    assert gw.chat("not cached").headers["x-cache"] == "bypass"
+    for namespace in ([], ["--namespace", "ns1"]):
+        assert main(["cache", "flush", *namespace, "--url", gw.url]) == 1
+        out, err = capsys.readouterr()
+        assert not out and err.count("\n") == 1
+        assert "has no response cache" in err and "--prefix flushes its prefix KV" in err
+    # its prefix KV caches are still flushed on request (a worker's local models)
+    assert main(["cache", "flush", "--prefix", "--url", gw.url]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no response cache; prefix KV freed: 0 B\n" and not err
+
+
 def test_cli_shows_control_characters_in_client_text_as_escapes(
     make_gateway: Any, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
 ) -> None:
