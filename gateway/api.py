@@ -299,7 +299,7 @@ class _Seeing:
         self.model = parsed.model if parsed.model in runtime.backends else ""
         if runtime.tracing is not None:
             self.trace = runtime.tracing.start(
-                parsed.kind, parsed.model, self.request_id, self.tenant
+                parsed.kind, parsed.model, self.request_id, self.tenant, configured=bool(self.model)
             )
 
     def now(self, status: int, ttft: float | None = None) -> Seen:

@@ -1,6 +1,7 @@
 """OpenTelemetry traces (optional: ``pip install 'cachegate[otel]'``, ``tracing.enabled``).
 
-One span per request (``chat gpt-4o``: GenAI semantic conventions' ``{operation} {model}``),
+One span per request (``chat gpt-4o``: GenAI semantic conventions' ``{operation} {model}``;
+``chat`` alone for a model the gateway does not serve, whose name is the client's free text),
 with a child span per tier it passed: ``cache.lookup``, ``coalesce.wait``, ``model`` (the
 backend call) and ``cache.store``. Spans are exported over OTLP/HTTP::
 
@@ -67,11 +68,20 @@ class Tracing:
         self.tracer = self.provider.get_tracer("cachegate")
         _ENABLED = True
 
-    def start(self, kind: str, model: str, request_id: str, tenant: str) -> RequestTrace:
+    def start(
+        self, kind: str, model: str, request_id: str, tenant: str, *, configured: bool
+    ) -> RequestTrace:
+        """The span of a request for ``model`` (``configured``: one of the gateway's models).
+
+        NOTE: span names must take few values (tracing backends index them): a model the
+        gateway does not serve is the client's free text, so it is named ``{operation}``
+        alone, as the GenAI conventions name a span without a model, and kept in
+        ``gen_ai.request.model``."""
         from opentelemetry.trace import SpanKind
 
         operation = _OPERATIONS.get(kind, kind)
-        span = self.tracer.start_span(f"{operation} {model}".strip(), kind=SpanKind.SERVER)
+        name = f"{operation} {model}" if configured else operation
+        span = self.tracer.start_span(name, kind=SpanKind.SERVER)
         span.set_attributes({
             "gen_ai.operation.name": operation,
             "gen_ai.request.model": model,

@@ -59,7 +59,24 @@ def test_a_span_per_request_and_per_tier(make_gateway: Any, upstream: FakeUpstre
     gw.chat("streamed", stream=True).read()
     gw.chat("x", model="missing")
     names = [s.name for s in exporter.get_finished_spans()]
-    assert names.count("chat fake-model") == 3 and "chat missing" in names
+    assert names.count("chat fake-model") == 3 and names[-1] == "chat"
+
+
+def test_a_model_the_gateway_does_not_serve_is_not_a_span_name(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Span names must take few values; a client's model name is any text it sends (each one
+    was a span name of its own: "chat gpt-4o-2024-08-06", "chat <random>", ...)."""
+    gw = make_gateway()
+    exporter = traced(gw)
+    for model in ("gpt-4o", "a" * 500, "user-1234 \u2603"):
+        assert gw.chat("who?", model=model).status_code == 404
+    embedded = gw.http.post("/v1/embeddings", json={"model": "nope", "input": "x"})
+    assert embedded.status_code == 404
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["chat", "chat", "chat", "embeddings"]
+    assert spans[1].attributes["gen_ai.request.model"] == "a" * 500  # (an attribute: kept)
+    assert spans[3].attributes["http.response.status_code"] == 404
 
 
 def test_an_embeddings_batch_has_one_span_per_tier(
