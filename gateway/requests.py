@@ -175,7 +175,9 @@ def parse_request(
     extension = body.pop("cache", None)
     spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
     parsed = validated(body, spec)
-    if isinstance(parsed, _CompletionBody) and parsed.prompt in ("", []):
+    # NOTE: an empty string is a prompt (OpenAI answers it, a local model reads its BOS);
+    # an empty list holds none.
+    if isinstance(parsed, _CompletionBody) and parsed.prompt == []:
         raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
     if isinstance(parsed, _ChatBody):
         _check_parts(parsed.messages)

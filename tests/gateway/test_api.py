@@ -303,6 +303,21 @@ def test_completions_take_max_tokens_zero(make_gateway: Any, upstream: FakeUpstr
     assert chat.status_code == 400
 
 
+def test_completions_take_an_empty_prompt(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """OpenAI answers ``prompt: ""`` (the model writes from nothing): so does the gateway, as
+    it did ``[""]``; a list of no prompts stays a 400."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    reply = sdk.completions.with_raw_response.create(model="fake-model", prompt="", max_tokens=5)
+    assert reply.headers["x-cache"] == "miss"  # was: 400 "'prompt' must not be empty."
+    assert reply.parse().object == "text_completion" and upstream.last_body["prompt"] == ""
+    again = sdk.completions.with_raw_response.create(model="fake-model", prompt="", max_tokens=5)
+    assert again.headers["x-cache"] == "exact" and upstream.stats["completions"] == 1
+    with pytest.raises(openai.BadRequestError) as refused:
+        sdk.completions.create(model="fake-model", prompt=[], max_tokens=5)
+    assert refused.value.body["param"] == "prompt"  # type: ignore[index]
+
+
 # -- streaming ------------------------------------------------------------------------------
 
 

@@ -341,7 +341,11 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
     completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
-    for extra in ({"prompt": "Hello", "suffix": ""}, {"prompt": [[19556, 28]]}):
+    # an empty prompt, alone or in a list, is the model's BOS (was: a 400 for "" alone)
+    for extra in (
+        {"prompt": "Hello", "suffix": ""}, {"prompt": [[19556, 28]]}, {"prompt": ""},
+        {"prompt": [""]},
+    ):  # fmt: skip
         response = gw.http.post("/v1/completions", json={**completion, **extra}, headers=headers)
         assert response.status_code == 200, (extra, response.text)
 

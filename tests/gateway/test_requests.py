@@ -59,8 +59,9 @@ def test_completion_prompts() -> None:
     assert parse({"model": "m", "prompt": "hi"}, kind="completion").kind == "completion"  # type: ignore[attr-defined]
     parse({"model": "m", "prompt": ["a", "b"]}, kind="completion")
     parse({"model": "m", "prompt": [1, 2, 3]}, kind="completion")
+    parse({"model": "m", "prompt": ""}, kind="completion")  # as OpenAI: a prompt, if empty
     with pytest.raises(APIError):
-        parse({"model": "m", "prompt": ""}, kind="completion")
+        parse({"model": "m", "prompt": []}, kind="completion")
     with pytest.raises(APIError):
         parse({"model": "m"}, kind="completion")
 
