@@ -5,10 +5,10 @@ model and stores the answer. An identical request that misses meanwhile *follows
 for the flight to land (at most ``max_wait`` seconds), then looks the answer up in the cache::
 
     flights = Flights(config)
-    if flights.busy(key.exact):  # (stream: whether this request streams)
-        followed = await flights.follow(key.exact, stream)  # "landed": look it up again;
-                                                            # "lead": it leads followed.flight
-    flight = flights.lead(key.exact, stream)  # None: someone else leads
+    if flights.busy(key.exact):  # (body: the request's, as it is sent to the model)
+        followed = await flights.follow(key.exact, body)  # "landed": look it up again;
+                                                          # "lead": it leads followed.flight
+    flight = flights.lead(key.exact, body)  # None: someone else leads
     ...                                       # call the model, store
     flight.land()                             # answered: wake the followers (finally)
     flight.fail(error)                        # no answer: wake them, one leads next
@@ -18,15 +18,17 @@ must not all call the model at once (a herd, when the model is already failing):
 leads the next flight and the others wait on for it, within their own ``max_wait``. An error
 that the others would get too is theirs at once instead: a 4xx about the request itself, or
 any error of that second flight (the model failed twice in a row: nobody else tries now). A
-4xx is theirs only when they asked the same way (streamed or not): the upstream may refuse
-one of the two forms and answer the other (a model the account may not stream).
+4xx is theirs only when they sent the same body: the key leaves out fields that do not change
+an answer (``stream``, ``user``, ``metadata``, ...), but the upstream may refuse a request for
+one of them (a ``metadata`` value too long, a model the account may not stream) and answer
+another that differs in it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -42,19 +44,24 @@ class Flight:
     """One model call that identical requests wait on; ``land`` or ``fail`` wakes them (once).
 
     ``retry``: led by a follower of a flight that failed (its own failure is shared);
-    ``stream``: whether its leader streams (an error about the request is shared only with
-    requests asked the same way, see :meth:`shared`).
+    ``body``: its leader's request body (an error about the request is shared only with
+    requests that sent the same, see :meth:`shared`).
     """
 
-    __slots__ = ("_event", "_flights", "error", "exact", "failed", "retry", "since", "stream")
+    __slots__ = ("_event", "_flights", "body", "error", "exact", "failed", "retry", "since")
 
     def __init__(
-        self, flights: dict[str, Flight], exact: str, stream: bool, *, retry: bool = False
+        self,
+        flights: dict[str, Flight],
+        exact: str,
+        body: Mapping[str, Any],
+        *,
+        retry: bool = False,
     ) -> None:
         self._flights = flights
         self._event = asyncio.Event()
         self.exact = exact
-        self.stream = stream
+        self.body = body
         self.since = time.monotonic()
         self.retry = retry
         self.failed = False  # the leader got no answer
@@ -78,15 +85,16 @@ class Flight:
     async def wait(self) -> None:
         await self._event.wait()
 
-    def shared(self, stream: bool) -> APIError | None:
-        """The error a follower that streams (or not) gets instead of calling the model.
+    def shared(self, body: Mapping[str, Any]) -> APIError | None:
+        """The error a follower that sent ``body`` gets instead of calling the model.
 
-        NOTE: streaming is outside the cache key, but a streamed call and a plain one are two
-        calls to the upstream: one may be refused (400: the account may not stream this model)
-        where the other is answered, so such an error is not another form's.
+        NOTE: fields outside the cache key (``stream``, ``user``, ``metadata``, ...) still go
+        upstream: a request may be refused for one of them (400: the account may not stream
+        this model, a ``metadata`` value too long) where one that differs in it is answered,
+        so an error about the request is only for requests that sent the same body.
         """
         error = self.error
-        if error is not None and _about_request(error) and stream != self.stream:
+        if error is not None and _about_request(error) and body != self.body:
             return None
         return error
 
@@ -115,15 +123,17 @@ class Flights:
         """Whether a live flight for ``exact`` is in progress."""
         return self._live(exact) is not None
 
-    def lead(self, exact: str, stream: bool, *, retry: bool = False) -> Flight | None:
-        """Register a flight for ``exact`` (``stream``: its leader's form); None when a live
+    def lead(self, exact: str, body: Mapping[str, Any], *, retry: bool = False) -> Flight | None:
+        """Register a flight for ``exact`` (``body``: its leader's request); None when a live
         one is in progress already."""
         if self._live(exact) is not None:
             return None
-        flight = self._flights[exact] = Flight(self._flights, exact, stream, retry=retry)
+        flight = self._flights[exact] = Flight(self._flights, exact, body, retry=retry)
         return flight
 
-    async def follow(self, exact: str, stream: bool, watch: Watch | None = None) -> Followed:
+    async def follow(
+        self, exact: str, body: Mapping[str, Any], watch: Watch | None = None
+    ) -> Followed:
         """Wait for the flight of ``exact`` to land, for ``max_wait`` seconds in all.
 
         When its leader fails, the first follower to wake leads the next flight and the
@@ -141,9 +151,9 @@ class Flights:
                 return Followed("late")
             if not flight.failed:
                 return Followed("landed")
-            if (error := flight.shared(stream)) is not None:
+            if (error := flight.shared(body)) is not None:
                 raise _copy(error)
-            successor = self.lead(exact, stream, retry=True)
+            successor = self.lead(exact, body, retry=True)
             if successor is not None:
                 return Followed("lead", successor)
         return Followed("landed")

@@ -356,7 +356,7 @@ class Pipeline:
         """
         assert self.cache is not None
         with tier("coalesce.wait"):
-            followed = await self.flights.follow(key.exact, request.stream, watch)
+            followed = await self.flights.follow(key.exact, request.body, watch)
         if followed.kind != "landed":
             return followed.flight  # (late: None)
         found = await self.cache.lookup(
@@ -397,7 +397,7 @@ class Pipeline:
             followed = await self._follow(request, adapter, key, watch)
             if followed is not None:
                 return followed
-        return flights.lead(key.exact, request.stream)
+        return flights.lead(key.exact, request.body)
 
     def _threshold(self, request: GatewayRequest) -> float | None:
         if request.control.threshold is not None:

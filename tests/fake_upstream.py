@@ -191,6 +191,11 @@ class FakeUpstream:
             headers["x-request-id"] = f"req_failed_{status}"
             message = {"message": f"fake failure {status}", "type": "server_error"}
             return await send_json(send, status, {"error": message}, headers)
+        if fake.get("refuse_user") is not None and body.get("user") == fake["refuse_user"]:
+            # as OpenAI refuses a field that leaves the answer alone (a ``user`` too long)
+            error = {"message": "Invalid 'user': string too long.", "param": "user",
+                     "type": "invalid_request_error", "code": "string_above_max_length"}  # fmt: skip
+            return await send_json(send, 400, {"error": error})
         if fake.get("invalid_json"):
             return await _raw(send, 200, b"{not json", "application/json")
         if fake.get("error_body"):

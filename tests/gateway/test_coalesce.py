@@ -181,6 +181,41 @@ def test_a_request_error_of_a_stream_is_not_shared_with_plain_requests(
     assert not len(gw.runtime.pipeline.flights)
 
 
+def test_a_request_error_is_not_shared_with_requests_that_differ_outside_the_key(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """``user`` is outside the cache key, but it is sent upstream: the first request is
+    refused for its own ``user`` (400); those waiting for it with another ``user`` are not
+    refused with it (one of them calls, the others are served its answer), while one that
+    sent the very same body gets it at once."""
+    gw = make_gateway()
+    fake = {"delay": 0.4, "refuse_user": "x" * 600}
+
+    async def run() -> tuple[Any, Any, list[Any]]:
+        async with client(gw) as sdk:
+
+            def one(user: str) -> Any:
+                return sdk.chat.completions.with_raw_response.create(
+                    model="fake-model", messages=QUESTION, user=user, extra_body={"fake": fake}
+                )
+
+            first = asyncio.create_task(one("x" * 600))
+            await until_upstream_called(upstream, 1)  # the refused one leads
+            same = asyncio.create_task(one("x" * 600))
+            others = await asyncio.gather(*(one(f"user-{i}") for i in range(4)),
+                                          return_exceptions=True)  # fmt: skip
+            refused = await asyncio.gather(first, same, return_exceptions=True)
+            return refused[0], refused[1], others
+
+    first, same, others = asyncio.run(run())
+    assert isinstance(first, openai.BadRequestError) and isinstance(same, openai.BadRequestError)
+    assert same.response.headers["x-cache-coalesced"] == "true"
+    assert all(not isinstance(r, Exception) for r in others), others  # were: the first's 400
+    assert sorted(r.headers["x-cache"] for r in others) == ["exact"] * 3 + ["miss"]
+    assert upstream.stats["chat"] == 2
+    assert not len(gw.runtime.pipeline.flights)
+
+
 def test_waiting_on_after_a_failure_is_still_bounded_by_max_wait(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
