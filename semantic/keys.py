@@ -55,6 +55,11 @@ NON_SCOPE_FIELDS = frozenset(
         "metadata",
         "store",
         "service_tier",
+        # a provider's prompt cache (which cache to read, how long it keeps the prompt): a
+        # routing hint, not the answer (OpenAI's own answer to it is the same, only cheaper)
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "prompt_cache_options",
         "cache",
     }
 )

@@ -520,6 +520,7 @@ def _response(
                   "output_tokens": words, "output_tokens_details": {"reasoning_tokens": 0},
                   "total_tokens": 11 + words},
         "user": body.get("user"), "metadata": body.get("metadata") or {},
+        "prompt_cache_key": body.get("prompt_cache_key"),
     }  # fmt: skip
 
 

@@ -638,6 +638,26 @@ def test_a_prompt_cache_key_per_tenant_and_prefix_when_configured(
     assert upstream.last_body["prompt_cache_key"].startswith("cg-")
 
 
+def test_a_clients_prompt_cache_key_is_not_part_of_the_response_cache_key(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """``prompt_cache_key`` picks the provider's prompt cache, not the answer: requests that
+    differ only in it share a stored answer (they were all misses), each echoing its own."""
+    c = sdk(gw)
+    first, cache = create(c, input="What is VAT?", prompt_cache_key="conversation-1")
+    assert cache == "miss" and upstream.last_body["prompt_cache_key"] == "conversation-1"
+    again = c.responses.with_raw_response.create(
+        model=MODEL, input="What is VAT?", prompt_cache_key="conversation-2"
+    )
+    assert again.headers["x-cache"] == "exact" and upstream.stats["responses"] == 1
+    assert again.parse().output_text == first.output_text
+    assert again.parse().prompt_cache_key == "conversation-2"  # its own, not the stored one's
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is VAT?"}]}
+    plain = c.chat.completions.with_raw_response.create(**chat, prompt_cache_key="a")
+    keyed = c.chat.completions.with_raw_response.create(**chat, prompt_cache_key="b")
+    assert (plain.headers["x-cache"], keyed.headers["x-cache"]) == ("miss", "exact")
+
+
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
     create(sdk(gw), input="What is VAT?")
     assert "prompt_cache_key" not in upstream.last_body
