@@ -198,8 +198,10 @@ def replay(response: dict[str, Any], *, kind: str, include_usage: bool) -> Itera
         index = choice.get("index", 0)
         extras = {k: v for k, v in choice.items() if k not in _OWN_CHOICE}  # e.g. stop_reason
         if kind == "chat":
-            for delta in _chat_deltas(choice.get("message") or {}):
-                yield encode_event({**head, "choices": [_delta_choice(index, delta, None)]})
+            deltas = _chat_deltas(choice.get("message") or {})
+            for delta, logprobs in _with_logprobs(deltas, choice.get("logprobs")):
+                piece = {**_delta_choice(index, delta, None), "logprobs": logprobs}
+                yield encode_event({**head, "choices": [piece]})
             last: dict[str, Any] = _delta_choice(index, {}, choice.get("finish_reason"))
         else:
             last = {
@@ -209,8 +211,6 @@ def replay(response: dict[str, Any], *, kind: str, include_usage: bool) -> Itera
                 "finish_reason": choice.get("finish_reason"),
             }
         last.update(extras)
-        if kind == "chat" and choice.get("logprobs") is not None:
-            last["logprobs"] = choice["logprobs"]
         yield encode_event({**head, "choices": [last]})
     if include_usage:
         yield encode_event({**head, "choices": [], "usage": response.get("usage")})
@@ -317,6 +317,27 @@ def _chat_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 _REPLAYED = frozenset({"role", *_TEXT_FIELDS, "tool_calls", "function_call"})
+
+
+def _with_logprobs(
+    deltas: Iterator[dict[str, Any]], logprobs: dict[str, Any] | None
+) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+    """Each delta with the logprobs of its tokens, as a model streams them: a ``content`` or
+    ``refusal`` delta as one chunk per token when its tokens spell its text (else in one
+    chunk, with all of them); None on the others."""
+    for delta in deltas:
+        field = next((f for f in ("content", "refusal") if delta.get(f)), "")
+        tokens = (logprobs or {}).get(field) if field else None
+        if not isinstance(tokens, list) or not tokens:
+            yield delta, None
+            continue
+        empty = dict.fromkeys(logprobs or {})  # (the other fields, e.g. "refusal": null)
+        texts = [t.get("token") if isinstance(t, dict) else None for t in tokens]
+        if not all(isinstance(t, str) for t in texts) or "".join(map(str, texts)) != delta[field]:
+            yield delta, {**empty, field: tokens}
+            continue
+        for text, token in zip(texts, tokens, strict=True):
+            yield {field: text}, {**empty, field: [token]}
 
 
 def _delta_choice(index: int, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:

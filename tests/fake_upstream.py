@@ -374,10 +374,15 @@ class FakeUpstream:
             # NOTE: as OpenAI answers a tool_choice that names a function: finish_reason "stop"
             finish, ends = "tool_calls" if fake.get("tool_call") else "stop", {}
             finish = "length" if limit < len(arguments) else finish
+        # with ``logprobs``: a token per streamed piece of the text (as OpenAI's, in order)
+        logprobs = {"content": [{"token": piece, "logprob": -0.5, "bytes": list(piece.encode()),
+                                 "top_logprobs": []} for piece in _split(message["content"] or "",
+                                 fake.get("chunks", 4))], "refusal": None}  # fmt: skip
         choices = [
-            {"index": i, "message": message, "logprobs": None, "finish_reason": finish, **ends}
+            {"index": i, "message": message, "logprobs": logprobs if body.get("logprobs") else None,
+             "finish_reason": finish, **ends}
             for i in range(n)
-        ]
+        ]  # fmt: skip
         return {"id": f"chatcmpl-{self._serial}", "object": "chat.completion", "created": created,
                 "model": body["model"], "system_fingerprint": "fp_fake", "choices": choices,
                 "usage": usage}  # fmt: skip
@@ -667,11 +672,12 @@ def _chunks(kind: str, answer: dict[str, Any], pieces: int) -> Any:
                 }
             ],
         }
-        for part in _split(message.get("content") or "", pieces):
-            yield {
-                **head,
-                "choices": [{"index": index, "delta": {"content": part}, "finish_reason": None}],
-            }
+        tokens = (choice.get("logprobs") or {}).get("content") or ()
+        for p, part in enumerate(_split(message.get("content") or "", pieces)):
+            # each piece carries its own token's logprobs, as OpenAI streams them
+            logprobs = {"content": [tokens[p]], "refusal": None} if tokens else None
+            delta = {"index": index, "delta": {"content": part}, "logprobs": logprobs}
+            yield {**head, "choices": [{**delta, "finish_reason": None}]}
         for t, call in enumerate(message.get("tool_calls") or ()):
             first = {
                 "index": t,

@@ -321,6 +321,42 @@ def test_completions_take_an_empty_prompt(make_gateway: Any, upstream: FakeUpstr
 # -- streaming ------------------------------------------------------------------------------
 
 
+def test_a_replayed_stream_carries_each_tokens_logprobs_with_it(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A model streams a token's logprobs on the chunk with that token: so does a stream
+    replayed from the cache (was: the text in one chunk, then every logprob on the last chunk
+    with no text), whether the answer was stored from a stream or from a plain request."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+
+    def pieces(question: str) -> tuple[str, list[tuple[str | None, list[str] | None]]]:
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="fake-model", messages=[{"role": "user", "content": question}],
+            logprobs=True, stream=True,
+        )  # fmt: skip
+        seen = []
+        for chunk in raw.parse():
+            choice = chunk.choices[0]
+            tokens = choice.logprobs.content if choice.logprobs else None
+            seen.append((choice.delta.content, [t.token for t in tokens] if tokens else None))
+        return raw.headers["x-cache"], seen
+
+    live, replayed = pieces("Name a colour."), pieces("Name a colour.")
+    assert (live[0], replayed[0]) == ("miss", "exact")
+    assert len([p for p in live[1] if p[1]]) == 4  # (the fake's four pieces, a token each)
+    assert [p for p in replayed[1] if p[0]] == [p for p in live[1] if p[0]]
+    assert all("".join(tokens) == text for text, tokens in replayed[1] if tokens)
+    plain = sdk.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "Name a shape."}], logprobs=True
+    )
+    assert plain.choices[0].logprobs and plain.choices[0].logprobs.content
+    hit = pieces("Name a shape.")
+    assert hit[0] == "exact" and all(tokens for text, tokens in hit[1] if text)
+    assert "".join(text or "" for text, _ in hit[1]) == plain.choices[0].message.content
+    assert upstream.stats["chat"] == 2
+
+
 def test_stream_is_cached_and_replayed(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = gw.chat("stream me", stream=True)
