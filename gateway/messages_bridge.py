@@ -3,7 +3,7 @@
 ``MessagesBridge`` is the Messages adapter's chat bridge (gateway.canonical.Bridge), the same
 mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
-``tool`` messages, ``stop_sequences`` → ``stop``, ``tool_choice``'s ``disable_parallel_tool_use``
+``tool`` messages, their text after ``Error: `` when ``is_error``, ``stop_sequences`` → ``stop``, ``tool_choice``'s ``disable_parallel_tool_use``
 → ``parallel_tool_calls: false``) and renders the chat answer back as a Messages answer, JSON
 or SSE. Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
@@ -322,7 +322,7 @@ def _turn(message: dict[str, Any]) -> list[dict[str, Any]]:
                                        "arguments": _encode(block["input"]).decode()}})  # fmt: skip
         elif kind == "tool_result" and role == "user":
             results.append({"role": "tool", "tool_call_id": block["tool_use_id"],
-                            "content": _result_text(block.get("content"))})  # fmt: skip
+                            "content": _result_text(block)})  # fmt: skip
         elif kind not in ("thinking", "redacted_thinking"):  # earlier thinking is not re-read
             raise _unsupported(f"Content blocks of type '{kind}'", "are")
     turn: list[dict[str, Any]] = list(results)
@@ -336,13 +336,19 @@ def _turn(message: dict[str, Any]) -> list[dict[str, Any]]:
     return turn
 
 
-def _result_text(content: Any) -> str:
+def _result_text(result: dict[str, Any]) -> str:
+    """A ``tool_result`` block's text; one with ``is_error: true`` starts with ``Error: `` (a
+    chat ``tool`` message has no such flag, and the model must learn that the tool failed)."""
+    content = result.get("content")
     if isinstance(content, list):
         for block in content:
             if block.get("type") != "text":
                 raise _unsupported("Tool results other than text", "are")
-        return "\n".join(b.get("text", "") for b in content)
-    return content or ""
+        content = "\n".join(b.get("text", "") for b in content)
+    text = content or ""
+    if result.get("is_error") is True:
+        return f"Error: {text}" if text else "Error"
+    return text
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:

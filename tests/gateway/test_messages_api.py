@@ -408,6 +408,37 @@ def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
     assert "parallel_tool_calls" not in upstream.last_body  # the upstream's default
 
 
+def test_a_failed_tool_result_reaches_a_bridged_upstream_as_an_error(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """``tool_result``'s ``is_error: true`` (a chat ``tool`` message has no such flag): the
+    tool message says so, instead of reading as the tool's answer."""
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}}
+    results = (
+        {"content": "city not found", "is_error": True},
+        {"content": [{"type": "text", "text": "no such city"}], "is_error": True},
+        {"is_error": True},
+        {"content": "12 C", "is_error": False},
+    )
+    sent = []
+    for result in results:
+        ask(client, "", model="gpt", tools=[tool], messages=[
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                          **result}]},
+        ])  # fmt: skip
+        sent.append(upstream.last_body["messages"][-1])
+    assert [m["role"] for m in sent] == ["tool"] * 4
+    assert [m["content"] for m in sent] == [
+        "Error: city not found",
+        "Error: no such city",
+        "Error",
+        "12 C",
+    ]
+
+
 def test_thinking_disabled_is_no_request_for_thinking_through_the_bridge(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
