@@ -21,8 +21,11 @@ from litestar.exceptions import HTTPException
 
 from .admin import admin_routes
 from .api import error_response, routes
+from .canonical import Wire
+from .chat import CHAT
 from .config import Config
 from .errors import APIError
+from .messages_bridge import MESSAGES
 from .runtime import LocalFactory, Runtime
 
 __all__ = ["create_admin_app", "create_app"]
@@ -85,11 +88,20 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         error = APIError(413, "The request body is too large.", code="request_too_large")
     else:
         error = APIError(status, str(exc.detail))
-    return error_response(error)
+    return error_response(error, wire=_wire(request))
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(
-        APIError(500, "The gateway had an internal error.", code="internal_error")
+        APIError(500, "The gateway had an internal error.", code="internal_error"),
+        wire=_wire(request),
     )
+
+
+def _wire(request: Request[Any, Any, Any]) -> Wire:
+    """Whose error body a request no route answered gets: Anthropic's under ``/v1/messages``
+    and for the anthropic SDK (it sends ``anthropic-version``), whose clients read no other."""
+    path = request.url.path
+    messages = path == "/v1/messages" or path.startswith("/v1/messages/")
+    return MESSAGES if messages or "anthropic-version" in request.headers else CHAT

@@ -181,6 +181,26 @@ def test_sdk_errors_not_found_and_overloaded(
     assert fake.stats["/v1/messages"] == 3  # one try and max_retries (2) by the gateway
 
 
+def test_routes_the_gateway_lacks_answer_in_anthropics_body(
+    gw: Gateway, client: anthropic.Anthropic
+) -> None:
+    """A route under /v1/messages the gateway does not serve (Message Batches), or any the
+    anthropic SDK asks for: Anthropic's error body, which its SDK reads (was OpenAI's)."""
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.messages.batches.list()
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    assert "/v1/messages/batches" in missing.value.message
+    for method, path in (("POST", "/v1/messages/nope"), ("GET", "/v1/messages/count_tokens/x")):
+        response = gw.http.request(method, path, json={})
+        assert response.status_code == 404
+        body = response.json()
+        assert body["type"] == "error" and body["error"]["type"] == "not_found_error"
+        assert body["error"]["message"] == f"Unknown route: {method} {path}"
+    refused = gw.http.get("/v1/messages")
+    assert refused.status_code == 405 and refused.json()["type"] == "error"
+    assert gw.http.get("/v2/nothing").json()["error"]["code"] == "not_found"  # OpenAI's still
+
+
 def test_failed_or_refused_answers_are_never_stored(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
