@@ -712,20 +712,30 @@ async def _renamed(call: Callable[[GatewayRequest], Awaitable[T]], chat: Gateway
 
 
 #: Chat Completions fields an error may name, as the bridged APIs call them.
-#: (Anthropic's error bodies name no field: the Messages API needs none.)
 _BRIDGED_PARAMS = {
     "responses": {"messages": "input", "max_tokens": "max_output_tokens",
                   "max_completion_tokens": "max_output_tokens"},
+    "messages": {"stop": "stop_sequences"},
 }  # fmt: skip
+#: A chat message's ``tool_calls``: what the Messages bridge made of ``tool_use`` blocks.
+_TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
 
 
 @contextlib.contextmanager
 def _params_of(kind: str) -> Iterator[None]:
-    """An error about the chat form of a bridged request names the field the client sent."""
+    """An error about the chat form of a bridged request names the field the client sent:
+    in its ``param``, and for Messages (Anthropic's error bodies have no ``param``) in its
+    message (``stop takes up to 64 …`` → ``stop_sequences takes up to 64 …``)."""
     try:
         yield
     except APIError as exc:
-        exc.param = _BRIDGED_PARAMS.get(kind, {}).get(exc.param or "", exc.param)
+        param = exc.param or ""
+        named = _BRIDGED_PARAMS.get(kind, {}).get(param, exc.param)
+        if kind == "messages" and param:
+            named = "tool_use" if _TOOL_CALLS.fullmatch(param) else named
+            where = re.compile(rf"(?<![\w.\[]){re.escape(param)}(?![\w.\[])")
+            exc.message = where.sub(str(named), exc.message, count=1)
+        exc.param = named
         raise
 
 

@@ -245,3 +245,29 @@ def test_what_the_local_model_cannot_do_is_a_400(client: anthropic.Anthropic) ->
     with pytest.raises(anthropic.BadRequestError) as refused:  # the engine's own bound
         create(client, [{"role": "user", "content": "hi"}], stop_sequences=["z"] * 65)
     assert "stop" in refused.value.message and "64" in refused.value.message
+
+
+def test_the_local_models_refusals_name_the_fields_the_client_sent(
+    client: anthropic.Anthropic,
+) -> None:
+    """The local model checks the chat form of the request; its 400 names the Messages field
+    (was "stop takes up to 64 …" for stop_sequences, "'messages[1].tool_calls'" for a
+    tool_use block), JSON and streamed alike."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}
+    used = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]}]  # fmt: skip
+    hi = [{"role": "user", "content": "hi"}]
+    cases: list[tuple[list[Any], dict[str, Any], str]] = [
+        (hi, {"stop_sequences": ["z"] * 65}, "stop_sequences takes up to 64 non-empty strings"),
+        (hi, {"stop_sequences": [""]}, "stop_sequences takes up to 64 non-empty strings"),
+        (used, {}, "'tool_use' is not supported by the local model."),
+    ]
+    for messages, extra, message in cases:
+        for stream in (False, True):
+            with pytest.raises(anthropic.BadRequestError) as refused:
+                create(client, messages, stream=stream, **extra)
+            assert refused.value.body == {
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": message},
+            }
