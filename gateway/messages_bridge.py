@@ -230,9 +230,12 @@ class _MessagesStream:
     def _convert(self, event: StreamEvent) -> Iterator[dict[str, Any]]:
         if not self._started:
             self._started = True
+            # NOTE: the local model knows its prompt's tokens now (an upstream only at the end),
+            # not yet how many its prefix cache holds: message_delta's usage splits them
+            prompt = int((self._inner.counted() or {}).get("prompt_tokens") or 0)
             head: dict[str, Any] = {"id": fresh_message_id(), "type": "message", "role": "assistant",
                     "model": self._model, "content": [], "stop_reason": None,
-                    "stop_sequence": None, "usage": {"input_tokens": 0, "output_tokens": 0}}  # fmt: skip
+                    "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 0}}  # fmt: skip
             yield {"type": "message_start", "message": head}
             yield {"type": "ping"}
         if event.done:

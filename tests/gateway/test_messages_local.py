@@ -271,3 +271,20 @@ def test_the_local_models_refusals_name_the_fields_the_client_sent(
                 "type": "error",
                 "error": {"type": "invalid_request_error", "message": message},
             }
+
+
+def test_message_start_reports_the_prompts_tokens(client: anthropic.Anthropic) -> None:
+    """As Anthropic's streams do, ``message_start`` says how many input tokens the prompt has
+    (was 0 until ``message_delta``); the final usage splits them into those read from the
+    prefix cache and the rest."""
+    messages = [{"role": "user", "content": "Name a tool for cutting wood."}]
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+    for _ in range(2):  # the second one reads its prompt from the prefix cache
+        events = list(create(client, messages, stream=True,
+                             extra_headers={"cache-control": "no-store"}).parse())  # fmt: skip
+        start = events[0]
+        assert start.type == "message_start"
+        assert start.message.usage.input_tokens == counted.input_tokens
+        final = [e for e in events if e.type == "message_delta"][-1].usage
+        assert final.input_tokens is not None and final.cache_read_input_tokens is not None
+        assert final.input_tokens + final.cache_read_input_tokens == counted.input_tokens
