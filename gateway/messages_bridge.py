@@ -142,7 +142,7 @@ def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> di
     choice = (chat.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     content: list[dict[str, Any]] = []
-    if message.get("content") or not message.get("tool_calls"):
+    if message.get("content"):  # (an empty answer has no block, as Anthropic's and a stream's)
         content.append({"type": "text", "text": message.get("content") or ""})
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}

@@ -364,6 +364,31 @@ def test_bridged_answers_say_why_they_stopped(
         assert cut.parse().stop_reason == "max_tokens" and cut.parse().content[-1].input == {}
 
 
+def test_an_empty_bridged_answer_has_no_content_block_json_or_streamed(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """An answer with no text (here a stop sequence at its very start) is ``content: []``,
+    as Anthropic answers and as the bridged stream, with no block, always was (the JSON
+    answer had a ``{"type": "text", "text": ""}`` block), fresh and replayed alike."""
+    params: dict[str, Any] = {"model": "gpt", "max_tokens": 64, "stop_sequences": ["answer"]}
+    for expected in ("miss", "exact"):
+        fresh = ask(client, "Empty?", **params)
+        assert fresh.headers["x-cache"] == expected
+        message = fresh.parse()
+        assert message.content == [] and message.stop_reason == "stop_sequence"
+        with client.messages.stream(
+            **params, messages=[{"role": "user", "content": "Empty, streamed?"}]
+        ) as stream:
+            final = stream.get_final_message()
+        assert stream.response.headers["x-cache"] == expected
+        assert final.content == [] and final.stop_sequence == "answer"
+    replayed = ask(client, "Empty, streamed?", **params).parse()  # JSON from a stream
+    streamed = client.messages.stream(**params, messages=[{"role": "user", "content": "Empty?"}])
+    with streamed as stream:  # a stream from JSON
+        assert replayed.content == stream.get_final_message().content == []
+    assert upstream.stats["chat"] == 2
+
+
 class GeminiStream:
     """An upstream that streams two tool calls as Gemini's OpenAI-compatible API does: each
     call whole in one chunk, with its own id and no ``index``."""
