@@ -100,6 +100,9 @@ class GatewayRequest:
     #: would refuse vLLM's ``continue_final_message``; a backend that cannot honour it
     #: ignores it (OpenAI answers with a new turn, as it does for such a chat request).
     continue_final: bool = False
+    #: A bridged request's ``top_k`` (Messages). Not in the body: OpenAI refuses the field;
+    #: the local model honours it, an upstream is not sent it.
+    top_k: int | None = None
     #: The body that carries the whole conversation in place of the earlier response it names
     #: upstream (the Responses API's ``previous_response_id``), when this gateway holds it: sent
     #: instead when the upstream answers that it holds no such response (a restarted worker).

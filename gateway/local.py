@@ -260,6 +260,8 @@ class LocalBackend:
 
     async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
         body = request.body
+        if request.top_k is not None:  # a bridged request's (not in its chat body)
+            body = {**body, "top_k": request.top_k}
         params = _sampling(body, request.kind)
         namespace = (
             self.name

@@ -3,9 +3,11 @@
 ``MessagesBridge`` is the Messages adapter's chat bridge (gateway.canonical.Bridge), the same
 mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
-``tool`` messages, their text after ``Error: `` when ``is_error``, ``stop_sequences`` → ``stop``, ``tool_choice``'s ``disable_parallel_tool_use``
-→ ``parallel_tool_calls: false``) and renders the chat answer back as a Messages answer, JSON
-or SSE. Plain string turns stay strings, so the local model's chat template
+``tool`` messages, their text after ``Error: `` when ``is_error``, ``stop_sequences`` →
+``stop``, ``tool_choice``'s ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``;
+``top_k`` goes in the request's ``top_k``, which the local model honours and an upstream is
+not sent, as OpenAI refuses the field) and renders the chat answer back as a Messages answer,
+JSON or SSE. Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
 reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
@@ -70,9 +72,8 @@ class MessagesBridge:
     def to_chat(self, request: GatewayRequest) -> GatewayRequest:
         body = to_chat(request.body)
         prefill = request.body["messages"][-1]["role"] == "assistant"
-        return dataclasses.replace(
-            request, kind="chat", body=body, include_usage=True, continue_final=prefill
-        )
+        return dataclasses.replace(request, kind="chat", body=body, include_usage=True,
+                                   continue_final=prefill, top_k=request.body.get("top_k"))  # fmt: skip
 
     def from_chat(
         self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]
@@ -120,7 +121,7 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     for message in body["messages"]:
         messages.extend(_turn(message))
     chat["messages"] = messages
-    for field in ("temperature", "top_p", "top_k", "stream"):
+    for field in ("temperature", "top_p", "stream"):  # (top_k: see MessagesBridge.to_chat)
         if body.get(field) is not None:
             chat[field] = body[field]
     if body.get("stop_sequences"):

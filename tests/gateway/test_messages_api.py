@@ -484,6 +484,19 @@ def test_a_failed_tool_result_reaches_a_bridged_upstream_as_an_error(
     ]
 
 
+def test_top_k_is_not_sent_to_a_bridged_upstream(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """``top_k`` is a Messages field OpenAI's chat API does not have (it answers 400
+    "Unrecognized request argument"): a ``backend: openai`` model is not sent it."""
+    for stream in (False, True):
+        answer = ask(client, f"Top k ({stream})?", model="gpt", stream=stream,
+                     extra_body={"temperature": 0.5, "top_k": 5})  # fmt: skip
+        assert answer.status_code == 200
+        assert "top_k" not in upstream.last_body and upstream.last_body["temperature"] == 0.5
+    assert upstream.stats["chat"] == 2
+
+
 def test_thinking_disabled_is_no_request_for_thinking_through_the_bridge(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:

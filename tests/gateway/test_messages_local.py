@@ -288,3 +288,15 @@ def test_message_start_reports_the_prompts_tokens(client: anthropic.Anthropic) -
         final = [e for e in events if e.type == "message_delta"][-1].usage
         assert final.input_tokens is not None and final.cache_read_input_tokens is not None
         assert final.input_tokens + final.cache_read_input_tokens == counted.input_tokens
+
+
+def test_top_k_reaches_the_local_model(client: anthropic.Anthropic) -> None:
+    """The local model honours a Messages request's ``top_k`` (not sent in the chat body, as
+    an OpenAI upstream refuses it): ``top_k: 1`` at temperature 1 answers as greedy decoding."""
+    messages = [{"role": "user", "content": "Name a kind of screwdriver."}]
+    plain = {"extra_headers": {"cache-control": "no-store"}}
+    greedy = create(client, messages, **plain).parse()
+    for _ in range(3):
+        asked = {"temperature": 1.0, "top_k": 1}
+        sampled = create(client, messages, extra_body=asked, **plain).parse()
+        assert sampled.content[0].text == greedy.content[0].text
