@@ -253,7 +253,7 @@ class UpstreamBackend:
                         error.final()
                     raise error from None
                 resent = True
-                log.info("upstream %s: %r at once; sending again", self.name, exc)
+                self._resending(exc)
                 continue
             except httpx.RequestError as exc:
                 raise _broken(self.name, exc) from None
@@ -261,6 +261,13 @@ class UpstreamBackend:
                 return response
             await self._refused(response, attempt, last)  # raises unless it is to be retried
             attempt += 1
+
+    def _resending(self, exc: Exception) -> None:
+        """Log the one resend after a stale connection (``_send``), and count it as a retry
+        (``cachegate_upstream_retries_total``: it was only logged)."""
+        log.info("upstream %s: %r at once; sending again", self.name, exc)
+        if self._on_retry is not None:
+            self._on_retry(self.name, "stale connection")
 
     def _build(self, path: str, payload: bytes, headers: dict[str, str]) -> httpx.Request:
         """The request ``AsyncClient.build_request`` makes, from what is the same every time

@@ -428,6 +428,10 @@ def test_a_kept_alive_connection_closed_under_a_request_is_sent_again(
         second = gw.chat("second")  # goes out on the kept-alive connection, which closes
         assert second.status_code == 200, second.text  # was 502 "broke off"
         assert server.answered == 2
+        # the resend is a retry like any other, in /metrics (it was only logged)
+        metrics = gw.http.get("/metrics").text
+        retried = 'cachegate_upstream_retries_total{model="fake-model",why="stale connection"}'
+        assert f"{retried} 1.0" in metrics.splitlines()
     finally:
         server.close()
 
