@@ -100,6 +100,14 @@ class SSEParser:
             elif block.startswith(b":") or b"\n:" in block:
                 self._commented = True
 
+    def end(self) -> list[bytes]:
+        """At the stream's end: the events a CR held back (``feed``) completes. With no byte
+        after it, it was a line's end, not the first half of a CRLF."""
+        if not self._held_cr:
+            return []
+        self._held_cr = False
+        return self.feed(b"\n")
+
     def commented(self) -> bool:
         """Whether an event of comments only arrived since the last call."""
         commented, self._commented = self._commented, False

@@ -744,13 +744,17 @@ class UpstreamStream:
 
     async def __anext__(self) -> StreamEvent:
         while not self._ready:
-            data = await self._read()
             try:
-                events = self._parser.feed(data)
+                events = self._parser.feed(await self._read())
             except EventTooLarge as exc:
                 raise _failure(
                     502, "upstream_error", f"Upstream for model '{self._name}' sent {exc}."
                 ) from None
+            except StopAsyncIteration:
+                # (a CR-only stream's last CR ends its last event: it was lost)
+                events = self._parser.end()
+                if not events:
+                    raise
             for i, raw in enumerate(events, start=1):
                 self._ready.append(self._event(raw, more=i < len(events)))
             if self._parser.commented() and not events:

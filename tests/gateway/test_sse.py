@@ -25,6 +25,15 @@ def test_parser_handles_split_events_crlf_comments_and_multiline() -> None:
         assert [e for part in split for e in part] == [b'{"a":\n1}', b"[DONE]"], size
 
 
+def test_parser_ends_a_cr_only_stream_whose_last_byte_is_cr() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: 1\r\rdata: [DONE]\r\r") == [b"1"]  # (the last CR: a CRLF?)
+    assert parser.end() == [b"[DONE]"]  # no: the stream ended there
+    assert parser.end() == [] and parser.pending == b""
+    crlf = SSEParser()
+    assert crlf.feed(b"data: 1\r\n\r\n") == [b"1"] and crlf.end() == []
+
+
 def test_parser_tells_of_an_event_of_comments_only() -> None:
     parser = SSEParser()
     assert parser.feed(b": keep-alive\r\n\r\n") == [] and parser.commented()

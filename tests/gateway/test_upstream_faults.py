@@ -554,3 +554,17 @@ def test_an_error_answer_whose_body_never_ends_is_answered_from_its_start(
         assert gw.chat("after").status_code == 400  # (its turn on a connection was given back)
     finally:
         server.close()
+
+
+def test_a_stream_with_cr_line_endings_ending_in_cr_keeps_its_last_event(
+    make_gateway: Any,
+) -> None:
+    gw = make_gateway()
+    body = "".join(f"data: {json.dumps(c)}\r\r" for c in (chunk("Hel"), chunk("lo", "stop")))
+    fake = raw(body + "data: [DONE]\r\r", content_type="text/event-stream")
+    for expected in ("miss", "exact"):
+        response = gw.chat("cr", stream=True, fake=fake)
+        assert response.headers["x-cache"] == expected
+        events = sse_chunks(response.text)
+        assert events[-1] == "[DONE]", events  # was a stream_incomplete error, nothing cached
+        assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "Hello"
