@@ -155,7 +155,7 @@ class Assembler:
                 bad = _merge_delta(choice["message"], delta_choice.get("delta") or {})
                 self.unjoinable = self.unjoinable or bad
             else:
-                choice["text"] += delta_choice.get("text") or ""
+                _append(choice, "text", delta_choice.get("text") or "")
             logprobs = delta_choice.get("logprobs")
             if logprobs:
                 _merge_logprobs(choice, logprobs)
@@ -175,7 +175,7 @@ class Assembler:
             "object": "chat.completion" if self.kind == "chat" else "text_completion",
             "created": self._head.get("created"),
             "model": self._head.get("model"),
-            "choices": [self._choices[i] for i in sorted(self._choices)],
+            "choices": [_joined(self._choices[i]) for i in sorted(self._choices)],
         }
         if self._head.get("system_fingerprint"):
             obj["system_fingerprint"] = self._head["system_fingerprint"]
@@ -237,7 +237,33 @@ def _empty_choice(kind: str, index: int) -> dict[str, Any]:
             "logprobs": None,
             "finish_reason": None,
         }
-    return {"index": index, "text": "", "logprobs": None, "finish_reason": None}
+    return {"index": index, "text": _Pieces(), "logprobs": None, "finish_reason": None}
+
+
+class _Pieces(list[str]):
+    """A text that a stream sends in pieces, joined once in ``Assembler.result``.
+
+    NOTE: each piece added to a string copied the whole text so far: quadratic in the pieces
+    (a 100k-chunk answer took 7.5 s of the event loop to fold, every other stream waiting).
+    """
+
+
+def _append(into: dict[str, Any], field: str, piece: str) -> None:
+    pieces = into.get(field)
+    if not isinstance(pieces, _Pieces):
+        pieces = into[field] = _Pieces([pieces] if isinstance(pieces, str) else ())
+    pieces.append(piece)
+
+
+def _joined(value: Any) -> Any:
+    """``value`` with each text in pieces joined (a copy: the assembler's own stays as is)."""
+    if isinstance(value, _Pieces):
+        return "".join(value)
+    if isinstance(value, dict):
+        return {k: _joined(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_joined(v) for v in value]
+    return value
 
 
 def _keep_extras(into: dict[str, Any], source: dict[str, Any], own: frozenset[str]) -> None:
@@ -254,24 +280,24 @@ def _merge_delta(message: dict[str, Any], delta: dict[str, Any]) -> str | None:
         if field == "role":
             message["role"] = value
         elif field in _TEXT_FIELDS and isinstance(value, str):
-            message[field] = (message.get(field) or "") + value
+            _append(message, field, value)
         elif field == "tool_calls":
             calls = message.setdefault("tool_calls", [])
             for part in value:
                 _merge_tool_call(calls, part)
         elif field == "function_call":
             call = message.setdefault("function_call", {"name": "", "arguments": ""})
-            call["name"] += value.get("name") or ""
-            call["arguments"] += value.get("arguments") or ""
+            _append(call, "name", value.get("name") or "")
+            _append(call, "arguments", value.get("arguments") or "")
         elif field == "audio" and isinstance(value, dict):  # OpenAI: data and transcript pieces
             audio = message.setdefault("audio", {})
             for key, part in value.items():
                 if key in ("data", "transcript") and isinstance(part, str):
-                    audio[key] = audio.get(key, "") + part
+                    _append(audio, key, part)
                 elif part is not None:
                     audio[key] = part
         elif isinstance(value, list):  # annotations, reasoning_details: pieces in order
-            message[field] = [*(message.get(field) or []), *value]
+            _extend(message, field, value)
         elif field in message and message[field] != value:
             return field  # sent again, changed: pieces of something unknown
         else:
@@ -289,18 +315,26 @@ def _merge_tool_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
     if part.get("type"):
         call["type"] = part["type"]
     function = part.get("function") or {}
-    call["function"]["name"] += function.get("name") or ""
-    call["function"]["arguments"] += function.get("arguments") or ""
+    _append(call["function"], "name", function.get("name") or "")
+    _append(call["function"], "arguments", function.get("arguments") or "")
 
 
 def _merge_logprobs(choice: dict[str, Any], logprobs: dict[str, Any]) -> None:
     merged = choice["logprobs"] or {}
     for field, value in logprobs.items():
         if isinstance(value, list):
-            merged[field] = (merged.get(field) or []) + value
+            _extend(merged, field, value)
         else:
             merged[field] = value
     choice["logprobs"] = merged
+
+
+def _extend(into: dict[str, Any], field: str, items: list[Any]) -> None:
+    """``into[field]`` extended by ``items`` in place (a list made anew for each piece
+    copied all those before it, as a string did: see ``_Pieces``)."""
+    if type(into.get(field)) is not list:  # (nor a text in pieces)
+        into[field] = []
+    into[field].extend(items)
 
 
 def _chat_deltas(message: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -433,6 +433,24 @@ def test_stream_passes_events_through_as_they_arrive(
     assert rest[-2] == "data: [DONE]"
 
 
+def test_an_answer_streamed_in_many_pieces_is_folded_in_linear_time(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    # 10 MB of text, in 10 pieces and in 10,000: each piece was added to the text so far
+    # (a copy of it), so the second took ~8 s of the event loop, every other request waiting
+    gw = make_gateway()
+    took = {}
+    for pieces in (10, 10_000):
+        fake = {"content": "x" * 1000, "repeat": 10_000, "chunks": pieces}
+        started = time.perf_counter()
+        response = gw.chat(f"long answer {pieces}", stream=True, fake=fake)
+        took[pieces] = time.perf_counter() - started
+        assert sse_chunks(response.text)[-1] == "[DONE]"
+        again = gw.chat(f"long answer {pieces}", stream=True, fake=fake)
+        assert again.headers["x-cache"] == "exact"
+    assert took[10_000] < 4 * took[10] + 1.5, took
+
+
 def test_client_disconnect_cancels_upstream_stream(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
