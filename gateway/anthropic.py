@@ -28,7 +28,14 @@ from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
 from .prompt_cache import PromptCacher, min_cacheable_tokens
 from .requests import GatewayRequest
-from .upstream import UpstreamBackend, UpstreamError, UpstreamStream, _not_a_stream, read_object
+from .upstream import (
+    UpstreamBackend,
+    UpstreamError,
+    UpstreamStream,
+    _a_stream,
+    _not_a_stream,
+    read_object,
+)
 
 __all__ = ["AnthropicBackend", "AnthropicStream"]
 
@@ -64,7 +71,7 @@ class AnthropicBackend(UpstreamBackend):
     ) -> AnthropicStream:
         _only_messages(self.name, request)
         response = await self._send(request, stream=True, auth=auth, path="v1/messages")
-        if response.headers.get("content-type", "").startswith("application/json"):
+        if not _a_stream(response):
             raise await _not_a_stream(self.name, response)
         return AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits)
 

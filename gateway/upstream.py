@@ -140,7 +140,7 @@ class UpstreamBackend:
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
-        if response.headers.get("content-type", "").startswith("application/json"):
+        if not _a_stream(response):
             # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
             raise await _not_a_stream(self.name, response)
         return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits)
@@ -872,16 +872,28 @@ def _error_event(name: str, what: str) -> StreamEvent:
     return StreamEvent(sse_error(error), error.body(), error=True)
 
 
+def _a_stream(response: httpx.Response) -> bool:
+    """Whether a successful answer to a stream request is an event stream (or says nothing of
+    its type). NOTE: any other (a 204, a proxy's text/plain or HTML page) was read as a stream
+    that ended at once: a 200 whose only event said ``stream_incomplete``."""
+    media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+    return response.status_code != 204 and media in ("text/event-stream", "")
+
+
 async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
-    _, error = await _read_error(response)
+    raw, error = await _read_error(response)
     if isinstance(error, dict):
         error = error.get("message")
     if error:
         return _failure(502, "upstream_error", f"Upstream for model '{name}' failed: {error}")
+    media = response.headers.get("content-type", "").partition(";")[0].strip()
+    what = "HTTP 204 (no content)" if response.status_code == 204 else media
+    text = raw[:200].decode("utf-8", "replace").strip()
+    said = f": {text}" if text and not media.startswith("application/json") else "."
     return _failure(
         502,
         "upstream_error",
-        f"Upstream for model '{name}' answered a stream request with application/json.",
+        f"Upstream for model '{name}' answered a stream request with {what}{said}",
     )
 
 

@@ -135,6 +135,34 @@ def test_json_answer_to_a_stream_request_is_502_with_its_message(make_gateway: A
 
 
 @pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (raw("", status=204, content_type="text/plain"), "with HTTP 204 (no content)."),
+        (raw("quota exceeded\n", content_type="text/plain"), "with text/plain: quota exceeded"),
+        (raw("<html>log in</html>", content_type="text/html"), "with text/html: <html>log in"),
+    ],
+)
+def test_an_answer_to_a_stream_request_that_is_no_stream_is_502(
+    make_gateway: Any, answer: dict[str, Any], says: str
+) -> None:
+    # (it was a 200 whose only event said stream_incomplete)
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "no stream"}],
+            stream=True,
+            extra_body={"fake": answer},
+        )
+    assert caught.value.status_code == 502
+    error = caught.value.response.json()["error"]
+    assert error["code"] == "upstream_error" and says in error["message"], error
+    again = gw.chat("no stream", stream=True, fake=answer)  # nothing was stored
+    assert again.status_code == 502, again.text
+
+
+@pytest.mark.parametrize(
     ("bad", "says"),
     [
         ("data: oops not json\n\n", "not a JSON object: 'oops not json'"),
