@@ -26,7 +26,7 @@ from litestar.response import Stream
 from .backend import Backend
 from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
-from .connections import ClientDisconnected, StreamWatch
+from .connections import ClientDisconnected, StreamWatch, hold
 from .embeddings import EMBEDDINGS, embed
 from .errors import APIError
 from .messages import client_credential, parse_count_tokens
@@ -269,6 +269,7 @@ async def serve(
             if runtime.admission is not None and (door := runtime.admission.door()) is not None:
                 await runtime.connections.guard(request)(door)  # the loop runs late: wait
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
+            hold(request.scope.setdefault("state", {}), reply.stream)  # (see ``closing``)
     except ClientDisconnected:
         _record(runtime, route, seen.model, "bypass", 499, seen.started)
         observe(runtime, seen.now(499), None)

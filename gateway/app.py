@@ -24,6 +24,7 @@ from .api import error_response, routes
 from .canonical import Wire
 from .chat import CHAT
 from .config import Config
+from .connections import closing
 from .errors import APIError
 from .messages_bridge import MESSAGES
 from .runtime import LocalFactory, Runtime
@@ -71,6 +72,7 @@ def _litestar(
         lifespan=lifespan,
         request_max_body_size=config.server.max_body_bytes,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
+        middleware=[closing],
         openapi_config=None,
         logging_config=None,
     )

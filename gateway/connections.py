@@ -7,7 +7,8 @@ Every request the data port answers passes through here:
   ``shutting_down`` error instead of a cut connection;
 * ``Connections.send(reply, ...)`` sends a stream: it is watched for a client that stopped
   reading (the watchdog ends it), the shutdown deadline ends it with an error event, and it
-  is always closed at the end, which frees the model call or upstream connection behind it.
+  is always closed at the end, which frees the model call or upstream connection behind it;
+* ``closing(app)`` closes a stream that a failure kept from being sent (``hold``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
-from .canonical import Reply
+from .canonical import ByteStream, Reply
 from .errors import APIError
 
-__all__ = ["SHUTTING_DOWN", "ClientDisconnected", "Connections", "StreamWatch"]
+__all__ = ["SHUTTING_DOWN", "ClientDisconnected", "Connections", "StreamWatch", "closing", "hold"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -196,6 +197,39 @@ class Connections:
                     await watch.end()
                 except Exception:  # one stream's cleanup must not stop the watchdog
                     log.exception("ending a stuck stream failed")
+
+
+def hold(state: dict[str, Any], stream: ByteStream | None) -> None:
+    """Leave ``stream`` (a request's answer, not yet sent) to ``closing``, should it never be
+    sent: ``state`` is the request's ASGI ``scope["state"]``."""
+    if stream is not None:
+        state[_HELD] = stream
+
+
+def closing(app: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """An ASGI ``app`` that closes the stream its request ``hold`` s when it is done, in every
+    path (its close is a no-op once ``Connections.send`` has closed it).
+
+    NOTE: the stream holds its model call: an upstream connection and its turn among
+    ``max_connections``. A failure between the tier walk's answer and the stream's first
+    event (a relayed header the response could not encode: see backend._sendable) left it
+    open for good; after ``max_connections`` of them, every request to the model was a 503
+    ``upstream_busy`` until a restart.
+    """
+
+    async def closing_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            stream = scope.get("state", {}).pop(_HELD, None)
+            if stream is not None:
+                await stream.aclose()
+
+    return closing_app
+
+
+#: Where a request's scope holds its unsent stream (see ``hold``).
+_HELD = "cachegate.stream"
 
 
 async def until_disconnect(client: Receiver, awaitable: Awaitable[T]) -> T:

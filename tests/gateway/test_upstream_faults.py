@@ -596,3 +596,22 @@ def test_a_stream_with_cr_line_endings_ending_in_cr_keeps_its_last_event(
         events = sse_chunks(response.text)
         assert events[-1] == "[DONE]", events  # was a stream_incomplete error, nothing cached
         assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "Hello"
+
+
+def test_a_stream_whose_response_fails_before_its_first_event_gives_its_turn_back(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever fails between the upstream's stream opening and its first event going out
+    (here a relayed header the response cannot encode, as ``req-€`` once was) closes it: it
+    was left open, its turn on the one connection never given back (503 upstream_busy)."""
+    from gateway import backend
+
+    monkeypatch.setattr(backend, "_sendable", lambda value: value)  # (as before that fix)
+    gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
+    streamed = sse(chunk("hi", "stop"), "data: [DONE]\n\n")
+    streamed["raw"]["headers"] = {"x-request-id": "req-€"}
+    failed = gw.chat("unsendable", stream=True, fake=streamed)
+    assert failed.status_code == 500, failed.text
+    after = gw.chat("next", stream=True)
+    assert after.status_code == 200, after.text
+    assert sse_chunks(after.text)[-1] == "[DONE]"
