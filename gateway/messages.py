@@ -246,7 +246,10 @@ class MessageFold:
     def __init__(self) -> None:
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
-        self._json: dict[int, str] = {}  # input_json_delta pieces of tool_use blocks
+        self._json: dict[int, list[str]] = {}  # input_json_delta pieces of tool_use blocks
+        #: Text pieces by (block index, field), joined in ``result``. NOTE: each piece added to
+        #: a string copied the text so far: quadratic in the pieces, on the event loop.
+        self._texts: dict[tuple[int, str], list[str]] = {}
         self._stopped = False
         self._streamed = 0  # characters of generated text (see streamed)
         #: Something arrived that this assembler cannot fold: the answer is not stored.
@@ -263,7 +266,9 @@ class MessageFold:
             self._message = dict(event["message"])
             self._message["usage"] = dict(self._message.get("usage") or {})
         elif kind == "content_block_start":
-            self._blocks[int(event.get("index", 0))] = dict(event.get("content_block") or {})
+            index = int(event.get("index", 0))
+            self._blocks[index] = dict(event.get("content_block") or {})
+            self._texts = {k: v for k, v in self._texts.items() if k[0] != index}  # (a new one)
         elif kind == "content_block_delta":
             self._delta(int(event.get("index", 0)), event.get("delta") or {})
         elif kind == "message_delta" and self._message is not None:
@@ -284,7 +289,10 @@ class MessageFold:
         """The whole message, or None when the stream did not finish or cannot be joined."""
         if self._message is None or not self._stopped or self.unjoinable is not None:
             return None
-        for index, text in self._json.items():
+        for (index, field), pieces in self._texts.items():
+            self._blocks[index][field] = "".join(pieces)
+        for index, parts in self._json.items():
+            text = "".join(parts)
             try:
                 self._blocks[index]["input"] = _decode(text) if text else {}
             except msgspec.DecodeError:
@@ -302,11 +310,12 @@ class MessageFold:
             return
         field = _DELTA_FIELDS.get(str(kind))
         if kind == "input_json_delta":
-            self._json[index] = self._json.get(index, "") + str(delta.get("partial_json") or "")
+            self._json.setdefault(index, []).append(str(delta.get("partial_json") or ""))
         elif kind == "citations_delta":  # (a start may say "citations": null)
             block["citations"] = [*(block.get("citations") or ()), delta.get("citation")]
         elif field is not None:
-            block[field[1]] = (block.get(field[1]) or "") + str(delta.get(field[0]) or "")
+            pieces = self._texts.setdefault((index, field[1]), [str(block.get(field[1]) or "")])
+            pieces.append(str(delta.get(field[0]) or ""))
         else:
             self.unjoinable = f"delta {kind!r}"
 
