@@ -20,6 +20,7 @@ import re
 import socket
 import sys
 from collections.abc import Coroutine, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -173,10 +174,30 @@ def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
     return msgspec.structs.replace(config, server=type(config.server)(**server))
 
 
+def _check_model_sources(config: Config) -> None:
+    """A ``ConfigError`` for a local model's ``source`` path that names no directory.
+
+    NOTE: the config resolves a path (absolute, ``./``, ``../``) to an absolute one and
+    leaves a hub id as it is. Loaded as a hub id, a missing directory failed in the background
+    with Hugging Face's "Repo id must be in the form 'repo_name' ..." in /readyz. Checked when
+    the models are to be loaded, not by ``config check``: a deployment's config names paths
+    inside its image.
+    """
+    for name, model in config.models.items():
+        path = Path(model.source) if isinstance(model, LocalModelConfig) else None
+        if path is not None and path.is_absolute() and not path.is_dir():
+            what = "is not a directory" if path.exists() else "does not exist"
+            raise ConfigError(
+                f"models.{name}.source: {path} {what} (give a model directory, a Hugging Face "
+                "hub id already in the local cache, or `bundled`)"
+            )
+
+
 def _serve(args: argparse.Namespace) -> int:
     try:
         config = _with_overrides(_load(args.config), args)
         _check_ports(config)
+        _check_model_sources(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -339,6 +360,7 @@ def _log_admin_access(config: Config) -> None:
 def _prepare(args: argparse.Namespace) -> int:
     try:
         config = _load(args.config)
+        _check_model_sources(config)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -562,3 +562,19 @@ def _prepare(config: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
+
+
+def test_cli_serve_names_a_local_model_source_that_does_not_exist(tmp_path: Path) -> None:
+    # A missing model directory was loaded as a hub id: the gateway started, and /readyz said
+    # "Repo id must be in the form 'repo_name' or 'namespace/repo_name'" for a path.
+    config = tmp_path / "c.yaml"
+    missing = tmp_path / "models" / "smollm2"
+    for command, source in (("serve", str(missing)), ("worker", "./models/smollm2")):
+        config.write_text(
+            f"data_dir: {tmp_path / 'data'}\nmodels: {{m: {{backend: local, source: '{source}'}}}}\n"
+        )
+        result = run_cli(command, "--config", str(config), "--port", "0")
+        assert result.returncode == 1
+        assert result.stderr.startswith(f"error: models.m.source: {missing} does not exist"), (
+            result.stderr
+        )
