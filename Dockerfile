@@ -128,12 +128,11 @@ COPY --from=model /opt/cachegate/models /opt/cachegate/models
 USER cachegate
 WORKDIR /var/lib/cachegate
 EXPOSE 8080
-# /readyz answers 200 once the models are loaded and the stores open (503 before); the opener
-# raises on anything but 2xx. No curl in a slim image: the venv's python does it. No proxy
-# (ProxyHandler({})): Docker injects ~/.docker/config.json's proxies into containers, podman the
-# host's, and urllib would send 127.0.0.1 to the proxy unless NO_PROXY names it (not a CIDR).
+# /readyz answers 200 once the models are loaded and the stores open (503 before). `cachegate
+# healthcheck` asks it on the port the mounted config sets (server.port: a worker's 8081, or any
+# other), past any proxy Docker or podman injects; exit status 0 only on a 2xx.
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python", "-c", "import urllib.request as u; u.build_opener(u.ProxyHandler({})).open('http://127.0.0.1:8080/readyz', timeout=4)"]
+    CMD ["cachegate", "healthcheck", "--config", "/etc/cachegate/cachegate.yaml"]
 CMD ["cachegate", "serve", "--config", "/etc/cachegate/cachegate.yaml", "--host", "0.0.0.0"]
 
 FROM runtime AS cuda

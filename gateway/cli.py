@@ -1,6 +1,7 @@
 """The ``cachegate`` command line.
 
 cachegate serve [--config FILE] [--host HOST] [--port PORT]   run the gateway
+cachegate healthcheck [--config FILE] [--host HOST] [--port PORT]   0: /readyz says ready
 cachegate config check FILE                                   validate a config file
 cachegate config show [FILE]                                  print the effective config
 cachegate key new [--tenant NAME | --admin]                   a new key and its SHA-256 digest
@@ -117,9 +118,22 @@ def _parser() -> argparse.ArgumentParser:
     prepare.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
     prepare.set_defaults(func=_prepare)
 
+    _healthcheck_command(commands)
     _config_commands(commands)
     add_commands(commands)
     return parser
+
+
+def _healthcheck_command(commands: Any) -> None:
+    healthcheck = commands.add_parser(
+        "healthcheck",
+        help="exit 0 when the gateway or worker of this config answers /readyz with 200",
+        description="Ask GET /readyz of the server that `serve` or `worker` runs with the same "
+        "--config, --host and --port (a wildcard host: 127.0.0.1), past any proxy the "
+        "environment names; exit status 0 when it is ready (the image's HEALTHCHECK).",
+    )
+    _serving_options(healthcheck)
+    healthcheck.set_defaults(func=_healthcheck)
 
 
 def _config_commands(commands: Any) -> None:
@@ -172,6 +186,32 @@ def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
             raise ConfigError(f"--{name} {value}: {what[:1].lower()}{what[1:]}") from None
         server[name] = value
     return msgspec.structs.replace(config, server=type(config.server)(**server))
+
+
+def _healthcheck(args: argparse.Namespace) -> int:
+    """``cachegate healthcheck``: 0 when ``/readyz`` of the configured port answers 2xx.
+
+    NOTE: no proxy (``ProxyHandler({})``): Docker injects ~/.docker/config.json's proxies into
+    containers, podman the host's, and urllib would send 127.0.0.1 to the proxy unless
+    NO_PROXY names it (not a CIDR).
+    """
+    import urllib.error
+    import urllib.request
+
+    try:
+        server = _with_overrides(_load(args.config), args).server
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    host = server.host if server.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    url = f"http://{host}:{server.port}/readyz"
+    try:
+        urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=4)
+    except (OSError, ValueError) as exc:  # (urllib's HTTPError and URLError are OSErrors)
+        print(f"error: {url}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _check_model_sources(config: Config) -> None:

@@ -180,9 +180,6 @@ def test_healthchecks_reach_the_container_itself_past_a_proxy(ready: bool) -> No
         for project in [_merge(files)]
         for svc in _cachegate_services(project).values()
     }
-    for target in ("cpu", "cuda"):
-        health = _inherited(_stages(DOCKERFILE), target)["HEALTHCHECK"]
-        commands[("CMD", *json.loads(health.split(" CMD ", 1)[1]))] = 8080
     with _readyz_server(200 if ready else 503) as port, socket.socket() as dead:
         dead.bind(("127.0.0.1", 0))  # bound, never listening: a proxy that refuses
         proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
@@ -193,6 +190,31 @@ def test_healthchecks_reach_the_container_itself_past_a_proxy(ready: bool) -> No
             code = test[3].replace(f"127.0.0.1:{listens}/", f"127.0.0.1:{port}/")
             done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
             assert (done.returncode == 0) == ready, f"{test}: {done.stderr.decode()[-300:]}"
+
+
+@pytest.mark.parametrize("ready", [True, False], ids=["ready", "loading"])
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_image_healthcheck_asks_the_port_of_the_mounted_config(
+    target: str, ready: bool, tmp_path: Path
+) -> None:
+    """The image's HEALTHCHECK asked 127.0.0.1:8080 whatever the config said: a container
+    given a config with another server.port (a worker's 8081) stayed unhealthy. It asks the
+    config's port, past a proxy (see above)."""
+    health = _inherited(_stages(DOCKERFILE), target)["HEALTHCHECK"]
+    test = json.loads(health.split(" CMD ", 1)[1])
+    assert test[0] == "cachegate" and CONTAINER_CONFIG in test
+    with _readyz_server(200 if ready else 503) as port, socket.socket() as dead:
+        config = tmp_path / "cachegate.yaml"
+        config.write_text(f"server: {{port: {port}}}\n")
+        dead.bind(("127.0.0.1", 0))
+        proxy = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        env = {**os.environ, "HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "127.0.0.0/8"}
+        argv = [sys.executable, "-m", "gateway", *test[1:]]
+        argv[argv.index(CONTAINER_CONFIG)] = str(config)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        assert (done.returncode == 0) == ready, done.stderr
+        if not ready:
+            assert f"127.0.0.1:{port}/readyz" in done.stderr and "503" in done.stderr
 
 
 @PROJECTS
@@ -333,8 +355,8 @@ def test_dockerfile_target_runs_the_gateway_as_a_non_root_user(target: str) -> N
         f"user {user} is never created"
     )
 
-    health = final["HEALTHCHECK"]
-    assert "/readyz" in health and "127.0.0.1:8080" in health
+    health = json.loads(final["HEALTHCHECK"].split(" CMD ", 1)[1])
+    assert health == ["cachegate", "healthcheck", "--config", CONTAINER_CONFIG]
     assert "8080" in final["EXPOSE"].split()
     env = _env(stages, target)
     assert env.get("HF_HUB_OFFLINE") == "1"
