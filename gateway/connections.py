@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from .canonical import ByteStream, Reply
-from .errors import APIError
+from .errors import SHUTTING_DOWN_CODE, APIError
 
 __all__ = ["SHUTTING_DOWN", "ClientDisconnected", "Connections", "StreamWatch", "closing", "hold"]
 
@@ -126,7 +126,9 @@ class Connections:
                 raise
             task.uncancel()
             raise APIError(
-                503, "The gateway is shutting down; send the request again.", code="shutting_down"
+                503,
+                "The gateway is shutting down; send the request again.",
+                code=SHUTTING_DOWN_CODE,
             ) from None
         finally:
             self.in_flight.discard(task)

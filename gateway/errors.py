@@ -6,10 +6,12 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["NO_RETRY", "APIError", "error_body", "sse_error"]
+__all__ = ["NO_RETRY", "SHUTTING_DOWN_CODE", "APIError", "error_body", "sse_error"]
 
 #: Sent with errors a client must not retry (the OpenAI SDKs obey it over the status code).
 NO_RETRY = {"x-should-retry": "false"}
+#: The ``code`` of the 503 a shutdown's deadline gives the requests still open.
+SHUTTING_DOWN_CODE = "shutting_down"
 
 
 class APIError(Exception):

@@ -27,7 +27,7 @@ from httpx._utils import get_environment_proxies  # (httpx's own reading of them
 
 from .backend import OPENAI_SAMPLING, Answer, BackendStream, StreamEvent, relayed
 from .config import ConfigError, OpenAIModelConfig
-from .errors import NO_RETRY, APIError, sse_error
+from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
 from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
@@ -845,6 +845,8 @@ def _event(name: str, data: bytes, *, more: bool, kind: str = "chat") -> StreamE
     error = chunk.get("error")
     if error is None:
         return StreamEvent(raw, chunk, more=more)
+    if isinstance(error, dict) and error.get("code") == SHUTTING_DOWN_CODE:
+        raise _shutting_down(name)  # (before its first event: another replica gets it)
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return StreamEvent(raw, chunk, error=True)  # an OpenAI error event: passed on as is
     return _error_event(name, f"failed mid-stream: {str(error)[:200]}")
@@ -937,6 +939,8 @@ async def _upstream_error(
         message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
     if status == 508 and fields.get("code") == "loop_detected":
         return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
+    if status == 503 and fields.get("code") == SHUTTING_DOWN_CODE:
+        return _shutting_down(name)
     # the upstream's request id and rate-limit state, as on an answer (to quote to support)
     headers = relayed(response.headers, rate_limits=rate_limits)
     retry_after = response.headers.get("retry-after")
@@ -1031,6 +1035,15 @@ def _timeout(name: str) -> APIError:
     # retryable: for replicas, another one may answer (this one is marked down meanwhile)
     message = f"Upstream for model '{name}' timed out."
     return UpstreamError(504, message, code="upstream_timeout", retryable=True)
+
+
+def _shutting_down(name: str) -> UpstreamError:
+    """A cachegate upstream (a worker) whose shutdown deadline ended the request: its own
+    words ("The gateway is shutting down") would mislead this gateway's clients."""
+    message = f"Upstream for model '{name}' is shutting down; send the request again."
+    return UpstreamError(
+        503, message, code="upstream_unavailable", retryable=True, upstream_status=503
+    )
 
 
 def _busy(name: str, connections: int) -> APIError:

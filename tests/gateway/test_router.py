@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -319,6 +321,63 @@ def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
     finally:
         gw.stop()
         broken.stop()
+
+
+class ShuttingDown(Replica):
+    """A cachegate worker at its shutdown deadline: a 503 ``shutting_down`` body, or a stream
+    whose first event is that error."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self.stream = (b"accept", b"text/event-stream") in scope.get("headers", [])
+        await super().__call__(scope, receive, send)
+
+    async def answer(self, send: Any) -> None:
+        error = {"message": "The gateway is shutting down; send the request again.",
+                 "type": "api_error", "param": None, "code": "shutting_down"}  # fmt: skip
+        body = msgspec.json.encode({"error": error})
+        media = b"text/event-stream" if self.stream else b"application/json"
+        headers = [(b"content-type", media)]
+        await send({"type": "http.response.start", "status": 200 if self.stream else 503,
+                    "headers": headers, "trailers": False})  # fmt: skip
+        await send(
+            {
+                "type": "http.response.body",
+                "body": b"data: " + body + b"\n\n" if self.stream else body,
+            }
+        )
+
+
+def test_a_replica_shutting_down_hands_its_requests_to_another(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A worker's shutdown deadline ("The gateway is shutting down") reached the clients of
+    the gateway in front, stream or not, though another replica could answer (a stream's
+    first event is not an answer yet); with no other replica, a 503 in its own words."""
+    dying = ThreadedServer(ShuttingDown()).start()
+    alone = replicated(tmp_path / "alone", [f"{dying.url}/v1"])
+    try:
+        for stream in (False, True):
+            gw = replicated(tmp_path / str(stream), [f"{dying.url}/v1", f"{upstream_server.url}/v1"],
+                            "routing: {policy: round_robin}")  # fmt: skip
+            try:
+                answer = gw.chat("hi", stream=stream)
+                assert answer.status_code == 200 and "answer #" in answer.text
+                assert "shutting down" not in answer.text
+                assert routing_stats(gw)["replicas"][0]["down"]
+            finally:
+                gw.stop()
+            refused = alone.chat("hi", stream=stream)
+            message = "Upstream for model 'fake-model' is shutting down; send the request again."
+            if stream:  # (one upstream: its stream is relayed from its headers on)
+                error = json.loads(refused.text.removeprefix("data: "))["error"]
+            else:
+                assert refused.status_code == 503, refused.text
+                error = refused.json()["error"]
+            assert error["message"] == message and error["code"] == "upstream_unavailable"
+        assert dying.app.calls == 4
+    finally:
+        alone.stop()
+        dying.stop()
 
 
 def test_replica_that_accepts_but_never_answers_is_avoided(
