@@ -78,6 +78,9 @@ class GatewayRequest:
     hops: int = 0  # gateways this request passed before this one (``x-cachegate-hops``)
     #: The front gateway's tenant (``x-cachegate-partition``), already part of ``tenant``.
     partition: str = ""
+    #: Seconds within which the gateway in front must hear from a stream
+    #: (``x-cachegate-keepalive``); None: no gateway in front asked.
+    keepalive: float | None = None
     #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()

@@ -47,9 +47,11 @@ __all__ = ["LocalBackend"]
 
 log = logging.getLogger(__name__)
 
-#: A comment line sent while a long prefill runs, so proxies do not time the stream out.
+#: A comment line sent while a long prefill runs, so proxies do not time the stream out: every
+#: 15 s, or as often as the gateway in front asks (``x-cachegate-keepalive``: its read timeout).
 _KEEPALIVE = b": keep-alive\n\n"
 _KEEPALIVE_EVERY = 15.0
+_KEEPALIVE_MIN = 0.5  # (whoever asks: the header reaches a gateway's local model from clients)
 
 
 class LocalBackend:
@@ -158,7 +160,8 @@ class LocalBackend:
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
         engine = await self._ready_engine()
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
-        return LocalStream(request, self.name, job, engine.stream(job))
+        every = max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, request.keepalive or _KEEPALIVE_EVERY))
+        return LocalStream(request, self.name, job, engine.stream(job), keepalive=every)
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``,
@@ -294,8 +297,11 @@ class LocalStream:
         model: str,
         job: GenerationRequest,
         events: AsyncGenerator[Event, None],
+        *,
+        keepalive: float = _KEEPALIVE_EVERY,
     ) -> None:
         self._request = request
+        self._keepalive = keepalive  # seconds of silence before a keep-alive comment
         self._model = model
         self._job = job
         self._events = events
@@ -313,7 +319,7 @@ class LocalStream:
             while True:
                 if pending is None:
                     pending = asyncio.ensure_future(anext(self._events))
-                done, _ = await asyncio.wait({pending}, timeout=_KEEPALIVE_EVERY)
+                done, _ = await asyncio.wait({pending}, timeout=self._keepalive)
                 if not done:
                     yield StreamEvent(_KEEPALIVE, None)
                     continue

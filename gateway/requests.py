@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
@@ -21,6 +22,7 @@ from .errors import NO_RETRY, APIError
 __all__ = [
     "ACCOUNT_HEADERS",
     "HOPS_HEADER",
+    "KEEPALIVE_HEADER",
     "MAX_EMBEDDING_INPUTS",
     "MAX_HOPS",
     "PARTITION_HEADER",
@@ -52,6 +54,9 @@ MAX_NESTING = 64
 #: cachegate behind another one (a ``cachegate worker``) keeps those tenants apart in its own
 #: caches: the partition is appended to the tenant it authenticated, never replaces it.
 PARTITION_HEADER = "x-cachegate-partition"
+#: Seconds within which the gateway in front must hear from a stream (its ``timeout.read``,
+#: with room to spare): a local model sends its keep-alive comment at least this often.
+KEEPALIVE_HEADER = "x-cachegate-keepalive"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
 
@@ -214,6 +219,7 @@ def gateway_request(
         control=parse_cache_control(headers, extension),
         hops=_hops(headers.get(HOPS_HEADER)),
         partition=partition,
+        keepalive=_keepalive(headers.get(KEEPALIVE_HEADER)),
         account=tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h)),
     )
 
@@ -390,6 +396,16 @@ def _one_header(headers: Mapping[str, str], name: str) -> str | None:
         raise APIError(400, f"The '{name}' header is given {len(lines)} times: give it once.",
                        param=name, code="invalid_value")  # fmt: skip
     return headers.get(name)
+
+
+def _keepalive(value: str | None) -> float | None:
+    """The ``x-cachegate-keepalive`` seconds; None when absent or not a positive number (it
+    only ever shortens the keep-alive interval, so a bad one is ignored, not refused)."""
+    try:
+        seconds = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _hops(value: str | None) -> int:

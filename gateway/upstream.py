@@ -30,7 +30,13 @@ from .config import ConfigError, OpenAIModelConfig
 from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
-from .requests import HOPS_HEADER, PARTITION_HEADER, GatewayRequest, tenant_partition
+from .requests import (
+    HOPS_HEADER,
+    KEEPALIVE_HEADER,
+    PARTITION_HEADER,
+    GatewayRequest,
+    tenant_partition,
+)
 from .router import PrefixRouter, prompt_text
 from .sse import KEEPALIVE, EventTooLarge, SSEParser
 
@@ -194,6 +200,8 @@ class UpstreamBackend:
             "content-type": "application/json",
             "accept": "application/json",
             HOPS_HEADER: str(request.hops + 1),
+            # a worker's stream is heard from within timeout.read, even during a long prefill
+            KEEPALIVE_HEADER: f"{self.config.timeout.read / _KEEPALIVE_SHARE:g}",
             PARTITION_HEADER: tenant_partition(request.tenant, self.config.api_key),
         }
         control = request.control
@@ -1071,6 +1079,9 @@ def _broken(name: str, exc: Exception) -> UpstreamError:
 def _failure(status: int, code: str, message: str) -> UpstreamError:
     return UpstreamError(status, message, code=code)
 
+
+#: A cachegate upstream is asked for a keep-alive at least every ``timeout.read`` / this.
+_KEEPALIVE_SHARE = 3
 
 #: A connection that fails within this long of sending was closed before the upstream read the
 #: request (a stale keep-alive): safe to send again.

@@ -172,6 +172,45 @@ def test_tenants_do_not_share_prefix_kv_through_a_worker(
         worker.stop()
 
 
+def test_a_worker_keeps_a_stream_alive_within_the_gateways_read_timeout(
+    bundled_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gateway (``timeout.read: 1``) -> ``cachegate worker`` whose prefill takes 3 s: the
+    worker's keep-alive came every 15 s, so the stream failed with 504 (and the worker was
+    marked down) whatever the read timeout below 15 s; it comes as often as the gateway asks."""
+    import asyncio
+
+    from gateway.runtime import Runtime
+    from localmodel.worker import AsyncEngine
+
+    stream = AsyncEngine.stream
+
+    async def slow_prefill(self: AsyncEngine, request: Any) -> Any:
+        await asyncio.sleep(3)  # (a long prompt, or a queue behind a full batch)
+        async for event in stream(self, request):
+            yield event
+
+    monkeypatch.setattr(AsyncEngine, "stream", slow_prefill)
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
+    del settings["auth"]
+    worker_config = load_config_text(yaml.safe_dump(settings))
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    front = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "front"))
+    front["cache"] = {"enabled": False}
+    front["models"] = {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1",
+                               "timeout": {"read": 1}, "max_retries": 0}}  # fmt: skip
+    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    try:
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="key-a", max_retries=0)
+        chunks = list(client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], stream=True, max_tokens=4
+        ))  # fmt: skip
+        assert chunks[-1].choices and chunks[-1].choices[0].finish_reason == "length"
+    finally:
+        gateway.stop()
+        worker.stop()
+
+
 def test_shared_prefix_across_tenants_when_configured(
     bundled_model_dir: Path, tmp_path: Path
 ) -> None:
