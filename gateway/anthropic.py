@@ -84,7 +84,7 @@ class AnthropicBackend(UpstreamBackend):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
         return count
 
-    def describe(self) -> dict[str, Any]:
+    async def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "anthropic"}
 
     def stats(self) -> dict[str, Any] | None:

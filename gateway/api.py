@@ -178,7 +178,7 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
         runtime.authenticate(_credential(MESSAGES if anthropic else CHAT, request)[0])
     except APIError as exc:
         return error_response(exc, wire=MESSAGES if anthropic else CHAT)
-    data = [backend.describe() for backend in runtime.backends.values()]
+    data = [await backend.describe() for backend in runtime.backends.values()]
     if not anthropic:
         return _json({"object": "list", "data": data})
     models = [_anthropic_model(d) for d in data]
@@ -198,7 +198,7 @@ async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) ->
                            code="model_not_found")  # fmt: skip
     except APIError as exc:
         return error_response(exc, wire=wire)
-    described = backend.describe()
+    described = await backend.describe()
     return _json(_anthropic_model(described) if anthropic else described)
 
 

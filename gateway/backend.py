@@ -75,7 +75,7 @@ class Backend(Protocol):
         self, request: GatewayRequest, auth: str | None = None
     ) -> BackendStream: ...
 
-    def describe(self) -> dict[str, Any]: ...  # the /v1/models entry
+    async def describe(self) -> dict[str, Any]: ...  # the /v1/models entry
 
     async def start(self) -> None: ...  # open or load what it needs (in the app's lifespan)
 

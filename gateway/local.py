@@ -173,7 +173,7 @@ class LocalBackend:
         except ValueError as exc:  # InvalidPromptError: the chat template refused the turns
             raise APIError(400, str(exc), param="messages", code="invalid_value") from None
 
-    def describe(self) -> dict[str, Any]:
+    async def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
             "id": self.name,
             "object": "model",

@@ -102,6 +102,11 @@ class UpstreamBackend:
         )
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
+        #: The upstream's ``context_window`` for this model, and when it was last asked for
+        #: (``_window_known``: it answered, with or without one).
+        self._window: int | None = None
+        self._window_asked = -math.inf
+        self._window_known = False
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -151,8 +156,17 @@ class UpstreamBackend:
             raise await _not_a_stream(self.name, response)
         return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits)
 
-    def describe(self) -> dict[str, Any]:
-        return {"id": self.name, "object": "model", "created": 0, "owned_by": "upstream"}
+    async def describe(self) -> dict[str, Any]:
+        described: dict[str, Any] = {
+            "id": self.name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "upstream",
+        }
+        window = await self._context_window()
+        if window is not None:
+            described["context_window"] = window
+        return described
 
     async def start(self) -> None:
         pass
@@ -219,6 +233,28 @@ class UpstreamBackend:
             headers["authorization"] = _bearer(auth)
             headers.update(request.account)  # the client's organization/project, with its key
         return headers
+
+    async def _context_window(self) -> int | None:
+        """The ``context_window`` the upstream's own ``GET /models/{id}`` gives (a cachegate
+        worker's local model has one once loaded; OpenAI gives none), asked the first time it
+        is wanted; until it gives one or refuses (4xx), again at most every ``_WINDOW_RETRY_S``."""
+        now = time.monotonic()
+        if self._window_known or now - self._window_asked < _WINDOW_RETRY_S:
+            return self._window
+        self._window_asked = now
+        model = self.config.upstream_model or self.name
+        auth = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        try:  # NOTE: _window_asked is set first: a loop back to this gateway asks no further
+            response = await self._client.get(f"models/{model}", headers=auth, timeout=2.0)
+            described = response.json() if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as exc:
+            log.debug("upstream %s: no model description: %r", self.name, exc)
+            return None
+        window = described.get("context_window") if isinstance(described, dict) else None
+        self._window = window if _is_count(window) else None
+        # (a 404: it describes no model; a 200 without one: perhaps a worker still loading)
+        self._window_known = self._window is not None or 400 <= response.status_code < 500
+        return self._window
 
     async def _send(
         self, request: GatewayRequest, *, stream: bool, auth: str | None, path: str | None = None
@@ -407,8 +443,15 @@ class ReplicatedBackend:
         )
         return answer
 
-    def describe(self) -> dict[str, Any]:
-        return self._replicas[0].describe()
+    async def describe(self) -> dict[str, Any]:
+        """The first replica's entry, with the ``context_window`` of the first that gives one."""
+        described = await self._replicas[0].describe()
+        for replica in self._replicas[1:]:
+            if "context_window" in described:
+                break
+            if (window := (await replica.describe()).get("context_window")) is not None:
+                described["context_window"] = window
+        return described
 
     async def delete_response(
         self, request: GatewayRequest, response_id: str, auth: str | None = None
@@ -1002,6 +1045,10 @@ async def _read_error(response: httpx.Response) -> tuple[bytes, Any]:
     return raw, body.get("error") if isinstance(body, dict) else None
 
 
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
 def _field(value: Any) -> str | None:
     """An error's ``type``/``param``/``code`` as the OpenAI SDKs expect it: a string or null."""
     if isinstance(value, str):
@@ -1079,6 +1126,9 @@ def _broken(name: str, exc: Exception) -> UpstreamError:
 def _failure(status: int, code: str, message: str) -> UpstreamError:
     return UpstreamError(status, message, code=code)
 
+
+#: Seconds before an upstream that could not describe its model is asked again.
+_WINDOW_RETRY_S = 10.0
 
 #: A cachegate upstream is asked for a keep-alive at least every ``timeout.read`` / this.
 _KEEPALIVE_SHARE = 3

@@ -380,6 +380,39 @@ def test_a_replica_shutting_down_hands_its_requests_to_another(
         dying.stop()
 
 
+class Described(Replica):
+    """A cachegate worker's model listing: ``GET /v1/models/{id}`` with its context window."""
+
+    async def answer(self, send: Any) -> None:
+        body = msgspec.json.encode({"id": "fake-model", "object": "model", "created": 0,
+                                    "owned_by": "cachegate", "context_window": 8192})  # fmt: skip
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_models_give_the_context_window_the_workers_give(
+    upstream_server: ThreadedServer, tmp_path: Path, refused_url: str
+) -> None:
+    """/v1/models of a gateway in front of workers had no ``context_window``, which the
+    workers' own listing (a local model's) has: it is asked of them, the first replica that
+    answers; an upstream that gives none (the fake, as OpenAI) leaves it out."""
+    worker = ThreadedServer(Described()).start()
+    replicas = replicated(tmp_path / "r", [refused_url, f"{worker.url}/v1"])
+    single = replicated(tmp_path / "s", [f"{worker.url}/v1"])
+    plain = replicated(tmp_path / "p", [f"{upstream_server.url}/v1"])
+    try:
+        for gw in (replicas, single):
+            listed = gw.http.get("/v1/models").json()["data"]
+            assert [m.get("context_window") for m in listed] == [8192]
+            assert gw.http.get("/v1/models/fake-model").json()["context_window"] == 8192
+        assert "context_window" not in plain.http.get("/v1/models/fake-model").json()
+    finally:
+        for gw in (replicas, single, plain):
+            gw.stop()
+        worker.stop()
+
+
 def test_replica_that_accepts_but_never_answers_is_avoided(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
