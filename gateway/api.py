@@ -8,6 +8,7 @@ Disconnects and shutdown are handled in connections.py.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import functools
@@ -178,7 +179,8 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
         runtime.authenticate(_credential(MESSAGES if anthropic else CHAT, request)[0])
     except APIError as exc:
         return error_response(exc, wire=MESSAGES if anthropic else CHAT)
-    data = [await backend.describe() for backend in runtime.backends.values()]
+    # (at once: an upstream model may ask its upstream for its context window, ≤ 2 s)
+    data = list(await asyncio.gather(*(b.describe() for b in runtime.backends.values())))
     if not anthropic:
         return _json({"object": "list", "data": data})
     models = [_anthropic_model(d) for d in data]

@@ -103,10 +103,11 @@ class UpstreamBackend:
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
         #: The upstream's ``context_window`` for this model, and when it was last asked for
-        #: (``_window_known``: it answered, with or without one).
+        #: (``_window_known``: it gave one, refused, or answered without one too often).
         self._window: int | None = None
         self._window_asked = -math.inf
         self._window_known = False
+        self._window_answers = 0  # answers without one (a worker still loading gives none)
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -252,8 +253,14 @@ class UpstreamBackend:
             return None
         window = described.get("context_window") if isinstance(described, dict) else None
         self._window = window if _is_count(window) else None
-        # (a 404: it describes no model; a 200 without one: perhaps a worker still loading)
-        self._window_known = self._window is not None or 400 <= response.status_code < 500
+        # (a 404: it describes no model; a 200 without one: perhaps a worker still loading,
+        # or an upstream that never gives one, as OpenAI: asked _WINDOW_ASKS times in all)
+        self._window_answers += response.status_code == 200
+        self._window_known = (
+            self._window is not None
+            or 400 <= response.status_code < 500
+            or self._window_answers >= _WINDOW_ASKS
+        )
         return self._window
 
     async def _send(
@@ -1127,8 +1134,10 @@ def _failure(status: int, code: str, message: str) -> UpstreamError:
     return UpstreamError(status, message, code=code)
 
 
-#: Seconds before an upstream that could not describe its model is asked again.
+#: Seconds before an upstream that could not describe its model is asked again, and how many
+#: answers without a context window it may give before it is not asked any more.
 _WINDOW_RETRY_S = 10.0
+_WINDOW_ASKS = 6
 
 #: A cachegate upstream is asked for a keep-alive at least every ``timeout.read`` / this.
 _KEEPALIVE_SHARE = 3

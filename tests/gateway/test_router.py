@@ -391,6 +391,35 @@ class Described(Replica):
         await send({"type": "http.response.body", "body": body})
 
 
+class Undescribed(Replica):
+    """An upstream whose model entry has no context window (OpenAI's has none)."""
+
+    async def answer(self, send: Any) -> None:
+        body = b'{"id": "fake-model", "object": "model", "created": 0, "owned_by": "openai"}'
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def test_an_upstream_that_gives_no_context_window_is_asked_a_few_times_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (a worker still loading gives none: it is asked again, but OpenAI never gives one, and
+    # every listing asking it would cost each client a round trip to it)
+    import gateway.upstream
+
+    monkeypatch.setattr(gateway.upstream, "_WINDOW_RETRY_S", 0.0)
+    openai = ThreadedServer(Undescribed()).start()
+    gw = replicated(tmp_path, [f"{openai.url}/v1"])
+    try:
+        for _ in range(10):
+            assert "context_window" not in gw.http.get("/v1/models").json()["data"][0]
+        assert openai.app.calls == gateway.upstream._WINDOW_ASKS < 10
+    finally:
+        gw.stop()
+        openai.stop()
+
+
 def test_models_give_the_context_window_the_workers_give(
     upstream_server: ThreadedServer, tmp_path: Path, refused_url: str
 ) -> None:
