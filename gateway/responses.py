@@ -95,6 +95,7 @@ _LOCAL_KNOWN = frozenset(
         "reasoning",
         "top_k",
         "seed",
+        "background",
     }
 )
 
@@ -825,8 +826,10 @@ def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
     for param, value in body.items():
         if param not in _LOCAL_KNOWN:
             raise _unsupported(param, "is not a request argument the local model recognizes")
-        if param in ("include", "reasoning") and value not in (None, [], {}):
+        if param in ("include", "reasoning") and not _unset(value):
             raise _unsupported(param)
+        if param == "background" and value:  # (false: the SDKs' and clients' no-op value)
+            raise _unsupported(param, "(true) is not supported by the local model")
     fmt = (body.get("text") or {}).get("format") or {}  # (``text``: an object, validated)
     if not isinstance(fmt, dict) or fmt.get("type", "text") != "text":
         raise _unsupported("text.format", "other than text is not supported by the local model")
@@ -837,6 +840,14 @@ def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("max_output_tokens") is not None:
         chat["max_completion_tokens"] = body["max_output_tokens"]
     return chat
+
+
+def _unset(value: Any) -> bool:
+    """Whether an ``include`` or ``reasoning`` asks for nothing: empty, or an object of nulls
+    only (``{"effort": null}``, what clients send for "the model's default")."""
+    if isinstance(value, dict):
+        return all(v is None for v in value.values())
+    return value in (None, [])
 
 
 def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:

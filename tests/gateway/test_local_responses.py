@@ -107,6 +107,8 @@ def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
         ({"tools": [tool]}, "tools"),
         ({"previous_response_id": "resp_unknown"}, "previous_response_id"),
         ({"extra_body": {"frobnicate": 1}}, "frobnicate"),
+        ({"background": True}, "background"),
+        ({"reasoning": {"effort": "low"}}, "reasoning"),
     ]:
         with pytest.raises(openai.BadRequestError) as refused:
             create(c, input="Hello", **body)
@@ -117,6 +119,14 @@ def test_a_provider_prompt_cache_setting_is_no_refusal(gw: Gateway) -> None:
     # a client made for OpenAI and the local model alike (was: a 400, "not a request argument")
     for extra in ({"prompt_cache_retention": "24h"}, {"prompt_cache_options": {}}):
         answer, _ = create(sdk(gw), input="Hello", prompt_cache_key="acme", extra_body=extra)
+        assert answer.status in ("completed", "incomplete") and answer.output_text
+
+
+def test_the_no_op_values_clients_send_are_no_refusal(gw: Gateway) -> None:
+    # a client that sets them for every model, "the default" (was: a 400 on each)
+    for extra in ({"reasoning": {"effort": None}}, {"reasoning": {"effort": None, "summary": None}},
+                  {"background": False}):  # fmt: skip
+        answer, _ = create(sdk(gw), input="Hello", **extra)
         assert answer.status in ("completed", "incomplete") and answer.output_text
 
 
