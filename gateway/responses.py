@@ -23,6 +23,8 @@ of that chain still continues it upstream) — unless the id is another owner's:
 upstream answered for another owner stays refused (404) after its stored copy is gone, as the
 upstream, called with the gateway's key, would continue it for anyone (``stored.claim``). So
 does an input item naming one of that response's output items by id (``item_reference``).
+An ``item_reference`` to an item this gateway made (a hit's or the local model's output) is
+resolved here, from the owner's stored responses: no upstream ever saw that id.
 
 The API is part of every cache scope (``kind``), so an answer stored through this API is never
 served to a chat request, or the other way round: a Response object is not a chat completion.
@@ -168,6 +170,7 @@ class ResponsesAdapter:
             request = dataclasses.replace(request, control=control)
         owner = self.owner(request.tenant, headers)
         self._refuse_foreign_items(owner, items)
+        items, request = self._dereferenced(owner, items, request)
         previous_id = parsed.previous_response_id
         turns, earlier, body = self._resolve(owner, previous_id, items, request.body)
         return dataclasses.replace(
@@ -183,6 +186,25 @@ class ResponsesAdapter:
             item_id = item.get("id")
             if isinstance(item_id, str) and self.store.foreign(owner, item_id):
                 raise APIError(404, f"Item with id '{item_id}' not found.", param="input")
+
+    def _dereferenced(
+        self, owner: str, items: list[dict[str, Any]], request: GatewayRequest
+    ) -> tuple[list[dict[str, Any]], GatewayRequest]:
+        """Each ``item_reference`` to an item this gateway made (the output of a cache hit or
+        of the local model) as that item, from the owner's stored responses: no upstream ever
+        saw its id. A 404, as for an unknown item, when the owner holds none."""
+        if not any(i.get("type") == _ITEM_REFERENCE and _ours(i.get("id")) for i in items):
+            return items, request
+        resolved, sent = [], []  # (the body's other items go as sent)
+        for item, raw in zip(items, request.body["input"], strict=True):
+            if item.get("type") == _ITEM_REFERENCE and _ours(item.get("id")):
+                found = self.store.item(owner, item["id"])
+                if found is None:
+                    raise APIError(404, f"Item with id '{item['id']}' not found.", param="input")
+                item = raw = found
+            resolved.append(item)
+            sent.append(raw)
+        return resolved, dataclasses.replace(request, body={**request.body, "input": sent})
 
     def _resolve(
         self,

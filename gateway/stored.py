@@ -242,6 +242,21 @@ class ResponseStore:
         held.items.move_to_end(response_id)
         return found[0]
 
+    def item(self, owner: str, item_id: str) -> dict[str, Any] | None:
+        """The input or output item ``item_id`` of one of ``owner``'s responses (None when it
+        holds none), newest response first.
+
+        NOTE: a scan of the owner's responses: only for the ids this gateway made (an
+        ``item_reference`` to one, which no upstream ever saw)."""
+        held, now = self._owners.get(owner), time.time()
+        for stored, _ in reversed(held.items.values()) if held is not None else ():
+            if now - stored.stored_at > self._ttl:
+                continue  # expired (``get`` forgets it)
+            for item in (*(stored.response.get("output") or ()), *stored.input_items):
+                if isinstance(item, dict) and item.get("id") == item_id:
+                    return item
+        return None
+
     def delete(self, owner: str, response_id: str) -> bool:
         """Forget a response; False when the owner holds no such id."""
         if self.get(owner, response_id) is None:

@@ -357,6 +357,33 @@ def test_the_output_of_a_hit_sent_back_as_input_reaches_the_upstream_without_our
             assert all("id" not in i for i in sent)
 
 
+def test_an_item_reference_to_an_item_of_a_hit_reaches_the_upstream_as_that_item(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """A hit's output items have ids only the gateway made: an ``item_reference`` to one is
+    sent as the item it names (the upstream, which never saw the id, answered 404), for its
+    owner only; another tenant's reference to it is unknown, never forwarded."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    create(a, input="Name a colour.")
+    hit, cache = create(a, input="Name a colour.")
+    assert cache == "exact"
+    follow = [
+        {"type": "item_reference", "id": hit.output[0].id},
+        {"role": "user", "content": "Why?"},
+    ]
+    then, cache = create(a, input=follow)
+    assert cache == "miss" and "turns=2" in then.output_text
+    sent = upstream.last_body["input"]
+    assert [i.get("type") for i in sent] == ["message", None]  # was: the item_reference
+    assert sent[0]["content"][0]["text"] == hit.output_text and "id" not in sent[0]
+    asked = upstream.stats["responses"]
+    with pytest.raises(openai.NotFoundError) as refused:
+        create(b, input=follow)
+    assert refused.value.body["param"] == "input"  # type: ignore[index]
+    assert upstream.stats["responses"] == asked
+
+
 def test_input_tokens_are_counted_upstream_with_the_conversation_resolved(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:

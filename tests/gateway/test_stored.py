@@ -101,3 +101,18 @@ def test_a_tenant_counts_all_its_owners_and_its_owners_stay_apart() -> None:
         store.claim("default\x1fkey-2", f"resp_2{n}")
     assert store.get("default\x1fkey-1", "resp_default\x1fkey-10") is not None
     assert store.foreign("default\x1fkey-2", "resp_1")
+
+
+def test_an_item_is_found_for_its_owner_while_its_response_is_kept() -> None:
+    store = ResponseStore(ttl=60)
+    kept = stored("a", 0)
+    kept.input_items[0]["id"] = "msg_in"
+    kept.response["output"] = [{"type": "message", "id": "msg_out", "content": []}]
+    store.put(kept)
+    assert store.item("a", "msg_in") == kept.input_items[0]
+    assert store.item("a", "msg_out") == kept.response["output"][0]
+    assert store.item("b", "msg_out") is None and store.item("a", "msg_other") is None
+    store.put(StoredResponse("a", {**kept.response, "id": "resp_old"}, [], [], upstream=False,
+                             stored_at=kept.stored_at - 61))  # fmt: skip
+    store.delete("a", kept.id)
+    assert store.item("a", "msg_out") is None  # (only in an expired one now)
