@@ -106,6 +106,10 @@ class GatewayRequest:
     #: A bridged request's ``top_k`` (Messages). Not in the body: OpenAI refuses the field;
     #: the local model honours it, an upstream is not sent it.
     top_k: int | None = None
+    #: A chat request whose oldest messages (never a system or developer one, nor the last)
+    #: may be left out until it fits the context window (the Responses API's ``truncation:
+    #: "auto"``, through the bridge); a backend with no window to fit ignores it.
+    truncate: bool = False
     #: The body that carries the whole conversation in place of the earlier response it names
     #: upstream (the Responses API's ``previous_response_id``), when this gateway holds it: sent
     #: instead when the upstream answers that it holds no such response (a restarted worker).

@@ -169,7 +169,8 @@ class LocalBackend:
         engine = await self._ready_engine()
         _sampling(request.body, request.kind)
         try:
-            return len(await asyncio.to_thread(_tokens, engine.engine, request))
+            max_tokens = _max_tokens(request.body)
+            return len(await asyncio.to_thread(_fitted, engine.engine, request, max_tokens))
         except ValueError as exc:  # InvalidPromptError: the chat template refused the turns
             raise APIError(400, str(exc), param="messages", code="invalid_value") from None
 
@@ -273,7 +274,7 @@ class LocalBackend:
         )
         tokens: list[int] = []
         try:
-            tokens = await asyncio.to_thread(_tokens, engine, request)
+            tokens = await asyncio.to_thread(_fitted, engine, request, params.max_tokens)
             return engine.prepare(tokens, params, namespace=namespace)
         except ValueError as exc:  # InvalidRequestError, ContextWindowExceeded, InvalidPromptError
             code = "context_length_exceeded" if "context length" in str(exc) else "invalid_value"
@@ -528,6 +529,28 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         param="prompt",
         code="unsupported_parameter",
     )
+
+
+def _fitted(engine: Engine, request: GatewayRequest, max_tokens: int | None) -> list[int]:
+    """The prompt's tokens; with ``request.truncate``, less its oldest messages (never a
+    system or developer one, nor the last) while it and ``max_tokens`` (or one token)
+    overflow the context window. What still overflows is refused by ``engine.prepare``."""
+    tokens = _tokens(engine, request)
+    if not request.truncate or engine.shift is not None:  # (sinks: nothing overflows)
+        return tokens
+    messages = list(request.body["messages"])
+    while len(tokens) + (max_tokens or 1) > engine.context_window:
+        oldest = next((i for i, m in enumerate(messages[:-1]) if m["role"] not in _KEPT), None)
+        if oldest is None:
+            break
+        del messages[oldest]
+        request = dataclasses.replace(request, body={**request.body, "messages": messages})
+        tokens = _tokens(engine, request)
+    return tokens
+
+
+#: Messages ``truncate`` never leaves out.
+_KEPT = ("system", "developer")
 
 
 def _continues(request: GatewayRequest) -> bool:

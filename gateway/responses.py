@@ -380,7 +380,10 @@ class ResponsesAdapter:
         )
         messages += [_chat_message(i, item) for i, item in enumerate(request.turns)]
         chat["messages"] = messages
-        return dataclasses.replace(request, kind="chat", body=chat, include_usage=True)
+        truncate = body.get("truncation") == "auto"
+        return dataclasses.replace(
+            request, kind="chat", body=chat, include_usage=True, truncate=truncate
+        )
 
     def from_chat(
         self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]

@@ -179,6 +179,33 @@ def test_a_streamed_response_cut_short_can_be_retrieved_and_continued(gw: Gatewa
         assert then.previous_response_id == cut.id and then.output_text
 
 
+def test_truncation_auto_leaves_out_the_oldest_turns_until_the_input_fits(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """``truncation: "auto"``: the oldest input items are left out until the input fits the
+    context window, never the instructions (was: a 400, as ``disabled`` still is)."""
+    config = local_config(bundled_model_dir, tmp_path, max_context=256)
+    gateway = Gateway(load_config_text(config))
+    try:
+        c = sdk(gateway)
+        turns = [{"role": "user", "content": "word " * 60}, {"role": "assistant", "content": "ok"}]
+        body: dict[str, Any] = {"instructions": INSTRUCTIONS, "input": [*turns * 3, *turns[:1]]}
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(c, truncation="disabled", **body)
+        assert refused.value.code == "context_length_exceeded"
+        fitted, _ = create(c, truncation="auto", **body)
+        assert fitted.status in ("completed", "incomplete") and fitted.truncation == "auto"
+        assert fitted.usage is not None and fitted.usage.input_tokens + 12 <= 256
+        counted = c.responses.input_tokens.count(model=MODEL, truncation="auto", **body)
+        assert counted.input_tokens == fitted.usage.input_tokens  # what a create reads
+        kept = [c.responses.input_tokens.count(model=MODEL, instructions=INSTRUCTIONS,
+                                               input=body["input"][-n:]).input_tokens
+                for n in range(1, len(body["input"]))]  # fmt: skip
+        assert fitted.usage.input_tokens in kept  # the instructions and the newest items
+    finally:
+        gateway.stop()
+
+
 def start_worker(model_dir: Path, tmp_path: Path, port: int = 0) -> Gateway:
     """A ``cachegate worker`` on ``port`` (0: any free one)."""
     from gateway.runtime import Runtime
