@@ -135,7 +135,7 @@ class StreamEvent:
     raw: bytes  # the event exactly as it goes to the client: b"data: ...\n\n"
     chunk: dict[str, Any] | None  # the parsed chunk (None for [DONE] and comments)
     done: bool = False  # the stream's last event: the answer is complete (``data: [DONE]``)
-    error: bool = False  # an ``{"error": ...}`` event: the answer failed mid-stream
+    error: bool = False  # an error event (the API's own shape): the answer failed mid-stream
     #: More events arrived with this one: the relay may send them to the client together.
     more: bool = False
 
@@ -180,6 +180,9 @@ class StreamOutcome:
     #: reported when it finished; else what is known (``ledger.partial_usage``). None: a
     #: finished stream that reported no usage (booked with 0 tokens).
     usage: Usage | None = None
+    #: The number the stream's next event takes, in an API that numbers its events (the
+    #: Responses API's ``sequence_number``): an error event the gateway adds continues them.
+    sequence: int = 0
 
 
 @dataclass(slots=True)
@@ -242,8 +245,9 @@ class Wire(Protocol):
 
     def error_json(self, error: APIError) -> bytes: ...
 
-    def error_event(self, error: APIError) -> bytes:
-        """An error inside a stream that has started (the status line is gone)."""
+    def error_event(self, error: APIError, sequence: int = 0) -> bytes:
+        """An error inside a stream that has started (the status line is gone); ``sequence``:
+        the number it takes in a stream that numbers its events (the Responses API's)."""
         ...
 
 

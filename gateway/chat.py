@@ -87,7 +87,7 @@ class ChoicesAdapter:
     def error_json(self, error: APIError) -> bytes:
         return error.json()
 
-    def error_event(self, error: APIError) -> bytes:
+    def error_event(self, error: APIError, sequence: int = 0) -> bytes:
         return sse_error(error)
 
     def _finished(self, choice: Any) -> bool:

@@ -141,7 +141,7 @@ class Connections:
         self,
         reply: Reply,
         watch: StreamWatch,
-        error_event: Callable[[APIError], bytes],
+        error_event: Callable[[APIError, int], bytes],
         on_first: Callable[[], None],
         on_error: Callable[[str], None],
     ) -> AsyncIterator[bytes]:
@@ -167,7 +167,7 @@ class Connections:
                 assert outcome is not None
                 if not outcome.finished:  # (else only cleanup after the end was cut short)
                     outcome.error = exc.code
-                    yield error_event(exc)
+                    yield error_event(exc, outcome.sequence)
             ended = True
         finally:
             self.streams.discard(watch)

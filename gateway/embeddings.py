@@ -55,7 +55,7 @@ class EmbeddingsWire:
     def error_json(self, error: APIError) -> bytes:
         return error.json()
 
-    def error_event(self, error: APIError) -> bytes:
+    def error_event(self, error: APIError, sequence: int = 0) -> bytes:
         return sse_error(error)
 
 

@@ -6,7 +6,14 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["NO_RETRY", "SHUTTING_DOWN_CODE", "APIError", "error_body", "sse_error"]
+__all__ = [
+    "NO_RETRY",
+    "SHUTTING_DOWN_CODE",
+    "APIError",
+    "error_body",
+    "responses_error_event",
+    "sse_error",
+]
 
 #: Sent with errors a client must not retry (the OpenAI SDKs obey it over the status code).
 NO_RETRY = {"x-should-retry": "false"}
@@ -54,6 +61,14 @@ def error_body(
 def sse_error(error: APIError) -> bytes:
     """An error inside a stream that has already started (the status line is gone)."""
     return b"data: " + error.json() + b"\n\n"
+
+
+def responses_error_event(error: APIError, sequence: int) -> bytes:
+    """An error inside a Responses stream, as OpenAI sends one (the SDKs' ``ResponseErrorEvent``,
+    not the ``{"error": ...}`` body of a failed request), numbered ``sequence``."""
+    event = {"type": "error", "code": error.code, "message": error.message,
+             "param": error.param, "sequence_number": sequence}  # fmt: skip
+    return b"event: error\ndata: " + msgspec.json.encode(event) + b"\n\n"
 
 
 def _default_type(status: int) -> str:

@@ -125,7 +125,7 @@ class MessagesAdapter:
     def error_json(self, error: APIError) -> bytes:
         return error_json(error)
 
-    def error_event(self, error: APIError) -> bytes:
+    def error_event(self, error: APIError, sequence: int = 0) -> bytes:
         return error_event(error)
 
 

@@ -511,6 +511,7 @@ class _Relay:
                     return
                 if event.chunk is None or fold.add(event.chunk):
                     pending += event.raw
+                    self.outcome.sequence = _next_sequence(event.chunk, self.outcome.sequence)
                 if not event.more and pending:
                     yield pending
                     pending = b""
@@ -561,7 +562,13 @@ class _Relay:
         # a metrics label: only the gateway's own short snake_case codes
         code = error.code or ""
         self.outcome.error = code if _CODE.fullmatch(code) else "stream_error"
-        return self._adapter.error_event(error)
+        return self._adapter.error_event(error, self.outcome.sequence)
+
+
+def _next_sequence(chunk: dict[str, Any] | None, sequence: int) -> int:
+    """The number an event after ``chunk`` takes, in a stream that numbers its events."""
+    numbered = chunk.get("sequence_number") if chunk is not None else None
+    return numbered + 1 if isinstance(numbered, int) and numbered >= sequence else sequence
 
 
 class _Replayed:

@@ -46,12 +46,17 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .backend import Backend
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
-from .errors import APIError, sse_error
+from .errors import APIError, responses_error_event
 from .messages_bridge import TokenCounter
 from .requests import decode_body, gateway_request, partitioned, validated
 from .stored import ResponseStore, StoredResponse
 
-__all__ = ["InputTokenCounter", "ResponsesAdapter", "count_input_tokens", "resent_if_lost"]
+__all__ = [
+    "InputTokenCounter",
+    "ResponsesAdapter",
+    "count_input_tokens",
+    "resent_if_lost",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -254,8 +259,8 @@ class ResponsesAdapter:
     def error_json(self, error: APIError) -> bytes:
         return error.json()
 
-    def error_event(self, error: APIError) -> bytes:
-        return b"event: error\n" + sse_error(error)
+    def error_event(self, error: APIError, sequence: int = 0) -> bytes:
+        return responses_error_event(error, sequence)
 
     # -- Adapter ---------------------------------------------------------------------------
 
@@ -581,10 +586,21 @@ class _Events:
             "incomplete_details": None,
         }
 
+    @property
+    def numbered(self) -> dict[str, Any]:
+        """The number of the last event encoded, as a chunk the relay reads it from (it
+        numbers an error event it adds after them)."""
+        return {"sequence_number": self._seq - 1}
+
     def event(self, kind: str, **fields: Any) -> bytes:
         data = _encode({"type": kind, "sequence_number": self._seq, **fields})
         self._seq += 1
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+    def error(self, error: APIError) -> bytes:
+        sent = responses_error_event(error, self._seq)
+        self._seq += 1
+        return sent
 
     def opening(self) -> bytes:
         return self.event("response.created", response=self._skeleton) + self.event(
@@ -725,19 +741,20 @@ class _ChatAsResponses:
         response = _response(self._request, self._request.model, [], None, None, self._sampling)
         response["status"] = "in_progress"
         events = _Events(response)
-        yield StreamEvent(events.opening(), None)
-        yield StreamEvent(
-            events.item_added(0, message) + events.part_added(0, message, 0, part), None
-        )
+        # (each event's chunk its number only: the relay numbers an error event it adds)
+        yield StreamEvent(events.opening(), events.numbered)
+        opened = events.item_added(0, message) + events.part_added(0, message, 0, part)
+        yield StreamEvent(opened, events.numbered)
         text: list[str] = []
         finish: str | None = None
         usage: dict[str, Any] = {}
         model = self._request.model
         async for event in self._stream:
-            if event.error or (event.chunk is None and not event.done):
-                yield event  # an error, or a keep-alive comment
-                if event.error:
-                    return
+            if event.error:  # a chat error event, as the Responses API sends one
+                yield StreamEvent(_chat_error(event.chunk, events), event.chunk, error=True)
+                return
+            if event.chunk is None and not event.done:
+                yield event  # a keep-alive comment
                 continue
             if event.done:
                 break
@@ -748,7 +765,8 @@ class _ChatAsResponses:
                 delta = (choice.get("delta") or {}).get("content")
                 if delta:
                     text.append(delta)
-                    yield StreamEvent(events.text_delta(0, message, 0, delta), None)
+                    delta_event = events.text_delta(0, message, 0, delta)
+                    yield StreamEvent(delta_event, events.numbered)
                 finish = choice.get("finish_reason") or finish
         else:
             return  # ended without [DONE]: the relay reports it
@@ -760,7 +778,7 @@ class _ChatAsResponses:
         tail = events.text_done(0, message, 0, full) + events.part_done(
             0, message, 0, done["content"][0]
         )
-        yield StreamEvent(tail + events.item_done(0, done), None)
+        yield StreamEvent(tail + events.item_done(0, done), events.numbered)
         yield StreamEvent(
             events.closing(final),
             {"type": f"response.{final['status']}", "response": final},
@@ -772,6 +790,16 @@ class _ChatAsResponses:
 
     def counted(self) -> dict[str, Any] | None:
         return self._stream.counted()
+
+
+def _chat_error(chunk: dict[str, Any] | None, events: _Events) -> bytes:
+    """A chat stream's error event (``{"error": {...}}``) as a Responses stream's."""
+    error = (chunk or {}).get("error")
+    error = error if isinstance(error, dict) else {}
+    message = error.get("message")
+    failed = APIError(502, message if isinstance(message, str) else "The model failed.",
+                      param=error.get("param"), code=error.get("code"))  # fmt: skip
+    return events.error(failed)
 
 
 def _item_status(finish: str | None) -> str:

@@ -27,7 +27,7 @@ from httpx._utils import get_environment_proxies  # (httpx's own reading of them
 
 from .backend import OPENAI_SAMPLING, Answer, BackendStream, StreamEvent, relayed
 from .config import ConfigError, OpenAIModelConfig
-from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, sse_error
+from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, responses_error_event, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
 from .requests import (
@@ -794,6 +794,7 @@ class UpstreamStream:
         self._parser = SSEParser()
         self._ready: collections.deque[StreamEvent] = collections.deque()
         self._finished = False  # [DONE] was seen
+        self._sequence = 0  # the number a Responses error event of the gateway's takes
 
     def __aiter__(self) -> UpstreamStream:
         if self._body is None:
@@ -834,7 +835,11 @@ class UpstreamStream:
             raise _broken(self._name, exc) from None
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
-        return _event(self._name, data, more=more, kind=self._kind)
+        event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence)
+        numbered = (event.chunk or {}).get("sequence_number")
+        if isinstance(numbered, int):
+            self._sequence = numbered + 1
+        return event
 
     def counted(self) -> dict[str, Any] | None:
         return None  # an upstream's usage is only what its stream reports
@@ -886,11 +891,13 @@ _SYSTEM_ROLES = ("system", "developer")
 _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
-def _event(name: str, data: bytes, *, more: bool, kind: str = "chat") -> StreamEvent:
+def _event(
+    name: str, data: bytes, *, more: bool, kind: str = "chat", sequence: int = 0
+) -> StreamEvent:
     # an event's data may span lines; each goes out with its own "data:" prefix again
     raw = b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n"
     if kind == "responses":
-        return _responses_event(name, data, raw, more=more)
+        return _responses_event(name, data, raw, more=more, sequence=sequence)
     if data == b"[DONE]":
         return StreamEvent(raw, None, done=True)
     try:
@@ -910,7 +917,9 @@ def _event(name: str, data: bytes, *, more: bool, kind: str = "chat") -> StreamE
     return _error_event(name, f"failed mid-stream: {str(error)[:200]}")
 
 
-def _responses_event(name: str, data: bytes, raw: bytes, *, more: bool) -> StreamEvent:
+def _responses_event(
+    name: str, data: bytes, raw: bytes, *, more: bool, sequence: int
+) -> StreamEvent:
     """A Responses event: its ``event:`` line again (the parser keeps only data), whether it
     ends the stream, or is an ``error`` event."""
     try:
@@ -919,7 +928,9 @@ def _responses_event(name: str, data: bytes, raw: bytes, *, more: bool) -> Strea
         chunk = None
     if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
         detail = data[:200].decode("utf-8", "replace")
-        return _error_event(name, f"sent an event that is not a Responses event: {detail!r}")
+        error = _failure(502, "upstream_error", f"Upstream for model '{name}' sent an event "
+                         f"that is not a Responses event: {detail!r}")  # fmt: skip
+        return StreamEvent(responses_error_event(error, sequence), error.body(), error=True)
     kind = chunk["type"]
     raw = b"event: " + kind.encode() + b"\n" + raw
     if kind == "error":

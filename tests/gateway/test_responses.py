@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from openai.types.responses import ResponseErrorEvent
 
 from gateway.stored import ResponseStore
 from tests.conftest import Gateway
@@ -222,11 +223,32 @@ def test_incomplete_failed_or_broken_answers_are_never_stored(
     assert c is not None
 
 
-def test_a_mid_stream_error_reaches_the_sdk_as_an_error(gw: Gateway) -> None:
+def test_a_mid_stream_error_reaches_the_sdk_as_an_error_event(gw: Gateway) -> None:
+    """The gateway's own error in a Responses stream is OpenAI's ``error`` event, numbered
+    after the events before it: the SDK's typed ``ResponseErrorEvent`` (was ``{"error": ...}``,
+    no type nor sequence_number, which the SDK raised as a bare APIError)."""
     c = sdk(gw)
-    with pytest.raises(openai.APIError):
-        list(c.responses.create(model=MODEL, input="x", stream=True,
-                                extra_body={"fake": {"break_after": 3}}))  # fmt: skip
+    events: list[Any] = list(c.responses.create(model=MODEL, input="x", stream=True,
+                                     extra_body={"fake": {"break_after": 3}}))  # fmt: skip
+    error = events[-1]
+    assert isinstance(error, ResponseErrorEvent) and error.code == "upstream_error"
+    assert error.message and [e.sequence_number for e in events] == list(range(len(events)))
+
+
+def test_an_upstream_event_that_is_no_responses_event_ends_with_an_error_event(
+    gw: Gateway,
+) -> None:
+    """An upstream's malformed event becomes the Responses API's ``error`` event, numbered
+    after the upstream's own (was ``{"error": ...}`` with no ``event:`` line)."""
+    started = {"type": "response.created", "sequence_number": 0,
+               "response": {"id": "resp_1", "object": "response", "output": []}}  # fmt: skip
+    body = f"event: response.created\ndata: {json.dumps(started)}\n\ndata: not json\n\n"
+    fake = {"raw": {"body": body, "content_type": "text/event-stream"}}
+    events: list[Any] = list(sdk(gw).responses.create(model=MODEL, input="x", stream=True,
+                                           extra_body={"fake": fake}))  # fmt: skip
+    assert [e.type for e in events] == ["response.created", "error"]
+    assert (events[1].sequence_number, events[1].code) == (1, "upstream_error")
+    assert "not a Responses event" in events[1].message
 
 
 def test_previous_response_id_is_resolved_into_the_conversation(
@@ -528,11 +550,9 @@ def test_another_owners_id_stays_refused_once_its_response_is_gone(
     with pytest.raises(openai.NotFoundError):  # forgotten here; the upstream still holds it
         a.responses.retrieve(made.id)
     queued, _ = create(a, input="Write a long report.", background=True)
-    events: list[Any] = []
-    with pytest.raises(openai.APIError):
-        for event in a.responses.create(model=MODEL, input="Draft the memo.", stream=True,
-                                        extra_body={"fake": {"break_after": 2}}):  # fmt: skip
-            events.append(event)
+    events: list[Any] = list(a.responses.create(model=MODEL, input="Draft the memo.", stream=True,
+                                     extra_body={"fake": {"break_after": 2}}))  # fmt: skip
+    assert events[-1].type == "error"
     cut = events[0].response.id
     asked = upstream.stats["responses"]
     for previous in (made.id, queued.id, cut):
@@ -584,11 +604,10 @@ def test_another_owners_output_items_are_never_referenced_upstream(
     gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
     a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
     made, _ = create(a, input="Tenant a's secret plan.", extra_body={"fake": {"reasoning": True}})
-    events: list[Any] = []
-    with pytest.raises(openai.APIError):  # cut short: its items reached the client all the same
-        for event in a.responses.create(model=MODEL, input="Tenant a's second secret.",
-                                        stream=True, extra_body={"fake": {"break_after": 4}}):  # fmt: skip
-            events.append(event)
+    # cut short (an error event last): its items reached the client all the same
+    events: list[Any] = list(a.responses.create(model=MODEL, input="Tenant a's second secret.",
+                                     stream=True, extra_body={"fake": {"break_after": 4}}))  # fmt: skip
+    assert events[-1].type == "error"
     streamed = next(e.item.id for e in events if e.type == "response.output_item.added")
     reasoning, message = made.output[0].id, made.output[1].id
     asked = upstream.stats["responses"]
