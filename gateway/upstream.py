@@ -934,6 +934,8 @@ def _responses_event(
     kind = chunk["type"]
     raw = b"event: " + kind.encode() + b"\n" + raw
     if kind == "error":
+        if chunk.get("code") == SHUTTING_DOWN_CODE:  # a cachegate worker's, as in _chat_event
+            raise _shutting_down(name)
         return StreamEvent(raw, chunk, error=True)
     return StreamEvent(raw, chunk, done=kind in _RESPONSES_END, more=more)
 

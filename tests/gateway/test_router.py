@@ -329,12 +329,16 @@ class ShuttingDown(Replica):
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         self.stream = (b"accept", b"text/event-stream") in scope.get("headers", [])
+        self.responses = scope.get("path", "").endswith("/responses")
         await super().__call__(scope, receive, send)
 
     async def answer(self, send: Any) -> None:
         error = {"message": "The gateway is shutting down; send the request again.",
                  "type": "api_error", "param": None, "code": "shutting_down"}  # fmt: skip
         body = msgspec.json.encode({"error": error})
+        if self.stream and self.responses:  # the Responses API's error event
+            event = {k: error[k] for k in ("code", "message", "param")}
+            body = msgspec.json.encode({"type": "error", **event, "sequence_number": 0})
         media = b"text/event-stream" if self.stream else b"application/json"
         headers = [(b"content-type", media)]
         await send({"type": "http.response.start", "status": 200 if self.stream else 503,
@@ -377,6 +381,23 @@ def test_a_replica_shutting_down_hands_its_requests_to_another(
         assert dying.app.calls == 4
     finally:
         alone.stop()
+        dying.stop()
+
+
+def test_a_replica_shutting_down_hands_its_responses_stream_to_another(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # a Responses stream's error event has the Responses shape ({"type": "error", "code": ...})
+    dying = ThreadedServer(ShuttingDown()).start()
+    gw = replicated(tmp_path, [f"{dying.url}/v1", f"{upstream_server.url}/v1"],
+                    "routing: {policy: round_robin}")  # fmt: skip
+    try:
+        body = {"model": "fake-model", "input": "hi", "stream": True}
+        events = gw.http.post("/v1/responses", json=body).text
+        assert "response.completed" in events and "shutting down" not in events
+        assert dying.app.calls == 1 and routing_stats(gw)["replicas"][0]["down"]
+    finally:
+        gw.stop()
         dying.stop()
 
 
