@@ -66,7 +66,8 @@ _encode = msgspec.json.Encoder().encode
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
 #: The request's prompt cache fields a Response echoes (outside the cache scope).
-_PROMPT_CACHE_ECHOES = ("prompt_cache_key", "prompt_cache_retention")
+#: Fields outside the cache key that a Response echoes: a hit shows the request's own.
+_PROMPT_CACHE_ECHOES = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier")
 #: A conversation's first turn when it continues a response only the upstream holds.
 _REFERENCE = "previous_response"
 #: An input item that names an item the upstream holds (``{"type": "item_reference", "id"}``).

@@ -52,6 +52,7 @@ NON_SCOPE_FIELDS = frozenset(
         "stream",
         "stream_options",
         "user",
+        "safety_identifier",  # (OpenAI's successor of ``user``: who asked, not what)
         "metadata",
         "store",
         "service_tier",

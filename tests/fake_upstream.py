@@ -526,6 +526,7 @@ def _response(
                   "total_tokens": 11 + words},
         "user": body.get("user"), "metadata": body.get("metadata") or {},
         "prompt_cache_key": body.get("prompt_cache_key"),
+        "safety_identifier": body.get("safety_identifier"),
     }  # fmt: skip
 
 

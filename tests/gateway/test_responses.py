@@ -704,6 +704,24 @@ def test_a_clients_prompt_cache_key_is_not_part_of_the_response_cache_key(
     assert (plain.headers["x-cache"], keyed.headers["x-cache"]) == ("miss", "exact")
 
 
+def test_who_asked_is_not_part_of_the_response_cache_key(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    # safety_identifier (OpenAI's successor of user) names the end user, not the answer
+    c = sdk(gw)
+    _, cache = create(c, input="What is GST?", safety_identifier="user-1")
+    assert cache == "miss" and upstream.last_body["safety_identifier"] == "user-1"
+    again = c.responses.with_raw_response.create(
+        model=MODEL, input="What is GST?", safety_identifier="user-2"
+    )
+    assert again.headers["x-cache"] == "exact" and upstream.stats["responses"] == 1
+    assert again.parse().safety_identifier == "user-2"  # its own, not the stored one's
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is GST?"}]}
+    one = c.chat.completions.with_raw_response.create(**chat, safety_identifier="a")
+    two = c.chat.completions.with_raw_response.create(**chat, safety_identifier="b")
+    assert (one.headers["x-cache"], two.headers["x-cache"]) == ("miss", "exact")
+
+
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
     create(sdk(gw), input="What is VAT?")
     assert "prompt_cache_key" not in upstream.last_body
