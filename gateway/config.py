@@ -685,18 +685,26 @@ def _build(raw: dict[str, Any], source: str) -> Config:
     raw_models = raw.pop("models", {BUNDLED_MODEL_NAME: {"backend": "local"}})
     if not isinstance(raw_models, dict) or not raw_models:
         raise ConfigError(f"{source}: models: expected a mapping of model name to settings")
-    models: dict[str, ModelConfig] = {}
-    for name, settings in raw_models.items():
-        # Converted one by one so that an error names the model: models.gpt-4o.base_url
-        try:
-            models[str(name)] = msgspec.convert(settings, ModelConfig, strict=False)
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"{source}: {_describe(exc, prefix=f'models.{name}')}") from None
+    models = _convert_each(raw_models, ModelConfig, "models", source)
+    if isinstance(raw.get("prices"), dict):
+        raw["prices"] = _convert_each(raw["prices"], Price, "prices", source)
     try:
         config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
         return Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
         raise ConfigError(f"{source}: {_describe(exc)}") from None
+
+
+def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict[str, Any]:
+    """Each value of a mapping by name converted on its own, so that an error names its entry
+    (models.gpt-4o.base_url, prices.gpt-4o.input: msgspec's own path says prices[...].input)."""
+    converted: dict[str, Any] = {}
+    for name, settings in raw.items():
+        try:
+            converted[str(name)] = msgspec.convert(settings, kind, strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"{source}: {_describe(exc, prefix=f'{key}.{name}')}") from None
+    return converted
 
 
 def dump_config(config: Config, *, redact: bool = True) -> str:

@@ -173,7 +173,8 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
         ),
         (  # .inf (or 1e308 times a token count) made the ledger's sums NaN
             "models: {m: {backend: local}}\nprices: {m: {input: .inf, output: 10}}",
-            "prices[...].input: expected `float` <= 1000000.0",
+            # (msgspec's own path, prices[...].input, did not say which model's)
+            "f.yaml: prices.m.input: expected `float` <= 1000000.0",
         ),
         (
             'auth: {keys: [{key: k, tenant: "a\\x1fb"}]}',
