@@ -75,6 +75,11 @@ NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, key path and problem."""
 
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        #: The key path of the value the error is about ("server.port"), where msgspec says.
+        self.key = key
+
 
 class _Base(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     pass
@@ -657,15 +662,19 @@ def load_config_text(
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
     # NOTE: ${VAR} values stay strings and each setting's type converts them, so a key or
-    # tenant "20240611" or "no" stays a string. YAML's other spellings of booleans and numbers
-    # (yes/off, 0x1F90, 8_080) are what a second pass, with YAML-typed values, is for.
-    try:
-        config = _build(_expand_env(raw, source, path=""), source)
-    except ConfigError as first:
+    # tenant "20240611" or "no" stays a string. A setting that refuses its variable's string
+    # reads it again in YAML's other spellings of booleans and numbers (yes/off, 0x1F90,
+    # 8_080), that setting alone: typing every variable at once turned a key "20240611" in
+    # the same file into a number, and the file was refused, naming the setting that was fine.
+    typed: set[str] = set()
+    while True:
         try:
-            config = _build(_expand_env(raw, source, path="", typed=True), source)
-        except ConfigError:
-            raise first from None
+            config = _build(_expand_env(raw, source, "", frozenset(typed)), source)
+            break
+        except ConfigError as exc:
+            if exc.key is None or exc.key in typed:
+                raise
+            typed.add(exc.key)
     return _resolve_paths(config, base_dir or Path.cwd(), source)
 
 
@@ -692,7 +701,7 @@ def _build(raw: dict[str, Any], source: str) -> Config:
         config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
         return Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
-        raise ConfigError(f"{source}: {_describe(exc)}") from None
+        raise _invalid(source, exc) from None
 
 
 def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict[str, Any]:
@@ -703,7 +712,7 @@ def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict
         try:
             converted[str(name)] = msgspec.convert(settings, kind, strict=False)
         except msgspec.ValidationError as exc:
-            raise ConfigError(f"{source}: {_describe(exc, prefix=f'{key}.{name}')}") from None
+            raise _invalid(source, exc, prefix=f"{key}.{name}") from None
     return converted
 
 
@@ -722,9 +731,9 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 _SECRET_KEYS = {"api_key", "key"}
 
 
-def _expand_env(value: Any, source: str, path: str, typed: bool = False) -> Any:
-    """``value`` with ${VAR}s replaced; ``typed``: a value that is only a variable takes the
-    YAML type of what it expands to (``no`` -> False, ``0x1F90`` -> 8080)."""
+def _expand_env(value: Any, source: str, path: str, typed: frozenset[str] = frozenset()) -> Any:
+    """``value`` with ${VAR}s replaced; at a key path in ``typed``, a value that is only a
+    variable takes the YAML type of what it expands to (``no`` -> False, ``0x1F90`` -> 8080)."""
     if isinstance(value, dict):
         return {
             k: _expand_env(v, source, f"{path}.{k}" if path else str(k), typed)
@@ -745,7 +754,7 @@ def _expand_env(value: Any, source: str, path: str, typed: bool = False) -> Any:
         raise ConfigError(f"{source}: {path}: environment variable {name} is not set")
 
     expanded = _ENV.sub(replace, value)
-    if typed and _ENV.fullmatch(value):
+    if path in typed and _ENV.fullmatch(value):
         try:
             parsed = yaml.safe_load(expanded)
         except yaml.YAMLError:
@@ -754,14 +763,15 @@ def _expand_env(value: Any, source: str, path: str, typed: bool = False) -> Any:
     return expanded
 
 
-def _describe(exc: Exception, prefix: str = "") -> str:
+def _invalid(source: str, exc: Exception, prefix: str = "") -> ConfigError:
     message = str(exc)
     match = re.search(r" - at `\$(.*)`$", message)
     path = match.group(1).lstrip(".") if match else ""
     what = message[: match.start()] if match else message
     what = what[:1].lower() + what[1:]
     path = ".".join(p for p in (prefix, path) if p)
-    return f"{path}: {what}" if path else what
+    message = f"{source}: {path}: {what}" if path else f"{source}: {what}"
+    return ConfigError(message, key=path or None)
 
 
 def _resolve_paths(config: Config, base: Path, source: str) -> Config:

@@ -74,6 +74,28 @@ def test_env_values_in_yaml_spellings_still_convert(monkeypatch: pytest.MonkeyPa
         assert load_config_text("server: {port: '${CG_PORT}'}").server.port == 8080, port
 
 
+def test_env_values_in_yaml_spellings_beside_a_key_that_looks_like_a_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each alone loaded; together the file was refused ("server.port: expected `int`, got
+    # `str`"): YAML's spellings were read into every variable at once, the key's too.
+    monkeypatch.setenv("CG_PORT", "0x1F90")
+    monkeypatch.setenv("CG_CACHE", "off")
+    monkeypatch.setenv("CG_KEY", "20240611")
+    config = load_config_text("""
+server:
+  port: ${CG_PORT}
+auth:
+  keys:
+    - key: ${CG_KEY}
+      tenant: ${CG_CACHE}
+cache:
+  enabled: ${CG_CACHE}
+""")
+    assert config.server.port == 8080 and config.cache.enabled is False
+    assert config.auth.keys[0].key == "20240611" and config.auth.keys[0].tenant == "off"
+
+
 @pytest.mark.parametrize("value", ["20240611", "no", "0x1f2e", "1_000", "true"])
 def test_env_value_that_looks_like_a_number_stays_a_string_setting(
     monkeypatch: pytest.MonkeyPatch, value: str
