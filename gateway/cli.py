@@ -289,6 +289,7 @@ def _check_ports(config: Config) -> None:
             )
         except socket.gaierror as exc:
             raise ConfigError(f"server.host {host}: {(exc.strerror or str(exc)).lower()}") from None
+        unavailable = 0
         for family, kind, proto, _, address in addresses:
             with socket.socket(family, kind, proto) as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -298,11 +299,16 @@ def _check_ports(config: Config) -> None:
                     probe.bind(address)
                 except OSError as exc:
                     if exc.errno == errno.EADDRNOTAVAIL:  # (a family this machine lacks)
+                        unavailable += 1
                         continue
                     why = (exc.strerror or str(exc)).lower()
                     raise ConfigError(
                         f"cannot listen on {host}:{port} (server.{name}): {why}"
                     ) from None
+        if unavailable == len(addresses):  # (no address of this machine: another's, a typo)
+            raise ConfigError(
+                f"cannot listen on {host}:{port} (server.host): not an address of this machine"
+            )
 
 
 #: Seconds uvicorn's own deadline comes after ours: requests that ``abort_in_flight`` ended

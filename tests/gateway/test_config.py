@@ -505,6 +505,24 @@ def test_cli_serve_on_a_port_in_use_fails_before_anything_starts(tmp_path: Path)
     assert not data.exists()  # nothing was opened, nothing loaded
 
 
+def test_cli_serve_on_a_host_of_another_machine_fails_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    # An address this machine does not have (another host's, a typo) passed the port probe:
+    # the process opened data_dir and loaded its models, then uvicorn failed to bind and it
+    # exited with status 3 ("[Errno 99] ... cannot assign requested address").
+    data = tmp_path / "data"
+    config = tmp_path / "c.yaml"
+    model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+    config.write_text(f"data_dir: {data}\nserver: {{host: 192.0.2.1}}\nmodels: {{m: {model}}}\n")
+    result = run_cli("serve", "--config", str(config), "--port", "18080")
+    assert result.returncode == 1
+    assert result.stderr == (
+        "error: cannot listen on 192.0.2.1:18080 (server.host): not an address of this machine\n"
+    )
+    assert not data.exists()
+
+
 def test_anthropic_backend_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     from gateway.config import AnthropicModelConfig
 
