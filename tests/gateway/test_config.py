@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import yaml
 
 from gateway.config import (
     BUNDLED_MODEL_NAME,
@@ -36,6 +37,28 @@ def test_example_config_loads(monkeypatch: pytest.MonkeyPatch) -> None:
         for m in config.models.values()
     )
     assert Path(config.data_dir).is_absolute()
+
+
+def _doc_yaml_snippets() -> list[tuple[str, str]]:
+    """Every ```yaml block of README.md and docs/*.md, as (file:line, text)."""
+    root = EXAMPLE.parent
+    snippets = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        for match in re.finditer(r"^```yaml\n(.*?)^```", doc.read_text(), re.M | re.S):
+            line = doc.read_text()[: match.start()].count("\n") + 1
+            snippets.append((f"{doc.relative_to(root)}:{line}", match.group(1)))
+    return snippets
+
+
+@pytest.mark.parametrize(("where", "text"), _doc_yaml_snippets(), ids=lambda v: v[:40])
+def test_documented_yaml_snippets_load(where: str, text: str) -> None:
+    # So the documentation's examples cannot rot: each loads through the real loader. A
+    # snippet of prices alone names models it leaves out; they are added as upstreams.
+    raw = yaml.safe_load(text)
+    if "prices" in raw and "models" not in raw:
+        upstream = "{backend: openai, base_url: 'http://upstream/v1'}"
+        text += "models:\n" + "".join(f"  {name}: {upstream}\n" for name in raw["prices"])
+    load_config_text(text, source=where)
 
 
 def test_defaults_serve_the_bundled_model() -> None:
