@@ -10,7 +10,7 @@ at start with the file, the key path and what is wrong::
 
 ``${VAR}`` and ``${VAR:-default}`` in string values are replaced from the environment, so secrets
 stay out of the file (``api_key: ${OPENAI_API_KEY}``). Relative paths (``data_dir``, model
-directories) are resolved against the directory of the config file.
+directories) are resolved against the directory of the config file (``~``: the home directory).
 
 Every key is documented in docs/configuration.md; config.example.yaml shows them all.
 """
@@ -781,14 +781,15 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
         return path
 
     def resolve(path: str, key: str) -> str:
-        return str((base / checked(path, key)).resolve())
+        # (~ is the home directory, as in a shell: it made a directory named "~" beside the file)
+        return str((base / Path(checked(path, key)).expanduser()).resolve())
 
     data_dir = resolve(config.data_dir, "data_dir")
     models: dict[str, ModelConfig] = {}
     for name, model in config.models.items():
         if isinstance(model, LocalModelConfig) and model.source != "bundled":
             checked(model.source, f"models.{name}.source")
-            if model.source.startswith((".", "/")) or (base / model.source).exists():
+            if model.source.startswith((".", "/", "~")) or (base / model.source).exists():
                 source_dir = resolve(model.source, f"models.{name}.source")
                 model = msgspec.structs.replace(model, source=source_dir)
         if isinstance(model, LocalModelConfig) and model.prefix_disk_dir:
@@ -804,9 +805,9 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
         semantic = msgspec.structs.replace(semantic, embedder_export_dir=export_dir)
     embedding_model = checked(semantic.embedding_model, "cache.semantic.embedding_model")
     if embedding_model != "bundled" and (
-        embedding_model.startswith((".", "/")) or (base / embedding_model).exists()
+        embedding_model.startswith((".", "/", "~")) or (base / embedding_model).exists()
     ):
-        embedding_model = str((base / embedding_model).resolve())
+        embedding_model = resolve(embedding_model, "cache.semantic.embedding_model")
         semantic = msgspec.structs.replace(semantic, embedding_model=embedding_model)
     cache = msgspec.structs.replace(config.cache, semantic=semantic)
     return msgspec.structs.replace(config, data_dir=data_dir, models=models, cache=cache)

@@ -292,6 +292,31 @@ def test_relative_paths_resolve_against_the_file(tmp_path: Path) -> None:
     assert load_config_text("").cache.semantic.embedding_model == "bundled"
 
 
+def test_cli_config_check_reads_a_tilde_as_the_home_directory(tmp_path: Path) -> None:
+    # `data_dir: ~/cachegate` was joined to the file's directory: the gateway wrote its cache
+    # into a directory named "~" there, and `source: ~/models/mine` was taken for a hub id.
+    home, files = tmp_path / "home", tmp_path / "etc"
+    files.mkdir()
+    path = files / "cachegate.yaml"
+    path.write_text(
+        "data_dir: ~/state\n"
+        "models:\n  mine: {backend: local, source: ~/models/mine, prefix_disk_dir: ~/kv}\n"
+        "cache: {semantic: {embedding_model: ~/emb, verifier: ~/ver, embedder_export_dir: ~/x}}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "config", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(home)},
+    )
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout
+    assert f"data_dir: {home}/state\n" in shown and f"source: {home}/models/mine\n" in shown
+    assert f"prefix_disk_dir: {home}/kv\n" in shown and f"embedding_model: {home}/emb\n" in shown
+    assert f"verifier: {home}/ver\n" in shown and f"embedder_export_dir: {home}/x\n" in shown
+
+
 def test_dump_redacts_secrets() -> None:
     config = load_config_text(
         "models: {m: {backend: openai, base_url: http://u/v1, api_key: sk-secret}}"
