@@ -361,6 +361,12 @@ class AnthropicModelConfig(OpenAIModelConfig, frozen=True, tag="anthropic", tag_
         if self.replicas:
             raise ValueError("backend: anthropic takes one base_url (replicas are for openai)")
         _check_urls(self.urls)
+        if urllib.parse.urlsplit(self.base_url or "").path.rstrip("/").endswith("/v1"):
+            # (every request went to {base_url}/v1/v1/messages: a 404 not_found_error)
+            raise ValueError(
+                f"base_url {redact_url(self.base_url or '')!r}: the API root without /v1 "
+                "(https://api.anthropic.com): requests go to {base_url}/v1/messages"
+            )
         if self.routing != RoutingConfig():
             raise ValueError("backend: anthropic takes one base_url (routing is for replicas)")
         if self.prompt_cache_key:

@@ -159,6 +159,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {c: {backend: anthropic, base_url: api.anthropic.com}}",
             "f.yaml: models.c: 'api.anthropic.com' is not an http:// or https:// URL with a host",
         ),
+        (  # (its requests went to .../v1/v1/messages: every client got 404 not_found_error)
+            "models: {c: {backend: anthropic, base_url: 'https://api.anthropic.com/v1/'}}",
+            "f.yaml: models.c: base_url 'https://api.anthropic.com/v1/': the API root without /v1",
+        ),
         (
             "models: {x: {backend: openai, base_url: '${CG_UNSET_VAR}'}}",
             "f.yaml: models.x.base_url: environment variable CG_UNSET_VAR is not set",
