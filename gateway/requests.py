@@ -186,6 +186,13 @@ def parse_request(
         raise APIError(400, "'prompt' must not be empty.", param="prompt", code="invalid_value")
     if isinstance(parsed, _ChatBody):
         _check_parts(parsed.messages)
+    if parsed.stream_options is not None and not parsed.stream:  # OpenAI's and vLLM's 400
+        raise APIError(
+            400,
+            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            param="stream_options",
+            code="invalid_value",
+        )
     include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
     return gateway_request(
         kind, body, headers, tenant, extension, stream=bool(parsed.stream), usage=include_usage

@@ -566,6 +566,24 @@ def test_invalid_fields_get_400_with_param(
     assert upstream.stats["requests"] == 0
 
 
+def test_stream_options_without_stream_is_400_even_for_a_cached_answer(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """OpenAI and vLLM refuse ``stream_options`` unless ``stream`` is true; it was accepted
+    silently, and served from the cache (found by a review)."""
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x"}]}
+    assert gw.http.post("/v1/chat/completions", json=body).status_code == 200
+    for extra in ({}, {"stream": False}):
+        bad = {**body, **extra, "stream_options": {"include_usage": True}}
+        response = gw.http.post("/v1/chat/completions", json=bad)
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["param"] == "stream_options"
+    served = gw.http.post("/v1/chat/completions", json={**body, "stream_options": None})
+    assert served.status_code == 200 and served.headers["x-cache"] == "exact"
+    assert upstream.stats["requests"] == 1
+
+
 def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     response = gw.http.post(
