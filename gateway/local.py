@@ -488,7 +488,10 @@ def _sampling(body: dict[str, Any], kind: str) -> SamplingParams:
 
 def _top_k(top_k: Any) -> int | None:
     """A request's ``top_k``: None (unset) is the model's default, like temperature; -1 is
-    vLLM's and SGLang's "no limit", which their clients send (0 here)."""
+    vLLM's and SGLang's "no limit", which their clients send (0 here). A float with an integral
+    value (``3.0``) is that integer, as vLLM takes it (a cache hit is served for it too)."""
+    if isinstance(top_k, float) and top_k.is_integer():
+        top_k = int(top_k)
     if top_k == -1 and _is_int(top_k):
         return 0
     if top_k is not None and (not _is_int(top_k) or top_k < 0):

@@ -446,6 +446,23 @@ def test_edge_sampling_values_are_served(gw: Gateway) -> None:
         assert response.json()["choices"][0]["message"]["content"] == text  # all argmax
 
 
+def test_integral_float_top_k_is_served_on_a_miss_as_on_a_hit(gw: Gateway) -> None:
+    """``top_k: 3.0`` was a 400 on a miss but served on a cache hit (of ``top_k: 3``); vLLM
+    takes it as 3: so does the local model, and ``3.5`` stays a 400 (found by a review)."""
+    question = [{"role": "user", "content": "Name a tool."}]
+    fresh = {"cache-control": "no-cache"}
+    whole = chat(gw, question, top_k=3, seed=5, temperature=1, headers=fresh)
+    assert whole.status_code == 200
+    text = whole.json()["choices"][0]["message"]["content"]
+    for top_k, headers in ((3.0, fresh), (3.0, {}), (-1.0, fresh)):
+        response = chat(gw, question, top_k=top_k, seed=5, temperature=1, headers=headers)
+        assert response.status_code == 200, (top_k, response.text)
+        if top_k == 3.0:
+            assert response.json()["choices"][0]["message"]["content"] == text
+    bad = chat(gw, question, top_k=3.5, seed=5, temperature=1, headers=fresh)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_k"
+
+
 def test_unset_sampling_uses_the_model_defaults_and_yaml_overrides_them(
     gw: Gateway, bundled_model_dir: Path, tmp_path: Path
 ) -> None:
