@@ -345,8 +345,9 @@ class LocalStream:
     def counted(self) -> dict[str, Any]:
         """The prompt it ran, and a token for each text delta (a lower bound: a delta may hold
         more than one; the exact count is in the ``Finished`` event, which a stream closed early
-        never reads)."""
-        return {"prompt_tokens": len(self._job.prompt_tokens), "completion_tokens": self._deltas}
+        never reads). A request cancelled while it waited for the engine ran nothing: 0."""
+        prompt = len(self._job.prompt_tokens) if self._job.started.is_set() else 0
+        return {"prompt_tokens": prompt, "completion_tokens": self._deltas}
 
     async def _close(self, pending: asyncio.Task[Event] | None) -> None:
         """Cancel the generation; the engine stops it between two tokens.

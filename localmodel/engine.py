@@ -125,13 +125,16 @@ class GenerationRequest:
 
     ``namespace`` partitions the prefix cache (model + tenant salt, built by the caller):
     requests in different namespaces never share KV. ``cancel`` stops generation between
-    two tokens (client disconnect); the KV computed so far is still cached.
+    two tokens (client disconnect); the KV computed so far is still cached. ``started`` is
+    set once the engine takes the request up (a scheduler admitted it): one cancelled
+    before that never ran (it is not billed its prompt).
     """
 
     prompt_tokens: tuple[int, ...]
     namespace: str
     params: SamplingParams
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
+    started: threading.Event = field(default_factory=threading.Event, compare=False)
 
     @property
     def max_tokens(self) -> int:
@@ -447,6 +450,7 @@ class Engine:
         inserted into the prefix tree, where they share the prompt's nodes.
         """
         started = time.perf_counter()
+        request.started.set()
         prompt = request.prompt_tokens
         # NOTE: only with context_overflow: sinks can a request be longer than the window;
         # its cache then holds a window, and shifts (localmodel.sinks) when full.

@@ -4,6 +4,7 @@ each request's prompt and answer are its own. A tiny random Llama with the bundl
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -108,3 +109,31 @@ def test_requests_whose_clients_left_the_queue_stop_counting_as_pending(
         return bool(pool["used"] == pool["cached"])
 
     wait_for(no_page_held_by_a_request, timeout=3)
+
+
+def test_a_stream_cancelled_while_queued_is_not_booked_its_prompt(
+    gw: Gateway, sdk: openai.OpenAI
+) -> None:
+    """A streaming client that leaves while its request waits for a batch slot: the model
+    never ran it, so the ledger books no input tokens for it (it booked its whole prompt)."""
+
+    def row() -> dict[str, Any]:
+        ledger = gw.http.get("/admin/stats").json()["ledger"]
+        return dict(ledger.get("default", {}).get(ONE, {}))
+
+    running = sdk.completions.create(
+        model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+    )
+    next(iter(running))  # it decodes: the one slot is taken
+    before = row()
+    body = {"model": ONE, "prompt": "waiting for a slot " * 20, "max_tokens": 4, "stream": True}
+    with gw.http.stream("POST", "/v1/completions", json=body) as response:
+        assert response.status_code == 200
+        time.sleep(0.3)  # queued behind `running`; then the client hangs up
+    wait_for(lambda: row().get("ended_early", 0) == before.get("ended_early", 0) + 1)
+    assert backend_stats(gw, ONE)["pending"] == 1  # `running` still runs: the other never did
+    after = row()
+    assert after["input_tokens"] == before.get("input_tokens", 0)
+    assert after["output_tokens"] == before.get("output_tokens", 0)
+    running.close()
+    wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
