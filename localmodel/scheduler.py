@@ -23,9 +23,11 @@ seed are its own (each coroutine holds its own RNG), so a request's tokens do no
 what it is batched with.
 
 KV pages (``localmodel.pages``, when the engine has a pool): before the forward pass every
-piece reserves the pages its tokens go into; the pool reclaims cached prefixes first. When
-that is not enough, the youngest running request (last to arrive) is preempted: its KV goes
-to the prefix tree, its pages back to the pool, and it waits at the head of the queue. When
+piece reserves the pages its tokens go into; the pool reclaims cached prefixes first, and
+then any page only the tree still holds (``_reclaim_stranded``). When that is not enough (the
+pool is full of running work), the youngest running request (last to arrive) is preempted:
+its KV goes to the prefix tree, its pages back to the pool, and it waits at the head of the
+queue. When
 re-admitted it gets back what the tree still holds of its tokens (prompt and those generated
 so far) and the rest is fed again, ending with the token it was about to feed, so it goes on
 with the very logits it was waiting for: its continuation is the one it would have had.
@@ -211,11 +213,24 @@ class Scheduler:
                         piece.cache.reserve(len(piece.tokens))
                 return batch
             except PoolExhausted as exc:
+                if self._reclaim_stranded():
+                    continue
                 youngest = max(self.running, key=lambda s: s.arrival)
                 if len(self.running) > 1:
                     self._preempt(youngest)
                 elif not self.engine.reclaim_held():  # NOTE: prepare() refuses what cannot
                     self._fail(youngest, exc)  # fit alone: then the tree holds pages it needs
+
+    def _reclaim_stranded(self) -> bool:
+        """Free a page that only the prefix tree holds but the pool's reclaim kept (a node
+        whose partly filled page a request replaced with a copy, kept by a later node on that
+        request's pages: ``Engine.reclaim_held``); return whether one was freed.
+
+        NOTE: admission counts such pages as available (``_fits``): preempting a running
+        request while one is left would be needless (the pool is not full of running work).
+        """
+        pool = self.engine.pool
+        return pool.available_pages > pool.free_pages and self.engine.reclaim_held()
 
     def _preempt(self, seq: _Sequence) -> None:
         """Free ``seq``'s pages; requeue it first, to feed its tokens again from the start."""

@@ -25,6 +25,7 @@ from tests.localmodel.test_batch import _batched
 
 NS = "smollm2|tenant-a"
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+GREEDY8 = SamplingParams(temperature=0.0, max_tokens=8)
 
 
 def _layout(layers: int = 2, heads: int = 2, dim: int = 4) -> KVLayout:
@@ -289,6 +290,28 @@ def test_a_request_alone_evicts_the_node_that_keeps_a_page_it_replaced(
     else:
         got = engine.complete(engine.prepare(third, params, namespace=NS))
     assert got.choices == expected.choices and got.usage.cached_tokens == len(second)
+    assert engine.pool.stats.used == engine.pool.stats.cached
+
+
+def test_a_page_only_a_kept_node_holds_is_freed_rather_than_preempting(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """The shape above with a second request beside it, in an 8-page pool: together they
+    need every page but the one the first node keeps (held up by the second node, on the
+    first request's pages). Admission counts that page as free: it is freed for them, not
+    paid for by preempting a running request (found by a review)."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=8 * 16 * 512)
+    first = list(range(1000, 1020))
+    second = first + list(range(2000, 2030))
+    jobs = [(second + list(range(3000, 3010)), GREEDY8), (list(range(5000, 5030)), GREEDY8)]
+    alone = make_engine(tiny=tiny_model)
+    expected = [alone.complete(alone.prepare(p, q, namespace=NS)).choices for p, q in jobs]
+    for prompt in (first, second):
+        engine.complete(engine.prepare(prompt, SamplingParams(max_tokens=1), namespace=NS))
+    got = _batched(engine, jobs, max_batch=4, step_tokens=256)
+    assert [c.choices for c in got] == expected
+    assert got[0].usage.cached_tokens == len(second)
+    assert engine.pool.stats.preemptions == 0  # was 1
     assert engine.pool.stats.used == engine.pool.stats.cached
 
 
