@@ -64,6 +64,9 @@ LookupKind = Literal["exact", "semantic", "miss"]
 #: scores the nearest few in one batch (``SemanticSettings.candidates``): follow-ups that share
 #: their question ("And the price?") differ only in their context.
 _CANDIDATES = 1
+#: Nearest neighbours searched at most to find the candidates that can be served, past stale
+#: ones (expired, not yet swept; older than the request's max-age): see ``_servable``.
+_DEEPEST = 64
 #: Cosine threshold with the guard alone (tuned with it; see guard.DEFAULT_THRESHOLD).
 _GUARD_THRESHOLD = 0.8
 #: Similarities are float32 dot products: identical texts give 0.99999994, not 1.
@@ -544,7 +547,7 @@ class ResponseCache:
             self._counters.skipped["overload"] += 1
             return Lookup("miss", overloaded=True)
         limit = (self.cosine_threshold if threshold is None else threshold) - _EPSILON
-        candidates = await self._candidates(key, hits, limit, now, max_age)
+        candidates = await self._servable(key, scope, vector, hits, k, limit, now, max_age)
         same = self._same_request(key, candidates)
         if same is not None:
             await self._store.record_hit(same.id)
@@ -572,18 +575,47 @@ class ResponseCache:
             return None
         return next((entry for _, entry in candidates if entry.exact == key.exact), None)
 
+    async def _servable(
+        self, key: CacheKey, scope: str, vector: np.ndarray, hits: list[Hit], k: int,
+        limit: float, now: float, max_age: float | None,
+    ) -> list[tuple[Hit, Entry]]:  # fmt: skip
+        """The nearest ``k`` candidates that can be served, from the ``k`` nearest ``hits``.
+
+        NOTE: past entries that cannot be served (expired but not yet swept, older than the
+        request's ``max_age``, gone) the search goes deeper: a stale nearest neighbour hid the
+        fresh paraphrase behind it (a miss). When the nearest ``k`` can be served, they are
+        the candidates, as before (the search is not repeated).
+        """
+        assert self.index is not None
+        index, seen, searched = self.index, {hit.id for hit in hits}, k
+        found, complete = await self._candidates(key, hits, limit, now, max_age, k)
+        while complete and len(found) < k and len(hits) == searched and searched < _DEEPEST:
+            if hits[-1].similarity < limit:
+                break  # (no more candidates past the cosine floor)
+            searched = min(4 * searched, _DEEPEST)
+            hits = await asyncio.to_thread(index.search, scope, vector, searched)
+            deeper = [hit for hit in hits if hit.id not in seen]
+            seen.update(hit.id for hit in deeper)
+            more, complete = await self._candidates(
+                key, deeper, limit, now, max_age, k - len(found)
+            )
+            found += more
+        return found
+
     async def _candidates(
-        self, key: CacheKey, hits: list[Hit], limit: float, now: float, max_age: float | None
-    ) -> list[tuple[Hit, Entry]]:
-        """The live, fresh entries of ``key``'s scope among ``hits`` at or above ``limit``."""
+        self, key: CacheKey, hits: list[Hit], limit: float, now: float, max_age: float | None,
+        want: int,
+    ) -> tuple[list[tuple[Hit, Entry]], bool]:  # fmt: skip
+        """The first ``want`` live, fresh entries of ``key``'s scope among ``hits`` at or above
+        ``limit``, and False when the store could not be read (do not look further)."""
         out: list[tuple[Hit, Entry]] = []
         for hit in hits:
-            if hit.similarity < limit:
+            if hit.similarity < limit or len(out) >= want:
                 break
             try:  # NOTE: strict: a read that could not be made is no proof the entry is gone
                 entry = await self._store.get(hit.id, strict=True)
             except StoreUnavailable:
-                break  # the store is unreachable or busy: a miss, and the vector stays
+                return out, False  # the store is unreachable or busy: a miss, the vector stays
             if (
                 entry is None  # expired or evicted elsewhere
                 or entry.scope != key.scope
@@ -593,7 +625,7 @@ class ResponseCache:
                 continue
             if _fresh(entry, now, max_age):
                 out.append((hit, entry))
-        return out
+        return out, True
 
     async def _guarded(
         self, key: CacheKey, vector: np.ndarray, candidates: list[tuple[Hit, Entry]]

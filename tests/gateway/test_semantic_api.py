@@ -201,6 +201,32 @@ def test_ttl_expiry_and_controls(gw: Gateway, upstream: FakeUpstream) -> None:
     )
 
 
+def test_a_stale_nearest_answer_does_not_hide_a_fresh_paraphrase(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    # Only the nearest stored question was a candidate: when it could not be served (expired
+    # before the sweep, or older than the request's max-age) the request was a miss, though a
+    # fresh stored paraphrase a little further away would have answered it.
+    nearest, further = "How do I reset my password?", "What is the way to reset my password?"
+    ask(gw, nearest, ns="stale-ttl", headers={"x-cache-ttl": "3"})
+    ask(gw, nearest, ns="stale-age")
+    time.sleep(3.2)
+    store = {"cache-control": "no-cache"}  # (stored, not answered by the nearest)
+    fresh = {
+        ns: answer(ask(gw, further, ns=ns, headers=store)) for ns in ("stale-ttl", "stale-age")
+    }
+    asked = "How can I reset my password?"
+    expired = ask(gw, asked, ns="stale-ttl", headers={"cache-control": "no-store"})
+    assert expired.headers["x-cache"] == "semantic"
+    assert answer(expired) == fresh["stale-ttl"]
+    too_old = ask(gw, asked, ns="stale-age", headers={"cache-control": "max-age=3, no-store"})
+    assert too_old.headers["x-cache"] == "semantic"
+    assert answer(too_old) == fresh["stale-age"]
+    # the nearest, when it can be served, is still the one that answers
+    assert answer(ask(gw, asked, ns="stale-age")) == answer(ask(gw, nearest, ns="stale-age"))
+    assert upstream.stats["chat"] == 4
+
+
 def test_flush_namespace_and_stats(gw: Gateway, upstream: FakeUpstream) -> None:
     ask(gw, "How do I make cold brew coffee?", ns="flush")
     assert ask(gw, "How can I make cold brew coffee?", ns="flush").headers["x-cache"] == "semantic"
