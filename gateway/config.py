@@ -510,6 +510,9 @@ class CacheConfig(_Base, frozen=True):
     ttl: TTL | None = 7 * 24 * 3600.0
     #: Most stored answers; the least recently used go first.
     max_entries: PositiveInt = 100_000
+    #: Seconds between sweeps of expired answers out of the store and the vector index (until
+    #: swept they are never served, but /admin/stats counts them).
+    sweep_interval: Seconds = 60.0
     exact: ExactCacheConfig = ExactCacheConfig()
     semantic: SemanticCacheConfig = SemanticCacheConfig()
     coalesce: CoalesceConfig = CoalesceConfig()

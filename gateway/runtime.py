@@ -90,7 +90,7 @@ class Runtime:
             store = _entry_store(config)
             cache = ResponseCache(
                 store,
-                CacheSettings(exact=config.cache.exact.enabled, ttl=config.cache.ttl),
+                _cache_settings(config),
                 semantic_settings(config),
             )
             _cache_metrics(metrics, cache)
@@ -325,6 +325,13 @@ def _context_mode(config: Config) -> ContextMode:
     semantic = config.cache.semantic
     judged = semantic.verifier != "off" and semantic.verifier_role == "decide"
     return "verify" if semantic.context == "verify" and judged else "exact"
+
+
+def _cache_settings(config: Config) -> CacheSettings:
+    cache = config.cache
+    return CacheSettings(
+        exact=cache.exact.enabled, ttl=cache.ttl, sweep_interval=cache.sweep_interval
+    )
 
 
 def semantic_settings(config: Config) -> SemanticSettings | None:

@@ -275,6 +275,26 @@ def test_an_expired_answer_read_before_the_sweep_still_leaves_the_index(
         gateway.stop()
 
 
+def test_sweep_interval_from_yaml(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # Expired answers were swept every 60 s, a fixed interval: /admin/stats counted them as
+    # entries (and in the vector index) for up to a minute, whatever the TTLs.
+    text = config_text(upstream_server.url, tmp_path, sweep_interval=0.2)
+    gateway = Gateway(load_config_text(text))
+    try:
+        ask(gateway, "How do I cook rice?", ns="sweep", headers={"x-cache-ttl": "1"})
+        ask(gateway, "Who painted the Mona Lisa?", ns="sweep")
+        deadline = time.time() + 10
+        while gateway.http.get("/admin/stats").json()["cache"]["expirations"] < 1:
+            assert time.time() < deadline, "the expired answer was not swept"
+            time.sleep(0.1)
+        stats = gateway.http.get("/admin/stats").json()["cache"]
+        assert stats["entries"] == 1 and stats["index"]["entries"] == 1
+    finally:
+        gateway.stop()
+
+
 def test_without_the_exact_tier_only_answers_it_can_find_are_stored(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
