@@ -333,13 +333,21 @@ class PairVerifier:
         cross-encoder decides alone, on its own calibration (``meta["alone"]``)."""
         if self.combiner is None or self.combiner.embedding_model == model_name:
             return
-        log.warning(
-            "verifier: fitted with embedder %s, not %s: the cross-encoder decides alone",
-            self.combiner.embedding_model,
-            model_name,
-        )
+        fitted = self.combiner.embedding_model
         self.combiner = None
         self._decision(self.meta.get("alone", {}))
+        # NOTE: say what it costs: without the combiner (and its near-duplicate rail) the
+        # cross-encoder's own calibrated threshold turns down most plain rewordings
+        log.warning(
+            "verifier: its combiner was fitted with embedder %s, not %s: the cross-encoder "
+            "decides alone, on its own calibration (default score threshold %.2f, vetoes: %s, "
+            "no near-duplicate rail), and serves far fewer paraphrases; "
+            "cache.semantic.verifier_threshold or max_wrong_rate trade them against wrong hits",
+            fitted,
+            model_name,
+            self.default_threshold,
+            ", ".join(self.vetoes) or "none",
+        )
 
     def signals(
         self, stored: str, new: str, stored_vec: np.ndarray, new_vec: np.ndarray, cosine: float

@@ -472,6 +472,20 @@ def test_another_embedder_makes_the_cross_encoder_decide_alone_on_its_own_table(
     )
 
 
+def test_another_embedder_says_at_start_what_deciding_alone_costs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # With a custom cache.semantic.embedding_model the log said only "the cross-encoder decides
+    # alone": nothing said that its own threshold (0.95 with onnx-int8) turns down plain
+    # rewordings ("How do I" / "How can I") the bundled embedder serves, nor what to set.
+    verifier = PairVerifier()
+    with caplog.at_level("WARNING", logger="semantic.verifier"):
+        verifier.use_embedder("some-other-model")
+    message = caplog.text
+    assert f"default score threshold {verifier.default_threshold:.2f}" in message
+    assert "fewer paraphrases" in message and "verifier_threshold" in message
+
+
 def test_loading_the_shipped_verifier_prints_no_load_report(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
