@@ -27,6 +27,7 @@ from .config import Config
 from .connections import closing
 from .errors import APIError
 from .messages_bridge import MESSAGES
+from .observe import request_id
 from .runtime import LocalFactory, Runtime
 
 __all__ = ["create_admin_app", "create_app"]
@@ -90,15 +91,20 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         error = APIError(413, "The request body is too large.", code="request_too_large")
     else:
         error = APIError(status, str(exc.detail))
-    return error_response(error, wire=_wire(request))
+    return _identified(error_response(error, wire=_wire(request)), request)
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(
-        APIError(500, "The gateway had an internal error.", code="internal_error"),
-        wire=_wire(request),
-    )
+    error = APIError(500, "The gateway had an internal error.", code="internal_error")
+    return _identified(error_response(error, wire=_wire(request)), request)
+
+
+def _identified(response: Response[Any], request: Request[Any, Any, Any]) -> Response[Any]:
+    """An error no handler wrote (a wrong method, an unknown route) has an ``x-request-id``
+    too, as observability.md promises for every answer, errors included."""
+    response.headers["x-request-id"] = request_id(request.headers.get("x-request-id"))
+    return response
 
 
 def _wire(request: Request[Any, Any, Any]) -> Wire:

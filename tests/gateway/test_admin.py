@@ -174,6 +174,15 @@ def test_request_ids_are_logged_and_the_upstreams_is_kept(
     assert any(m.startswith("mine-2 ") and "cache=exact" in m for m in logged)
 
 
+def test_errors_no_handler_wrote_have_a_request_id(make_gateway: Any) -> None:
+    # (a GET of a POST route, an unknown route: "x-request-id: always, errors too")
+    gw = make_gateway()
+    wrong_method = gw.http.get("/v1/chat/completions", headers={"x-request-id": "mine-3"})
+    assert wrong_method.status_code == 405 and wrong_method.headers["x-request-id"] == "mine-3"
+    unknown = gw.http.post("/v1/chat/completion", json={})
+    assert unknown.status_code == 404 and unknown.headers["x-request-id"].startswith("req_")
+
+
 def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     for i in range(3):
