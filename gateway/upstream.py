@@ -85,8 +85,12 @@ class UpstreamBackend:
         self.cache_salt = _salt(config)
         self._on_retry = on_retry
         t = config.timeout
+        base = httpx.URL(base_url or config.urls[0])
+        #: A base URL's query (``?api-version=...``, a signed ``?sig=``) goes on every request:
+        #: httpx would put the request's path after it, and every request missed its route.
+        self._query = base.query
         self._client = httpx.AsyncClient(
-            base_url=(base_url or config.urls[0]).rstrip("/") + "/",
+            base_url=str(base.copy_with(query=None)).rstrip("/") + "/",
             timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
             transport=_Admission(
                 transport or HTTP11Transport(max_idle=config.max_connections),
@@ -118,7 +122,9 @@ class UpstreamBackend:
         False when it holds no such id, an ``UpstreamError`` when it failed."""
         headers = _ascii(self._headers(request, auth))
         try:
-            response = await self._client.delete(f"responses/{response_id}", headers=headers)
+            response = await self._client.delete(
+                self._url(f"responses/{response_id}"), headers=headers
+            )
         except httpx.TimeoutException:
             raise _timeout(self.name) from None
         except httpx.RequestError as exc:
@@ -326,12 +332,17 @@ class UpstreamBackend:
         client's jar never keeps any (see ``__init__``)."""
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = self._client._merge_url(path)
+            url = self._urls[path] = self._url(path)
         merged = self._client.headers.copy()
         merged.update(headers)
         return httpx.Request(
             "POST", url, content=payload, headers=merged, extensions={"timeout": self._timeouts}
         )
+
+    def _url(self, path: str) -> httpx.URL:
+        """``path`` under the base URL, with the base URL's query."""
+        url = self._client._merge_url(path)
+        return url.copy_with(query=self._query) if self._query else url
 
     async def _post_built(self, request: httpx.Request) -> httpx.Response:
         """``AsyncClient.send(request, stream=True)`` without its layers that do nothing

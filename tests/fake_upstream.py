@@ -96,6 +96,7 @@ class FakeUpstream:
         self.stats: Counter[str] = Counter()
         self.last_body: dict[str, Any] = {}
         self.last_headers: dict[str, str] = {}
+        self.last_query = b""  # the query string of the last request (a base URL's own)
         self.clients: set[tuple[Any, ...]] = set()  # (host, port) of each connection seen
         self._seen: Counter[str] = Counter()
         self._turns: Counter[str] = Counter()  # requests seen per ``contents`` list
@@ -110,11 +111,13 @@ class FakeUpstream:
         self.clients.clear()
         self.last_body = {}
         self.last_headers = {}
+        self.last_query = b""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return await lifespan(receive, send)
         path, method = scope["path"], scope["method"]
+        self.last_query = scope.get("query_string", b"")
         if method == "GET" and path == "/_stats":
             return await send_json(send, 200, dict(self.stats))
         if method == "POST" and path == "/_reset":

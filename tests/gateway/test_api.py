@@ -707,6 +707,23 @@ models:
         gw.stop()
 
 
+def test_a_base_url_with_a_query_keeps_it_on_every_request(
+    make_gateway: Any, upstream: FakeUpstream, upstream_server: Any
+) -> None:
+    # (Azure's ?api-version=..., a signed URL: the path went after the query, and every
+    # request got the upstream's 404)
+    gw = make_gateway(model_yaml=f"base_url: '{upstream_server.url}/v1/?api-version=2024-06-01'")
+    answer = gw.chat("which version?")
+    assert answer.status_code == 200 and answer.headers["x-cache"] == "miss"
+    assert upstream.last_query == b"api-version=2024-06-01"
+    created = gw.http.post("/v1/responses", json={"model": "fake-model", "input": "keep me"})
+    assert created.status_code == 200
+    upstream.last_query = b""
+    assert gw.http.delete(f"/v1/responses/{created.json()['id']}").json()["deleted"] is True
+    assert created.json()["id"] not in upstream.responses
+    assert upstream.last_query == b"api-version=2024-06-01"
+
+
 def test_gateway_whose_upstream_is_itself_answers_508(tmp_path: Any) -> None:
     with (
         socket.socket() as s
