@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import re
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import diskcache
@@ -182,3 +184,61 @@ def test_an_answer_the_store_cannot_encode_is_served_and_counted(
     wait_for(lambda: failures() == 1)  # was 0, and a traceback in the log
     assert not [r for r in caplog.records if r.exc_info]
     assert gw.chat("big", fake={"raw": {"body": json.dumps(answer)}}).headers["x-cache"] == "miss"
+
+
+def _documented_metrics() -> list[tuple[str, list[str]]]:
+    """The metric tables of docs/observability.md and docs/deployment.md: (name, the names it
+    may stand for) per entry.
+
+    A shorthand ``_suffix`` after a full name replaces that name's last words; names with a
+    placeholder (``<reason>``, ``*``) and the local model's ``cachegate_backend_*`` are left out.
+    """
+    docs = Path(__file__).parents[2] / "docs"
+    tables = [
+        (docs / "observability.md").read_text().split("## Metrics (`GET /metrics`)", 1)[1],
+        (docs / "deployment.md").read_text().split("## Monitoring", 1)[1],
+    ]
+    out = []
+    for line in "\n".join(tables).splitlines():
+        if not line.startswith("| `cachegate_"):
+            continue
+        names = re.findall(r"`(_?[a-z_]+[a-z<>*_]*)`", line.split("|")[1])
+        first = names[0].split("_")
+        for name in names:
+            if name.startswith("_"):
+                stems = ["_".join(first[:i]) for i in range(2, len(first))]
+                out.append((name, [stem + name for stem in stems]))
+            else:
+                out.append((name, [name]))
+    return [(n, c) for n, c in out if not re.search(r"[<>*]|^cachegate_backend_", c[0])]
+
+
+def test_every_documented_metric_is_exported(make_gateway: Any, upstream: FakeUpstream) -> None:
+    gw = make_gateway(
+        "server: {admission_max_lag_ms: 10}\n"
+        "cache: {semantic: {audit_rate: 1.0, auto_tighten: true, max_wrong_rate: 0.05}}",
+        semantic=True,
+    )
+    gw.chat("what is the capital of France?")
+    gw.chat("what is the capital of France?")  # an exact hit
+    gw.chat("retried", fake={"status": 503, "fail_times": 1})
+    gw.chat("cut short", stream=True, fake={"break_after": 1})
+    together = {"delay": 1}  # two at once: one is coalesced
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda _: gw.chat("together", fake=together), range(2)))
+    exported = {
+        re.sub(r"_(bucket|count|sum)$", "", line.split("{")[0].split(" ")[0])
+        for line in gw.http.get("/metrics").text.splitlines()
+        if line and not line.startswith("#")
+    }
+    documented = _documented_metrics()
+    assert len(documented) > 60
+    missing = [name for name, candidates in documented if not exported & set(candidates)]
+    assert missing == []
+    known = {name for _, candidates in documented for name in candidates}
+    undocumented = {
+        name
+        for name in exported - known
+        if not re.match(r"cachegate_backend_|cachegate_cache_guard_rejections_by_reason_", name)
+    }
+    assert undocumented == set()
