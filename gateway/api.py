@@ -263,7 +263,7 @@ async def serve(
     runtime = _runtime(request)
     seen = _Seeing(route, request_id(request.headers.get("x-request-id")))
     try:
-        parsed = await _parse(request, runtime, wire)
+        parsed = await _parse(request, runtime, wire, seen)
         seen.known(runtime, parsed)
         trace = seen.trace.active() if seen.trace else contextlib.nullcontext()
         with runtime.connections.abortable(), trace:
@@ -320,13 +320,34 @@ def _identified(response: Response[Any], rid: str) -> Response[Any]:
     return response
 
 
-async def _parse(request: Request[Any, Any, Any], runtime: Runtime, wire: Wire) -> GatewayRequest:
+async def _parse(
+    request: Request[Any, Any, Any], runtime: Runtime, wire: Wire, seen: _Seeing
+) -> GatewayRequest:
     tenant = runtime.authenticate(_credential(wire, request)[0])
     try:
         raw = await request.body()
     except InternalServerException as exc:  # litestar's: the client left mid-body (a 499)
         raise ClientDisconnected from exc
-    return wire.parse(raw, request.headers, tenant)
+    try:
+        return wire.parse(raw, request.headers, tenant)
+    except APIError:
+        # (a malformed request for a configured model is that model's error in the metrics
+        # and the log, as one its upstream refused is, not an unknown model's "")
+        seen.model = _named_model(runtime, raw)
+        raise
+
+
+class _Named(msgspec.Struct):
+    model: str = ""
+
+
+def _named_model(runtime: Runtime, raw: bytes) -> str:
+    """The configured model a request body names, else ""."""
+    try:
+        model = msgspec.json.decode(raw, type=_Named).model
+    except (msgspec.DecodeError, RecursionError):  # (a body nested past msgspec's depth)
+        return ""
+    return model if model in runtime.backends else ""
 
 
 def _credential(wire: Wire, request: Request[Any, Any, Any]) -> tuple[str | None, str | None]:

@@ -111,6 +111,19 @@ def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpst
     assert page.headers["content-type"] == "text/html; charset=utf-8"
 
 
+def test_a_malformed_request_is_counted_under_the_model_it_names(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    gw = make_gateway()
+    assert gw.chat("x", temperature="hot").status_code == 400
+    assert gw.chat("x", model="no-such-model", temperature="hot").status_code == 400
+    assert gw.http.post(ROUTE, content=b"{not json").status_code == 400
+    metrics = gw.http.get("/metrics").text
+    # a configured model's label, as for an error its upstream answered; "" for any other
+    assert sample(metrics, "cachegate_requests_total", model="fake-model", status="400") == 1
+    assert sample(metrics, "cachegate_requests_total", model="", status="400") == 2
+
+
 def test_a_cache_directory_that_cannot_be_read_answers_misses(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
