@@ -20,6 +20,7 @@ import os
 import re
 import socket
 import sys
+import urllib.parse
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -351,16 +352,22 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
 
 
 class _RedactKey(logging.Filter):
-    """Hide ``?key=`` (the dashboard's admin key, when opened in a browser) in access logs."""
+    """Hide ``?key=`` (the dashboard's admin key, when opened in a browser) in access logs,
+    however its name is spelt: ``k%65y`` and ``KEY`` carry the key as well."""
 
-    _KEY = re.compile(r"([?&]key=)[^&\s]*")
+    _PARAM = re.compile(r"([?&][^=&\s]*=)[^&\s]*")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if isinstance(record.args, tuple):
             record.args = tuple(
-                self._KEY.sub(r"\1***", a) if isinstance(a, str) else a for a in record.args
+                self._PARAM.sub(_hidden, a) if isinstance(a, str) else a for a in record.args
             )
         return True
+
+
+def _hidden(param: re.Match[str]) -> str:
+    named = urllib.parse.unquote_plus(param[1][1:-1]).strip().lower()
+    return f"{param[1]}***" if named == "key" else param[0]
 
 
 def _redact_access_log() -> None:

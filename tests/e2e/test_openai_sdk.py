@@ -368,9 +368,13 @@ models:
 
     assert httpx.get(f"{gateway.url}/dashboard?key=admin-secret-123").status_code == 200
     assert httpx.get(f"{gateway.url}/dashboard?x=1&key=wrong-guess").status_code == 401
+    # the name percent-encoded opens the dashboard all the same (and was logged as it came)
+    assert httpx.get(f"{gateway.url}/dashboard?k%65y=admin-secret-123").status_code == 200
+    assert httpx.get(f"{gateway.url}/dashboard?KEY=admin-secret-123").status_code == 401
     gateway.stop()
     log = gateway.log.read_text()
     assert "GET /dashboard?key=*** HTTP/1.1" in log and "x=1&key=***" in log
+    assert "k%65y=***" in log and "KEY=***" in log
     assert "admin-secret-123" not in log and "wrong-guess" not in log
 
 
