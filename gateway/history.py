@@ -145,6 +145,7 @@ class History:
         points = [p for p in self._points if since is None or p.start > since]
         return {
             "interval_s": self.interval,
+            "oldest_t": self._points[0].start,  # (a reader of ``since`` drops its older points)
             "points": [_render(p) for p in points],
             "recent_hits": [_hit(h) for h in self._hits],
             "recent_rejections": [_hit(h) for h in self._rejections],

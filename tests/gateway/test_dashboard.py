@@ -149,3 +149,44 @@ def test_dashboard_time_labels_fit_their_chart(
           .map(b => [svg.id, b.x, b.width]))"""
         assert page.evaluate(overflow) == []
         assert page.errors == []
+
+
+#: The history requests the page made: [url, bytes received].
+HISTORY_READS = """performance.getEntriesByType('resource').filter(e => e.name.includes('/admin/history'))
+  .map(e => [e.name, e.encodedBodySize])"""
+
+
+def test_dashboard_reads_only_new_history_points(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """After its first read, the page asks only for the points it lacks (``?since=``): it
+    fetched the whole ring (hundreds of KB for an hour of points) every 2 s. What it draws is
+    the ring all the same: points the ring dropped go, and so do those of a gateway that
+    restarted meanwhile."""
+    config = "admin: {history_interval: 1, history_points: 5}"
+    gw = make_gateway(config)
+    kept = "kept.points.map(p => [p.t, p.tiers])"
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for(f"{HISTORY_READS}.length >= 1")
+        for i in range(8):  # (answers in several intervals, past the ring's 5 points)
+            assert gw.chat(f"question {i}").headers["x-cache"] == "miss"
+            time.sleep(0.5)
+        page.wait_for(f"{HISTORY_READS}.length >= 3")
+        reads = page.evaluate(HISTORY_READS)
+        assert all("?since=" in url for url, _ in reads[1:]), reads
+        # what it kept is the ring: the same counts for the same intervals (the current one
+        # goes on), and no point the ring dropped
+        time.sleep(2.1)
+        drawn = dict((t, tiers) for t, tiers in page.evaluate(kept)[:-1])
+        ring = gw.http.get("/admin/history").json()
+        assert len(drawn) < 5 and min(drawn) >= ring["oldest_t"] - 2.1, (drawn, ring)
+        both = [p for p in ring["points"][:-1] if p["t"] in drawn]
+        assert len(both) >= 2 and all(drawn[p["t"]] == p["tiers"] for p in both), (drawn, ring)
+        # a restart on the same port: the old process' points go
+        port = gw.server.port
+        gw.stop()
+        gw = make_gateway(config, port=port)
+        started = gw.http.get("/admin/history").json()["oldest_t"]
+        page.wait_for(f"kept.points[0].t >= {started}")
+        assert all("ERR_CONNECTION_REFUSED" in e for e in page.errors), page.errors
