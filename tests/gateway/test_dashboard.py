@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.browser import Browser
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, ThreadedServer
 
 #: Set to a path (docs/dashboard.png) to keep the screenshot the test takes.
 SCREENSHOT = os.environ.get("CACHEGATE_SCREENSHOT")
@@ -190,3 +191,44 @@ def test_dashboard_reads_only_new_history_points(
         started = gw.http.get("/admin/history").json()["oldest_t"]
         page.wait_for(f"kept.points[0].t >= {started}")
         assert all("ERR_CONNECTION_REFUSED" in e for e in page.errors), page.errors
+
+
+def test_dashboard_with_long_names(
+    make_gateway: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """Tenant, model and namespace names are the operator's and the clients' to pick: a long
+    one wraps in its cell, rather than making the page wider than the window (the filter) or
+    squeezing the ledger's other names into a column a few letters wide."""
+    model, tenant = "a-fine-tuned-model-" * 16, "tenant-" + "x" * 100
+    upstream = {"backend": "openai", "base_url": f"{upstream_server.url}/v1", "api_key": "sk"}
+    config = {"admin": {"api_key": "adm"}, "auth": {"keys": [{"key": "k1", "tenant": tenant}]}}
+    gw = make_gateway(json.dumps(config | {"models": {model: upstream}}))
+    key = {"authorization": "Bearer k1"}
+    for name in (model, "fake-model"):
+        body = {"model": name, "messages": [{"role": "user", "content": "hello"}]}
+        namespace = {"x-cache-namespace": "ns-" + "y" * 120}
+        reply = gw.http.post("/v1/chat/completions", json=body, headers=key | namespace)
+        assert reply.status_code == 200, reply.text
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard?key=adm")
+        page.wait_for("document.querySelectorAll('#ledger tr').length === 3")
+        width = "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+        scroll, client = page.evaluate(width)
+        assert scroll <= client
+        # the ledger's rows are a few lines high (not a name a few letters wide), and its
+        # numbers are whole on one line
+        rows = "[...document.querySelectorAll('#ledger tr')].map(r => r.getBoundingClientRect().height)"
+        assert max(page.evaluate(rows)) < 120, page.evaluate(rows)
+        lines = """[...document.querySelectorAll('#ledger td.num')].map(td => {
+          const range = document.createRange(); range.selectNodeContents(td);
+          return range.getClientRects().length; })"""
+        assert set(page.evaluate(lines)) == {1}, page.evaluate(lines)
+        # a short name stays whole in a narrow table: the prefix KV one (a local model's row)
+        prefix = """(() => {
+          table("prefix-table", ["model", "in use / budget", "hit / queried tokens#", "hit rate#",
+            "evictions#", "disk tier"], [["smollm2", "5.9 MiB / 1.00 GiB", "162 / 276", "58.7 %", 0, "off"]]);
+          const range = document.createRange();
+          range.selectNodeContents(document.querySelector("#prefix-table td"));
+          return range.getClientRects().length; })()"""
+        assert page.evaluate(prefix) == 1
+        assert page.errors == []
