@@ -232,3 +232,22 @@ def test_dashboard_with_long_names(
           return range.getClientRects().length; })()"""
         assert page.evaluate(prefix) == 1
         assert page.errors == []
+
+
+def test_dashboard_shows_errors(make_gateway: Any, upstream: FakeUpstream, tmp_path: Path) -> None:
+    """Failed answers (an upstream down: 502) are drawn apart in the tier chart: the history
+    counts them, and the page showed them nowhere (as a bypass among the others, at best)."""
+    gw = make_gateway()
+    assert gw.chat("hello").status_code == 200
+    for _ in range(3):
+        assert gw.chat("boom", fake={"status": 500}).status_code == 502
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#chart-tiers path') !== null")
+        assert "errors" in page.evaluate("document.getElementById('legend-tiers').innerText")
+        drawn = "document.querySelectorAll('#chart-tiers path[stroke=\"#dc2626\"]').length"
+        assert page.evaluate(drawn) == 1
+        # one model's answers: the history does not count errors by model
+        page.evaluate(FILTER % "model:fake-model")
+        page.wait_for("!document.getElementById('legend-tiers').innerText.includes('errors')")
+        assert page.errors == []
