@@ -115,6 +115,11 @@ def test_dashboard_draws_a_quiet_time_as_zero(
         # the misses' latency: a line for each burst, none across the pause
         p50 = "#chart-latency path[stroke='#f59e0b'][stroke-dasharray='']"
         assert page.evaluate(f"document.querySelector(\"{p50}\").getAttribute('d')").count("M") == 2
+        # in the legend, p99's swatch is dashed as its line is, and p50's is not (same color)
+        swatches = """Object.fromEntries([...document.querySelectorAll('#legend-latency span')]
+          .map(s => [s.innerText, getComputedStyle(s.querySelector('i')).borderTopStyle]))"""
+        styles = page.evaluate(swatches)
+        assert styles["misses p99"] == "dashed" and styles["misses p50"] != "dashed", styles
         # the latency chart shares the tier chart's time axis (its right end: now)
         axis = "[...document.querySelectorAll('#%s text')].slice(-3).map(t => t.textContent)"
         assert page.evaluate(axis % "chart-latency") == page.evaluate(axis % "chart-tiers")
