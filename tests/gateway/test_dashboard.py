@@ -154,6 +154,11 @@ def test_dashboard_time_labels_fit_their_chart(
           .map(t => t.getBBox()).filter(b => b.x < 0 || b.x + b.width > svg.viewBox.baseVal.width)
           .map(b => [svg.id, b.x, b.width]))"""
         assert page.evaluate(overflow) == []
+        # the counts' axes (answers, tokens) are labelled with whole numbers: no "0.73 answers",
+        # nor four "0" labels while nothing was saved
+        labels = "[...document.querySelectorAll('#%s text')].slice(0, 4).map(t => t.textContent)"
+        assert page.evaluate(labels % "chart-tiers") == ["0", "1", "2", "3"]
+        assert page.evaluate(labels % "chart-saved") == ["0", "1", "2", "3"]
         assert page.errors == []
 
 
