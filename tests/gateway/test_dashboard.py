@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -261,3 +262,26 @@ def test_dashboard_shows_errors(make_gateway: Any, upstream: FakeUpstream, tmp_p
         page.evaluate(FILTER % "model:fake-model")
         page.wait_for("!document.getElementById('legend-tiers').innerText.includes('errors')")
         assert page.errors == []
+
+
+def test_dashboard_says_when_the_gateway_does_not_answer(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A gateway that stops answering (its event loop stuck) is an error on the page, not old
+    numbers under an old "updated" time."""
+    gw = make_gateway()
+    gw.chat("hello")
+    runtime, release = gw.app.state.runtime, threading.Event()
+    stats = runtime.stats
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.getElementById('updated').innerText.startsWith('updated')")
+        runtime.stats = lambda: release.wait(60) and stats()  # (the loop waits: stuck)
+        try:
+            page.wait_for("document.getElementById('err').innerText.includes('no answer')", 20)
+            assert "/admin/stats: no answer in 10 s" in page.evaluate(
+                "document.getElementById('err').innerText"
+            )
+        finally:
+            release.set()
+        page.wait_for("document.getElementById('err').innerText === ''")  # (answering again)
