@@ -110,6 +110,10 @@ def test_dashboard_draws_a_quiet_time_as_zero(
     with Browser(tmp_path) as browser:
         page = browser.open(f"{gw.url}/dashboard")
         page.wait_for("document.querySelector('#chart-tiers path') !== null")
+        # the counts are per history interval, which the titles name
+        titles = "[...document.querySelectorAll('h2')].map(h => h.innerText).join('|')"
+        assert "Answers by tier (per 1 s)|" in page.evaluate(titles)
+        assert "|Saved per 1 s|" in page.evaluate(titles)
         at_zero = page.evaluate(AT_ZERO % "#f59e0b")  # the misses' line
         busy = [i for i, zero in enumerate(at_zero) if not zero]
         assert any(at_zero[busy[0] : busy[-1]]), at_zero
