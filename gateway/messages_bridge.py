@@ -129,7 +129,9 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     if body.get("tools"):
         chat["tools"] = [_tool(t) for t in body["tools"]]
     choice = body.get("tool_choice")
-    if choice is not None:
+    # (OpenAI refuses tool_choice in a request without tools: "auto" and "none" then ask
+    # for nothing, as clients that fill in every field send them; "any" and "tool" go on)
+    if choice is not None and (chat.get("tools") or choice.get("type") not in ("auto", "none")):
         chat["tool_choice"] = _tool_choice(choice)
         # (OpenAI refuses parallel_tool_calls in a request without tools)
         if choice.get("disable_parallel_tool_use") and chat.get("tools"):

@@ -470,6 +470,19 @@ def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
     assert "parallel_tool_calls" not in upstream.last_body  # the upstream's default
 
 
+def test_tool_choice_without_tools_is_not_sent_to_a_bridged_upstream(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """Clients that fill in every field send ``tool_choice`` ``auto`` or ``none`` with no tools
+    or ``tools: []``; OpenAI refuses a chat ``tool_choice`` without tools (was sent, a 400)."""
+    for tools in ({}, {"tools": []}):
+        for kind in ("auto", "none"):
+            ask(client, f"Hello ({kind}, {tools})", model="gpt", tool_choice={"type": kind},
+                **tools)  # fmt: skip
+            assert "tool_choice" not in upstream.last_body, (kind, tools)
+            assert "tools" not in upstream.last_body
+
+
 def test_a_failed_tool_result_reaches_a_bridged_upstream_as_an_error(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
