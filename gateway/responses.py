@@ -104,8 +104,18 @@ _LOCAL_KNOWN = frozenset(
         "top_k",
         "seed",
         "background",
+        "max_tool_calls",  # (a limit on tool calls: the local model makes none)
     }
 )
+#: Responses fields the local model cannot honour, with the value that asks for nothing (a
+#: 400 otherwise): clients that send every field they know send them so (``null``).
+_LOCAL_UNUSED: dict[str, Any] = {
+    "top_logprobs": 0,
+    "conversation": None,
+    "prompt": None,
+    "context_management": None,
+    "moderation": None,
+}
 
 
 class _Body(msgspec.Struct):
@@ -878,7 +888,10 @@ def _message(item_id: str, text: str, status: str) -> dict[str, Any]:
 def _chat_params(body: dict[str, Any]) -> dict[str, Any]:
     """The sampling parameters of a Responses body as Chat Completions ones (local model)."""
     for param, value in body.items():
-        if param not in _LOCAL_KNOWN:
+        if param in _LOCAL_UNUSED:
+            if value is not None and value != _LOCAL_UNUSED[param]:
+                raise _unsupported(param)
+        elif param not in _LOCAL_KNOWN:
             raise _unsupported(param, "is not a request argument the local model recognizes")
         if param in ("include", "reasoning") and not _unset(value):
             raise _unsupported(param)

@@ -128,6 +128,25 @@ def test_the_no_op_values_clients_send_are_no_refusal(gw: Gateway) -> None:
                   {"background": False}):  # fmt: skip
         answer, _ = create(sdk(gw), input="Hello", **extra)
         assert answer.status in ("completed", "incomplete") and answer.output_text
+    # Responses fields sent as null by clients that send every field they know, or as the
+    # value that asks for nothing (was: a 400 "not a request argument the local model ...")
+    unset = {"max_tool_calls": None, "top_logprobs": None, "conversation": None, "prompt": None,
+             "context_management": None, "moderation": None}  # fmt: skip
+    # (a question no other request asked: the model answers it, not the cache)
+    for extra in (unset, {"top_logprobs": 0, "max_tool_calls": 3}):
+        answer, _ = create(sdk(gw), input="Hello, nulls", extra_body=extra)
+        assert answer.status in ("completed", "incomplete") and answer.output_text
+
+
+def test_what_the_local_model_cannot_do_is_refused_when_set(gw: Gateway) -> None:
+    for body, param in [
+        ({"top_logprobs": 2}, "top_logprobs"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"prompt": {"id": "pmpt_1"}}, "prompt"),
+    ]:
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(sdk(gw), input="Hello", extra_body=body)
+        assert refused.value.param == param and refused.value.code == "unsupported_parameter"
 
 
 def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: Gateway) -> None:
