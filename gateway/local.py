@@ -410,6 +410,7 @@ _UNSUPPORTED: dict[str, Any] = {
     "verbosity": None,
     "prediction": None,
     "web_search_options": None,
+    "moderation": None,
 }
 
 
@@ -430,7 +431,7 @@ _ONLY = {
         "messages", "max_completion_tokens", "parallel_tool_calls", "tool_choice",
         "function_call", "response_format", "modalities", "audio", "tools", "functions",
         "continue_final_message", "add_generation_prompt", "reasoning_effort", "verbosity",
-        "prediction", "web_search_options",
+        "prediction", "web_search_options", "moderation",
     }),
 }  # fmt: skip
 

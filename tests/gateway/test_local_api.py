@@ -347,6 +347,11 @@ def test_stop_n_and_completions(gw: Gateway) -> None:
             "unsupported_parameter",
         ),
         ({"prompt": "x"}, "prompt", "unsupported_parameter"),  # (a completions field)
+        (
+            {"moderation": {"model": "omni-moderation-latest"}},
+            "moderation",
+            "unsupported_parameter",
+        ),
         ({"modalities": 5}, "modalities", "invalid_value"),
         ({"modalities": True}, "modalities", "invalid_value"),
     ],
@@ -379,6 +384,8 @@ def test_requests_that_mean_nothing_unusual_are_served(gw: Gateway) -> None:
         {"top_k": 0},
     ):
         assert chat(gw, question, max_tokens=2, **extra).status_code == 200, extra
+    # (another question: a null is the field left unset, so the cache would answer it)
+    assert chat(gw, [{"role": "user", "content": "ok?"}], moderation=None).status_code == 200
     completion = {"model": MODEL, "max_tokens": 2, "temperature": 0}
     # an empty prompt, alone or in a list, is the model's BOS (was: a 400 for "" alone)
     for extra in (
