@@ -4,7 +4,8 @@ A cached answer may be served only to a request that would have produced an equi
 So a request splits into:
 
 * **scope** — tenant, namespace, endpoint, model, every output-changing parameter (all body
-  fields except the few listed in ``NON_SCOPE_FIELDS``, unknown ones included), the system
+  fields except the few listed in ``NON_SCOPE_FIELDS``, unknown ones included; a documented
+  one sent as null is left unset), the system
   prompt, and the conversation before the last user turn;
 * **question** — the text of the last user message, the only part compared by embedding.
 
@@ -236,9 +237,37 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, Any]) -> list[Any]:
-    fields = {k: v for k, v in body.items() if k not in NON_SCOPE_FIELDS}
+    # NOTE: a documented field sent as null is the field left unset (OpenAI reads it so, and so
+    # do vLLM and the local model): clients that send every field they know (LangChain,
+    # LiteLLM) share the entry of those that send none. An unknown one stays: a backend may
+    # refuse it (the local model does), and a hit must not answer what a miss would refuse.
+    unset = _NULL_IS_UNSET.get(kind, frozenset())
+    fields = {
+        k: v
+        for k, v in body.items()
+        if k not in NON_SCOPE_FIELDS and not (v is None and k in unset)
+    }
     return [tenant, namespace, kind, model, fields]
 
+
+_SAMPLING = ("frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
+             "presence_penalty", "seed", "stop", "temperature", "top_p")  # fmt: skip
+#: The documented optional fields of each API (the OpenAI SDK's), where null means unset.
+_NULL_IS_UNSET = {
+    "chat": frozenset({
+        *_SAMPLING, "audio", "function_call", "functions", "max_completion_tokens",
+        "modalities", "moderation", "parallel_tool_calls", "prediction", "reasoning_effort",
+        "response_format", "tool_choice", "tools", "top_logprobs", "verbosity",
+        "web_search_options",
+    }),
+    "completion": frozenset({*_SAMPLING, "best_of", "echo", "suffix"}),
+    "responses": frozenset({
+        "background", "context_management", "conversation", "include", "instructions",
+        "max_output_tokens", "max_tool_calls", "moderation", "parallel_tool_calls",
+        "prompt_template", "reasoning", "temperature", "text", "tool_choice", "tools",
+        "top_logprobs", "top_p", "truncation",
+    }),
+}  # fmt: skip
 
 #: Marks a JSON object whose keys are hashed in their order (see ``_canonical``).
 _ORDERED = "\x00ordered"

@@ -94,6 +94,25 @@ def test_equivalent_numbers_share_an_entry(make_gateway: Any, upstream: FakeUpst
     assert gw.chat("q", temperature=1, stream=False).headers["x-cache"] == "exact"
 
 
+def test_a_field_sent_as_null_shares_the_entry_of_the_request_without_it(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Clients that send every field they know (LangChain, LiteLLM) send null for "unset":
+    the same request as the SDK's without them (was: a miss, and a second entry)."""
+    gw = make_gateway()
+    nulls = {"seed": None, "stop": None, "n": None, "tools": None, "tool_choice": None,
+             "response_format": None, "logit_bias": None, "top_logprobs": None}  # fmt: skip
+    user = [{"role": "user", "content": "q"}]
+    for path, body, extra in [
+        ("/v1/chat/completions", {"messages": user}, nulls),
+        ("/v1/completions", {"prompt": "q"}, {"stop": None, "suffix": None, "echo": None}),
+        ("/v1/responses", {"input": "q"}, {"max_tool_calls": None, "prompt": None, "text": None}),
+    ]:
+        first = gw.http.post(path, json={"model": "fake-model", **body})
+        again = gw.http.post(path, json={"model": "fake-model", **body, **extra})
+        assert first.headers["x-cache"] == "miss" and again.headers["x-cache"] == "exact", path
+
+
 def test_no_cache_reaches_upstream_and_refreshes(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = content(gw.chat("q1"))

@@ -36,6 +36,16 @@ def test_fields_that_do_not_change_the_answer_are_ignored() -> None:
     assert same == base
 
 
+def test_a_null_field_is_the_field_left_unset() -> None:
+    base = chat_key("t", "", "m", body(Q))
+    assert chat_key("t", "", "m", body(Q, seed=None, stop=None, tools=None, n=None)) == base
+    assert completion_key("t", "", "m", {"prompt": "x", "stop": None}) == completion_key(
+        "t", "", "m", {"prompt": "x"}
+    )
+    # a field no API documents stays: a backend may refuse it, and a hit must not answer it
+    assert chat_key("t", "", "m", body(Q, frobnicate=None)).scope != base.scope
+
+
 def test_tenant_namespace_model_system_prompt_and_history_change_the_scope() -> None:
     base = chat_key("t", "", "m", body(Q))
     variants = [
