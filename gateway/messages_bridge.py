@@ -54,6 +54,9 @@ _CARRIED = frozenset({
 })  # fmt: skip
 #: Other fields with the value that asks for what a chat model does anyway: accepted, not sent.
 _DEFAULTS = {"thinking": {"type": "disabled"}}
+#: Fields that never change the answer, only what Anthropic caches of the prompt (top-level
+#: ``cache_control``: automatic caching): accepted, not sent, as a block's ``cache_control``.
+_HINTS = frozenset({"cache_control"})
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -112,7 +115,7 @@ async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | No
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The Chat Completions body asking what the Messages ``body`` asks."""
     for field, value in body.items():
-        if field not in _CARRIED and value is not None and value != _DEFAULTS.get(field):
+        if field not in _CARRIED | _HINTS and value is not None and value != _DEFAULTS.get(field):
             raise _unsupported(f"'{field}'")
     chat: dict[str, Any] = {"model": body["model"]}
     if body.get("max_tokens") is not None:  # (count_tokens requests have none)

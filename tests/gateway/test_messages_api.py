@@ -483,6 +483,17 @@ def test_tool_choice_without_tools_is_not_sent_to_a_bridged_upstream(
             assert "tools" not in upstream.last_body
 
 
+def test_automatic_cache_control_is_no_refusal_for_a_bridged_upstream(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """A top-level ``cache_control`` (Anthropic's automatic caching) changes only what is
+    cached of the prompt, as a block's own: accepted, not sent (was: a 400 "not supported")."""
+    answer = ask(client, "Hello (cached)", model="gpt",
+                 extra_body={"cache_control": {"type": "ephemeral"}})  # fmt: skip
+    assert answer.parse().content[0].text
+    assert "cache_control" not in upstream.last_body
+
+
 def test_a_failed_tool_result_reaches_a_bridged_upstream_as_an_error(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
