@@ -252,7 +252,9 @@ class UpstreamBackend:
         model = self.config.upstream_model or self.name
         auth = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
         try:  # NOTE: _window_asked is set first: a loop back to this gateway asks no further
-            response = await self._client.get(f"models/{model}", headers=auth, timeout=2.0)
+            response = await self._client.get(
+                self._url(f"models/{model}"), headers=auth, timeout=2.0
+            )
             described = response.json() if response.status_code == 200 else None
         except (httpx.HTTPError, ValueError) as exc:
             log.debug("upstream %s: no model description: %r", self.name, exc)

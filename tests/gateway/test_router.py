@@ -463,6 +463,32 @@ def test_models_give_the_context_window_the_workers_give(
         worker.stop()
 
 
+class SignedDescribed(Described):
+    """A worker behind a signed URL: only a request with its ``?sig=`` is answered (403)."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("query_string") != b"sig=s3cret":
+            await send({"type": "http.response.start", "status": 403, "headers": []})
+            await send({"type": "http.response.body", "body": b"{}"})
+            return
+        await super().__call__(scope, receive, send)
+
+
+def test_models_ask_a_signed_base_url_for_the_context_window_with_its_query(
+    tmp_path: Path,
+) -> None:
+    """A base URL's query (a signed ?sig=, Azure's ?api-version=) goes on every request,
+    the model description too: without it the worker refused, and the listing had no
+    ``context_window``."""
+    worker = ThreadedServer(SignedDescribed()).start()
+    gw = replicated(tmp_path, [f"{worker.url}/v1?sig=s3cret"])
+    try:
+        assert gw.http.get("/v1/models/fake-model").json().get("context_window") == 8192
+    finally:
+        gw.stop()
+        worker.stop()
+
+
 def test_replica_that_accepts_but_never_answers_is_avoided(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
