@@ -106,12 +106,11 @@ class UpstreamBackend:
         )
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
-        #: The upstream's ``context_window`` for this model, and when it was last asked for
-        #: (``_window_known``: it gave one, refused, or answered without one too often).
+        #: The upstream's ``context_window``, when it was last asked, whether that is settled
+        #: and how many answers gave none (see ``_context_window``).
         self._window: int | None = None
         self._window_asked = -math.inf
-        self._window_known = False
-        self._window_answers = 0  # answers without one (a worker still loading gives none)
+        self._window_known, self._window_answers = False, 0
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -244,7 +243,8 @@ class UpstreamBackend:
     async def _context_window(self) -> int | None:
         """The ``context_window`` the upstream's own ``GET /models/{id}`` gives (a cachegate
         worker's local model has one once loaded; OpenAI gives none), asked the first time it
-        is wanted; until it gives one or refuses (4xx), again at most every ``_WINDOW_RETRY_S``."""
+        is wanted; until it gives one, refuses (4xx) or has answered ``_WINDOW_ASKS`` times
+        without one, again at most every ``_WINDOW_RETRY_S``."""
         now = time.monotonic()
         if self._window_known or now - self._window_asked < _WINDOW_RETRY_S:
             return self._window
