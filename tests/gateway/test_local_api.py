@@ -149,16 +149,7 @@ def test_tenants_do_not_share_prefix_kv_through_a_worker(
     bundled_model_dir: Path, tmp_path: Path
 ) -> None:
     """gateway (keys a, b) -> ``cachegate worker`` (no keys): the worker still keeps them apart."""
-    from gateway.runtime import Runtime
-
-    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
-    del settings["auth"]
-    worker_config = load_config_text(yaml.safe_dump(settings))
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    front = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "front"))
-    front["cache"] = {"enabled": False}
-    front["models"] = {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1"}}
-    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    worker, gateway = _behind_a_worker(bundled_model_dir, tmp_path)
     try:
         secret = [SYSTEM, {"role": "user", "content": "Tenant a's memo: the merger closes soon."}]
         assert chat(gateway, secret, key="key-a").status_code == 200
@@ -172,6 +163,23 @@ def test_tenants_do_not_share_prefix_kv_through_a_worker(
         worker.stop()
 
 
+def _behind_a_worker(
+    bundled_model_dir: Path, tmp_path: Path, **upstream: Any
+) -> tuple[Gateway, Gateway]:
+    """A ``cachegate worker`` (no keys) serving the bundled model, and a gateway (keys a, b;
+    cache off) whose MODEL is that worker, with ``upstream`` settings; stop both."""
+    from gateway.runtime import Runtime
+
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
+    del settings["auth"]
+    worker_config = load_config_text(yaml.safe_dump(settings))
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    front = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "front"))
+    front["cache"] = {"enabled": False}
+    front["models"] = {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1", **upstream}}
+    return worker, Gateway(load_config_text(yaml.safe_dump(front)))
+
+
 def test_a_worker_keeps_a_stream_alive_within_the_gateways_read_timeout(
     bundled_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -180,7 +188,6 @@ def test_a_worker_keeps_a_stream_alive_within_the_gateways_read_timeout(
     marked down) whatever the read timeout below 15 s; it comes as often as the gateway asks."""
     import asyncio
 
-    from gateway.runtime import Runtime
     from localmodel.worker import AsyncEngine
 
     stream = AsyncEngine.stream
@@ -191,15 +198,9 @@ def test_a_worker_keeps_a_stream_alive_within_the_gateways_read_timeout(
             yield event
 
     monkeypatch.setattr(AsyncEngine, "stream", slow_prefill)
-    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker"))
-    del settings["auth"]
-    worker_config = load_config_text(yaml.safe_dump(settings))
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    front = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "front"))
-    front["cache"] = {"enabled": False}
-    front["models"] = {MODEL: {"backend": "openai", "base_url": f"{worker.url}/v1",
-                               "timeout": {"read": 1}, "max_retries": 0}}  # fmt: skip
-    gateway = Gateway(load_config_text(yaml.safe_dump(front)))
+    worker, gateway = _behind_a_worker(
+        bundled_model_dir, tmp_path, timeout={"read": 1}, max_retries=0
+    )
     try:
         client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="key-a", max_retries=0)
         chunks = list(client.chat.completions.create(

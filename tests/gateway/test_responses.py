@@ -684,42 +684,29 @@ def test_a_prompt_cache_key_per_tenant_and_prefix_when_configured(
     assert upstream.last_body["prompt_cache_key"].startswith("cg-")
 
 
-def test_a_clients_prompt_cache_key_is_not_part_of_the_response_cache_key(
-    gw: Gateway, upstream: FakeUpstream
+@pytest.mark.parametrize(
+    ("field", "question"),
+    [("prompt_cache_key", "What is VAT?"), ("safety_identifier", "What is GST?")],
+)
+def test_fields_that_do_not_change_the_answer_are_not_part_of_the_response_cache_key(
+    gw: Gateway, upstream: FakeUpstream, field: str, question: str
 ) -> None:
-    """``prompt_cache_key`` picks the provider's prompt cache, not the answer: requests that
-    differ only in it share a stored answer (they were all misses), each echoing its own."""
+    """``prompt_cache_key`` picks the provider's prompt cache, ``safety_identifier`` (OpenAI's
+    successor of ``user``) names the end user: neither is the answer. Requests that differ
+    only in one share a stored answer (they were all misses), each echoing its own."""
     c = sdk(gw)
-    first, cache = create(c, input="What is VAT?", prompt_cache_key="conversation-1")
-    assert cache == "miss" and upstream.last_body["prompt_cache_key"] == "conversation-1"
+    first, cache = create(c, input=question, **{field: "conversation-1"})
+    assert cache == "miss" and upstream.last_body[field] == "conversation-1"
     again = c.responses.with_raw_response.create(
-        model=MODEL, input="What is VAT?", prompt_cache_key="conversation-2"
+        model=MODEL, input=question, **{field: "conversation-2"}
     )
     assert again.headers["x-cache"] == "exact" and upstream.stats["responses"] == 1
     assert again.parse().output_text == first.output_text
-    assert again.parse().prompt_cache_key == "conversation-2"  # its own, not the stored one's
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is VAT?"}]}
-    plain = c.chat.completions.with_raw_response.create(**chat, prompt_cache_key="a")
-    keyed = c.chat.completions.with_raw_response.create(**chat, prompt_cache_key="b")
+    assert getattr(again.parse(), field) == "conversation-2"  # its own, not the stored one's
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": question}]}
+    plain = c.chat.completions.with_raw_response.create(**chat, **{field: "a"})
+    keyed = c.chat.completions.with_raw_response.create(**chat, **{field: "b"})
     assert (plain.headers["x-cache"], keyed.headers["x-cache"]) == ("miss", "exact")
-
-
-def test_who_asked_is_not_part_of_the_response_cache_key(
-    gw: Gateway, upstream: FakeUpstream
-) -> None:
-    # safety_identifier (OpenAI's successor of user) names the end user, not the answer
-    c = sdk(gw)
-    _, cache = create(c, input="What is GST?", safety_identifier="user-1")
-    assert cache == "miss" and upstream.last_body["safety_identifier"] == "user-1"
-    again = c.responses.with_raw_response.create(
-        model=MODEL, input="What is GST?", safety_identifier="user-2"
-    )
-    assert again.headers["x-cache"] == "exact" and upstream.stats["responses"] == 1
-    assert again.parse().safety_identifier == "user-2"  # its own, not the stored one's
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "What is GST?"}]}
-    one = c.chat.completions.with_raw_response.create(**chat, safety_identifier="a")
-    two = c.chat.completions.with_raw_response.create(**chat, safety_identifier="b")
-    assert (one.headers["x-cache"], two.headers["x-cache"]) == ("miss", "exact")
 
 
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:

@@ -19,7 +19,7 @@ import pytest
 from gateway.config import load_config_text
 from gateway.router import PrefixRouter, prompt_text
 from tests.conftest import Gateway, wait_for
-from tests.fake_upstream import FakeUpstream, ThreadedServer
+from tests.fake_upstream import FakeUpstream, ThreadedServer, send_json
 
 SYSTEM_A = "system\x1fYou are a support agent for ACME Corp. Be polite and precise.\x1e"
 SYSTEM_B = "system\x1fYou translate English into French, word for word.\x1e"
@@ -301,10 +301,8 @@ class Unavailable(Replica):
     """A replica whose model failed to load: it answers 503 to every request."""
 
     async def answer(self, send: Any) -> None:
-        body = b'{"error": {"message": "model not loaded", "code": "model_unavailable"}}'
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        error = {"message": "model not loaded", "code": "model_unavailable"}
+        await send_json(send, 503, {"error": error})
 
 
 def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
@@ -402,24 +400,18 @@ def test_a_replica_shutting_down_hands_its_responses_stream_to_another(
 
 
 class Described(Replica):
-    """A cachegate worker's model listing: ``GET /v1/models/{id}`` with its context window."""
+    """A cachegate worker's model listing: ``GET /v1/models/{id}`` with its context window
+    (``window=None``: an upstream whose entry has none, as OpenAI's)."""
+
+    def __init__(self, window: int | None = 8192) -> None:
+        super().__init__()
+        self.window = window
 
     async def answer(self, send: Any) -> None:
-        body = msgspec.json.encode({"id": "fake-model", "object": "model", "created": 0,
-                                    "owned_by": "cachegate", "context_window": 8192})  # fmt: skip
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-
-class Undescribed(Replica):
-    """An upstream whose model entry has no context window (OpenAI's has none)."""
-
-    async def answer(self, send: Any) -> None:
-        body = b'{"id": "fake-model", "object": "model", "created": 0, "owned_by": "openai"}'
-        headers = [(b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        entry = {"id": "fake-model", "object": "model", "created": 0, "owned_by": "cachegate"}
+        if self.window is not None:
+            entry["context_window"] = self.window
+        await send_json(send, 200, entry)
 
 
 def test_an_upstream_that_gives_no_context_window_is_asked_a_few_times_only(
@@ -430,7 +422,7 @@ def test_an_upstream_that_gives_no_context_window_is_asked_a_few_times_only(
     import gateway.upstream
 
     monkeypatch.setattr(gateway.upstream, "_WINDOW_RETRY_S", 0.0)
-    openai = ThreadedServer(Undescribed()).start()
+    openai = ThreadedServer(Described(window=None)).start()
     gw = replicated(tmp_path, [f"{openai.url}/v1"])
     try:
         for _ in range(10):
