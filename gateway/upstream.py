@@ -106,11 +106,11 @@ class UpstreamBackend:
         )
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
-        #: The upstream's ``context_window``, when it was last asked, whether that is settled
-        #: and how many answers gave none (see ``_context_window``).
+        #: The upstream's ``context_window``, when it was last asked and how many answers gave
+        #: none (see ``_context_window``).
         self._window: int | None = None
         self._window_asked = -math.inf
-        self._window_known, self._window_answers = False, 0
+        self._window_answers = 0
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -246,7 +246,8 @@ class UpstreamBackend:
         is wanted; until it gives one, refuses (4xx) or has answered ``_WINDOW_ASKS`` times
         without one, again at most every ``_WINDOW_RETRY_S``."""
         now = time.monotonic()
-        if self._window_known or now - self._window_asked < _WINDOW_RETRY_S:
+        settled = self._window is not None or self._window_answers >= _WINDOW_ASKS
+        if settled or now - self._window_asked < _WINDOW_RETRY_S:
             return self._window
         self._window_asked = now
         model = self.config.upstream_model or self.name
@@ -261,14 +262,12 @@ class UpstreamBackend:
             return None
         window = described.get("context_window") if isinstance(described, dict) else None
         self._window = window if _is_count(window) else None
-        # (a 404: it describes no model; a 200 without one: perhaps a worker still loading,
-        # or an upstream that never gives one, as OpenAI: asked _WINDOW_ASKS times in all)
-        self._window_answers += response.status_code == 200
-        self._window_known = (
-            self._window is not None
-            or 400 <= response.status_code < 500
-            or self._window_answers >= _WINDOW_ASKS
-        )
+        # (a 200 without one: perhaps a worker still loading, or an upstream that never gives
+        # one, as OpenAI: asked _WINDOW_ASKS times in all; a 4xx: it describes no model)
+        if 400 <= response.status_code < 500:
+            self._window_answers = _WINDOW_ASKS
+        else:
+            self._window_answers += response.status_code == 200
         return self._window
 
     async def _send(
@@ -941,9 +940,9 @@ def _responses_event(
         chunk = None
     if not isinstance(chunk, dict) or not isinstance(chunk.get("type"), str):
         detail = data[:200].decode("utf-8", "replace")
-        error = _failure(502, "upstream_error", f"Upstream for model '{name}' sent an event "
-                         f"that is not a Responses event: {detail!r}")  # fmt: skip
-        return StreamEvent(responses_error_event(error, sequence), error.body(), error=True)
+        return _error_event(
+            name, f"sent an event that is not a Responses event: {detail!r}", sequence=sequence
+        )
     kind = chunk["type"]
     raw = b"event: " + kind.encode() + b"\n" + raw
     if kind == "error":
@@ -953,9 +952,12 @@ def _responses_event(
     return StreamEvent(raw, chunk, done=kind in _RESPONSES_END, more=more)
 
 
-def _error_event(name: str, what: str) -> StreamEvent:
+def _error_event(name: str, what: str, *, sequence: int | None = None) -> StreamEvent:
+    """The gateway's error event for a stream the upstream broke: chat's ``{"error": ...}``,
+    or numbered ``sequence`` in a Responses stream (its ``error`` event)."""
     error = _failure(502, "upstream_error", f"Upstream for model '{name}' {what}")
-    return StreamEvent(sse_error(error), error.body(), error=True)
+    raw = sse_error(error) if sequence is None else responses_error_event(error, sequence)
+    return StreamEvent(raw, error.body(), error=True)
 
 
 def _a_stream(response: httpx.Response) -> bool:
