@@ -65,9 +65,9 @@ _encode = msgspec.json.Encoder().encode
 #: Events that end a Responses stream; only ``response.completed`` ends it with an answer.
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
-#: The request's prompt cache fields a Response echoes (outside the cache scope).
-#: Fields outside the cache key that a Response echoes: a hit shows the request's own.
-_PROMPT_CACHE_ECHOES = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier")
+#: Fields outside the cache key that a Response echoes, where the stored one does: a hit
+#: shows the request's own (see ``fresh``).
+_ECHOED = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier")
 #: A conversation's first turn when it continues a response only the upstream holds.
 _REFERENCE = "previous_response"
 #: An input item that names an item the upstream holds (``{"type": "item_reference", "id"}``).
@@ -310,14 +310,14 @@ class ResponsesAdapter:
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         """A stored Response as a new one: new ids, and this request's own echoed fields
-        (those outside the cache scope: metadata, store, user, previous_response_id, and the
-        prompt cache's, where the stored one echoes them)."""
+        (those outside the cache scope: metadata, store, user, previous_response_id, and
+        ``_ECHOED``'s, where the stored one echoes them)."""
         output = [
             {**item, "id": _item_id(item)} if "id" in item else item
             for item in stored.get("output") or ()
         ]
         body = request.body
-        echoed = {k: body.get(k) for k in _PROMPT_CACHE_ECHOES if k in stored}
+        echoed = {k: body.get(k) for k in _ECHOED if k in stored}
         return {
             **stored,
             **echoed,
