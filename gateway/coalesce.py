@@ -164,11 +164,13 @@ class Flights:
         NOTE: a leader lands its flight when its call ends, or when its stream is closed (the
         HTTP layer closes every stream it started). A stream that was never started (its
         client left before the first byte) may never land: such a flight counts as abandoned
-        once it is older than ``max_wait``, the longest any follower waits anyway.
+        once it is older than ``max_wait``, and the next request leads a flight of its own.
+        Its followers are not woken: each waits on for its own ``max_wait``, counted from
+        when it began (it may have joined a moment ago), and the leader may only be slow.
         """
         flight = self._flights.get(exact)
         if flight is not None and time.monotonic() - flight.since > self.config.max_wait:
-            flight.land()
+            del self._flights[exact]
             return None
         return flight
 

@@ -256,6 +256,32 @@ def test_waiting_is_bounded_by_max_wait(make_gateway: Any, upstream: FakeUpstrea
     assert all(r.headers["x-cache"] == "miss" for r in replies)
 
 
+def test_a_request_that_joined_a_flight_late_waits_its_own_max_wait(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A flight older than ``max_wait`` is given up on by the next request (it leads its own
+    call), but a request that joined the old flight shortly before still waits for it, up to
+    its own ``max_wait``: it used to be woken then, find nothing stored and call the model
+    itself, after waiting a fraction of its ``max_wait``."""
+    gw = make_gateway("cache: {coalesce: {max_wait: 3.0}}")
+    fake = {"delay": 4.0}
+
+    async def run() -> list[Any]:
+        first = asyncio.create_task(ask(gw, 1, fake))
+        await until_upstream_called(upstream, 1)  # the first one leads (its flight: t=0)
+        await asyncio.sleep(2.0)
+        joined = asyncio.create_task(ask(gw, 1, fake))  # follows; waits until t=5 at most
+        await asyncio.sleep(1.4)
+        late = asyncio.create_task(ask(gw, 1, fake))  # t=3.4: the old flight is given up
+        return [(await task)[0] for task in (first, joined, late)]
+
+    first, joined, late = asyncio.run(run())
+    assert first.headers["x-cache"] == "miss" and late.headers["x-cache"] == "miss"
+    assert joined.headers["x-cache"] == "exact"  # the first one's answer, at t=4
+    assert joined.headers["x-cache-coalesced"] == "true"
+    assert upstream.stats["chat"] == 2  # (were 3: the one that joined called it too)
+
+
 def test_coalescing_can_be_switched_off(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("cache: {coalesce: {enabled: false}}")
     replies = asyncio.run(ask(gw, 4, {"delay": 0.4}))
