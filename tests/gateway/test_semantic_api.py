@@ -386,8 +386,8 @@ def test_a_saved_index_keeps_no_vectors_of_another_embedding_model(
     with Gateway(load_config_text(config_text(upstream_server.url, tmp_path))) as first:
         for question in ("How do I cook rice?", "Who wrote Hamlet?"):
             ask(first, question, ns="model")
-    # the bundled weights by their path: another model's name, the same dimension
-    semantic = {"enabled": True, "embedding_model": str(default_model_path())}
+    # another model's directory (the bundled weights, linked: the same dimension)
+    semantic = {"enabled": True, "embedding_model": str(_linked_copy(tmp_path / "other"))}
     text = config_text(upstream_server.url, tmp_path, semantic=semantic)
     with Gateway(load_config_text(text)) as second:
         stats = second.http.get("/admin/stats").json()["cache"]
@@ -395,6 +395,32 @@ def test_a_saved_index_keeps_no_vectors_of_another_embedding_model(
         assert ask(second, "How can I cook rice?", ns="model").headers["x-cache"] == "miss"
         assert ask(second, "Who wrote Hamlet?", ns="model").headers["x-cache"] == "exact"
         assert second.http.get("/admin/stats").json()["cache"]["index"]["entries"] == 1
+
+
+def test_the_bundled_embedder_named_by_its_path_is_the_bundled_one(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # cache.semantic.embedding_model set to the bundled model's directory was taken for
+    # another model: the verifier's combiner was dropped (the cross-encoder decided alone and
+    # turned down plain rewordings), and the answers stored with `bundled` were exact-only
+    with Gateway(load_config_text(config_text(upstream_server.url, tmp_path))) as first:
+        ask(first, "How do I cook rice?", ns="named")
+    semantic = {"enabled": True, "embedding_model": f"{default_model_path()}/"}
+    text = config_text(upstream_server.url, tmp_path, semantic=semantic)
+    with Gateway(load_config_text(text)) as second:
+        stats = second.http.get("/admin/stats").json()["cache"]
+        assert stats["verifier"]["combiner"] is True and stats["index"]["entries"] == 1
+        assert ask(second, "How can I cook rice?", ns="named").headers["x-cache"] == "semantic"
+        ask(second, "How do I bake bread?", ns="named")
+        assert ask(second, "How can I bake bread?", ns="named").headers["x-cache"] == "semantic"
+
+
+def _linked_copy(directory: Path) -> Path:
+    """A directory of links to the bundled embedder's files: the same model, another path."""
+    directory.mkdir()
+    for item in Path(default_model_path()).iterdir():
+        (directory / item.name).symlink_to(item)
+    return directory
 
 
 def test_guard_min_score_from_yaml(
