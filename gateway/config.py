@@ -497,7 +497,9 @@ class CoalesceConfig(_Base, frozen=True):
     #: Seconds a waiting request gives the first one before calling the model itself.
     max_wait: Seconds = 60.0
     #: Let streaming requests wait too. Their first token then comes only when the first
-    #: request has finished (a streaming request always may be the first one).
+    #: request has finished (a streaming request always may be the first one), and nothing
+    #: is sent to them meanwhile, no keep-alive either: keep max_wait below a proxy's idle
+    #: timeout.
     streams: bool = False
 
 
