@@ -441,6 +441,7 @@ def _check_block(block: Any, path: str, allowed: tuple[str, ...] | None = None) 
     elif kind == "tool_result":
         _require(block, "tool_use_id", path)
         _typed(block, "tool_use_id", str, path=path)
+        _typed(block, "is_error", bool, optional=True, path=path)
         content = block.get("content")
         if content is not None and not isinstance(content, str | list):
             raise _invalid(f"{path}.content: Input should be a valid string or a list of blocks")

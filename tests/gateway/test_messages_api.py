@@ -174,6 +174,9 @@ def test_validation_errors_use_anthropics_body(gw: Gateway, fake: FakeAnthropic)
         ({"model": "claude", "max_tokens": 5,
           "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
          "messages.0.content.0.tool_use_id: Field required"),
+        ({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": "yes"}]}]},
+         "messages.0.content.0.is_error: Input should be a valid boolean"),  # (was accepted)
     ]  # fmt: skip
     for body, message in cases:
         response = gw.http.post("/v1/messages", json=body)
