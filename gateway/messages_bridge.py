@@ -23,6 +23,7 @@ cache, which ``cache_read_input_tokens`` counts (the chat usage's ``cached_token
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -39,6 +40,7 @@ __all__ = [
     "TokenCounter",
     "count_tokens",
     "from_chat",
+    "named_as_sent",
     "stop_of",
     "to_chat",
 ]
@@ -57,6 +59,12 @@ _DEFAULTS = {"thinking": {"type": "disabled"}}
 #: Fields that never change the answer, only what Anthropic caches of the prompt (top-level
 #: ``cache_control``: automatic caching): accepted, not sent, as a block's ``cache_control``.
 _HINTS = frozenset({"cache_control"})
+#: Chat fields an error may name, as a Messages request calls them.
+_PARAMS = {"stop": "stop_sequences"}
+#: A chat message's ``tool_calls``: what the bridge made of ``tool_use`` blocks.
+_TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
+#: A chat message named in an error: ``messages[2]``, or ``messages.[2]`` as OpenAI writes some.
+_CHAT_MESSAGE = re.compile(r"\bmessages(\.?)\[(\d+)\]")
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -140,6 +148,40 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         if choice.get("disable_parallel_tool_use") and chat.get("tools"):
             chat["parallel_tool_calls"] = False
     return chat
+
+
+def named_as_sent(body: dict[str, Any], exc: APIError) -> None:
+    """Name in ``exc``, an error about the chat form of the Messages request ``body``, what it
+    names as the client sent it: in its ``param``, and in its message (Anthropic's error
+    bodies have no ``param``): ``stop takes up to 64 …`` → ``stop_sequences takes up to 64 …``,
+    a chat message's ``tool_calls`` → ``tool_use``, and a chat message by the client's index
+    (``messages[3]`` → ``messages[2]``, see ``_client_paths``)."""
+    param = exc.param or ""
+    named = "tool_use" if _TOOL_CALLS.fullmatch(param) else _PARAMS.get(param, exc.param)
+    if param:
+        where = re.compile(rf"(?<![\w.\[]){re.escape(param)}(?![\w.\[])")
+        exc.message = where.sub(str(named), exc.message, count=1)
+    exc.message = _client_paths(body, exc.message)
+    exc.param = _client_paths(body, named) if named else named
+
+
+def _client_paths(body: dict[str, Any], text: str) -> str:
+    """``text`` with each chat message it names (``messages[3]``, or OpenAI's ``messages.[3]``)
+    named as the client sent it: by its index in the client's ``messages`` (a system prompt
+    and a turn's tool results are chat messages of their own, so the indices differ), or as
+    ``system``."""
+
+    def named(match: re.Match[str]) -> str:
+        index = int(match.group(2)) - len(_system(body.get("system")))
+        if index < 0:
+            return "system"
+        for i, message in enumerate(body["messages"]):
+            index -= len(_turn(message))
+            if index < 0:
+                return f"messages{match.group(1)}[{i}]"
+        return match.group(0)
+
+    return _CHAT_MESSAGE.sub(named, text)
 
 
 def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> dict[str, Any]:

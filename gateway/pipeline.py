@@ -56,6 +56,7 @@ from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .errors import APIError
 from .ledger import Usage, partial_usage, usage_of
+from .messages_bridge import named_as_sent
 from .requests import partitioned
 from .responses import resent_if_lost
 from .tracing import tier
@@ -679,7 +680,7 @@ async def _complete(
         return await resent_if_lost(
             lambda sent: _watched(backend.complete(sent, auth), watch), request
         )
-    with _params_of(request.kind):
+    with _params_of(request):
         chat = bridge.to_chat(request)
         answer = await _renamed(lambda sent: _watched(backend.complete(sent, auth), watch), chat)
     return bridge.from_chat(request, answer, backend.sampling_defaults())
@@ -696,7 +697,7 @@ async def _open(
         return await resent_if_lost(
             lambda sent: _watched(backend.open_stream(sent, auth), watch), request
         )
-    with _params_of(request.kind):
+    with _params_of(request):
         chat = bridge.to_chat(request)
         stream = await _renamed(lambda sent: _watched(backend.open_stream(sent, auth), watch), chat)
     return bridge.from_chat_stream(request, stream, backend.sampling_defaults())
@@ -718,31 +719,23 @@ async def _renamed(call: Callable[[GatewayRequest], Awaitable[T]], chat: Gateway
     return await call(dataclasses.replace(chat, body=body))
 
 
-#: Chat Completions fields an error may name, as the bridged APIs call them.
-_BRIDGED_PARAMS = {
-    "responses": {"messages": "input", "max_tokens": "max_output_tokens",
-                  "max_completion_tokens": "max_output_tokens"},
-    "messages": {"stop": "stop_sequences"},
-}  # fmt: skip
-#: A chat message's ``tool_calls``: what the Messages bridge made of ``tool_use`` blocks.
-_TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
+#: Chat Completions fields an error may name, as the Responses API calls them.
+_RESPONSES_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens",
+                     "max_completion_tokens": "max_output_tokens"}  # fmt: skip
 
 
 @contextlib.contextmanager
-def _params_of(kind: str) -> Iterator[None]:
-    """An error about the chat form of a bridged request names the field the client sent:
-    in its ``param``, and for Messages (Anthropic's error bodies have no ``param``) in its
-    message (``stop takes up to 64 …`` → ``stop_sequences takes up to 64 …``)."""
+def _params_of(request: GatewayRequest) -> Iterator[None]:
+    """An error about the chat form of a bridged request names what the client sent: a
+    Responses request's field in its ``param``, a Messages request's as
+    ``messages_bridge.named_as_sent`` says."""
     try:
         yield
     except APIError as exc:
-        param = exc.param or ""
-        named = _BRIDGED_PARAMS.get(kind, {}).get(param, exc.param)
-        if kind == "messages" and param:
-            named = "tool_use" if _TOOL_CALLS.fullmatch(param) else named
-            where = re.compile(rf"(?<![\w.\[]){re.escape(param)}(?![\w.\[])")
-            exc.message = where.sub(str(named), exc.message, count=1)
-        exc.param = named
+        if request.kind == "messages":
+            named_as_sent(request.body, exc)
+        elif request.kind == "responses":
+            exc.param = _RESPONSES_PARAMS.get(exc.param or "", exc.param)
         raise
 
 

@@ -45,7 +45,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    an SSE body is sent as written): for malformed or odd upstream answers
 
 A chat request for a model named ``o-...`` with ``max_tokens`` is refused as OpenAI's
-reasoning models refuse it (a 400 asking for ``max_completion_tokens``).
+reasoning models refuse it (a 400 asking for ``max_completion_tokens``); one with a tool call
+whose id is over 40 characters as OpenAI refuses it (a 400 naming ``messages[i].tool_calls[k].id``).
 
 ``stop`` is honoured as vLLM honours it: the answer ends before the first stop string it
 contains, with ``finish_reason: "stop"`` and the choice's ``stop_reason`` naming that string.
@@ -212,6 +213,8 @@ class FakeUpstream:
                      "model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
                      "param": "max_tokens", "code": "unsupported_parameter"}  # fmt: skip
             return await send_json(send, 400, {"error": error})
+        if kind == "chat" and (too_long := _long_call_id(body)) is not None:
+            return await send_json(send, 400, {"error": too_long})
         self._serial += 1
         if kind == "responses":
             return await self._respond_responses(body, fake, disconnected, send)
@@ -456,6 +459,20 @@ def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | 
     tokens = sum(len(x.split()) if isinstance(x, str) else len(x) for x in inputs)
     return {"object": "list", "data": data, "model": body["model"],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
+
+
+def _long_call_id(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's error for a tool call id over 40 characters (as another provider's may be)."""
+    for i, message in enumerate(body.get("messages") or ()):
+        for k, call in enumerate(message.get("tool_calls") or ()):
+            size = len(str(call.get("id") or ""))
+            if size > 40:
+                param = f"messages[{i}].tool_calls[{k}].id"
+                return {"message": f"Invalid '{param}': string too long. Expected a string with "
+                        f"maximum length 40, but got a string with length {size} instead.",
+                        "type": "invalid_request_error", "param": param,
+                        "code": "string_above_max_length"}  # fmt: skip
+    return None
 
 
 def _previous_not_found(previous: str) -> dict[str, Any]:

@@ -570,6 +570,39 @@ def test_what_a_bridged_model_cannot_read_is_named_in_a_plain_400(
     assert upstream.stats["chat"] == 0
 
 
+def test_a_bridged_upstreams_400_names_the_clients_own_turn(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """An upstream's 400 names a message of the chat form (OpenAI refuses a tool call id over
+    40 characters): the client's turn 3 is chat message 5 there, after the system prompt and
+    turn 2's tool result and text. The error names turn 3 (was ``messages[5]``)."""
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    long_id = "toolu_" + "x" * 44
+
+    def call(tool_id: str) -> dict[str, Any]:
+        return {"type": "tool_use", "id": tool_id, "name": "weather", "input": {}}
+
+    def result(tool_id: str) -> dict[str, Any]:
+        return {"type": "tool_result", "tool_use_id": tool_id, "content": "12 C"}
+
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [call("toolu_1")]},
+        {"role": "user", "content": [result("toolu_1"), {"type": "text", "text": "And Rome?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, call(long_id)]},
+        {"role": "user", "content": [result(long_id)]},
+    ]
+    for stream in (False, True):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            ask(client, "", model="gpt", system="Be brief.", tools=[tool], messages=messages,
+                stream=stream)  # fmt: skip
+        assert refused.value.body == {"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": "Invalid 'messages[3].tool_calls[0].id': string too long. Expected a "
+                       "string with maximum length 40, but got a string with length 50 instead."}}  # fmt: skip
+    assert upstream.stats["chat"] == 2
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
