@@ -112,7 +112,11 @@ async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | No
         if "messages" in backend.apis:
             return await backend.count_tokens(request, auth)
         if "chat" in backend.apis:
-            return await backend.count_tokens(_BRIDGE.to_chat(request))
+            try:
+                return await backend.count_tokens(_BRIDGE.to_chat(request))
+            except APIError as exc:  # (as a create's: pipeline._params_of)
+                named_as_sent(request.body, exc)
+                raise
     raise APIError(
         400,
         f"Counting tokens is not supported for model '{backend.name}'.",

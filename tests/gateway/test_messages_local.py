@@ -273,6 +273,31 @@ def test_the_local_models_refusals_name_the_fields_the_client_sent(
             }
 
 
+def test_count_tokens_refusals_name_the_fields_the_client_sent(
+    client: anthropic.Anthropic,
+) -> None:
+    """``count_tokens`` refuses what a create refuses, in the same words (was "stop takes up
+    to 64 …" and "'messages[1].tool_calls' …": the chat form's fields)."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}
+    used = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [result]}]  # fmt: skip
+    hi = [{"role": "user", "content": "hi"}]
+    cases: list[tuple[list[Any], dict[str, Any], str]] = [
+        (hi, {"stop_sequences": ["z"] * 65}, "stop_sequences takes up to 64 non-empty strings"),
+        (used, {}, "'tool_use' is not supported by the local model."),
+    ]
+    for messages, extra, message in cases:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.count_tokens(
+                model=MODEL, system=SYSTEM, messages=messages, extra_body=extra
+            )
+        assert refused.value.body == {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": message},
+        }
+
+
 def test_message_start_reports_the_prompts_tokens(client: anthropic.Anthropic) -> None:
     """As Anthropic's streams do, ``message_start`` says how many input tokens the prompt has
     (was 0 until ``message_delta``); the final usage splits them into those read from the
