@@ -154,14 +154,14 @@ def messages_key(
     what they can ask), model, every body field but the turns (``system``, ``tools``,
     ``tool_choice``, ``max_tokens``, ``stop_sequences``, ``top_k``, unknown ones …) and the
     ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
-    question compared by meaning, the earlier turns are scope.
+    question compared by meaning, the earlier turns are scope. A documented field sent as null
+    is the field left out (see ``_keyed``).
     """
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
     ns = request.control.namespace
-    return chat_key(
-        request.tenant, ns, request.model, request.body, context_turns, context, api=api
-    )
+    body = _keyed(request.body)
+    return chat_key(request.tenant, ns, request.model, body, context_turns, context, api=api)
 
 
 def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -347,6 +347,53 @@ _TYPES = {
     529: "overloaded_error",
 }
 _ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "timeout_error"})
+
+
+#: Documented optional fields of a Messages request that read as unset when null (the chat
+#: side's rule, semantic.keys): those cachegate checks, and those Anthropic's API reference
+#: marks nullable. Clients that send every field they know (null when unset) then share the
+#: entry of those that send none; an unknown field stays, as a backend may refuse it.
+_NULL_IS_UNSET = frozenset({
+    "system", "stop_sequences", "temperature", "top_p", "top_k", "tools", "tool_choice",
+    "metadata", "stream", "cache_control", "container", "inference_geo", "speed",
+})  # fmt: skip
+#: The same for a content block (a turn's, a tool result's, a system block) by its type, and
+#: a custom tool (``type`` absent or null): e.g. the anthropic SDK sends a text block of an
+#: answer back with the ``"citations": null`` it got.
+_BLOCK_NULL_IS_UNSET = {
+    "text": frozenset({"cache_control", "citations"}),
+    "document": frozenset({"cache_control", "citations", "context", "title"}),
+    **dict.fromkeys(
+        ("image", "tool_use", "tool_result", "custom", None), frozenset({"cache_control"})
+    ),
+}
+
+
+def _keyed(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as its cache key reads it: less the documented fields that are null, in it and
+    in its blocks (never inside a tool's ``input`` or ``input_schema``, where null is a value)."""
+    keyed = {k: v for k, v in body.items() if not (v is None and k in _NULL_IS_UNSET)}
+    for field in ("system", "tools"):
+        if isinstance(keyed.get(field), list):
+            keyed[field] = [_block_keyed(b) for b in keyed[field]]
+    if isinstance(keyed.get("messages"), list):
+        keyed["messages"] = [
+            {**m, "content": [_block_keyed(b) for b in m["content"]]}
+            if isinstance(m, dict) and isinstance(m.get("content"), list)
+            else m
+            for m in keyed["messages"]
+        ]
+    return keyed
+
+
+def _block_keyed(block: Any) -> Any:
+    if not isinstance(block, dict):
+        return block
+    unset = _BLOCK_NULL_IS_UNSET.get(block.get("type"), frozenset())
+    keyed = {k: v for k, v in block.items() if not (v is None and k in unset)}
+    if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+        keyed["content"] = [_block_keyed(b) for b in block["content"]]
+    return keyed
 
 
 def _anthropic_type(exc: APIError) -> str:

@@ -296,6 +296,38 @@ def test_output_changing_fields_and_headers_are_in_the_scope(
     assert ask(client, "Same question", **base).headers["x-cache"] == "exact"
 
 
+def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """A client that sends every field it knows, null when unset (or a text block of an answer
+    back with its ``"citations": null``), asks what one that leaves them out asks: an exact
+    hit (was a miss). A null inside a tool's input, or an unknown field's, still differs."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    turns: list[Any] = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": [{"type": "text", "text": "12 C"}]}]},
+    ]  # fmt: skip
+    assert ask(client, "", model="claude-plain", messages=turns).headers["x-cache"] == "miss"
+    nulls = {field: None for field in ("system", "stop_sequences", "temperature", "top_p",
+                                       "top_k", "tools", "tool_choice", "metadata")}  # fmt: skip
+    text = {"type": "text", "text": "Checking.", "citations": None, "cache_control": None}
+    result = {**turns[2]["content"][0], "cache_control": None,
+              "content": [{"type": "text", "text": "12 C", "citations": None}]}  # fmt: skip
+    same = [turns[0], {"role": "assistant", "content": [text, {**call, "cache_control": None}]},
+            {"role": "user", "content": [result]}]  # fmt: skip
+    hit = ask(client, "", model="claude-plain", messages=same, extra_body=nulls)
+    assert hit.headers["x-cache"] == "exact"
+    other = {**call, "input": {"city": None}}
+    differs = [turns[0], {"role": "assistant", "content": [turns[1]["content"][0], other]},
+               turns[2]]  # fmt: skip
+    assert ask(client, "", model="claude-plain", messages=differs).headers["x-cache"] == "miss"
+    unknown = ask(client, "", model="claude-plain", messages=turns, extra_body={"custom": None})
+    assert unknown.headers["x-cache"] == "miss"
+    assert fake.stats["/v1/messages"] == 3
+
+
 def test_messages_and_chat_completions_never_share_an_answer(
     gw: Gateway, client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
