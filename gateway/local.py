@@ -343,11 +343,14 @@ class LocalStream:
         await self._close(None)
 
     def counted(self) -> dict[str, Any]:
-        """The prompt it ran, and a token for each text delta (a lower bound: a delta may hold
-        more than one; the exact count is in the ``Finished`` event, which a stream closed early
-        never reads). A request cancelled while it waited for the engine ran nothing: 0."""
+        """The prompt it ran (with the tokens its cached prefix held, once loaded), and a token
+        for each text delta (a lower bound: a delta may hold more than one; the exact count is
+        in the ``Finished`` event, which a stream closed early never reads). A request
+        cancelled while it waited for the engine ran nothing: 0."""
         prompt = len(self._job.prompt_tokens) if self._job.started.is_set() else 0
-        return {"prompt_tokens": prompt, "completion_tokens": self._deltas}
+        cached = self._job.cached[-1] if prompt and self._job.cached else 0
+        return {"prompt_tokens": prompt, "completion_tokens": self._deltas,
+                "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
     async def _close(self, pending: asyncio.Task[Event] | None) -> None:
         """Cancel the generation; the engine stops it between two tokens.

@@ -282,12 +282,12 @@ class _MessagesStream:
     def _convert(self, event: StreamEvent) -> Iterator[dict[str, Any]]:
         if not self._started:
             self._started = True
-            # NOTE: the local model knows its prompt's tokens now (an upstream only at the end),
-            # not yet how many its prefix cache holds: message_delta's usage splits them
-            prompt = int((self._inner.counted() or {}).get("prompt_tokens") or 0)
+            # NOTE: the local model knows its prompt's tokens now, and how many its prefix
+            # cache held (an upstream only at the end): split as message_delta's, as Anthropic's
+            usage = {**_usage(self._inner.counted() or {}), "output_tokens": 0}
             head: dict[str, Any] = {"id": fresh_message_id(), "type": "message", "role": "assistant",
                     "model": self._model, "content": [], "stop_reason": None,
-                    "stop_sequence": None, "usage": {"input_tokens": prompt, "output_tokens": 0}}  # fmt: skip
+                    "stop_sequence": None, "usage": usage}  # fmt: skip
             yield {"type": "message_start", "message": head}
             yield {"type": "ping"}
         if event.done:

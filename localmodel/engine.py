@@ -135,6 +135,9 @@ class GenerationRequest:
     params: SamplingParams
     cancel: threading.Event = field(default_factory=threading.Event, compare=False)
     started: threading.Event = field(default_factory=threading.Event, compare=False)
+    #: The prompt tokens whose KV was reused (``Usage.cached_tokens``), filled in once its
+    #: cached prefix is loaded, before its first event: what a stream reports at its start.
+    cached: list[int] = field(default_factory=list, compare=False)
 
     @property
     def max_tokens(self) -> int:
@@ -465,6 +468,7 @@ class Engine:
         """The body of :meth:`steps` on the request's cache."""
         prompt = request.prompt_tokens
         n_cached = self._load_prefix(request, cache)
+        request.cached[:] = [n_cached]
         try:
             prompt_logits = yield from self._prefill(request, cache, n_cached)
         except PrefillCancelled:

@@ -300,19 +300,26 @@ def test_count_tokens_refusals_name_the_fields_the_client_sent(
 
 def test_message_start_reports_the_prompts_tokens(client: anthropic.Anthropic) -> None:
     """As Anthropic's streams do, ``message_start`` says how many input tokens the prompt has
-    (was 0 until ``message_delta``); the final usage splits them into those read from the
-    prefix cache and the rest."""
+    (was 0 until ``message_delta``), split as the final usage splits them: those read from the
+    prefix cache (``cache_read_input_tokens``) and the rest (was: all of them as
+    ``input_tokens`` there, fewer in ``message_delta``)."""
     messages = [{"role": "user", "content": "Name a tool for cutting wood."}]
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+    reads = []
     for _ in range(2):  # the second one reads its prompt from the prefix cache
         events = list(create(client, messages, stream=True,
                              extra_headers={"cache-control": "no-store"}).parse())  # fmt: skip
         start = events[0]
         assert start.type == "message_start"
-        assert start.message.usage.input_tokens == counted.input_tokens
+        first = start.message.usage
         final = [e for e in events if e.type == "message_delta"][-1].usage
         assert final.input_tokens is not None and final.cache_read_input_tokens is not None
         assert final.input_tokens + final.cache_read_input_tokens == counted.input_tokens
+        assert first.input_tokens == final.input_tokens
+        assert first.cache_read_input_tokens == final.cache_read_input_tokens
+        assert first.cache_creation_input_tokens == 0
+        reads.append(final.cache_read_input_tokens)
+    assert reads[1] > 0
 
 
 def test_top_k_reaches_the_local_model(client: anthropic.Anthropic) -> None:
