@@ -153,6 +153,9 @@ class UpstreamBackend:
             raise _failure(
                 502, "upstream_error", f"Upstream for model '{self.name}' failed: {detail}"
             )
+        previous = _echoed_previous(request)
+        if previous is not None and body.get("object") == "response":
+            body["previous_response_id"] = previous
         return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
@@ -160,7 +163,8 @@ class UpstreamBackend:
         if not _a_stream(response):
             # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
             raise await _not_a_stream(self.name, response)
-        return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits)
+        return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
+                              previous=_echoed_previous(request))  # fmt: skip
 
     async def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -796,11 +800,18 @@ class UpstreamStream:
     marked ``more``, so the relay sends them in one write; see gateway.readahead)."""
 
     def __init__(
-        self, name: str, response: httpx.Response, kind: str = "chat", rate_limits: bool = False
+        self,
+        name: str,
+        response: httpx.Response,
+        kind: str = "chat",
+        rate_limits: bool = False,
+        *,
+        previous: str | None = None,
     ) -> None:
         self._name = name
         self._response = response
         self._kind = kind
+        self._previous = previous  # the previous_response_id its Response echoes (see _event)
         self.headers = relayed(response.headers, rate_limits=rate_limits)
         self._body: ReadAhead | None = None
         self._parser = SSEParser()
@@ -847,7 +858,8 @@ class UpstreamStream:
             raise _broken(self._name, exc) from None
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
-        event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence)
+        event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence,
+                       previous=self._previous)  # fmt: skip
         numbered = (event.chunk or {}).get("sequence_number")
         if isinstance(numbered, int):
             self._sequence = numbered + 1
@@ -904,12 +916,18 @@ _encode_sorted = msgspec.json.Encoder(order="sorted").encode
 
 
 def _event(
-    name: str, data: bytes, *, more: bool, kind: str = "chat", sequence: int = 0
+    name: str,
+    data: bytes,
+    *,
+    more: bool,
+    kind: str = "chat",
+    sequence: int = 0,
+    previous: str | None = None,
 ) -> StreamEvent:
     # an event's data may span lines; each goes out with its own "data:" prefix again
     raw = b"data: " + data.replace(b"\n", b"\ndata: ") + b"\n\n"
     if kind == "responses":
-        return _responses_event(name, data, raw, more=more, sequence=sequence)
+        return _responses_event(name, data, raw, more=more, sequence=sequence, previous=previous)
     if data == b"[DONE]":
         return StreamEvent(raw, None, done=True)
     try:
@@ -930,10 +948,11 @@ def _event(
 
 
 def _responses_event(
-    name: str, data: bytes, raw: bytes, *, more: bool, sequence: int
+    name: str, data: bytes, raw: bytes, *, more: bool, sequence: int, previous: str | None = None
 ) -> StreamEvent:
     """A Responses event: its ``event:`` line again (the parser keeps only data), whether it
-    ends the stream, or is an ``error`` event."""
+    ends the stream, or is an ``error`` event; the Response it carries echoes ``previous``
+    (see ``_echoed_previous``)."""
     try:
         chunk = _decode(data)
     except msgspec.DecodeError:
@@ -943,6 +962,10 @@ def _responses_event(
         return _error_event(
             name, f"sent an event that is not a Responses event: {detail!r}", sequence=sequence
         )
+    response = chunk.get("response")
+    if isinstance(response, dict) and previous not in (None, response.get("previous_response_id")):
+        chunk["response"] = {**response, "previous_response_id": previous}
+        raw = b"data: " + _encode(chunk) + b"\n\n"
     kind = chunk["type"]
     raw = b"event: " + kind.encode() + b"\n" + raw
     if kind == "error":
@@ -950,6 +973,15 @@ def _responses_event(
             raise _shutting_down(name)
         return StreamEvent(raw, chunk, error=True)
     return StreamEvent(raw, chunk, done=kind in _RESPONSES_END, more=more)
+
+
+def _echoed_previous(request: GatewayRequest) -> str | None:
+    """The ``previous_response_id`` a Response to ``request`` must echo where the upstream's
+    would not: the client's, when the gateway sent the conversation in its place (inlined, or
+    naming the upstream chain that conversation continues), as OpenAI echoes the id it was
+    sent. None when the upstream was sent the client's own."""
+    previous = request.previous if request.kind == "responses" else None
+    return previous if request.body.get("previous_response_id") != previous else None
 
 
 def _error_event(name: str, what: str, *, sequence: int | None = None) -> StreamEvent:

@@ -352,6 +352,29 @@ def test_a_follow_up_on_a_hit_sends_the_upstream_no_id_it_never_stored(
     assert all("id" not in i for i in sent)
 
 
+def test_a_follow_up_sent_with_its_conversation_echoes_its_previous_response_id(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A follow-up on a response the upstream never saw (a hit's) goes with its conversation
+    inlined and no id, and the upstream's Response echoed ``previous_response_id: null``
+    (JSON, stream, stored copy); OpenAI echoes the id the request named, as a hit does."""
+    c = sdk(gw)
+    create(c, input="My name is Ann.")
+    hit, cache = create(c, input="My name is Ann.")
+    assert cache == "exact"
+    follow, cache = create(c, input="What is my name?", previous_response_id=hit.id)
+    assert cache == "miss" and "previous_response_id" not in upstream.last_body
+    assert follow.previous_response_id == hit.id
+    assert c.responses.retrieve(follow.id).previous_response_id == hit.id
+    events, cache = stream(c, input="How do you spell it?", previous_response_id=hit.id)
+    assert cache == "miss" and "previous_response_id" not in upstream.last_body
+    echoed = [e.response.previous_response_id for e in events if hasattr(e, "response")]
+    assert echoed == [hit.id] * 3  # created, in_progress, completed
+    assert c.responses.retrieve(events[-1].response.id).previous_response_id == hit.id
+    replayed, cache = stream(c, input="How do you spell it?", previous_response_id=hit.id)
+    assert cache == "exact" and replayed[-1].response.previous_response_id == hit.id
+
+
 def test_the_output_of_a_hit_sent_back_as_input_reaches_the_upstream_without_our_ids(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
