@@ -126,6 +126,23 @@ async def delete_response(
     return _json({"id": stored.id, "object": "response", "deleted": True})
 
 
+@post("/v1/responses/{response_id:str}/cancel", status_code=200)
+async def cancel_response(
+    request: Request[Any, Any, Any], response_id: FromPath[str]
+) -> Response[Any]:
+    """OpenAI cancels only a ``background: true`` response: any other is a 400. This gateway
+    keeps none still running (the upstream that runs it is polled and cancelled instead), so
+    a background one kept here has finished: answered as it is, as OpenAI answers a finished
+    one. An id the caller does not own, or not kept here, is a 404 as for ``GET``."""
+    return _on_stored(request, response_id, _cancelled)
+
+
+def _cancelled(stored: StoredResponse) -> dict[str, Any]:
+    if stored.response.get("background") is not True:
+        raise APIError(400, "Cannot cancel a synchronous response.")
+    return stored.response
+
+
 @post("/v1/responses/input_tokens", status_code=200)
 async def count_response_tokens(request: Request[Any, Any, Any]) -> Response[Any]:
     """The input tokens of a Response request (never cached, no model call)."""
@@ -237,6 +254,7 @@ routes = [
     get_response,
     list_input_items,
     delete_response,
+    cancel_response,
     count_response_tokens,
     create_message,
     count_message_tokens,

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from openai.types.responses import ResponseErrorEvent
 
-from gateway.stored import ResponseStore
+from gateway.stored import ResponseStore, StoredResponse
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
@@ -508,6 +508,32 @@ def test_get_input_items_and_delete_a_stored_response(
     unstored, _ = create(c, input="Forget this.", store=False)
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(unstored.id)
+
+
+def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """``client.responses.cancel(id)`` got a 404 for every id (no such route). OpenAI cancels
+    only ``background: true`` responses, and the gateway keeps none still running: the
+    caller's own stored response gets OpenAI's 400 (a finished background one is answered as
+    it is); another tenant's, an unknown id or a running background one (left to the
+    upstream, not kept here) a 404, as ``GET`` answers them."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    made, _ = create(a, input="Write a haiku.")
+    with pytest.raises(openai.BadRequestError) as refused:
+        a.responses.cancel(made.id)
+    assert refused.value.body == {"message": "Cannot cancel a synchronous response.",
+                                  "type": "invalid_request_error", "param": None, "code": None}  # fmt: skip
+    queued, _ = create(a, input="Write a long report.", background=True)
+    for c, response_id in ((b, made.id), (a, "resp_nobody"), (a, queued.id)):
+        with pytest.raises(openai.NotFoundError):
+            c.responses.cancel(response_id)
+    assert a.responses.retrieve(made.id).status == "completed"  # untouched
+    store, owner = gw.runtime.responses.store, gw.runtime.responses.owner("a", {})
+    finished = {**store.get(owner, made.id).response, "id": "resp_bg", "background": True}
+    store.put(StoredResponse(owner, finished, [], [], upstream=True))
+    assert a.responses.cancel("resp_bg").status == "completed"
 
 
 def test_a_delete_the_upstream_fails_keeps_the_stored_response(
