@@ -546,15 +546,33 @@ def _fitted(engine: Engine, request: GatewayRequest, max_tokens: int | None) -> 
     tokens = _tokens(engine, request)
     if not request.truncate or engine.shift is not None:  # (sinks: nothing overflows)
         return tokens
-    messages = list(request.body["messages"])
-    while len(tokens) + (max_tokens or 1) > engine.context_window:
-        oldest = next((i for i, m in enumerate(messages[:-1]) if m["role"] not in _KEPT), None)
-        if oldest is None:
-            break
-        del messages[oldest]
-        request = dataclasses.replace(request, body={**request.body, "messages": messages})
-        tokens = _tokens(engine, request)
-    return tokens
+    room = engine.context_window - (max_tokens or 1)
+    messages = request.body["messages"]
+    droppable = [i for i, m in enumerate(messages[:-1]) if m["role"] not in _KEPT]
+    if len(tokens) <= room or not droppable:
+        return tokens
+    tried: dict[int, list[int]] = {}
+
+    def without(n: int) -> list[int]:
+        """The prompt less its ``n`` oldest messages that may be left out."""
+        if n not in tried:
+            gone = set(droppable[:n])
+            kept = [m for i, m in enumerate(messages) if i not in gone]
+            body = {**request.body, "messages": kept}
+            tried[n] = _tokens(engine, dataclasses.replace(request, body=body))
+        return tried[n]
+
+    # NOTE: the fewest left out that fit (all there are if none do), found by halving, as a
+    # prompt only gets shorter as more is left out: log2(n) encodings of the whole prompt,
+    # not one per message left out (quadratic in a long conversation's items)
+    low, high = 1, len(droppable)
+    while low < high:
+        middle = (low + high) // 2
+        if len(without(middle)) <= room:
+            high = middle
+        else:
+            low = middle + 1
+    return without(low)
 
 
 #: Messages ``truncate`` never leaves out.

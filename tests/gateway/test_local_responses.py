@@ -225,6 +225,39 @@ def test_truncation_auto_leaves_out_the_oldest_turns_until_the_input_fits(
         gateway.stop()
 
 
+def test_truncation_auto_of_a_long_conversation_encodes_it_a_few_times(
+    bundled_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``truncation: "auto"`` keeps the newest items that fit; it encoded the whole prompt
+    again after each item it left out (quadratic in a long conversation's items), and now
+    halves its way to how many to leave out: the same items kept, a few encodings."""
+    config = local_config(bundled_model_dir, tmp_path, max_context=256)
+    gateway = Gateway(load_config_text(config))
+    try:
+        c = sdk(gateway)
+        turns = [{"role": "user", "content": "word " * 9}, {"role": "assistant", "content": "ok"}]
+        items = [*turns * 40, turns[0]]
+        body: dict[str, Any] = {"instructions": "Be brief.", "input": items}
+        kept = [c.responses.input_tokens.count(model=MODEL, instructions="Be brief.",
+                                               input=items[-n:]).input_tokens
+                for n in range(1, len(items) + 1)]  # fmt: skip
+        fits = [count for count in kept if count + 12 <= 256]
+        assert 1 < len(fits) < len(kept)  # (some items are left out, not all)
+        engine = gateway.runtime.backends[MODEL]._engine.engine
+        encode, encodings = engine.encode_chat, []
+
+        def counted(*args: Any, **kwargs: Any) -> list[int]:
+            encodings.append(args)
+            return list(encode(*args, **kwargs))
+
+        monkeypatch.setattr(engine, "encode_chat", counted)
+        fitted, _ = create(c, truncation="auto", **body)
+        assert fitted.usage is not None and fitted.usage.input_tokens == fits[-1]
+        assert len(encodings) <= 2 + (len(items) - 1).bit_length()  # (was one per item left out)
+    finally:
+        gateway.stop()
+
+
 def start_worker(model_dir: Path, tmp_path: Path, port: int = 0) -> Gateway:
     """A ``cachegate worker`` on ``port`` (0: any free one)."""
     from gateway.runtime import Runtime
