@@ -185,6 +185,7 @@ class ResponsesAdapter:
             control = dataclasses.replace(request.control, no_cache=True, no_store=True)
             request = dataclasses.replace(request, control=control)
         owner = self.owner(request.tenant, headers)
+        self._refuse_foreign_conversation(owner, body.get("conversation"))
         self._refuse_foreign_items(owner, items)
         items, request = self._dereferenced(owner, items, request)
         previous_id = parsed.previous_response_id
@@ -193,6 +194,15 @@ class ResponsesAdapter:
             request, body=_forwardable(body), owner=owner, turns=tuple(turns), earlier=earlier,
             previous=previous_id, standalone=_standalone(turns, body),
         )  # fmt: skip
+
+    def _refuse_foreign_conversation(self, owner: str, conversation: Any) -> None:
+        """A 404, as for an unknown conversation, when ``conversation`` names one an upstream
+        took for another owner: called with the gateway's key, it continues (and so shows) any
+        conversation made with that key, whoever names it, as it resolves a response id."""
+        conversation_id = _conversation_id(conversation)
+        if conversation_id is not None and self.store.foreign(owner, conversation_id):
+            raise APIError(404, f"Conversation with id '{conversation_id}' not found.",
+                           param="conversation")  # fmt: skip
 
     def _refuse_foreign_items(self, owner: str, items: list[dict[str, Any]]) -> None:
         """A 404, as for an unknown item, when an input item names another owner's item by its
@@ -306,6 +316,7 @@ class ResponsesAdapter:
     def fold(self, request: GatewayRequest, *, cached: bool) -> ResponsesFold:
         # always: a completed response is kept for previous_response_id, and every streamed
         # id is claimed for its owner as it arrives (a stream cut short may leave it upstream)
+        self._claim_conversation(request)  # (the upstream took it: its stream opened)
         return ResponsesFold(lambda response_id: self.store.claim(request.owner, response_id))
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
@@ -366,6 +377,7 @@ class ResponsesAdapter:
         if answer.get("object") != "response" or not isinstance(answer.get("id"), str):
             return
         if upstream:
+            self._claim_conversation(request)
             self.store.claim(request.owner, answer["id"])
             for item in answer.get("output") or ():  # (item ids too: ``_refuse_foreign_items``)
                 if isinstance(item, dict) and isinstance(item.get("id"), str):
@@ -377,6 +389,13 @@ class ResponsesAdapter:
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
         self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
                                       upstream=upstream, model=request.model))  # fmt: skip
+
+    def _claim_conversation(self, request: GatewayRequest) -> None:
+        """Claim the upstream-kept ``conversation`` an upstream answered in for its owner (the
+        first owner it answers for keeps it; ``_refuse_foreign_conversation``)."""
+        conversation_id = _conversation_id(request.body.get("conversation"))
+        if conversation_id is not None:
+            self.store.claim(request.owner, conversation_id)
 
     # -- Bridge: served by a backend that speaks only Chat Completions ---------------------
 
@@ -811,6 +830,13 @@ def _chat_error(chunk: dict[str, Any] | None, events: _Events) -> bytes:
     failed = APIError(502, message if isinstance(message, str) else "The model failed.",
                       param=error.get("param"), code=error.get("code"))  # fmt: skip
     return events.error(failed)
+
+
+def _conversation_id(conversation: Any) -> str | None:
+    """The id a request's ``conversation`` names: the id itself, or ``{"id": ...}``."""
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    return conversation if isinstance(conversation, str) else None
 
 
 def _item_status(finish: str | None) -> str:

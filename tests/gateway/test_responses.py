@@ -615,6 +615,31 @@ def test_another_owners_id_stays_refused_once_its_response_is_gone(
     assert "turns=3" in follow.output_text
 
 
+def test_another_tenants_conversation_is_never_forwarded(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """The upstream, called with the gateway's key, continues any conversation made with that
+    key, whoever names it (it was forwarded for anyone): one an upstream answered in for
+    tenant a (streamed too) is a 404 for b, never forwarded, while a goes on in it."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+    _, cache = create(a, input="Tenant a's secret plan.", conversation="conv_a")
+    assert cache == "bypass" and upstream.last_body["conversation"] == "conv_a"
+    stream(a, input="Tenant a's second secret.", conversation={"id": "conv_s"})
+    asked = upstream.stats["responses"]
+    for conversation in ("conv_a", {"id": "conv_a"}, {"id": "conv_s"}):
+        with pytest.raises(openai.NotFoundError) as refused:
+            create(b, input="What was the plan?", conversation=conversation)
+        assert refused.value.body["param"] == "conversation"  # type: ignore[index]
+    with pytest.raises(openai.NotFoundError):
+        b.responses.input_tokens.count(model=MODEL, input="The plan?", conversation="conv_a")
+    assert upstream.stats["responses"] == asked  # none of them was forwarded
+    _, cache = create(a, input="What was the plan?", conversation="conv_a")
+    assert cache == "bypass" and upstream.stats["responses"] == asked + 1
+    _, cache = create(b, input="My own plan.", conversation="conv_b")  # b's own: forwarded
+    assert cache == "bypass" and upstream.last_body["conversation"] == "conv_b"
+
+
 def test_a_tenants_flood_spread_over_partitions_pushes_out_its_own(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
