@@ -93,11 +93,14 @@ class StoredResponse:
 
 
 class _Owner:
-    __slots__ = ("bytes", "items")
+    __slots__ = ("bytes", "items", "made")
 
     def __init__(self) -> None:
         self.items: OrderedDict[str, tuple[StoredResponse, int]] = OrderedDict()  # by id
         self.bytes = 0
+        #: Item id -> the ids of the responses holding an item of that id, oldest first (a
+        #: client sends an item back as input: its id is then in more than one).
+        self.made: dict[str, list[str]] = {}
 
 
 class _Claimant:
@@ -155,6 +158,8 @@ class ResponseStore:
             owner = self._owners.setdefault(stored.owner, _Owner())
         size = stored.size()
         owner.items[stored.id] = (stored, size)
+        for item_id in _item_ids(stored):
+            owner.made.setdefault(item_id, []).append(stored.id)
         owner.bytes += size
         self._count += 1
         self._bytes += size
@@ -244,16 +249,18 @@ class ResponseStore:
 
     def item(self, owner: str, item_id: str) -> dict[str, Any] | None:
         """The input or output item ``item_id`` of one of ``owner``'s responses (None when it
-        holds none), newest response first.
-
-        NOTE: a scan of the owner's responses: only for the ids this gateway made (an
-        ``item_reference`` to one, which no upstream ever saw)."""
+        holds none), newest response first: for an ``item_reference`` to an item this gateway
+        made, which no upstream ever saw. Found by its id (``_Owner.made``), not by a scan
+        of the owner's responses."""
         held, now = self._owners.get(owner), time.time()
-        for stored, _ in reversed(held.items.values()) if held is not None else ():
+        if held is None:
+            return None
+        for response_id in reversed(held.made.get(item_id, ())):
+            stored = held.items[response_id][0]
             if now - stored.stored_at > self._ttl:
                 continue  # expired (``get`` forgets it)
-            for item in (*(stored.response.get("output") or ()), *stored.input_items):
-                if isinstance(item, dict) and item.get("id") == item_id:
+            for item in _items(stored):
+                if item.get("id") == item_id:
                     return item
         return None
 
@@ -266,7 +273,12 @@ class ResponseStore:
 
     def _forget(self, owner: str, response_id: str) -> None:
         held = self._owners[owner]
-        _, size = held.items.pop(response_id)
+        stored, size = held.items.pop(response_id)
+        for item_id in _item_ids(stored):
+            holders = held.made[item_id]
+            holders.remove(response_id)
+            if not holders:
+                del held.made[item_id]
         held.bytes -= size
         self._count -= 1
         self._bytes -= size
@@ -275,6 +287,17 @@ class ResponseStore:
         left = self._ids.pop(response_id) - 1
         if left:
             self._ids[response_id] = left
+
+
+def _items(stored: StoredResponse) -> list[dict[str, Any]]:
+    """A response's output items, then its input items."""
+    items = (*(stored.response.get("output") or ()), *stored.input_items)
+    return [item for item in items if isinstance(item, dict)]
+
+
+def _item_ids(stored: StoredResponse) -> set[str]:
+    """The ids of a response's items (each once)."""
+    return {i["id"] for i in _items(stored) if isinstance(i.get("id"), str)}
 
 
 def _digest(text: str) -> bytes:

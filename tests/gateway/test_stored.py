@@ -3,7 +3,7 @@ owner's flood pushes out its own responses, not the others'."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from gateway.stored import ResponseStore, StoredResponse
 
@@ -116,3 +116,39 @@ def test_an_item_is_found_for_its_owner_while_its_response_is_kept() -> None:
                              stored_at=kept.stored_at - 61))  # fmt: skip
     store.delete("a", kept.id)
     assert store.item("a", "msg_out") is None  # (only in an expired one now)
+
+
+class _Watched(dict[str, Any]):
+    """A Response that records each read of its output (in ``reads``)."""
+
+    reads: ClassVar[list[str]] = []
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "output":
+            self.reads.append(self["id"])
+        return super().get(key, default)
+
+
+def message(n: int) -> dict[str, Any]:
+    return {"type": "message", "id": f"msg_{n}", "role": "assistant", "content": []}
+
+
+def test_an_item_is_found_by_its_id_not_by_a_scan_of_the_owners_responses() -> None:
+    """``item`` (an ``item_reference`` to an item the gateway made) read every response of
+    its owner for each reference; it reads only those that hold the id, still answers only
+    their owner, newest first, and nothing once they are gone (deleted or pushed out)."""
+    store = ResponseStore(max_entries=300)
+    for n in range(300):
+        response = _Watched(id=f"resp_a{n}", object="response", output=[message(n)])
+        store.put(StoredResponse("a", response, [], [], upstream=False))
+    _Watched.reads.clear()
+    assert store.item("a", "msg_7") == message(7) and _Watched.reads == ["resp_a7"]
+    assert store.item("b", "msg_7") is None and store.item("a", "msg_nobody") is None
+    sent = {**message(7), "status": "completed"}  # sent back as input of a newer response
+    store.put(StoredResponse("a", {"id": "resp_b", "output": []}, [sent], [sent], upstream=False))
+    assert store.item("a", "msg_0") is None  # resp_a0 was pushed out (least recently used)
+    assert store.item("a", "msg_7") == sent  # the newest response that holds it first
+    store.delete("a", "resp_b")
+    assert store.item("a", "msg_7") == message(7)
+    store.delete("a", "resp_a7")
+    assert store.item("a", "msg_7") is None
