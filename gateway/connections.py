@@ -245,14 +245,39 @@ async def until_disconnect(client: Receiver, awaitable: Awaitable[T]) -> T:
     try:
         done, _ = await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
-        work.cancel()
+        _abandon(work)
         raise
     finally:
         watcher.cancel()
     if work in done:
         return work.result()
-    work.cancel()
+    _abandon(work)
     raise ClientDisconnected
+
+
+def _abandon(work: asyncio.Future[Any]) -> None:
+    """Cancel ``work``; what it made all the same (an opened stream: an upstream connection
+    and its turn among ``max_connections``) is closed.
+
+    NOTE: the shutdown deadline may cancel the wait after ``work`` finished but before the
+    wait saw it: the stream it had opened was never closed.
+    """
+    work.cancel()
+    work.add_done_callback(_close_made)
+
+
+def _close_made(work: asyncio.Future[Any]) -> None:
+    if work.cancelled() or work.exception() is not None:
+        return
+    close = getattr(work.result(), "aclose", None)
+    if close is not None:
+        task = asyncio.ensure_future(close())
+        _CLOSING.add(task)  # NOTE: the loop keeps only weak references to tasks
+        task.add_done_callback(_CLOSING.discard)
+
+
+#: Closes of what abandoned work made (see ``_abandon``), until they are done.
+_CLOSING: set[asyncio.Future[Any]] = set()
 
 
 async def _wait_disconnect(client: Receiver) -> None:

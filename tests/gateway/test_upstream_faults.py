@@ -615,3 +615,30 @@ def test_a_stream_whose_response_fails_before_its_first_event_gives_its_turn_bac
     after = gw.chat("next", stream=True)
     assert after.status_code == 200, after.text
     assert sse_chunks(after.text)[-1] == "[DONE]"
+
+
+def test_a_stream_opened_as_the_shutdown_deadline_passes_gives_its_turn_back(
+    make_gateway: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shutdown deadline may end a request's wait for its upstream's stream just after
+    the stream opened, before the wait saw it: the client gets its 503 ``shutting_down``, and
+    the stream, which nobody sends, is closed (it was left open, its turn on the one
+    connection never given back: every later request a 503 upstream_busy)."""
+    from gateway.upstream import UpstreamBackend
+
+    gw = make_gateway(model_yaml="{max_connections: 1, timeout: {pool: 0.3}}")
+    opening = UpstreamBackend.open_stream
+
+    async def opened_at_the_deadline(self: Any, request: Any, auth: Any = None) -> Any:
+        stream = await opening(self, request, auth)
+        if request.body["messages"][0]["content"] == "at the deadline":
+            gw.runtime.abort_in_flight()  # (as cli._shutdown_deadline does)
+        return stream
+
+    monkeypatch.setattr(UpstreamBackend, "open_stream", opened_at_the_deadline)
+    ended = gw.chat("at the deadline", stream=True)
+    assert ended.status_code == 503 and ended.json()["error"]["code"] == "shutting_down"
+    gw.runtime.connections.aborting = False  # (a gateway that serves on, as a test's does)
+    after = gw.chat("next", stream=True)
+    assert after.status_code == 200, after.text
+    assert sse_chunks(after.text)[-1] == "[DONE]"
