@@ -32,8 +32,6 @@ from .upstream import (
     UpstreamBackend,
     UpstreamError,
     UpstreamStream,
-    _a_stream,
-    _not_a_stream,
     read_object,
 )
 
@@ -71,9 +69,9 @@ class AnthropicBackend(UpstreamBackend):
     ) -> AnthropicStream:
         _only_messages(self.name, request)
         response = await self._send(request, stream=True, auth=auth, path="v1/messages")
-        if not _a_stream(response):
-            raise await _not_a_stream(self.name, response)
-        return AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits)
+        stream = AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits)
+        await stream.opened()
+        return stream
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens."""

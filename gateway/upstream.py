@@ -17,6 +17,7 @@ import http.cookiejar
 import logging
 import math
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -160,11 +161,10 @@ class UpstreamBackend:
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
-        if not _a_stream(response):
-            # e.g. an error sent as a JSON body with status 200: say what it was, not "cut off"
-            raise await _not_a_stream(self.name, response)
-        return UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
-                              previous=_echoed_previous(request))  # fmt: skip
+        stream = UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
+                                previous=_echoed_previous(request))  # fmt: skip
+        await stream.opened()
+        return stream
 
     async def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -818,6 +818,36 @@ class UpstreamStream:
         self._ready: collections.deque[StreamEvent] = collections.deque()
         self._finished = False  # [DONE] was seen
         self._sequence = 0  # the number a Responses error event of the gateway's takes
+        self._head = b""  # what ``opened`` read of the body to tell whether it is a stream
+
+    async def opened(self) -> None:
+        """Check that the answer is an event stream; if not, close it and raise a 502.
+
+        NOTE: e.g. an error sent as a JSON body with status 200: said as what it was, not as a
+        stream cut off. A type that only its body can tell (a proxy's
+        ``application/octet-stream`` or ``text/plain``: the openai SDK reads any answer to a
+        stream request as SSE) is a stream when its body opens as one; that was a 502.
+        """
+        streamed = _a_stream(self._response)
+        if streamed is False:
+            raise await _not_a_stream(self._name, self._response)
+        if streamed:
+            return
+        aiter(self)
+        head = b""
+        try:
+            while not _SSE_HEAD.match(_opening(head)) and len(head) < _SNIFF_BYTES:
+                head += await self._read()
+        except StopAsyncIteration:
+            pass
+        except BaseException:
+            await self.aclose()
+            raise
+        if not _SSE_OPENING.match(_opening(head)):
+            await self.aclose()
+            media = self._response.headers.get("content-type", "").partition(";")[0].strip()
+            raise _no_stream(self._name, media, head)
+        self._head = head  # (the events' first bytes: read again first)
 
     def __aiter__(self) -> UpstreamStream:
         if self._body is None:
@@ -850,6 +880,9 @@ class UpstreamStream:
     async def _read(self) -> bytes:
         """What arrived since the last read (StopAsyncIteration at the body's end)."""
         assert self._body is not None, "iterate the stream"
+        if self._head:
+            head, self._head = self._head, b""
+            return head
         try:
             return await anext(self._body)
         except httpx.TimeoutException:
@@ -992,12 +1025,18 @@ def _error_event(name: str, what: str, *, sequence: int | None = None) -> Stream
     return StreamEvent(raw, error.body(), error=True)
 
 
-def _a_stream(response: httpx.Response) -> bool:
-    """Whether a successful answer to a stream request is an event stream (or says nothing of
-    its type). NOTE: any other (a 204, a proxy's text/plain or HTML page) was read as a stream
-    that ended at once: a 200 whose only event said ``stream_incomplete``."""
+def _a_stream(response: httpx.Response) -> bool | None:
+    """Whether a successful answer to a stream request is an event stream: True when its type
+    says so (or says nothing), False when it cannot be one (no content, JSON, HTML), None
+    when only its body can tell (see ``UpstreamStream.opened``). NOTE: a 204, a proxy's
+    text/plain or HTML page, was read as a stream that ended at once: a 200 whose only event
+    said ``stream_incomplete``."""
     media = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-    return response.status_code != 204 and media in ("text/event-stream", "")
+    if media in ("text/event-stream", ""):
+        return response.status_code != 204
+    if response.status_code == 204 or media in _NOT_STREAMS or media.endswith("+json"):
+        return False
+    return None
 
 
 async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
@@ -1007,14 +1046,31 @@ async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
     if error:
         return _failure(502, "upstream_error", f"Upstream for model '{name}' failed: {error}")
     media = response.headers.get("content-type", "").partition(";")[0].strip()
-    what = "HTTP 204 (no content)" if response.status_code == 204 else media
+    return _no_stream(name, "HTTP 204 (no content)" if response.status_code == 204 else media, raw)
+
+
+def _no_stream(name: str, what: str, raw: bytes) -> UpstreamError:
     text = raw[:200].decode("utf-8", "replace").strip()
-    said = f": {text}" if text and not media.startswith("application/json") else "."
+    said = f": {text}" if text and not what.startswith("application/json") else "."
     return _failure(
         502,
         "upstream_error",
         f"Upstream for model '{name}' answered a stream request with {what}{said}",
     )
+
+
+#: Types no event stream is sent as (an answer of one to a stream request is a 502 at once).
+_NOT_STREAMS = frozenset({"application/json", "text/html"})
+#: How an event stream's first line (``_opening``) starts: a comment or a field (``data:``, ...);
+#: ``_SSE_HEAD``: enough of it read to tell (``_SNIFF_BYTES`` of the body at most).
+_SSE_OPENING = re.compile(rb":|(?:data|event|id|retry)(?::|[\r\n]|\Z)")
+_SSE_HEAD = re.compile(rb"[^\r\n]{6}|[^\r\n]+[\r\n]")
+_SNIFF_BYTES = 1024
+
+
+def _opening(body: bytes) -> bytes:
+    """A body from its first line that is not blank (and without a UTF-8 byte order mark)."""
+    return body.removeprefix(b"\xef\xbb\xbf").lstrip(b"\r\n")
 
 
 def _bearer(auth: str) -> str:

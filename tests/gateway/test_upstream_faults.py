@@ -140,6 +140,11 @@ def test_json_answer_to_a_stream_request_is_502_with_its_message(make_gateway: A
         (raw("", status=204, content_type="text/plain"), "with HTTP 204 (no content)."),
         (raw("quota exceeded\n", content_type="text/plain"), "with text/plain: quota exceeded"),
         (raw("<html>log in</html>", content_type="text/html"), "with text/html: <html>log in"),
+        (raw("<html>log in</html>", content_type="text/html; charset=utf-8"), "<html>log in"),
+        (raw("Bad gateway", content_type="application/octet-stream"), ": Bad gateway"),
+        (raw('{"choices": []}', content_type="application/octet-stream"), ': {"choices"'),
+        (raw("", content_type="application/octet-stream"), "with application/octet-stream."),
+        (raw("\n" * 2000, content_type="text/plain"), "with text/plain."),
     ],
 )
 def test_an_answer_to_a_stream_request_that_is_no_stream_is_502(
@@ -642,3 +647,64 @@ def test_a_stream_opened_as_the_shutdown_deadline_passes_gives_its_turn_back(
     after = gw.chat("next", stream=True)
     assert after.status_code == 200, after.text
     assert sse_chunks(after.text)[-1] == "[DONE]"
+
+
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/octet-stream", "text/plain; charset=utf-8", "text/event-stream; charset=utf-8"],
+)
+def test_an_event_stream_sent_as_another_type_is_streamed(
+    make_gateway: Any, content_type: str
+) -> None:
+    # (some proxies send one so; the openai SDK reads any answer to a stream request as SSE,
+    # and the gateway answered it with a 502 "answered a stream request with ...")
+    gw = make_gateway()
+    fake = sse(": opening\n\n", chunk("Hel"), chunk("lo", "stop"), "data: [DONE]\n\n")
+    fake["raw"]["content_type"] = content_type
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    for expected in ("miss", "exact"):
+        with client.chat.completions.with_streaming_response.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": f"as {content_type}"}],
+            stream=True,
+            extra_body={"fake": fake},
+        ) as raw_response:
+            assert raw_response.headers["x-cache"] == expected
+            stream = raw_response.parse()
+            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert text == "Hello"
+
+
+class Trickled(RawUpstream):
+    """Streams an answer as ``application/octet-stream`` a few bytes at a time, its opening
+    (a byte order mark, a blank line, ``data:``) cut across pieces."""
+
+    def _connection(self, conn: Any) -> None:
+        with conn:
+            if not self._read_request(conn):
+                return
+            events = "".join(
+                f"data: {json.dumps(c)}\n\n" for c in (chunk("Hel"), chunk("lo", "stop"))
+            )
+            body = b"\xef\xbb\xbf\n" + events.encode() + b"data: [DONE]\n\n"
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+                         b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+            for piece in (body[:2], body[2:4], body[4:6], body[6:40], body[40:]):
+                conn.sendall(b"%x\r\n%b\r\n" % (len(piece), piece))
+                time.sleep(0.05)
+            conn.sendall(b"0\r\n\r\n")
+
+
+def test_an_event_stream_of_another_type_that_trickles_in_is_streamed(
+    make_gateway: Any,
+) -> None:
+    server = Trickled()
+    try:
+        gw = make_gateway(model_yaml=f"{{base_url: '{server.url}'}}")
+        response = gw.chat("trickled", stream=True)
+        assert response.status_code == 200, response.text
+        events = sse_chunks(response.text)
+        assert events[-1] == "[DONE]", events
+        assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "Hello"
+    finally:
+        server.close()
