@@ -105,7 +105,7 @@ def chat_key(
     answers the entry holds (another API that maps its turns to ``messages``, e.g.
     ``"responses"``): part of the scope, so no answer is served across APIs.
     """
-    messages: list[dict[str, Any]] = body.get("messages") or []
+    messages: list[dict[str, Any]] = [_message(m, api) for m in body.get("messages") or []]
     params = _params(tenant, namespace, api, model, body)
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
@@ -147,6 +147,31 @@ def embedding_key(
     scope = _digest([*_params(tenant, namespace, "embedding", model, fields)])
     question = item if isinstance(item, str) else ""  # (what the admin API lists and searches)
     return CacheKey(scope=scope, question=question, exact=_digest([scope, item]), semantic=False)
+
+
+def _message(message: Any, api: str) -> Any:
+    """A message as the keys read it: in a chat request, a field OpenAI documents as optional
+    sent as null (``annotations`` as ``[]``: no citations) is the field left out.
+
+    NOTE: the openai SDK sends an answer back as it got it (``model_dump()``: ``"refusal":
+    None``, ``"annotations": []``, ``"audio"``, ``"function_call"`` and ``"tool_calls"``
+    None), the same conversation as a client that sends only the text. An empty
+    ``tool_calls`` stays: OpenAI refuses it, and a hit must not answer what a miss would refuse.
+    """
+    if api != "chat" or not isinstance(message, dict):
+        return message
+    unset = _MESSAGE_UNSET | (_ANSWER_UNSET if message.get("role") == "assistant" else frozenset())
+    return {
+        k: v
+        for k, v in message.items()
+        if k not in unset or not (v is None or (k == "annotations" and v == []))
+    }
+
+
+#: A chat message's fields whose null OpenAI reads as left out: of any message, and of an
+#: assistant message (what an answer carries besides its text).
+_MESSAGE_UNSET = frozenset({"name"})
+_ANSWER_UNSET = frozenset({"refusal", "annotations", "audio", "function_call", "tool_calls"})
 
 
 def _context(earlier: list[dict[str, Any]], context_turns: int | None) -> list[dict[str, Any]]:

@@ -113,6 +113,33 @@ def test_a_field_sent_as_null_shares_the_entry_of_the_request_without_it(
         assert first.headers["x-cache"] == "miss" and again.headers["x-cache"] == "exact", path
 
 
+def test_an_answer_sent_back_as_the_sdk_gives_it_is_the_same_conversation(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The openai SDK's answer sent back in the conversation carries its other fields, null
+    (``message.model_dump()``; OpenAI's answer itself, passed as it is, its ``"refusal":
+    None`` and ``"annotations": []``): the conversation a client sends with the text alone
+    (was: a miss, and a second entry, for every turn after it)."""
+    from openai.types.chat import ChatCompletionMessage
+
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    hi: Any = {"role": "user", "content": "Hi"}
+    answer = sdk.chat.completions.create(model="fake-model", messages=[hi]).choices[0].message
+    text = answer.content
+    plain: Any = [hi, {"role": "assistant", "content": text}, {"role": "user", "content": "And?"}]
+    miss = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=plain)
+    assert miss.headers["x-cache"] == "miss" and upstream.stats["chat"] == 2
+    from_openai = ChatCompletionMessage.model_validate(
+        {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    )
+    for sent in (answer.model_dump(), from_openai, {**answer.model_dump(), "annotations": []}):
+        turns: Any = [{**hi, "name": None}, sent, plain[2]]
+        again = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=turns)
+        assert again.headers["x-cache"] == "exact", sent
+    assert upstream.stats["chat"] == 2
+
+
 def test_no_cache_reaches_upstream_and_refreshes(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = content(gw.chat("q1"))

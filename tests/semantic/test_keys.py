@@ -12,6 +12,7 @@ def body(*messages: tuple[str, Any], **params: Any) -> dict[str, Any]:
 
 
 Q = ("user", "What is the capital of France?")
+Q_MESSAGE = {"role": Q[0], "content": Q[1]}
 
 
 def test_question_is_the_last_user_message() -> None:
@@ -44,6 +45,26 @@ def test_a_null_field_is_the_field_left_unset() -> None:
     )
     # a field no API documents stays: a backend may refuse it, and a hit must not answer it
     assert chat_key("t", "", "m", body(Q, frobnicate=None)).scope != base.scope
+
+
+def test_a_messages_null_fields_are_the_fields_left_unset() -> None:
+    """An answer sent back as the openai SDK gives it (``model_dump()``) is the conversation
+    with its text alone: for the exact key and the semantic scope, in both context modes."""
+    answer = {"role": "assistant", "content": "Paris.", "refusal": None, "annotations": [],
+              "audio": None, "function_call": None, "tool_calls": None}  # fmt: skip
+    plain = body(("user", "Hi"), ("assistant", "Paris."), Q)
+    dumped = {"messages": [{"role": "user", "content": "Hi", "name": None}, answer,
+                           {**plain["messages"][-1], "name": None}]}  # fmt: skip
+    for mode in ("exact", "verify"):
+        assert chat_key("t", "", "m", dumped, context=mode) == chat_key(
+            "t", "", "m", plain, context=mode
+        )
+    # what OpenAI refuses (an empty tool_calls), or another API's message, stays as sent
+    empty = {"messages": [plain["messages"][0], {**answer, "tool_calls": []}, Q_MESSAGE]}
+    assert chat_key("t", "", "m", empty).exact != chat_key("t", "", "m", plain).exact
+    for api in ("messages", "responses"):
+        a, b = (chat_key("t", "", "m", x, api=api) for x in (dumped, plain))
+        assert a.exact != b.exact, api
 
 
 def test_tenant_namespace_model_system_prompt_and_history_change_the_scope() -> None:
