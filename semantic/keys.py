@@ -120,8 +120,9 @@ def chat_key(
             question = compared_text(question, messages[:-1], context_turns)
         else:
             scope = _digest([params, _context(messages[:-1], context_turns), extra])
-        # NOTE: the exact key takes the content as sent, not the joined question: parts joined
-        # one way here may be joined another way by a model, so two shapes are two requests.
+        # NOTE: the exact key takes the content as sent (one text part: its text, see
+        # _message), not the joined question: parts joined one way here may be joined another
+        # way by a model, so two shapes are two requests.
         exact = _digest([params, messages[:-1], extra, last.get("content")])
     else:
         scope = _digest([params, messages])
@@ -150,15 +151,22 @@ def embedding_key(
 
 
 def _message(message: Any, api: str) -> Any:
-    """A message as the keys read it: in a chat request, a field OpenAI documents as optional
-    sent as null (``annotations`` as ``[]``: no citations) is the field left out.
+    """A message as the keys read it: content of one text part is that text (OpenAI and
+    Anthropic document the string as that part: nothing is joined, so every model reads the
+    same prompt); in a chat request, a field OpenAI documents as optional sent as null
+    (``annotations`` as ``[]``: no citations) is the field left out.
 
     NOTE: the openai SDK sends an answer back as it got it (``model_dump()``: ``"refusal":
     None``, ``"annotations": []``, ``"audio"``, ``"function_call"`` and ``"tool_calls"``
     None), the same conversation as a client that sends only the text. An empty
     ``tool_calls`` stays: OpenAI refuses it, and a hit must not answer what a miss would refuse.
     """
-    if api != "chat" or not isinstance(message, dict):
+    if not isinstance(message, dict):
+        return message
+    content = message.get("content")
+    if isinstance(content, list) and len(content) == 1 and _plain_text(content[0]):
+        message = {**message, "content": content[0]["text"]}
+    if api != "chat":
         return message
     unset = _MESSAGE_UNSET | (_ANSWER_UNSET if message.get("role") == "assistant" else frozenset())
     return {
@@ -166,6 +174,16 @@ def _message(message: Any, api: str) -> Any:
         for k, v in message.items()
         if k not in unset or not (v is None or (k == "annotations" and v == []))
     }
+
+
+def _plain_text(part: Any) -> bool:
+    """A text part with nothing besides its text (a ``cache_control`` mark, say)."""
+    return (
+        isinstance(part, dict)
+        and part.keys() == {"type", "text"}
+        and part["type"] == "text"
+        and isinstance(part["text"], str)
+    )
 
 
 #: A chat message's fields whose null OpenAI reads as left out: of any message, and of an

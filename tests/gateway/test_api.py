@@ -140,6 +140,27 @@ def test_an_answer_sent_back_as_the_sdk_gives_it_is_the_same_conversation(
     assert upstream.stats["chat"] == 2
 
 
+def test_content_of_one_text_part_is_its_text(make_gateway: Any, upstream: FakeUpstream) -> None:
+    """``[{"type": "text", "text": "hi"}]`` is the string ``"hi"`` to OpenAI (and to every
+    model: nothing is joined), the shape LangChain's content blocks and SDK users' parts
+    send (was: a miss, and a second entry); parts that a model joins stay apart."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+
+    def ask(system: Any, question: Any) -> str:
+        turns: Any = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        reply = sdk.chat.completions.with_raw_response.create(model="fake-model", messages=turns)
+        return str(reply.headers["x-cache"])
+
+    def part(text: str) -> dict[str, str]:
+        return {"type": "text", "text": text}
+
+    assert ask("Be brief.", "What is the capital of France?") == "miss"
+    assert ask([part("Be brief.")], [part("What is the capital of France?")]) == "exact"
+    assert ask("Be brief.", [part("What is the capital"), part(" of France?")]) == "miss"
+    assert upstream.stats["chat"] == 2
+
+
 def test_no_cache_reaches_upstream_and_refreshes(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = content(gw.chat("q1"))

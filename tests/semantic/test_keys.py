@@ -198,6 +198,22 @@ def test_content_shape_is_part_of_the_exact_key() -> None:
     assert a.exact != b.exact  # ...but a model may join parts differently: not an exact match
 
 
+def test_one_text_part_is_its_text() -> None:
+    def part(text: str, **more: Any) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": text, **more}]
+
+    plain = body(("system", "Be brief."), ("user", "Hi"), ("assistant", "Hello"), Q)
+    parts = body(("system", part("Be brief.")), ("user", part("Hi")), ("assistant", "Hello"),
+                 ("user", part(Q[1])))  # fmt: skip
+    for api in ("chat", "messages"):  # (Anthropic's text block, the same)
+        for mode in ("exact", "verify"):
+            a = chat_key("t", "", "m", plain, context=mode, api=api)
+            assert chat_key("t", "", "m", parts, context=mode, api=api) == a, (api, mode)
+    # a part with more than its text (Anthropic's cache_control) is another request
+    marked = body(("user", part(Q[1], cache_control={"type": "ephemeral"})))
+    assert chat_key("t", "", "m", marked).exact != chat_key("t", "", "m", body(Q)).exact
+
+
 def test_a_salted_key_is_another_key_with_the_same_question() -> None:
     key = chat_key("t", "", "m", {"messages": [{"role": "user", "content": "Hi there?"}]})
     assert salted(key, "") is key
