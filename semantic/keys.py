@@ -284,13 +284,21 @@ def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, 
     # do vLLM and the local model): clients that send every field they know (LangChain,
     # LiteLLM) share the entry of those that send none. An unknown one stays: a backend may
     # refuse it (the local model does), and a hit must not answer what a miss would refuse.
+    # So is one sent as the default every backend applies (LangChain sends "n": 1).
     unset = _NULL_IS_UNSET.get(kind, frozenset())
+    defaults = _DEFAULTS.get(kind, {})
     fields = {
-        k: v
+        # one stop sequence, as a string or a list of it: the same (OpenAI, vLLM, local)
+        k: [v] if k == "stop" and isinstance(v, str) and kind in _DEFAULTS else v
         for k, v in body.items()
-        if k not in NON_SCOPE_FIELDS and not (v is None and k in unset)
+        if k not in NON_SCOPE_FIELDS
+        and not (k in unset and (v is None or _is_default(v, defaults.get(k, _NO_DEFAULT))))
     }
     return [tenant, namespace, kind, model, fields]
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    return not isinstance(value, bool) and _canonical(value) == default
 
 
 _SAMPLING = ("frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -311,6 +319,15 @@ _NULL_IS_UNSET = {
         "top_logprobs", "top_p", "truncation",
     }),
 }  # fmt: skip
+
+#: Values OpenAI documents as a field's default that every backend applies too (the local
+#: model, vLLM): sent, the field left unset. Not ``temperature: 1`` nor ``top_p: 1``: the
+#: local model and vLLM sample with the model's own defaults where a request sets none.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "chat": {"n": 1, "response_format": {"type": "text"}},
+    "completion": {"n": 1},
+}
+_NO_DEFAULT = object()
 
 #: Marks a JSON object whose keys are hashed in their order (see ``_canonical``).
 _ORDERED = "\x00ordered"

@@ -113,6 +113,27 @@ def test_a_field_sent_as_null_shares_the_entry_of_the_request_without_it(
         assert first.headers["x-cache"] == "miss" and again.headers["x-cache"] == "exact", path
 
 
+def test_a_field_sent_as_its_documented_default_shares_the_entry(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """``n: 1`` (LangChain sends it), ``response_format: {"type": "text"}`` and a stop string
+    for the list of it are what every backend reads so (was: a miss, and a second entry);
+    ``temperature: 1`` is not (the local model's and vLLM's default is the model's own)."""
+    gw = make_gateway()
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client", max_retries=0)
+    question: Any = [{"role": "user", "content": "Name a colour"}]
+    chat = sdk.chat.completions.with_raw_response.create
+    assert chat(model="fake-model", messages=question, stop=["\n"]).headers["x-cache"] == "miss"
+    same = chat(model="fake-model", messages=question, stop="\n", n=1,
+                response_format={"type": "text"})  # fmt: skip
+    assert same.headers["x-cache"] == "exact" and upstream.stats["chat"] == 1
+    hot = chat(model="fake-model", messages=question, stop="\n", temperature=1)
+    assert hot.headers["x-cache"] == "miss"
+    text = sdk.completions.with_raw_response.create
+    assert text(model="fake-model", prompt="Once", stop=["."]).headers["x-cache"] == "miss"
+    assert text(model="fake-model", prompt="Once", stop=".", n=1).headers["x-cache"] == "exact"
+
+
 def test_an_answer_sent_back_as_the_sdk_gives_it_is_the_same_conversation(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:

@@ -67,6 +67,18 @@ def test_a_messages_null_fields_are_the_fields_left_unset() -> None:
         assert a.exact != b.exact, api
 
 
+def test_a_field_sent_as_its_documented_default_is_the_field_left_unset() -> None:
+    base = chat_key("t", "", "m", body(Q, stop=["x"]))
+    same = chat_key("t", "", "m", body(Q, stop="x", n=1, response_format={"type": "text"}))
+    assert same == base
+    # not a default some backend reads otherwise (a local model's temperature is its own)
+    for params in ({"n": True}, {"temperature": 1}, {"top_p": 1}, {"stop": ["x", "y"]}):
+        assert chat_key("t", "", "m", body(Q, **{"stop": "x", **params})).scope != base.scope
+    assert completion_key("t", "", "m", {"prompt": "x", "n": 1, "stop": "."}) == completion_key(
+        "t", "", "m", {"prompt": "x", "stop": ["."]}
+    )
+
+
 def test_tenant_namespace_model_system_prompt_and_history_change_the_scope() -> None:
     base = chat_key("t", "", "m", body(Q))
     variants = [
