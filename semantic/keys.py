@@ -48,8 +48,6 @@ __all__ = [
 NON_SCOPE_FIELDS = frozenset(
     {
         "model",
-        "messages",
-        "prompt",
         "stream",
         "stream_options",
         "user",
@@ -106,7 +104,7 @@ def chat_key(
     ``"responses"``): part of the scope, so no answer is served across APIs.
     """
     messages: list[dict[str, Any]] = [_message(m, api) for m in body.get("messages") or []]
-    params = _params(tenant, namespace, api, model, body)
+    params = _params(tenant, namespace, api, model, body, turns="messages")
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
     semantic = text_only and bool(question.strip()) and not _INDENTED.search(question)
@@ -134,7 +132,7 @@ def chat_key(
 
 def completion_key(tenant: str, namespace: str, model: str, body: dict[str, Any]) -> CacheKey:
     """The key of a legacy completion request: exact match only (a raw prompt has no turns)."""
-    params = _params(tenant, namespace, "completion", model, body)
+    params = _params(tenant, namespace, "completion", model, body, turns="prompt")
     scope = _digest([params, body.get("prompt")])
     return CacheKey(scope=scope, question="", exact=_digest([scope]), semantic=False)
 
@@ -279,12 +277,19 @@ def entry_id(exact: str) -> int:
 _encoder = msgspec.json.Encoder(order="sorted")
 
 
-def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, Any]) -> list[Any]:
+def _params(
+    tenant: str, namespace: str, kind: str, model: str, body: dict[str, Any], turns: str = ""
+) -> list[Any]:
+    """The fields of the scope, less ``turns`` (the field the caller hashes on its own).
+
+    NOTE: only the caller's own: another API's (``prompt`` in a chat request) stays, as an
+    unknown field does, since a backend refuses it and a hit must not answer it.
+    """
     # NOTE: a documented field sent as null is the field left unset (OpenAI reads it so, and so
     # do vLLM and the local model): clients that send every field they know (LangChain,
-    # LiteLLM) share the entry of those that send none. An unknown one stays: a backend may
-    # refuse it (the local model does), and a hit must not answer what a miss would refuse.
-    # So is one sent as the default every backend applies (LangChain sends "n": 1).
+    # LiteLLM) share the entry of those that send none; so is one sent as the default every
+    # backend applies (LangChain sends "n": 1). An unknown one stays: a backend may refuse it
+    # (the local model does), and a hit must not answer what a miss would refuse.
     unset = _NULL_IS_UNSET.get(kind, frozenset())
     defaults = _DEFAULTS.get(kind, {})
     fields = {
@@ -292,6 +297,7 @@ def _params(tenant: str, namespace: str, kind: str, model: str, body: dict[str, 
         k: [v] if k == "stop" and isinstance(v, str) and kind in _DEFAULTS else v
         for k, v in body.items()
         if k not in NON_SCOPE_FIELDS
+        and k != turns
         and not (k in unset and (v is None or _is_default(v, defaults.get(k, _NO_DEFAULT))))
     }
     return [tenant, namespace, kind, model, fields]

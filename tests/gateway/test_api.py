@@ -182,6 +182,23 @@ def test_content_of_one_text_part_is_its_text(make_gateway: Any, upstream: FakeU
     assert upstream.stats["chat"] == 2
 
 
+def test_a_field_of_another_api_is_not_answered_from_the_cache(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A chat request's ``prompt`` (or a completion's ``messages``) is refused by OpenAI and by
+    the local model: a hit must not answer it (was: the entry of the request without it)."""
+    gw = make_gateway()
+    for path, body, other in [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "q"}]}, "prompt"),
+        ("/v1/completions", {"prompt": "q"}, "messages"),
+    ]:
+        assert gw.http.post(path, json={"model": "fake-model", **body}).headers["x-cache"] == "miss"
+        extra = {other: "Write a poem" if other == "prompt" else [{"role": "user", "content": "x"}]}
+        again = gw.http.post(path, json={"model": "fake-model", **body, **extra})
+        assert again.headers["x-cache"] == "miss", path
+        assert upstream.last_body[other] == extra[other]  # (the upstream judges it)
+
+
 def test_no_cache_reaches_upstream_and_refreshes(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = content(gw.chat("q1"))

@@ -45,6 +45,11 @@ def test_a_null_field_is_the_field_left_unset() -> None:
     )
     # a field no API documents stays: a backend may refuse it, and a hit must not answer it
     assert chat_key("t", "", "m", body(Q, frobnicate=None)).scope != base.scope
+    # so does another API's turns field (a chat "prompt", a completion's "messages")
+    assert chat_key("t", "", "m", body(Q, prompt="Write a poem")).scope != base.scope
+    assert completion_key("t", "", "m", {"prompt": "x", "messages": [Q_MESSAGE]}) != (
+        completion_key("t", "", "m", {"prompt": "x"})
+    )
 
 
 def test_a_messages_null_fields_are_the_fields_left_unset() -> None:
