@@ -7,8 +7,13 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from tests.browser import Browser
 from tests.fake_upstream import FakeUpstream, ThreadedServer
@@ -289,3 +294,61 @@ def test_dashboard_says_when_the_gateway_does_not_answer(
         finally:
             release.set()
         page.wait_for("document.getElementById('err').innerText === ''")  # (answering again)
+
+
+def test_dashboard_behind_a_proxy_under_a_path_prefix(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A reverse proxy that serves the gateway under a prefix (``/cachegate/dashboard``): the
+    page read ``/admin/stats`` and ``/admin/history`` at the site's root, which the proxy does
+    not pass on (404), and showed nothing but "stats unavailable"."""
+    gw = make_gateway("admin: {api_key: adm}")
+    assert gw.chat("hello").status_code == 200
+
+    def strip(path: str) -> str | None:  # (only what is under the prefix reaches the gateway)
+        return gw.url + path.removeprefix("/cachegate") if path.startswith("/cachegate/") else None
+
+    with _proxy(strip) as proxy, Browser(tmp_path) as browser:
+        for page_path in ("/cachegate/dashboard", "/cachegate/dashboard/"):
+            page = browser.open(f"{proxy}{page_path}?key=adm")
+            page.wait_for("document.getElementById('ledger').innerText.includes('fake-model')")
+            assert page.evaluate("document.getElementById('err').innerText") == ""
+            reads = page.evaluate(HISTORY_READS)
+            assert reads and all(url.startswith(f"{proxy}/cachegate/admin/") for url, _ in reads)
+            assert page.errors == []
+
+
+@contextmanager
+def _proxy(route: Callable[[str], str | None]) -> Iterator[str]:
+    """A reverse proxy on 127.0.0.1 for GET requests: ``route(path)`` is the URL it reads for
+    a path (None: 404). Yields its base URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            url = route(self.path)
+            if url is None:
+                self.send_error(404)
+                return
+            auth = {k: v for k, v in self.headers.items() if k.lower() == "authorization"}
+            try:
+                reply = httpx.get(url, headers=auth, timeout=30)
+            except httpx.HTTPError:  # (a gateway restarting)
+                self.send_error(502)
+                return
+            self.send_response(reply.status_code)
+            self.send_header("content-type", reply.headers.get("content-type", "text/plain"))
+            self.send_header("content-length", str(len(reply.content)))
+            self.end_headers()
+            self.wfile.write(reply.content)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
