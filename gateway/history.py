@@ -47,7 +47,7 @@ _QUANTILES = (0.5, 0.9, 0.99)
 class Answer:
     """One answered request, as the history counts it."""
 
-    tier: Tier
+    tier: Tier | None  # None: refused with a 4xx before any answer (an error, in no tier)
     model: str
     namespace: str
     latency: float  # seconds to the complete answer (streams: to their end)
@@ -110,6 +110,10 @@ class History:
 
     def record(self, answer: Answer) -> None:
         point = self._current()
+        if answer.status >= 400:
+            point.errors += 1
+        if answer.tier is None:  # neither a hit, a miss nor a bypass: the hit rate leaves it out
+            return
         point.tiers[answer.tier] += 1
         point.by_model[(answer.model, answer.tier)] += 1
         namespace = answer.namespace
@@ -119,8 +123,6 @@ class History:
             else:
                 namespace = OTHER_NAMESPACES
         point.by_namespace[(namespace, answer.tier)] += 1
-        if answer.status >= 400:
-            point.errors += 1
         if 400 <= answer.status < 500:
             # NOTE: a request refused at once (a wrong key, an unknown model) is no miss: it
             # would pull the misses' latency down to a fraction of a millisecond. (A 5xx stays:

@@ -73,8 +73,13 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
     tier: Tier = "bypass" if reply is None else reply.cache
     if reply is not None and reply.coalesced:
         tier = "coalesced"
+    # NOTE: a request refused with a 4xx before it had an answer (a wrong key, an unknown model,
+    # a malformed body, a client that left while it waited) is in no tier of the history, only
+    # in its errors: as a "bypass" it lowered the dashboard's hit rate for clients' mistakes.
+    refused = reply is None and 400 <= seen.status < 500
+    counted_tier = None if refused else tier
     runtime.history.record(
-        Answer(tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)
+        Answer(counted_tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)
     )
     log.info(
         "%s %s model=%s cache=%s status=%d %.1fms%s",

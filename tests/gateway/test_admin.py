@@ -392,16 +392,19 @@ def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstr
     gw.chat("history one")
     gw.chat("history one", stream=True)
     gw.chat("bypassed", headers={"cache-control": "no-cache, no-store"})
-    gw.chat("x", model="missing")
+    # a client's mistake (an unknown model, a malformed body) is an error, in no tier: as a
+    # "bypass" it lowered the dashboard's hit rate (hits / answers of every tier)
+    assert gw.chat("x", model="missing").status_code == 404
+    assert gw.chat("x", temperature="hot").status_code == 400
     history = gw.http.get("/admin/history").json()
     tiers: dict[str, int] = {}
     for point in history["points"]:
         for tier, n in point["tiers"].items():
             tiers[tier] = tiers.get(tier, 0) + n
-    assert tiers == {"miss": 1, "exact": 2, "bypass": 2}
+    assert tiers == {"miss": 1, "exact": 2, "bypass": 1}
     last = history["points"][-1]
     assert last["by_model"]["fake-model"] == {"miss": 1, "exact": 2, "bypass": 1}
-    assert last["errors"] == 1
+    assert last["errors"] == 2
     assert last["latency"]["hit"]["count"] == 2 and last["latency"]["hit"]["p50"] > 0
     assert last["latency"]["ttft"]["count"] == 1
     assert history["interval_s"] == 10

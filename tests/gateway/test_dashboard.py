@@ -318,6 +318,28 @@ def test_dashboard_behind_a_proxy_under_a_path_prefix(
             assert page.errors == []
 
 
+def test_dashboard_hit_rate_leaves_client_errors_out(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """Requests a client got wrong (an unknown model, a malformed body) are errors, neither
+    hits nor misses: counted as "bypass", they pulled the hit rate down (1 hit in 2 answers
+    read 25 % with two such mistakes)."""
+    gw = make_gateway()
+    assert gw.chat("hello").headers["x-cache"] == "miss"
+    assert gw.chat("hello").headers["x-cache"] == "exact"
+    assert gw.chat("hello", model="no-such-model").status_code == 404
+    assert gw.chat("hello", temperature="hot").status_code == 400
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#chart-tiers path') !== null")
+        cards = page.evaluate("document.getElementById('cards').innerText")
+        assert "50.0 %\nhit rate" in cards, cards
+        # the two mistakes are on the errors' line, and in no tier's
+        legend = page.evaluate("document.getElementById('legend-tiers').innerText").split("\n")
+        assert sorted(legend) == ["errors (4xx, 5xx)", "exact", "miss"], legend
+        assert page.errors == []
+
+
 @contextmanager
 def _proxy(route: Callable[[str], str | None]) -> Iterator[str]:
     """A reverse proxy on 127.0.0.1 for GET requests: ``route(path)`` is the URL it reads for
