@@ -124,6 +124,7 @@ async def history(request: Request[Any, Any, Any]) -> Response[Any]:
         **runtime.history.snapshot(since),
         "show_text": runtime.config.admin.show_text,
         "ledger": runtime.ledger.stats(),
+        "priced": sorted(runtime.config.prices),  # (the others' money is unknown: not $0)
     }
     return Response(_encode(body), media_type="application/json")
 

@@ -340,6 +340,42 @@ def test_dashboard_hit_rate_leaves_client_errors_out(
         assert page.errors == []
 
 
+def test_dashboard_says_when_a_model_has_no_price(
+    make_gateway: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """A model without a price is counted at $0: the ledger showed "$0.0000" spent and saved,
+    which reads as free. Its money is unknown ("—", with the reason as a tooltip); a priced
+    model's figures stay."""
+    other = {"backend": "openai", "base_url": f"{upstream_server.url}/v1", "api_key": "sk"}
+    config = {"prices": {"fake-model": {"input": 2.5, "output": 10}}, "models": {"other": other}}
+    priced = make_gateway(json.dumps(config))
+    unpriced = make_gateway()
+    for gw in (priced, unpriced):
+        for model in ("fake-model", "other") if gw is priced else ("fake-model",):
+            for _ in range(2):  # (a miss, then an exact hit: spent, then saved)
+                assert gw.chat("hello", model=model).status_code == 200
+    cells = """Object.fromEntries([...document.querySelectorAll('#ledger tr')].slice(1).map(r =>
+      [r.cells[1].innerText, [...r.cells].slice(-3).map(c => [c.innerText, c.title])]))"""
+    card = """[...document.querySelectorAll('#cards .card')].filter(c => c.innerText.includes('USD'))
+      .map(c => [c.querySelector('b').innerText, c.title])[0]"""
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{priced.url}/dashboard")
+        page.wait_for("document.querySelectorAll('#ledger tr').length === 3")
+        rows = page.evaluate(cells)
+        assert [text for text, _ in rows["fake-model"]] == ["$0.0001", "0 ($0.0000)", "$0.0001"]
+        assert rows["other"] == [["—", UNPRICED], ["0 (—)", UNPRICED], ["—", UNPRICED]], rows
+        assert page.evaluate(card) == ["$0.0001", ""]  # (the priced model's)
+        page = browser.open(f"{unpriced.url}/dashboard")
+        page.wait_for("document.querySelectorAll('#ledger tr').length === 2")
+        assert page.evaluate(cells)["fake-model"][0] == ["—", UNPRICED]
+        assert page.evaluate(card)[0] == "—"
+        assert page.errors == []
+
+
+#: The tooltip of a model's money when it has no price.
+UNPRICED = "no price set for this model (prices: in the config)"
+
+
 @contextmanager
 def _proxy(route: Callable[[str], str | None]) -> Iterator[str]:
     """A reverse proxy on 127.0.0.1 for GET requests: ``route(path)`` is the URL it reads for
