@@ -121,6 +121,8 @@ async def history(request: Request[Any, Any, Any]) -> Response[Any]:
     if since is not None and not math.isfinite(since):  # (NaN and inf: no point, ever)
         return _error(APIError(400, "'since' must be a unix time in seconds.", param="since"))
     body = {
+        "replica": runtime.replica,  # (behind a load balancer, each read may reach another)
+        "started": runtime.started,
         **runtime.history.snapshot(since),
         "show_text": runtime.config.admin.show_text,
         "ledger": runtime.ledger.stats(),

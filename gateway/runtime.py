@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import re
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +61,8 @@ class Runtime:
     #: The Responses API adapter, with the responses this gateway stored.
     responses: ResponsesAdapter
     started: float = field(default_factory=time.time)
+    #: This process among a deployment's replicas (/admin/stats, /admin/history, the dashboard).
+    replica: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
     keys: KeyRing = field(default_factory=lambda: KeyRing({}, None))
     #: The dashboard's history ring and the usage ledger (gateway.observe feeds both).
     history: History = field(default_factory=History)
@@ -168,6 +172,7 @@ class Runtime:
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "replica": self.replica,
             "uptime_s": round(time.time() - self.started, 1),
             "models": list(self.backends),
             "cache": self._cache_stats(),

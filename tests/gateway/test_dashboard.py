@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.browser import Browser
 from tests.fake_upstream import FakeUpstream, ThreadedServer
@@ -374,6 +376,54 @@ def test_dashboard_says_when_a_model_has_no_price(
 
 #: The tooltip of a model's money when it has no price.
 UNPRICED = "no price set for this model (prices: in the config)"
+
+
+def test_dashboard_behind_a_load_balancer_follows_one_replica(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas behind one load balancer each keep their own history: each read of the page
+    could reach another, and its charts and ledger jumped from one replica's numbers to the
+    other's at every refresh (and merged their points). It follows one replica, says which,
+    and leaves out what another answered; a restart of that one (a new pid) is followed at once."""
+    config = "admin: {history_interval: 1}"
+
+    def replica(host: str, **kwargs: Any) -> Any:  # (the id is the host name and the pid)
+        monkeypatch.setattr(socket, "gethostname", lambda: host)
+        return make_gateway(config, **kwargs)
+
+    a, b = replica("host-a"), replica("host-b")
+    for gw, n in ((a, 2), (b, 5)):
+        for i in range(n):
+            assert gw.chat(f"question {i}").headers["x-cache"] == "miss"
+    assert a.http.get("/admin/stats").json()["replica"] == f"host-a:{os.getpid()}"
+    assert b.http.get("/admin/history").json()["replica"] == f"host-b:{os.getpid()}"
+    urls, reads = [a.url, b.url], iter(range(1_000_000))
+
+    def balance(path: str) -> str:  # (each history read reaches the other replica)
+        return urls[next(reads) % 2 if path.startswith("/admin/history") else 0] + path
+
+    requests = "document.querySelector('#ledger tr:nth-child(2) td:nth-child(3)')?.innerText"
+    shown = "document.getElementById('replica').innerText"
+    with _proxy(balance) as proxy, Browser(tmp_path) as browser:
+        page = browser.open(f"{proxy}/dashboard")
+        page.wait_for(f"{requests} !== undefined")
+        seen, deadline = set(), time.monotonic() + 9  # (4 reads: 2 of each replica)
+        while time.monotonic() < deadline:
+            seen.add(page.evaluate(requests))
+            time.sleep(0.1)
+        assert seen == {"2"}, seen  # replica a's: b's 5 never drawn
+        misses = "kept.points.reduce((n, p) => n + (p.tiers.miss || 0), 0)"
+        assert page.evaluate(misses) == 2
+        assert page.evaluate(shown).startswith("· replica host-a:"), page.evaluate(shown)
+        # replica a restarts (another process: another name): the page follows it at once,
+        # rather than leaving out its reads for a minute as those of another replica
+        port = a.server.port
+        a.stop()
+        a = replica("host-a2", port=port)
+        a.chat("after the restart")
+        page.wait_for(f"{shown}.startsWith('· replica host-a2:')", 10)
+        page.wait_for(f"{requests} === '1'", 10)
+        assert all("502" in e for e in page.errors), page.errors
 
 
 @contextmanager
