@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -564,7 +564,7 @@ class Engine:
                 cache.reserve(len(tokens))
                 break
             except PoolExhausted:
-                if not self.reclaim_held():
+                if not self.reclaim_held([cache]):
                     raise
         if len(tokens) == 1:
             logits = decode_one_token(self.model, cache, tokens[0], cache.length)
@@ -614,19 +614,44 @@ class Engine:
             if not self.prefix_cache.evict(wanted, keep=_in_use):
                 return
 
-    def reclaim_held(self) -> bool:
-        """Evict cached prefixes, least recently used first, those on pages running requests
-        hold too, until one more page is free; return whether one is. The last resort of a
-        request that runs alone and is short of pages (``_reclaim`` keeps what is on running
-        pages): a node whose partly filled page the request replaced with a copy (a later
-        node's, mapped over it) is kept by that later node, on the request's pages, with the
-        page. NOTE: one more, not one: a caller short of several calls it again."""
-        pool = self.pool
+    def reclaim_held(self, caches: Sequence[PagedCache] = ()) -> bool:
+        """Free one more page by evicting cached prefixes on running requests' pages too
+        (``caches``: theirs); return whether one is. The last resort of requests short of
+        pages (``_reclaim`` keeps what is on running pages): a node whose partly filled page a
+        request replaced with a copy (a later node's, mapped over it) is kept by that later
+        node, on the request's pages, with the page.
+
+        Only what is in the way goes: on each request's path in the tree, the nodes below the
+        first one holding a page no request holds (their KV stays on the request's pages) and
+        that node's tail; a prefix other requests run on stays findable. Failing that, the
+        least recently used nodes, wherever they are. NOTE: one more, not one: a caller short
+        of several calls it again."""
+        pool, tree = self.pool, self.prefix_cache
         target = pool.free_pages + 1
         while pool.free_pages < target:
-            if not self.prefix_cache.evict(pool.page_bytes):
+            keep = self._in_the_way(caches)
+            if not tree.evict(pool.page_bytes, keep=keep) and not tree.evict(pool.page_bytes):
                 return False
         return True
+
+    def _in_the_way(self, caches: Sequence[PagedCache]) -> Callable[[KVSpan], int]:
+        """``keep`` for ``reclaim_held``: nothing of the nodes that keep a node with a page no
+        running request holds in the tree (those below it on a request's path); of every
+        other node, what is on running requests' pages (as ``_reclaim``)."""
+        below: set[int] = set()  # NOTE: ids, not spans: holding one would keep its pages
+        for cache in caches:
+            if cache.dropped or not cache.tokens:  # (a slid window is no path of the tree)
+                continue
+            key = RadixKey(cache.namespace, cache.tokens)
+            spans = self.prefix_cache.match(key, count=False).spans
+            first = next((i for i, span in enumerate(spans) if _in_use(span) < len(span)), None)
+            if first is not None:
+                below.update(id(span) for span in spans[first + 1 :])
+
+        def keep(span: KVSpan) -> int:
+            return 0 if id(span) in below else _in_use(span)
+
+        return keep
 
     def _unshare(self, page: int) -> None:
         """Evict the prefix tree's tokens on ``page``, a running request's partly filled page

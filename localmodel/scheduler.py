@@ -218,8 +218,8 @@ class Scheduler:
                 youngest = max(self.running, key=lambda s: s.arrival)
                 if len(self.running) > 1:
                     self._preempt(youngest)
-                elif not self.engine.reclaim_held():  # NOTE: prepare() refuses what cannot
-                    self._fail(youngest, exc)  # fit alone: then the tree holds pages it needs
+                elif not self.engine.reclaim_held(self._caches()):  # NOTE: prepare() refuses
+                    self._fail(youngest, exc)  # what cannot fit alone: the tree holds its pages
 
     def _reclaim_stranded(self) -> bool:
         """Free a page that only the prefix tree holds but the pool's reclaim kept (a node
@@ -230,7 +230,12 @@ class Scheduler:
         request while one is left would be needless (the pool is not full of running work).
         """
         pool = self.engine.pool
-        return pool.available_pages > pool.free_pages and self.engine.reclaim_held()
+        return pool.available_pages > pool.free_pages and self.engine.reclaim_held(self._caches())
+
+    def _caches(self) -> list[PagedCache]:
+        """The page tables of the running requests."""
+        pieces = [s.piece for s in self.running if s.piece is not None]
+        return [p.cache for p in pieces if isinstance(p.cache, PagedCache)]
 
     def _preempt(self, seq: _Sequence) -> None:
         """Free ``seq``'s pages; requeue it first, to feed its tokens again from the start."""

@@ -315,6 +315,47 @@ def test_a_page_only_a_kept_node_holds_is_freed_rather_than_preempting(
     assert engine.pool.stats.used == engine.pool.stats.cached
 
 
+def test_freeing_a_page_a_kept_node_holds_evicts_only_what_keeps_it(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """The shape above, with a third prefix (two whole pages) that another running request
+    shares. Freeing the page the first node keeps evicts the node below it and that node's
+    tail, not the shared prefix, which is older in the LRU order and frees no page: a request
+    sent while the sharer still runs finds it (it evicted every least recently used node,
+    whatever pages it was on, until a page was free: found by a review)."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=8 * 16 * 512)
+    shared = list(range(7000, 7032))
+    first = list(range(1000, 1020))
+    second = first + list(range(2000, 2030))
+    for prompt in (shared, first, second):
+        engine.complete(engine.prepare(prompt, SamplingParams(max_tokens=1), namespace=NS))
+    scheduler = Scheduler(engine, max_batch=4, step_tokens=256)
+    done: list[Finished] = []
+
+    def send(item: Event | BaseException) -> bool:
+        assert not isinstance(item, BaseException)
+        if isinstance(item, Finished):
+            done.append(item)
+        return True
+
+    def add(prompt: list[int], max_tokens: int) -> None:
+        params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        scheduler.add(engine.prepare(prompt, params, namespace=NS), send)
+
+    add([*shared, 7100, 7101, 7102, 7103], 12)  # the sharer: within its 3 pages, the longest
+    add(second + list(range(3000, 3010)), 8)  # its 5th page frees the one the first node keeps
+    while not done:
+        scheduler.step()
+    assert len(scheduler.running) == 1  # the sharer still runs
+    add([*shared, 7200, 7201], 2)
+    while scheduler.busy:
+        scheduler.step()
+    probe = next(f for f in done if f.completion.usage.prompt_tokens == len(shared) + 2)
+    assert probe.completion.usage.cached_tokens == len(shared)  # was 0
+    assert engine.pool.stats.preemptions == 0
+    assert engine.pool.stats.used == engine.pool.stats.cached
+
+
 @pytest.mark.parametrize("tree_bytes", [256 * 2**20, 0], ids=["tree-on", "tree-off"])
 def test_a_full_pool_preempts_the_youngest_and_everyone_gets_their_tokens(
     make_engine: MakeEngine, tiny_model: Any, tree_bytes: int
