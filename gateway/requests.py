@@ -69,6 +69,13 @@ _Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
 _N = Annotated[int, msgspec.Meta(ge=1, le=128)]
 _MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
 _Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)]
+#: The integer fields of each API's requests. JSON has one number type: ``3.0`` is the integer
+#: 3 to JSON Schema (what OpenAI's validator follows) and to vLLM, and the cache keys hash them
+#: the same; ``3.5`` stays a 400.
+_INTEGERS = {
+    "chat": ("n", "max_tokens", "max_completion_tokens", "seed", "top_logprobs"),
+    "completion": ("n", "max_tokens", "seed", "logprobs"),
+}
 
 
 class _StreamOptions(msgspec.Struct):
@@ -179,6 +186,7 @@ def parse_request(
         return gateway_request(kind, body, headers, tenant, extension)
     extension = body.pop("cache", None)
     spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
+    _integral(body, _INTEGERS[kind])
     parsed = validated(body, spec)
     # NOTE: an empty string is a prompt (OpenAI answers it, a local model reads its BOS);
     # an empty list holds none.
@@ -265,6 +273,15 @@ def embedding_inputs(value: Any) -> list[str | list[int]]:
     if isinstance(value, str) or (value and all(_is_token(t) for t in value)):
         return [value]
     return list(value)
+
+
+def _integral(body: dict[str, Any], names: tuple[str, ...]) -> None:
+    """The integral floats among ``body``'s fields ``names`` become ints, in place: what the
+    model (or the upstream) is then sent."""
+    for name in names:
+        value = body.get(name)
+        if isinstance(value, float) and value.is_integer():
+            body[name] = int(value)
 
 
 def _check_embedding(body: dict[str, Any]) -> None:

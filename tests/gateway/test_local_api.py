@@ -471,6 +471,32 @@ def test_integral_float_top_k_is_served_on_a_miss_as_on_a_hit(gw: Gateway) -> No
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "top_k"
 
 
+def test_integral_floats_are_integers_in_every_integer_parameter(gw: Gateway) -> None:
+    """``max_tokens: 3.0`` (or ``seed``, ``n``, ``max_completion_tokens``) was a 400 while
+    ``top_k: 3.0`` was served: JSON has one number type, and JSON Schema's (OpenAI's) and
+    vLLM's integers take 3.0. Each is now the integer; ``3.5`` stays a 400 naming it."""
+    question = [{"role": "user", "content": "Name a colour."}]
+    fresh = {"cache-control": "no-cache"}
+    whole = chat(gw, question, max_tokens=3, seed=5, n=2, temperature=1, headers=fresh)
+    assert whole.status_code == 200
+    texts = [c["message"]["content"] for c in whole.json()["choices"]]
+    for name in ("max_tokens", "max_completion_tokens"):
+        body = {"max_tokens": None, name: 3.0, "seed": 5.0, "n": 2.0, "temperature": 1}
+        response = chat(gw, question, headers=fresh, **body)
+        assert response.status_code == 200, (name, response.text)
+        assert [c["message"]["content"] for c in response.json()["choices"]] == texts
+        assert usage(response)["completion_tokens"] == usage(whole)["completion_tokens"]
+    completion = gw.http.post(
+        "/v1/completions",
+        json={"model": MODEL, "prompt": "Red, green and", "max_tokens": 2.0, "temperature": 0},
+        headers={"authorization": "Bearer key-a"},
+    )
+    assert completion.status_code == 200 and usage(completion)["completion_tokens"] <= 2
+    for name in ("max_tokens", "seed", "n"):
+        bad = chat(gw, question, headers=fresh, **{name: 3.5})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == name, bad.text
+
+
 def test_unset_sampling_uses_the_model_defaults_and_yaml_overrides_them(
     gw: Gateway, bundled_model_dir: Path, tmp_path: Path
 ) -> None:

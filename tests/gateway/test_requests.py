@@ -55,6 +55,19 @@ def test_wrong_types_name_the_param(body: object, param: str) -> None:
     assert error.value.status == 400 and error.value.param == param
 
 
+def test_integral_floats_in_integer_fields_are_sent_as_integers() -> None:
+    """``3.0`` is the integer 3 (JSON Schema's and vLLM's integers), sent on as ``3``."""
+    chat = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3.0,
+            "max_completion_tokens": 4.0, "n": 2.0, "seed": -1.0, "top_logprobs": 2.0}  # fmt: skip
+    body = parse(chat).body  # type: ignore[attr-defined]
+    assert [(body[k], type(body[k])) for k in list(chat)[2:]] == [
+        (3, int), (4, int), (2, int), (-1, int), (2, int)
+    ]  # fmt: skip
+    completion = parse({"model": "m", "prompt": "x", "logprobs": 1.0}, kind="completion")
+    assert type(completion.body["logprobs"]) is int  # type: ignore[attr-defined]
+    assert type(parse({**chat, "temperature": 1.0}).body["temperature"]) is float  # type: ignore[attr-defined]
+
+
 def test_completion_prompts() -> None:
     assert parse({"model": "m", "prompt": "hi"}, kind="completion").kind == "completion"  # type: ignore[attr-defined]
     parse({"model": "m", "prompt": ["a", "b"]}, kind="completion")
