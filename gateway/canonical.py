@@ -151,7 +151,9 @@ class BackendStream(Protocol):
     def counted(self) -> dict[str, Any] | None:
         """The usage the backend counted itself so far, as a chat ``usage`` object (None: it
         counts nothing; an upstream's usage comes only in its stream). The ledger books it
-        when the stream ends before reporting its usage: the local model knows its prompt."""
+        when the stream ends before reporting its usage: the local model knows its prompt.
+        NOTE: no ``prompt_tokens`` counted means the backend never ran the request (a local
+        model's, cancelled while it waited for the engine): no model call to book."""
         ...
 
     def __aiter__(self) -> AsyncIterator[StreamEvent]: ...
@@ -183,6 +185,9 @@ class StreamOutcome:
     #: The number the stream's next event takes, in an API that numbers its events (the
     #: Responses API's ``sequence_number``): an error event the gateway adds continues them.
     sequence: int = 0
+    #: False: the stream ended before the backend ran the request at all (its client left
+    #: while a local model's request still waited for the engine): no model call was made.
+    ran: bool = True
 
 
 @dataclass(slots=True)

@@ -346,7 +346,8 @@ class LocalStream:
         """The prompt it ran (with the tokens its cached prefix held, once loaded), and a token
         for each text delta (a lower bound: a delta may hold more than one; the exact count is
         in the ``Finished`` event, which a stream closed early never reads). A request
-        cancelled while it waited for the engine ran nothing: 0."""
+        cancelled while it waited for the engine ran nothing: 0 (then the ledger books no model
+        call, ``BackendStream.counted``)."""
         prompt = len(self._job.prompt_tokens) if self._job.started.is_set() else 0
         cached = self._job.cached[-1] if prompt and self._job.cached else 0
         return {"prompt_tokens": prompt, "completion_tokens": self._deltas,

@@ -98,6 +98,8 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
                        similarity=similarity)  # fmt: skip
     if reply is None or not seen.model or (reply.outcome is None and seen.status >= 400):
         return
+    if reply.outcome is not None and not reply.outcome.ran:
+        return  # the model never took it up (its client left first): as a JSON answer's 499
     # an answer whose usage was not reported (an upstream that sends none) is still a request,
     # a model call or a call avoided: its tokens are unknown (0)
     saved = runtime.ledger.record(seen.tenant, seen.model, counted or Usage(),

@@ -542,7 +542,9 @@ class _Relay:
         reported = fold.usage()
         if self.outcome.finished:
             return usage_of(reported) if reported is not None else None
-        return partial_usage(reported, self._stream.counted(), fold.streamed())
+        counted = self._stream.counted()
+        self.outcome.ran = counted is None or bool(counted.get("prompt_tokens"))  # (see counted)
+        return partial_usage(reported, counted, fold.streamed())
 
     def _store(self, fold: Fold, last: dict[str, Any] | None) -> None:
         """Start the complete answer's cache write (the last event does not wait for it); an
