@@ -669,10 +669,13 @@ def load_config_text(
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
+    except RecursionError:  # (PyYAML's parser recurses once per level: [[[[...]]]])
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
+    _check_acyclic(raw, source)
     # NOTE: ${VAR} values stay strings and each setting's type converts them, so a key or
     # tenant "20240611" or "no" stays a string. A setting that refuses its variable's string
     # reads it again in YAML's other spellings of booleans and numbers (yes/off, 0x1F90,
@@ -688,6 +691,40 @@ def load_config_text(
                 raise
             typed.add(exc.key)
     return _resolve_paths(config, base_dir or Path.cwd(), source)
+
+
+def _check_acyclic(
+    value: Any,
+    source: str,
+    path: str = "",
+    within: frozenset[int] = frozenset(),
+    done: set[int] | None = None,
+) -> None:
+    """A ConfigError naming the key path of an alias inside its own anchor's value.
+
+    NOTE: YAML lets an alias refer to the node it is in (``a: &x [*x]``): PyYAML loads a list
+    or mapping that contains itself, and each walk over the configuration recursed until a
+    RecursionError traceback (``config check``, ``serve``). ``done``: containers already
+    checked (an anchor used many times is walked once).
+    """
+    if not isinstance(value, dict | list):
+        return
+    done = set() if done is None else done
+    if id(value) in within:
+        raise ConfigError(
+            f"{source}: {path}: an alias inside its own anchor's value "
+            "(`a: &x [*x]`): the value would contain itself"
+        )
+    if id(value) in done:
+        return
+    within = within | {id(value)}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_acyclic(v, source, f"{path}.{k}" if path else str(k), within, done)
+    else:
+        for i, v in enumerate(value):
+            _check_acyclic(v, source, f"{path}[{i}]", within, done)
+    done.add(id(value))
 
 
 def _verifier_switch(raw: dict[str, Any]) -> dict[str, Any]:

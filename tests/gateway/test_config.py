@@ -201,6 +201,17 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
         ("models: {}", "f.yaml: models: expected a mapping"),
         ("- a list", "f.yaml: the top level must be a mapping"),
         ("server: [", "f.yaml: invalid YAML"),
+        # (an alias inside its own anchor: a RecursionError traceback from `config check`)
+        (
+            "server: {host: 127.0.0.1}\nmodels: &m {x: *m}",
+            "f.yaml: models.x: an alias inside its own anchor's value",
+        ),
+        ("cache: &c {semantic: [1, *c]}", "f.yaml: cache.semantic[1]: an alias inside its own"),
+        pytest.param(  # (PyYAML's parser recursed past Python's limit: a traceback too)
+            "server: " + "[" * 5000 + "]" * 5000,
+            "f.yaml: invalid YAML: nested too deeply",
+            id="nested-too-deeply",
+        ),
         (
             "auth: {keys: [{key: k, tenant: a}, {key: k, tenant: b}]}",
             "auth.keys[1]: the same key is listed twice",
