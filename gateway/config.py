@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+import msgspec.inspect
 import yaml
 
 __all__ = [
@@ -750,7 +751,7 @@ def _build(raw: dict[str, Any], source: str) -> Config:
         config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
         return Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
-        raise _invalid(source, exc) from None
+        raise _invalid(source, exc, kind=Config) from None
 
 
 def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict[str, Any]:
@@ -761,7 +762,7 @@ def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict
         try:
             converted[str(name)] = msgspec.convert(settings, kind, strict=False)
         except msgspec.ValidationError as exc:
-            raise _invalid(source, exc, prefix=f"{key}.{name}") from None
+            raise _invalid(source, exc, prefix=f"{key}.{name}", kind=kind) from None
     return converted
 
 
@@ -812,15 +813,57 @@ def _expand_env(value: Any, source: str, path: str, typed: frozenset[str] = froz
     return expanded
 
 
-def _invalid(source: str, exc: Exception, prefix: str = "") -> ConfigError:
+def _invalid(source: str, exc: Exception, prefix: str = "", kind: Any = None) -> ConfigError:
     message = str(exc)
     match = re.search(r" - at `\$(.*)`$", message)
     path = match.group(1).lstrip(".") if match else ""
     what = message[: match.start()] if match else message
     what = what[:1].lower() + what[1:]
+    # (msgspec names the value, not the values a setting of fixed choices takes)
+    fixed = what.startswith(("invalid enum value", "invalid value")) and kind is not None
+    if fixed and (choices := _choices(kind, path)):
+        what += f"; expected one of: {', '.join(str(c) for c in choices)}"
     path = ".".join(p for p in (prefix, path) if p)
     message = f"{source}: {path}: {what}" if path else f"{source}: {what}"
     return ConfigError(message, key=path or None)
+
+
+def _choices(kind: Any, path: str) -> list[Any]:
+    """The values the setting at ``path`` of ``kind`` takes when they are fixed: a
+    ``Literal``'s, or a tagged union's tags (``backend``); [] for any other setting."""
+    types = [msgspec.inspect.type_info(kind)]
+    *parents, last = path.split(".")
+    for part in parents:
+        name, *items = part.split("[")
+        types = [f.type for t in _members(types) for f in _fields(t) if f.encode_name == name]
+        for _ in items:  # (``keys[0]``: into the list's items)
+            types = [t.item_type for t in _members(types) if hasattr(t, "item_type")]
+    choices: list[Any] = []
+    for t in _members(types):
+        if isinstance(t, msgspec.inspect.StructType) and t.tag_field == last:
+            choices.append(t.tag)
+        named = _members([f.type for f in _fields(t) if f.encode_name == last])
+        choices += [
+            v for n in named if isinstance(n, msgspec.inspect.LiteralType) for v in n.values
+        ]
+    return list(dict.fromkeys(choices))  # (models' routing: openai's and anthropic's, once)
+
+
+def _members(types: list[Any]) -> list[Any]:
+    """``types`` with unions and annotations unwrapped."""
+    out: list[Any] = []
+    for t in types:
+        if isinstance(t, msgspec.inspect.UnionType):
+            out += _members(list(t.types))
+        elif isinstance(t, msgspec.inspect.Metadata):
+            out += _members([t.type])
+        else:
+            out.append(t)
+    return out
+
+
+def _fields(t: Any) -> tuple[Any, ...]:
+    return t.fields if isinstance(t, msgspec.inspect.StructType) else ()
 
 
 def _resolve_paths(config: Config, base: Path, source: str) -> Config:

@@ -186,7 +186,34 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {m: {backend: local, default_temperature: 2.5}}",
             "f.yaml: models.m.default_temperature: expected `float` <= 2.0",
         ),
-        ("cache: {backend: memcached}", "f.yaml: cache.backend: invalid enum value 'memcached'"),
+        (  # (a setting of fixed choices named the value, not the choices)
+            "cache: {backend: memcached}",
+            "f.yaml: cache.backend: invalid enum value 'memcached'; expected one of: disk, redis",
+        ),
+        (
+            "server: {log_level: verbose}",
+            "f.yaml: server.log_level: invalid enum value 'verbose'; expected one of: debug, error, "
+            "info, warning",
+        ),
+        (
+            "models: {m: {backend: local, device: gpu}}",
+            "f.yaml: models.m.device: invalid enum value 'gpu'; expected one of: auto, cpu, cuda",
+        ),
+        (
+            "models: {m: {backend: vllm, base_url: 'http://vllm:8000/v1'}}",
+            "f.yaml: models.m.backend: invalid value 'vllm'; expected one of: openai, anthropic, "
+            "local",
+        ),
+        (
+            "models: {w: {backend: openai, base_url: 'http://w/v1', routing: {policy: random}}}",
+            "f.yaml: models.w.routing.policy: invalid enum value 'random'; expected one of: "
+            "least_loaded, prefix, round_robin",
+        ),
+        (
+            "models: {c: {backend: anthropic, prompt_caching: {ttl: 2h}}}",
+            "f.yaml: models.c.prompt_caching.ttl: invalid enum value '2h'; expected one of: 1h, "
+            "5m, auto",
+        ),
         (  # `serve` failed with the Redis client's traceback
             "cache: {backend: redis, redis: {url: 'localhost:6379'}}",
             "f.yaml: cache: redis.url: Redis URL must specify one of the following schemes",
