@@ -259,15 +259,11 @@ def _serve(args: argparse.Namespace) -> int:
     _log_admin_access(config)
     app = create_app(config, runtime=runtime)
     admin = create_admin_app(runtime) if config.server.admin_port is not None else None
-    log.info(
-        "cachegate %s serving %s on http://%s:%d/v1",
-        "worker" if args.worker else "gateway",
-        ", ".join(runtime.backends),
-        config.server.host,
-        config.server.port,
+    served = (
+        f"cachegate {'worker' if args.worker else 'gateway'} serving {', '.join(runtime.backends)}"
     )
     with contextlib.suppress(KeyboardInterrupt):
-        _run(_run_servers(config, app, admin, runtime))
+        _run(_run_servers(config, app, admin, runtime, served))
     return 0
 
 
@@ -317,7 +313,9 @@ def _check_ports(config: Config) -> None:
 _SHUTDOWN_GRACE = 2.0
 
 
-async def _run_servers(config: Config, app: object, admin: object | None, runtime: Any) -> None:
+async def _run_servers(
+    config: Config, app: object, admin: object | None, runtime: Any, served: str
+) -> None:
     import uvicorn
 
     from .corked import CorkedHttpToolsProtocol
@@ -340,7 +338,7 @@ async def _run_servers(config: Config, app: object, admin: object | None, runtim
         admin_server = _uvicorn_server()(server_config(admin, config.server.admin_port))
         admin_task = asyncio.create_task(admin_server.serve())
     _redact_access_log()  # (after uvicorn.Config, which configures its loggers)
-    main_server = _main_server(main_config, admin_server, admin_task)
+    main_server = _main_server(main_config, admin_server, admin_task, served)
     deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
     try:
         await main_server.serve()
@@ -389,7 +387,8 @@ async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
 
 def _log_admin_access(config: Config) -> None:
     """Say at start who can open /admin/*, /metrics and /dashboard (see gateway.auth)."""
-    where = f"port {config.server.admin_port or config.server.port}"
+    port = config.server.port if config.server.admin_port is None else config.server.admin_port
+    where = f"port {port}" if port else "a free port"  # (0: which one is logged once bound)
     if config.admin.keyed:
         log.info("admin routes on %s need admin.api_key", where)
     elif config.auth.keys:
@@ -488,8 +487,11 @@ def _setup_logging(level: str) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _main_server(config: Any, admin: Any | None, admin_task: asyncio.Task[None] | None) -> Any:
-    """The data port's server; its shutdown stops the admin port's server too, and waits for it.
+def _main_server(
+    config: Any, admin: Any | None, admin_task: asyncio.Task[None] | None, served: str
+) -> Any:
+    """The data port's server, which logs where it listens once it does (``_announce``); its
+    shutdown stops the admin port's server too, and waits for it.
 
     NOTE: uvicorn re-raises the signal when the data port's server returns. The admin port
     went on taking connections while the data port drained, and was then killed (SIGTERM) or
@@ -497,13 +499,39 @@ def _main_server(config: Any, admin: Any | None, admin_task: asyncio.Task[None] 
     """
     import uvicorn
 
-    class WithAdmin(uvicorn.Server):
+    class Main(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                await _announce(self, admin, admin_task, served)
+
+    class WithAdmin(Main):
         async def shutdown(self, sockets: Any = None) -> None:
             assert admin is not None and admin_task is not None
             admin.should_exit = True  # both ports stop taking connections at once
             await asyncio.gather(super().shutdown(sockets), admin_task)
 
-    return uvicorn.Server(config) if admin is None else WithAdmin(config)
+    return Main(config) if admin is None else WithAdmin(config)
+
+
+async def _announce(
+    main: Any, admin: Any | None, admin_task: asyncio.Task[None] | None, served: str
+) -> None:
+    """Log the ports bound: a port 0 in the config is the one the kernel picked (the log
+    said ``:0``, and the two "Uvicorn running on" lines do not say which is the admin port)."""
+    host = main.config.host
+    said = f"{served} on http://{f'[{host}]' if ':' in host else host}:{_bound(main)}/v1"
+    if admin is not None and admin_task is not None:
+        while not admin.started and not admin_task.done():  # (it binds at once: no lifespan)
+            await asyncio.sleep(0.01)
+        if admin.started:
+            said += f"; admin routes on port {_bound(admin)}"
+    log.info("%s", said)
+
+
+def _bound(server: Any) -> int:
+    """The port a started uvicorn server listens on."""
+    return int(server.servers[0].sockets[0].getsockname()[1])
 
 
 def _uvicorn_server() -> type:

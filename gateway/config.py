@@ -106,7 +106,8 @@ class ServerConfig(_Base, frozen=True):
     admission_max_lag_ms: PositiveFloat | None = 10.0
 
     def __post_init__(self) -> None:
-        if self.admin_port is not None and self.admin_port == self.port:
+        # (0 is "any free port": two of them are two ports, each the kernel's pick)
+        if self.admin_port is not None and self.admin_port == self.port != 0:
             raise ValueError("admin_port must differ from port")
 
 

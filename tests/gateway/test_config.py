@@ -601,6 +601,46 @@ def test_cli_serve_on_a_port_in_use_fails_before_anything_starts(tmp_path: Path)
     assert not data.exists()  # nothing was opened, nothing loaded
 
 
+def test_cli_serve_on_two_free_ports_says_which_it_bound(tmp_path: Path) -> None:
+    # `port: 0` with `admin_port: 0` (any free port, for each) was refused: "admin_port must
+    # differ from port"; and the start's line said `:0`, not the port bound
+    import threading
+
+    import httpx
+
+    config = tmp_path / "c.yaml"
+    model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+    config.write_text(
+        f"data_dir: {tmp_path / 'data'}\ncache: {{enabled: false}}\n"
+        f"server: {{port: 0, admin_port: 0}}\nmodels: {{m: {model}}}\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    timer = threading.Timer(60, process.kill)  # (a start that never says it: the loop ends)
+    timer.start()
+    said = None
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:
+            said = re.search(r"serving m on http://127.0.0.1:(\d+)/v1; admin routes on port (\d+)",
+                             line)  # fmt: skip
+            if said:
+                break
+        assert said is not None
+        port, admin_port = int(said[1]), int(said[2])
+        assert 0 not in (port, admin_port) and port != admin_port
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{admin_port}/metrics").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 404
+    finally:
+        timer.cancel()
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def test_cli_serve_on_a_host_of_another_machine_fails_before_anything_starts(
     tmp_path: Path,
 ) -> None:
