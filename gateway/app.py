@@ -18,6 +18,7 @@ import httpx
 from litestar import Litestar, Request, Response
 from litestar.datastructures import State
 from litestar.exceptions import HTTPException
+from litestar.types import Message, Scope
 
 from .admin import admin_routes
 from .api import error_response, routes
@@ -74,6 +75,7 @@ def _litestar(
         request_max_body_size=config.server.max_body_bytes,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         middleware=[closing],
+        before_send=[_identify],
         openapi_config=None,
         logging_config=None,
     )
@@ -91,20 +93,28 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         error = APIError(413, "The request body is too large.", code="request_too_large")
     else:
         error = APIError(status, str(exc.detail))
-    return _identified(error_response(error, wire=_wire(request)), request)
+    return error_response(error, wire=_wire(request))  # (its x-request-id: see _identify)
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     error = APIError(500, "The gateway had an internal error.", code="internal_error")
-    return _identified(error_response(error, wire=_wire(request)), request)
+    return error_response(error, wire=_wire(request))  # (its x-request-id: see _identify)
 
 
-def _identified(response: Response[Any], request: Request[Any, Any, Any]) -> Response[Any]:
-    """An error no handler wrote (a wrong method, an unknown route) has an ``x-request-id``
-    too, as observability.md promises for every answer, errors included."""
-    response.headers["x-request-id"] = request_id(request.headers.get("x-request-id"))
-    return response
+def _identify(message: Message, scope: Scope) -> None:
+    """An ``x-request-id`` on every answer (observability.md: "always, errors too"), the
+    client's own when it sent a sane one: GET /v1/models, the token counts, the stored
+    responses, /readyz and the admin routes wrote none. An answer that has one keeps it (the
+    API routes write theirs; a fresh upstream answer carries the provider's)."""
+    if message["type"] != "http.response.start":
+        return
+    headers = list(message.get("headers", ()))
+    if any(name.lower() == b"x-request-id" for name, _ in headers):
+        return
+    sent = next((v for name, v in scope.get("headers", ()) if name == b"x-request-id"), b"")
+    headers.append((b"x-request-id", request_id(sent.decode("latin-1")).encode()))
+    message["headers"] = headers
 
 
 def _wire(request: Request[Any, Any, Any]) -> Wire:

@@ -183,6 +183,33 @@ def test_errors_no_handler_wrote_have_a_request_id(make_gateway: Any) -> None:
     assert unknown.status_code == 404 and unknown.headers["x-request-id"].startswith("req_")
 
 
+def test_every_answer_has_a_request_id(make_gateway: Any, upstream: FakeUpstream) -> None:
+    # ("x-request-id: always, errors too") GET /v1/models, the token counts, the stored
+    # responses, the health checks and the admin routes answered without one
+    gw = make_gateway()
+    count = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+    for method, path, body in (
+        ("GET", "/v1/models", None),
+        ("GET", "/v1/models/fake-model", None),
+        ("GET", "/v1/models/no-such-model", None),
+        ("POST", "/v1/messages/count_tokens", count),
+        ("POST", "/v1/responses/input_tokens", {"model": "fake-model", "input": "hi"}),
+        ("GET", "/v1/responses/resp_unknown", None),
+        ("DELETE", "/v1/responses/resp_unknown", None),
+        ("GET", "/healthz", None),
+        ("GET", "/readyz", None),
+        ("GET", "/metrics", None),
+        ("GET", "/admin/stats", None),
+    ):
+        mine = gw.http.request(method, path, json=body, headers={"x-request-id": "mine-4"})
+        assert mine.headers.get("x-request-id") == "mine-4", (path, mine.status_code)
+        fresh = gw.http.request(method, path, json=body)
+        assert fresh.headers.get("x-request-id", "").startswith("req_"), path
+    # the SDK sees it too (its `_request_id`)
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+    assert client.models.with_raw_response.list().headers["x-request-id"].startswith("req_")
+
+
 def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     for i in range(3):
