@@ -28,7 +28,7 @@ from .config import Config
 from .connections import closing
 from .errors import APIError
 from .messages_bridge import MESSAGES
-from .observe import request_id
+from .observe import Seen, observe, request_id
 from .runtime import LocalFactory, Runtime
 
 __all__ = ["create_admin_app", "create_app"]
@@ -83,6 +83,9 @@ def _litestar(
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     status = exc.status_code
+    rid = request_id(request.headers.get("x-request-id"))
+    if status in (404, 405):
+        _unrouted(request, status, rid)
     if status == 404:
         error = APIError(
             404, f"Unknown route: {request.method} {request.url.path}", code="not_found"
@@ -93,7 +96,19 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         error = APIError(413, "The request body is too large.", code="request_too_large")
     else:
         error = APIError(status, str(exc.detail))
-    return error_response(error, wire=_wire(request))  # (its x-request-id: see _identify)
+    response = error_response(error, wire=_wire(request))
+    response.headers["x-request-id"] = rid  # (the id its log line has)
+    return response
+
+
+def _unrouted(request: Request[Any, Any, Any], status: int, rid: str) -> None:
+    """Count and log a request no route took (an unknown path, a wrong method) as the API
+    routes count and log their client errors: they were in neither /metrics nor the log.
+    NOTE: under the route "unknown", never the path: a client could make up a new path, and
+    so a new series, with each request."""
+    runtime: Runtime = request.app.state.runtime
+    runtime.metrics.requests.labels("unknown", "", "bypass", str(status)).inc()
+    observe(runtime, Seen("unknown", rid, "", "", "", status, 0.0), None)
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:

@@ -124,6 +124,26 @@ def test_a_malformed_request_is_counted_under_the_model_it_names(
     assert sample(metrics, "cachegate_requests_total", model="", status="400") == 2
 
 
+def test_unknown_routes_and_wrong_methods_are_counted_and_logged(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a 404 (no such route) or a 405 (a wrong method) was in neither /metrics nor the log: a
+    # client calling a misspelt URL was invisible to the operator
+    gw = make_gateway()
+    caplog.set_level(logging.INFO, logger="cachegate.requests")
+    assert gw.http.get(ROUTE, headers={"x-request-id": "mine-5"}).status_code == 405
+    for i in range(2):
+        assert gw.http.post(f"/v1/chat/completion/made-up-{i}", json={}).status_code == 404
+    metrics = gw.http.get("/metrics").text
+    counted = {"route": "unknown", "model": "", "cache": "bypass"}
+    assert sample(metrics, "cachegate_requests_total", **counted, status="405") == 1
+    assert sample(metrics, "cachegate_requests_total", **counted, status="404") == 2
+    assert "made-up" not in metrics  # (a label the client makes up: a new series each time)
+    logged = [r.getMessage() for r in caplog.records if r.name == "cachegate.requests"]
+    assert any(m.startswith("mine-5 unknown ") and "status=405" in m for m in logged)
+    assert sum("unknown" in m and "status=404" in m for m in logged) == 2
+
+
 def test_a_cache_directory_that_cannot_be_read_answers_misses(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
