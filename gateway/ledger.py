@@ -35,6 +35,8 @@ and $0)::
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -47,6 +49,8 @@ from .requests import unpartitioned
 __all__ = ["Ledger", "Usage", "partial_usage", "usage_of"]
 
 Source = Literal["local", "upstream"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds an Anthropic cache write stays readable (its default 5-minute TTL). NOTE: a write
 #: made with the 1-hour TTL and read after 5 minutes is counted as unread: an over-estimate of
@@ -86,9 +90,14 @@ def usage_of(usage: Any) -> Usage:
                      _int(usage.get("output_tokens")), read, write)  # fmt: skip
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
-    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    prompt = _int(usage.get("prompt_tokens", usage.get("input_tokens")))
     output = usage.get("completion_tokens", usage.get("output_tokens"))
-    return Usage(_int(prompt), _int(output), cached)
+    if cached > prompt:
+        # NOTE: cached tokens are some of the prompt's: more (a broken upstream) booked more
+        # cached tokens than input and a saving on tokens never sent
+        _cached_above_prompt()
+        cached = prompt
+    return Usage(prompt, _int(output), cached)
 
 
 def partial_usage(reported: Any, counted: Any, streamed_chars: int) -> Usage:
@@ -335,3 +344,12 @@ def _int(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_TOKENS:
         return value
     return 0
+
+
+@functools.cache
+def _cached_above_prompt() -> None:
+    """Say once that an upstream reports more cached tokens than prompt tokens."""
+    log.warning(
+        "an upstream reported more cached_tokens than prompt_tokens: the usage ledger books "
+        "them as prompt_tokens (logged once)"
+    )

@@ -19,7 +19,7 @@ import openai
 import pytest
 import redis
 
-from gateway import pipeline
+from gateway import ledger, pipeline
 from gateway.cli import main
 from gateway.config import load_config_text
 from tests.conftest import Gateway, wait_for
@@ -505,6 +505,30 @@ def test_an_absurd_usage_count_leaves_metrics_readable(
     assert 'cachegate_ledger_input_tokens_total{model="fake-model",tenant="default"} 0.0' in (
         metrics.text
     )
+
+
+def test_cached_tokens_above_the_prompt_are_booked_as_the_prompt(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upstream that reports more cached tokens than prompt tokens (a broken one): the
+    ledger booked them all, more cached input than input, and a saving on tokens never sent."""
+    gw = make_gateway("prices: {fake-model: {input: 2.0, cached_input: 0.5, output: 8.0}}")
+    usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+             "prompt_tokens_details": {"cached_tokens": 5000}}  # fmt: skip
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
+              "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
+              "message": {"role": "assistant", "content": "over-cached"}}]}  # fmt: skip
+    raw = {"raw": {"body": json.dumps(answer)}}
+    caplog.set_level(logging.WARNING, logger="gateway.ledger")
+    ledger._cached_above_prompt.cache_clear()  # (said once a process: maybe by another test)
+    for question in ("over-cached", "over-cached again"):
+        assert gw.chat(question, fake=raw).headers["x-cache"] == "miss"
+    row = ledger_row(gw)
+    assert (row["input_tokens"], row["provider_cached_tokens"]) == (200, 200)
+    assert row["saved_provider_cache_usd"] == pytest.approx(200 * 1.5 / 1e6)
+    assert row["spent_usd"] == pytest.approx((200 * 0.5 + 20 * 8) / 1e6)
+    said = [r for r in caplog.records if "more cached_tokens than prompt_tokens" in r.getMessage()]
+    assert len(said) == 1  # (once)
 
 
 def test_answers_without_usage_are_still_counted(make_gateway: Any, upstream: FakeUpstream) -> None:
