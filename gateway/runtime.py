@@ -165,9 +165,12 @@ class Runtime:
 
     async def readiness(self) -> dict[str, Any]:
         models = {name: await b.ready() for name, b in self.backends.items()}
-        cache = self.cache is None or self.cache.ready
+        # (null: no response cache to wait for: a worker's, or cache.enabled: false; it said
+        # true, as if a worker had one)
+        cache = None if self.cache is None else self.cache.ready
         failed = {name: failure for name, b in self.backends.items() if (failure := b.failure)}
-        state = {"ready": all(models.values()) and cache, "models": models, "cache": cache}
+        ready = all(models.values()) and cache is not False
+        state = {"ready": ready, "models": models, "cache": cache}
         return {**state, "failed": failed} if failed else state
 
     def stats(self) -> dict[str, Any]:

@@ -919,6 +919,17 @@ def test_upstream_invalid_json_is_502(make_gateway: Any, upstream: FakeUpstream)
 # -- other routes ---------------------------------------------------------------------------
 
 
+def test_readyz_says_null_for_a_response_cache_there_is_none_of(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    # with cache.enabled: false (as on a `cachegate worker`, which has none) /readyz said
+    # "cache": true, as if a response cache was open
+    ready = make_gateway().http.get("/readyz").json()
+    assert ready["ready"] is True and ready["cache"] is True
+    off = make_gateway("cache: {enabled: false}").http.get("/readyz")
+    assert off.status_code == 200 and off.json()["ready"] is True and off.json()["cache"] is None
+
+
 def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     models = gw.http.get("/v1/models").json()

@@ -151,6 +151,7 @@ def test_tenants_do_not_share_prefix_kv_through_a_worker(
     """gateway (keys a, b) -> ``cachegate worker`` (no keys): the worker still keeps them apart."""
     worker, gateway = _behind_a_worker(bundled_model_dir, tmp_path)
     try:
+        assert worker.http.get("/readyz").json()["cache"] is None  # (a worker has none)
         secret = [SYSTEM, {"role": "user", "content": "Tenant a's memo: the merger closes soon."}]
         assert chat(gateway, secret, key="key-a").status_code == 200
         guess = chat(gateway, secret, key="key-b")
