@@ -413,7 +413,8 @@ class ResponsesAdapter:
             if body.get("instructions")
             else []
         )
-        messages += [_chat_message(i, item) for i, item in enumerate(request.turns)]
+        # (an item's index in the client's ``input``; the previous response's come before it)
+        messages += [_chat_message(i - request.earlier, t) for i, t in enumerate(request.turns)]
         chat["messages"] = messages
         truncate = body.get("truncation") == "auto"
         return dataclasses.replace(
@@ -944,18 +945,31 @@ def _unset(value: Any) -> bool:
 
 
 def _chat_message(index: int, item: dict[str, Any]) -> dict[str, Any]:
+    """A message item as a chat message, or a 400 naming what the client sent: ``input[index]``
+    (``index``: the item's in the request's ``input``), or the ``previous_response_id`` whose
+    conversation holds it (a negative ``index``: an earlier turn, which the client never sent)."""
     if item.get("type") != "message":
+        if index < 0:
+            raise _unreadable_earlier(f"an item of type '{item.get('type')}'")
         raise _unsupported(
             f"input[{index}]", f"of type '{item.get('type')}' is not supported by the local model"
         )
     texts = []
     for j, part in enumerate(item["content"]):
         if part.get("type") not in _TEXT_PARTS or not isinstance(part.get("text"), str):
+            if index < 0:
+                raise _unreadable_earlier("content other than text")
             raise _unsupported(
                 f"input[{index}].content[{j}]", "is not text, which is all the local model reads"
             )
         texts.append(part["text"])
     return {"role": item["role"], "content": "".join(texts)}
+
+
+def _unreadable_earlier(what: str) -> APIError:
+    return _unsupported(
+        "previous_response_id", f"names a conversation the local model cannot read: {what}"
+    )
 
 
 def _check_parts(content: list[Any], i: int) -> None:

@@ -13,6 +13,7 @@ import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway
+from tests.fake_upstream import ThreadedServer
 from tests.gateway.test_local_api import MODEL, local_config
 from tests.gateway.test_responses import EVENTS, distinct_types
 
@@ -147,6 +148,43 @@ def test_what_the_local_model_cannot_do_is_refused_when_set(gw: Gateway) -> None
         with pytest.raises(openai.BadRequestError) as refused:
             create(sdk(gw), input="Hello", extra_body=body)
         assert refused.value.param == param and refused.value.code == "unsupported_parameter"
+
+
+def test_an_item_the_local_model_cannot_read_is_named_as_the_client_sent_it(
+    bundled_model_dir: Path, tmp_path: Path, upstream_server: ThreadedServer
+) -> None:
+    """A follow-up's ``input`` is the conversation's end: its items are named by their index in
+    the client's ``input`` (was: in the whole conversation, ``input[2]`` for a one-item input),
+    and an item only the previous response's conversation holds (another model's, which calls a
+    tool) by the ``previous_response_id`` (was: ``input[1]``, which the client never sent)."""
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path))
+    settings["models"]["gpt"] = {"backend": "openai", "base_url": f"{upstream_server.url}/v1",
+                                 "api_key": "sk-test"}  # fmt: skip
+    gateway = Gateway(load_config_text(yaml.safe_dump(settings)))
+    try:
+        c = sdk(gateway)
+        first, _ = create(c, input="Hello")
+        result = {"type": "function_call_output", "call_id": "call_1", "output": "12 C"}
+        for count in (False, True):
+            with pytest.raises(openai.BadRequestError) as refused:
+                if count:
+                    c.responses.input_tokens.count(
+                        model=MODEL, input=[result], previous_response_id=first.id
+                    )
+                else:
+                    create(c, input=[result], previous_response_id=first.id)
+            assert refused.value.param == "input[0]"
+            error: Any = refused.value.body
+            assert error["message"].startswith("'input[0]' of type 'function_call_output'")
+        call = {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"}
+        made = c.responses.create(model="gpt", input=[{"role": "user", "content": "Oslo?"},
+                                                      call, result])  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:
+            create(c, input="Thanks.", previous_response_id=made.id)
+        assert refused.value.param == "previous_response_id"
+        assert "an item of type 'function_call'" in refused.value.message  # (not the client's)
+    finally:
+        gateway.stop()
 
 
 def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: Gateway) -> None:
