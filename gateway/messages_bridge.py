@@ -63,8 +63,15 @@ _HINTS = frozenset({"cache_control"})
 _PARAMS = {"stop": "stop_sequences"}
 #: A chat message's ``tool_calls``: what the bridge made of ``tool_use`` blocks.
 _TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
-#: A chat message named in an error: ``messages[2]``, or ``messages.[2]`` as OpenAI writes some.
-_CHAT_MESSAGE = re.compile(r"\bmessages(\.?)\[(\d+)\]")
+#: A chat message named in an error: ``messages[2]``, or ``messages.[2]`` as OpenAI writes some;
+#: with one of its tool calls (``.tool_calls[0]``, and that call's ``.function.name``) or a
+#: ``tool`` message's ``.tool_call_id``: each is a content block of the client's turn.
+_CHAT_MESSAGE = re.compile(
+    r"\bmessages(\.?)\[(\d+)\]"
+    r"(?:\.tool_calls\.?\[(\d+)\](?:\.function\.(name|arguments)\b)?|(\.tool_call_id)\b)?"
+)
+#: A tool call's fields as a ``tool_use`` block calls them.
+_CALL_FIELDS = {"name": ".name", "arguments": ".input", None: ""}
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -173,19 +180,45 @@ def _client_paths(body: dict[str, Any], text: str) -> str:
     """``text`` with each chat message it names (``messages[3]``, or OpenAI's ``messages.[3]``)
     named as the client sent it: by its index in the client's ``messages`` (a system prompt
     and a turn's tool results are chat messages of their own, so the indices differ), or as
-    ``system``."""
+    ``system``; a tool call, or a ``tool`` message, as the content block it was made of
+    (``messages[3].tool_calls[0].id`` → ``messages[2].content[1].id``)."""
 
     def named(match: re.Match[str]) -> str:
-        index = int(match.group(2)) - len(_system(body.get("system")))
+        dot, index = match.group(1), int(match.group(2)) - len(_system(body.get("system")))
         if index < 0:
             return "system"
         for i, message in enumerate(body["messages"]):
-            index -= len(_turn(message))
-            if index < 0:
-                return f"messages{match.group(1)}[{i}]"
+            made = _made_of(message)
+            if index >= len(made):
+                index -= len(made)
+                continue
+            turn, (result, calls) = f"messages{dot}[{i}]", made[index]
+            if result is not None:  # a tool message: one tool_result block
+                field = ".tool_use_id" if match.group(5) else ""
+                return f"{turn}.content{dot}[{result}]{field}"
+            call = match.group(3)
+            if call is None or int(call) >= len(calls):  # (the message's own index only)
+                return turn + match.group(0)[match.end(2) + 1 - match.start() :]
+            return f"{turn}.content{dot}[{calls[int(call)]}]{_CALL_FIELDS[match.group(4)]}"
         return match.group(0)
 
     return _CHAT_MESSAGE.sub(named, text)
+
+
+def _made_of(message: dict[str, Any]) -> list[tuple[int | None, list[int]]]:
+    """What each chat message of a Messages turn (see ``_turn``) was made of: a ``tool``
+    message's ``tool_result`` block index, or (None, the indices of the ``tool_use`` blocks
+    that are the message's ``tool_calls``, in their order)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return [(None, [])]
+    role, kinds = message["role"], [block.get("type") for block in content]
+    results = [j for j, kind in enumerate(kinds) if kind == "tool_result" and role == "user"]
+    calls = [j for j, kind in enumerate(kinds) if kind == "tool_use" and role == "assistant"]
+    made: list[tuple[int | None, list[int]]] = [(j, []) for j in results]
+    if "text" in kinds or calls or not results:
+        made.append((None, calls))
+    return made
 
 
 def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> dict[str, Any]:

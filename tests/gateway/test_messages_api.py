@@ -607,7 +607,8 @@ def test_a_bridged_upstreams_400_names_the_clients_own_turn(
 ) -> None:
     """An upstream's 400 names a message of the chat form (OpenAI refuses a tool call id over
     40 characters): the client's turn 3 is chat message 5 there, after the system prompt and
-    turn 2's tool result and text. The error names turn 3 (was ``messages[5]``)."""
+    turn 2's tool result and text, and its tool call 1 is the turn's block 3. The error names
+    turn 3's block (was ``messages[5]``, then ``messages[3].tool_calls[1]``)."""
     tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
     long_id = "toolu_" + "x" * 44
 
@@ -621,16 +622,18 @@ def test_a_bridged_upstreams_400_names_the_clients_own_turn(
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": [call("toolu_1")]},
         {"role": "user", "content": [result("toolu_1"), {"type": "text", "text": "And Rome?"}]},
-        {"role": "assistant", "content": [{"type": "text", "text": "Checking."}, call(long_id)]},
-        {"role": "user", "content": [result(long_id)]},
-    ]
+        {"role": "assistant", "content": [{"type": "text", "text": "Oslo, then Rome."},
+                                          call("toolu_2"), {"type": "text", "text": "Rome:"},
+                                          call(long_id)]},
+        {"role": "user", "content": [result("toolu_2"), result(long_id)]},
+    ]  # fmt: skip
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as refused:
             ask(client, "", model="gpt", system="Be brief.", tools=[tool], messages=messages,
                 stream=stream)  # fmt: skip
         assert refused.value.body == {"type": "error", "error": {
             "type": "invalid_request_error",
-            "message": "Invalid 'messages[3].tool_calls[0].id': string too long. Expected a "
+            "message": "Invalid 'messages[3].content[3].id': string too long. Expected a "
                        "string with maximum length 40, but got a string with length 50 instead."}}  # fmt: skip
     assert upstream.stats["chat"] == 2
 
