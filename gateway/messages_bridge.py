@@ -72,6 +72,13 @@ _CHAT_MESSAGE = re.compile(
 )
 #: A tool call's fields as a ``tool_use`` block calls them.
 _CALL_FIELDS = {"name": ".name", "arguments": ".input", None: ""}
+#: A tool's function field named in an error (``tools[1].function.description``: OpenAI takes
+#: up to 1024 characters, Anthropic more), or the function ``tool_choice`` names.
+_CHAT_TOOL = re.compile(
+    r"\b(tools\.?\[\d+\]|tool_choice)\.function\.(name|description|parameters)(?![\w\[])"
+)
+#: A function's fields as a Messages tool calls them.
+_TOOL_FIELDS = {"name": "name", "description": "description", "parameters": "input_schema"}
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -181,7 +188,9 @@ def _client_paths(body: dict[str, Any], text: str) -> str:
     named as the client sent it: by its index in the client's ``messages`` (a system prompt
     and a turn's tool results are chat messages of their own, so the indices differ), or as
     ``system``; a tool call, or a ``tool`` message, as the content block it was made of
-    (``messages[3].tool_calls[0].id`` → ``messages[2].content[1].id``)."""
+    (``messages[3].tool_calls[0].id`` → ``messages[2].content[1].id``); a tool's function field
+    as the tool's (``tools[1].function.parameters`` → ``tools[1].input_schema``: the bridge
+    sends the client's tools in their order)."""
 
     def named(match: re.Match[str]) -> str:
         dot, index = match.group(1), int(match.group(2)) - len(_system(body.get("system")))
@@ -202,6 +211,7 @@ def _client_paths(body: dict[str, Any], text: str) -> str:
             return f"{turn}.content{dot}[{calls[int(call)]}]{_CALL_FIELDS[match.group(4)]}"
         return match.group(0)
 
+    text = _CHAT_TOOL.sub(lambda m: f"{m.group(1)}.{_TOOL_FIELDS[m.group(2)]}", text)
     return _CHAT_MESSAGE.sub(named, text)
 
 

@@ -46,7 +46,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
 
 A chat request for a model named ``o-...`` with ``max_tokens`` is refused as OpenAI's
 reasoning models refuse it (a 400 asking for ``max_completion_tokens``); one with a tool call
-whose id is over 40 characters as OpenAI refuses it (a 400 naming ``messages[i].tool_calls[k].id``).
+whose id is over 40 characters as OpenAI refuses it (a 400 naming ``messages[i].tool_calls[k].id``),
+and one with a function description over 1024 characters (``tools[i].function.description``).
 
 ``stop`` is honoured as vLLM honours it: the answer ends before the first stop string it
 contains, with ``finish_reason: "stop"`` and the choice's ``stop_reason`` naming that string.
@@ -213,7 +214,7 @@ class FakeUpstream:
                      "model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
                      "param": "max_tokens", "code": "unsupported_parameter"}  # fmt: skip
             return await send_json(send, 400, {"error": error})
-        if kind == "chat" and (too_long := _long_call_id(body)) is not None:
+        if kind == "chat" and (too_long := _long_call_id(body) or _long_description(body)):
             return await send_json(send, 400, {"error": too_long})
         self._serial += 1
         if kind == "responses":
@@ -472,6 +473,19 @@ def _long_call_id(body: dict[str, Any]) -> dict[str, Any] | None:
                         f"maximum length 40, but got a string with length {size} instead.",
                         "type": "invalid_request_error", "param": param,
                         "code": "string_above_max_length"}  # fmt: skip
+    return None
+
+
+def _long_description(body: dict[str, Any]) -> dict[str, Any] | None:
+    """OpenAI's error for a function description over 1024 characters (Anthropic has no limit)."""
+    for i, tool in enumerate(body.get("tools") or ()):
+        size = len(str((tool.get("function") or {}).get("description") or ""))
+        if size > 1024:
+            param = f"tools[{i}].function.description"
+            return {"message": f"Invalid '{param}': string too long. Expected a string with "
+                    f"maximum length 1024, but got a string with length {size} instead.",
+                    "type": "invalid_request_error", "param": param,
+                    "code": "string_above_max_length"}  # fmt: skip
     return None
 
 

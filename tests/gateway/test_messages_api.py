@@ -638,6 +638,25 @@ def test_a_bridged_upstreams_400_names_the_clients_own_turn(
     assert upstream.stats["chat"] == 2
 
 
+def test_a_bridged_upstreams_400_names_the_clients_tool_field(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """OpenAI refuses a function description over 1024 characters, which Anthropic takes (long
+    tool descriptions are what its docs ask for): the error names the client's tool field,
+    ``tools[1].description`` (was ``tools[1].function.description``, a field it never sent)."""
+    tools: Any = [{"name": "ls", "description": "Lists files.", "input_schema": {"type": "object"}},
+                  {"name": "bash", "description": "Runs a shell command. " * 60,
+                   "input_schema": {"type": "object"}}]  # fmt: skip
+    for stream in (False, True):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            ask(client, "List the files.", model="gpt", tools=tools, stream=stream)
+        assert refused.value.body == {"type": "error", "error": {
+            "type": "invalid_request_error",
+            "message": "Invalid 'tools[1].description': string too long. Expected a string with "
+                       "maximum length 1024, but got a string with length 1320 instead."}}  # fmt: skip
+    assert upstream.stats["chat"] == 2
+
+
 def test_automatic_cache_control_turns_into_cache_reads(
     gw: Gateway, client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
