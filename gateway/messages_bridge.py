@@ -59,8 +59,9 @@ _DEFAULTS = {"thinking": {"type": "disabled"}}
 #: Fields that never change the answer, only what Anthropic caches of the prompt (top-level
 #: ``cache_control``: automatic caching): accepted, not sent, as a block's ``cache_control``.
 _HINTS = frozenset({"cache_control"})
-#: Chat fields an error may name, as a Messages request calls them.
-_PARAMS = {"stop": "stop_sequences"}
+#: Chat fields an error may name, as a Messages request calls them (``max_tokens`` goes to an
+#: upstream that refuses it as ``max_completion_tokens``: pipeline._renamed).
+_PARAMS = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens"}
 #: A chat message's ``tool_calls``: what the bridge made of ``tool_use`` blocks.
 _TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
 #: A chat message named in an error: ``messages[2]``, or ``messages.[2]`` as OpenAI writes some;
@@ -172,8 +173,9 @@ def named_as_sent(body: dict[str, Any], exc: APIError) -> None:
     """Name in ``exc``, an error about the chat form of the Messages request ``body``, what it
     names as the client sent it: in its ``param``, and in its message (Anthropic's error
     bodies have no ``param``): ``stop takes up to 64 …`` → ``stop_sequences takes up to 64 …``,
-    a chat message's ``tool_calls`` → ``tool_use``, and a chat message by the client's index
-    (``messages[3]`` → ``messages[2]``, see ``_client_paths``)."""
+    ``max_completion_tokens`` → ``max_tokens``, a chat message's ``tool_calls`` → ``tool_use``,
+    and a chat message by the client's index (``messages[3]`` → ``messages[2]``, see
+    ``_client_paths``)."""
     param = exc.param or ""
     named = "tool_use" if _TOOL_CALLS.fullmatch(param) else _PARAMS.get(param, exc.param)
     if param:

@@ -45,7 +45,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    an SSE body is sent as written): for malformed or odd upstream answers
 
 A chat request for a model named ``o-...`` with ``max_tokens`` is refused as OpenAI's
-reasoning models refuse it (a 400 asking for ``max_completion_tokens``); one with a tool call
+reasoning models refuse it (a 400 asking for ``max_completion_tokens``), and one with
+``max_completion_tokens`` over 100000 as too large for that model; one with a tool call
 whose id is over 40 characters as OpenAI refuses it (a 400 naming ``messages[i].tool_calls[k].id``),
 and one with a function description over 1024 characters (``tools[i].function.description``).
 
@@ -213,6 +214,13 @@ class FakeUpstream:
             error = {"message": "Unsupported parameter: 'max_tokens' is not supported with this "
                      "model. Use 'max_completion_tokens' instead.", "type": "invalid_request_error",
                      "param": "max_tokens", "code": "unsupported_parameter"}  # fmt: skip
+            return await send_json(send, 400, {"error": error})
+        asked = body.get("max_completion_tokens")
+        if str(body.get("model")).startswith("o-") and isinstance(asked, int) and asked > 100000:
+            error = {"message": f"max_completion_tokens is too large: {asked}. This model supports "
+                     f"at most 100000 completion tokens, whereas you provided {asked}.",
+                     "type": "invalid_request_error", "param": "max_completion_tokens",
+                     "code": None}  # fmt: skip
             return await send_json(send, 400, {"error": error})
         if kind == "chat" and (too_long := _long_call_id(body) or _long_description(body)):
             return await send_json(send, 400, {"error": too_long})

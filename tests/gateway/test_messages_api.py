@@ -958,6 +958,13 @@ def test_a_reasoning_model_upstream_gets_max_completion_tokens(
             assert "".join(stream.text_stream).startswith("answer #")
         assert upstream.last_body["max_completion_tokens"] == 16
         assert upstream.stats["chat"] == 4  # each refused once, then answered
+        # the upstream's refusal of the value names the field the client sent (was: a
+        # max_completion_tokens it never sent)
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            ask(client, "Think long.", model="o", max_tokens=128000, timeout=30)
+        assert refused.value.body["error"]["message"] == (
+            "max_tokens is too large: 128000. This model supports at most 100000 completion "
+            "tokens, whereas you provided 128000.")  # fmt: skip
         # a chat client's own max_tokens is its own: passed on, and the refusal with it
         chat = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
         with pytest.raises(openai.BadRequestError) as refused:
