@@ -58,7 +58,7 @@ from .errors import APIError
 from .ledger import Usage, partial_usage, usage_of
 from .messages_bridge import named_as_sent
 from .requests import partitioned
-from .responses import resent_if_lost
+from .responses import param_as_sent, resent_if_lost
 from .tracing import tier
 
 __all__ = ["Pipeline", "Save", "Watch", "cache_key_id"]
@@ -721,23 +721,18 @@ async def _renamed(call: Callable[[GatewayRequest], Awaitable[T]], chat: Gateway
     return await call(dataclasses.replace(chat, body=body))
 
 
-#: Chat Completions fields an error may name, as the Responses API calls them.
-_RESPONSES_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens",
-                     "max_completion_tokens": "max_output_tokens"}  # fmt: skip
-
-
 @contextlib.contextmanager
 def _params_of(request: GatewayRequest) -> Iterator[None]:
     """An error about the chat form of a bridged request names what the client sent: a
-    Responses request's field in its ``param``, a Messages request's as
-    ``messages_bridge.named_as_sent`` says."""
+    Responses request's field in its ``param`` (``responses.param_as_sent``), a Messages
+    request's as ``messages_bridge.named_as_sent`` says."""
     try:
         yield
     except APIError as exc:
         if request.kind == "messages":
             named_as_sent(request.body, exc)
         elif request.kind == "responses":
-            exc.param = _RESPONSES_PARAMS.get(exc.param or "", exc.param)
+            param_as_sent(exc)
         raise
 
 

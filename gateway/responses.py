@@ -55,6 +55,7 @@ __all__ = [
     "InputTokenCounter",
     "ResponsesAdapter",
     "count_input_tokens",
+    "param_as_sent",
     "resent_if_lost",
 ]
 
@@ -107,6 +108,9 @@ _LOCAL_KNOWN = frozenset(
         "max_tool_calls",  # (a limit on tool calls: the local model makes none)
     }
 )
+#: Chat Completions fields an error may name, as the Responses API calls them.
+_CHAT_PARAMS = {"messages": "input", "max_tokens": "max_output_tokens",
+                "max_completion_tokens": "max_output_tokens"}  # fmt: skip
 #: Responses fields the local model cannot honour, with the value that asks for nothing (a
 #: 400 otherwise): clients that send every field they know send them so (``null``).
 _LOCAL_UNUSED: dict[str, Any] = {
@@ -546,13 +550,23 @@ async def count_input_tokens(
                            type="api_error", code="upstream_error")  # fmt: skip
         return count
     if "chat" in backend.apis and isinstance(backend, TokenCounter):
-        return await backend.count_tokens(adapter.to_chat(request))
+        try:
+            return await backend.count_tokens(adapter.to_chat(request))
+        except APIError as exc:  # (as a create's: pipeline._params_of)
+            param_as_sent(exc)
+            raise
     raise APIError(
         400,
         f"Counting input tokens is not supported for model '{backend.name}'.",
         param="model",
         code="unsupported_model",
     )
+
+
+def param_as_sent(exc: APIError) -> None:
+    """Name in ``exc``'s ``param``, an error about the chat form of a Responses request (the
+    local model's), the field as the client sent it: ``messages`` → ``input``, ..."""
+    exc.param = _CHAT_PARAMS.get(exc.param or "", exc.param)
 
 
 async def resent_if_lost(
