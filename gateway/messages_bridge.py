@@ -297,6 +297,8 @@ class _MessagesStream:
         self._started = False
         self._open: tuple[int, str] | None = None  # (index, "text" | tool call index)
         self._call_id = ""  # the id of the tool call last started
+        # calls that began while another call's block was open: {which: {id, name, arguments}}
+        self._held: dict[str, dict[str, str]] = {}
         self._next = 0
         self._stop: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
         self._called = False  # a tool call was streamed
@@ -337,6 +339,7 @@ class _MessagesStream:
             yield {"type": "ping"}
         if event.done:
             yield from self._close_block()
+            yield from self._flush_held()
             yield {"type": "message_delta", "delta": self._stop, "usage": _usage(self._usage)}
             yield {"type": "message_stop"}
             return
@@ -368,6 +371,13 @@ class _MessagesStream:
         # NOTE: Gemini sends no index, each call whole in one delta: there a new id is a new
         # call (its arguments must not run on into the previous call's)
         fresh = index is None and bool(call.get("id")) and call["id"] != self._call_id
+        # NOTE: a chat stream may interleave its calls' deltas (each names its index); a
+        # Messages block once stopped cannot take more, so a call that begins while another's
+        # block is open is held, and sent whole after it
+        held = index is not None and self._open is not None and self._open[1] not in ("text", which)
+        if which in self._held or held:
+            self._hold(which, call)
+            return
         if self._open is None or self._open[1] != which or fresh:
             yield from self._close_block()
             self._call_id = call.get("id") or _tool_id()
@@ -379,6 +389,25 @@ class _MessagesStream:
             yield {"type": "content_block_delta", "index": self._open[0],
                    "delta": {"type": "input_json_delta",
                              "partial_json": function["arguments"]}}  # fmt: skip
+
+    def _hold(self, which: str, call: dict[str, Any]) -> None:
+        function = call.get("function") or {}
+        held = self._held.setdefault(which, {"id": "", "name": "", "arguments": ""})
+        held["id"] = held["id"] or call.get("id") or ""
+        held["name"] = held["name"] or function.get("name") or ""
+        held["arguments"] += function.get("arguments") or ""
+
+    def _flush_held(self) -> Iterator[dict[str, Any]]:
+        for which, held in self._held.items():
+            block = {"type": "tool_use", "id": held["id"] or _tool_id(), "name": held["name"],
+                     "input": {}}  # fmt: skip
+            yield self._start(block, which)
+            if held["arguments"]:
+                yield {"type": "content_block_delta", "index": self._next - 1,
+                       "delta": {"type": "input_json_delta",
+                                 "partial_json": held["arguments"]}}  # fmt: skip
+            yield from self._close_block()
+        self._held.clear()
 
     def _start(self, block: dict[str, Any], which: str) -> dict[str, Any]:
         self._open = (self._next, which)

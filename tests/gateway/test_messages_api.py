@@ -488,6 +488,56 @@ def test_streamed_tool_calls_without_an_index_stay_apart(tmp_path: Path) -> None
         server.stop()
 
 
+class InterleavedStream:
+    """An upstream that streams two indexed tool calls with their argument deltas interleaved
+    (the chat protocol allows it: each delta names its call's index)."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await read_body(receive)
+        deltas = [
+            {"index": 0, "id": "call_Paris", "type": "function",
+             "function": {"name": "weather", "arguments": '{"city": '}},
+            {"index": 1, "id": "call_Rome", "type": "function",
+             "function": {"name": "weather", "arguments": '{"city": '}},
+            {"index": 0, "function": {"arguments": '"Paris"}'}},
+            {"index": 1, "function": {"arguments": '"Rome"}'}},
+        ]  # fmt: skip
+        chunks: list[dict[str, Any]] = [{"delta": {"tool_calls": [d]}} for d in deltas]
+        chunks.append({"delta": {}, "finish_reason": "tool_calls"})
+        events = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "v",
+                   "choices": [{"index": 0, "finish_reason": None, **chunk}]}
+                  for chunk in chunks]  # fmt: skip
+        body = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": body + b"data: [DONE]\n\n"})
+
+
+def test_interleaved_streamed_tool_calls_stay_whole(tmp_path: Path) -> None:
+    """Two indexed calls whose deltas a chat upstream interleaves are two whole ``tool_use``
+    blocks: not the first cut at its first piece and the rest of each in a nameless block."""
+    server = ThreadedServer(InterleavedStream()).start()
+    model = {"backend": "openai", "base_url": f"{server.url}/v1", "api_key": "sk-test"}
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"v": model},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    try:
+        with Gateway(load_config_text(text)) as gw:
+            client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+            for expected in ("miss", "exact"):
+                with client.messages.stream(
+                    model="v", max_tokens=64, tools=[tool],
+                    messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+                ) as stream:  # fmt: skip
+                    final = stream.get_final_message()
+                assert stream.response.headers["x-cache"] == expected
+                calls = [(b.id, b.name, b.input) for b in final.content]
+                assert calls == [("call_Paris", "weather", {"city": "Paris"}),
+                                 ("call_Rome", "weather", {"city": "Rome"})]  # fmt: skip
+    finally:
+        server.stop()
+
+
 def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
