@@ -35,7 +35,7 @@ from .messages_bridge import MESSAGES, count_tokens
 from .observe import Seen, observe, request_id
 from .pipeline import Pipeline, Watch
 from .requests import gateway_request, request_tenant
-from .responses import count_input_tokens, input_items_page
+from .responses import count_input_tokens, input_items_page, replay_events
 from .runtime import Runtime
 from .stored import StoredResponse
 from .tracing import RequestTrace
@@ -89,6 +89,8 @@ async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
 async def get_response(
     request: Request[Any, Any, Any], response_id: FromPath[str]
 ) -> Response[Any]:
+    if request.query_params.get("stream") == "true":
+        return _replay_stored(request, response_id)
     return _on_stored(request, response_id, lambda stored: stored.response)
 
 
@@ -466,6 +468,22 @@ def _on_stored(
         return _json(answer(_stored_response(request, response_id)))
     except APIError as exc:
         return error_response(exc)
+
+
+def _replay_stored(request: Request[Any, Any, Any], response_id: str) -> Response[Any]:
+    """``GET /v1/responses/{id}?stream=true``: the stored response as the event stream that made
+    it, from the event after ``starting_after`` (the SDKs' ``responses.stream(response_id=)``)."""
+    try:
+        stored = _stored_response(request, response_id)
+        after = request.query_params.get("starting_after", "-1")
+        if not after.lstrip("-").isdigit() or int(after) < -1:
+            raise APIError(400, "'starting_after' must be an integer.", param="starting_after")
+    except APIError as exc:
+        return error_response(exc)
+    # (one event per sequence number, from 0; a JSON data line never holds a blank line)
+    events = b"".join(replay_events(stored.response)).split(b"\n\n")[int(after) + 1 : -1]
+    return Stream((e + b"\n\n" for e in events), media_type="text/event-stream",
+                  headers=_SSE_HEADERS)  # fmt: skip
 
 
 def _caller(request: Request[Any, Any, Any]) -> str:

@@ -536,6 +536,29 @@ def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
     assert a.responses.cancel("resp_bg").status == "completed"
 
 
+def test_a_stored_response_is_retrieved_as_a_stream(gw: Gateway) -> None:
+    """``GET /v1/responses/{id}?stream=true`` (the SDKs' ``responses.stream(response_id=)``,
+    ``retrieve(stream=True)``) replays the stored response's events, not its JSON (which the
+    SDK read as an empty stream); ``starting_after`` resumes after that event."""
+    c = sdk(gw)
+    made, _ = create(c, input="Stream this back.")
+    with c.responses.stream(response_id=made.id) as resumed:
+        final = resumed.get_final_response()
+    assert final.id == made.id and final.output_text == made.output_text
+    events = list(c.responses.retrieve(made.id, stream=True))
+    assert distinct_types(events) == EVENTS
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    later = list(c.responses.retrieve(made.id, stream=True, starting_after=3))
+    assert [e.sequence_number for e in later] == list(range(4, len(events)))
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve("resp_unknown", stream=True)
+    bad = httpx.get(
+        f"{gw.url}/v1/responses/{made.id}?stream=true&starting_after=x",
+        headers={"authorization": "Bearer sk-anything"},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+
+
 def test_a_delete_the_upstream_fails_keeps_the_stored_response(
     make_gateway: Callable[..., Gateway],
 ) -> None:
