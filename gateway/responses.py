@@ -300,6 +300,8 @@ class ResponsesAdapter:
         }
         if "prompt" in fields:  # a stored prompt template (id, version, variables): it is in
             fields["prompt_template"] = fields.pop("prompt")  # the scope (chat's `prompt` is not)
+        if "messages" in fields:  # (chat's turns: refused here, so in the scope, not the turns)
+            fields["chat_messages"] = fields.pop("messages")
         fields["messages"] = [_key_turn(item) for item in turns]
         if any(t.get("type") in (_REFERENCE, _ITEM_REFERENCE) for t in turns):
             # NOTE: turns only the upstream knows: exact match only, their ids in the key

@@ -806,6 +806,20 @@ def test_fields_that_do_not_change_the_answer_are_not_part_of_the_response_cache
     assert (plain.headers["x-cache"], keyed.headers["x-cache"]) == ("miss", "exact")
 
 
+def test_a_chat_messages_field_is_not_answered_from_the_cache(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A Responses request with chat's ``messages`` beside its ``input`` is refused by OpenAI
+    ("Unknown parameter") and by the local model: a hit must not answer it (was: the entry of
+    the request without it, its ``messages`` overwritten by the turns in the key)."""
+    c = sdk(gw)
+    assert create(c, input="What is the capital of Peru?")[1] == "miss"
+    turns = [{"role": "user", "content": "Write a poem."}]
+    again = create(c, input="What is the capital of Peru?", extra_body={"messages": turns})
+    assert again[1] == "miss" and upstream.last_body["messages"] == turns  # (it judges it)
+    assert upstream.stats["responses"] == 2
+
+
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
     create(sdk(gw), input="What is VAT?")
     assert "prompt_cache_key" not in upstream.last_body
