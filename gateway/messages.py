@@ -34,7 +34,7 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .canonical import Bridge, GatewayRequest
 from .errors import APIError
-from .requests import decode_body, gateway_request
+from .requests import decode_body, gateway_request, integral
 
 __all__ = [
     "ANTHROPIC_HEADERS",
@@ -409,9 +409,11 @@ def _anthropic_type(exc: APIError) -> str:
 
 def _body(raw: bytes) -> dict[str, Any]:
     try:
-        return decode_body(raw)
+        body = decode_body(raw)
     except APIError as exc:  # the same checks, in Anthropic's words
         raise _invalid(exc.message) from None
+    integral(body, ("max_tokens", "top_k"))  # (3.0 is 3, as in chat: requests.integral)
+    return body
 
 
 def _request(

@@ -31,6 +31,7 @@ __all__ = [
     "decode_body",
     "embedding_inputs",
     "gateway_request",
+    "integral",
     "parse_cache_control",
     "parse_request",
     "partitioned",
@@ -186,7 +187,7 @@ def parse_request(
         return gateway_request(kind, body, headers, tenant, extension)
     extension = body.pop("cache", None)
     spec: type[_Sampling] = _ChatBody if kind == "chat" else _CompletionBody
-    _integral(body, _INTEGERS[kind])
+    integral(body, _INTEGERS[kind])
     parsed = validated(body, spec)
     # NOTE: an empty string is a prompt (OpenAI answers it, a local model reads its BOS);
     # an empty list holds none.
@@ -275,7 +276,7 @@ def embedding_inputs(value: Any) -> list[str | list[int]]:
     return list(value)
 
 
-def _integral(body: dict[str, Any], names: tuple[str, ...]) -> None:
+def integral(body: dict[str, Any], names: tuple[str, ...]) -> None:
     """The integral floats among ``body``'s fields ``names`` become ints, in place: what the
     model (or the upstream) is then sent."""
     for name in names:

@@ -48,7 +48,7 @@ from .backend import Backend
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 from .errors import APIError, responses_error_event
 from .messages_bridge import TokenCounter
-from .requests import decode_body, gateway_request, partitioned, validated
+from .requests import decode_body, gateway_request, integral, partitioned, validated
 from .stored import ResponseStore, StoredResponse
 
 __all__ = [
@@ -122,6 +122,10 @@ _LOCAL_UNUSED: dict[str, Any] = {
 }
 
 
+#: The integer fields of a Responses request.
+_INTEGERS = ("max_output_tokens", "top_logprobs", "max_tool_calls")
+
+
 class _Body(msgspec.Struct):
     """The fields cachegate reasons about; any other field passes through untouched."""
 
@@ -176,6 +180,7 @@ class ResponsesAdapter:
                 400, "Missing required parameter: 'input'.", param="input", code="missing"
             )
         extension = body.pop("cache", None)
+        integral(body, _INTEGERS)  # (3.0 is 3, as in chat: requests.integral)
         # a stored prompt template (or a count) may hold no input: the body is sent without one
         parsed = validated({"input": [], **body}, _Body)
         _check_tools(parsed.tools)

@@ -188,6 +188,18 @@ def test_validation_errors_use_anthropics_body(gw: Gateway, fake: FakeAnthropic)
     assert fake.stats["/v1/messages"] == 0
 
 
+def test_integral_floats_are_integers(gw: Gateway, fake: FakeAnthropic) -> None:
+    """``max_tokens: 64.0`` (or ``top_k: 3.0``) is the integer, as chat's integer fields take
+    it since f9fa8f6 and Anthropic's validation reads it (was a 400 "Input should be a valid
+    integer"); sent on as ``64``. ``64.5`` stays a 400."""
+    body = {"model": "claude", "messages": [{"role": "user", "content": "x"}]}
+    response = gw.http.post("/v1/messages", json={**body, "max_tokens": 64.0, "top_k": 3.0})
+    assert response.status_code == 200, response.text
+    sent = fake.bodies[-1]
+    assert (sent["max_tokens"], sent["top_k"]) == (64, 3) and type(sent["max_tokens"]) is int
+    assert gw.http.post("/v1/messages", json={**body, "max_tokens": 64.5}).status_code == 400
+
+
 def test_sdk_errors_not_found_and_overloaded(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:

@@ -820,6 +820,19 @@ def test_a_chat_messages_field_is_not_answered_from_the_cache(
     assert upstream.stats["responses"] == 2
 
 
+def test_integral_floats_are_integers(gw: Gateway, upstream: FakeUpstream) -> None:
+    """``max_output_tokens: 64.0`` is the integer, as chat's ``max_tokens`` takes it since
+    f9fa8f6 (was a 400 "Expected `int`, got `float`"); sent on as ``64``. ``64.5`` stays a
+    400 naming it."""
+    c = sdk(gw)
+    assert create(c, input="What is VAT?", max_output_tokens=64.0)[0].status == "completed"
+    sent = upstream.last_body["max_output_tokens"]
+    assert sent == 64 and type(sent) is int
+    with pytest.raises(openai.BadRequestError) as refused:
+        create(c, input="What is VAT?", max_output_tokens=64.5)
+    assert refused.value.body["param"] == "max_output_tokens"  # type: ignore[index]
+
+
 def test_no_prompt_cache_key_unless_configured(gw: Gateway, upstream: FakeUpstream) -> None:
     create(sdk(gw), input="What is VAT?")
     assert "prompt_cache_key" not in upstream.last_body
