@@ -363,9 +363,8 @@ _NULL_IS_UNSET = frozenset({
 _BLOCK_NULL_IS_UNSET = {
     "text": frozenset({"cache_control", "citations"}),
     "document": frozenset({"cache_control", "citations", "context", "title"}),
-    **dict.fromkeys(
-        ("image", "tool_use", "tool_result", "custom", None), frozenset({"cache_control"})
-    ),
+    "tool_result": frozenset({"cache_control", "is_error"}),  # (null accepted as unset)
+    **dict.fromkeys(("image", "tool_use", "custom", None), frozenset({"cache_control"})),
 }
 
 

@@ -340,6 +340,24 @@ def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     assert fake.stats["/v1/messages"] == 3
 
 
+def test_a_tool_results_is_error_sent_as_null_shares_the_entry_of_one_left_out(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """``is_error: null`` is accepted as unset (d970055), so it keys as left out too, as the
+    other documented fields of a block sent as null do (was: a miss, and a second entry)."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}
+    turns: list[Any] = [{"role": "user", "content": "Weather in Oslo?"},
+                        {"role": "assistant", "content": [call]},
+                        {"role": "user", "content": [result]}]  # fmt: skip
+    assert ask(client, "", model="claude-plain", messages=turns).headers["x-cache"] == "miss"
+    nulled = [*turns[:2], {"role": "user", "content": [{**result, "is_error": None}]}]
+    assert ask(client, "", model="claude-plain", messages=nulled).headers["x-cache"] == "exact"
+    failed = [*turns[:2], {"role": "user", "content": [{**result, "is_error": True}]}]
+    assert ask(client, "", model="claude-plain", messages=failed).headers["x-cache"] == "miss"
+    assert fake.stats["/v1/messages"] == 2
+
+
 def test_messages_and_chat_completions_never_share_an_answer(
     gw: Gateway, client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
