@@ -27,7 +27,7 @@ import msgspec
 from httpx._utils import get_environment_proxies  # (httpx's own reading of them)
 
 from .backend import OPENAI_SAMPLING, Answer, BackendStream, StreamEvent, relayed
-from .config import ConfigError, OpenAIModelConfig
+from .config import ConfigError, OpenAIModelConfig, redact_url
 from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, responses_error_event, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
@@ -56,6 +56,22 @@ OPENAI_APIS = frozenset({"chat", "completion", "embedding", "responses"})
 
 log = logging.getLogger(__name__)
 _httpx_log = logging.getLogger("httpx")
+
+
+class _RedactURL(logging.Filter):
+    """httpx's request lines (``server.log_level: debug``) name each upstream URL: a
+    credential its ``base_url`` holds (``https://user:pw@host``, ``?key=``) is shown as
+    ``***``, as ``cachegate config show`` shows it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_url(str(a)) if isinstance(a, httpx.URL) else a for a in record.args
+            )
+        return True
+
+
+_httpx_log.addFilter(_RedactURL())
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
 

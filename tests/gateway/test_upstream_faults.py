@@ -6,6 +6,7 @@ The fake upstream's ``raw`` option sends a status, headers and body exactly as w
 from __future__ import annotations
 
 import json
+import logging
 import time
 from typing import Any
 
@@ -527,6 +528,25 @@ def test_an_upstream_refusing_the_gateways_own_key_is_the_operators_502(
     assert (
         response.status_code == 401 and "Incorrect API key" in response.json()["error"]["message"]
     )
+
+
+def test_a_base_urls_credentials_stay_out_of_the_debug_log(
+    make_gateway: Any, upstream_server: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At ``log_level: debug`` every upstream request is logged with its URL (httpx's line
+    and the gateway's own in its name): a password or ``?api-key=`` in ``base_url`` was
+    written out in full, where ``config show`` and ``/admin/stats`` hide it."""
+    port = upstream_server.url.rsplit(":", 1)[1]
+    base = f"http://user:pw-hidden@127.0.0.1:{port}/v1?api-key=q-hidden&api-version=1"
+    gw = make_gateway(model_yaml=f"base_url: '{base}'")
+    caplog.set_level(logging.DEBUG, logger="httpx")
+    assert gw.chat("logged").status_code == 200
+    assert gw.http.get("/v1/models").status_code == 200  # (httpx's own line: GET /models)
+    lines = [r.getMessage() for r in caplog.records if r.name == "httpx"]
+    assert any("/chat/completions" in line for line in lines), lines
+    assert any("/models" in line for line in lines), lines
+    assert not any("hidden" in line for line in lines), lines
+    assert any("user:***@" in line and "api-key=***&api-version=1" in line for line in lines)
 
 
 def test_an_upstream_header_beyond_latin_1_is_passed_on_as_sent(make_gateway: Any) -> None:
