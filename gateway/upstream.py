@@ -149,8 +149,9 @@ class UpstreamBackend:
             return False
         if not 200 <= response.status_code < 300:
             raise await _upstream_error(
-                self.name, response, self.relays_rate_limits, retryable=False
-            )
+                self.name, response, self.relays_rate_limits, retryable=False,
+                secret=self.config.api_key,
+            )  # fmt: skip
         return True
 
     async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
@@ -393,8 +394,9 @@ class UpstreamBackend:
             await self._backoff(attempt, wait, f"HTTP {response.status_code}")
             return
         error = await _upstream_error(
-            self.name, response, self.relays_rate_limits, retryable=retryable
-        )
+            self.name, response, self.relays_rate_limits, retryable=retryable,
+            secret=self.config.api_key,
+        )  # fmt: skip
         if error.status in (401, 403) and self.config.api_key:
             raise _own_key_refused(self.name, error) from None
         if retryable and last and attempt:  # retried here already: a client should not
@@ -1114,10 +1116,15 @@ def _retry_after(value: str | None) -> float | None:
 
 
 async def _upstream_error(
-    name: str, response: httpx.Response, rate_limits: bool, *, retryable: bool
+    name: str,
+    response: httpx.Response,
+    rate_limits: bool,
+    *,
+    retryable: bool,
+    secret: str | None = None,
 ) -> UpstreamError:
     status = response.status_code
-    raw, error = await _read_error(response)
+    raw, error = await _read_error(response, secret)
     message = ""
     fields: dict[str, Any] = {}
     if isinstance(error, dict):
@@ -1159,9 +1166,15 @@ async def _upstream_error(
     )
 
 
-async def _read_error(response: httpx.Response) -> tuple[bytes, Any]:
+async def _read_error(response: httpx.Response, secret: str | None = None) -> tuple[bytes, Any]:
     """Read and close an unwanted answer: its body (at most ``_ERROR_BYTES`` of it), and its
-    ``error`` member if it has one.
+    ``error`` member if it has one; ``secret`` in it is replaced by ``***``.
+
+    NOTE: an upstream (a proxy, a self-hosted server) may quote the key it was sent in its
+    error ("Incorrect API key provided: sk-..."), on a 400 or a 500 as well as on a 401: that
+    message went to the client, so one tenant could read the key all tenants share. A key
+    shorter than ``_MIN_SECRET`` (``EMPTY``, ``none``: a placeholder for a server that checks
+    none) is no secret, and replacing it would garble ordinary words.
 
     NOTE: an error whose body did not end (a proxy's, a server streaming after its status)
     was read into memory for as long as it lasted, and its client waited as long.
@@ -1177,6 +1190,8 @@ async def _read_error(response: httpx.Response) -> tuple[bytes, Any]:
     finally:
         await response.aclose()
     raw = bytes(read)
+    if secret and len(secret) >= _MIN_SECRET:
+        raw = raw.replace(secret.encode("utf-8", "surrogatepass"), b"***")
     try:
         body = _decode(raw)
     except msgspec.DecodeError:
@@ -1280,6 +1295,8 @@ _STALE_CONNECTION_S = 0.25
 
 #: The most of an error answer's body read (an error's JSON is far smaller).
 _ERROR_BYTES = 1 << 20
+#: The shortest ``api_key`` hidden in an upstream's error (see ``_read_error``).
+_MIN_SECRET = 8
 
 #: Statuses that say a replica is unhealthy rather than that one request failed.
 _UNHEALTHY = frozenset({502, 503, 504})

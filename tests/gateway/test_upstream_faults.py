@@ -530,6 +530,27 @@ def test_an_upstream_refusing_the_gateways_own_key_is_the_operators_502(
     )
 
 
+def test_an_upstream_error_quoting_the_gateways_key_reaches_nobody_with_it(
+    make_gateway: Any, upstream: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Some upstreams quote the key they were sent in an error, whatever its status: the
+    model's ``api_key`` serves every tenant, and a 400 or a 5xx relayed as it came gave it to
+    whichever tenant's request got the error (and a 401 wrote it to the log)."""
+    gw = make_gateway(model_yaml="api_key: sk-shared-by-all-tenants")
+    for status in (400, 404, 429, 500, 401):
+        quoting = {"error": {"message": "Bad key sk-shared-by-all-tenants for this model",
+                             "param": "sk-shared-by-all-tenants", "code": "bad_key"}}  # fmt: skip
+        response = gw.chat(f"quoted {status}", fake=raw(json.dumps(quoting), status=status))
+        assert response.status_code >= 400
+        assert "sk-shared" not in response.text, (status, response.text)
+        assert "Bad key ***" in response.text or status == 401, (status, response.text)
+    assert "Bad key ***" in caplog.text and "sk-shared" not in caplog.text
+    placeholder = make_gateway(model_yaml="api_key: EMPTY")  # (not a secret: left as it is)
+    said = {"error": {"message": "EMPTY is not a model"}}
+    response = placeholder.chat("quoted", fake=raw(json.dumps(said), status=400))
+    assert response.json()["error"]["message"] == "EMPTY is not a model"
+
+
 def test_a_base_urls_credentials_stay_out_of_the_debug_log(
     make_gateway: Any, upstream_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
