@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import wait_for
 from tests.fake_upstream import FakeUpstream
 from tests.gateway.test_api import sse_chunks
+from tests.gateway.test_tracing import traced
 
 HEAD = {"id": "chatcmpl-raw", "object": "chat.completion.chunk", "created": 1, "model": "m"}
 
@@ -537,6 +538,7 @@ def test_an_upstream_error_quoting_the_gateways_key_reaches_nobody_with_it(
     model's ``api_key`` serves every tenant, and a 400 or a 5xx relayed as it came gave it to
     whichever tenant's request got the error (and a 401 wrote it to the log)."""
     gw = make_gateway(model_yaml="api_key: sk-shared-by-all-tenants")
+    exporter = traced(gw)  # (a span records the error raised through it as an event)
     for status in (400, 404, 429, 500, 401):
         quoting = {"error": {"message": "Bad key sk-shared-by-all-tenants for this model",
                              "param": "sk-shared-by-all-tenants", "code": "bad_key"}}  # fmt: skip
@@ -545,6 +547,9 @@ def test_an_upstream_error_quoting_the_gateways_key_reaches_nobody_with_it(
         assert "sk-shared" not in response.text, (status, response.text)
         assert "Bad key ***" in response.text or status == 401, (status, response.text)
     assert "Bad key ***" in caplog.text and "sk-shared" not in caplog.text
+    events = [str(dict(e.attributes or {})) for span in exporter.get_finished_spans()
+              for e in span.events]  # fmt: skip
+    assert any("Bad key ***" in e for e in events) and not any("sk-shared" in e for e in events)
     placeholder = make_gateway(model_yaml="api_key: EMPTY")  # (not a secret: left as it is)
     said = {"error": {"message": "EMPTY is not a model"}}
     response = placeholder.chat("quoted", fake=raw(json.dumps(said), status=400))
