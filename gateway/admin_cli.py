@@ -142,20 +142,38 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
             print(f"prefix KV cache of {name}: {_bytes(prefix['bytes'])} of "
                   f"{_bytes(prefix['max_bytes'])}, hit {prefix['hit_tokens']} of "
                   f"{prefix['queried_tokens']} tokens, {prefix['evictions']} evictions")  # fmt: skip
+    _ledger(stats.get("ledger") or {}, stats.get("priced"))
+
+
+def _ledger(ledger: dict[str, Any], priced: list[str] | None) -> None:
+    """The usage ledger as a table; the money of a model without a price (counted at $0) is
+    "unknown", not free. (``priced``: None from a gateway older than the list: all are.)"""
+
+    def usd(model: str, value: float) -> str:
+        return _usd(value) if priced is None or model in priced else "unknown"
+
     rows = [
         [tenant, model, row["requests"], row["calls_avoided"],
          row["avoided_input_tokens"] + row["avoided_output_tokens"],
          row["prefix_cached_tokens"] + row["provider_cached_tokens"],
-         row["unread_write_tokens"], f"{row['audit_calls']} (${row['audit_usd']:.4f})",
-         f"${row['saved_usd']:.4f}"]
-        for tenant, models in (stats.get("ledger") or {}).items()
+         row["unread_write_tokens"], f"{row['audit_calls']} ({usd(model, row['audit_usd'])})",
+         usd(model, row["saved_usd"])]
+        for tenant, models in ledger.items()
         for model, row in models.items()
     ]  # fmt: skip
     if rows:
-        print("\nsavings (usage ledger):")
+        unknown = any("unknown" in row[-1] for row in rows)
+        note = "; unknown: no price set for the model (prices: in the config)" if unknown else ""
+        print(f"\nsavings (usage ledger{note}):")
         head = ["TENANT", "MODEL", "REQUESTS", "CALLS SAVED", "TOKENS SAVED", "CACHED INPUT",
                 "UNREAD WRITES", "AUDITS (SPENT)", "USD SAVED"]  # fmt: skip
         _table(head, rows)
+
+
+def _usd(value: float) -> str:
+    """``$0.0012``; a loss is ``-$0.0012`` (not ``$-0.0012``)."""
+    text = f"${abs(value):.4f}"
+    return f"-{text}" if value < 0 and text != "$0.0000" else text
 
 
 def _admission(door: dict[str, Any] | None) -> None:

@@ -180,6 +180,7 @@ class Runtime:
             "models": list(self.backends),
             "cache": self._cache_stats(),
             "ledger": self.ledger.stats(),
+            "priced": sorted(self.config.prices),  # (the others' money is unknown: not $0)
         }
         if self.admission is not None:
             out["admission"] = dataclasses.asdict(self.admission.stats())

@@ -15,8 +15,10 @@ import openai
 import pytest
 import yaml
 
+from gateway.cli import main
 from gateway.config import load_config_text
 from gateway.requests import tenant_partition
+from tests.browser import Browser
 from tests.conftest import Gateway, wait_for
 from tests.fake_anthropic import FakeAnthropic
 from tests.fake_upstream import FakeUpstream, ThreadedServer, read_body
@@ -820,6 +822,46 @@ def test_the_ledger_counts_anthropic_cache_reads_and_writes(
     read = float(second.cache_read_input_tokens)
     assert f"cachegate_ledger_provider_cached_tokens_total{labels} {read}" in metrics
     assert f"cachegate_ledger_cache_write_tokens_total{labels} {float(writes)}" in metrics
+
+
+def test_cachegate_stats_says_an_unpriced_models_money_is_unknown_and_a_loss_is_negative(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic, capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """``cachegate stats`` printed "$0.0000" for a model without a price (counted at $0: it
+    read as free) and a net loss (a cache write never read) as "$-0.0012"."""
+    prices = {"claude": {"input": 3.0, "cached_input": 0.3, "cache_write": 3.75, "output": 15.0}}
+    text = config(fake_server.url, upstream_server.url, tmp_path, prices=prices)
+    gw = Gateway(load_config_text(text))
+    try:
+        client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+        turn = [{"role": "user", "content": "Do you sell hammers? " * 10}]
+        assert (
+            ask(client, "", system=SYSTEM, messages=turn).parse().usage.cache_creation_input_tokens
+        )
+        assert gw.chat("Do you sell nails?", model="gpt").status_code == 200
+        stats = gw.http.get("/admin/stats").json()
+        assert main(["stats", "--url", gw.url]) == 0
+        with Browser(tmp_path) as browser:  # (the dashboard printed the loss as "$-0.0001")
+            page = browser.open(f"{gw.url}/dashboard")
+            page.wait_for("document.querySelectorAll('#ledger tr').length === 3")
+            shown = page.evaluate("""Object.fromEntries([...document.querySelectorAll('#ledger tr')]
+              .slice(1).map(r => [r.cells[1].innerText, r.cells[r.cells.length - 1].innerText]))""")
+            assert page.errors == []
+    finally:
+        gw.stop()
+    assert stats["priced"] == ["claude"]
+    saved = stats["ledger"]["default"]["claude"]["saved_usd"]
+    assert saved < 0  # (the write's premium, never read)
+    out = capsys.readouterr().out
+    rows = {
+        line.split()[1]: line.split() for line in out.splitlines() if line.startswith("default")
+    }
+    loss = f"-${-saved:.4f}"
+    assert loss != "-$0.0000" and rows["claude"][-3:] == ["0", "($0.0000)", loss], out
+    assert rows["gpt"][-3:] == ["0", "(unknown)", "unknown"], out
+    assert "unknown: no price set for the model" in out
+    assert shown == {"claude": loss, "gpt": "—"}
 
 
 def test_client_breakpoints_are_kept_and_the_total_stays_four(
