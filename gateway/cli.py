@@ -204,6 +204,10 @@ def _healthcheck(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if server.port == 0:  # (any free port: only the server's start log says which)
+        print("error: server.port is 0 (any free port): pass the port the server bound, which"
+              " its start logs, as --port", file=sys.stderr)  # fmt: skip
+        return 1
     host = server.host if server.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
     url = f"http://{host}:{server.port}/readyz"

@@ -217,6 +217,21 @@ def test_image_healthcheck_asks_the_port_of_the_mounted_config(
             assert f"127.0.0.1:{port}/readyz" in done.stderr and "503" in done.stderr
 
 
+def test_healthcheck_of_a_config_on_any_free_port_asks_for_the_port(tmp_path: Path) -> None:
+    """``server.port: 0`` (any free port): healthcheck asked 127.0.0.1:0 and failed with
+    "Connection refused". It says to pass the bound port as --port, and takes it."""
+    config = tmp_path / "cachegate.yaml"
+    config.write_text("server: {port: 0}\n")
+    argv = [sys.executable, "-m", "gateway", "healthcheck", "--config", str(config)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "--port" in done.stderr, done.stderr
+    assert "server.port is 0" in done.stderr and "refused" not in done.stderr
+    with _readyz_server(200) as port:
+        argv += ["--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+
 @PROJECTS
 def test_configs_agree_with_volumes_and_the_image(files: tuple[Path, ...]) -> None:
     project = _merge(files)
