@@ -277,10 +277,13 @@ class UpstreamBackend:
             response = await self._client.get(
                 self._url(f"models/{model}"), headers=auth, timeout=2.0
             )
-            described = response.json() if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError) as exc:
+        except httpx.HTTPError as exc:
             log.debug("upstream %s: no model description: %r", self.name, exc)
             return None
+        try:
+            described = response.json() if response.status_code == 200 else None
+        except ValueError:  # (a web app's HTML page: a 200 without one, counted as such)
+            described = None
         window = described.get("context_window") if isinstance(described, dict) else None
         self._window = window if _is_count(window) else None
         # (a 200 without one: perhaps a worker still loading, or an upstream that never gives

@@ -414,15 +414,26 @@ class Described(Replica):
         await send_json(send, 200, entry)
 
 
+class WebPage(Replica):
+    """A base URL that is a web app's: every path a 200 HTML page."""
+
+    async def answer(self, send: Any) -> None:
+        headers = [(b"content-type", b"text/html; charset=utf-8")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"<!doctype html><p>Welcome</p>"})
+
+
+@pytest.mark.parametrize("kind", ["no window", "a web page"])
 def test_an_upstream_that_gives_no_context_window_is_asked_a_few_times_only(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
 ) -> None:
     # (a worker still loading gives none: it is asked again, but OpenAI never gives one, and
-    # every listing asking it would cost each client a round trip to it)
+    # every listing asking it would cost each client a round trip to it; a 200 that is no
+    # JSON (a web page) was asked again every 10 s forever)
     import gateway.upstream
 
     monkeypatch.setattr(gateway.upstream, "_WINDOW_RETRY_S", 0.0)
-    openai = ThreadedServer(Described(window=None)).start()
+    openai = ThreadedServer(Described(window=None) if kind == "no window" else WebPage()).start()
     gw = replicated(tmp_path, [f"{openai.url}/v1"])
     try:
         for _ in range(10):
