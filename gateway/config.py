@@ -678,6 +678,11 @@ def load_config_text(
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping, got {type(raw).__name__}")
     _check_acyclic(raw, source)
+    if _expanded_size(raw, {}) > _MAX_VALUES:
+        raise ConfigError(
+            f"{source}: expands to more than {_MAX_VALUES:,} values (anchors' aliases repeated "
+            "inside each other, as in `b: &b [*a, *a, *a]`): refused"
+        )
     # NOTE: ${VAR} values stay strings and each setting's type converts them, so a key or
     # tenant "20240611" or "no" stays a string. A setting that refuses its variable's string
     # reads it again in YAML's other spellings of booleans and numbers (yes/off, 0x1F90,
@@ -693,6 +698,23 @@ def load_config_text(
                 raise
             typed.add(exc.key)
     return _resolve_paths(config, base_dir or Path.cwd(), source)
+
+
+#: The most values (scalars, lists and mappings, each alias counted as the value it repeats) a
+#: configuration may expand to: each step after loading (``${VAR}`` substitution, checks)
+#: walks the expansion, and nested aliases (``b: &b [*a, *a, …]``) make it grow exponentially.
+_MAX_VALUES = 1_000_000
+
+
+def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+    """How many values ``value`` expands to; ``sizes``: those of the lists and mappings
+    already counted (an anchor's value is counted once however often it is repeated)."""
+    if not isinstance(value, dict | list):
+        return 1
+    if id(value) not in sizes:
+        items = value.values() if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(v, sizes) for v in items)
+    return sizes[id(value)]
 
 
 def _check_acyclic(

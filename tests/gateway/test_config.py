@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -454,6 +455,23 @@ def test_cli_config_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
     result = run_cli("config", "check", str(merged))
     assert result.returncode == 0, result.stderr
     assert "base_url: http://y/v1" in result.stdout
+
+
+def test_cli_config_check_refuses_a_config_whose_aliases_expand_absurdly(tmp_path: Path) -> None:
+    # ("billion laughs": nine levels of nine aliases, 9**9 values) PyYAML loads each alias as
+    # the same object, but the ${VAR} substitution walked the expansion in full: `config
+    # check` and `serve` hung, growing until memory ran out.
+    levels = ["  l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    config = tmp_path / "laughs.yaml"
+    config.write_text("server: {host: 127.0.0.1}\nmetadata:\n" + "\n".join(levels) + "\n")
+    start = time.monotonic()
+    result = run_cli("config", "check", str(config))
+    assert result.returncode == 1 and time.monotonic() - start < 30, result.stdout
+    assert result.stderr.startswith(f"error: {config}: expands to more than 1,000,000 values")
+    fine = tmp_path / "fine.yaml"  # (an anchor used a few times is no such thing)
+    fine.write_text("server: {host: 127.0.0.1}\nx: &x [1, 2]\ny: [*x, *x, *x]\n")
+    assert "expands to" not in run_cli("config", "check", str(fine)).stderr
 
 
 def test_cli_config_check_never_quotes_a_redis_password_it_cannot_parse(tmp_path: Path) -> None:
