@@ -123,7 +123,7 @@ _LOCAL_UNUSED: dict[str, Any] = {
 
 
 #: The integer fields of a Responses request.
-_INTEGERS = ("max_output_tokens", "top_logprobs", "max_tool_calls")
+_INTEGERS = ("max_output_tokens", "top_logprobs", "top_k", "seed", "max_tool_calls")
 
 
 class _Body(msgspec.Struct):
