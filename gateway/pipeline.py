@@ -382,10 +382,14 @@ class Pipeline:
         audit: Callable[[Lookup, int], AuditJob],
     ) -> Reply:
         """A stored answer, served; a sampled semantic hit carries its ``audit`` (audit.py)."""
-        assert looked.hit is not None and looked.key is not None
-        served = self._replay(request, adapter, looked.hit, looked.key)
-        if looked.hit.kind == "semantic" and self.auditor and self.auditor.sample():
-            served.audit = audit(looked.hit, looked.generation)
+        hit, key = looked.hit, looked.key
+        assert hit is not None and hit.entry is not None and key is not None
+        served = self._replay(request, adapter, hit, key)
+        # NOTE: with cache.exact off the identical request is found by the semantic tier: its
+        # answer was the model's to that very request, so it is not audited (as an exact hit)
+        semantic = hit.kind == "semantic" and hit.entry.exact != key.exact
+        if semantic and self.auditor and self.auditor.sample():
+            served.audit = audit(hit, looked.generation)
         return served
 
     async def _join(

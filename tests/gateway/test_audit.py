@@ -214,6 +214,30 @@ def test_exact_hits_are_not_audited(gw: Gateway, upstream: FakeUpstream) -> None
     assert upstream.stats["chat"] == 3  # two misses and one audit
 
 
+def test_an_identical_request_found_by_the_semantic_tier_is_not_audited(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """With ``cache.exact.enabled: false`` the identical request is a semantic hit (similarity
+    1.0): the model's answer to that very request, which an audit would only see reworded."""
+    config = yaml.safe_load(config_text(upstream_server.url, tmp_path))
+    config["cache"]["exact"] = {"enabled": False}
+    gw = Gateway(load_config_text(yaml.safe_dump(config)))
+    try:
+        fake = {"content": "Open the login page and click 'Forgot password'."}
+        assert ask(gw, STORED, "identical", fake).headers["x-cache"] == "miss"
+        assert ask(gw, STORED, "identical", fake).headers["x-cache"] == "semantic"
+        assert ask(gw, PARAPHRASE, "identical", fake).headers["x-cache"] == "semantic"
+        settled(gw, "identical", 1)
+        wait_for(lambda: gw.http.get("/admin/stats").json()["cache"]["audit"]["running"] == 0,
+                 "the audits to end")  # fmt: skip
+        row = estimate(gw, "identical")
+        assert row is not None and row["audits"] + row["errors"] + row["dropped"] == 1, row
+        assert upstream.stats["chat"] == 2  # the miss, and the paraphrase's audit
+        assert upstream.last_body["messages"][0]["content"] == PARAPHRASE
+    finally:
+        gw.stop()
+
+
 @pytest.mark.parametrize(
     ("model", "failure"),
     [("fake-model", {"status": 503}), ("impatient-model", {"delay": 60})],
