@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from importlib import resources
 from typing import Any
 
@@ -123,6 +124,7 @@ async def history(request: Request[Any, Any, Any]) -> Response[Any]:
     body = {
         "replica": runtime.replica,  # (behind a load balancer, each read may reach another)
         "started": runtime.started,
+        "now": time.time(),  # (its clock as it answers: the dashboard compares "started" to it)
         **runtime.history.snapshot(since),
         "show_text": runtime.config.admin.show_text,
         "ledger": runtime.ledger.stats(),

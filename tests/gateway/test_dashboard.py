@@ -426,6 +426,43 @@ def test_dashboard_behind_a_load_balancer_follows_one_replica(
         assert all("502" in e for e in page.errors), page.errors
 
 
+def test_dashboard_keeps_its_replica_when_another_one_restarts(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica restarting (a rolling deploy) is not the followed one restarting: the
+    page jumped to it, and to its empty history, when it had started in the history interval
+    of the followed replica's last point, though the followed one answered after it started."""
+    config = "admin: {history_interval: 3600}"
+
+    def replica(host: str, **kwargs: Any) -> Any:
+        monkeypatch.setattr(socket, "gethostname", lambda: host)
+        return make_gateway(config, **kwargs)
+
+    a, b = replica("host-a"), replica("host-b")
+    for i in range(2):
+        assert a.chat(f"question {i}").headers["x-cache"] == "miss"
+    reads = {"history": a.url}
+
+    def balance(path: str) -> str:
+        return (reads["history"] if path.startswith("/admin/history") else a.url) + path
+
+    shown = "document.getElementById('replica').innerText"
+    while time.time() % 3600 > 3540:  # (b restarts in the interval of a's point read next)
+        time.sleep(1)
+    with _proxy(balance) as proxy, Browser(tmp_path) as browser:
+        page = browser.open(f"{proxy}/dashboard")
+        page.wait_for(f"{shown}.startsWith('· replica host-a:')")
+        port = b.server.port
+        b.stop()
+        b = replica("host-b2", port=port)
+        time.sleep(4.5)  # (replica a answers the page's reads after b restarted)
+        reads["history"] = b.url
+        page.wait_for(f"{shown}.includes('host-b2')", 10)
+        assert page.evaluate(shown).startswith("· replica host-a:"), page.evaluate(shown)
+        assert page.evaluate("kept.points.reduce((n, p) => n + (p.tiers.miss || 0), 0)") == 2
+        assert page.errors == []
+
+
 @contextmanager
 def _proxy(route: Callable[[str], str | None]) -> Iterator[str]:
     """A reverse proxy on 127.0.0.1 for GET requests: ``route(path)`` is the URL it reads for
