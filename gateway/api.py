@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, 
 from typing import Any
 
 import msgspec
-from litestar import Request, Response, delete, get, post
+from litestar import HttpMethod, Request, Response, delete, get, post, route
 from litestar.background_tasks import BackgroundTask
 from litestar.exceptions import HTTPException, InternalServerException
 from litestar.params import FromPath
@@ -235,12 +235,14 @@ def _anthropic_model(described: dict[str, Any]) -> dict[str, Any]:
             "created_at": created.strftime("%Y-%m-%dT%H:%M:%SZ")}  # fmt: skip
 
 
-@get("/healthz")
+# NOTE: HEAD too: uptime monitors and load balancers often probe with it (it was a 405,
+# counted and logged as a client error); the server sends the headers without the body.
+@route("/healthz", http_method=[HttpMethod.GET, HttpMethod.HEAD])
 async def healthz() -> Response[Any]:
     return _json({"status": "ok"})
 
 
-@get("/readyz")
+@route("/readyz", http_method=[HttpMethod.GET, HttpMethod.HEAD])
 async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     state = await _runtime(request).readiness()
     # "failed": a model could not load and will not be retried (restart to try again)

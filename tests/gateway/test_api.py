@@ -930,6 +930,18 @@ def test_readyz_says_null_for_a_response_cache_there_is_none_of(
     assert off.status_code == 200 and off.json()["ready"] is True and off.json()["cache"] is None
 
 
+def test_health_probes_answer_head_too(make_gateway: Any, upstream: FakeUpstream) -> None:
+    # uptime monitors and load balancers often probe with HEAD: it was a 405, which since
+    # unknown routes are counted was logged and shown as a client error on every probe
+    gw = make_gateway()
+    for path in ("/healthz", "/readyz"):
+        head = gw.http.head(path)
+        assert head.status_code == 200 and head.content == b"", path
+    assert gw.http.head("/readyz").headers["x-request-id"].startswith("req_")
+    metrics = gw.http.get("/metrics").text
+    assert 'route="unknown"' not in metrics
+
+
 def test_models_health_and_admin(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     models = gw.http.get("/v1/models").json()
