@@ -69,7 +69,8 @@ class AnthropicBackend(UpstreamBackend):
     ) -> AnthropicStream:
         _only_messages(self.name, request)
         response = await self._send(request, stream=True, auth=auth, path="v1/messages")
-        stream = AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits)
+        stream = AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits,
+                                 secret=self.config.api_key)  # fmt: skip
         await stream.opened()
         return stream
 
@@ -128,7 +129,7 @@ class AnthropicBackend(UpstreamBackend):
 
     async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> Answer:
         response = await self._send(request, stream=False, auth=auth, path=path)
-        body = await read_object(self.name, response)
+        body = await read_object(self.name, response, self.config.api_key)
         if body.get("type") == "error":  # an error sent with status 200
             error = body.get("error")
             detail = error.get("message") if isinstance(error, dict) else error

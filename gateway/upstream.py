@@ -157,11 +157,11 @@ class UpstreamBackend:
     async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         """``POST /responses/input_tokens`` upstream: the Response request's input tokens."""
         response = await self._send(request, stream=False, auth=auth, path=_COUNT_PATH)
-        return Answer(await read_object(self.name, response))
+        return Answer(await read_object(self.name, response, self.config.api_key))
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
-        body = await read_object(self.name, response)
+        body = await read_object(self.name, response, self.config.api_key)
         # an error sent with status 200 (a Response object always has "error", null or the
         # reason it failed: that is an answer, passed on; other servers may send a null one)
         failed = body.get("error") is not None and "choices" not in body
@@ -179,7 +179,8 @@ class UpstreamBackend:
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
         stream = UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
-                                previous=_echoed_previous(request))  # fmt: skip
+                                previous=_echoed_previous(request),
+                                secret=self.config.api_key)  # fmt: skip
         await stream.opened()
         return stream
 
@@ -417,8 +418,12 @@ class UpstreamBackend:
         await asyncio.sleep(min(delay, self.config.max_retry_wait))
 
 
-async def read_object(name: str, response: httpx.Response) -> dict[str, Any]:
-    """Read and close a successful answer's body: a JSON object, or a 502/504 ``APIError``."""
+async def read_object(
+    name: str, response: httpx.Response, secret: str | None = None
+) -> dict[str, Any]:
+    """Read and close a successful answer's body: a JSON object, or a 502/504 ``APIError``;
+    ``secret`` in it is replaced by ``***`` (an error sent with status 200 may quote it: see
+    ``_hide``)."""
     try:
         raw = await response.aread()
     except httpx.TimeoutException:
@@ -428,7 +433,7 @@ async def read_object(name: str, response: httpx.Response) -> dict[str, Any]:
     finally:
         await response.aclose()
     try:
-        body = _decode(raw)
+        body = _decode(_hide(raw, secret))
     except msgspec.DecodeError:
         raise APIError(502, f"Upstream for model '{name}' sent invalid JSON.") from None
     if not isinstance(body, dict):
@@ -828,8 +833,10 @@ class UpstreamStream:
         rate_limits: bool = False,
         *,
         previous: str | None = None,
+        secret: str | None = None,
     ) -> None:
         self._name = name
+        self._secret = secret  # the model's api_key, hidden in what is relayed (see _hide)
         self._response = response
         self._kind = kind
         self._previous = previous  # the previous_response_id its Response echoes (see _event)
@@ -851,7 +858,7 @@ class UpstreamStream:
         """
         streamed = _a_stream(self._response)
         if streamed is False:
-            raise await _not_a_stream(self._name, self._response)
+            raise await _not_a_stream(self._name, self._response, self._secret)
         if streamed:
             return
         aiter(self)
@@ -867,7 +874,7 @@ class UpstreamStream:
         if not _SSE_OPENING.match(_opening(head)):
             await self.aclose()
             media = self._response.headers.get("content-type", "").partition(";")[0].strip()
-            raise _no_stream(self._name, media, head)
+            raise _no_stream(self._name, media, _hide(head, self._secret))
         self._head = head  # (the events' first bytes: read again first)
 
     def __aiter__(self) -> UpstreamStream:
@@ -889,7 +896,8 @@ class UpstreamStream:
                 if not events:
                     raise
             for i, raw in enumerate(events, start=1):
-                self._ready.append(self._event(raw, more=i < len(events)))
+                # (an error event, a failed Response, may quote the key: see _hide)
+                self._ready.append(self._event(_hide(raw, self._secret), more=i < len(events)))
             if self._parser.commented() and not events:
                 # the upstream's keep-alive, passed on: the client's side of a quiet stream
                 # (its read timeout, a proxy's idle timeout) stays alive as it would upstream
@@ -1060,8 +1068,8 @@ def _a_stream(response: httpx.Response) -> bool | None:
     return None
 
 
-async def _not_a_stream(name: str, response: httpx.Response) -> APIError:
-    raw, error = await _read_error(response)
+async def _not_a_stream(name: str, response: httpx.Response, secret: str | None) -> APIError:
+    raw, error = await _read_error(response, secret)
     if isinstance(error, dict):
         error = error.get("message")
     if error:
@@ -1171,13 +1179,7 @@ async def _upstream_error(
 
 async def _read_error(response: httpx.Response, secret: str | None = None) -> tuple[bytes, Any]:
     """Read and close an unwanted answer: its body (at most ``_ERROR_BYTES`` of it), and its
-    ``error`` member if it has one; ``secret`` in it is replaced by ``***``.
-
-    NOTE: an upstream (a proxy, a self-hosted server) may quote the key it was sent in its
-    error ("Incorrect API key provided: sk-..."), on a 400 or a 500 as well as on a 401: that
-    message went to the client, so one tenant could read the key all tenants share. A key
-    shorter than ``_MIN_SECRET`` (``EMPTY``, ``none``: a placeholder for a server that checks
-    none) is no secret, and replacing it would garble ordinary words.
+    ``error`` member if it has one; ``secret`` in it is replaced by ``***`` (see ``_hide``).
 
     NOTE: an error whose body did not end (a proxy's, a server streaming after its status)
     was read into memory for as long as it lasted, and its client waited as long.
@@ -1192,14 +1194,28 @@ async def _read_error(response: httpx.Response, secret: str | None = None) -> tu
         read.clear()
     finally:
         await response.aclose()
-    raw = bytes(read)
-    if secret and len(secret) >= _MIN_SECRET:
-        raw = raw.replace(secret.encode("utf-8", "surrogatepass"), b"***")
+    raw = _hide(bytes(read), secret)
     try:
         body = _decode(raw)
     except msgspec.DecodeError:
         body = None
     return raw, body.get("error") if isinstance(body, dict) else None
+
+
+def _hide(raw: bytes, secret: str | None) -> bytes:
+    """``raw`` (what an upstream sent) with ``secret``, the model's ``api_key``, replaced by
+    ``***``.
+
+    NOTE: an upstream (a proxy, a self-hosted server) may quote the key it was sent in its
+    error ("Incorrect API key provided: sk-..."), on a 400 or a 500 as well as on a 401, in an
+    error sent with status 200, in an error event mid-stream or a failed Response: that went
+    to the client, so one tenant could read the key all tenants share. A key shorter than
+    ``_MIN_SECRET`` (``EMPTY``, ``none``: a placeholder for a server that checks none) is no
+    secret, and replacing it would garble ordinary words.
+    """
+    if secret and len(secret) >= _MIN_SECRET:
+        return raw.replace(secret.encode("utf-8", "surrogatepass"), b"***")
+    return raw
 
 
 def _is_count(value: Any) -> bool:
@@ -1298,7 +1314,7 @@ _STALE_CONNECTION_S = 0.25
 
 #: The most of an error answer's body read (an error's JSON is far smaller).
 _ERROR_BYTES = 1 << 20
-#: The shortest ``api_key`` hidden in an upstream's error (see ``_read_error``).
+#: The shortest ``api_key`` hidden in what an upstream sent (see ``_hide``).
 _MIN_SECRET = 8
 
 #: Statuses that say a replica is unhealthy rather than that one request failed.

@@ -17,6 +17,7 @@ import yaml
 
 from gateway.cli import main
 from gateway.config import load_config_text
+from gateway.messages import encode_event
 from gateway.requests import tenant_partition
 from tests.browser import Browser
 from tests.conftest import Gateway, wait_for
@@ -916,6 +917,57 @@ def test_client_key_is_forwarded_and_partitions_the_cache(gw: Gateway, fake: Fak
                                  "messages": [{"role": "user", "content": "x-api-key"}]})  # fmt: skip
     assert by_header.status_code == 200
     assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
+
+
+class QuotingAnthropic:
+    """An Anthropic upstream that quotes the key it was sent in an error: in a 200 body, in
+    an ``event: error`` of a stream, or as its JSON answer to a stream request."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = msgspec.json.decode(await read_body(receive))
+        key = dict(scope["headers"]).get(b"x-api-key", b"").decode()
+        error = {"type": "error", "error": {"type": "invalid_request_error",
+                                            "message": f"Bad key {key} for this model"}}  # fmt: skip
+        start = {"type": "message_start", "message": {
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "c", "content": [],
+            "stop_reason": None, "stop_sequence": None,
+            "usage": {"input_tokens": 5, "output_tokens": 0}}}  # fmt: skip
+        streamed = body.get("stream") and body["messages"][0]["content"] == "event"
+        events = [start, error] if streamed else [error]
+        answer = (
+            b"".join(encode_event(e) for e in events) if streamed else msgspec.json.encode(error)
+        )
+        kind = b"text/event-stream" if streamed else b"application/json"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", kind)]})  # fmt: skip
+        await send({"type": "http.response.body", "body": answer})
+
+
+def test_an_anthropic_upstreams_error_quoting_the_gateways_key_reaches_nobody_with_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An error sent with status 200, an ``event: error`` mid-stream, a JSON answer to a
+    stream request: each quoting the model's ``x-api-key`` reached the client as it came."""
+    server = ThreadedServer(QuotingAnthropic()).start()
+    claude = {"backend": "anthropic", "base_url": server.url, "api_key": "sk-ant-shared-key"}
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"claude": claude},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    seen = []
+    try:
+        with Gateway(load_config_text(text)) as gw:
+            client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+            for stream, question in ((False, "body"), (True, "body"), (True, "event")):
+                with pytest.raises(anthropic.APIError) as caught:
+                    answer = client.messages.create(
+                        model="claude", max_tokens=64, stream=stream,
+                        messages=[{"role": "user", "content": question}])  # fmt: skip
+                    list(answer) if stream else None
+                seen.append(f"{caught.value.message} {caught.value.body}")
+    finally:
+        server.stop()
+    assert all("Bad key ***" in said for said in seen), seen
+    assert not any("sk-ant-shared" in said for said in seen), seen
+    assert "sk-ant-shared" not in caplog.text
 
 
 def test_a_bridged_openai_model_gets_the_client_key_as_a_bearer_token(

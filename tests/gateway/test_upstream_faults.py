@@ -556,6 +556,53 @@ def test_an_upstream_error_quoting_the_gateways_key_reaches_nobody_with_it(
     assert response.json()["error"]["message"] == "EMPTY is not a model"
 
 
+def test_the_gateways_key_quoted_outside_an_error_status_reaches_nobody_either(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same key quoted where no error status says so: an ``{"error"}`` body with status
+    200, an error event mid-stream (chat, Responses: ``error`` and ``response.failed``), a
+    JSON or text answer to a stream request. Each reached the client as the upstream said it."""
+    caplog.set_level(logging.DEBUG)
+    gw = make_gateway(model_yaml="api_key: sk-shared-by-all-tenants")
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    said = "Bad key sk-shared-by-all-tenants for this model"
+    quoting = json.dumps({"error": {"message": said, "type": "invalid_request_error"}})
+    failed = {"type": "response.failed", "sequence_number": 1, "response": {
+        "id": "resp_1", "object": "response", "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": said}}}  # fmt: skip
+    errors = {"type": "error", "sequence_number": 1, "code": "bad_key", "message": said}
+    created = {"type": "response.created", "sequence_number": 0, "response": {
+        "id": "resp_1", "object": "response", "status": "in_progress", "output": []}}  # fmt: skip
+    answers = [  # (stream, fake answer)
+        (False, raw(quoting)),
+        (True, raw(quoting)),
+        (True, raw(said, content_type="text/plain")),
+        (True, sse(chunk("Hel"), json.loads(quoting))),
+    ]
+    seen = []
+    for stream, fake in answers:
+        try:
+            answer = client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "quoted"}],
+                stream=stream, extra_body={"fake": fake},
+            )  # fmt: skip
+            seen.append(str(list(answer)))
+        except openai.APIError as exc:
+            seen.append(f"{exc.message} {exc.body}")
+    for event in (errors, failed):
+        try:
+            seen.append(str(list(client.responses.create(
+                model="fake-model", input="quoted", stream=True,
+                extra_body={"fake": sse(created, event)}))))  # fmt: skip
+        except openai.APIError as exc:
+            seen.append(f"{exc.message} {exc.body}")
+    assert len(seen) == 6 and all("Bad key ***" in text for text in seen), seen
+    assert not any("sk-shared" in text for text in seen), seen
+    assert "sk-shared" not in caplog.text
+    again = gw.chat("quoted", fake=raw(quoting))  # (an error: nothing was stored)
+    assert again.status_code == 502 and "Bad key ***" in again.text
+
+
 def test_a_base_urls_credentials_stay_out_of_the_debug_log(
     make_gateway: Any, upstream_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
