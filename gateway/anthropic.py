@@ -70,7 +70,7 @@ class AnthropicBackend(UpstreamBackend):
         _only_messages(self.name, request)
         response = await self._send(request, stream=True, auth=auth, path="v1/messages")
         stream = AnthropicStream(self.name, response, rate_limits=self.relays_rate_limits,
-                                 secret=self.config.api_key)  # fmt: skip
+                                 secret=self._sent_key(auth))  # fmt: skip
         await stream.opened()
         return stream
 
@@ -129,7 +129,7 @@ class AnthropicBackend(UpstreamBackend):
 
     async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> Answer:
         response = await self._send(request, stream=False, auth=auth, path=path)
-        body = await read_object(self.name, response, self.config.api_key)
+        body = await read_object(self.name, response, self._sent_key(auth))
         if body.get("type") == "error":  # an error sent with status 200
             error = body.get("error")
             detail = error.get("message") if isinstance(error, dict) else error

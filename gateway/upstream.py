@@ -150,18 +150,18 @@ class UpstreamBackend:
         if not 200 <= response.status_code < 300:
             raise await _upstream_error(
                 self.name, response, self.relays_rate_limits, retryable=False,
-                secret=self.config.api_key,
+                secret=self._sent_key(auth),
             )  # fmt: skip
         return True
 
     async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         """``POST /responses/input_tokens`` upstream: the Response request's input tokens."""
         response = await self._send(request, stream=False, auth=auth, path=_COUNT_PATH)
-        return Answer(await read_object(self.name, response, self.config.api_key))
+        return Answer(await read_object(self.name, response, self._sent_key(auth)))
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         response = await self._send(request, stream=False, auth=auth)
-        body = await read_object(self.name, response, self.config.api_key)
+        body = await read_object(self.name, response, self._sent_key(auth))
         # an error sent with status 200 (a Response object always has "error", null or the
         # reason it failed: that is an answer, passed on; other servers may send a null one)
         failed = body.get("error") is not None and "choices" not in body
@@ -180,7 +180,7 @@ class UpstreamBackend:
         response = await self._send(request, stream=True, auth=auth)
         stream = UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
                                 previous=_echoed_previous(request),
-                                secret=self.config.api_key)  # fmt: skip
+                                secret=self._sent_key(auth))  # fmt: skip
         await stream.opened()
         return stream
 
@@ -262,6 +262,20 @@ class UpstreamBackend:
             headers.update(request.account)  # the client's organization/project, with its key
         return headers
 
+    def _sent_key(self, auth: str | None) -> str | None:
+        """The key a request goes upstream with: the model's ``api_key``, else the client's own
+        when it is forwarded (``auth``: its ``Authorization``, or ``"x-api-key <key>"``).
+
+        NOTE: hidden in what the upstream sends back (``_hide``): a client's own key reached
+        only that client, but a span's exception event (traces) and the log of a semantic
+        audit's failed call kept it whole.
+        """
+        if self.config.api_key or not (auth and self._forward_client_auth):
+            return self.config.api_key
+        if auth.startswith("x-api-key "):
+            return auth[len("x-api-key ") :]
+        return auth.partition(" ")[2].strip() or auth
+
     async def _context_window(self) -> int | None:
         """The ``context_window`` the upstream's own ``GET /models/{id}`` gives (a cachegate
         worker's local model has one once loaded; OpenAI gives none), asked the first time it
@@ -342,7 +356,7 @@ class UpstreamBackend:
                 raise _broken(self.name, exc) from None
             if 200 <= response.status_code < 300:
                 return response
-            await self._refused(response, attempt, last)  # raises unless it is to be retried
+            await self._refused(response, attempt, last, auth)  # raises unless to be retried
             attempt += 1
 
     def _resending(self, exc: Exception) -> None:
@@ -387,7 +401,9 @@ class UpstreamBackend:
                             response.http_version, response.status_code, response.reason_phrase)  # fmt: skip
         return response
 
-    async def _refused(self, response: httpx.Response, attempt: int, last: bool) -> None:
+    async def _refused(
+        self, response: httpx.Response, attempt: int, last: bool, auth: str | None
+    ) -> None:
         """An error status: back off when it is worth another try, else raise its error."""
         # 508: the request came back to a gateway it had passed; another try loops again.
         retryable = response.status_code == 429 or response.status_code >= 500
@@ -399,7 +415,7 @@ class UpstreamBackend:
             return
         error = await _upstream_error(
             self.name, response, self.relays_rate_limits, retryable=retryable,
-            secret=self.config.api_key,
+            secret=self._sent_key(auth),
         )  # fmt: skip
         if error.status in (401, 403) and self.config.api_key:
             raise _own_key_refused(self.name, error) from None

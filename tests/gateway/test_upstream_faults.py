@@ -603,6 +603,30 @@ def test_the_gateways_key_quoted_outside_an_error_status_reaches_nobody_either(
     assert again.status_code == 502 and "Bad key ***" in again.text
 
 
+def test_a_forwarded_client_key_quoted_by_the_upstream_stays_out_of_traces(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no ``api_key`` the client's own key goes upstream: quoted in an error, it went
+    back to that client only, but each span recorded the error's message with it whole."""
+    caplog.set_level(logging.DEBUG)
+    gw = make_gateway(model_yaml="api_key: null")
+    exporter = traced(gw)
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-client-own-key", max_retries=0)
+    quoting = json.dumps({"error": {"message": "Bad key sk-client-own-key for this model"}})
+    for status in (400, 500, 200):
+        with pytest.raises(openai.APIError) as caught:
+            client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": f"quoted {status}"}],
+                extra_body={"fake": raw(quoting, status=status)},
+            )  # fmt: skip
+        assert "Bad key ***" in caught.value.message and "sk-client" not in caught.value.message
+    events = [str(dict(e.attributes or {})) for span in exporter.get_finished_spans()
+              for e in span.events]  # fmt: skip
+    assert len([e for e in events if "Bad key ***" in e]) >= 3, events
+    assert not any("sk-client" in e for e in events), events
+    assert "sk-client" not in caplog.text
+
+
 def test_a_base_urls_credentials_stay_out_of_the_debug_log(
     make_gateway: Any, upstream_server: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
