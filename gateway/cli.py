@@ -160,7 +160,12 @@ def _serving_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str | None) -> Config:
-    return load_config(path) if path else default_config()
+    # NOTE: only a missing option is the built-in config: `--config "$CONFIG"` with CONFIG unset
+    # served the bundled model (and `config check ""` passed, exit 0) instead of failing
+    if path == "":
+        raise ConfigError("the config file name is empty (an unset variable?): give a file, "
+                          "or no name at all for the built-in configuration")  # fmt: skip
+    return default_config() if path is None else load_config(path)
 
 
 def _config_check(args: argparse.Namespace) -> int:

@@ -773,3 +773,17 @@ def test_cli_serve_names_a_local_model_source_that_does_not_exist(tmp_path: Path
         assert result.stderr.startswith(f"error: models.m.source: {missing} does not exist"), (
             result.stderr
         )
+
+
+def test_cli_refuses_an_empty_config_file_name() -> None:
+    # `cachegate serve --config "$CONFIG"` with CONFIG unset served the built-in config (the
+    # bundled model, ./data), and `cachegate config check "$CONFIG"` in CI passed with exit 0.
+    for args in (("config", "check", ""), ("config", "show", ""), ("serve", "--config", ""),
+                 ("healthcheck", "-c", ""), ("prepare", "--config", "")):  # fmt: skip
+        result = run_cli(*args)
+        assert result.returncode == 1, (args, result.stdout)
+        assert result.stdout == ""
+        assert result.stderr == (
+            "error: the config file name is empty (an unset variable?): give a file, or no name "
+            "at all for the built-in configuration\n"
+        )
