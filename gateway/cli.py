@@ -201,6 +201,7 @@ def _healthcheck(args: argparse.Namespace) -> int:
     containers, podman the host's, and urllib would send 127.0.0.1 to the proxy unless
     NO_PROXY names it (not a CIDR).
     """
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -220,6 +221,10 @@ def _healthcheck(args: argparse.Namespace) -> int:
         urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=4)
     except (OSError, ValueError) as exc:  # (urllib's HTTPError and URLError are OSErrors)
         print(f"error: {url}: {exc}", file=sys.stderr)
+        return 1
+    except http.client.HTTPException as exc:  # (BadStatusLine: another service on the port)
+        print(f"error: {url}: {type(exc).__name__}: {' '.join(str(exc).split())[:100]}",
+              file=sys.stderr)  # fmt: skip
         return 1
     return 0
 

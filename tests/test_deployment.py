@@ -232,6 +232,31 @@ def test_healthcheck_of_a_config_on_any_free_port_asks_for_the_port(tmp_path: Pa
         assert done.returncode == 0, done.stderr
 
 
+def test_healthcheck_of_a_port_where_another_service_answers_is_one_line() -> None:
+    """``--port 6379`` (Redis's, a mistaken port): the answer is no HTTP status line, and
+    healthcheck ended with http.client's BadStatusLine traceback instead of its error line."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def answer() -> None:  # as redis-server answers an HTTP request
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"-ERR unknown command 'GET'\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        port = listener.getsockname()[1]
+        argv = [sys.executable, "-m", "gateway", "healthcheck", "--port", str(port)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        thread.join(timeout=10)
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"error: http://127.0.0.1:{port}/readyz: BadStatusLine: -ERR unknown command 'GET'\n"
+    )
+
+
 @PROJECTS
 def test_configs_agree_with_volumes_and_the_image(files: tuple[Path, ...]) -> None:
     project = _merge(files)
