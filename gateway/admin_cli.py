@@ -285,9 +285,9 @@ def _client_options(parser: argparse.ArgumentParser) -> None:
 
 def _run(command: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
-        headers = {"authorization": f"Bearer {args.key}"} if args.key else {}
         url = args.url.rstrip("/")
         try:
+            headers = _auth_headers(args.key)
             try:
                 client = httpx.Client(base_url=url, headers=headers, timeout=_TIMEOUT_S)
             except httpx.InvalidURL as exc:
@@ -300,6 +300,24 @@ def _run(command: Any) -> Any:
         return 0
 
     return run
+
+
+def _auth_headers(key: str | None) -> dict[bytes, bytes]:
+    """The admin key as a bearer token, as the gateway reads it (latin-1, spaces stripped).
+
+    NOTE: a key read from a file or secret with its newline was refused by the HTTP client
+    ("cannot reach the gateway (Illegal header value ...)"), a non-ASCII one with a traceback.
+    """
+    key = (key or "").strip()
+    if not key:
+        return {}
+    if _CONTROL.search(key):
+        raise _Failed("--key (or CACHEGATE_ADMIN_KEY) holds a control character or line break")
+    try:
+        return {b"authorization": f"Bearer {key}".encode("latin-1")}
+    except UnicodeEncodeError:
+        raise _Failed("--key (or CACHEGATE_ADMIN_KEY) holds characters that an HTTP header "
+                      "cannot carry") from None  # fmt: skip
 
 
 def _get(

@@ -325,6 +325,26 @@ def test_cli_against_a_running_gateway(
         assert "an entry id is the number 'cache ls' shows" in capsys.readouterr().err
 
 
+def test_cli_sends_an_admin_key_as_the_gateway_reads_it(
+    make_gateway: Any,
+    upstream: FakeUpstream,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A key from a secret file keeps its newline: the HTTP client refused the header and the
+    # CLI said "cannot reach the gateway (Illegal header value ...)"; a non-ASCII key ended
+    # with a UnicodeEncodeError traceback. The gateway strips the token and reads latin-1.
+    gw = make_gateway("admin: {api_key: clé-adm}")
+    monkeypatch.setenv("CACHEGATE_ADMIN_KEY", "clé-adm\n")
+    assert main(["stats", "--url", gw.url]) == 0, capsys.readouterr().err
+    assert "response cache:" in capsys.readouterr().out
+    for key, says in (("adm€", "that an HTTP header cannot carry"), ("a\x1bb", "control")):
+        assert main(["cache", "ls", "--url", gw.url, "--key", key]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1, err
+        assert err.startswith("error: --key (or CACHEGATE_ADMIN_KEY) holds ") and says in err
+
+
 def test_cli_flush_waits_for_the_gateways_drain(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
