@@ -133,7 +133,7 @@ def _healthcheck_command(commands: Any) -> None:
         "--config, --host and --port (a wildcard host: 127.0.0.1), past any proxy the "
         "environment names; exit status 0 when it is ready (the image's HEALTHCHECK).",
     )
-    _serving_options(healthcheck)
+    _serving_options(healthcheck, verb="ask")
     healthcheck.set_defaults(func=_healthcheck)
 
 
@@ -153,10 +153,10 @@ def _config_commands(commands: Any) -> None:
     show.set_defaults(func=_config_check)
 
 
-def _serving_options(parser: argparse.ArgumentParser) -> None:
+def _serving_options(parser: argparse.ArgumentParser, verb: str = "bind") -> None:
     parser.add_argument("--config", "-c", metavar="FILE", help="YAML configuration file")
-    parser.add_argument("--host", help="address to bind (overrides server.host)")
-    parser.add_argument("--port", type=int, help="port to bind (overrides server.port)")
+    parser.add_argument("--host", help=f"address to {verb} (overrides server.host)")
+    parser.add_argument("--port", type=int, help=f"port to {verb} (overrides server.port)")
 
 
 def _load(path: str | None) -> Config:

@@ -528,6 +528,10 @@ def test_cli_help_explains() -> None:
         assert word in result.stdout
     serve_help = run_cli("serve", "--help")
     assert "--port" in serve_help.stdout and "--host" in serve_help.stdout
+    # (healthcheck binds nothing: its --port is the one it asks, as docs/deployment.md says)
+    health_help = " ".join(run_cli("healthcheck", "--help").stdout.split())
+    assert "--port PORT port to ask (overrides server.port)" in health_help
+    assert "bind" not in health_help
 
 
 def test_cli_output_to_a_reader_that_left_ends_quietly() -> None:
