@@ -232,7 +232,8 @@ def _ls(client: httpx.Client, args: argparse.Namespace) -> None:
 def _show(client: httpx.Client, args: argparse.Namespace) -> None:
     entry = _get(client, f"/admin/cache/entries/{args.id}")
     for name in ("id", "kind", "model", "tenant", "namespace", "hits", "finish_reason"):
-        print(f"{name + ':':15}{_printable(str(entry[name]))}")
+        value = '""' if name == "namespace" and entry[name] == "" else str(entry[name])
+        print(f"{name + ':':15}{_printable(value)}")  # (the default namespace as `ls` shows it)
     created = datetime.datetime.fromtimestamp(entry["created"], datetime.UTC)
     print(f"{'stored:':15}{created:%Y-%m-%d %H:%M:%S} UTC ({_duration(entry['age_s'])} ago)")
     expires = entry.get("expires")

@@ -296,7 +296,9 @@ def test_cli_against_a_running_gateway(
     assert "How tall is Mont Blanc?" in out and "1 of 1 matching" in out
     entry_id = out.splitlines()[1].split()[0]
     assert main(["cache", "show", entry_id, *url]) == 0
-    assert "question:      How tall is Mont Blanc?" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "question:      How tall is Mont Blanc?" in out
+    assert '\nnamespace:     ""\n' in out  # (as `ls` shows the default one; was blank)
     assert main(["cache", "rm", entry_id, *url]) == 0
     assert main(["cache", "rm", entry_id, *url]) == 1
     assert "No cached answer" in capsys.readouterr().err
