@@ -49,7 +49,9 @@ def add_commands(commands: Any) -> None:
         "new", help="print a fresh random key, its SHA-256 digest and the YAML that uses it"
     )
     who = new.add_mutually_exclusive_group()
-    who.add_argument("--tenant", type=_tenant, help="the tenant the key belongs to (auth.keys)")
+    who.add_argument(
+        "--tenant", type=_tenant, metavar="NAME", help="the tenant the key belongs to (auth.keys)"
+    )
     who.add_argument("--admin", action="store_true", help="an admin key (admin.api_key_sha256)")
     new.set_defaults(func=_key_new)
 
@@ -61,13 +63,15 @@ def add_commands(commands: Any) -> None:
     cache_commands = cache.add_subparsers(title="cache commands", metavar="ACTION", required=True)
     ls = cache_commands.add_parser("ls", help="list cached answers, newest first")
     _client_options(ls)
-    ls.add_argument("--namespace", help='only this namespace ("" is the default one)')
-    ls.add_argument("--model", help="only this model")
-    ls.add_argument("--tenant", help="only this tenant")
+    ls.add_argument("--namespace", metavar="NS", help='only this namespace ("" is the default one)')
+    ls.add_argument("--model", metavar="M", help="only this model")
+    ls.add_argument("--tenant", metavar="T", help="only this tenant")
     ls.add_argument("--kind", choices=("exact", "semantic"), help="exact-only or searchable")
-    ls.add_argument("--search", help="question text contains (needs admin.show_text)")
-    ls.add_argument("--limit", type=int, default=20)
-    ls.add_argument("--offset", type=int, default=0)
+    ls.add_argument("--search", metavar="TEXT", help="question text contains (admin.show_text)")
+    ls.add_argument("--limit", type=int, default=20, metavar="N", help="answers shown, 1 to 500 "
+                    "(default 20)")  # fmt: skip
+    ls.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N (the "
+                    "next page: --offset 20)")  # fmt: skip
     ls.set_defaults(func=_run(_ls))
     show = cache_commands.add_parser("show", help="one cached answer in full")
     _client_options(show)
@@ -79,7 +83,9 @@ def add_commands(commands: Any) -> None:
     rm.set_defaults(func=_run(_rm))
     flush = cache_commands.add_parser("flush", help="drop all cached answers (or a namespace)")
     _client_options(flush)
-    flush.add_argument("--namespace", help='only this namespace ("" is the default one)')
+    flush.add_argument(
+        "--namespace", metavar="NS", help='only this namespace ("" is the default one)'
+    )
     flush.add_argument("--prefix", action="store_true", help="also the prefix KV caches")
     flush.set_defaults(func=_run(_flush))
 

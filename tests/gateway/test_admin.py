@@ -740,3 +740,22 @@ def test_ledger_counts_embeddings_inputs_answered_from_the_cache(
     assert (twice["model_calls"], twice["input_tokens"]) == (3, 9)
     assert twice["avoided_input_tokens"] == 11
     assert twice["saved_usd"] == pytest.approx(11 * 2.0 / 1e6)
+
+
+def test_cli_help_names_the_options_as_docs_observability_does() -> None:
+    # docs/observability.md gave `cache ls [--namespace NS] ... [--search TEXT] [--limit N]`;
+    # --help said `--namespace NAMESPACE`, `--search SEARCH`, and `--limit LIMIT` with no text.
+    docs = (Path(__file__).parents[2] / "docs" / "observability.md").read_text()
+    rows = re.findall(r"^\| `cachegate (cache \w+|key new|stats)([^`]*)` \|", docs, re.M)
+    assert len(rows) >= 5, rows
+    for command, synopsis in rows:
+        usage = " ".join(
+            subprocess.run(
+                [sys.executable, "-m", "gateway", *command.split(), "--help"],
+                capture_output=True, text=True, timeout=60, check=True,
+            ).stdout.split()
+        )  # fmt: skip
+        for option in re.findall(r"--[a-z]+(?: [A-Z]+)?", synopsis):
+            assert f"[{option}]" in usage or f"{option} " in usage, (command, option, usage)
+        if command == "cache ls":
+            assert "--limit N answers shown, 1 to 500 (default 20)" in usage
