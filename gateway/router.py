@@ -102,6 +102,11 @@ class PrefixRouter:
         with self._lock:
             self._in_flight[replica] -= 1
 
+    def is_down(self, replica: int) -> bool:
+        """Whether ``replica`` is avoided now (``mark_down``)."""
+        with self._lock:
+            return self._down_until[replica] > time.monotonic()
+
     def mark_down(self, replica: int, seconds: float) -> None:
         """The replica failed before answering: avoid it for a while, forget its prefixes."""
         with self._lock:

@@ -561,8 +561,7 @@ class ReplicatedBackend:
         """
         prompt = prompt_text(request.body, request.kind)
         responses = request.kind == "responses"
-        previous = request.body.get("previous_response_id") if responses else None
-        pinned = self._made.get(previous) if isinstance(previous, str) else None
+        pinned = self._pinned(request)
         tried: set[int] = set()
         retries = 0
         while True:
@@ -577,7 +576,7 @@ class ReplicatedBackend:
                 self.router.release(route.replica)
                 tried.add(route.replica)
                 if route.reason == "pinned":  # no other replica holds what it refers to
-                    raise
+                    raise self._pinned_failed(route.replica, exc, request) from None
                 retries = self._again(route.replica, exc, len(tried), retries)
                 continue
             except BaseException:
@@ -592,6 +591,30 @@ class ReplicatedBackend:
             release = functools.partial(self.router.release, route.replica)
             broken = functools.partial(self._broken, route.replica)
             return _Released(primed or result, release, made if responses else None, broken)
+
+    def _pinned(self, request: GatewayRequest) -> int | None:
+        """The replica that made the ``previous_response_id`` the request names (None: none
+        known here); when that replica is down and this gateway holds the conversation, the
+        error on which ``responses.resent_if_lost`` sends the conversation instead."""
+        previous = request.body.get("previous_response_id") if request.kind == "responses" else None
+        pinned = self._made.get(previous) if isinstance(previous, str) else None
+        if pinned is not None and request.standalone is not None and self.router.is_down(pinned):
+            raise _not_held(previous)
+        return pinned
+
+    def _pinned_failed(
+        self, replica: int, exc: UpstreamError, request: GatewayRequest
+    ) -> UpstreamError:
+        """What a request pinned to ``replica`` fails with after ``exc``: a replica gone (a
+        killed worker) holds the previous response no more than a restarted one, so with the
+        conversation held here the request goes on without it, on another replica."""
+        if not exc.replica_unhealthy:
+            return exc
+        self.router.mark_down(replica, self.config.routing.down_for)
+        if request.standalone is None:
+            return exc
+        self._failover(replica, exc)
+        return _not_held(request.body.get("previous_response_id"))
 
     def _again(self, replica: int, exc: UpstreamError, tried: int, retries: int) -> int:
         """After ``exc`` from ``replica``: the retries counted so far if another replica is
@@ -1287,6 +1310,15 @@ def _shutting_down(name: str) -> UpstreamError:
     message = f"Upstream for model '{name}' is shutting down; send the request again."
     return UpstreamError(
         503, message, code="upstream_unavailable", retryable=True, upstream_status=503
+    )
+
+
+def _not_held(response_id: Any) -> UpstreamError:
+    """The replica that made ``response_id`` is down: what an upstream that no longer holds it
+    answers (``previous_response_not_found``), so that the conversation is sent instead."""
+    message = f"Previous response with id '{response_id}' not found."
+    return UpstreamError(
+        400, message, param="previous_response_id", code="previous_response_not_found"
     )
 
 

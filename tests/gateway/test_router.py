@@ -564,21 +564,55 @@ def test_a_replica_with_every_connection_busy_hands_the_request_to_another(
         other.stop()
 
 
-def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure(
-    upstream_server: ThreadedServer, tmp_path: Path
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_follow_up_whose_replica_died_goes_on_with_the_conversation_elsewhere(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, stream: bool
 ) -> None:
     with with_a_second(upstream_server, tmp_path) as (gw, second):
         client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
-        made = ""
+        made = question = ""
         for n in range(8):  # until one is made by the second replica (new prompts alternate)
-            made = client.responses.create(model="fake-model", input=f"topic {n}" * 20).id
+            question = f"topic {n}" * 20
+            made = client.responses.create(model="fake-model", input=question).id
             if second.app.stats["responses"]:
                 break
         assert second.app.stats["responses"] == 1
+        second.stop()  # (a killed worker: it holds the earlier response no more)
+        for turn in ("then", "and then"):  # the second: with that replica known to be down
+            asked = {"model": "fake-model", "input": turn, "previous_response_id": made}
+            if stream:
+                with client.responses.stream(**asked) as events:
+                    follow_up = events.get_final_response()
+            else:
+                follow_up = client.responses.create(**asked)
+            assert follow_up.output_text  # not a 502: the other replica answered
+            sent = upstream.last_body  # with the conversation this gateway holds
+            assert "previous_response_id" not in sent
+            assert question in str(sent["input"]) and turn in str(sent["input"])
+        assert routing_stats(gw)["replicas"][1]["down"]
+
+
+def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure_without_the_conversation(
+    tmp_path: Path,
+) -> None:
+    first, second = ThreadedServer(FakeUpstream()).start(), ThreadedServer(FakeUpstream()).start()
+    gw = replicated(tmp_path, [f"{first.url}/v1", f"{second.url}/v1"])
+    try:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        direct = openai.OpenAI(base_url=f"{second.url}/v1", api_key="k", max_retries=0)
+        elsewhere = direct.responses.create(model="fake-model", input="made elsewhere").id
+        # made by the second replica (the only one that holds `elsewhere`), on a conversation
+        # whose start this gateway does not hold
+        made = client.responses.create(
+            model="fake-model", input="then", previous_response_id=elsewhere
+        ).id
         second.stop()
         with pytest.raises(openai.APIStatusError) as failed:  # not the other replica's 400
             client.responses.create(model="fake-model", input="then", previous_response_id=made)
         assert failed.value.status_code == 502
+    finally:
+        gw.stop()
+        first.stop()
 
 
 class HungAfterHeaders(Replica):
