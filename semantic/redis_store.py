@@ -22,9 +22,10 @@ other replica can come between reading which ids go and deleting them. Whole-sto
 (flush, index reloads) read the ``lru`` set in ZSCAN pages, each one command well inside the
 command timeout however large the cache.
 
-When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops for
-``retry_after`` seconds, during which reads miss and writes are skipped, so requests keep being
-answered (by the model) with no added latency; it recovers on its own.
+When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops, and
+reads miss and writes are skipped, so requests keep being answered (by the model) with no added
+latency; it recovers on its own: every ``retry_after`` seconds a PING of its own tries Redis,
+and the first one answered turns the flag back on.
 
 A Redis restart (an upgrade, a failover) leaves every pooled connection dead. Each command that
 fails with a connection error is retried once on a fresh connection before Redis is declared
@@ -239,14 +240,18 @@ class RedisStore:
         )
         # One connection of its own asks Redis, after a command timed out with no answer from
         # Redis meanwhile, whether Redis answers at all (``_redis_answers``).
+        # (retried once as the pool's commands are: after a Redis restart its socket is dead,
+        # and the recheck's first PING then failed, keeping the cache off a second longer)
         self._prober: Any = aioredis.Redis.from_url(
             url,
+            retry=_retry_once(),
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             single_connection_client=True,
             decode_responses=False,
         )
         self._probe: asyncio.Future[bool] | None = None
+        self._recheck: asyncio.Task[None] | None = None  # PINGs Redis while it is marked down
         self._p = key_prefix
         self._timeout = timeout
         self._max_entries = max_entries
@@ -473,8 +478,9 @@ class RedisStore:
     async def close(self) -> None:
         await self._redis.aclose(close_connection_pool=True)  # (a pool it does not own else)
         await self._follower.aclose()
-        if self._probe is not None:
-            self._probe.cancel()
+        for task in (self._probe, self._recheck):
+            if task is not None:
+                task.cancel()
         await self._prober.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
@@ -702,9 +708,29 @@ class RedisStore:
         return True
 
     def _mark_down(self, exc: BaseException) -> None:
+        """Switch Redis off until a PING every ``retry_after`` is answered (``_until_up``).
+
+        NOTE: it was off for ``retry_after`` only, after which live commands tried Redis again:
+        when Redis hangs (SIGSTOP, a network partition) each of them then waited a timeout and
+        the probe's, and lookups waited for the stores in flight in their scope: a hung Redis
+        added 2 x ``timeout`` to most requests every ``retry_after``.
+        """
         if self.available:
             log.warning("response cache: Redis unavailable (%r); answering without it", exc)
-        self._down_until = time.monotonic() + self._retry_after
+        self._down_until = math.inf
+        if self._recheck is None or self._recheck.done():
+            self._recheck = asyncio.get_running_loop().create_task(self._until_up())
+
+    async def _until_up(self) -> None:
+        """PING Redis every ``retry_after`` until it answers, then switch it back on."""
+        while True:
+            await asyncio.sleep(self._retry_after)
+            try:
+                if await self._redis_answers():
+                    self._down_until = 0.0
+                    return
+            except Exception:  # NOTE: a recheck that stopped would leave the cache off for good
+                log.exception("response cache: trying Redis again failed")
 
 
 def _retry_once() -> Retry:

@@ -3,6 +3,8 @@ see earlier entries, TTLs hold everywhere, and a Redis outage costs cache hits, 
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -148,4 +150,55 @@ def test_redis_outage_means_misses_not_errors(
     assert eventually(
         lambda: ask(b, "What's the boiling point of water?").headers["x-cache"] == "semantic",
         timeout=5,
+    )
+
+
+def test_a_hung_redis_delays_one_request_a_second_not_every_one(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """A Redis that stops answering (SIGSTOP: a partition, a stuck host) is marked down within
+    two timeouts; after that, requests are answered without it at full speed. Every second
+    the gateway tries Redis again: one command, while the others skip it. Before, every
+    request in flight then tried it, and waited two timeouts (0.5 s here) each time."""
+    text = yaml.safe_dump({
+        "data_dir": str(tmp_path),
+        "cache": {"backend": "redis", "redis": {"url": redis_server.url, "timeout": 0.25},
+                  "semantic": {"enabled": False}},
+        "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_server.url}/v1",
+                                  "api_key": "sk"}},
+    })  # fmt: skip
+    gateway = serve(text)
+    assert ask(gateway, "What is the speed of light?").headers["x-cache"] == "miss"
+    assert stored(gateway)
+    assert redis_server.process is not None
+    redis_server.process.send_signal(signal.SIGSTOP)
+    slow: list[float] = []
+    try:
+        assert ask(gateway, "What is the speed of light?").headers["x-cache"] == "miss"
+        ends = time.monotonic() + 3.5  # (retry every 1 s: two or three tries)
+
+        def client() -> None:
+            with httpx.Client(timeout=30) as http:
+                body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
+                while time.monotonic() < ends:
+                    started = time.monotonic()
+                    response = http.post(f"{gateway.url}/v1/chat/completions", json=body)
+                    assert response.status_code == 200
+                    if (took := time.monotonic() - started) > 0.35:
+                        slow.append(took)
+
+        clients = [threading.Thread(target=client) for _ in range(6)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+    finally:
+        redis_server.process.send_signal(signal.SIGCONT)
+    assert len(slow) <= 4, f"{len(slow)} requests waited for the hung Redis: {slow}"
+    assert eventually(  # and the cache is back on its own
+        lambda: ask(gateway, "What is the speed of light?").headers["x-cache"] == "exact"
     )
