@@ -153,17 +153,18 @@ def test_redis_outage_means_misses_not_errors(
     )
 
 
-def test_a_hung_redis_delays_one_request_a_second_not_every_one(
+def test_a_hung_redis_is_marked_down_once_and_skipped_until_it_answers(
     serve: Any,
     upstream_server: ThreadedServer,
     upstream: FakeUpstream,
     redis_server: RedisServer,
     tmp_path: Path,
 ) -> None:
-    """A Redis that stops answering (SIGSTOP: a partition, a stuck host) is marked down within
-    two timeouts; after that, requests are answered without it at full speed. Every second
-    the gateway tries Redis again: one command, while the others skip it. Before, every
-    request in flight then tried it, and waited two timeouts (0.5 s here) each time."""
+    """A Redis that stops answering (SIGSTOP: a partition, a stuck host) is marked down once
+    and stays down until a PING of the gateway's own is answered; requests skip it meanwhile.
+    Before, it was switched back on every second, and every request in flight then tried it,
+    waiting two timeouts (0.5 s here) each time: marked down again and again (its warning in
+    the log each time). Checked by what the gateway did, not by timing requests."""
     text = yaml.safe_dump({
         "data_dir": str(tmp_path),
         "cache": {"backend": "redis", "redis": {"url": redis_server.url, "timeout": 0.25},
@@ -176,7 +177,6 @@ def test_a_hung_redis_delays_one_request_a_second_not_every_one(
     assert stored(gateway)
     assert redis_server.process is not None
     redis_server.process.send_signal(signal.SIGSTOP)
-    slow: list[float] = []
     try:
         assert ask(gateway, "What is the speed of light?").headers["x-cache"] == "miss"
         ends = time.monotonic() + 3.5  # (retry every 1 s: two or three tries)
@@ -185,11 +185,8 @@ def test_a_hung_redis_delays_one_request_a_second_not_every_one(
             with httpx.Client(timeout=30) as http:
                 body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
                 while time.monotonic() < ends:
-                    started = time.monotonic()
                     response = http.post(f"{gateway.url}/v1/chat/completions", json=body)
                     assert response.status_code == 200
-                    if (took := time.monotonic() - started) > 0.35:
-                        slow.append(took)
 
         clients = [threading.Thread(target=client) for _ in range(6)]
         for thread in clients:
@@ -198,7 +195,8 @@ def test_a_hung_redis_delays_one_request_a_second_not_every_one(
             thread.join()
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
-    assert len(slow) <= 4, f"{len(slow)} requests waited for the hung Redis: {slow}"
+    downs = gateway.log.read_text().count("Redis unavailable")
+    assert downs == 1, f"Redis was switched back on and marked down again: {downs} times"
     assert eventually(  # and the cache is back on its own
         lambda: ask(gateway, "What is the speed of light?").headers["x-cache"] == "exact"
     )
