@@ -328,6 +328,17 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
             raise ValueError(
                 f"weights: {self.weights} needs a float32 model on the CPU (device: cpu or auto)"
             )
+        # (the engine checks the same against the model's own window, but only at load:
+        # `cachegate config check` passed and the model then failed to load)
+        if (
+            self.context_overflow == "sinks"
+            and self.max_context is not None
+            and self.sink_tokens >= self.max_context // 2
+        ):
+            raise ValueError(
+                f"sink_tokens ({self.sink_tokens}) must be below half of max_context "
+                f"({self.max_context}) with context_overflow: sinks"
+            )
 
 
 class PromptCachingConfig(_Base, frozen=True):

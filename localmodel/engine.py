@@ -295,7 +295,10 @@ class Engine:
             else None
         )
         if self.shift is not None and config.sink_tokens >= self.context_window // 2:
-            raise ValueError("localmodel: sink_tokens must be below half the context window")
+            raise ValueError(
+                f"localmodel: sink_tokens ({config.sink_tokens}) must be below half the "
+                f"context window ({self.context_window} tokens)"
+            )
         self.stop_token_ids = _stop_token_ids(model, tokenizer)
         #: what requests that set no temperature/top_p/top_k get: YAML over the model's own
         self.sampling_defaults = model_sampling_defaults(model).merged(

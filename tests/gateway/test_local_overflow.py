@@ -4,6 +4,8 @@ conversation past the context window through the HTTP API with the official open
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +93,26 @@ def test_yaml_reaches_the_engine_config() -> None:
 def test_bad_values_are_config_errors(setting: str, where: str) -> None:
     with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
         load_config_text(f"models: {{m: {{backend: local, {setting}}}}}")
+
+
+def test_config_check_refuses_sink_tokens_past_half_of_max_context(tmp_path: Path) -> None:
+    # (`cachegate config check` passed it; the model then failed to load at start, its
+    # error naming neither setting's value)
+    path = tmp_path / "sinks.yaml"
+    path.write_text(
+        "models: {m: {backend: local, context_overflow: sinks, max_context: 96, sink_tokens: 48}}"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "config", "check", str(path)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert "models.m: sink_tokens (48) must be below half of max_context (96)" in result.stderr
+    assert "Traceback" not in result.stderr
+    load_config_text("models: {m: {backend: local, max_context: 96, sink_tokens: 48}}")  # (unused)
+    load_config_text(
+        "models: {m: {backend: local, context_overflow: sinks, max_context: 96, sink_tokens: 47}}"
+    )
 
 
 def test_past_the_window_error_is_400_and_sinks_answer(gw: Gateway) -> None:
