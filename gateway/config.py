@@ -591,11 +591,27 @@ class Config(_Base, frozen=True):
         unknown = sorted(set(self.prices) - set(self.models)) if self.models else []
         if unknown:
             raise ValueError(f"prices: {', '.join(unknown)}: not a configured model")
+        _check_local_threads(self.models)
 
 
 def key_digest(key: str) -> str:
     """The SHA-256 hex digest that ``key_sha256`` / ``api_key_sha256`` take."""
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _check_local_threads(models: dict[str, ModelConfig]) -> None:
+    """Local models must agree on ``threads``: torch's CPU threads are one setting per process.
+
+    (Each model's load set it in turn, so every model ran on the threads of whichever loaded
+    last, in no fixed order.)
+    """
+    threads = {n: m.threads for n, m in models.items() if isinstance(m, LocalModelConfig)}
+    if len(set(threads.values())) > 1:
+        said = ", ".join(f"{name}: {'null' if n is None else n}" for name, n in threads.items())
+        raise ValueError(
+            f"models: local models share the process's torch CPU threads, so their `threads` "
+            f"must be the same ({said})"
+        )
 
 
 def _check_spaces(key: str | None, where: str) -> None:

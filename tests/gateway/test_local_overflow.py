@@ -115,6 +115,14 @@ def test_config_check_refuses_sink_tokens_past_half_of_max_context(tmp_path: Pat
     )
 
 
+def test_local_models_that_disagree_on_threads_are_a_config_error() -> None:
+    # (torch's CPU threads are one per process: both models ran on the threads of whichever
+    # loaded last, in no fixed order)
+    with pytest.raises(ConfigError, match=r"models: .*`threads`.*\(small: 1, big: null\)"):
+        load_config_text("models: {small: {backend: local, threads: 1}, big: {backend: local}}")
+    load_config_text("models: {a: {backend: local, threads: 2}, b: {backend: local, threads: 2}}")
+
+
 def test_past_the_window_error_is_400_and_sinks_answer(gw: Gateway) -> None:
     client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
     messages = [{"role": "user", "content": STORY + "What did the keeper write down?"}]
