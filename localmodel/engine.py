@@ -275,6 +275,12 @@ class Engine:
                 )
         model_limit = int(model.config.get_text_config(decoder=True).max_position_embeddings)
         self.context_window = min(self.config.max_context or model_limit, model_limit)
+        if (self.config.max_context or 0) > model_limit:
+            logger.warning(
+                "localmodel: max_context %d is past the model's own window: capped at %d",
+                self.config.max_context,
+                model_limit,
+            )
         #: the paged KV pool, pages in kv_dtype: every request's KV and the prefix tree's
         self.pool = self._make_pool(config)
         on_evict = self._on_evict if self.disk is not None else None

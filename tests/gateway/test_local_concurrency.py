@@ -4,6 +4,7 @@ each request's prompt and answer are its own. A tiny random Llama with the bundl
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +24,8 @@ ONE = "tiny-one-at-a-time"  # the same model with max_batch: 1
 
 
 @pytest.fixture(scope="module")
-def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+def tiny_dir(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama (a 4096-token window) with the bundled tokenizer, saved."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -36,16 +38,37 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     torch.manual_seed(0)
     LlamaForCausalLM(config).save_pretrained(tmp / "tiny")
     tokenizer.save_pretrained(tmp / "tiny")
-    settings = {"backend": "local", "source": str(tmp / "tiny"), "threads": 1,
+    return tmp / "tiny"
+
+
+@pytest.fixture(scope="module")
+def gw(tiny_dir: Path) -> Iterator[Gateway]:
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1,
                 "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
     text = yaml.safe_dump({
-        "data_dir": str(tmp / "data"),
+        "data_dir": str(tiny_dir.parent / "data"),
         "cache": {"enabled": False, "semantic": {"enabled": False}},
         "models": {MODEL: settings, ONE: {**settings, "max_batch": 1}},
     })  # fmt: skip
     gateway = Gateway(load_config_text(text))
     yield gateway
     gateway.stop()
+
+
+def test_max_context_past_the_models_window_is_capped_and_logged(
+    tiny_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # (it was capped without a word: the operator learnt it from the first long request's 400)
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_context": 100_000,
+                "prefix_cache_bytes": 2**20, "kv_pool_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"wide": settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    with (
+        caplog.at_level(logging.WARNING, logger="localmodel"),
+        Gateway(load_config_text(text)) as gw,
+    ):
+        assert gw.http.get("/v1/models").json()["data"][0]["context_window"] == 4096
+    assert "max_context 100000 is past the model's own window: capped at 4096" in caplog.text
 
 
 @pytest.fixture
