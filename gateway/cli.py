@@ -438,8 +438,14 @@ def _prepare(args: argparse.Namespace) -> int:
     for name, model in config.models.items():
         if isinstance(model, LocalModelConfig):
             engine_config = LocalBackend.from_config(name, model, config).engine_config
-            engine = Engine.load(engine_config)
+            try:
+                engine = Engine.load(engine_config)
+            except (RuntimeError, ValueError) as exc:  # ModelLoadError: device, source, window
+                # (was a traceback of a hundred lines, the cause at its end)
+                print(f"error: models.{name}: {exc}", file=sys.stderr)
+                return 1
             log.info("model %s ready (context window %d tokens)", name, engine.context_window)
+            engine.close()
     semantic = config.cache.semantic
     return _prepare_semantic(semantic) if config.cache.enabled and semantic.enabled else 0
 

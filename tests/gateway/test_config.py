@@ -763,6 +763,22 @@ def _prepare(config: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_cli_prepare_names_a_local_model_that_cannot_load(tmp_path: Path) -> None:
+    # (a traceback of a hundred lines, huggingface_hub's and transformers' chained errors, the
+    # model's name nowhere; the Docker build that runs it showed its tail)
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        f"data_dir: {tmp_path / 'data'}\ncache: {{enabled: false}}\n"
+        "models: {m: {backend: local, source: someorg/not-in-the-hf-cache}}\n"
+    )
+    result = run_cli("prepare", "--config", str(config))
+    assert result.returncode == 1
+    assert "error: models.m: localmodel: cannot load model 'someorg/not-in-the-hf-cache'" in (
+        result.stderr
+    )
+    assert "Traceback" not in result.stderr
+
+
 def test_cli_serve_names_a_local_model_source_that_does_not_exist(tmp_path: Path) -> None:
     # A missing model directory was loaded as a hub id: the gateway started, and /readyz said
     # "Repo id must be in the form 'repo_name' or 'namespace/repo_name'" for a path.
