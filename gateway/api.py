@@ -13,6 +13,7 @@ import contextlib
 import datetime
 import functools
 import logging
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -478,7 +479,8 @@ def _replay_stored(request: Request[Any, Any, Any], response_id: str) -> Respons
     try:
         stored = _stored_response(request, response_id)
         after = request.query_params.get("starting_after", "-1")
-        if not after.lstrip("-").isdigit() or int(after) < -1:
+        # (a fullmatch, not isdigit: "--1" and "²" passed it and int() then raised, a 500)
+        if not re.fullmatch(r"-?[0-9]+", after) or int(after) < -1:
             raise APIError(400, "'starting_after' must be an integer.", param="starting_after")
     except APIError as exc:
         return error_response(exc)

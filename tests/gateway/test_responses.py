@@ -559,6 +559,19 @@ def test_a_stored_response_is_retrieved_as_a_stream(gw: Gateway) -> None:
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
 
 
+@pytest.mark.parametrize("after", ["--1", "\u00b2", "1.0"])
+def test_a_replay_from_a_position_that_is_no_integer_is_a_400(gw: Gateway, after: str) -> None:
+    """``starting_after`` that no integer spells is the client's error (``--1`` and ``²`` were
+    a 500: they passed the check and ``int()`` then refused them)."""
+    made, _ = create(sdk(gw), input="Stream this back.")
+    bad = httpx.get(
+        f"{gw.url}/v1/responses/{made.id}",
+        params={"stream": "true", "starting_after": after},
+        headers={"authorization": "Bearer sk-anything"},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+
+
 def test_a_delete_the_upstream_fails_keeps_the_stored_response(
     make_gateway: Callable[..., Gateway],
 ) -> None:
