@@ -8,9 +8,10 @@ at start with the file, the key path and what is wrong::
     ...
     gateway.config.ConfigError: cachegate.yaml: server.port: expected `int`, got `str`
 
-``${VAR}`` and ``${VAR:-default}`` in string values are replaced from the environment, so secrets
-stay out of the file (``api_key: ${OPENAI_API_KEY}``). Relative paths (``data_dir``, model
-directories) are resolved against the directory of the config file (``~``: the home directory).
+``${VAR}`` and ``${VAR:-default}`` (the default also for an empty VAR, as in a shell) in
+string values are replaced from the environment, so secrets stay out of the file
+(``api_key: ${OPENAI_API_KEY}``). Relative paths (``data_dir``, model directories) are resolved
+against the directory of the config file (``~``: the home directory).
 
 Every key is documented in docs/configuration.md; config.example.yaml shows them all.
 """
@@ -847,7 +848,9 @@ def _expand_env(value: Any, source: str, path: str, typed: frozenset[str] = froz
     def replace(m: re.Match[str]) -> str:
         name, default = m.group(1), m.group(2)
         found = os.environ.get(name)
-        if found is not None:
+        # NOTE: as in a shell and in docker compose, ``:-`` takes the default when the
+        # variable is set but empty too (``PORT= cachegate serve``, an empty line in an env file)
+        if found or (found is not None and default is None):
             return found
         if default is not None:
             return default

@@ -88,6 +88,20 @@ models:
     assert model.base_url == "http://localhost:8000/v1" and model.api_key == "sk-live"
 
 
+def test_env_default_is_taken_for_a_variable_set_but_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    # as a shell and docker compose read ``${VAR:-default}``: an empty PORT= in an env file
+    # gave port "" (a config error) where the default was meant; ``${VAR}`` stays empty
+    monkeypatch.setenv("CG_PORT", "")
+    monkeypatch.setenv("CG_KEY", "")
+    config = load_config_text("""
+server: {port: "${CG_PORT:-9124}"}
+models:
+  m: {backend: openai, base_url: "http://localhost:8000/v1${CG_KEY}"}
+""")
+    assert config.server.port == 9124
+    assert config.models["m"].base_url == "http://localhost:8000/v1"  # type: ignore[union-attr]
+
+
 def test_env_values_in_yaml_spellings_still_convert(monkeypatch: pytest.MonkeyPatch) -> None:
     for word, flag in (("no", False), ("off", False), ("yes", True), ("ON", True)):
         monkeypatch.setenv("CG_FLAG", word)
