@@ -180,7 +180,9 @@ def _config_check(args: argparse.Namespace) -> int:
 
 def _with_overrides(config: Config, args: argparse.Namespace) -> Config:
     """``--host`` / ``--port`` over the file's ``server`` settings, checked as the file's are."""
-    overrides = {"host": args.host or None, "port": args.port}
+    if args.host == "":  # (`--host "$HOST"` with HOST unset: it fell back to server.host)
+        raise ConfigError("--host is empty (an unset variable?): give an address, or no --host")
+    overrides = {"host": args.host, "port": args.port}
     server = msgspec.structs.asdict(config.server)
     for name, value in overrides.items():
         if value is None:

@@ -809,6 +809,19 @@ def test_cli_serve_names_a_local_model_source_that_does_not_exist(tmp_path: Path
         )
 
 
+def test_cli_refuses_an_empty_host(tmp_path: Path) -> None:
+    # `cachegate serve --host "$HOST"` with HOST unset fell back to server.host silently,
+    # unlike an empty --config
+    config = tmp_path / "c.yaml"
+    config.write_text("server: {host: 127.0.0.1}\n")
+    for command in ("serve", "healthcheck"):
+        result = run_cli(command, "--config", str(config), "--host", "")
+        assert result.returncode == 1, (command, result.stdout)
+        assert result.stderr.endswith(
+            "--host is empty (an unset variable?): give an address, or no --host\n"
+        ), result.stderr
+
+
 def test_cli_refuses_an_empty_config_file_name() -> None:
     # `cachegate serve --config "$CONFIG"` with CONFIG unset served the built-in config (the
     # bundled model, ./data), and `cachegate config check "$CONFIG"` in CI passed with exit 0.
