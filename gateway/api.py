@@ -421,7 +421,24 @@ def _send(runtime: Runtime, reply: Reply, wire: Wire, seen: _Seeing) -> Response
     watch = StreamWatch()
     events = runtime.connections.send(reply, watch, wire.error_event, on_first, on_error)
     watch.events = _then(events, on_end)
-    return Stream(watch.events, media_type="text/event-stream", headers={**_SSE_HEADERS, **headers})
+    return Stream(
+        watch.events,
+        media_type="text/event-stream",
+        headers={**_SSE_HEADERS, **headers},
+        background=BackgroundTask(_closed, watch),
+    )
+
+
+async def _closed(watch: StreamWatch) -> None:
+    """Close a stream's events once its response has ended, however it ended.
+
+    NOTE: litestar cancels its send loop when the client goes; when the loop sat in a write
+    (the client's window full), nothing closed the event generator, so its model call and
+    its booking waited for the watchdog (``stream_idle_timeout``). litestar runs a response's
+    background task after every end of its body; closing an ended generator does nothing.
+    """
+    with contextlib.suppress(RuntimeError):  # (the watchdog is closing it right now)
+        await watch.events.aclose()
 
 
 def _audit_after(runtime: Runtime, reply: Reply) -> BackgroundTask | None:
@@ -456,9 +473,11 @@ async def _then(events: AsyncIterator[bytes], done: Callable[[], None]) -> Async
         async for piece in events:
             yield piece
     finally:
-        if isinstance(events, AsyncGenerator):  # (Connections.send is one: it closes the stream)
-            await events.aclose()
-        done()
+        try:
+            if isinstance(events, AsyncGenerator):  # (Connections.send is one: closes the stream)
+                await events.aclose()
+        finally:  # (a cancel again during that close: the request is still observed)
+            done()
 
 
 def _on_stored(

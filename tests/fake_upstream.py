@@ -40,7 +40,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    (``{"status": 503}``, ``{"delay": 5}``): one scope, different answers
     chunks         number of content pieces a stream is split into (default 4)
     endless        chat/completions streams: after the first content piece, repeat it until
-                   the client disconnects (an answer no buffer between here and a client holds)
+                   the client disconnects (an answer no buffer between here and a client holds);
+                   with ``chunk_delay``, paced by it
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
                    an SSE body is sent as written): for malformed or odd upstream answers
 
@@ -438,7 +439,7 @@ class FakeUpstream:
                 return
             chunk = b"data: " + _encode(event) + b"\n\n"
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if fake.get("chunk_delay") and i + 1 < generated:
+            if fake.get("chunk_delay") and (endless or i + 1 < generated):
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(disconnected.wait(), fake["chunk_delay"])
         if disconnected.is_set():

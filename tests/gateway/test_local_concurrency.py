@@ -162,3 +162,4 @@ def test_a_stream_cancelled_while_queued_is_no_model_call(gw: Gateway, sdk: open
     assert row() == before  # (/metrics' cachegate_ledger_* series are these counts)
     running.close()
     wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
+    wait_for(lambda: row().get("model_calls") == before.get("model_calls", 0) + 1)

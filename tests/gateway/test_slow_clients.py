@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from typing import Any
 
 from tests.conftest import Gateway, wait_for
@@ -56,6 +57,38 @@ def test_a_stream_nobody_reads_ends_after_stream_idle_timeout(
     # nothing of the cut answer was stored, and the gateway serves on
     again = gw.chat("a very long answer", stream=False, fake={"content": "short"})
     assert again.status_code == 200 and again.headers["x-cache"] == "miss"
+
+
+def test_a_client_that_stops_reading_then_leaves_frees_its_stream_at_once(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A client that hangs up while the gateway waits to write to it (its window full) left:
+    its upstream call ends and the request is booked then, not at the idle timeout."""
+    gw = make_gateway("")  # (stream_idle_timeout at its default, 300 s)
+    # (paced as a model streams: a flood the gateway reads faster than it can drop it would
+    # hold its event loop while it drains, wherever the cancel lands)
+    fake = {"content": "x" * 4000, "chunks": 1, "endless": True, "chunk_delay": 0.002}
+    body = {"model": "fake-model", "stream": True, "fake": fake,
+            "messages": [{"role": "user", "content": "an answer nobody waits for"}]}  # fmt: skip
+    client = open_stream_and_stop_reading(gw, body)
+    try:
+        # the gateway has waited a second to write the next event: the client's window is full
+        wait_for(
+            lambda: any(
+                w.since is not None and time.monotonic() - w.since > 1 for w in gw.runtime.streams
+            )
+        )
+    finally:
+        client.close()
+    wait_for(lambda: not gw.runtime.streams, timeout=5)
+    wait_for(lambda: upstream.stats["streams_cancelled"] == 1, timeout=5)
+    metrics = gw.http.get("/metrics").text
+    assert (
+        'cachegate_stream_errors_total{code="client_disconnected",model="fake-model",'
+        'route="/v1/chat/completions"} 1.0'
+    ) in metrics
+    points = gw.http.get("/admin/history").json()["points"]
+    assert sum(sum(p["tiers"].values()) for p in points) == 1  # it is in the history too
 
 
 def test_a_slow_reader_that_keeps_reading_is_not_cut(
