@@ -180,7 +180,7 @@ class UpstreamBackend:
         response = await self._send(request, stream=True, auth=auth)
         stream = UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
                                 previous=_echoed_previous(request),
-                                secret=self._sent_key(auth))  # fmt: skip
+                                secret=self._sent_key(auth), choices=request.body.get("n"))  # fmt: skip
         await stream.opened()
         return stream
 
@@ -873,6 +873,7 @@ class UpstreamStream:
         *,
         previous: str | None = None,
         secret: str | None = None,
+        choices: Any = None,
     ) -> None:
         self._name = name
         self._secret = secret  # the model's api_key, hidden in what is relayed (see _hide)
@@ -886,6 +887,11 @@ class UpstreamStream:
         self._finished = False  # [DONE] was seen
         self._sequence = 0  # the number a Responses error event of the gateway's takes
         self._head = b""  # what ``opened`` read of the body to tell whether it is a stream
+        #: a chat/completions stream's choices (``n``), those that finished, and whether its
+        #: usage came: all finished and it did, the stream may end without [DONE] (``_ended``)
+        self._choices = (choices if _is_count(choices) else 1) if kind in _CHOICES else 0
+        self._finishes: set[int] = set()
+        self._usage = False
 
     async def opened(self) -> None:
         """Check that the answer is an event stream; if not, close it and raise a 502.
@@ -931,7 +937,7 @@ class UpstreamStream:
                 ) from None
             except StopAsyncIteration:
                 # (a CR-only stream's last CR ends its last event: it was lost)
-                events = self._parser.end()
+                events = self._parser.end() or self._ended()
                 if not events:
                     raise
             for i, raw in enumerate(events, start=1):
@@ -964,7 +970,25 @@ class UpstreamStream:
         numbered = (event.chunk or {}).get("sequence_number")
         if isinstance(numbered, int):
             self._sequence = numbered + 1
+        if self._choices and event.chunk is not None and not event.error:
+            self._usage = self._usage or isinstance(event.chunk.get("usage"), dict)
+            for choice in event.chunk.get("choices") or ():
+                if isinstance(choice, dict) and choice.get("finish_reason") is not None:
+                    index = choice.get("index", 0)
+                    if isinstance(index, int) and 0 <= index < self._choices:
+                        self._finishes.add(index)
         return event
+
+    def _ended(self) -> list[bytes]:
+        """``[DONE]`` for a chat/completions stream that closed without it once complete: each
+        choice finished and its usage came (always asked for: see ``_payload``); else nothing.
+
+        NOTE: some servers (ik_llama.cpp, older llama-box) send no ``[DONE]`` after the last
+        chunk: their complete answers were a ``stream_incomplete`` error (the SDK raised), and
+        never cached. A stream closed before that stays an error.
+        """
+        complete = self._choices and len(self._finishes) == self._choices and self._usage
+        return [b"[DONE]"] if complete and not self._finished else []
 
     def counted(self) -> dict[str, Any] | None:
         return None  # an upstream's usage is only what its stream reports
@@ -994,6 +1018,8 @@ _PATHS = {
     "embedding": "embeddings",
     "responses": "responses",
 }
+#: The APIs whose streams are choices' chunks, ended by ``[DONE]``.
+_CHOICES = frozenset({"chat", "completion"})
 #: Events that end a Responses stream (it sends no ``[DONE]``).
 _RESPONSES_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
 

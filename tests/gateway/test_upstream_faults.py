@@ -825,3 +825,30 @@ def test_an_event_stream_of_another_type_that_trickles_in_is_streamed(
         assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == "Hello"
     finally:
         server.close()
+
+
+def test_a_complete_stream_closed_without_done_is_complete(make_gateway: Any) -> None:
+    """ik_llama.cpp and older llama-box close a stream after its last chunk (finish_reason)
+    and usage chunk with no ``[DONE]``: that was a ``stream_incomplete`` error event (the
+    openai SDK raised) and nothing was cached. A stream closed before that stays an error."""
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    usage = {**HEAD, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                               "total_tokens": 5}}  # fmt: skip
+    fake = sse(chunk("Hel"), chunk("lo", "stop"), usage)
+    pieces = list(client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "no done"}], stream=True,
+        extra_body={"fake": fake}))  # fmt: skip
+    assert "".join(p.choices[0].delta.content or "" for p in pieces if p.choices) == "Hello"
+    again = gw.chat("no done", stream=True, fake=fake)
+    assert again.headers["x-cache"] == "exact" and sse_chunks(again.text)[-1] == "[DONE]"
+    two = {**HEAD, "choices": [{"index": 1, "delta": {"content": "x"}, "finish_reason": None}]}
+    for cut, extra in (
+        (sse(chunk("Hel"), chunk("lo", "stop")), {}),  # (its usage chunk never came)
+        (sse(chunk("Hel"), usage), {}),  # (no finish_reason)
+        (sse(chunk("Hel", "stop"), two, usage), {"n": 2}),  # (one of its two choices ended)
+    ):
+        for expected in ("miss", "miss"):
+            response = gw.chat("cut short", stream=True, fake=cut, **extra)
+            assert response.headers["x-cache"] == expected
+            assert error_of(sse_chunks(response.text))["code"] == "stream_incomplete"
