@@ -1279,8 +1279,32 @@ def _hide(raw: bytes, secret: str | None) -> bytes:
     secret, and replacing it would garble ordinary words.
     """
     if secret and len(secret) >= _MIN_SECRET:
-        return raw.replace(secret.encode("utf-8", "surrogatepass"), b"***")
+        for form in _quoted(secret):
+            raw = raw.replace(form, b"***")
     return raw
+
+
+@functools.lru_cache(maxsize=256)
+def _quoted(secret: str) -> tuple[bytes, ...]:
+    r"""``secret`` as an upstream may quote it: as it is, and as a JSON string holds it (``"``
+    and ``\`` escaped; ``/`` as ``\/``, as PHP writes it; ``<>&`` as ``\u003c``..., as Go
+    writes them, and ``='`` too, as Gson does).
+
+    NOTE: a key with one of those (a base64 one, as Amazon Bedrock's, has ``/`` and ``=``) was
+    hidden only where quoted as it is: an error's JSON gave it whole once decoded.
+    """
+    plain = secret.encode("utf-8", "surrogatepass")
+    try:
+        escaped = _encode(secret)[1:-1]
+    except (msgspec.EncodeError, UnicodeEncodeError):  # (a lone surrogate)
+        return (plain,)
+    forms = [plain, escaped, escaped.replace(b"/", b"\\/")]
+    for unsafe in (b"<>&", b"<>&='"):  # (what Go escapes, what Gson does)
+        html = escaped
+        for c in unsafe:
+            html = html.replace(bytes([c]), b"\\u%04x" % c)
+        forms.append(html)
+    return tuple(dict.fromkeys(forms))
 
 
 def _is_count(value: Any) -> bool:

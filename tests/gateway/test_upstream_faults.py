@@ -852,3 +852,21 @@ def test_a_complete_stream_closed_without_done_is_complete(make_gateway: Any) ->
             response = gw.chat("cut short", stream=True, fake=cut, **extra)
             assert response.headers["x-cache"] == expected
             assert error_of(sse_chunks(response.text))["code"] == "stream_incomplete"
+
+
+def test_the_gateways_key_quoted_json_escaped_reaches_nobody(make_gateway: Any) -> None:
+    """A base64 key (Amazon Bedrock's has ``/``, ``+`` and ``=``) quoted in an error's JSON as
+    PHP writes ``/`` (``\\/``) or Gson writes ``=`` (``\\u003d``) reached the client whole, as
+    its SDK decoded the message: only the key as it is was hidden."""
+    key = "ABSKQmVkcm9ja0FQSUtleS/shared+by/all=="
+    gw = make_gateway(model_yaml=f"api_key: '{key}'")
+    said = json.dumps({"error": {"message": f"Bad key {key} for this model"}})
+    php, gson = said.replace("/", "\\/"), said.replace("=", "\\u003d")
+    answers = [(php, 400, False), (gson, 500, False), (php, 200, False), (gson, 200, True)]
+    for i, (body, status, stream) in enumerate(answers):
+        fake = sse(chunk("Hel"), json.loads(body)) if stream else raw(body, status=status)
+        if stream:  # (the event as the upstream wrote it)
+            fake["raw"]["body"] = f"data: {json.dumps(chunk('Hel'))}\n\ndata: {body}\n\n"
+        response = gw.chat(f"quoted {i}", stream=stream, fake=fake)
+        text = json.dumps(sse_chunks(response.text)[-1] if stream else response.json())
+        assert "Bad key ***" in text and "shared" not in text, (i, text)
