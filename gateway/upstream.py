@@ -171,6 +171,9 @@ class UpstreamBackend:
             raise _failure(
                 502, "upstream_error", f"Upstream for model '{self.name}' failed: {detail}"
             )
+        member = _ANSWERS.get(request.kind)  # (a Response object: passed on as it came)
+        if member and not isinstance(body.get(member), list) and body.get("object") != "response":
+            raise _no_answer(self.name, body, member)
         previous = _echoed_previous(request)
         if previous is not None and body.get("object") == "response":
             body["previous_response_id"] = previous
@@ -1020,6 +1023,8 @@ _PATHS = {
 }
 #: The APIs whose streams are choices' chunks, ended by ``[DONE]``.
 _CHOICES = frozenset({"chat", "completion"})
+#: What an answer of each API holds its answer in (a list; an error has none, see _no_answer).
+_ANSWERS = {"chat": "choices", "completion": "choices", "responses": "output"}
 #: Events that end a Responses stream (it sends no ``[DONE]``).
 _RESPONSES_END = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -1109,6 +1114,22 @@ def _echoed_previous(request: GatewayRequest) -> str | None:
     sent. None when the upstream was sent the client's own."""
     previous = request.previous if request.kind == "responses" else None
     return previous if request.body.get("previous_response_id") != previous else None
+
+
+def _no_answer(name: str, body: dict[str, Any], member: str) -> UpstreamError:
+    """A 200 without its answer (``member``: a chat/completions answer's ``choices``, a
+    Response's ``output``): an error in another shape sent with status 200 (vLLM's
+    ``{"object": "error", "message": ...}``, a web framework's ``{"detail": ...}``).
+
+    NOTE: it was passed on as the answer: the openai SDK gave ``choices=None``, and the
+    client's ``.choices[0]`` (``.output_text``) failed with a ``TypeError`` that said nothing
+    of the upstream.
+    """
+    said = body.get("message") or body.get("detail")
+    detail = said if isinstance(said, str) else _encode(body)[:200].decode("utf-8", "replace")
+    return _failure(
+        502, "upstream_error", f"Upstream for model '{name}' answered without {member}: {detail}"
+    )
 
 
 def _error_event(name: str, what: str, *, sequence: int | None = None) -> StreamEvent:

@@ -870,3 +870,27 @@ def test_the_gateways_key_quoted_json_escaped_reaches_nobody(make_gateway: Any) 
         response = gw.chat(f"quoted {i}", stream=stream, fake=fake)
         text = json.dumps(sse_chunks(response.text)[-1] if stream else response.json())
         assert "Bad key ***" in text and "shared" not in text, (i, text)
+
+
+def test_an_answer_without_choices_is_502_with_what_it_said(make_gateway: Any) -> None:
+    """A 200 without ``choices`` (vLLM's error shape, a framework's ``{"detail"}``), or a
+    Response's without ``output``, was passed on as the answer: the openai SDK gave
+    ``choices=None`` and ``.choices[0]`` a TypeError (``.output_text`` as well)."""
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    vllm = {"object": "error", "message": "The model is overloaded", "type": "x", "code": 503}
+    for body, says in ((vllm, "The model is overloaded"), ({"detail": "Not Found"}, "Not Found"),
+                       ({"id": "x", "object": "chat.completion"}, '"id":"x"')):  # fmt: skip
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "no choices"}],
+                extra_body={"fake": raw(json.dumps(body))},
+            )  # fmt: skip
+        assert caught.value.code == "upstream_error" and says in caught.value.message
+    legacy = {"model": "fake-model", "prompt": "x", "fake": raw(json.dumps({"detail": "nope"}))}
+    response = gw.http.post("/v1/completions", json=legacy)
+    assert response.status_code == 502 and "nope" in response.json()["error"]["message"]
+    with pytest.raises(openai.InternalServerError) as caught:  # (a Response without output)
+        client.responses.create(model="fake-model", input="no output",
+                                extra_body={"fake": raw(json.dumps(vllm))})  # fmt: skip
+    assert "without output: The model is overloaded" in caught.value.message
