@@ -114,6 +114,9 @@ class GatewayRequest:
     #: upstream (the Responses API's ``previous_response_id``), when this gateway holds it: sent
     #: instead when the upstream answers that it holds no such response (a restarted worker).
     standalone: dict[str, Any] | None = None
+    #: False: never retried, whatever the model's ``max_retries`` (the semantic audit's call:
+    #: optional work, which must not add retries to the load on a failing upstream).
+    retries: bool = True
 
 
 @dataclass(frozen=True, slots=True)

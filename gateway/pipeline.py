@@ -666,8 +666,10 @@ def _audit_job(
 
     control = dataclasses.replace(request.control, no_cache=True, no_store=True)
     standalone = None if request.standalone is None else audited(request.standalone)
+    # (one attempt: an audit is optional, its retries would add to a failing upstream's load)
     asked = dataclasses.replace(request, body=audited(request.body), stream=False,
-                                include_usage=False, control=control, standalone=standalone)  # fmt: skip
+                                include_usage=False, control=control, standalone=standalone,
+                                retries=False)  # fmt: skip
 
     def ask() -> Awaitable[Answer]:
         return _complete(backend, bridge, asked, auth, None)

@@ -320,7 +320,7 @@ class UpstreamBackend:
         headers = _ascii(self._headers(request, auth))
         if stream:
             headers["accept"] = "text/event-stream"
-        attempts = self.config.max_retries + 1
+        attempts = self.config.max_retries + 1 if request.retries else 1
         attempt, resent = 0, False
         while True:
             last = attempt >= attempts - 1
@@ -580,7 +580,7 @@ class ReplicatedBackend:
                 tried.add(route.replica)
                 if route.reason == "pinned":  # no other replica holds what it refers to
                     raise self._pinned_failed(route.replica, exc, request) from None
-                retries = self._again(route.replica, exc, len(tried), retries)
+                retries = self._again(route.replica, exc, len(tried), retries, request.retries)
                 continue
             except BaseException:
                 self.router.release(route.replica)
@@ -619,9 +619,11 @@ class ReplicatedBackend:
         self._failover(replica, exc)
         return _not_held(request.body.get("previous_response_id"))
 
-    def _again(self, replica: int, exc: UpstreamError, tried: int, retries: int) -> int:
+    def _again(
+        self, replica: int, exc: UpstreamError, tried: int, retries: int, retry: bool
+    ) -> int:
         """After ``exc`` from ``replica``: the retries counted so far if another replica is
-        to be tried, else ``exc`` raised."""
+        to be tried, else ``exc`` raised (``retry``: the request's ``retries``)."""
         others_left = tried < len(self._replicas)
         if exc.code == "previous_response_not_found" and others_left:
             return retries  # made by a replica this process did not see make it: ask the next
@@ -637,7 +639,7 @@ class ReplicatedBackend:
         ):
             self._failover(replica, exc)
             return retries
-        if others_left and exc.retryable and retries < self.config.max_retries:
+        if others_left and exc.retryable and retry and retries < self.config.max_retries:
             self._failover(replica, exc)
             return retries + 1
         if exc.retryable and retries:  # retried on other replicas already

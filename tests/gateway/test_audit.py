@@ -53,6 +53,12 @@ def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
             # a short read timeout, for the audit that times out (and only for it)
             "impatient-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
                                 "max_retries": 0, "timeout": {"read": 3.0}},
+            # retries as configured by default: for client requests, never for audits
+            "retrying-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
+                               "retry_backoff": 0.05},
+            # two replicas (both this upstream): a 500 fails over to the other (max_retries)
+            "replicated-model": {"backend": "openai", "replicas": [url, url],
+                                 "api_key": "sk-gateway"},
             # no key of its own: the client's key goes upstream (and partitions the cache)
             "open-model": {"backend": "openai", "base_url": url, "max_retries": 0},
         },
@@ -256,6 +262,26 @@ def test_a_failing_audit_is_an_error_verdict_and_never_reaches_the_client(
     assert row["interval95"] == [0.0, 1.0]  # nothing judged: nothing known
     assert audits_total(gw, "error", model) == errors_before + 1
     assert upstream.stats["chat"] == 2  # no retry: the audit's call was made once
+
+
+@pytest.mark.parametrize(
+    ("model", "why"), [("retrying-model", "HTTP 500"), ("replicated-model", "failover")]
+)
+def test_an_audit_is_sent_once_where_a_clients_request_is_retried(
+    gw: Gateway, upstream: FakeUpstream, model: str, why: str
+) -> None:
+    """An audit is optional work: on a failing upstream its model's ``max_retries`` would only
+    add load (and hide the failure behind a retried answer). It fails as an error verdict."""
+    retries = f'cachegate_upstream_retries_total{{model="{model}",why="{why}"}}'
+    retried_before = counter(gw, retries)
+    failing = {"status": 500}
+    fake = {"contents": [failing, "Reset it from your profile page.", failing, "Reset it."]}
+    first, hit = served_then_hit(gw, f"no-retry-{model}", fake, model=model)
+    assert hit.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+    row = settled(gw, f"no-retry-{model}", 1, model)
+    assert (row["audits"], row["errors"]) == (0, 1), row
+    assert upstream.stats["chat"] == 3  # the client's 500 and its retry, the audit's 500
+    assert counter(gw, retries) == retried_before + 1  # the client's retry alone
 
 
 def test_the_audit_goes_upstream_with_the_clients_own_key(
