@@ -50,6 +50,10 @@ _SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 #: How a stream ends when its client went away (gateway.connections), not a failure.
 _CLIENT_GONE = frozenset({"client_disconnected", "client_stuck"})
 
+#: The routes ``serve`` counts in /metrics itself (with their model and cache outcome); the app
+#: counts every other routed request by its route template (gateway.app).
+_COUNTED = {"counted": True}
+
 #: A tier walk: the pipeline's for an adapter (``through``), or one of its own (embeddings).
 Walk = Callable[[Pipeline, GatewayRequest, str | None, Watch[Any]], Awaitable[Reply]]
 
@@ -65,22 +69,22 @@ def through(adapter: Adapter) -> Walk:
     return walk
 
 
-@post("/v1/chat/completions", status_code=200)
+@post("/v1/chat/completions", status_code=200, opt=_COUNTED)
 async def chat_completions(request: Request[Any, Any, Any]) -> Response[Any]:
     return await serve(request, CHAT, "/v1/chat/completions", through(CHAT))
 
 
-@post("/v1/completions", status_code=200)
+@post("/v1/completions", status_code=200, opt=_COUNTED)
 async def completions(request: Request[Any, Any, Any]) -> Response[Any]:
     return await serve(request, COMPLETION, "/v1/completions", through(COMPLETION))
 
 
-@post("/v1/embeddings", status_code=200)
+@post("/v1/embeddings", status_code=200, opt=_COUNTED)
 async def embeddings(request: Request[Any, Any, Any]) -> Response[Any]:
     return await serve(request, EMBEDDINGS, "/v1/embeddings", embed)
 
 
-@post("/v1/responses", status_code=200)
+@post("/v1/responses", status_code=200, opt=_COUNTED)
 async def create_response(request: Request[Any, Any, Any]) -> Response[Any]:
     responses = _runtime(request).responses
     return await serve(request, responses, "/v1/responses", through(responses))
@@ -155,7 +159,7 @@ async def count_response_tokens(request: Request[Any, Any, Any]) -> Response[Any
                               object="response.input_tokens")  # fmt: skip
 
 
-@post("/v1/messages", status_code=200)
+@post("/v1/messages", status_code=200, opt=_COUNTED)
 async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     """Anthropic Messages: Anthropic's error bodies, ``x-api-key`` or a bearer token."""
     return await serve(request, MESSAGES, "/v1/messages", through(MESSAGES))

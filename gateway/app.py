@@ -75,7 +75,7 @@ def _litestar(
         request_max_body_size=config.server.max_body_bytes,
         exception_handlers={HTTPException: _http_error, Exception: _internal_error},
         middleware=[closing],
-        before_send=[_identify],
+        before_send=[_identify, _count],
         openapi_config=None,
         logging_config=None,
     )
@@ -84,7 +84,7 @@ def _litestar(
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     status = exc.status_code
     rid = request_id(request.headers.get("x-request-id"))
-    if status in (404, 405):
+    if status in (404, 405) and "route_handler" not in request.scope:
         _unrouted(request, status, rid)
     if status == 404:
         error = APIError(
@@ -130,6 +130,21 @@ def _identify(message: Message, scope: Scope) -> None:
     sent = next((v for name, v in scope.get("headers", ()) if name == b"x-request-id"), b"")
     headers.append((b"x-request-id", request_id(sent.decode("latin-1")).encode()))
     message["headers"] = headers
+
+
+def _count(message: Message, scope: Scope) -> None:
+    """Count a routed request that ``serve`` does not count (the stored responses, token
+    counts, models, health checks, /metrics, the admin routes): they were in no series.
+    NOTE: under its route template ("/v1/responses/{response_id}"), never the path, which
+    holds ids: one series per route, not per response."""
+    if message["type"] != "http.response.start":
+        return
+    handler = scope.get("route_handler")
+    if handler is None or handler.opt.get("counted"):
+        return  # (no route took it: _unrouted counts it; or serve did)
+    runtime: Runtime = scope["litestar_app"].state.runtime
+    route = scope.get("path_template") or "unknown"
+    runtime.metrics.requests.labels(route, "", "bypass", str(message["status"])).inc()
 
 
 def _wire(request: Request[Any, Any, Any]) -> Wire:

@@ -144,6 +144,37 @@ def test_unknown_routes_and_wrong_methods_are_counted_and_logged(
     assert sum("unknown" in m and "status=404" in m for m in logged) == 2
 
 
+def test_side_routes_are_counted_by_their_route_template(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    # only the generation routes and unrouted requests were counted: GET /v1/models, the
+    # stored responses' routes, the token counts and the admin routes were in no series
+    gw = make_gateway()
+    assert gw.http.get("/v1/models").status_code == 200
+    assert gw.http.get("/v1/models/fake-model").status_code == 200
+    for i in range(2):
+        assert gw.http.get(f"/v1/responses/resp_made_up_{i}").status_code == 404
+    assert gw.http.delete("/v1/responses/resp_made_up_2").status_code == 404
+    assert gw.http.get("/v1/responses/resp_made_up_3/input_items").status_code == 404
+    assert gw.http.get("/admin/stats").status_code == 200
+    assert gw.chat("counted once").status_code == 200
+    metrics = gw.http.get("/metrics").text
+    side = {"model": "", "cache": "bypass"}
+    count = "cachegate_requests_total"
+    assert sample(metrics, count, **side, route="/v1/models", status="200") == 1
+    assert sample(metrics, count, **side, route="/v1/models/{model_id}", status="200") == 1
+    assert sample(metrics, count, **side, route="/v1/responses/{response_id}", status="404") == 3
+    input_items = "/v1/responses/{response_id}/input_items"
+    assert sample(metrics, count, **side, route=input_items, status="404") == 1
+    assert sample(metrics, count, **side, route="/admin/stats", status="200") == 1
+    assert "made_up" not in metrics  # (never the path: an id would make a series per request)
+    # the API routes count themselves, with their model and cache outcome, once
+    assert sample(metrics, count, route=ROUTE, model="fake-model", cache="miss") == 1
+    assert sample(metrics, count, route=ROUTE, model="", cache="bypass") == 0
+    assert sample(metrics, count, route="unknown") == 0
+    assert sample(gw.http.get("/metrics").text, count, route="/metrics", status="200") == 1
+
+
 def test_a_cache_directory_that_cannot_be_read_answers_misses(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
