@@ -698,7 +698,7 @@ def load_config_text(
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: invalid YAML: {exc}") from exc
+        raise ConfigError(f"{source}: invalid YAML: {_yaml_problem(exc, text)}") from exc
     except RecursionError:  # (PyYAML's parser recurses once per level: [[[[...]]]])
         raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
     if raw is None:
@@ -726,6 +726,24 @@ def load_config_text(
                 raise
             typed.add(exc.key)
     return _resolve_paths(config, base_dir or Path.cwd(), source)
+
+
+def _yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """What is wrong and where, on one line. NOTE: PyYAML's own message named the file
+    ``"<unicode string>"`` (it parsed a string) and spread over five lines with carets."""
+    if isinstance(exc, yaml.reader.ReaderError):  # (a character YAML refuses: at an offset)
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - text.rfind("\n", 0, exc.position)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return f"unacceptable character #x{char:04x}: {exc.reason} (line {line}, column {column})"
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return " ".join(str(exc).split())
+    mark = exc.problem_mark
+    said = f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1}"
+    if exc.context and exc.context_mark is not None:
+        began = exc.context_mark
+        said += f"; {exc.context} started at line {began.line + 1}, column {began.column + 1}"
+    return said + ")"
 
 
 #: The most values (scalars, lists and mappings, each alias counted as the value it repeats) a

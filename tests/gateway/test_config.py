@@ -446,6 +446,35 @@ def test_cli_config_check(tmp_path: Path) -> None:
     assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
 
 
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "server:\n  port: 8080\n  host: [a\nmodels: {}\n",
+            "expected ',' or ']', but got ':' (line 4, column 7; while parsing a flow sequence "
+            "started at line 3, column 9)",
+        ),
+        ("server:\n  port: 1\n\tx: 2\n", "cannot start any token (line 3, column 1)"),
+        (
+            "server: {port: 1}\ndata_dir: a\x01\n",
+            "unacceptable character #x0001: special characters are not allowed (line 2, column 12)",
+        ),
+    ],
+)
+def test_cli_names_the_file_and_line_of_a_yaml_syntax_error(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    # PyYAML's message named the file "<unicode string>" and took five lines, carets included
+    config = tmp_path / "bad.yaml"
+    config.write_text(text)
+    for args in (("serve", "--config", str(config)), ("config", "check", str(config))):
+        result = run_cli(*args)
+        assert result.returncode == 1, args
+        assert result.stderr.startswith(f"error: {config}: invalid YAML: "), result.stderr
+        assert result.stderr.endswith(f"{said}\n") and result.stderr.count("\n") == 1
+        assert "unicode string" not in result.stderr
+
+
 def test_cli_config_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
     # A `models:` block appended to config.example.yaml replaced its models silently: the
     # bundled model was gone, and nothing said why.
@@ -456,10 +485,10 @@ def test_cli_config_check_refuses_a_key_given_twice(tmp_path: Path) -> None:
     result = run_cli("config", "check", str(config))
     assert result.returncode == 1, result.stdout
     lines = EXAMPLE.read_text().splitlines()
-    assert result.stderr.startswith(
+    assert result.stderr == (
         f"error: {config}: invalid YAML: key 'models' appears twice in this mapping (first on "
-        f"line {lines.index('models:') + 1}); the later one would replace the earlier\n"
-        f'  in "<unicode string>", line {len(lines) + 1}, column 1:'
+        f"line {lines.index('models:') + 1}); the later one would replace the earlier (line "
+        f"{len(lines) + 1}, column 1)\n"
     )
     merged = tmp_path / "merged.yaml"  # a merge key's values may still be overridden
     merged.write_text(
