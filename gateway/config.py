@@ -616,9 +616,18 @@ def _check_local_threads(models: dict[str, ModelConfig]) -> None:
 
 
 def _check_spaces(key: str | None, where: str) -> None:
-    """A key with spaces around it can never be presented (a bearer token is stripped)."""
+    """A key with spaces around it can never be presented (a bearer token is stripped), nor
+    one with a control character or a character beyond ASCII: a header cannot carry a
+    newline, the OpenAI SDK (httpx) refuses to send "é" and curl sends its UTF-8 bytes, which
+    the server reads as Latin-1 ("Ã©"). Such a key passed `config check` and answered 401."""
     if key and key != key.strip():
         raise ValueError(f"{where} has spaces or a newline around it (from its ${{VAR}}?)")
+    bad = next((i for i, c in enumerate(key or "") if not " " <= c <= "~"), None)
+    if key and bad is not None:
+        raise ValueError(
+            f"{where} has a character a client cannot send in an HTTP header as it is "
+            f"(U+{ord(key[bad]):04X} at index {bad}): a key is printable ASCII"
+        )
 
 
 def _check_redis_url(url: str) -> None:

@@ -271,6 +271,15 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "auth.keys[0].key has spaces or a newline around it",
         ),
         ("admin: {api_key: ' '}", "admin.api_key has spaces or a newline around it"),
+        # (a key no header can carry, or whose bytes a client sends otherwise: a 401 for every
+        # request that presented it, though `config check` passed)
+        (
+            'admin: {api_key: "ad\\nmin"}',
+            "f.yaml: admin.api_key has a character a client cannot send in an HTTP header as it "
+            "is (U+000A at index 2): a key is printable ASCII",
+        ),
+        ('admin: {api_key: "clé"}', "admin.api_key has a character a client cannot send"),
+        ('auth: {keys: [{key: "k\\x7f", tenant: a}]}', "auth.keys[0].key has a character a"),
         (  # savings and write premiums are price differences, exported as counters
             "models: {m: {backend: local}}\nprices: {m: {input: 1, cached_input: 3}}",
             "prices.m.cached_input is above its input price",
@@ -444,6 +453,19 @@ def test_cli_config_check(tmp_path: Path) -> None:
     latin1.write_bytes(b"server: {host: caf\xe9}\n")
     result = run_cli("config", "check", str(latin1))
     assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
+
+
+def test_cli_refuses_an_admin_key_no_client_can_send(tmp_path: Path) -> None:
+    # the gateway started; curl's "Bearer clé" (UTF-8) was read as "clÃ©" and refused, and
+    # httpx (the OpenAI SDK's client) raised UnicodeEncodeError before sending it
+    config = tmp_path / "admin.yaml"
+    config.write_text('admin: {api_key: "clé"}\n', encoding="utf-8")
+    result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"error: {config}: admin.api_key has a character a client cannot send in an HTTP "
+        "header as it is (U+00E9 at index 2): a key is printable ASCII\n"
+    )
 
 
 @pytest.mark.parametrize(
