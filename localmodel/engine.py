@@ -586,10 +586,19 @@ class Engine:
     def _make_pool(self, config: EngineConfig) -> PagePool:
         """The paged pool in ``kv_dtype``."""
         n_bytes = config.kv_pool_bytes
+        page = PagePool.bytes_per_page(self.layout, config.page_size, self.kv_dtype)
+        window = -(-self.context_window // config.page_size) * page
         if n_bytes is None:  # NOTE: never less than one request of a whole context window
-            page = PagePool.bytes_per_page(self.layout, config.page_size, self.kv_dtype)
-            window = -(-self.context_window // config.page_size) * page
             n_bytes = config.prefix_cache_bytes + max(DEFAULT_POOL_HEADROOM, window)
+        elif n_bytes < page:
+            # NOTE: the pool had one page anyway (more than the budget), the context window
+            # was capped at page_size tokens, and every longer prompt was a 400: ready, useless
+            raise ValueError(
+                f"localmodel: kv_pool_bytes ({n_bytes:,}) is less than one page of this model's "
+                f"KV ({page:,} bytes: page_size {config.page_size} tokens, kv_dtype "
+                f"{config.kv_dtype}); a context window of {self.context_window:,} tokens takes "
+                f"{window:,} bytes"
+            )
         pool = PagePool.of_bytes(self.layout, n_bytes, config.page_size, self.kv_dtype)
         reclaim = weakref.WeakMethod(self._reclaim)  # NOTE: the pool must not keep the engine
 

@@ -115,6 +115,35 @@ def test_config_check_refuses_sink_tokens_past_half_of_max_context(tmp_path: Pat
     )
 
 
+def test_a_kv_pool_below_one_page_fails_the_load_and_says_why(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    # kv_pool_bytes: 1000 was taken: the pool got one page anyway (720 KiB, past the budget),
+    # the context window was capped at 16 tokens, /readyz said ready, and every chat was a
+    # 400 context_length_exceeded, a log warning the only sign of the setting
+    text = yaml.safe_dump({
+        "data_dir": str(tmp_path / "data"),
+        "cache": {"semantic": {"enabled": False}},
+        "models": {"tiny": _model(bundled_model_dir, kv_pool_bytes=SMOLLM2_PAGE_BYTES - 1)},
+    })  # fmt: skip
+    gateway = Gateway(load_config_text(text), wait=False)
+    try:
+        said = (
+            f"kv_pool_bytes ({SMOLLM2_PAGE_BYTES - 1:,}) is less than one page of this model's "
+            f"KV ({SMOLLM2_PAGE_BYTES:,} bytes: page_size 16 tokens, kv_dtype auto)"
+        )
+        client = openai.OpenAI(base_url=f"{gateway.url}/v1", api_key="unused", max_retries=0)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.chat.completions.create(
+                model="tiny", messages=[{"role": "user", "content": "hi"}]
+            )
+        assert refused.value.status_code == 503 and said in refused.value.message
+        ready = gateway.http.get("/readyz")
+        assert ready.status_code == 503 and said in ready.json()["failed"]["tiny"]
+    finally:
+        gateway.stop()
+
+
 def test_local_models_that_disagree_on_threads_are_a_config_error() -> None:
     # (torch's CPU threads are one per process: both models ran on the threads of whichever
     # loaded last, in no fixed order)
