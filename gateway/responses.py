@@ -1164,7 +1164,8 @@ def _unsupported(param: str, what: str = "is not supported by the local model") 
 
 def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: a page of a response's input items
-    (``limit`` 1-100, default 20; ``order`` ``desc`` (the default) or ``asc``; ``after``)."""
+    (``limit`` 1-100, default 20; ``order`` ``desc`` (the default) or ``asc``; ``after``: an
+    id not among them is a 400)."""
     try:
         limit = int(query.get("limit", 20))
     except ValueError:
@@ -1175,10 +1176,8 @@ def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> d
     if order not in ("asc", "desc"):
         raise APIError(400, "'order' must be 'asc' or 'desc'.", param="order")
     ordered = items if order == "asc" else items[::-1]
-    after = query.get("after")
-    if after is not None:
-        ids = [i.get("id") for i in ordered]
-        ordered = ordered[ids.index(after) + 1 :] if after in ids else []
+    ids = [i.get("id") for i in ordered]
+    ordered = ordered[_cursor(ids, query, "after") + 1 :]
     page = ordered[:limit]
     return {
         "object": "list",
@@ -1187,3 +1186,15 @@ def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> d
         "last_id": page[-1].get("id") if page else None,
         "has_more": len(ordered) > limit,
     }
+
+
+def _cursor(ids: list[Any], query: Mapping[str, str], name: str, default: int = -1) -> int:
+    """Where the item that ``query[name]`` names is in ``ids`` (``default`` without one): a
+    cursor no item of this response has is the client's error, never an empty page."""
+    cursor = query.get(name)
+    if cursor is None:
+        return default
+    if cursor not in ids:
+        raise APIError(400, f"No input item with id '{cursor}' in this response.", param=name,
+                       code="invalid_value")  # fmt: skip
+    return ids.index(cursor)

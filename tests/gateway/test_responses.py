@@ -510,6 +510,21 @@ def test_get_input_items_and_delete_a_stored_response(
         c.responses.retrieve(unstored.id)
 
 
+def test_input_items_refuse_a_cursor_the_response_does_not_have(gw: Gateway) -> None:
+    """An ``after`` no input item of the response has is a 400 naming it (it gave an empty
+    page, which a client reads as the end of the list); the SDK's auto-pagination still walks
+    them all, in either order."""
+    c = sdk(gw)
+    made, _ = create(c, input=[{"role": "user", "content": f"m{i}"} for i in range(5)])
+    asc = [i.id for i in c.responses.input_items.list(made.id, order="asc")]
+    assert [i.id for i in c.responses.input_items.list(made.id, limit=2, order="asc")] == asc
+    assert [i.id for i in c.responses.input_items.list(made.id, limit=2)] == asc[::-1]
+    with pytest.raises(openai.BadRequestError) as refused:
+        c.responses.input_items.list(made.id, after="msg_unknown")
+    assert refused.value.body["param"] == "after"  # type: ignore[index]
+    assert "msg_unknown" in refused.value.body["message"]  # type: ignore[index]
+
+
 def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
