@@ -1164,8 +1164,8 @@ def _unsupported(param: str, what: str = "is not supported by the local model") 
 
 def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
     """``GET /v1/responses/{id}/input_items``: a page of a response's input items
-    (``limit`` 1-100, default 20; ``order`` ``desc`` (the default) or ``asc``; ``after``: an
-    id not among them is a 400)."""
+    (``limit`` 1-100, default 20; ``order`` ``desc`` (the default) or ``asc``; ``after``, and
+    ``before``: the ``limit`` items just before that one; an id not among them is a 400)."""
     try:
         limit = int(query.get("limit", 20))
     except ValueError:
@@ -1177,8 +1177,9 @@ def input_items_page(items: list[dict[str, Any]], query: Mapping[str, str]) -> d
         raise APIError(400, "'order' must be 'asc' or 'desc'.", param="order")
     ordered = items if order == "asc" else items[::-1]
     ids = [i.get("id") for i in ordered]
-    ordered = ordered[_cursor(ids, query, "after") + 1 :]
-    page = ordered[:limit]
+    start, end = _cursor(ids, query, "after") + 1, _cursor(ids, query, "before", len(ids))
+    ordered = ordered[start:end]
+    page = ordered[-limit:] if "before" in query else ordered[:limit]
     return {
         "object": "list",
         "data": page,

@@ -510,19 +510,30 @@ def test_get_input_items_and_delete_a_stored_response(
         c.responses.retrieve(unstored.id)
 
 
-def test_input_items_refuse_a_cursor_the_response_does_not_have(gw: Gateway) -> None:
-    """An ``after`` no input item of the response has is a 400 naming it (it gave an empty
-    page, which a client reads as the end of the list); the SDK's auto-pagination still walks
-    them all, in either order."""
+def test_input_items_pages_by_cursor_and_refuse_an_unknown_one(gw: Gateway) -> None:
+    """The SDK's auto-pagination walks a response's input items in either order, ``before``
+    pages back from an item as OpenAI's lists do (it was ignored: the first page again), and
+    a cursor no item of the response has is a 400 naming it (``after`` gave an empty page,
+    which a client reads as the end of the list)."""
     c = sdk(gw)
     made, _ = create(c, input=[{"role": "user", "content": f"m{i}"} for i in range(5)])
     asc = [i.id for i in c.responses.input_items.list(made.id, order="asc")]
     assert [i.id for i in c.responses.input_items.list(made.id, limit=2, order="asc")] == asc
     assert [i.id for i in c.responses.input_items.list(made.id, limit=2)] == asc[::-1]
-    with pytest.raises(openai.BadRequestError) as refused:
-        c.responses.input_items.list(made.id, after="msg_unknown")
-    assert refused.value.body["param"] == "after"  # type: ignore[index]
-    assert "msg_unknown" in refused.value.body["message"]  # type: ignore[index]
+    back = c.responses.input_items.list(made.id, limit=2, order="asc",
+                                        extra_query={"before": asc[3]})  # fmt: skip
+    assert [i.id for i in back.data] == asc[1:3] and back.has_more
+    assert (back.first_id, back.last_id) == (asc[1], asc[2])
+    first = c.responses.input_items.list(made.id, order="asc", extra_query={"before": asc[1]})
+    assert [i.id for i in first.data] == asc[:1] and not first.has_more
+    between = c.responses.input_items.list(made.id, order="desc", after=asc[4],
+                                           extra_query={"before": asc[1]})  # fmt: skip
+    assert [i.id for i in between.data] == asc[3:1:-1] and not between.has_more
+    for cursor in ("after", "before"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            c.responses.input_items.list(made.id, extra_query={cursor: "msg_unknown"})
+        assert refused.value.body["param"] == cursor  # type: ignore[index]
+        assert "msg_unknown" in refused.value.body["message"]  # type: ignore[index]
 
 
 def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
