@@ -331,20 +331,22 @@ class ResponsesAdapter:
         return ResponsesFold(lambda response_id: self.store.claim(request.owner, response_id))
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
-        """A stored Response as a new one: new ids, and this request's own echoed fields
-        (those outside the cache scope: metadata, store, user, previous_response_id, and
-        ``_ECHOED``'s, where the stored one echoes them)."""
+        """A stored Response as a new one: new ids, created (and completed) now, and this
+        request's own echoed fields (those outside the cache scope: metadata, store, user,
+        previous_response_id, and ``_ECHOED``'s, where the stored one echoes them)."""
         output = [
             {**item, "id": _item_id(item)} if "id" in item else item
             for item in stored.get("output") or ()
         ]
-        body = request.body
+        body, now = request.body, int(time.time())
         echoed = {k: body.get(k) for k in _ECHOED if k in stored}
+        if stored.get("completed_at") is not None:  # (as created: not the stored answer's)
+            echoed["completed_at"] = now
         return {
             **stored,
             **echoed,
             "id": _new_id("resp"),
-            "created_at": int(time.time()),
+            "created_at": now,
             "output": output,
             "metadata": body.get("metadata") or {},
             "store": body.get("store", True),
@@ -637,6 +639,8 @@ class _Events:
             "usage": None,
             "incomplete_details": None,
         }
+        if "completed_at" in response:  # (not yet, as OpenAI's stream opens)
+            self._skeleton["completed_at"] = None
 
     @property
     def numbered(self) -> dict[str, Any]:

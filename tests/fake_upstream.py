@@ -552,7 +552,7 @@ def _response(
     words = len(text.split())
     return {
         "id": f"resp_{serial}", "object": "response", "created_at": int(time.time()),
-        "status": status,
+        "completed_at": int(time.time()) if status == "completed" else None, "status": status,
         "error": {"code": "server_error", "message": "fake failure"} if status == "failed" else None,
         "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
         "instructions": body.get("instructions"),
@@ -575,7 +575,8 @@ def _response(
 
 def _response_events(response: dict[str, Any], pieces: int) -> list[dict[str, Any]]:
     """The event sequence OpenAI streams for ``response``, numbered."""
-    opening = {**response, "status": "in_progress", "output": [], "usage": None}
+    opening = {**response, "status": "in_progress", "output": [], "usage": None,
+               "completed_at": None}  # fmt: skip
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": opening},
         {"type": "response.in_progress", "response": opening},

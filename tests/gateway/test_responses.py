@@ -5,6 +5,7 @@ responses, ``previous_response_id``, tenants, and what is never served across AP
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,26 @@ def test_create_miss_then_exact_hit_as_a_new_response(gw: Gateway, upstream: Fak
     assert second.usage is not None and second.usage.output_tokens > 0
     assert upstream.stats["responses"] == 1
     assert upstream.last_body["input"] == "What is the tallest mountain?"  # forwarded as sent
+
+
+def test_a_hit_completes_when_it_is_created(gw: Gateway) -> None:
+    """A hit's ``completed_at`` is its own, as its ``created_at`` is (it kept the stored
+    answer's: a response completed before it was created, a negative latency for a client
+    that measures one), and a replayed stream opens, as OpenAI's does, with none yet (its
+    ``response.created`` said it had completed while ``in_progress``)."""
+    c = sdk(gw)
+    first, _ = create(c, input="When did this finish?")
+    assert first.completed_at is not None and first.completed_at >= first.created_at
+    time.sleep(1.1)  # (whole seconds: the hit's second is a later one)
+    hit, cache = create(c, input="When did this finish?")
+    assert cache == "exact" and hit.created_at > first.created_at
+    assert hit.completed_at is not None and hit.completed_at >= hit.created_at
+    events, cache = stream(c, input="When did this finish?")
+    assert cache == "exact" and events[0].response.completed_at is None
+    assert events[-1].response.completed_at >= events[-1].response.created_at
+    replayed = list(c.responses.retrieve(first.id, stream=True))
+    assert replayed[0].response.completed_at is None  # type: ignore[union-attr]
+    assert replayed[-1].response.completed_at == first.completed_at  # type: ignore[union-attr]
 
 
 def test_every_output_changing_parameter_is_in_the_scope(
