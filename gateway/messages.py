@@ -161,7 +161,10 @@ def messages_key(
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
     ns = request.control.namespace
     body = _keyed(request.body)
-    return chat_key(request.tenant, ns, request.model, body, context_turns, context, api=api)
+    return chat_key(
+        request.tenant, ns, request.model, body, context_turns, context, api=api,
+        non_scope=_NON_SCOPE,
+    )  # fmt: skip
 
 
 def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -349,6 +352,11 @@ _TYPES = {
 _ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "timeout_error"})
 
 
+#: The Messages fields that never change the answer (the chat side's ``NON_SCOPE_FIELDS``):
+#: ``metadata`` holds only a user id, ``service_tier`` picks capacity. OpenAI's others
+#: (``user``, ``store``, ``stream_options``, ``prompt_cache_key`` …) are unknown to this API,
+#: refused by Anthropic and by the chat bridge: they stay in the scope, as any unknown field.
+_NON_SCOPE = frozenset({"model", "stream", "metadata", "service_tier"})
 #: Documented optional fields of a Messages request that read as unset when null (the chat
 #: side's rule, semantic.keys): those cachegate checks, and those Anthropic's API reference
 #: marks nullable. Clients that send every field they know (null when unset) then share the

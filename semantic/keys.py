@@ -42,9 +42,10 @@ __all__ = [
     "salted",
 ]
 
-#: Body fields that never change the answer's content. Everything else is part of the scope,
-#: including fields cachegate does not know: an unknown field might change the answer, so two
-#: requests that differ in it must not share an entry.
+#: Body fields of the OpenAI APIs that never change the answer's content (another API names
+#: its own: ``chat_key``'s ``non_scope``). Everything else is part of the scope, including
+#: fields cachegate does not know: an unknown field might change the answer, so two requests
+#: that differ in it must not share an entry.
 NON_SCOPE_FIELDS = frozenset(
     {
         "model",
@@ -90,6 +91,7 @@ def chat_key(
     context: ContextMode = "exact",
     *,
     api: str = "chat",
+    non_scope: frozenset[str] = NON_SCOPE_FIELDS,
 ) -> CacheKey:
     """The key of a chat completion request.
 
@@ -101,10 +103,11 @@ def chat_key(
     a reworded or padded history can hit and the verifier judges whether the context is the
     same. The exact key always covers the whole conversation. ``api`` names the API whose
     answers the entry holds (another API that maps its turns to ``messages``, e.g.
-    ``"responses"``): part of the scope, so no answer is served across APIs.
+    ``"responses"``): part of the scope, so no answer is served across APIs; ``non_scope``: the
+    fields of that API that never change its answer (another API's are unknown there).
     """
     messages: list[dict[str, Any]] = [_message(m, api) for m in body.get("messages") or []]
-    params = _params(tenant, namespace, api, model, body, turns="messages")
+    params = _params(tenant, namespace, api, model, body, turns="messages", non_scope=non_scope)
     last = messages[-1] if messages else {}
     question, text_only = _text(last.get("content")) if last.get("role") == "user" else ("", False)
     semantic = text_only and bool(question.strip()) and not _INDENTED.search(question)
@@ -278,7 +281,13 @@ _encoder = msgspec.json.Encoder(order="sorted")
 
 
 def _params(
-    tenant: str, namespace: str, kind: str, model: str, body: dict[str, Any], turns: str = ""
+    tenant: str,
+    namespace: str,
+    kind: str,
+    model: str,
+    body: dict[str, Any],
+    turns: str = "",
+    non_scope: frozenset[str] = NON_SCOPE_FIELDS,
 ) -> list[Any]:
     """The fields of the scope, less ``turns`` (the field the caller hashes on its own).
 
@@ -296,7 +305,7 @@ def _params(
         # one stop sequence, as a string or a list of it: the same (OpenAI, vLLM, local)
         k: [v] if k == "stop" and isinstance(v, str) and kind in _DEFAULTS else v
         for k, v in body.items()
-        if k not in NON_SCOPE_FIELDS
+        if k not in non_scope
         and k != turns
         and not (k in unset and (v is None or _is_default(v, defaults.get(k, _NO_DEFAULT))))
     }

@@ -311,6 +311,31 @@ def test_output_changing_fields_and_headers_are_in_the_scope(
     assert ask(client, "Same question", **base).headers["x-cache"] == "exact"
 
 
+def test_openai_only_fields_are_in_the_scope_of_a_messages_request(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """``user``, ``store``, ``stream_options``, ``safety_identifier`` and ``prompt_cache_key``
+    change no chat answer, but the Messages API has no such fields: the chat bridge refuses
+    them, as Anthropic does. A hit must not answer them (was: an exact hit of the entry of the
+    request without them, where a miss is a 400); ``metadata`` is this API's own."""
+    foreign: list[dict[str, Any]] = [
+        {"user": "bob"}, {"store": True}, {"stream_options": {"include_usage": True}},
+        {"safety_identifier": "bob"}, {"prompt_cache_key": "k"},
+    ]  # fmt: skip
+    assert ask(client, "Same question", model="gpt").headers["x-cache"] == "miss"
+    for extra in foreign:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            ask(client, "Same question", model="gpt", extra_body=extra)
+        assert f"'{next(iter(extra))}' is not supported" in refused.value.message
+    assert upstream.stats["chat"] == 1
+    assert ask(client, "Same question").headers["x-cache"] == "miss"
+    for extra in foreign:
+        assert ask(client, "Same question", extra_body=extra).headers["x-cache"] == "miss", extra
+    owned = ask(client, "Same question", metadata={"user_id": "u1"}, service_tier="auto")
+    assert owned.headers["x-cache"] == "exact"
+    assert fake.stats["/v1/messages"] == 1 + len(foreign)
+
+
 def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
