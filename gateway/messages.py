@@ -383,6 +383,8 @@ def _keyed(body: dict[str, Any]) -> dict[str, Any]:
     for field in ("system", "tools"):
         if isinstance(keyed.get(field), list):
             keyed[field] = [_block_keyed(b) for b in keyed[field]]
+    if isinstance(keyed.get("system"), list):
+        keyed["system"] = _as_text(keyed["system"])
     if isinstance(keyed.get("messages"), list):
         keyed["messages"] = [
             {**m, "content": [_block_keyed(b) for b in m["content"]]}
@@ -399,8 +401,19 @@ def _block_keyed(block: Any) -> Any:
     unset = _BLOCK_NULL_IS_UNSET.get(block.get("type"), frozenset())
     keyed = {k: v for k, v in block.items() if not (v is None and k in unset)}
     if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-        keyed["content"] = [_block_keyed(b) for b in block["content"]]
+        keyed["content"] = _as_text([_block_keyed(b) for b in block["content"]])
     return keyed
+
+
+def _as_text(blocks: list[Any]) -> Any:
+    """``blocks`` (a ``system`` or a tool result's content, null fields left out) as its key
+    reads them: one text block is its text, as Anthropic documents a string there (and the chat
+    bridge reads both alike; the SDKs send either: the Vercel AI SDK a ``system`` of blocks).
+    NOTE: not an empty text, which a string may be and a text block may not."""
+    block = blocks[0] if len(blocks) == 1 else None
+    if isinstance(block, dict) and block.keys() == {"type", "text"} and block["type"] == "text":
+        return block["text"] if isinstance(block["text"], str) and block["text"] else blocks
+    return blocks
 
 
 def _anthropic_type(exc: APIError) -> str:

@@ -368,6 +368,40 @@ def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     assert fake.stats["/v1/messages"] == 3
 
 
+def test_one_text_block_for_a_system_or_a_tool_result_shares_the_entry_of_its_string(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """Anthropic documents a string ``system`` or tool result ``content`` as one text block
+    (the Vercel AI SDK sends a ``system`` of blocks, the anthropic SDK's examples a string),
+    and the chat bridge reads both alike: one request (was: a miss, and a second entry). A
+    block with more than its text (``cache_control``), or two blocks, stays apart."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    tools = [{"name": "weather", "input_schema": {"type": "object"}}]
+
+    def turns(result: Any) -> list[Any]:
+        return [{"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": result}]}]  # fmt: skip
+
+    block = {"type": "text", "text": "12 C"}
+    for model in ("claude-plain", "gpt"):
+        first = ask(
+            client, "", model=model, system="Be brief.", tools=tools, messages=turns("12 C")
+        )
+        assert first.headers["x-cache"] == "miss", model
+        blocks = [{"type": "text", "text": "Be brief."}]
+        same = ask(client, "", model=model, system=blocks, tools=tools, messages=turns([block]))
+        assert same.headers["x-cache"] == "exact", model
+        marked = [{**blocks[0], "cache_control": {"type": "ephemeral"}}]
+        other = ask(client, "", model=model, system=marked, tools=tools, messages=turns("12 C"))
+        assert other.headers["x-cache"] == "miss", model
+        two = turns([block, {"type": "text", "text": "Sunny"}])
+        both = ask(client, "", model=model, system="Be brief.", tools=tools, messages=two)
+        assert both.headers["x-cache"] == "miss", model
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 3
+
+
 def test_a_tool_results_is_error_sent_as_null_shares_the_entry_of_one_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
