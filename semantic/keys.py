@@ -303,11 +303,12 @@ def _params(
     defaults = _DEFAULTS.get(kind, {})
     fields = {
         # one stop sequence, as a string or a list of it: the same (OpenAI, vLLM, local)
-        k: [v] if k == "stop" and isinstance(v, str) and kind in _DEFAULTS else v
+        k: [v] if k == "stop" and isinstance(v, str) and kind in ("chat", "completion") else v
         for k, v in body.items()
         if k not in non_scope
         and k != turns
-        and not (k in unset and (v is None or _is_default(v, defaults.get(k, _NO_DEFAULT))))
+        and not (k in unset and v is None)
+        and not (k in defaults and _is_default(v, defaults[k]))
     }
     return [tenant, namespace, kind, model, fields]
 
@@ -337,12 +338,17 @@ _NULL_IS_UNSET = {
 
 #: Values OpenAI documents as a field's default that every backend applies too (the local
 #: model, vLLM): sent, the field left unset. Not ``temperature: 1`` nor ``top_p: 1``: the
-#: local model and vLLM sample with the model's own defaults where a request sets none.
+#: local model and vLLM sample with the model's own defaults where a request sets none. An
+#: embedding's ``encoding_format: "float"`` is the list of floats an unset one gets (the
+#: Vercel AI SDK sends it; curl users, the docs' examples, do not). Nor ``presence_penalty``
+#: or ``frequency_penalty: 0``, ``logprobs: false``, ``modalities: ["text"]``: upstreams
+#: refuse those fields whatever their value (OpenAI's reasoning models; others' penalties),
+#: and a hit must not answer what a miss would refuse.
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chat": {"n": 1, "response_format": {"type": "text"}},
     "completion": {"n": 1},
+    "embedding": {"encoding_format": "float"},
 }
-_NO_DEFAULT = object()
 
 #: Marks a JSON object whose keys are hashed in their order (see ``_canonical``).
 _ORDERED = "\x00ordered"

@@ -173,6 +173,24 @@ def test_what_changes_an_embedding_is_part_of_the_key(
     assert call(input="fresh").headers["x-cache"] == "miss"  # nothing was stored
 
 
+def test_the_default_float_format_shares_the_entry_of_a_request_that_names_it(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """An input embedded with ``encoding_format: "float"`` (the Vercel AI SDK always sends
+    it, the openai SDK on request) and one with none (curl, the API reference's example) get
+    the same list of floats: one entry (was: a miss, and a second upstream call). base64
+    stays another answer."""
+    gw = make_gateway()
+    named = embed(gw, "same text")  # encoding_format="float"
+    assert named.headers["x-cache"] == "miss" and upstream.last_body["encoding_format"] == "float"
+    plain = gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": "same text"})
+    assert plain.headers["x-cache"] == "exact"
+    assert plain.json()["data"][0]["embedding"] == named.parse().data[0].embedding
+    assert upstream.stats["embeddings"] == 1
+    b64 = sdk(gw).embeddings.with_raw_response.create(model="fake-model", input="same text")
+    assert b64.headers["x-cache"] == "miss" and upstream.stats["embeddings"] == 2
+
+
 def test_bad_inputs_and_upstream_failures_are_clear_and_cache_nothing(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
