@@ -471,17 +471,21 @@ def _embeddings(body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any] | 
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}  # fmt: skip
 
 
+def _too_long(param: str, limit: int, size: int) -> dict[str, Any]:
+    """OpenAI's error for a string parameter over its maximum length."""
+    return {"message": f"Invalid '{param}': string too long. Expected a string with "
+            f"maximum length {limit}, but got a string with length {size} instead.",
+            "type": "invalid_request_error", "param": param,
+            "code": "string_above_max_length"}  # fmt: skip
+
+
 def _long_call_id(body: dict[str, Any]) -> dict[str, Any] | None:
     """OpenAI's error for a tool call id over 40 characters (as another provider's may be)."""
     for i, message in enumerate(body.get("messages") or ()):
         for k, call in enumerate(message.get("tool_calls") or ()):
             size = len(str(call.get("id") or ""))
             if size > 40:
-                param = f"messages[{i}].tool_calls[{k}].id"
-                return {"message": f"Invalid '{param}': string too long. Expected a string with "
-                        f"maximum length 40, but got a string with length {size} instead.",
-                        "type": "invalid_request_error", "param": param,
-                        "code": "string_above_max_length"}  # fmt: skip
+                return _too_long(f"messages[{i}].tool_calls[{k}].id", 40, size)
     return None
 
 
@@ -490,11 +494,7 @@ def _long_description(body: dict[str, Any]) -> dict[str, Any] | None:
     for i, tool in enumerate(body.get("tools") or ()):
         size = len(str((tool.get("function") or {}).get("description") or ""))
         if size > 1024:
-            param = f"tools[{i}].function.description"
-            return {"message": f"Invalid '{param}': string too long. Expected a string with "
-                    f"maximum length 1024, but got a string with length {size} instead.",
-                    "type": "invalid_request_error", "param": param,
-                    "code": "string_above_max_length"}  # fmt: skip
+            return _too_long(f"tools[{i}].function.description", 1024, size)
     return None
 
 
