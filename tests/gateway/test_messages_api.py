@@ -5,6 +5,7 @@ automatic prompt caching, cross-API scopes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -533,6 +534,33 @@ def test_an_empty_bridged_answer_has_no_content_block_json_or_streamed(
     assert upstream.stats["chat"] == 2
 
 
+async def send_chat_chunks(send: Any, model: str, chunks: list[dict[str, Any]]) -> None:
+    """Answers a chat stream as an upstream does: each of ``chunks`` (a choice's ``delta`` and
+    ``finish_reason``) in a ``chat.completion.chunk`` event, then ``[DONE]``."""
+    events = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": model,
+               "choices": [{"index": 0, "finish_reason": None, **chunk}]}
+              for chunk in chunks]  # fmt: skip
+    body = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body + b"data: [DONE]\n\n"})
+
+
+@contextmanager
+def bridged_client(app: Any, model: str, data_dir: Path) -> Iterator[anthropic.Anthropic]:
+    """An anthropic client of a gateway whose one model, ``model``, is the chat upstream
+    ``app`` (served for the while)."""
+    server = ThreadedServer(app).start()
+    upstream = {"backend": "openai", "base_url": f"{server.url}/v1", "api_key": "sk-test"}
+    text = yaml.safe_dump({"data_dir": str(data_dir), "models": {model: upstream},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    try:
+        with Gateway(load_config_text(text)) as gw:
+            yield anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
+    finally:
+        server.stop()
+
+
 class GeminiStream:
     """An upstream that streams two tool calls as Gemini's OpenAI-compatible API does: each
     call whole in one chunk, with its own id and no ``index``."""
@@ -546,38 +574,24 @@ class GeminiStream:
             {"delta": {"role": "assistant", "tool_calls": [call]}} for call in calls
         ]
         chunks.append({"delta": {}, "finish_reason": "stop"})  # (Gemini's finish for calls)
-        events = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "g",
-                   "choices": [{"index": 0, "finish_reason": None, **chunk}]}
-                  for chunk in chunks]  # fmt: skip
-        body = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
-        await send({"type": "http.response.body", "body": body + b"data: [DONE]\n\n"})
+        await send_chat_chunks(send, "g", chunks)
 
 
 def test_streamed_tool_calls_without_an_index_stay_apart(tmp_path: Path) -> None:
     """Two calls that a chat upstream streams without ``index`` (Gemini) are two ``tool_use``
     blocks, not the second's arguments run on into the first's (and its call lost)."""
-    server = ThreadedServer(GeminiStream()).start()
-    gemini = {"backend": "openai", "base_url": f"{server.url}/v1", "api_key": "sk-test"}
-    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"gemini": gemini},
-                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
     tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
-    try:
-        with Gateway(load_config_text(text)) as gw:
-            client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
-            for expected in ("miss", "exact"):  # fresh, then replayed from the cache
-                with client.messages.stream(
-                    model="gemini", max_tokens=64, tools=[tool],
-                    messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
-                ) as stream:  # fmt: skip
-                    final = stream.get_final_message()
-                assert stream.response.headers["x-cache"] == expected
-                calls = [(b.id, b.input) for b in final.content if b.type == "tool_use"]
-                assert calls == [("call_Paris", {"city": "Paris"}), ("call_Rome", {"city": "Rome"})]
-                assert final.stop_reason == "tool_use"
-    finally:
-        server.stop()
+    with bridged_client(GeminiStream(), "gemini", tmp_path) as client:
+        for expected in ("miss", "exact"):  # fresh, then replayed from the cache
+            with client.messages.stream(
+                model="gemini", max_tokens=64, tools=[tool],
+                messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+            ) as stream:  # fmt: skip
+                final = stream.get_final_message()
+            assert stream.response.headers["x-cache"] == expected
+            calls = [(b.id, b.input) for b in final.content if b.type == "tool_use"]
+            assert calls == [("call_Paris", {"city": "Paris"}), ("call_Rome", {"city": "Rome"})]
+            assert final.stop_reason == "tool_use"
 
 
 class InterleavedStream:
@@ -596,38 +610,24 @@ class InterleavedStream:
         ]  # fmt: skip
         chunks: list[dict[str, Any]] = [{"delta": {"tool_calls": [d]}} for d in deltas]
         chunks.append({"delta": {}, "finish_reason": "tool_calls"})
-        events = [{"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "v",
-                   "choices": [{"index": 0, "finish_reason": None, **chunk}]}
-                  for chunk in chunks]  # fmt: skip
-        body = b"".join(b"data: " + msgspec.json.encode(e) + b"\n\n" for e in events)
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
-        await send({"type": "http.response.body", "body": body + b"data: [DONE]\n\n"})
+        await send_chat_chunks(send, "v", chunks)
 
 
 def test_interleaved_streamed_tool_calls_stay_whole(tmp_path: Path) -> None:
     """Two indexed calls whose deltas a chat upstream interleaves are two whole ``tool_use``
     blocks: not the first cut at its first piece and the rest of each in a nameless block."""
-    server = ThreadedServer(InterleavedStream()).start()
-    model = {"backend": "openai", "base_url": f"{server.url}/v1", "api_key": "sk-test"}
-    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {"v": model},
-                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
     tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
-    try:
-        with Gateway(load_config_text(text)) as gw:
-            client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
-            for expected in ("miss", "exact"):
-                with client.messages.stream(
-                    model="v", max_tokens=64, tools=[tool],
-                    messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
-                ) as stream:  # fmt: skip
-                    final = stream.get_final_message()
-                assert stream.response.headers["x-cache"] == expected
-                calls = [(b.id, b.name, b.input) for b in final.content]
-                assert calls == [("call_Paris", "weather", {"city": "Paris"}),
-                                 ("call_Rome", "weather", {"city": "Rome"})]  # fmt: skip
-    finally:
-        server.stop()
+    with bridged_client(InterleavedStream(), "v", tmp_path) as client:
+        for expected in ("miss", "exact"):
+            with client.messages.stream(
+                model="v", max_tokens=64, tools=[tool],
+                messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+            ) as stream:  # fmt: skip
+                final = stream.get_final_message()
+            assert stream.response.headers["x-cache"] == expected
+            calls = [(b.id, b.name, b.input) for b in final.content]
+            assert calls == [("call_Paris", "weather", {"city": "Paris"}),
+                             ("call_Rome", "weather", {"city": "Rome"})]  # fmt: skip
 
 
 def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
