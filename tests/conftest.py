@@ -154,6 +154,34 @@ def make_gateway(
         gateway.stop()
 
 
+#: A Gemma-style chat template: no system role (``raise_exception`` in the template).
+NO_SYSTEM = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.fixture
+def no_system_gateway(bundled_model_dir: Path, tmp_path: Path) -> Iterator[Gateway]:
+    """A gateway whose one model, ``tiny``, is a tiny random local Llama with the bundled
+    tokenizer and a chat template that refuses a system turn (:data:`NO_SYSTEM`)."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir)
+    tokenizer.chat_template = NO_SYSTEM
+    tiny = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
+                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                       max_position_embeddings=256, tie_word_embeddings=True)  # fmt: skip
+    LlamaForCausalLM(tiny).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    settings = {"backend": "local", "source": str(tmp_path / "tiny"), "threads": 1}
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "data"), "models": {"tiny": settings},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    with Gateway(load_config_text(text)) as gateway:
+        yield gateway
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0) -> None:
     """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
     deadline = time.time() + timeout

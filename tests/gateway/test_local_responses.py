@@ -188,35 +188,20 @@ def test_an_item_the_local_model_cannot_read_is_named_as_the_client_sent_it(
 
 
 def test_a_chat_template_refusal_names_the_input_when_counted_too(
-    bundled_model_dir: Path, tmp_path: Path
+    no_system_gateway: Gateway,
 ) -> None:
     """A local model whose chat template refuses the turns (Gemma's: no system role, which
     ``instructions`` become): its 400 names ``input``, a Responses field, for an
     ``input_tokens`` count as for a create (was ``messages``, the chat form's field)."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from tests.gateway.test_messages_local import NO_SYSTEM
-
-    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir)
-    tokenizer.chat_template = NO_SYSTEM
-    tiny = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=256, tie_word_embeddings=True)  # fmt: skip
-    LlamaForCausalLM(tiny).save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
-    settings = {"backend": "local", "source": str(tmp_path / "tiny"), "threads": 1}
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "data"), "models": {"tiny": settings},
-                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
-    with Gateway(load_config_text(text)) as gateway:
-        c = sdk(gateway)
-        asked: dict[str, Any] = {"model": "tiny", "instructions": "Be brief.", "input": "hi"}
-        with pytest.raises(openai.BadRequestError) as counted:
-            c.responses.input_tokens.count(**asked)
-        with pytest.raises(openai.BadRequestError) as created:
-            c.responses.create(max_output_tokens=4, **asked)
-        for refused in (counted, created):
-            assert "System role not supported" in refused.value.message
-            assert refused.value.param == "input"
+    c = sdk(no_system_gateway)
+    asked: dict[str, Any] = {"model": "tiny", "instructions": "Be brief.", "input": "hi"}
+    with pytest.raises(openai.BadRequestError) as counted:
+        c.responses.input_tokens.count(**asked)
+    with pytest.raises(openai.BadRequestError) as created:
+        c.responses.create(max_output_tokens=4, **asked)
+    for refused in (counted, created):
+        assert "System role not supported" in refused.value.message
+        assert refused.value.param == "input"
 
 
 def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: Gateway) -> None:

@@ -195,40 +195,19 @@ def test_continue_final_message_null_is_unset(gw: Gateway) -> None:
     assert again.usage.prompt_tokens == continued.usage.prompt_tokens != anew.prompt_tokens
 
 
-#: A Gemma-style chat template: no system role (``raise_exception`` in the template).
-NO_SYSTEM = (
-    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
-    "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
-    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 def test_turns_the_chat_template_refuses_are_a_400_when_counted_too(
-    bundled_model_dir: Path, tmp_path: Path
+    no_system_gateway: Gateway,
 ) -> None:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(bundled_model_dir)
-    tokenizer.chat_template = NO_SYSTEM
-    tiny = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                       max_position_embeddings=256, tie_word_embeddings=True)  # fmt: skip
-    LlamaForCausalLM(tiny).save_pretrained(tmp_path / "tiny")
-    tokenizer.save_pretrained(tmp_path / "tiny")
-    settings = {"backend": "local", "source": str(tmp_path / "tiny"), "threads": 1}
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "data"), "models": {"tiny": settings},
-                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
-    with Gateway(load_config_text(text)) as gateway:
-        client = anthropic.Anthropic(base_url=gateway.url, api_key="unused", max_retries=0)
-        asked: dict[str, Any] = {"model": "tiny", "system": "Be brief.",
-                                 "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
-        with pytest.raises(anthropic.BadRequestError) as counted:
-            client.messages.count_tokens(**asked)
-        with pytest.raises(anthropic.BadRequestError) as created:
-            client.messages.create(max_tokens=4, **asked)
-        for refused in (counted, created):
-            assert "System role not supported" in refused.value.message
-            assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    client = anthropic.Anthropic(base_url=no_system_gateway.url, api_key="unused", max_retries=0)
+    asked: dict[str, Any] = {"model": "tiny", "system": "Be brief.",
+                             "messages": [{"role": "user", "content": "hi"}]}  # fmt: skip
+    with pytest.raises(anthropic.BadRequestError) as counted:
+        client.messages.count_tokens(**asked)
+    with pytest.raises(anthropic.BadRequestError) as created:
+        client.messages.create(max_tokens=4, **asked)
+    for refused in (counted, created):
+        assert "System role not supported" in refused.value.message
+        assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
 
 
 def test_what_the_local_model_cannot_do_is_a_400(client: anthropic.Anthropic) -> None:
