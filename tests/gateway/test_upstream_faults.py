@@ -53,6 +53,21 @@ def error_of(events: list[Any]) -> dict[str, Any]:
     return error
 
 
+def sdk_stream(gw: Any, content: str, fake: dict[str, Any]) -> tuple[str, str]:
+    """Asks ``gw`` for a stream through the openai SDK (``with_streaming_response``, for the
+    headers): the answer's ``x-cache`` and the text that the SDK read from its chunks."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    with client.chat.completions.with_streaming_response.create(
+        model="fake-model",
+        messages=[{"role": "user", "content": content}],
+        stream=True,
+        extra_body={"fake": fake},
+    ) as raw_response:
+        stream = raw_response.parse()
+        text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        return raw_response.headers["x-cache"], text
+
+
 def test_huge_number_in_a_cache_option_is_400(make_gateway: Any) -> None:
     gw = make_gateway()
     for option in ("ttl", "threshold", "max_age"):
@@ -214,18 +229,8 @@ def test_event_whose_data_spans_lines_reaches_the_sdk_whole(make_gateway: Any) -
     first = json.dumps(chunk("Hel"), indent=1)  # one JSON value over several lines
     multi = "".join(f"data: {line}\n" for line in first.split("\n")) + "\n"
     fake = sse(multi, chunk("lo", "stop"), "data: [DONE]\n\n")
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
     for expected in ("miss", "exact"):
-        with client.chat.completions.with_streaming_response.create(
-            model="fake-model",
-            messages=[{"role": "user", "content": "lines"}],
-            stream=True,
-            extra_body={"fake": fake},
-        ) as raw_response:
-            assert raw_response.headers["x-cache"] == expected
-            stream = raw_response.parse()
-            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        assert text == "Hello"
+        assert sdk_stream(gw, "lines", fake) == (expected, "Hello")
 
 
 def test_upstream_keep_alives_reach_the_client_of_a_quiet_stream(make_gateway: Any) -> None:
@@ -778,18 +783,8 @@ def test_an_event_stream_sent_as_another_type_is_streamed(
     gw = make_gateway()
     fake = sse(": opening\n\n", chunk("Hel"), chunk("lo", "stop"), "data: [DONE]\n\n")
     fake["raw"]["content_type"] = content_type
-    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
     for expected in ("miss", "exact"):
-        with client.chat.completions.with_streaming_response.create(
-            model="fake-model",
-            messages=[{"role": "user", "content": f"as {content_type}"}],
-            stream=True,
-            extra_body={"fake": fake},
-        ) as raw_response:
-            assert raw_response.headers["x-cache"] == expected
-            stream = raw_response.parse()
-            text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        assert text == "Hello"
+        assert sdk_stream(gw, f"as {content_type}", fake) == (expected, "Hello")
 
 
 class Trickled(RawUpstream):
