@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 from tests.conftest import RedisServer
@@ -17,12 +18,26 @@ from tests.e2e.conftest import ServeProcess
 from tests.fake_upstream import FakeUpstream, ThreadedServer
 
 
-def config(upstream_url: str, redis_url: str, data_dir: Path) -> str:
+def config(
+    upstream_url: str, redis_url: str, data_dir: Path, timeout: float = 1.0, **cache: Any
+) -> str:
+    """A gateway's config whose cache is the Redis at ``redis_url`` (``cache`` merged in)."""
     return yaml.safe_dump({
         "data_dir": str(data_dir),
-        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": 1.0}},
+        "cache": {"backend": "redis", "redis": {"url": redis_url, "timeout": timeout}, **cache},
         "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_url}/v1", "api_key": "sk"}},
     })  # fmt: skip
+
+
+@pytest.fixture
+def replicas_config(
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> str:
+    """The config of replicas that share ``redis_server`` (the fake upstream's counters reset)."""
+    return config(upstream_server.url, redis_server.url, tmp_path)
 
 
 def ask(replica: ServeProcess, question: str, **headers: str) -> httpx.Response:
@@ -52,16 +67,9 @@ def stored(replica: ServeProcess, n: int = 1) -> bool:
     )
 
 
-def test_replicas_share_the_cache(
-    serve: Any,
-    upstream_server: ThreadedServer,
-    upstream: FakeUpstream,
-    redis_server: RedisServer,
-    tmp_path: Path,
-) -> None:
-    text = config(upstream_server.url, redis_server.url, tmp_path)
-    a = serve(text, name="a.yaml")
-    b = serve(text, name="b.yaml")
+def test_replicas_share_the_cache(serve: Any, upstream: FakeUpstream, replicas_config: str) -> None:
+    a = serve(replicas_config, name="a.yaml")
+    b = serve(replicas_config, name="b.yaml")
     first = ask(a, "How do I change a flat tyre?")
     assert first.headers["x-cache"] == "miss" and stored(a)
     exact = eventually(
@@ -81,7 +89,7 @@ def test_replicas_share_the_cache(
     assert upstream.stats["chat"] == 1
 
     # a replica started later loads every live entry
-    c = serve(text, name="c.yaml")
+    c = serve(replicas_config, name="c.yaml")
     assert ask(c, "How do I change a flat tyre?").headers["x-cache"] == "exact"
     assert ask(c, "What is the way to change a flat tyre?").headers["x-cache"] == "semantic"
 
@@ -90,16 +98,9 @@ def test_replicas_share_the_cache(
     assert eventually(lambda: ask(c, "How can I change a flat tyre?").headers["x-cache"] == "miss")
 
 
-def test_ttl_expiry_across_replicas(
-    serve: Any,
-    upstream_server: ThreadedServer,
-    upstream: FakeUpstream,
-    redis_server: RedisServer,
-    tmp_path: Path,
-) -> None:
-    text = config(upstream_server.url, redis_server.url, tmp_path)
-    a = serve(text, name="a.yaml")
-    b = serve(text, name="b.yaml")
+def test_ttl_expiry_across_replicas(serve: Any, replicas_config: str) -> None:
+    a = serve(replicas_config, name="a.yaml")
+    b = serve(replicas_config, name="b.yaml")
     ask(a, "When was the Colosseum built?", **{"x-cache-ttl": "3"})
     assert stored(a)
     expired_at = time.monotonic() + 3.1  # (stored before this moment)
@@ -115,15 +116,10 @@ def test_ttl_expiry_across_replicas(
 
 
 def test_redis_outage_means_misses_not_errors(
-    serve: Any,
-    upstream_server: ThreadedServer,
-    upstream: FakeUpstream,
-    redis_server: RedisServer,
-    tmp_path: Path,
+    serve: Any, redis_server: RedisServer, replicas_config: str
 ) -> None:
-    text = config(upstream_server.url, redis_server.url, tmp_path)
-    a = serve(text, name="a.yaml")
-    b = serve(text, name="b.yaml")
+    a = serve(replicas_config, name="a.yaml")
+    b = serve(replicas_config, name="b.yaml")
     ask(a, "What is the speed of light?")
     assert eventually(lambda: ask(b, "What is the speed of light?").headers["x-cache"] == "exact")
     redis_server.stop()
@@ -165,13 +161,8 @@ def test_a_hung_redis_is_marked_down_once_and_skipped_until_it_answers(
     Before, it was switched back on every second, and every request in flight then tried it,
     waiting two timeouts (0.5 s here) each time: marked down again and again (its warning in
     the log each time). Checked by what the gateway did, not by timing requests."""
-    text = yaml.safe_dump({
-        "data_dir": str(tmp_path),
-        "cache": {"backend": "redis", "redis": {"url": redis_server.url, "timeout": 0.25},
-                  "semantic": {"enabled": False}},
-        "models": {"fake-model": {"backend": "openai", "base_url": f"{upstream_server.url}/v1",
-                                  "api_key": "sk"}},
-    })  # fmt: skip
+    text = config(upstream_server.url, redis_server.url, tmp_path, timeout=0.25,
+                  semantic={"enabled": False})  # fmt: skip
     gateway = serve(text)
     assert ask(gateway, "What is the speed of light?").headers["x-cache"] == "miss"
     assert stored(gateway)
