@@ -489,14 +489,20 @@ def test_history_latency_leaves_errors_out(make_gateway: Any, upstream: FakeUpst
     assert sum(p["errors"] for p in history["points"]) == 8
 
 
+def answer_body(content: str, usage: dict[str, Any] | None = None) -> str:
+    """A chat completion's JSON as an upstream sends it: ``content``, and ``usage`` if given."""
+    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
+              **({} if usage is None else {"usage": usage}),
+              "choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": content}}]}  # fmt: skip
+    return json.dumps(answer)
+
+
 def test_ledger_prices_tokens_saved(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway("prices: {fake-model: {input: 2.0, cached_input: 0.5, output: 8.0}}")
     usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100,
              "prompt_tokens_details": {"cached_tokens": 800}}  # fmt: skip
-    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
-              "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
-              "message": {"role": "assistant", "content": "cached upstream"}}]}  # fmt: skip
-    raw = {"raw": {"body": json.dumps(answer)}}
+    raw = {"raw": {"body": answer_body("cached upstream", usage)}}
     assert gw.chat("priced", fake=raw).headers["x-cache"] == "miss"
     assert gw.chat("priced", fake=raw).headers["x-cache"] == "exact"
     row = gw.http.get("/admin/stats").json()["ledger"]["default"]["fake-model"]
@@ -520,10 +526,8 @@ def test_an_absurd_usage_count_leaves_metrics_readable(
     summed into the ledger it made every later /metrics scrape fail with 500, and the account
     was left half-booked (its tokens added, its cost not)."""
     gw = make_gateway("prices: {fake-model: {input: 2.0, output: 8.0}}")
-    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
-              "usage": {"prompt_tokens": -1, "completion_tokens": 100}, "choices": [{"index": 0,
-              "finish_reason": "stop", "message": {"role": "assistant", "content": "absurd"}}]}  # fmt: skip
-    body = json.dumps(answer).replace("-1", "1" + "0" * 400)  # (JSON has no limit; Python neither)
+    answer = answer_body("absurd", {"prompt_tokens": -1, "completion_tokens": 100})
+    body = answer.replace("-1", "1" + "0" * 400)  # (JSON has no limit; Python neither)
     assert gw.chat("absurd", fake={"raw": {"body": body}}).status_code == 200
     row = ledger_row(gw)
     assert (row["model_calls"], row["input_tokens"], row["output_tokens"]) == (1, 0, 100)
@@ -543,10 +547,7 @@ def test_cached_tokens_above_the_prompt_are_booked_as_the_prompt(
     gw = make_gateway("prices: {fake-model: {input: 2.0, cached_input: 0.5, output: 8.0}}")
     usage = {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
              "prompt_tokens_details": {"cached_tokens": 5000}}  # fmt: skip
-    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
-              "usage": usage, "choices": [{"index": 0, "finish_reason": "stop",
-              "message": {"role": "assistant", "content": "over-cached"}}]}  # fmt: skip
-    raw = {"raw": {"body": json.dumps(answer)}}
+    raw = {"raw": {"body": answer_body("over-cached", usage)}}
     caplog.set_level(logging.WARNING, logger="gateway.ledger")
     ledger._cached_above_prompt.cache_clear()  # (said once a process: maybe by another test)
     for question in ("over-cached", "over-cached again"):
@@ -564,10 +565,7 @@ def test_answers_without_usage_are_still_counted(make_gateway: Any, upstream: Fa
     left out of the ledger altogether, so a cache hit on them was no call avoided and the
     model calls were not there; they count, with their tokens unknown (0)."""
     gw = make_gateway("prices: {fake-model: {input: 2.0, output: 8.0}}")
-    answer = {"id": "c1", "object": "chat.completion", "created": 1, "model": "fake-model",
-              "choices": [{"index": 0, "finish_reason": "stop",
-                           "message": {"role": "assistant", "content": "no usage"}}]}  # fmt: skip
-    raw = {"raw": {"body": json.dumps(answer)}}
+    raw = {"raw": {"body": answer_body("no usage")}}
     assert gw.chat("unmetered", fake=raw).headers["x-cache"] == "miss"
     assert gw.chat("unmetered", fake=raw).headers["x-cache"] == "exact"
     chunk = {"id": "c2", "object": "chat.completion.chunk", "created": 1, "model": "fake-model",
