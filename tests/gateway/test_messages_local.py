@@ -226,21 +226,28 @@ def test_what_the_local_model_cannot_do_is_a_400(client: anthropic.Anthropic) ->
     assert "stop" in refused.value.message and "64" in refused.value.message
 
 
+#: A conversation that used a tool (a ``tool_use`` block and its result): the local model has
+#: no tools, so it refuses it.
+TOOL_TURNS: list[Any] = [
+    {"role": "user", "content": "Weather?"},
+    {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}]},
+    {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}]},
+]  # fmt: skip
+
+
 def test_the_local_models_refusals_name_the_fields_the_client_sent(
     client: anthropic.Anthropic,
 ) -> None:
     """The local model checks the chat form of the request; its 400 names the Messages field
     (was "stop takes up to 64 …" for stop_sequences, "'messages[1].tool_calls'" for a
     tool_use block), JSON and streamed alike."""
-    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}
-    used = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [call]},
-            {"role": "user", "content": [result]}]  # fmt: skip
     hi = [{"role": "user", "content": "hi"}]
     cases: list[tuple[list[Any], dict[str, Any], str]] = [
         (hi, {"stop_sequences": ["z"] * 65}, "stop_sequences takes up to 64 non-empty strings"),
         (hi, {"stop_sequences": [""]}, "stop_sequences takes up to 64 non-empty strings"),
-        (used, {}, "'tool_use' is not supported by the local model."),
+        (TOOL_TURNS, {}, "'tool_use' is not supported by the local model."),
     ]
     for messages, extra, message in cases:
         for stream in (False, True):
@@ -257,14 +264,10 @@ def test_count_tokens_refusals_name_the_fields_the_client_sent(
 ) -> None:
     """``count_tokens`` refuses what a create refuses, in the same words (was "stop takes up
     to 64 …" and "'messages[1].tool_calls' …": the chat form's fields)."""
-    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
-    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}
-    used = [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": [call]},
-            {"role": "user", "content": [result]}]  # fmt: skip
     hi = [{"role": "user", "content": "hi"}]
     cases: list[tuple[list[Any], dict[str, Any], str]] = [
         (hi, {"stop_sequences": ["z"] * 65}, "stop_sequences takes up to 64 non-empty strings"),
-        (used, {}, "'tool_use' is not supported by the local model."),
+        (TOOL_TURNS, {}, "'tool_use' is not supported by the local model."),
     ]
     for messages, extra, message in cases:
         with pytest.raises(anthropic.BadRequestError) as refused:
