@@ -78,6 +78,11 @@ def ask(client: anthropic.Anthropic, question: str, **kwargs: Any) -> Any:
     return client.messages.with_raw_response.create(**params)
 
 
+def invalid_request(message: str) -> dict[str, Any]:
+    """The body of an Anthropic ``invalid_request_error`` that says ``message``."""
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
 def test_create_then_exact_hit_never_reaches_upstream(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
@@ -185,8 +190,7 @@ def test_validation_errors_use_anthropics_body(gw: Gateway, fake: FakeAnthropic)
     for body, message in cases:
         response = gw.http.post("/v1/messages", json=body)
         assert response.status_code == 400
-        assert response.json() == {
-            "type": "error", "error": {"type": "invalid_request_error", "message": message}}  # fmt: skip
+        assert response.json() == invalid_request(message)
     response = gw.http.post("/v1/messages", content=b"{nope")
     assert response.status_code == 400 and response.json()["type"] == "error"
     assert fake.stats["/v1/messages"] == 0
@@ -738,9 +742,9 @@ def test_what_a_bridged_model_cannot_read_is_named_in_a_plain_400(
     with pytest.raises(anthropic.BadRequestError) as refused:
         ask(client, "", model="gpt",
             messages=[{"role": "user", "content": [image, {"type": "text", "text": "What?"}]}])  # fmt: skip
-    assert refused.value.body == {"type": "error", "error": {
-        "type": "invalid_request_error",
-        "message": "Content blocks of type 'image' are not supported by this model."}}  # fmt: skip
+    assert refused.value.body == invalid_request(
+        "Content blocks of type 'image' are not supported by this model."
+    )
     assert upstream.stats["chat"] == 0
 
 
@@ -773,10 +777,10 @@ def test_a_bridged_upstreams_400_names_the_clients_own_turn(
         with pytest.raises(anthropic.BadRequestError) as refused:
             ask(client, "", model="gpt", system="Be brief.", tools=[tool], messages=messages,
                 stream=stream)  # fmt: skip
-        assert refused.value.body == {"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": "Invalid 'messages[3].content[3].id': string too long. Expected a "
-                       "string with maximum length 40, but got a string with length 50 instead."}}  # fmt: skip
+        assert refused.value.body == invalid_request(
+            "Invalid 'messages[3].content[3].id': string too long. Expected a string with "
+            "maximum length 40, but got a string with length 50 instead."
+        )
     assert upstream.stats["chat"] == 2
 
 
@@ -792,10 +796,10 @@ def test_a_bridged_upstreams_400_names_the_clients_tool_field(
     for stream in (False, True):
         with pytest.raises(anthropic.BadRequestError) as refused:
             ask(client, "List the files.", model="gpt", tools=tools, stream=stream)
-        assert refused.value.body == {"type": "error", "error": {
-            "type": "invalid_request_error",
-            "message": "Invalid 'tools[1].description': string too long. Expected a string with "
-                       "maximum length 1024, but got a string with length 1320 instead."}}  # fmt: skip
+        assert refused.value.body == invalid_request(
+            "Invalid 'tools[1].description': string too long. Expected a string with "
+            "maximum length 1024, but got a string with length 1320 instead."
+        )
     assert upstream.stats["chat"] == 2
 
 

@@ -16,6 +16,7 @@ import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway
+from tests.gateway.test_messages_api import invalid_request
 
 MODEL = "smollm2"
 SYSTEM = "You are a concise assistant for the ACME hardware store. " * 6
@@ -253,10 +254,7 @@ def test_the_local_models_refusals_name_the_fields_the_client_sent(
         for stream in (False, True):
             with pytest.raises(anthropic.BadRequestError) as refused:
                 create(client, messages, stream=stream, **extra)
-            assert refused.value.body == {
-                "type": "error",
-                "error": {"type": "invalid_request_error", "message": message},
-            }
+            assert refused.value.body == invalid_request(message)
 
 
 def test_count_tokens_refusals_name_the_fields_the_client_sent(
@@ -274,10 +272,7 @@ def test_count_tokens_refusals_name_the_fields_the_client_sent(
             client.messages.count_tokens(
                 model=MODEL, system=SYSTEM, messages=messages, extra_body=extra
             )
-        assert refused.value.body == {
-            "type": "error",
-            "error": {"type": "invalid_request_error", "message": message},
-        }
+        assert refused.value.body == invalid_request(message)
 
 
 def test_message_start_reports_the_prompts_tokens(client: anthropic.Anthropic) -> None:
