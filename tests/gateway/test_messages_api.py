@@ -565,6 +565,18 @@ def bridged_client(app: Any, model: str, data_dir: Path) -> Iterator[anthropic.A
         server.stop()
 
 
+def ask_for_two_calls(client: anthropic.Anthropic, model: str) -> tuple[str, Any]:
+    """Asks ``model`` in a stream for the weather in two cities, with a weather tool: the
+    answer's ``x-cache`` and its final message."""
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    with client.messages.stream(
+        model=model, max_tokens=64, tools=[tool],
+        messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
+    ) as stream:  # fmt: skip
+        final = stream.get_final_message()
+    return stream.response.headers["x-cache"], final
+
+
 class GeminiStream:
     """An upstream that streams two tool calls as Gemini's OpenAI-compatible API does: each
     call whole in one chunk, with its own id and no ``index``."""
@@ -584,15 +596,10 @@ class GeminiStream:
 def test_streamed_tool_calls_without_an_index_stay_apart(tmp_path: Path) -> None:
     """Two calls that a chat upstream streams without ``index`` (Gemini) are two ``tool_use``
     blocks, not the second's arguments run on into the first's (and its call lost)."""
-    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
     with bridged_client(GeminiStream(), "gemini", tmp_path) as client:
         for expected in ("miss", "exact"):  # fresh, then replayed from the cache
-            with client.messages.stream(
-                model="gemini", max_tokens=64, tools=[tool],
-                messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
-            ) as stream:  # fmt: skip
-                final = stream.get_final_message()
-            assert stream.response.headers["x-cache"] == expected
+            cache, final = ask_for_two_calls(client, "gemini")
+            assert cache == expected
             calls = [(b.id, b.input) for b in final.content if b.type == "tool_use"]
             assert calls == [("call_Paris", {"city": "Paris"}), ("call_Rome", {"city": "Rome"})]
             assert final.stop_reason == "tool_use"
@@ -620,15 +627,10 @@ class InterleavedStream:
 def test_interleaved_streamed_tool_calls_stay_whole(tmp_path: Path) -> None:
     """Two indexed calls whose deltas a chat upstream interleaves are two whole ``tool_use``
     blocks: not the first cut at its first piece and the rest of each in a nameless block."""
-    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
     with bridged_client(InterleavedStream(), "v", tmp_path) as client:
         for expected in ("miss", "exact"):
-            with client.messages.stream(
-                model="v", max_tokens=64, tools=[tool],
-                messages=[{"role": "user", "content": "Weather in Paris and Rome?"}],
-            ) as stream:  # fmt: skip
-                final = stream.get_final_message()
-            assert stream.response.headers["x-cache"] == expected
+            cache, final = ask_for_two_calls(client, "v")
+            assert cache == expected
             calls = [(b.id, b.name, b.input) for b in final.content]
             assert calls == [("call_Paris", "weather", {"city": "Paris"}),
                              ("call_Rome", "weather", {"city": "Rome"})]  # fmt: skip
