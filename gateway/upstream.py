@@ -205,6 +205,20 @@ class UpstreamBackend:
     async def ready(self) -> bool:
         return True
 
+    async def answers(self) -> bool:
+        """Whether the upstream answers ``GET /models`` (with any status) within
+        ``timeout.connect`` (or ``read``, if shorter): one whose request timed out but that
+        answers this is slow (a generation longer than ``timeout.read``), not hung."""
+        auth = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        t = self.config.timeout
+        try:
+            await self._client.get(
+                self._url("models"), headers=auth, timeout=min(t.connect, t.read)
+            )
+        except httpx.HTTPError:
+            return False
+        return True
+
     @property
     def failure(self) -> str | None:
         return None
@@ -578,6 +592,8 @@ class ReplicatedBackend:
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
+                if await self._down(route.replica, exc):
+                    self.router.mark_down(route.replica, self.config.routing.down_for)
                 if route.reason == "pinned":  # no other replica holds what it refers to
                     raise self._pinned_failed(route.replica, exc, request) from None
                 retries = self._again(route.replica, exc, len(tried), retries, request.retries)
@@ -613,7 +629,6 @@ class ReplicatedBackend:
         conversation held here the request goes on without it, on another replica."""
         if not exc.replica_unhealthy:
             return exc
-        self.router.mark_down(replica, self.config.routing.down_for)
         if request.standalone is None:
             return exc
         self._failover(replica, exc)
@@ -627,10 +642,6 @@ class ReplicatedBackend:
         others_left = tried < len(self._replicas)
         if exc.code == "previous_response_not_found" and others_left:
             return retries  # made by a replica this process did not see make it: ask the next
-        if exc.replica_unhealthy:
-            # e.g. a worker whose model failed to load answers 503 to everything:
-            # without this, prefix affinity would keep choosing it first.
-            self.router.mark_down(replica, self.config.routing.down_for)
         # 503: the replica refused the work, so like a refused connection, another
         # replica gets the request whatever max_retries says; so does one that waited
         # in vain for a connection to this replica (max_connections): never sent.
@@ -645,6 +656,20 @@ class ReplicatedBackend:
         if exc.retryable and retries:  # retried on other replicas already
             exc.final()
         raise exc
+
+    async def _down(self, replica: int, exc: UpstreamError) -> bool:
+        """Whether ``exc`` shows ``replica`` unhealthy, to be avoided for ``down_for``: e.g.
+        a worker whose model failed to load answers 503 to everything (without this, prefix
+        affinity would keep choosing it first).
+
+        NOTE: a timeout alone does not tell a hung replica from a slow answer (a non-streamed
+        generation longer than ``timeout.read``, which sends nothing until it is done): only
+        one that does not answer ``GET /models`` either is down. One long generation marked
+        every replica it failed over to down, and each forgot its prefixes.
+        """
+        if not exc.replica_unhealthy:
+            return False
+        return exc.code != "upstream_timeout" or not await self._replicas[replica].answers()
 
     def _broken(self, replica: int, exc: UpstreamError) -> None:
         """A stream from ``replica`` failed after its first event: a replica that stopped

@@ -511,6 +511,29 @@ def test_replica_that_accepts_but_never_answers_is_avoided(
             gw.stop()
 
 
+def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A non-streamed answer sends nothing until it is done: one slower than ``timeout.read``
+    times out on each replica it fails over to, but they answer ``GET /models``: slow, not
+    hung. It marked every replica down, and each forgot its prefixes."""
+    with with_a_second(upstream_server, tmp_path, "max_retries: 1, timeout: {read: 0.5}") as (
+        gw, second,
+    ):  # fmt: skip
+        ask_support(gw, 1)  # (remembered by one replica)
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as timed_out:
+            client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "write a novel"}],
+                extra_body={"fake": {"delay": 2}},
+            )  # fmt: skip
+        assert timed_out.value.status_code == 504
+        assert upstream.stats["chat"] + second.app.stats["chat"] == 3  # (it failed over)
+        replicas = routing_stats(gw)["replicas"]
+        assert [r["down"] for r in replicas] == [False, False]
+        assert sum(r["remembered_bytes"] for r in replicas) > 0
+
+
 def test_an_error_not_retried_does_not_tell_clients_to_stop(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
@@ -638,7 +661,8 @@ def test_a_replica_whose_streams_hang_after_their_headers_is_avoided(
             response = gw.http.post("/v1/chat/completions", json=body)
             assert response.status_code == 200 and response.text.endswith("data: [DONE]\n\n")
         # its first stream failed over before any byte reached the client; then it is down
-        assert upstream.stats["chat"] == 4 and hung.app.calls <= 1
+        # (the second call: the GET /models that found it hung, not slow)
+        assert upstream.stats["chat"] == 4 and hung.app.calls <= 2
         assert routing_stats(gw)["replicas"][0]["down"]
     finally:
         gw.stop()
