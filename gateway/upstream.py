@@ -538,13 +538,26 @@ class ReplicatedBackend:
     async def delete_response(
         self, request: GatewayRequest, response_id: str, auth: str | None = None
     ) -> bool:
-        """At the replica that made it (or, not known here, at each until one holds it)."""
+        """At the replica that made it (or, not known here, at each until one holds it).
+
+        NOTE: a replica that may hold it but cannot say (unreachable, 502-504, timed out: a
+        killed worker) keeps its copy, so nothing is deleted: a retryable 503 rather than
+        that replica's 502, which told the SDKs not to retry (``x-should-retry: false``).
+        """
         made = self._made.get(response_id)
         order = sorted(range(len(self._replicas)), key=lambda i: i != made)
+        unanswered = False
         for i in order:
-            if await self._replicas[i].delete_response(request, response_id, auth):
-                self._made.pop(response_id, None)
-                return True
+            try:
+                if await self._replicas[i].delete_response(request, response_id, auth):
+                    self._made.pop(response_id, None)
+                    return True
+            except UpstreamError as exc:
+                if not exc.replica_unhealthy:
+                    raise
+                unanswered = True
+        if unanswered:
+            raise _holder_unavailable(self.name, response_id, self.config.routing.down_for)
         return False
 
     async def start(self) -> None:
@@ -1418,6 +1431,16 @@ def _not_held(response_id: Any) -> UpstreamError:
     return UpstreamError(
         400, message, param="previous_response_id", code="previous_response_not_found"
     )
+
+
+def _holder_unavailable(name: str, response_id: str, down_for: float) -> UpstreamError:
+    """A delete that a replica which may hold the response could not answer."""
+    message = (
+        f"The replica of model '{name}' that may hold response '{response_id}' is unavailable; "
+        "nothing was deleted. Send the delete again (a restarted worker holds no responses)."
+    )
+    retry_after = {"retry-after": str(max(1, math.ceil(down_for)))}
+    return UpstreamError(503, message, code="upstream_unavailable", headers=retry_after)
 
 
 def _busy(name: str, connections: int) -> APIError:

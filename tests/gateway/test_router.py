@@ -615,6 +615,39 @@ def test_a_follow_up_whose_replica_died_goes_on_with_the_conversation_elsewhere(
         assert routing_stats(gw)["replicas"][1]["down"]
 
 
+def test_deleting_a_response_whose_replica_died_is_a_503_to_send_again(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The replica that made it cannot say whether it still holds it: nothing is deleted, and
+    the SDK may retry (it was a 502 with ``x-should-retry: false``); once the worker is back
+    (holding no responses), the delete goes through."""
+    with with_a_second(upstream_server, tmp_path, "routing: {down_for: 7}") as (gw, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        second.app._serial = 10**6  # (the fakes number their ids alike: resp_1, ...)
+        made = ""
+        for n in range(8):  # until one is made by the second replica (new prompts alternate)
+            made = client.responses.create(model="fake-model", input=f"topic {n}" * 20).id
+            if second.app.stats["responses"]:
+                break
+        assert second.app.stats["responses"] == 1
+        second.stop()  # (a killed worker)
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.responses.delete(made)
+        error = refused.value
+        assert error.status_code == 503 and error.code == "upstream_unavailable"
+        assert "nothing was deleted" in error.message and made in error.message
+        assert error.response.headers["retry-after"] == "7"
+        assert "x-should-retry" not in error.response.headers
+        assert client.responses.retrieve(made).id == made  # kept here too
+        second = ThreadedServer(FakeUpstream(), port=second.port).start()  # restarted, empty
+        try:
+            client.responses.delete(made)
+            with pytest.raises(openai.NotFoundError):
+                client.responses.retrieve(made)
+        finally:
+            second.stop()
+
+
 def test_a_pinned_follow_up_whose_replica_fails_gets_that_failure_without_the_conversation(
     tmp_path: Path,
 ) -> None:
