@@ -81,6 +81,9 @@ class GatewayRequest:
     #: Seconds within which the gateway in front must hear from a stream
     #: (``x-cachegate-keepalive``); None: no gateway in front asked.
     keepalive: float | None = None
+    #: Not worth waiting for a model still loading (``x-cachegate-if-ready``): the gateway in
+    #: front has other replicas to send it to.
+    if_ready: bool = False
     #: The client's ``OpenAI-Organization`` / ``OpenAI-Project`` headers: sent upstream with
     #: the client's own key (when the gateway forwards it), never with the gateway's.
     account: tuple[tuple[str, str], ...] = ()

@@ -149,7 +149,7 @@ class LocalBackend:
     # -- Backend ---------------------------------------------------------------------------
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        engine = await self._ready_engine()
+        engine = await self._ready_engine(request.if_ready)
         job = await self._prepare(engine.engine, request)
         try:
             completion = await engine.complete(job)
@@ -158,7 +158,7 @@ class LocalBackend:
         return Answer(_response(request, self.name, completion))
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
-        engine = await self._ready_engine()
+        engine = await self._ready_engine(request.if_ready)
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
         every = max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, request.keepalive or _KEEPALIVE_EVERY))
         return LocalStream(request, self.name, job, engine.stream(job), keepalive=every)
@@ -166,7 +166,7 @@ class LocalBackend:
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``,
         ``/v1/responses/input_tokens``); a 400 for what a create would refuse (tools, ...)."""
-        engine = await self._ready_engine()
+        engine = await self._ready_engine(request.if_ready)
         _sampling(request.body, request.kind)
         try:
             max_tokens = _max_tokens(request.body)
@@ -246,9 +246,16 @@ class LocalBackend:
         self._engine.start()
         log.info("local model %s loaded in %.1fs", self.name, time.perf_counter() - started)
 
-    async def _ready_engine(self) -> AsyncEngine:
-        if self._engine is None and self._loader is not None and self._error is None:
-            await asyncio.shield(self._loader)
+    async def _ready_engine(self, if_ready: bool = False) -> AsyncEngine:
+        """The engine, once loaded; ``if_ready``: a 503 at once while it loads (the gateway in
+        front has other replicas: a restarted worker took their requests and kept them
+        waiting for its load)."""
+        loader = self._loader if self._engine is None and self._error is None else None
+        if loader is not None and if_ready and not self._closed:
+            raise APIError(503, f"The local model `{self.name}` is still loading.",
+                           code="model_loading")  # fmt: skip
+        if loader is not None:
+            await asyncio.shield(loader)
         if self._engine is None:
             raise APIError(
                 503,

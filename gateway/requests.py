@@ -22,6 +22,7 @@ from .errors import NO_RETRY, APIError
 __all__ = [
     "ACCOUNT_HEADERS",
     "HOPS_HEADER",
+    "IF_READY_HEADER",
     "KEEPALIVE_HEADER",
     "MAX_EMBEDDING_INPUTS",
     "MAX_HOPS",
@@ -58,6 +59,9 @@ PARTITION_HEADER = "x-cachegate-partition"
 #: Seconds within which the gateway in front must hear from a stream (its ``timeout.read``,
 #: with room to spare): a local model sends its keep-alive comment at least this often.
 KEEPALIVE_HEADER = "x-cachegate-keepalive"
+#: Sent (``1``) by a gateway that has other replicas to try: a local model still loading
+#: answers ``503 model_loading`` at once instead of making the request wait for the load.
+IF_READY_HEADER = "x-cachegate-if-ready"
 #: Which of a key's organizations and projects pays for (and may see) a request.
 ACCOUNT_HEADERS = ("openai-organization", "openai-project")
 
@@ -236,6 +240,7 @@ def gateway_request(
         hops=_hops(headers.get(HOPS_HEADER)),
         partition=partition,
         keepalive=_keepalive(headers.get(KEEPALIVE_HEADER)),
+        if_ready=headers.get(IF_READY_HEADER) == "1",
         account=tuple((h, headers[h]) for h in ACCOUNT_HEADERS if headers.get(h)),
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import email.utils
 import functools
 import hashlib
@@ -33,6 +34,7 @@ from .http11 import HANDLED, HTTP11Transport, StaleConnection
 from .readahead import ReadAhead
 from .requests import (
     HOPS_HEADER,
+    IF_READY_HEADER,
     KEEPALIVE_HEADER,
     PARTITION_HEADER,
     GatewayRequest,
@@ -263,6 +265,8 @@ class UpstreamBackend:
             KEEPALIVE_HEADER: f"{self.config.timeout.read / _KEEPALIVE_SHARE:g}",
             PARTITION_HEADER: tenant_partition(request.tenant, self.config.api_key),
         }
+        if request.if_ready:
+            headers[IF_READY_HEADER] = "1"
         control = request.control
         directives = [d for d, on in (("no-cache", control.no_cache), ("no-store", control.no_store))
                       if on]  # fmt: skip
@@ -508,20 +512,18 @@ class ReplicatedBackend:
         self._made: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        answer: Answer = await self._routed(
-            request, lambda b: b.complete(request, auth), stream=False
-        )
+        answer: Answer = await self._routed(request, lambda b, r: b.complete(r, auth), stream=False)
         return answer
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:
         stream: BackendStream = await self._routed(
-            request, lambda b: b.open_stream(request, auth), stream=True
+            request, lambda b, r: b.open_stream(r, auth), stream=True
         )
         return stream
 
     async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
         answer: Answer = await self._routed(
-            request, lambda b: b.count_input_tokens(request, auth), stream=False
+            request, lambda b, r: b.count_input_tokens(r, auth), stream=False
         )
         return answer
 
@@ -587,7 +589,9 @@ class ReplicatedBackend:
 
         NOTE: each replica makes one attempt (its own retries are off). A replica that does not
         accept the connection never saw the request, so the next replica always gets it; a 5xx
-        or 429 goes to another replica at most ``max_retries`` times.
+        or 429 goes to another replica at most ``max_retries`` times. While another replica is
+        left to try, a cachegate worker still loading its model answers 503 at once
+        (``if_ready``) instead of holding the request until it has loaded.
         """
         prompt = prompt_text(request.body, request.kind)
         responses = request.kind == "responses"
@@ -598,8 +602,10 @@ class ReplicatedBackend:
             route = self.router.choose(
                 prompt, exclude=frozenset(tried), pinned=pinned, tenant=request.tenant
             )
+            last = route.reason == "pinned" or len(tried) + 1 >= len(self._replicas)
+            asked = request if last else dataclasses.replace(request, if_ready=True)
             try:
-                result = await call(self._replicas[route.replica])
+                result = await call(self._replicas[route.replica], asked)
                 # (a replica that sends its stream's headers and hangs fails over here)
                 primed = await _Primed.of(result) if stream else None
             except UpstreamError as exc:

@@ -777,3 +777,68 @@ def test_answers_cached_under_other_model_defaults_are_not_served(
     window = prompt_tokens[0] + 2
     assert ask(5, max_context=window) == ("miss", 2)
     assert ask(5, max_context=window + 8) == ("miss", 5)  # was ("exact", 2)
+
+
+def test_a_worker_still_loading_gets_no_requests_while_another_is_ready(
+    bundled_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two ``cachegate worker``s behind a gateway; the second (restarted, say) still loads its
+    model: it took its share of the requests, each waiting for the load though the first was
+    idle. It answers 503 at once, and the other takes them; the last replica left to try
+    waits as before. Once loaded (and ``down_for`` over) it serves again."""
+    import threading
+
+    import gateway.local
+    from gateway.runtime import Runtime
+
+    release = threading.Event()
+    load = gateway.local._load_and_warm
+
+    def gated(config: Any) -> Any:
+        if Path(config.data_dir).parent.name == "loading":
+            assert release.wait(60)
+        return load(config)
+
+    monkeypatch.setattr(gateway.local, "_load_and_warm", gated)
+    workers = []
+    for name in ("ready", "loading"):
+        settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / name / "data"))
+        del settings["auth"]
+        config = load_config_text(yaml.safe_dump(settings))
+        runtime = Runtime.build(config, worker=True)
+        workers.append(Gateway(config, runtime=runtime, wait=name == "ready"))
+    replicas = [f"{w.url}/v1" for w in workers]
+    front = {"data_dir": str(tmp_path / "front"), "cache": {"enabled": False},
+             "models": {MODEL: {"backend": "openai", "replicas": replicas, "max_retries": 0,
+                                "routing": {"policy": "round_robin", "down_for": 0.5}}}}  # fmt: skip
+    gw = Gateway(load_config_text(yaml.safe_dump(front)))
+
+    def served(worker: Gateway) -> float:
+        metrics = worker.http.get("/metrics", headers=ADMIN).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("cachegate_requests_total{") and 'status="200"' in line)  # fmt: skip
+
+    try:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0, timeout=20)
+        for i in range(4):
+            started = time.monotonic()
+            answer = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=2
+            )
+            assert answer.choices[0].message.content is not None
+            assert time.monotonic() - started < 15  # (not held until the load is over)
+            time.sleep(0.6)  # (down_for over: it is asked again, still loading)
+        assert served(workers[0]) == 4 and served(workers[1]) == 0
+        release.set()
+        workers[1].wait_ready()
+        time.sleep(0.6)
+        for i in range(2):  # round robin: one of these goes to it
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"Then {i}"}], max_tokens=2
+            )
+        assert served(workers[1]) >= 1
+    finally:
+        release.set()
+        gw.stop()
+        for worker in workers:
+            worker.stop()
