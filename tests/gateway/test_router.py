@@ -534,6 +534,25 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
         assert sum(r["remembered_bytes"] for r in replicas) > 0
 
 
+def test_readyz_stays_200_with_every_replica_down(tmp_path: Path, refused_url: str) -> None:
+    """Every gateway replica sees the same workers: a 503 would pull them all from the load
+    balancer at once, cache hits and other models too (as Redis down keeps it 200)."""
+    import socket
+
+    with socket.socket() as other:  # (bound, not listening: refused)
+        other.bind(("127.0.0.1", 0))
+        urls = [refused_url, f"http://127.0.0.1:{other.getsockname()[1]}/v1"]
+        gw = replicated(tmp_path, urls)
+        try:
+            failed = gw.chat("anyone there?")
+            assert failed.status_code == 502 and "upstream_unreachable" in failed.text
+            assert [r["down"] for r in routing_stats(gw)["replicas"]] == [True, True]
+            ready = gw.http.get("/readyz")
+            assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        finally:
+            gw.stop()
+
+
 def test_an_error_not_retried_does_not_tell_clients_to_stop(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path, refused_url: str
 ) -> None:
