@@ -4,7 +4,8 @@
 mechanism the Responses API uses: the tier walk sends such a backend the chat request that
 means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``, ``tool_result`` →
 ``tool`` messages, their text after ``Error: `` when ``is_error``, ``stop_sequences`` →
-``stop``, ``tool_choice``'s ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``;
+``stop``, ``tool_choice``'s ``disable_parallel_tool_use`` → ``parallel_tool_calls: false``,
+``output_config``'s ``format`` → a ``json_schema`` ``response_format``;
 ``top_k`` goes in the request's ``top_k``, which the local model honours and an upstream is
 not sent, as OpenAI refuses the field) and renders the chat answer back as a Messages answer,
 JSON or SSE. Plain string turns stay strings, so the local model's chat template
@@ -52,7 +53,7 @@ _encode = msgspec.json.encode
 #: for in a way a chat model cannot honour, so it is refused rather than dropped.
 _CARRIED = frozenset({
     "model", "max_tokens", "messages", "system", "stop_sequences", "temperature", "top_p",
-    "top_k", "stream", "tools", "tool_choice", "metadata", "service_tier",
+    "top_k", "stream", "tools", "tool_choice", "metadata", "service_tier", "output_config",
 })  # fmt: skip
 #: Other fields with the value that asks for what a chat model does anyway: accepted, not sent.
 _DEFAULTS = {"thinking": {"type": "disabled"}}
@@ -61,7 +62,8 @@ _DEFAULTS = {"thinking": {"type": "disabled"}}
 _HINTS = frozenset({"cache_control"})
 #: Chat fields an error may name, as a Messages request calls them (``max_tokens`` goes to an
 #: upstream that refuses it as ``max_completion_tokens``: pipeline._renamed).
-_PARAMS = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens"}
+_PARAMS = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens",
+           "response_format": "output_config.format"}  # fmt: skip
 #: A chat message's ``tool_calls``: what the bridge made of ``tool_use`` blocks.
 _TOOL_CALLS = re.compile(r"messages\[\d+\]\.tool_calls")
 #: A chat message named in an error: ``messages[2]``, or ``messages.[2]`` as OpenAI writes some;
@@ -156,6 +158,8 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
             chat[field] = body[field]
     if body.get("stop_sequences"):
         chat["stop"] = list(body["stop_sequences"])
+    if body.get("output_config") is not None:
+        chat.update(_output_config(body["output_config"]))
     if body.get("tools"):
         chat["tools"] = [_tool(t) for t in body["tools"]]
     choice = body.get("tool_choice")
@@ -489,6 +493,27 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     return {"type": "function", "function": function}
 
 
+def _output_config(config: Any) -> dict[str, Any]:
+    """``output_config`` as chat fields: its ``format`` (structured outputs, what the anthropic
+    SDK's ``messages.parse`` sends) as a ``json_schema`` ``response_format``. NOTE: not
+    ``strict``, which OpenAI grants only to schemas whose every property is required (the
+    SDK leaves fields with a default out of ``required``). An ``effort`` is refused."""
+    if not isinstance(config, dict):
+        raise _invalid("output_config: Input should be a valid dictionary")
+    for field, value in config.items():
+        if field != "format" and value is not None:
+            raise _unsupported(f"'output_config.{field}'")
+    fmt = config.get("format")
+    if fmt is None:
+        return {}
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        raise _invalid("output_config.format.type: Input should be 'json_schema'")
+    if not isinstance(fmt.get("schema"), dict):
+        raise _invalid("output_config.format.schema: Input should be a valid dictionary")
+    schema = {"name": "output", "schema": fmt["schema"]}
+    return {"response_format": {"type": "json_schema", "json_schema": schema}}
+
+
 def _tool_choice(choice: dict[str, Any]) -> Any:
     kind = choice["type"]
     if kind == "tool":
@@ -534,6 +559,10 @@ def _error_message(chunk: dict[str, Any] | None) -> str:
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return error["message"]
     return "The model failed mid-stream."
+
+
+def _invalid(message: str) -> APIError:
+    return APIError(400, message, type="invalid_request_error")
 
 
 def _unsupported(what: str, verb: str = "is") -> APIError:

@@ -13,6 +13,7 @@ import anthropic
 import httpx
 import msgspec
 import openai
+import pydantic
 import pytest
 import yaml
 
@@ -23,7 +24,7 @@ from gateway.requests import tenant_partition
 from tests.browser import Browser
 from tests.conftest import Gateway, wait_for
 from tests.fake_anthropic import FakeAnthropic
-from tests.fake_upstream import FakeUpstream, ThreadedServer, read_body
+from tests.fake_upstream import FakeUpstream, ThreadedServer, read_body, send_json
 
 SYSTEM = "You answer questions about the ACME hardware store. Prices include VAT. " * 12
 
@@ -734,6 +735,65 @@ def test_thinking_disabled_is_no_request_for_thinking_through_the_bridge(
             thinking={"type": "enabled", "budget_tokens": 1024})  # fmt: skip
     assert "thinking" in refused.value.message
     assert upstream.stats["chat"] == 1
+
+
+class OneAnswer:
+    """A chat upstream that answers every request with one assistant ``message`` (and
+    ``finish_reason: "stop"``), JSON or streamed (each field of the message a delta), and
+    keeps the bodies it was sent."""
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        self.message = message
+        self.bodies: list[dict[str, Any]] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        body = msgspec.json.decode(await read_body(receive))
+        self.bodies.append(body)
+        if body.get("stream"):
+            chunks = [{"delta": {"role": "assistant", **self.message}}]
+            return await send_chat_chunks(
+                send, "m", [*chunks, {"delta": {}, "finish_reason": "stop"}]
+            )
+        usage = {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}
+        choice = {"index": 0, "message": {"role": "assistant", "content": None, **self.message},
+                  "finish_reason": "stop"}  # fmt: skip
+        await send_json(send, 200, {"id": "c", "object": "chat.completion", "created": 1,
+                                    "model": "m", "choices": [choice], "usage": usage})  # fmt: skip
+
+
+class Item(pydantic.BaseModel):
+    name: str
+    price: int
+
+
+def test_structured_outputs_reach_a_bridged_upstream_as_a_json_schema(tmp_path: Path) -> None:
+    """The anthropic SDK's ``messages.parse(output_format=...)`` sends ``output_config.format``
+    (a JSON schema): a chat upstream is asked for it as ``response_format`` (was a 400
+    "'output_config' is not supported"), and the schema is part of the cache key."""
+    app = OneAnswer({"content": '{"name": "hammer", "price": 12}'})
+    with bridged_client(app, "gpt", tmp_path) as client:
+        params: Any = {"model": "gpt", "max_tokens": 64, "output_format": Item,
+                       "messages": [{"role": "user", "content": "Your cheapest item?"}]}  # fmt: skip
+        parsed = client.messages.parse(**params)
+        assert parsed.parsed_output == Item(name="hammer", price=12)
+        sent = app.bodies[-1]["response_format"]
+        assert sent["type"] == "json_schema" and sent["json_schema"]["name"]
+        assert sent["json_schema"]["schema"]["required"] == ["name", "price"]
+        with client.messages.stream(**params) as stream:  # the same request: from the cache
+            assert stream.get_final_message().parsed_output == Item(name="hammer", price=12)
+        assert stream.response.headers["x-cache"] == "exact" and len(app.bodies) == 1
+
+        class Named(pydantic.BaseModel):
+            name: str
+
+        other = client.messages.parse(**{**params, "output_format": Named})
+        assert other.parsed_output == Named(name="hammer") and len(app.bodies) == 2
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.messages.create(model="gpt", max_tokens=64, output_config={"effort": "low"},
+                                   messages=[{"role": "user", "content": "Hi"}])  # fmt: skip
+        assert refused.value.body == invalid_request(
+            "'output_config.effort' is not supported by this model."
+        )
 
 
 def test_what_a_bridged_model_cannot_read_is_named_in_a_plain_400(

@@ -243,13 +243,15 @@ def test_the_local_models_refusals_name_the_fields_the_client_sent(
 ) -> None:
     """The local model checks the chat form of the request; its 400 names the Messages field
     (was "stop takes up to 64 …" for stop_sequences, "'messages[1].tool_calls'" for a
-    tool_use block), JSON and streamed alike."""
+    tool_use block, "'response_format'" for structured outputs), JSON and streamed alike."""
     hi = [{"role": "user", "content": "hi"}]
     cases: list[tuple[list[Any], dict[str, Any], str]] = [
         (hi, {"stop_sequences": ["z"] * 65}, "stop_sequences takes up to 64 non-empty strings"),
         (hi, {"stop_sequences": [""]}, "stop_sequences takes up to 64 non-empty strings"),
         (TOOL_TURNS, {}, "'tool_use' is not supported by the local model."),
-    ]
+        (hi, {"output_config": {"format": {"type": "json_schema", "schema": {"type": "object"}}}},
+         "'output_config.format' other than text is not supported by the local model."),
+    ]  # fmt: skip
     for messages, extra, message in cases:
         for stream in (False, True):
             with pytest.raises(anthropic.BadRequestError) as refused:
