@@ -8,7 +8,7 @@ means the same (``system`` → a system message, ``tool_use`` → ``tool_calls``
 ``output_config``'s ``format`` → a ``json_schema`` ``response_format``;
 ``top_k`` goes in the request's ``top_k``, which the local model honours and an upstream is
 not sent, as OpenAI refuses the field) and renders the chat answer back as a Messages answer,
-JSON or SSE. Plain string turns stay strings, so the local model's chat template
+JSON or SSE (a chat ``refusal`` as the text of a ``stop_reason: "refusal"`` answer). Plain string turns stay strings, so the local model's chat template
 renders turn N+1's prompt as turn N's prompt plus the new turns, and its prefix KV cache is
 reused turn after turn. ``MESSAGES`` is the Messages adapter with this bridge.
 
@@ -245,6 +245,9 @@ def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> di
     content: list[dict[str, Any]] = []
     if message.get("content"):  # (an empty answer has no block, as Anthropic's and a stream's)
         content.append({"type": "text", "text": message.get("content") or ""})
+    refusal = message.get("refusal")
+    if refusal and isinstance(refusal, str):  # (OpenAI's: the model declined, in its words)
+        content.append({"type": "text", "text": refusal})
     for call in message.get("tool_calls") or ():
         function = call.get("function") or {}
         content.append({"type": "tool_use", "id": call.get("id") or _tool_id(),
@@ -256,14 +259,17 @@ def from_chat(chat: dict[str, Any], model: str, stops: Sequence[str] = ()) -> di
         "role": "assistant",
         "model": model,
         "content": content,
-        **stop_of(choice, stops, called=bool(message.get("tool_calls"))),
+        **stop_of(choice, stops, called=bool(message.get("tool_calls")), refused=bool(refusal)),
         "usage": _usage(chat.get("usage") or {}),
     }
 
 
-def stop_of(choice: dict[str, Any], stops: Sequence[str], *, called: bool) -> dict[str, Any]:
+def stop_of(
+    choice: dict[str, Any], stops: Sequence[str], *, called: bool, refused: bool = False
+) -> dict[str, Any]:
     """``stop_reason`` and ``stop_sequence`` of a Messages answer, from its chat choice;
-    ``called``: the answer calls a tool.
+    ``called``: the answer calls a tool; ``refused``: it has a ``refusal`` (OpenAI's model
+    declined, with ``finish_reason: "stop"``), which Anthropic calls ``stop_reason: "refusal"``.
 
     Chat says ``finish_reason: "stop"`` for the end of a turn, for a stop sequence and (OpenAI,
     when ``tool_choice`` names a function) for a tool call. The choice's ``stop_reason`` (vLLM,
@@ -276,7 +282,11 @@ def stop_of(choice: dict[str, Any], stops: Sequence[str], *, called: bool) -> di
     {'stop_reason': 'max_tokens', 'stop_sequence': None}
     >>> stop_of({"finish_reason": "stop"}, [], called=True)
     {'stop_reason': 'tool_use', 'stop_sequence': None}
+    >>> stop_of({"finish_reason": "stop"}, [], called=False, refused=True)
+    {'stop_reason': 'refusal', 'stop_sequence': None}
     """
+    if refused:
+        return {"stop_reason": "refusal", "stop_sequence": None}
     finish = choice.get("finish_reason") or ""
     matched = choice.get("stop_reason")
     if finish == "stop" and isinstance(matched, str) and matched in stops:
@@ -306,6 +316,7 @@ class _MessagesStream:
         self._next = 0
         self._stop: dict[str, Any] = {"stop_reason": None, "stop_sequence": None}
         self._called = False  # a tool call was streamed
+        self._refused = False  # a refusal was streamed (as text)
         self._usage: dict[str, Any] = {}
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
@@ -354,11 +365,15 @@ class _MessagesStream:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 yield from self._text(delta["content"])
+            if delta.get("refusal") and isinstance(delta["refusal"], str):
+                self._refused = True
+                yield from self._text(delta["refusal"])
             for call in delta.get("tool_calls") or ():
                 self._called = True
                 yield from self._tool_call(call)
             if choice.get("finish_reason"):
-                self._stop = stop_of(choice, self._stops, called=self._called)
+                self._stop = stop_of(choice, self._stops, called=self._called,
+                                     refused=self._refused)  # fmt: skip
 
     def _text(self, text: str) -> Iterator[dict[str, Any]]:
         if self._open is None or self._open[1] != "text":

@@ -796,6 +796,29 @@ def test_structured_outputs_reach_a_bridged_upstream_as_a_json_schema(tmp_path: 
         )
 
 
+def test_a_bridged_upstreams_refusal_is_a_refusal_json_and_streamed(tmp_path: Path) -> None:
+    """A chat answer's ``refusal`` (OpenAI's model declined; ``finish_reason: "stop"``) is
+    the answer's text with ``stop_reason: "refusal"``, as Anthropic reports a refusal (was an
+    empty ``end_turn`` answer, stored and served again from the cache); like Anthropic's own,
+    never stored."""
+    app = OneAnswer({"refusal": "I can't help with that."})
+    with bridged_client(app, "gpt", tmp_path) as client:
+        for _ in range(2):
+            answer = ask(client, "Pick the lock?", model="gpt")
+            assert answer.headers["x-cache"] == "miss"
+            message = answer.parse()
+            assert message.stop_reason == "refusal"
+            assert [b.text for b in message.content] == ["I can't help with that."]  # type: ignore[union-attr]
+            with client.messages.stream(
+                model="gpt", max_tokens=64, messages=[{"role": "user", "content": "Pick it?"}]
+            ) as stream:
+                assert "".join(stream.text_stream) == "I can't help with that."
+                final = stream.get_final_message()
+            assert stream.response.headers["x-cache"] == "miss"
+            assert final.stop_reason == "refusal" and final.content[0].type == "text"
+        assert len(app.bodies) == 4
+
+
 def test_what_a_bridged_model_cannot_read_is_named_in_a_plain_400(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
