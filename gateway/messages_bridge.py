@@ -500,11 +500,15 @@ def _result_text(result: dict[str, Any]) -> str:
 
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A custom tool as a chat function; ``strict`` (inputs that follow the schema: structured
+    outputs for tools) as the function's, which means the same to OpenAI."""
     if tool.get("type") not in (None, "custom"):
         raise _unsupported(f"Server tools ('{tool.get('type')}')", "are")
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("description"):
         function["description"] = tool["description"]
+    if tool.get("strict") is True:
+        function["strict"] = True
     return {"type": "function", "function": function}
 
 

@@ -654,6 +654,21 @@ def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
     assert "parallel_tool_calls" not in upstream.last_body  # the upstream's default
 
 
+def test_a_strict_tool_is_strict_for_a_bridged_upstream(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """A tool's ``strict: true`` (its inputs must follow its schema) reaches a chat upstream
+    as the function's ``strict`` (was dropped: the upstream was free to call it with any
+    arguments); a tool without it is sent none."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}},
+              "required": ["city"], "additionalProperties": False}  # fmt: skip
+    tool: Any = {"name": "weather", "input_schema": schema}
+    for strict in (True, None):
+        tools = [{**tool, "strict": strict}] if strict else [tool]
+        ask(client, f"Weather in Paris ({strict})?", model="gpt", tools=tools)
+        assert upstream.last_body["tools"][0]["function"].get("strict") is strict
+
+
 def test_tool_choice_without_tools_is_not_sent_to_a_bridged_upstream(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
