@@ -78,7 +78,8 @@ _CLOSE_WAIT_S = 5.0
 @dataclass(frozen=True, slots=True)
 class CacheSettings:
     exact: bool = True
-    #: Seconds an entry stays servable when the request gives no ttl; None: forever.
+    #: Seconds an entry stays servable: when the request gives no ttl, and the most it may ask
+    #: for (a client must not keep an answer past the operator's policy); None: forever.
     ttl: float | None = 7 * 24 * 3600.0
     #: How often expired entries are swept out of the store and the index.
     sweep_interval: float = 60.0
@@ -310,13 +311,13 @@ class ResponseCache:
         """Store a complete, successful answer (None: the store could not take it, or it
         holds what the store cannot encode, an integer past 64 bits: counted in
         ``store_failures``; or no tier could find it: the exact tier is off and it has no
-        vector). ``ttl`` overrides the configured one.
+        vector). ``ttl`` (the request's) shortens the configured one, never extends it.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
         the answer is stored for exact hits only, without waiting for the embedder again.
         """
         now = time.time()
-        ttl = self._settings.ttl if ttl is None else ttl
+        ttl = self._ttl(ttl)
         semantic = key.semantic and await self._semantic_ready()  # waits while it loads
         semantic = semantic and self.embedder is not None and self.embedder.fits(key.question)
         if semantic and vector is None:
@@ -358,7 +359,7 @@ class ResponseCache:
         keys are not semantic) in a few store writes, not one each; returns how many were
         stored (the others are counted in ``store_failures``)."""
         now = time.time()
-        ttl = self._settings.ttl if ttl is None else ttl
+        ttl = self._ttl(ttl)
         where = {"model": model, "tenant": tenant, "namespace": namespace}
         entries = [self._entry(key, response, None, now, ttl, **where) for key, response in answers]
         try:
@@ -370,6 +371,14 @@ class ResponseCache:
             entries, evicted = entries[: exc.stored], exc.removed
         self._stored(entries, evicted)
         return len(entries)
+
+    def _ttl(self, ttl: float | None) -> float | None:
+        """The TTL of an answer a request asked to keep ``ttl`` seconds (None: it did not say):
+        at most the configured one (``x-cache-ttl: 315360000`` kept it 10 years, past a
+        ``cache.ttl`` of a day)."""
+        if ttl is None or self._settings.ttl is None:
+            return self._settings.ttl if ttl is None else ttl
+        return min(ttl, self._settings.ttl)
 
     def _entry(
         self, key: CacheKey, response: dict[str, Any], vector: np.ndarray | None,

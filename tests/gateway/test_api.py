@@ -268,6 +268,28 @@ def test_ttl_and_max_age(make_gateway: Any, upstream: FakeUpstream) -> None:
     assert gw.chat("aged", headers={"cache-control": "max-age=60"}).headers["x-cache"] == "exact"
 
 
+def test_a_request_ttl_shortens_cache_ttl_never_extends_it(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A client kept an answer 10 years with ``x-cache-ttl: 315360000`` on a gateway whose
+    operator set ``cache.ttl`` to a day; now the request's TTL is at most ``cache.ttl``."""
+    gw = make_gateway("cache: {ttl: 86400}")
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-any")
+    ten_years = {"x-cache-ttl": "315360000"}
+    chat = [{"role": "user", "content": "keep it"}]
+    client.chat.completions.create(model="fake-model", messages=chat, extra_headers=ten_years)
+    client.chat.completions.create(
+        model="fake-model", messages=[{"role": "user", "content": "an hour"}],
+        extra_body={"cache": {"ttl": 3600}},
+    )  # fmt: skip
+    client.embeddings.create(model="fake-model", input="keep it too", extra_headers=ten_years)
+    _wait_for(lambda: len(gw.http.get("/admin/cache/entries").json()["data"]) == 3)
+    kept = [e["expires"] - e["created"] for e in gw.http.get("/admin/cache/entries").json()["data"]]
+    assert sorted(round(ttl) for ttl in kept) == [3600, 86400, 86400]
+    hit = client.chat.completions.with_raw_response.create(model="fake-model", messages=chat)
+    assert hit.headers["x-cache"] == "exact"  # (still served: only shortened)
+
+
 def test_tenants_from_api_keys_are_isolated(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway(
         "auth:\n  keys:\n    - {key: key-a, tenant: a}\n    - {key: key-b, tenant: b}\n"
