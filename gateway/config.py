@@ -586,9 +586,11 @@ class Config(_Base, frozen=True):
             raise ValueError("admin.api_key: the same key is a tenant's key in auth.keys")
         for name, price in self.prices.items():
             _check_price(name, price)
-        for name in self.models:
+        for name, model in self.models.items():
             if not name.strip():
                 raise ValueError("models: a model name is empty")
+            if isinstance(model, OpenAIModelConfig):  # (and AnthropicModelConfig)
+                _check_spaces(model.api_key, f"models.{name}.api_key")
         unknown = sorted(set(self.prices) - set(self.models)) if self.models else []
         if unknown:
             raise ValueError(f"prices: {', '.join(unknown)}: not a configured model")
@@ -619,7 +621,9 @@ def _check_spaces(key: str | None, where: str) -> None:
     """A key with spaces around it can never be presented (a bearer token is stripped), nor
     one with a control character or a character beyond ASCII: a header cannot carry a
     newline, the OpenAI SDK (httpx) refuses to send "é" and curl sends its UTF-8 bytes, which
-    the server reads as Latin-1 ("Ã©"). Such a key passed `config check` and answered 401."""
+    the server reads as Latin-1 ("Ã©"). Such a key passed `config check` and answered 401.
+    A model's ``api_key``, which the gateway sends, alike: every request to that model failed
+    (a 400 ``invalid_header`` that blamed the client, or a 502 "Illegal header")."""
     if key and key != key.strip():
         raise ValueError(f"{where} has spaces or a newline around it (from its ${{VAR}}?)")
     bad = next((i for i, c in enumerate(key or "") if not " " <= c <= "~"), None)

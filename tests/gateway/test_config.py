@@ -885,3 +885,27 @@ def test_cli_refuses_an_empty_config_file_name() -> None:
             "error: the config file name is empty (an unset variable?): give a file, or no name "
             "at all for the built-in configuration\n"
         )
+
+
+def test_cli_config_check_refuses_an_upstream_key_no_header_can_carry(tmp_path: Path) -> None:
+    # `config check` passed, and every request failed: a 400 invalid_header that blamed the
+    # client (non-ASCII), or a 502 "Illegal header: b'authorization'" (a newline from ${VAR})
+    config = tmp_path / "up.yaml"
+    config.write_text(
+        "models:\n"
+        "  gpt: {backend: openai, base_url: 'http://127.0.0.1:9/v1', api_key: '${UP_KEY}'}\n"
+        "  claude: {backend: anthropic, base_url: 'http://127.0.0.1:9', api_key: sk-ant}\n"
+    )
+    for key, problem in (
+        ("sk-live\n", "models.gpt.api_key has spaces or a newline around it (from its ${VAR}?)"),
+        ("sk-tést", "models.gpt.api_key has a character a client cannot send in an HTTP header "
+                    "as it is (U+00E9 at index 4): a key is printable ASCII"),
+    ):  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway", "config", "check", str(config)],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "UP_KEY": key},
+        )  # fmt: skip
+        assert result.returncode == 1 and result.stderr == f"error: {config}: {problem}\n"
+    claude = config.read_text().replace("api_key: sk-ant", 'api_key: "sk-ant\\x7f"')
+    with pytest.raises(ConfigError, match=r"models\.claude\.api_key has a character"):
+        load_config_text(claude.replace("${UP_KEY}", "sk-live"), source="up.yaml")
