@@ -306,3 +306,38 @@ def test_every_documented_metric_is_exported(make_gateway: Any, upstream: FakeUp
         if not re.match(r"cachegate_backend_|cachegate_cache_guard_rejections_by_reason_", name)
     }
     assert undocumented == set()
+
+
+def test_made_up_partitions_past_the_first_hundred_share_their_tenants_series(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Any client with a tenant key could send a new ``x-cachegate-partition`` with each
+    request: each opened 23 ``cachegate_ledger_*`` series, up to 10,000 accounts (a 20 MB
+    scrape). Now the first 100 partitions keep series of their own, later ones count with
+    their tenant's, and every series still only grows."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}]}\nadmin: {api_key: adm}")
+    client = httpx.Client(base_url=gw.url, headers={"authorization": "Bearer key-a"})
+    admin = {"authorization": "Bearer adm"}
+
+    def ask(partition: str) -> None:
+        body = {"model": "fake-model", "messages": [{"role": "user", "content": "q"}]}
+        headers = {"x-cachegate-partition": partition}
+        assert client.post(ROUTE, json=body, headers=headers).status_code == 200
+
+    def requests_of(tenant: str) -> float:
+        metrics = gw.http.get("/metrics", headers=admin).text
+        return sample(metrics, "cachegate_ledger_requests_total", tenant=tenant)
+
+    for n in range(103):
+        ask(f"made-up-{n}")
+    wait_for(lambda: requests_of("a") == 3)  # made-up-100 to -102
+    metrics = gw.http.get("/metrics", headers=admin).text
+    labelled = set(re.findall(r'tenant="a\x1f(made-up-\d+)"', metrics))
+    assert labelled == {f"made-up-{n}" for n in range(100)}
+    ask("made-up-0")  # a partition with series of its own keeps them
+    wait_for(lambda: requests_of("a\x1fmade-up-0") == 2)
+    ask("made-up-101")
+    wait_for(lambda: requests_of("a") == 4)
+    ledger = gw.http.get("/admin/stats", headers=admin).json()["ledger"]
+    assert ledger["a\x1fmade-up-101"]["fake-model"]["requests"] == 2  # (every account there)
+    client.close()
