@@ -645,10 +645,11 @@ class ReplicatedBackend:
     ) -> UpstreamError:
         """What a request pinned to ``replica`` fails with after ``exc``: a replica gone (a
         killed worker) holds the previous response no more than a restarted one, so with the
-        conversation held here the request goes on without it, on another replica."""
+        conversation held here the request goes on without it, on another replica (a request
+        never retried, the audit's, only where the replica did no work: see ``_refused``)."""
         if not exc.replica_unhealthy:
             return exc
-        if request.standalone is None:
+        if request.standalone is None or not (request.retries or _refused(exc)):
             return exc
         self._failover(replica, exc)
         return _not_held(request.body.get("previous_response_id"))
@@ -664,9 +665,7 @@ class ReplicatedBackend:
         # 503: the replica refused the work, so like a refused connection, another
         # replica gets the request whatever max_retries says; so does one that waited
         # in vain for a connection to this replica (max_connections): never sent.
-        if others_left and (
-            exc.unreachable or exc.upstream_status == 503 or exc.code == "upstream_busy"
-        ):
+        if others_left and _refused(exc):
             self._failover(replica, exc)
             return retries
         if others_left and exc.retryable and retry and retries < self.config.max_retries:
@@ -708,6 +707,12 @@ class ReplicatedBackend:
         log.info("model %s: replica %d failed (%s); trying another", self.name, replica, why)
         if self._on_retry is not None:
             self._on_retry(self.name, "failover")
+
+
+def _refused(exc: UpstreamError) -> bool:
+    """Whether the replica did none of the work ``exc`` failed: it could not be reached, it
+    answered 503, or no connection to it was free (``max_connections``)."""
+    return exc.unreachable or exc.upstream_status == 503 or exc.code == "upstream_busy"
 
 
 class _Primed:

@@ -59,6 +59,8 @@ def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
             # two replicas (both this upstream): a 500 fails over to the other (max_retries)
             "replicated-model": {"backend": "openai", "replicas": [url, url],
                                  "api_key": "sk-gateway"},
+            # the same, for the conversation pinned to the replica that made it (marked down)
+            "pinned-model": {"backend": "openai", "replicas": [url, url], "api_key": "sk-gateway"},
             # no key of its own: the client's key goes upstream (and partitions the cache)
             "open-model": {"backend": "openai", "base_url": url, "max_retries": 0},
         },
@@ -354,6 +356,33 @@ def test_a_responses_api_hit_is_audited_and_the_upstream_keeps_no_response(
     texts = [part.get("text") for r in upstream.responses.values()  # (other tests' too)
              for item in r[0].get("output") or () for part in item.get("content") or ()]  # fmt: skip
     assert texts.count(fake["content"]) == 1
+
+
+def test_an_audit_pinned_to_a_failing_replica_is_sent_once(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A follow-up goes to the replica that made its ``previous_response_id``; when it fails
+    (502), a client's request goes on with the conversation on another replica. The audit's
+    did too: a second call after a 5xx (an ``ok`` verdict that hid the failure)."""
+    failovers = 'cachegate_upstream_retries_total{model="pinned-model",why="failover"}'
+    failed_over = counter(gw, failovers)
+    headers = {"x-cache-namespace": "pinned"}
+
+    def create(question: str, fake: dict[str, Any], **body: Any) -> httpx.Response:
+        body = {"model": "pinned-model", "input": question, "fake": fake, **body}
+        response = gw.http.post("/v1/responses", json=body, headers=headers)
+        assert response.status_code == 200, response.text
+        return response
+
+    made = create("My name is Bob.", {"content": "Hello Bob."}).json()["id"]
+    answer = "Reset it from your profile page."
+    fake = {"contents": [answer, {"status": 502}, answer]}
+    assert create(STORED, fake, previous_response_id=made).headers["x-cache"] == "miss"
+    assert create(PARAPHRASE, fake, previous_response_id=made).headers["x-cache"] == "semantic"
+    row = settled(gw, "pinned", 1, "pinned-model")
+    assert (row["audits"], row["errors"]) == (0, 1), row
+    assert upstream.stats["responses"] == 3  # the first turn, the miss, the audit's 502
+    assert counter(gw, failovers) == failed_over
 
 
 def test_the_text_an_audit_compares_in_each_api() -> None:
