@@ -704,6 +704,18 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """NOTE: a scalar that its explicit tag cannot read (``port: !!int 80a``, ``!!bool
+        maybe``, ``!!timestamp soon``) raised PyYAML's ValueError, KeyError or AttributeError:
+        ``cachegate serve`` and ``config check`` ended in a traceback, not an error naming it."""
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, KeyError, AttributeError) as exc:
+            what = repr(node.value) if isinstance(node, yaml.ScalarNode) else "this value"
+            raise yaml.constructor.ConstructorError(
+                problem=f"cannot read {what} as {node.tag!r}", problem_mark=node.start_mark
+            ) from exc
+
 
 def load_config_text(
     text: str, *, source: str = "<config>", base_dir: Path | None = None

@@ -481,6 +481,15 @@ def test_cli_refuses_an_admin_key_no_client_can_send(tmp_path: Path) -> None:
             "server: {port: 1}\ndata_dir: a\x01\n",
             "unacceptable character #x0001: special characters are not allowed (line 2, column 12)",
         ),
+        # (a value its explicit tag cannot read: PyYAML's ValueError, KeyError, a traceback)
+        (
+            "server:\n  port: !!int 80a\n",
+            "cannot read '80a' as 'tag:yaml.org,2002:int' (line 2, column 9)",
+        ),
+        (
+            "server: {host: !!bool maybe}\n",
+            "cannot read 'maybe' as 'tag:yaml.org,2002:bool' (line 1, column 16)",
+        ),
     ],
 )
 def test_cli_names_the_file_and_line_of_a_yaml_syntax_error(
