@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import Answer, StreamEvent, relayed
+from .backend import Answer, Meter, StreamEvent, relayed
 from .config import AnthropicModelConfig
 from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
@@ -56,7 +56,9 @@ class AnthropicBackend(UpstreamBackend):
                 min_tokens=minimum, ttl=caching.ttl, max_tenants=caching.max_tenants
             )
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
+    ) -> Answer:
         _only_messages(self.name, request)
         answer = await self._post(request, auth, "v1/messages")
         body = answer.body

@@ -299,9 +299,9 @@ async def serve(
                 await runtime.connections.guard(request)(door)  # the loop runs late: wait
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
             hold(request.scope.setdefault("state", {}), reply.stream)  # (see ``closing``)
-    except ClientDisconnected:
+    except ClientDisconnected as gone:
         _record(runtime, route, seen.model, "bypass", 499, seen.started)
-        observe(runtime, seen.now(499), None)
+        observe(runtime, seen.now(499), gone.reply)  # (a model call it ran: booked)
         return Response(b"", status_code=499)
     except Exception as exc:  # litestar's own: e.g. 413 for an oversized body; a failure
         error = _api_error(exc, route, seen.request_id)

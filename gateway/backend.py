@@ -10,9 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
+from .canonical import Answer, BackendStream, GatewayRequest, Meter, StreamEvent
 
-__all__ = ["OPENAI_SAMPLING", "Answer", "Backend", "BackendStream", "StreamEvent", "relayed"]
+__all__ = [
+    "OPENAI_SAMPLING",
+    "Answer",
+    "Backend",
+    "BackendStream",
+    "Meter",
+    "StreamEvent",
+    "relayed",
+]
 
 _RELAYED = ("x-request-id", "openai-processing-ms", "openai-version", "request-id")
 _RATE_LIMITS = ("x-ratelimit-", "anthropic-ratelimit-")
@@ -69,7 +77,12 @@ class Backend(Protocol):
     #: (a local model's default_max_tokens, an upstream_model) are not served after.
     cache_salt: str
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer: ...
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
+    ) -> Answer:
+        """The whole answer; ``meter``: what the call has done so far, for the ledger should
+        its client leave first (a backend that counts nothing leaves it alone)."""
+        ...
 
     async def open_stream(
         self, request: GatewayRequest, auth: str | None = None

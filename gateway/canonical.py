@@ -17,7 +17,7 @@ how an error is written) is a method of the request's :class:`Adapter`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -40,6 +40,7 @@ __all__ = [
     "Fold",
     "GatewayRequest",
     "Kind",
+    "Meter",
     "Reply",
     "StreamEvent",
     "StreamOutcome",
@@ -167,6 +168,18 @@ class BackendStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(slots=True)
+class Meter:
+    """What a non-streamed model call has done so far, should its client leave before the
+    answer (the ledger books it as a stream whose client left, ``BackendStream.counted``).
+
+    A backend that counts its own work (the local model) sets ``counted`` once it has the
+    call; None: it counts nothing (an upstream's usage comes only in its answer).
+    """
+
+    counted: Callable[[], dict[str, Any] | None] | None = None
+
+
 class ByteStream(Protocol):
     """What the HTTP layer sends as an SSE body; ``aclose`` must be safe to call at any time
     (unstarted, running elsewhere or finished) and frees what the stream holds."""
@@ -208,7 +221,8 @@ class Reply:
     saved_tokens: int = 0
     #: Served the answer of an identical request that was in flight (coalescing).
     coalesced: bool = False
-    #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay).
+    #: How a stream from a model ended, once it has (``None`` for a JSON body or a replay);
+    #: a reply with neither body nor stream: a non-streamed call the client left (``Meter``).
     outcome: StreamOutcome | None = None
     #: The response-cache lookup: the hit served, or a miss (with any guard rejection).
     lookup: Lookup | None = None

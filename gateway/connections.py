@@ -32,7 +32,15 @@ SHUTTING_DOWN = "cachegate: shutdown deadline"
 
 
 class ClientDisconnected(Exception):
-    """The client closed the connection before the answer was ready."""
+    """The client closed the connection before the answer was ready.
+
+    ``reply``: what its model call did all the same, for the ledger (a non-streamed call the
+    model ran, ``pipeline._abandoned``); None: no model call to book.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.reply: Reply | None = None
 
 
 class Receiver(Protocol):

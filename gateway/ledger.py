@@ -23,7 +23,8 @@ local generation was cancelled) still cost what the model generated, and the pro
 it: it is booked as a model call with what is known (``partial_usage``) and counted in
 ``ended_early``. Its output tokens are at least what the streamed text amounts to; its input
 tokens are unknown (0) unless the stream reported them (Anthropic's ``message_start``) or the
-backend counted them (the local model's prompt).
+backend counted them (the local model's prompt). A local model's non-streamed call whose client
+left before its answer is booked the same way (``pipeline._abandoned``).
 
 Prices are USD per million tokens from the YAML ``prices:`` map (unpriced models count tokens,
 and $0)::

@@ -37,7 +37,7 @@ from localmodel import (
 )
 from localmodel.weights import in_use as weights_in_use
 
-from .backend import OPENAI_SAMPLING, Answer, StreamEvent
+from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
@@ -148,14 +148,25 @@ class LocalBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
+    ) -> Answer:
+        """The whole answer; ``meter`` counts the prompt it ran and the tokens it generated
+        so far (``LocalStream.counted``), for a client that leaves before the answer."""
         engine = await self._ready_engine(request.if_ready)
         job = await self._prepare(engine.engine, request)
+        deltas = 0
+        if meter is not None:
+            meter.counted = lambda: _counted(job, deltas)
         try:
-            completion = await engine.complete(job)
+            async for event in engine.stream(job):
+                if isinstance(event, TextDelta):
+                    deltas += 1
+                elif isinstance(event, Finished):
+                    return Answer(_response(request, self.name, event.completion))
         except EngineClosedError as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
-        return Answer(_response(request, self.name, completion))
+        raise AssertionError("stream ended without a Finished event")
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
         engine = await self._ready_engine(request.if_ready)
@@ -355,10 +366,7 @@ class LocalStream:
         in the ``Finished`` event, which a stream closed early never reads). A request
         cancelled while it waited for the engine ran nothing: 0 (then the ledger books no model
         call, ``BackendStream.counted``)."""
-        prompt = len(self._job.prompt_tokens) if self._job.started.is_set() else 0
-        cached = self._job.cached[-1] if prompt and self._job.cached else 0
-        return {"prompt_tokens": prompt, "completion_tokens": self._deltas,
-                "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+        return _counted(self._job, self._deltas)
 
     async def _close(self, pending: asyncio.Task[Event] | None) -> None:
         """Cancel the generation; the engine stops it between two tokens.
@@ -373,6 +381,14 @@ class LocalStream:
                 await pending
         with contextlib.suppress(RuntimeError):  # closed already, or still closing elsewhere
             await self._events.aclose()
+
+
+def _counted(job: GenerationRequest, deltas: int) -> dict[str, Any]:
+    """What ``job`` ran so far as a chat ``usage`` object (see ``LocalStream.counted``)."""
+    prompt = len(job.prompt_tokens) if job.started.is_set() else 0
+    cached = job.cached[-1] if prompt and job.cached else 0
+    return {"prompt_tokens": prompt, "completion_tokens": deltas,
+            "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
 
 
 def available_cpus() -> int:

@@ -62,7 +62,8 @@ def request_id(incoming: str | None) -> str:
 
 def observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
     """Count one answered request (``reply`` None: it failed before an answer; a stream's
-    once it has ended, its ``outcome`` saying what its model call cost)."""
+    once it has ended, its ``outcome`` saying what its model call cost; a reply with neither
+    body nor stream: its client left before the answer of a model call that ran)."""
     try:
         _observe(runtime, seen, reply)
     except Exception:  # NOTE: see the module docstring
@@ -76,7 +77,9 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
     # NOTE: a request refused with a 4xx before it had an answer (a wrong key, an unknown model,
     # a malformed body, a client that left while it waited) is in no tier of the history, only
     # in its errors: as a "bypass" it lowered the dashboard's hit rate for clients' mistakes.
-    refused = reply is None and 400 <= seen.status < 500
+    # (One whose model ran all the same has a reply, without a body or stream: it is booked.)
+    answered = reply is not None and (reply.body is not None or reply.stream is not None)
+    refused = not answered and 400 <= seen.status < 500
     counted_tier = None if refused else tier
     runtime.history.record(
         Answer(counted_tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)

@@ -49,11 +49,13 @@ from .canonical import (
     CacheState,
     Fold,
     GatewayRequest,
+    Meter,
     Reply,
     StreamOutcome,
 )
 from .coalesce import Flight, Flights
 from .config import CoalesceConfig
+from .connections import ClientDisconnected
 from .errors import APIError
 from .ledger import Usage, partial_usage, usage_of
 from .messages_bridge import named_as_sent
@@ -150,6 +152,7 @@ class Pipeline:
                 return joined
             flight = joined
         seen: dict[str, Any] = {"lookup": looked.missed, "key": looked.key}
+        meter = Meter()
         try:
             if request.stream:
                 with tier("model", **{"gen_ai.request.model": request.model, "stream": True}):
@@ -160,7 +163,7 @@ class Pipeline:
                 headers = _keyed(stream.headers, looked.key)
                 return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
             with tier("model", **{"gen_ai.request.model": request.model}):
-                answer = await _complete(backend, bridge, request, auth, watch)
+                answer = await _complete(backend, bridge, request, auth, watch, meter)
             if looked.save is not None and _storable(adapter, request, answer):
                 self.store_soon(request, looked.save, answer.body, flight)
                 flight = None  # it lands once the answer is stored
@@ -170,6 +173,7 @@ class Pipeline:
         except BaseException as exc:  # no answer: an error, a timeout, its client gone
             if flight is not None:
                 flight.fail(exc)  # (then land below does nothing more)
+            _abandoned(exc, looked.state, meter, seen)
             raise
         finally:
             if flight is not None:
@@ -677,20 +681,35 @@ def _audit_job(
     return AuditJob(asked, adapter, hit.entry.response, ask, account, generation)
 
 
+def _abandoned(exc: BaseException, state: CacheState, meter: Meter, seen: dict[str, Any]) -> None:
+    """A non-streamed call whose client left (``exc``) is booked as a stream whose client left
+    (``_Relay._spent``) when its backend counted that the model ran: ``exc.reply``."""
+    if not isinstance(exc, ClientDisconnected) or meter.counted is None:
+        return
+    counted = meter.counted()
+    if counted and counted.get("prompt_tokens"):  # (none: it never ran: ``BackendStream.counted``)
+        usage = partial_usage(None, counted, 0)
+        outcome = StreamOutcome(error="client_disconnected", usage=usage)
+        exc.reply = Reply(state, outcome=outcome, **seen)
+
+
 async def _complete(
     backend: Backend,
     bridge: Bridge | None,
     request: GatewayRequest,
     auth: str | None,
     watch: Watch[Any] | None,
+    meter: Meter | None = None,
 ) -> Answer:
     if bridge is None:
         return await resent_if_lost(
-            lambda sent: _watched(backend.complete(sent, auth), watch), request
+            lambda sent: _watched(backend.complete(sent, auth, meter), watch), request
         )
     with _params_of(request):
         chat = bridge.to_chat(request)
-        answer = await _renamed(lambda sent: _watched(backend.complete(sent, auth), watch), chat)
+        answer = await _renamed(
+            lambda sent: _watched(backend.complete(sent, auth, meter), watch), chat
+        )
     return bridge.from_chat(request, answer, backend.sampling_defaults())
 
 

@@ -27,7 +27,7 @@ import httpx
 import msgspec
 from httpx._utils import get_environment_proxies  # (httpx's own reading of them)
 
-from .backend import OPENAI_SAMPLING, Answer, BackendStream, StreamEvent, relayed
+from .backend import OPENAI_SAMPLING, Answer, BackendStream, Meter, StreamEvent, relayed
 from .config import ConfigError, OpenAIModelConfig, redact_url
 from .errors import NO_RETRY, SHUTTING_DOWN_CODE, APIError, responses_error_event, sse_error
 from .http11 import HANDLED, HTTP11Transport, StaleConnection
@@ -161,7 +161,10 @@ class UpstreamBackend:
         response = await self._send(request, stream=False, auth=auth, path=_COUNT_PATH)
         return Answer(await read_object(self.name, response, self._sent_key(auth)))
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
+    ) -> Answer:
+        # (no ``meter``: an upstream's usage is only in its answer, as a stream's in its events)
         response = await self._send(request, stream=False, auth=auth)
         body = await read_object(self.name, response, self._sent_key(auth))
         # an error sent with status 200 (a Response object always has "error", null or the
@@ -511,8 +514,12 @@ class ReplicatedBackend:
         #: a follow-up naming one as ``previous_response_id`` goes where it is stored.
         self._made: collections.OrderedDict[str, int] = collections.OrderedDict()
 
-    async def complete(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        answer: Answer = await self._routed(request, lambda b, r: b.complete(r, auth), stream=False)
+    async def complete(
+        self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
+    ) -> Answer:
+        answer: Answer = await self._routed(
+            request, lambda b, r: b.complete(r, auth, meter), stream=False
+        )
         return answer
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> BackendStream:

@@ -107,6 +107,19 @@ def backend_stats(gw: Gateway, model: str) -> dict[str, Any]:
     return dict(gw.http.get("/admin/stats").json()["backends"][model])
 
 
+def ledger_row(gw: Gateway) -> dict[str, Any]:
+    """The default tenant's account of the one-at-a-time model."""
+    ledger = gw.http.get("/admin/stats").json()["ledger"]
+    return dict(ledger.get("default", {}).get(ONE, {}))
+
+
+def observed(gw: Gateway) -> int:
+    """Answers the history counts in a tier (once their request ended, the ledger's books
+    included)."""
+    points = gw.http.get("/admin/history").json()["points"]
+    return sum(sum(point["tiers"].values()) for point in points)
+
+
 def test_requests_whose_clients_left_the_queue_stop_counting_as_pending(
     gw: Gateway, sdk: openai.OpenAI
 ) -> None:
@@ -139,27 +152,44 @@ def test_a_stream_cancelled_while_queued_is_no_model_call(gw: Gateway, sdk: open
     never ran it, so the ledger books no model call for it (it booked its whole prompt, then
     0 tokens but still one request, one model call and one ``ended_early``)."""
 
-    def row() -> dict[str, Any]:
-        ledger = gw.http.get("/admin/stats").json()["ledger"]
-        return dict(ledger.get("default", {}).get(ONE, {}))
-
-    def observed() -> int:  # requests the gateway has seen end (the ledger's books included)
-        points = gw.http.get("/admin/history").json()["points"]
-        return sum(sum(point["tiers"].values()) for point in points)
-
     running = sdk.completions.create(
         model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
     )
     next(iter(running))  # it decodes: the one slot is taken
-    before, seen = row(), observed()
+    before, seen = ledger_row(gw), observed(gw)
     body = {"model": ONE, "prompt": "waiting for a slot " * 20, "max_tokens": 4, "stream": True}
     with gw.http.stream("POST", "/v1/completions", json=body) as response:
         assert response.status_code == 200
         time.sleep(0.3)  # queued behind `running`; then the client hangs up
-    wait_for(lambda: observed() == seen + 1)
+    wait_for(lambda: observed(gw) == seen + 1)
     # `running` still runs; the other leaves the queue at the scheduler's next step
     wait_for(lambda: backend_stats(gw, ONE)["pending"] == 1)
-    assert row() == before  # (/metrics' cachegate_ledger_* series are these counts)
+    assert ledger_row(gw) == before  # (/metrics' cachegate_ledger_* series are these counts)
     running.close()
     wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
-    wait_for(lambda: row().get("model_calls") == before.get("model_calls", 0) + 1)
+    wait_for(lambda: ledger_row(gw).get("model_calls") == before.get("model_calls", 0) + 1)
+
+
+def test_a_non_streamed_request_whose_client_left_mid_decode_is_booked(
+    gw: Gateway, sdk: openai.OpenAI
+) -> None:
+    """The SDK gives up (``timeout``) on a long non-streamed generation: the model had run its
+    prompt and decoded some tokens, and the ledger books that call as a streamed one whose
+    client left: one model call with its prompt, ``ended_early`` (it booked nothing)."""
+
+    prompt = "a prompt the model runs before it gives up " * 5
+    counted = sdk.completions.create(model=ONE, prompt=prompt, max_tokens=1, temperature=0)
+    assert counted.usage is not None
+    before, seen = ledger_row(gw), observed(gw)
+    impatient = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0,
+                              timeout=1.0)  # fmt: skip
+    with pytest.raises(openai.APITimeoutError):
+        impatient.completions.create(model=ONE, prompt=prompt, max_tokens=4000, temperature=0)
+    wait_for(lambda: ledger_row(gw).get("requests", 0) == before["requests"] + 1)
+    assert observed(gw) == seen  # no answer: in no tier of the history (an error only)
+    after = ledger_row(gw)
+    assert after["model_calls"] - before["model_calls"] == 1
+    assert after["ended_early"] - before.get("ended_early", 0) == 1
+    assert after["input_tokens"] - before["input_tokens"] == counted.usage.prompt_tokens
+    assert after["output_tokens"] - before["output_tokens"] >= 1
+    wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
