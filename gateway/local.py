@@ -41,7 +41,7 @@ from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
-from .sse import DONE, encode_event, fresh_identity
+from .sse import DONE, QUEUED, encode_event, fresh_identity
 
 __all__ = ["LocalBackend"]
 
@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 _KEEPALIVE = b": keep-alive\n\n"
 _KEEPALIVE_EVERY = 15.0
 _KEEPALIVE_MIN = 0.5  # (whoever asks: the header reaches a gateway's local model from clients)
+#: How often a stream for a gateway in front looks whether the engine took its request up, until
+#: it has (``QUEUED``): a request that starts within it is never said to be queued.
+_QUEUED_POLL = 0.05
 
 
 class LocalBackend:
@@ -326,6 +329,12 @@ class LocalStream:
         self._events = events
         self.headers: dict[str, str] = {}  # nothing to relay: no upstream
         self._deltas = 0  # text deltas generated (each one token, or more)
+        #: A gateway in front asked for keep-alives: it is told while the request waits for
+        #: the engine (``QUEUED``), so that it books no model call should its client leave
+        #: then (as this gateway does not: ``counted``). False once the engine has taken it.
+        self._watching = request.keepalive is not None
+        self._queued = False  # QUEUED was the last thing sent
+        self._queued_at = 0.0  # (loop time)
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         kind = self._request.kind
@@ -338,11 +347,14 @@ class LocalStream:
             while True:
                 if pending is None:
                     pending = asyncio.ensure_future(anext(self._events))
-                done, _ = await asyncio.wait({pending}, timeout=self._keepalive)
+                wait = _QUEUED_POLL if self._watching else self._keepalive
+                done, _ = await asyncio.wait({pending}, timeout=wait)
                 if not done:
-                    yield StreamEvent(_KEEPALIVE, None)
+                    if (comment := self._quiet(asyncio.get_running_loop().time())) is not None:
+                        yield StreamEvent(comment, None)
                     continue
                 event, pending = pending.result(), None
+                self._watching = False  # (an event: the engine took the request up)
                 if isinstance(event, TextDelta):
                     self._deltas += 1
                 for chunk in _chunks(kind, head, event, started):
@@ -359,6 +371,21 @@ class LocalStream:
 
     async def aclose(self) -> None:
         await self._close(None)
+
+    def _quiet(self, now: float) -> bytes | None:
+        """The comment to send after a wait with no event (None: none yet): a keep-alive; to
+        a gateway in front, ``QUEUED`` (as its keep-alive too) while the engine has not taken
+        the request up, then a keep-alive once it has (it ran: a model call)."""
+        if not self._watching:
+            return _KEEPALIVE
+        if self._job.started.is_set():
+            self._watching = False
+            was, self._queued = self._queued, False
+            return _KEEPALIVE if was else None
+        if not self._queued or now - self._queued_at >= self._keepalive:
+            self._queued, self._queued_at = True, now
+            return QUEUED
+        return None
 
     def counted(self) -> dict[str, Any]:
         """The prompt it ran (with the tokens its cached prefix held, once loaded), and a token

@@ -20,6 +20,7 @@ import msgspec
 __all__ = [
     "DONE",
     "KEEPALIVE",
+    "QUEUED",
     "Assembler",
     "EventTooLarge",
     "SSEParser",
@@ -31,6 +32,9 @@ __all__ = [
 DONE = b"data: [DONE]\n\n"
 #: A comment event: keeps a quiet stream's connections (proxies, a client's read timeout) alive.
 KEEPALIVE = b": keep-alive\n\n"
+#: A local model's comment to the gateway in front (``x-cachegate-keepalive``) while its
+#: request waits for the engine: the model has not run it yet (any other event: it has).
+QUEUED = b": queued\n\n"
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
 #: Top-level and choice fields rebuilt by assembly and replay; any other field (citations,
 #: service_tier, stop_reason, content_filter_results, ...) is kept as last sent, and replayed.
@@ -52,7 +56,8 @@ class SSEParser:
     Linear in the bytes fed, however they are split: only new bytes are normalised and
     searched. An event longer than ``max_event_bytes`` raises :class:`EventTooLarge`.
     An event of comments only (an upstream's keep-alive) has no data: ``commented`` says
-    whether one arrived since it was last asked.
+    whether one arrived since it was last asked; ``queued`` whether the last event was a
+    ``QUEUED`` comment (a cachegate worker's request not yet taken up by its model).
 
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
@@ -65,6 +70,7 @@ class SSEParser:
         self._held_cr = False  # a trailing CR may be the first half of a CRLF
         self._max = max_event_bytes
         self._commented = False
+        self.queued = False
         self._opening = True  # the stream's first bytes may be a UTF-8 BOM (not data)
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -97,8 +103,10 @@ class SSEParser:
             ]
             if lines:
                 events.append(b"\n".join(lines))
+                self.queued = False
             elif block.startswith(b":") or b"\n:" in block:
                 self._commented = True
+                self.queued = block + b"\n\n" == QUEUED
 
     def end(self) -> list[bytes]:
         """At the stream's end: the events a CR held back (``feed``) completes. With no byte

@@ -1052,7 +1052,9 @@ class UpstreamStream:
         return [b"[DONE]"] if complete and not self._finished else []
 
     def counted(self) -> dict[str, Any] | None:
-        return None  # an upstream's usage is only what its stream reports
+        """None: an upstream's usage is only what its stream reports. A cachegate worker's
+        request that its last event said was still queued (``sse.QUEUED``) never ran."""
+        return {"prompt_tokens": 0} if self._parser.queued else None
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

@@ -193,3 +193,45 @@ def test_a_non_streamed_request_whose_client_left_mid_decode_is_booked(
     assert after["input_tokens"] - before["input_tokens"] == counted.usage.prompt_tokens
     assert after["output_tokens"] - before["output_tokens"] >= 1
     wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
+
+
+def test_behind_a_front_gateway_a_stream_cancelled_while_queued_is_no_model_call(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """gateway -> ``cachegate worker`` (one batch slot): a streaming client that leaves while
+    its request waits for the slot. The worker never ran it, and the front gateway books no
+    model call for it either, as a gateway whose model runs in-process does (it booked one,
+    with 0 tokens, ``ended_early``)."""
+    from gateway.runtime import Runtime
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    worker_config = load_config_text(text)
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    upstream = {"backend": "openai", "base_url": f"{worker.url}/v1", "max_retries": 0}
+    front = Gateway(load_config_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+    })))  # fmt: skip
+    try:
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        running = sdk.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        seen = observed(front)
+        body = {"model": ONE, "prompt": "waiting for a slot " * 20, "max_tokens": 4,
+                "stream": True}  # fmt: skip
+        with front.http.stream("POST", "/v1/completions", json=body) as response:
+            assert response.status_code == 200
+            time.sleep(0.3)  # queued behind `running` in the worker; then the client hangs up
+        wait_for(lambda: observed(front) == seen + 1)
+        assert ledger_row(front) == {}  # no request booked yet: `running` still runs
+        running.close()
+        wait_for(lambda: ledger_row(front).get("requests") == 1)
+        assert (ledger_row(front)["model_calls"], ledger_row(front)["ended_early"]) == (1, 1)
+    finally:
+        front.stop()
+        worker.stop()
