@@ -484,6 +484,11 @@ class Engine:
             yield from self._cancelled_in_prefill(request, cache, n_cached, started)
             return
         n_prompt_kv = cache.length  # the prompt's KV: len(prompt) unless the window slid
+        if n_prompt_kv > n_cached:
+            # NOTE: now, not only when it finishes: a request that comes while this one
+            # decodes (a system prompt they share) maps the prompt's pages instead of
+            # prefilling it again
+            self._insert(request.namespace, prompt, cache)
         generator = make_generator(request.params.seed, self.layout.device)
         choices: list[Choice] = []
         first_token_at = insert_s = 0.0

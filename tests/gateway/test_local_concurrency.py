@@ -235,3 +235,24 @@ def test_behind_a_front_gateway_a_stream_cancelled_while_queued_is_no_model_call
     finally:
         front.stop()
         worker.stop()
+
+
+def test_a_prompt_is_reused_while_its_first_request_still_decodes(sdk: openai.OpenAI) -> None:
+    """A request whose system prompt another request has prefilled maps that KV, even while
+    the first one still decodes: before, the prompt went to the prefix tree only when its
+    request finished, so users sharing a long system prompt who came meanwhile each
+    prefilled it again (``cached_tokens`` 0, a whole prefill of TTFT)."""
+    system: Any = {"role": "system", "content": "You answer for the harbour office. " * 40}
+
+    def ask(question: str, **kwargs: Any) -> Any:
+        return sdk.chat.completions.create(
+            model=MODEL, messages=[system, {"role": "user", "content": question}],
+            temperature=0, **kwargs,
+        )  # fmt: skip
+
+    running = ask("Tell me about the tides.", max_tokens=3000, stream=True)
+    next(iter(running))  # its prompt is prefilled; it decodes
+    answer = ask("When does the office open?", max_tokens=1)
+    running.close()
+    assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
+    assert answer.usage.prompt_tokens_details.cached_tokens >= 200  # (the system prompt's)
