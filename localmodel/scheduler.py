@@ -4,7 +4,10 @@ Every request is an :meth:`Engine.steps <localmodel.engine.Engine.steps>` corout
 yields a :class:`~localmodel.batch.Piece` whenever it needs logits (its prompt suffix once,
 then one token per decode step). A scheduler step, as vLLM and SGLang run it::
 
-    admit   waiting requests, oldest first, while fewer than max_batch run (tier-2 match here)
+    admit   waiting requests, oldest first, while fewer than max_batch run (tier-2 match here;
+            one whose prompt shares MIN_SHARED_PREFILL tokens the tree lacks with a prompt
+            being prefilled waits for that prefill, then maps them: a burst on one new
+            system prompt prefills it once)
     batch   one token of every decoding request, then prefill chunks, oldest request first,
             until step_tokens are used (a long prompt is prefilled over several steps; a
             prompt's last chunk may go past them by up to MIN_PREFILL_CHUNK tokens)
@@ -52,7 +55,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +63,7 @@ import torch
 from localmodel.batch import Piece
 from localmodel.engine import Engine, Event, GenerationRequest, Steps
 from localmodel.pages import PagedCache, PoolExhausted
+from prefix import RadixKey
 
 __all__ = ["Scheduler", "Send"]
 
@@ -70,6 +74,9 @@ Send = Callable[[Event | BaseException], bool]
 
 #: Prefill tokens a step always gets, however many sequences decode (no prefill starves).
 MIN_PREFILL_CHUNK = 16
+#: A new request whose prompt shares this many tokens (not in the prefix tree) with a prompt
+#: being prefilled waits for that prefill and maps them (``Scheduler._prefilled_alongside``).
+MIN_SHARED_PREFILL = 64
 
 
 @dataclass
@@ -147,12 +154,15 @@ class Scheduler:
 
     def _admit(self) -> None:
         self._drop_cancelled()
+        deferred: list[_Sequence] = []  # (they keep their place at the head of the queue)
         while self.waiting and len(self.running) < self.max_batch:
             seq = self.waiting[0]
             if self.running and (self._full or not self._fits(seq)):
-                return  # the pool is busy with running requests: wait for them to finish
+                break  # the pool is busy with running requests: wait for them to finish
             self.waiting.popleft()
-            if seq.steps is None:
+            if seq.steps is None and self._prefilled_alongside(seq):
+                deferred.append(seq)
+            elif seq.steps is None:
                 seq.steps = self.engine.steps(seq.request)
                 self.running.append(seq)
                 self._advance(seq, None)  # tier-2 match and load, up to its first Piece
@@ -164,6 +174,26 @@ class Scheduler:
                 except Exception as exc:  # e.g. no page to copy a foreign span into
                     logger.exception("localmodel: a preempted request could not resume")
                     self._fail(seq, exc)
+        self.waiting.extendleft(reversed(deferred))
+
+    def _prefilled_alongside(self, seq: _Sequence) -> bool:
+        """Whether a running request is prefilling a prompt that shares at least
+        MIN_SHARED_PREFILL tokens with ``seq``'s beyond what the prefix tree holds of it: then
+        ``seq`` waits for that prefill (a step or a few; the prompt goes to the tree as soon as
+        it is prefilled) and maps those tokens, instead of computing them alongside (a burst
+        of requests sharing a system prompt the tree does not hold yet)."""
+        prompt, namespace = seq.request.prompt_tokens, seq.request.namespace
+        shared = max(
+            (_common(prompt, s.request.prompt_tokens) for s in self.running
+             if s.request.namespace == namespace and _prefilling(s)),
+            default=0,
+        )  # fmt: skip
+        tree = getattr(self.engine, "prefix_cache", None)
+        if shared < MIN_SHARED_PREFILL or tree is None or not self.engine.config.prefix_cache_bytes:
+            return False  # (a tree of budget 0 keeps nothing to map)
+        return shared - tree.match(RadixKey(namespace, prompt), count=False).n_cached >= (
+            MIN_SHARED_PREFILL
+        )
 
     def _drop_cancelled(self) -> None:
         """Take every waiting request whose client left out of the queue, wherever it waits
@@ -301,3 +331,18 @@ class Scheduler:
             self.running.remove(seq)
             self._full = False
         seq.send(exc)
+
+
+def _prefilling(seq: _Sequence) -> bool:
+    """Whether ``seq``'s piece is (the rest of) its prompt: its KV goes to the tree once fed."""
+    piece = seq.piece
+    if piece is None or len(piece.tokens) < 2:
+        return False
+    return piece.cache.length - seq.fed + len(piece.tokens) == len(seq.request.prompt_tokens)
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )

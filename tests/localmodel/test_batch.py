@@ -314,3 +314,17 @@ def test_a_prompts_few_last_tokens_are_not_left_for_another_step(tiny_engine: En
     assert all(s.piece is not None and len(s.piece.tokens) == 1 for s in scheduler.running)
     while scheduler.busy:
         scheduler.step()
+
+
+def test_a_burst_sharing_a_new_prompt_prefills_it_once(tiny_engine: Engine) -> None:
+    """Requests that arrive together with a long prefix the tree does not hold yet (users of
+    one system prompt after a start): the first prefills it, the others wait for that and
+    map it (each prefilled it alongside before: ``cached_tokens`` 0, the last one's first
+    token after every copy of the prefix), and each gets the tokens it gets alone."""
+    shared = list(range(300, 500))  # 200 tokens
+    params = SamplingParams(temperature=0.0, max_tokens=5)
+    jobs = [(shared + [600 + i] * (3 + i), params) for i in range(4)]
+    expected = [_alone(tiny_engine, p, params).choices for p, _ in jobs]
+    results = _batched(tiny_engine, jobs, step_tokens=64)
+    assert [r.choices for r in results] == expected
+    assert [r.usage.cached_tokens for r in results] == [0, 200, 200, 200]
