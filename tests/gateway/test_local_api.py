@@ -815,18 +815,21 @@ def test_a_worker_still_loading_gets_no_requests_while_another_is_ready(
 
     def served(worker: Gateway) -> float:
         metrics = worker.http.get("/metrics", headers=ADMIN).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                   if line.startswith("cachegate_requests_total{") and 'status="200"' in line)  # fmt: skip
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("cachegate_requests_total{")
+            and 'status="200"' in line
+            and 'model=""' not in line  # (not its /readyz nor /metrics)
+        )
 
     try:
         client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0, timeout=20)
-        for i in range(4):
-            started = time.monotonic()
+        for i in range(4):  # (held until the load is over, each would time out: it never is)
             answer = client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=2
             )
             assert answer.choices[0].message.content is not None
-            assert time.monotonic() - started < 15  # (not held until the load is over)
             time.sleep(0.6)  # (down_for over: it is asked again, still loading)
         assert served(workers[0]) == 4 and served(workers[1]) == 0
         release.set()
