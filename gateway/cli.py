@@ -23,7 +23,7 @@ import sys
 import urllib.parse
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -278,9 +278,36 @@ def _serve(args: argparse.Namespace) -> int:
     served = (
         f"cachegate {'worker' if args.worker else 'gateway'} serving {', '.join(runtime.backends)}"
     )
-    with contextlib.suppress(KeyboardInterrupt):
-        _run(_run_servers(config, app, admin, runtime, served))
-    return 0
+    code = 0
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            _run(_run_servers(config, app, admin, runtime, served))
+    except SystemExit as exc:  # uvicorn's, when it cannot bind (a port taken since the check)
+        code = exc.code if isinstance(exc.code, int) else 1
+    if _still_loading(runtime):
+        _exit_now(code)
+    return code
+
+
+def _still_loading(runtime: Any) -> bool:
+    from .local import LocalBackend
+
+    backends = runtime.backends.values()
+    return any(isinstance(b, LocalBackend) and b.loading for b in backends)
+
+
+def _exit_now(code: int) -> NoReturn:
+    """Exit without the interpreter's finalization, its log and output flushed.
+
+    NOTE: for a model load that a shutdown left running on its daemon thread (``LocalBackend
+    .close``): finalization ended that thread inside torch's C++ code, and the process aborted
+    ("FATAL: exception not rethrown", killed by SIGABRT) instead of exiting 0 after Ctrl-C
+    (or with uvicorn's status 3 when it could not bind).
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _check_ports(config: Config) -> None:

@@ -17,10 +17,11 @@ import dataclasses
 import logging
 import math
 import os
+import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from localmodel import (
     AsyncEngine,
@@ -46,6 +47,8 @@ from .sse import DONE, QUEUED, encode_event, fresh_identity
 __all__ = ["LocalBackend"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: A comment line sent while a long prefill runs, so proxies do not time the stream out: every
 #: 15 s, or as often as the gateway in front asks (``x-cachegate-keepalive``: its read timeout).
@@ -89,6 +92,8 @@ class LocalBackend:
         self._loader: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._closed = False
+        self._handover = threading.Lock()  # (the load's thread and close: who closes its engine)
+        self._loading = threading.Event()  # (set while the load's thread runs)
         self._created = int(time.time())
 
     @classmethod
@@ -131,21 +136,29 @@ class LocalBackend:
         return self._engine is not None
 
     @property
+    def loading(self) -> bool:
+        """Whether the load still runs on its thread (which ``close`` does not wait for)."""
+        return self._loading.is_set()
+
+    @property
     def failure(self) -> str | None:
         """Why the model could not load (it will not be retried), or None."""
         return repr(self._error) if self._error is not None else None
 
     async def close(self) -> None:
-        """Stop serving and close the engine, waiting for a load still in progress.
+        """Stop serving and close the engine; a load still in progress is not waited for.
 
-        NOTE: a load runs on a thread that cannot be interrupted: cancelling its task only
-        drops the engine it makes, disk writer thread and files still open. So close waits
-        for the load (one not yet begun does not begin), and ``_load`` closes the engine that
-        arrives after close, even if this wait is itself cancelled.
+        NOTE: a load runs on a thread that cannot be interrupted (the bundled model's first
+        conversion takes up to a minute). Waiting for it held Ctrl-C or SIGTERM that long, so
+        the load runs on a daemon thread that a process ending does not wait for (while it is
+        ``loading``, ``cachegate serve`` exits with ``os._exit``), and the engine that load
+        makes after close is closed on that thread (its disk writer thread and files), or by
+        ``_load`` when it was handed over just before close.
         """
-        self._closed = True
+        with self._handover:
+            self._closed = True
         if self._loader is not None and not self._loader.done():
-            await asyncio.shield(self._loader)
+            log.warning("local model %s is still loading: shutting down without it", self.name)
         if self._engine is not None:
             await self._engine.aclose()
 
@@ -247,18 +260,33 @@ class LocalBackend:
         if self._closed:
             return
         started = time.perf_counter()
+        self._loading.set()  # (cleared by the thread)
         try:
-            engine = await asyncio.to_thread(self._load_engine, self.engine_config)
+            engine = await _on_daemon_thread(self._load_or_drop, name=f"load-{self.name}")
         except Exception as exc:
             self._error = exc
             log.exception("local model %s failed to load", self.name)
             return
-        if self._closed:  # close() came during the load: no one will serve or close it
+        if engine is None:  # close() came during the load; its thread closed the engine
+            return
+        if self._closed:  # close() came during the handover: no one will serve or close it
             await asyncio.to_thread(engine.close)
             return
         self._engine = AsyncEngine(engine, name=f"localmodel-{self.name}")
         self._engine.start()
         log.info("local model %s loaded in %.1fs", self.name, time.perf_counter() - started)
+
+    def _load_or_drop(self) -> Engine | None:
+        """The load, on its thread: the engine, or None when close() came meanwhile."""
+        try:
+            engine = self._load_engine(self.engine_config)
+            with self._handover:
+                if not self._closed:
+                    return engine
+            engine.close()
+            return None
+        finally:
+            self._loading.clear()
 
     async def _ready_engine(self, if_ready: bool = False) -> AsyncEngine:
         """The engine, once loaded; ``if_ready``: a 503 at once while it loads (the gateway in
@@ -428,6 +456,31 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass
     return cpus
+
+
+async def _on_daemon_thread(fn: Callable[[], T], *, name: str) -> T:
+    """``fn()`` on a daemon thread of its own, awaited.
+
+    NOTE: not ``asyncio.to_thread``: the interpreter joins its executor's threads at exit, so a
+    model still loading held a Ctrl-C'd process until the load ended.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(set_outcome: Callable[[Any], object], outcome: object) -> None:
+        if not future.done():  # (cancelled: the task awaiting it was)
+            set_outcome(outcome)
+
+    def run() -> None:
+        try:
+            outcome: tuple[Callable[[Any], object], object] = (future.set_result, fn())
+        except BaseException as exc:  # (delivered to the awaiting task, which logs it)
+            outcome = (future.set_exception, exc)
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the process is ending
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await future
 
 
 def _load_and_warm(config: EngineConfig) -> Engine:

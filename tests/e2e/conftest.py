@@ -23,9 +23,12 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """``cachegate serve --config FILE --port PORT`` in a subprocess."""
+    """``cachegate serve --config FILE --port PORT`` in a subprocess (``ready_timeout`` None:
+    started, not waited for)."""
 
-    def __init__(self, config: Path, *, command: str = "serve", ready_timeout: float = 60) -> None:
+    def __init__(
+        self, config: Path, *, command: str = "serve", ready_timeout: float | None = 60
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = config.with_suffix(f".{self.port}.log")
@@ -46,7 +49,8 @@ class ServeProcess:
             stderr=subprocess.STDOUT,
             env=env,
         )
-        self.wait_ready(ready_timeout)
+        if ready_timeout is not None:
+            self.wait_ready(ready_timeout)
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.time() + timeout
@@ -60,6 +64,14 @@ class ServeProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"cachegate not ready after {timeout}s:\n{self.log.read_text()}")
+
+    def wait_logged(self, text: str, timeout: float) -> None:
+        """Wait until the process has logged ``text``."""
+        deadline = time.time() + timeout
+        while text not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"cachegate never logged {text!r}:\n{self.log.read_text()}")
+            time.sleep(0.1)
 
     def stop(self) -> int:
         self.proc.terminate()

@@ -3,10 +3,13 @@ a gateway in front of a `cachegate worker` (the model as its own service)."""
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 import yaml
 
 from tests.e2e.conftest import ServeProcess
@@ -94,3 +97,27 @@ def test_gateway_in_front_of_a_worker(serve: Any, bundled_model_dir: Path, tmp_p
     )
     assert raw_direct.headers["x-cache"] == "bypass"
     assert raw_direct.parse().choices[0].message.content == hit.parse().choices[0].message.content
+
+
+@pytest.mark.parametrize(("command", "sig"), [("serve", "SIGINT"), ("worker", "SIGTERM")])
+def test_a_signal_while_the_bundled_model_converts_stops_at_once(
+    serve: Any, tmp_path: Path, command: str, sig: str
+) -> None:
+    """Ctrl-C (or a stop) during the first start's conversion (up to a minute) was held until
+    the conversion and the load had ended; the model's directory is not half-written."""
+    data = tmp_path / "data"
+    process: ServeProcess = serve(yaml.safe_dump({
+        "data_dir": str(data), "cache": {"semantic": {"enabled": False}},
+        "models": {"smollm2": {"backend": "local", "source": "bundled", "threads": 1}},
+    }), command=command, ready_timeout=None)  # fmt: skip
+    process.wait_logged("converting bundled", timeout=60)
+    time.sleep(0.5)  # (into the conversion)
+    process.proc.send_signal(getattr(signal, sig))
+    started = time.monotonic()
+    code = process.proc.wait(timeout=15)
+    log = process.log.read_text(errors="replace")
+    assert time.monotonic() - started < 10, log
+    assert code == (0 if sig == "SIGINT" else -15), log  # (as after a clean shutdown)
+    assert "local model smollm2 is still loading: shutting down without it" in log
+    assert "Traceback" not in log and "FATAL" not in log
+    assert not (data / "models" / "smollm2-135m-instruct").exists()
