@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.util
 import json
 import logging
@@ -205,8 +207,7 @@ def convert_bundled(data_dir: Path) -> Path:
         logger.warning("localmodel: %s is incomplete; converting again", dst)
         shutil.rmtree(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp_dirs(dst.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{BUNDLED_DIRNAME}.tmp-", dir=dst.parent))
+    tmp, lock = _claim_tmp_dir(dst.parent)
     try:
         _convert_gguf(bundled_gguf_path(), tmp)
         try:
@@ -217,6 +218,9 @@ def convert_bundled(data_dir: Path) -> Path:
             logger.info("localmodel: another process converted %s first", dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(_lock_path(tmp))
+        os.close(lock)
     return dst
 
 
@@ -285,12 +289,53 @@ def _is_complete(path: Path) -> bool:
     return all((path / name).is_file() for name in _REQUIRED_FILES)
 
 
+def _claim_tmp_dir(parent: Path) -> tuple[Path, int]:
+    """A new temp dir to convert into, with a held ``flock`` on its lock file beside it.
+
+    NOTE: a conversion that was killed, or left running by a shutdown that did not wait for
+    it (``cachegate serve`` exits during a load), leaves its temp dir, ~500 MB; one whose
+    lock no live process holds is removed here. A lock on ``parent`` itself serialises this,
+    so no one removes a dir whose lock is still being taken.
+    """
+    claim = os.open(parent, os.O_RDONLY)
+    try:
+        fcntl.flock(claim, fcntl.LOCK_EX)
+        _remove_stale_tmp_dirs(parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{BUNDLED_DIRNAME}.tmp-", dir=parent))
+        lock = os.open(_lock_path(tmp), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return tmp, lock
+    finally:
+        os.close(claim)
+
+
+def _lock_path(tmp: Path) -> Path:
+    return tmp.with_name(f"{tmp.name}.lock")
+
+
 def _remove_stale_tmp_dirs(parent: Path) -> None:
-    """Remove temp dirs left by conversions that crashed long ago (not by one running now)."""
+    """Remove temp dirs left by dead conversions: those whose lock is free, and those without
+    a lock file (older versions made none) that are older than ``_STALE_TMP_S``."""
     cutoff = time.time() - _STALE_TMP_S
     for tmp in parent.glob(f".{BUNDLED_DIRNAME}.tmp-*"):
         try:
-            if tmp.stat().st_mtime < cutoff:
+            if tmp.name.endswith(".lock"):
+                if _unused(tmp):
+                    shutil.rmtree(tmp.with_name(tmp.name.removesuffix(".lock")), ignore_errors=True)
+                    os.unlink(tmp)
+            elif not _lock_path(tmp).exists() and tmp.stat().st_mtime < cutoff:
                 shutil.rmtree(tmp, ignore_errors=True)
         except OSError:
             pass
+
+
+def _unused(lock_path: Path) -> bool:
+    """Whether no live process holds ``lock_path``'s ``flock``."""
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -99,6 +99,18 @@ def test_gateway_in_front_of_a_worker(serve: Any, bundled_model_dir: Path, tmp_p
     assert raw_direct.parse().choices[0].message.content == hit.parse().choices[0].message.content
 
 
+def converting(serve: Any, data: Path, command: str = "serve") -> ServeProcess:
+    """``cachegate serve`` (or ``worker``) of the bundled model into ``data``, once its first
+    start's conversion has begun."""
+    process: ServeProcess = serve(yaml.safe_dump({
+        "data_dir": str(data), "cache": {"semantic": {"enabled": False}},
+        "models": {"smollm2": {"backend": "local", "source": "bundled", "threads": 1}},
+    }), name=f"{command}.yaml", command=command, ready_timeout=None)  # fmt: skip
+    process.wait_logged("converting bundled", timeout=60)
+    time.sleep(0.5)  # (into the conversion)
+    return process
+
+
 @pytest.mark.parametrize(("command", "sig"), [("serve", "SIGINT"), ("worker", "SIGTERM")])
 def test_a_signal_while_the_bundled_model_converts_stops_at_once(
     serve: Any, tmp_path: Path, command: str, sig: str
@@ -106,12 +118,7 @@ def test_a_signal_while_the_bundled_model_converts_stops_at_once(
     """Ctrl-C (or a stop) during the first start's conversion (up to a minute) was held until
     the conversion and the load had ended; the model's directory is not half-written."""
     data = tmp_path / "data"
-    process: ServeProcess = serve(yaml.safe_dump({
-        "data_dir": str(data), "cache": {"semantic": {"enabled": False}},
-        "models": {"smollm2": {"backend": "local", "source": "bundled", "threads": 1}},
-    }), command=command, ready_timeout=None)  # fmt: skip
-    process.wait_logged("converting bundled", timeout=60)
-    time.sleep(0.5)  # (into the conversion)
+    process = converting(serve, data, command)
     process.proc.send_signal(getattr(signal, sig))
     started = time.monotonic()
     code = process.proc.wait(timeout=15)
@@ -121,3 +128,22 @@ def test_a_signal_while_the_bundled_model_converts_stops_at_once(
     assert "local model smollm2 is still loading: shutting down without it" in log
     assert "Traceback" not in log and "FATAL" not in log
     assert not (data / "models" / "smollm2-135m-instruct").exists()
+
+
+def test_the_next_start_removes_what_a_stopped_conversion_left(serve: Any, tmp_path: Path) -> None:
+    """A conversion stopped midway (the gateway stopped without waiting for it, or was killed)
+    left its temp dir, up to 500 MB, for an hour, whatever the starts in between."""
+    models = tmp_path / "data" / "models"
+    first = converting(serve, tmp_path / "data")
+    first.proc.terminate()
+    assert first.proc.wait(timeout=15) == -15
+    [left] = temp_dirs(models)
+    second = converting(serve, tmp_path / "data")  # the next start, after the first had gone
+    second.proc.kill()
+    assert second.proc.wait(timeout=15) == -9
+    assert not left.exists()
+    assert len(temp_dirs(models)) == 1  # the second's own
+
+
+def temp_dirs(models: Path) -> list[Path]:
+    return [p for p in models.glob(".smollm2-135m-instruct.tmp-*") if p.is_dir()]
