@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import re
+import signal
 import socket
 import sys
 import urllib.parse
@@ -418,14 +419,18 @@ def _redact_access_log() -> None:
 
 
 async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
-    """Once a shutdown starts, give open requests ``shutdown_timeout`` s, then end them
-    with a 503 ``shutting_down`` error (a body, or an event on a started stream)."""
+    """Once a shutdown starts, give open requests ``shutdown_timeout`` s (or until a second
+    Ctrl-C: ``server.hurried``), then end them with a 503 ``shutting_down`` error (a body, or
+    an event on a started stream)."""
     while not server.should_exit:
         await asyncio.sleep(0.1)
-    await asyncio.sleep(config.server.shutdown_timeout)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + config.server.shutdown_timeout
+    while loop.time() < deadline and not server.hurried:
+        await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
     if aborted := runtime.abort_in_flight():
-        log.warning("shutdown: %d requests still open after %.0fs; ended", aborted,
-                    config.server.shutdown_timeout)  # fmt: skip
+        waited = "a second Ctrl-C" if server.hurried else f"{config.server.shutdown_timeout:.0f}s"
+        log.warning("shutdown: %d requests still open after %s; ended", aborted, waited)
 
 
 def _log_admin_access(config: Config) -> None:
@@ -549,6 +554,16 @@ def _main_server(
     import uvicorn
 
     class Main(uvicorn.Server):
+        hurried = False  # a second Ctrl-C came: open requests end now (_shutdown_deadline)
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # NOTE: uvicorn's own force quit cut the open requests (500s, streams cut with no
+            # error event, a traceback each) and skipped the app's shutdown (runtime.close)
+            second = self.should_exit and sig == signal.SIGINT
+            super().handle_exit(sig, frame)
+            if second:
+                self.force_exit, self.hurried = False, True
+
         async def startup(self, sockets: Any = None) -> None:
             await super().startup(sockets)
             if self.started:
