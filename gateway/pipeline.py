@@ -82,11 +82,13 @@ _DRAIN_S = 10.0
 @dataclass(frozen=True, slots=True)
 class Save:
     """Where a fresh answer goes: its key, and the question's embedding if already computed
-    (``overloaded``: the lookup found the embedder overloaded; store for exact hits only)."""
+    (``overloaded``: the lookup found the embedder overloaded; store for exact hits only;
+    ``epoch``: the cache's when the request began: a flush since then drops the answer)."""
 
     key: CacheKey
     vector: Any
     overloaded: bool = False
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +295,7 @@ class Pipeline:
                 ttl=request.control.ttl,
                 vector=save.vector,
                 overloaded=save.overloaded,
+                epoch=save.epoch,
             )
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
@@ -304,7 +307,8 @@ class Pipeline:
         if self.cache is None or (control.no_cache and control.no_store):
             return _Looked("bypass")
         key = salted(adapter.key(request, self._context_turns, self._context), salt)
-        save = None if control.no_store else Save(key, None)
+        epoch = self.cache.epoch  # (before the lookup: the answer is made after it)
+        save = None if control.no_store else Save(key, None, epoch=epoch)
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)
         await self.written(key.scope)
@@ -324,7 +328,7 @@ class Pipeline:
         if found.entry is not None:
             return _Looked("exact", hit=found, key=key, generation=tightened.generation)
         # the question's embedding: computed once, for lookup and store
-        save = None if control.no_store else Save(key, found.vector, found.overloaded)
+        save = None if control.no_store else Save(key, found.vector, found.overloaded, epoch)
         return _Looked("miss", save=save, key=key, missed=found)
 
     async def written(self, scope: str) -> None:

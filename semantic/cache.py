@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .keys import CacheKey, entry_id
-from .store import Entry, EntryStore, StoreUnavailable
+from .store import Entry, EntryStore, StoreUnavailable, Superseded
 
 if TYPE_CHECKING:
     from .embedder import Embedder
@@ -215,6 +215,12 @@ class ResponseCache:
             self._tasks.append(asyncio.create_task(self._load_semantic(), name="cache-loader"))
 
     @property
+    def epoch(self) -> int | None:
+        """The store's flush count now: taken when a request begins, passed to ``store`` with
+        its answer, which is not stored if a flush (through any replica) came meanwhile."""
+        return self._store.epoch
+
+    @property
     def exact(self) -> bool:
         """Whether the exact tier is on (answers are found by the request's exact key)."""
         return self._settings.exact
@@ -307,11 +313,13 @@ class ResponseCache:
         ttl: float | None = None,
         vector: np.ndarray | None = None,
         overloaded: bool = False,
+        epoch: int | None = None,
     ) -> Entry | None:
         """Store a complete, successful answer (None: the store could not take it, or it
         holds what the store cannot encode, an integer past 64 bits: counted in
         ``store_failures``; or no tier could find it: the exact tier is off and it has no
-        vector). ``ttl`` (the request's) shortens the configured one, never extends it.
+        vector; or the cache was flushed since ``epoch``, the ``epoch`` when its request
+        began). ``ttl`` (the request's) shortens the configured one, never extends it.
 
         ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
         the answer is stored for exact hits only, without waiting for the embedder again.
@@ -335,7 +343,9 @@ class ResponseCache:
             key, response, vector, now, ttl, model=model, tenant=tenant, namespace=namespace
         )
         try:
-            evicted = await self._store.put(entry)
+            evicted = await self._store.put(entry, epoch=epoch)
+        except Superseded:  # made before a flush: not served after it
+            return None
         except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
             self._counters.store_failures += 1
             return None

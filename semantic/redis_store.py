@@ -6,8 +6,10 @@ Keys (``P`` = the configured key prefix):
     P lru        sorted set id → last use (unix time); evicts the least recently used past max
     P exp        sorted set id → expiry time; sweeps announce expired ids to the other replicas
     P hits       hash id → hit count
-    P events     stream of changes: put (id, scope, vector) and del (ids: packed int64 ``ids``
-                 or a comma-separated ``idlist``)
+    P epoch      how many flushes there were: a put names the epoch its request began in, and
+                 is dropped when a flush (of any replica) came since
+    P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
+                 or a comma-separated ``idlist``) and epoch (a flush began)
 
 Every replica keeps its own vector index in memory and ``follow``s the events stream to add and
 drop vectors as other replicas store and evict answers — its own changes too, in stream order:
@@ -53,9 +55,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .store import Entry, StoreListener, StoreUnavailable
+from .store import Entry, StoreListener, StoreUnavailable, Superseded
 
-__all__ = ["RedisStore", "StoreUnavailable"]
+__all__ = ["RedisStore", "StoreUnavailable", "Superseded"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -102,14 +104,20 @@ local function drop(ids, prefix, exp, hits, events, maxlen)
 end
 """
 
-# KEYS: entry, lru, exp, hits, events. ARGV: blob, px ('' = none), now, expires ('' = none),
-# id, scope, vector, vector model, max entries, entry key prefix, stream maxlen.
-# Returns {entries left, the put's event id, evicted id...}. NOTE: SET comes first: if it fails
+# KEYS: entry, lru, exp, hits, events, epoch. ARGV: blob, px ('' = none), now, expires ('' =
+# none), id, scope, vector, vector model, max entries, entry key prefix, stream maxlen, the epoch
+# the answer's request began in ('' = unchecked).
+# Returns {entries left, the put's event id, epoch, evicted id...}, or {-1, epoch} when a flush
+# came since the request began: nothing written. NOTE: SET is the first write: if it fails
 # nothing is written. Past max_entries, expired entries go before live ones, then the least
 # recently used.
 _PUT = (
     _DROP
     + """
+local epoch = redis.call('GET', KEYS[6]) or '0'
+if ARGV[12] ~= '' and ARGV[12] ~= epoch then
+  return {-1, epoch}
+end
 if ARGV[2] == '' then
   redis.call('SET', KEYS[1], ARGV[1])
 else
@@ -137,11 +145,19 @@ if over > 0 then
   end
   drop(gone, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
 end
-local out = {redis.call('ZCARD', KEYS[2]), event}
-for i, id in ipairs(gone) do out[i + 2] = id end
+local out = {redis.call('ZCARD', KEYS[2]), event, epoch}
+for i, id in ipairs(gone) do out[i + 3] = id end
 return out
 """
 )
+
+# KEYS: epoch, events. ARGV: stream maxlen. A flush begins: the puts of answers whose requests
+# began before it are dropped from now on, on every replica. Returns the new epoch.
+_NEW_EPOCH = """
+local epoch = redis.call('INCR', KEYS[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'op', 'epoch', 'epoch', epoch)
+return epoch
+"""
 
 # KEYS: lru, hits. ARGV: now, id. Only an entry still in the LRU is touched: a hit on an entry
 # evicted or deleted meanwhile would otherwise add its LRU member and hit count back for good.
@@ -253,6 +269,8 @@ class RedisStore:
         self._probe: asyncio.Future[bool] | None = None
         self._recheck: asyncio.Task[None] | None = None  # PINGs Redis while it is marked down
         self._p = key_prefix
+        #: Redis's flush count as last seen (a put's reply, a flush, the follower); None: unknown
+        self._epoch: int | None = None
         self._timeout = timeout
         self._max_entries = max_entries
         self._retry_after = retry_after
@@ -279,10 +297,15 @@ class RedisStore:
         self._sweep_script = self._redis.register_script(_SWEEP)
         self._hit_script = self._redis.register_script(_HIT)
         self._get_script = self._redis.register_script(_GET)
+        self._epoch_script = self._redis.register_script(_NEW_EPOCH)
 
     @property
     def available(self) -> bool:
         return time.monotonic() >= self._down_until
+
+    @property
+    def epoch(self) -> int | None:
+        return self._epoch
 
     # -- EntryStore ------------------------------------------------------------------------
 
@@ -311,9 +334,14 @@ class RedisStore:
             return None
         return cast(Entry | None, got)
 
-    async def put(self, entry: Entry) -> list[int]:
+    async def put(self, entry: Entry, *, epoch: int | None = None) -> list[int]:
         """Store ``entry``; returns the ids evicted for room, once this replica's follower has
-        applied the put (see ``_until_applied``)."""
+        applied the put (see ``_until_applied``). Superseded, nothing stored, when a flush
+        (through any replica) came since ``epoch``: the answer was made before it.
+
+        NOTE: a flush used to wait only for this replica's writes in progress: another
+        replica's answer, asked for before the flush and stored after it (a slow model), was
+        served from the flushed cache (after a model change, the old model's answer)."""
 
         async def op() -> tuple[list[int], bytes]:
             now = time.time()
@@ -324,7 +352,7 @@ class RedisStore:
                 expires = None
             px = "" if expires is None else min(max(int((expires - now) * 1000), 1), _MAX_PX)
             reply = await self._put_script(
-                keys=[self._key(entry.id), *self._keys("lru", "exp", "hits", "events")],
+                keys=[self._key(entry.id), *self._keys("lru", "exp", "hits", "events", "epoch")],
                 args=[
                     self._encoder.encode(entry),
                     px,
@@ -337,15 +365,21 @@ class RedisStore:
                     self._max_entries,
                     self._p + "e:",
                     _STREAM_MAXLEN,
+                    "" if epoch is None else epoch,
                 ],
             )
-            self._count = int(reply[0])
-            return [int(member) for member in reply[2:]], bytes(reply[1])
+            if int(reply[0]) < 0:  # a flush came since ``epoch``: nothing was written
+                self._epoch = int(reply[1])
+                return [], b""
+            self._count, self._epoch = int(reply[0]), int(reply[2])
+            return [int(member) for member in reply[3:]], bytes(reply[1])
 
         done: tuple[list[int], bytes] | None = await self._call(op)
         if done is None:
             raise StoreUnavailable("Redis failed: the answer was not stored")
         evicted, event = done
+        if not event:
+            raise Superseded("a flush came after the answer's request began: not stored")
         await self._until_applied(event)
         return evicted
 
@@ -404,6 +438,10 @@ class RedisStore:
         if not self.available:
             raise StoreUnavailable("Redis is unavailable: nothing was flushed.")
         try:
+            # first: an answer stored from now on was asked for after the flush began
+            epoch = await self._epoch_script(keys=self._keys("epoch", "events"),
+                                             args=[_STREAM_MAXLEN])  # fmt: skip
+            self._epoch = int(epoch)
             if namespace is None:
                 ids = [i async for page in self._lru_pages() for i in page]
             else:
@@ -511,6 +549,7 @@ class RedisStore:
                 )
                 if reply:
                     last = _apply_all(listener, reply, last)
+                    self._epoch = _last_epoch(reply, self._epoch)
                     self._stand_at(last)
                     await self._count_entries()  # other replicas' stores and evictions
             except ResponseError as exc:  # (NOPERM, WRONGTYPE: it may answer so every time)
@@ -625,6 +664,7 @@ class RedisStore:
         except ResponseError:  # no stream yet
             tail = b"0-0"
         await self._count_entries()
+        self._epoch = int(await self._follower.get(self._p + "epoch") or 0)
         return tail
 
     async def _trimmed_since(self, position: bytes) -> bool:
@@ -748,6 +788,15 @@ def _apply_all(listener: StoreListener, reply: Any, last: bytes) -> bytes:
             except Exception:  # one bad event must not stop the replica following
                 log.exception("response-cache event %r could not be applied", event_id)
     return last
+
+
+def _last_epoch(reply: Any, epoch: int | None) -> int | None:
+    """The epoch of an XREAD reply's last epoch event (a flush began), else ``epoch``."""
+    for _stream, events in reply:
+        for _event_id, fields in events:
+            if fields.get(b"op") == b"epoch":
+                epoch = int(fields[b"epoch"])
+    return epoch
 
 
 def _stream_id(value: bytes | str) -> tuple[int, int]:

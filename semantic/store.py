@@ -35,6 +35,7 @@ __all__ = [
     "StoreListener",
     "StoreOpenError",
     "StoreUnavailable",
+    "Superseded",
 ]
 
 
@@ -74,6 +75,11 @@ class StoreUnavailable(Exception):
         self.stored = stored
 
 
+class Superseded(Exception):
+    """A flush came after the answer's request began (its ``epoch`` is not the store's now):
+    the answer, made before the flush, is not stored."""
+
+
 class StoreOpenError(Exception):
     """The store could not be opened (a directory in use, unwritable, not a directory...)."""
 
@@ -93,7 +99,9 @@ class EntryStore(Protocol):
 
     # strict: raise StoreUnavailable when the store could not say (else None: a miss)
     async def get(self, entry_id: int, *, strict: bool = False) -> Entry | None: ...
-    async def put(self, entry: Entry) -> list[int]: ...  # returns the ids evicted for room
+    # returns the ids evicted for room; Superseded when ``epoch`` (the store's when the answer's
+    # request began; None: unchecked) is no longer the store's: a flush came meanwhile
+    async def put(self, entry: Entry, *, epoch: int | None = None) -> list[int]: ...
     async def put_many(self, entries: Sequence[Entry]) -> list[int]: ...  # (fewer writes)
     async def delete(self, ids: list[int]) -> None: ...
     async def record_hit(self, entry_id: int) -> None: ...
@@ -105,6 +113,9 @@ class EntryStore(Protocol):
 
     #: Several processes write this store: ``follow`` loads the listener and keeps it current.
     shared: bool
+
+    @property
+    def epoch(self) -> int | None: ...  # the flushes so far, as this process knows them now
 
     @property
     def available(self) -> bool: ...  # False while unreachable: a None from get proves nothing
@@ -152,6 +163,10 @@ class DiskStore:
     def available(self) -> bool:
         return True  # a local directory
 
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
     def __init__(self, directory: str | Path, *, max_entries: int) -> None:
         # NOTE: one process per directory: the LRU order and counts live in this process's
         # memory, so a second writer would overwrite entries and a flush would clear both.
@@ -179,6 +194,7 @@ class DiskStore:
             self._lock.close()
             raise StoreOpenError(f"{directory}: cannot open the cache there: {exc}") from None
         self._max_entries = max_entries
+        self._epoch = 0  # flushes since start (see ``put``)
         self._refusing = False  # the last write failed (logged once until one succeeds)
         self._unreadable = False  # the last read failed (likewise)
         self._encoder = msgspec.msgpack.Encoder()
@@ -225,9 +241,12 @@ class DiskStore:
         entry.hits = meta.hits
         return entry
 
-    async def put(self, entry: Entry) -> list[int]:
+    async def put(self, entry: Entry, *, epoch: int | None = None) -> list[int]:
         """StoreUnavailable when the disk refuses the write (full, read-only): the entry is
-        not stored, and the first refusal of a run of them is logged."""
+        not stored, and the first refusal of a run of them is logged. Superseded when a flush
+        came since ``epoch``."""
+        if epoch is not None and epoch != self._epoch:
+            raise Superseded("flushed since the answer's request began: not stored")
         return await self.put_many((entry,))
 
     async def put_many(self, entries: Sequence[Entry]) -> list[int]:
@@ -328,6 +347,7 @@ class DiskStore:
 
     async def flush(self, namespace: str | None = None) -> list[int]:
         """Delete every entry (or a namespace's), in batches between which requests are served."""
+        self._epoch += 1  # (answers whose requests began before it are not stored: ``put``)
         ids = [i for i, m in self._meta.items() if namespace is None or m.namespace == namespace]
         await self.delete(ids)
         self._reheap()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,35 @@ def test_a_hung_redis_is_marked_down_once_and_skipped_until_it_answers(
     assert eventually(  # and the cache is back on its own
         lambda: ask(gateway, "What is the speed of light?").headers["x-cache"] == "exact"
     )
+
+
+def test_an_answer_asked_for_before_a_flush_is_not_stored_after_it(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Replica B waits for a slow model when replica A is flushed (say, after a model change).
+    B's answer, made before the flush, used to be stored after it: both replicas then served it
+    from the flushed cache as an exact hit."""
+    text = config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False})
+    a = serve(text, name="a.yaml")
+    b = serve(text, name="b.yaml")
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
+            "fake": {"delay": 1.5}}  # fmt: skip
+
+    def ask_slowly(replica: ServeProcess) -> httpx.Response:
+        return httpx.post(f"{replica.url}/v1/chat/completions", json=body, timeout=30)
+
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(ask_slowly, b)
+        assert eventually(lambda: upstream.stats["chat"] == 1)  # B's request is at the model
+        assert httpx.post(f"{a.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
+        old = before.result()
+    assert old.headers["x-cache"] == "miss"
+    after = ask_slowly(b)  # (a lookup on B waits for B's write in progress)
+    assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
+    assert after.json()["choices"] != old.json()["choices"]  # a new answer, from the model
+    assert stored(b)  # an answer asked for after the flush is stored: a hit through A
+    assert eventually(lambda: ask_slowly(a).headers["x-cache"] == "exact")

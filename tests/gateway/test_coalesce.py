@@ -508,6 +508,25 @@ def test_a_flush_drops_an_answer_whose_write_was_in_progress(
     assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"  # gone
 
 
+def test_a_flush_drops_the_answer_of_a_request_still_at_the_model(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """An answer asked for before a flush (say, after a model change) and made after it is
+    not stored: it used to be, and was served as an exact hit from the flushed cache."""
+    gw = make_gateway()
+    slow = {"fake": {"delay": 1.0}}
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(gw.chat, "Name three prime numbers.", **slow)
+        deadline = time.monotonic() + 5
+        while upstream.stats["chat"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert upstream.stats["chat"] == 1  # the request waits for the model
+        assert gw.http.post("/admin/cache/flush", json={}).json()["flushed"] == 0
+        assert before.result().headers["x-cache"] == "miss"
+    assert gw.chat("Name three prime numbers.", **slow).headers["x-cache"] == "miss"
+    assert gw.chat("Name three prime numbers.", **slow).headers["x-cache"] == "exact"
+
+
 def test_a_flush_cancels_a_write_still_stuck_after_the_bound(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:

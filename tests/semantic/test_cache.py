@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -231,8 +232,8 @@ async def test_an_older_store_answered_last_keeps_the_newer_ones_vector(
     real_put = store.put
     first_written, second_stored = asyncio.Event(), asyncio.Event()
 
-    async def put_answered_late_without_a_vector(entry: Entry) -> list[int]:
-        evicted = await real_put(entry)
+    async def put_answered_late_without_a_vector(entry: Entry, **kwargs: Any) -> list[int]:
+        evicted = await real_put(entry, **kwargs)
         if not entry.vector:  # the first store: its answer comes back after the second's
             first_written.set()
             await second_stored.wait()
