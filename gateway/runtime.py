@@ -167,7 +167,11 @@ class Runtime:
         models = {name: await b.ready() for name, b in self.backends.items()}
         # (null: no response cache to wait for: a worker's, or cache.enabled: false; it said
         # true, as if a worker had one)
-        cache = None if self.cache is None else self.cache.ready
+        cache: bool | str | None = None if self.cache is None else self.cache.ready
+        if cache is True and self.cache is not None and not self.cache.available:
+            # NOTE: still ready (requests are answered, as misses; failing every replica's
+            # readiness at once would take the whole deployment down with Redis); it said true
+            cache = "degraded"
         failed = {name: failure for name, b in self.backends.items() if (failure := b.failure)}
         ready = all(models.values()) and cache is not False
         state = {"ready": ready, "models": models, "cache": cache}

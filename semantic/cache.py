@@ -233,6 +233,11 @@ class ResponseCache:
         """
         return self._ready.is_set()
 
+    @property
+    def available(self) -> bool:
+        """False while the store cannot be reached (Redis down): lookups miss, stores skip."""
+        return self._store.available
+
     async def close(self) -> None:
         for task in self._tasks:
             task.cancel()

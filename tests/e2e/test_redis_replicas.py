@@ -224,3 +224,25 @@ def test_an_answer_asked_for_before_a_flush_is_not_stored_after_it(
     assert after.json()["choices"] != old.json()["choices"]  # a new answer, from the model
     assert stored(b)  # an answer asked for after the flush is stored: a hit through A
     assert eventually(lambda: ask_slowly(a).headers["x-cache"] == "exact")
+
+
+def test_readyz_says_the_cache_is_degraded_while_redis_is_down(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """While Redis is down the replica stays ready (it answers, as misses: failing every
+    replica's readiness at once would take the deployment down with Redis), but /readyz no
+    longer says "cache": true as if the cache worked."""
+    text = config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False})
+    gateway = serve(text)
+    assert httpx.get(f"{gateway.url}/readyz").json()["cache"] is True
+    redis_server.stop()
+    assert ask(gateway, "What is the speed of light?").headers["x-cache"] == "miss"
+    ready = httpx.get(f"{gateway.url}/readyz")
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    assert ready.json()["cache"] == "degraded"
+    redis_server.start()
+    assert eventually(lambda: httpx.get(f"{gateway.url}/readyz").json()["cache"] is True)
