@@ -26,8 +26,8 @@ command timeout however large the cache.
 
 When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops, and
 reads miss and writes are skipped, so requests keep being answered (by the model) with no added
-latency; it recovers on its own: every ``retry_after`` seconds a PING of its own tries Redis,
-and the first one answered turns the flag back on.
+latency; it recovers on its own: every ``retry_after`` seconds (0.1) a PING of its own tries
+Redis, and the first one answered turns the flag back on.
 
 A Redis restart (an upgrade, a failover) leaves every pooled connection dead. Each command that
 fails with a connection error is retried once on a fresh connection before Redis is declared
@@ -222,7 +222,7 @@ class RedisStore:
         max_entries: int,
         key_prefix: str = "cachegate:",
         timeout: float = 0.5,
-        retry_after: float = 1.0,
+        retry_after: float = 0.1,
     ) -> None:
         # Typed Any: redis-py's annotations do not follow decode_responses=False (bytes replies).
         # NOTE: a blocking pool: past _CONNECTIONS commands in flight, the next waits (up to
@@ -754,6 +754,10 @@ class RedisStore:
         when Redis hangs (SIGSTOP, a network partition) each of them then waited a timeout and
         the probe's, and lookups waited for the stores in flight in their scope: a hung Redis
         added 2 x ``timeout`` to most requests every ``retry_after``.
+        NOTE: ``retry_after`` was 1 s, kept from then, when each retry cost requests a wait:
+        a PING of its own costs none, and the cache stayed off up to a second after Redis came
+        back (misses, stores skipped: up to a second of model calls the cache would have saved).
+        A hung Redis stays off as before: each PING waits ``timeout`` for its answer.
         """
         if self.available:
             log.warning("response cache: Redis unavailable (%r); answering without it", exc)
