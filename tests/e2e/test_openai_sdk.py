@@ -38,6 +38,16 @@ def ask(c: openai.OpenAI, question: str, **kwargs: Any) -> Any:
     )
 
 
+async def read_until_error(stream: Any, pieces: list[str]) -> openai.APIError | None:
+    """Read a streamed chat answer's text into ``pieces``; the error it ended with, if any."""
+    try:
+        async for chunk in stream:
+            pieces.append(chunk.choices[0].delta.content or "")
+    except openai.APIError as exc:
+        return exc
+    return None
+
+
 def test_sync_exact_hit_never_reaches_upstream(
     gateway: ServeProcess, upstream: FakeUpstream
 ) -> None:
@@ -270,16 +280,7 @@ models:
             extra_body={"fake": {"chunk_delay": 1, "chunks": 30}},
         )
         pieces: list[str] = []
-
-        async def read() -> Any:
-            try:
-                async for chunk in stream:
-                    pieces.append(chunk.choices[0].delta.content or "")
-            except openai.APIError as exc:
-                return exc
-            return None
-
-        reading = asyncio.create_task(read())
+        reading = asyncio.create_task(read_until_error(stream, pieces))
         await asyncio.sleep(0.3)
         gateway.proc.terminate()
         results = await asyncio.gather(slow, finished, reading, return_exceptions=True)
@@ -381,16 +382,7 @@ models:
             stream=True, extra_body={"fake": {"chunk_delay": 1, "chunks": 60}},
         )  # fmt: skip
         pieces: list[str] = []
-
-        async def read() -> Any:
-            try:
-                async for chunk in stream:
-                    pieces.append(chunk.choices[0].delta.content or "")
-            except openai.APIError as exc:
-                return exc
-            return None
-
-        reading = asyncio.create_task(read())
+        reading = asyncio.create_task(read_until_error(stream, pieces))
         await asyncio.sleep(0.5)
         gateway.proc.send_signal(signal.SIGINT)
         await asyncio.sleep(1)  # draining, 60 s to go
