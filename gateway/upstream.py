@@ -594,16 +594,15 @@ class ReplicatedBackend:
     async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
         """Send to the chosen replica; on failure before the first byte, to the next choice.
 
-        NOTE: each replica makes one attempt (its own retries are off). A replica that does not
-        accept the connection never saw the request, so the next replica always gets it; a 5xx
-        or 429 goes to another replica at most ``max_retries`` times. While another replica is
-        left to try, a cachegate worker still loading its model answers 503 at once
-        (``if_ready``) instead of holding the request until it has loaded.
-        """
+        NOTE: each replica makes one attempt (its own retries are off). One that does not accept
+        the connection never saw the request: the next always gets it; a 5xx or 429 goes to
+        another at most ``max_retries`` times. While another is left, a cachegate worker still
+        loading its model answers 503 at once (``if_ready``), and is asked again last without it."""
         prompt = prompt_text(request.body, request.kind)
         responses = request.kind == "responses"
         pinned = self._pinned(request)
         tried: set[int] = set()
+        loading: int | None = None  # (answered 503 to ``if_ready``: the others may be dead)
         retries = 0
         while True:
             route = self.router.choose(
@@ -622,7 +621,12 @@ class ReplicatedBackend:
                     self.router.mark_down(route.replica, self.config.routing.down_for)
                 if route.reason == "pinned":  # no other replica holds what it refers to
                     raise self._pinned_failed(route.replica, exc, request) from None
-                retries = self._again(route.replica, exc, len(tried), retries, request.retries)
+                if not last and exc.upstream_status == 503:
+                    loading = route.replica  # (loading, say: asked again if the others fail)
+                left = len(tried) - (loading is not None and exc.replica_unhealthy)
+                retries = self._again(route.replica, exc, left, retries, request.retries)
+                if loading is not None and len(tried) == len(self._replicas):
+                    tried, loading = tried - {loading}, None  # every other one failed
                 continue
             except BaseException:
                 self.router.release(route.replica)

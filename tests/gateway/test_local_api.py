@@ -845,3 +845,50 @@ def test_a_worker_still_loading_gets_no_requests_while_another_is_ready(
         gw.stop()
         for worker in workers:
             worker.stop()
+
+
+def test_a_worker_still_loading_is_waited_for_when_the_other_replica_is_dead(
+    bundled_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two replicas: a ``cachegate worker`` still loading its model (just restarted) and one
+    whose worker is dead (not restarted yet). Asked first, the loading worker answered 503
+    at once (``x-cachegate-if-ready``, another replica was left), the dead one could not be
+    reached, and the client got a 502 though the loading worker would have answered it: it
+    waits for the load, as the last replica left (as before ``if_ready``)."""
+    import socket
+    import threading
+
+    import gateway.local
+    from gateway.runtime import Runtime
+
+    release = threading.Event()
+    load = gateway.local._load_and_warm
+
+    def gated(config: Any) -> Any:
+        assert release.wait(60)
+        return load(config)
+
+    monkeypatch.setattr(gateway.local, "_load_and_warm", gated)
+    settings = yaml.safe_load(local_config(bundled_model_dir, tmp_path / "worker" / "data"))
+    del settings["auth"]
+    config = load_config_text(yaml.safe_dump(settings))
+    worker = Gateway(config, runtime=Runtime.build(config, worker=True), wait=False)
+    with socket.socket() as s:  # a port nothing listens on: the dead worker's
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    front = {"data_dir": str(tmp_path / "front"), "cache": {"enabled": False},
+             "models": {MODEL: {"backend": "openai", "replicas": [f"{worker.url}/v1", dead],
+                                "max_retries": 0, "routing": {"policy": "round_robin"}}}}  # fmt: skip
+    gw = Gateway(load_config_text(yaml.safe_dump(front)))
+    try:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0, timeout=30)
+        threading.Timer(1.0, release.set).start()  # the load ends while the request waits
+        for i in range(2):  # (round robin: each replica is asked first once)
+            answer = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"Hi {i}"}], max_tokens=2
+            )
+            assert answer.choices[0].message.content is not None
+    finally:
+        release.set()
+        gw.stop()
+        worker.stop()
