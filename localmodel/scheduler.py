@@ -154,8 +154,10 @@ class Scheduler:
 
     def _admit(self) -> None:
         self._drop_cancelled()
-        deferred: list[_Sequence] = []  # (they keep their place at the head of the queue)
-        while self.waiting and len(self.running) < self.max_batch:
+        # (they keep their place at the head of the queue, and their batch slot: one behind
+        # them that took it would hold it for a whole generation, not one prefill)
+        deferred: list[_Sequence] = []
+        while self.waiting and len(self.running) + len(deferred) < self.max_batch:
             seq = self.waiting[0]
             if self.running and (self._full or not self._fits(seq)):
                 break  # the pool is busy with running requests: wait for them to finish

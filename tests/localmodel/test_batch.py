@@ -328,3 +328,29 @@ def test_a_burst_sharing_a_new_prompt_prefills_it_once(tiny_engine: Engine) -> N
     results = _batched(tiny_engine, jobs, step_tokens=64)
     assert [r.choices for r in results] == expected
     assert [r.usage.cached_tokens for r in results] == [0, 200, 200, 200]
+
+
+def test_a_request_waiting_for_a_shared_prefill_keeps_its_batch_slot(tiny_engine: Engine) -> None:
+    """A request held back while another prefills the prompt prefix they share keeps its
+    place: one behind it that shares nothing took the last batch slot meanwhile, and the held
+    request waited for a whole generation to end (its first token after the other two
+    finished) rather than for one prefill."""
+    shared = list(range(300, 400))  # 100 tokens
+    long, short = (SamplingParams(temperature=0.0, max_tokens=n) for n in (40, 1))
+    jobs = [([*shared, 600], long), ([*shared, 601], short), (list(range(700, 720)), long)]
+    scheduler = Scheduler(tiny_engine, max_batch=2, step_tokens=256)
+    events: list[list[Event | BaseException]] = [[] for _ in jobs]
+    for i, (prompt, params) in enumerate(jobs):
+        request = tiny_engine.prepare(prompt, params, namespace=NS)
+        scheduler.add(request, lambda item, i=i: events[i].append(item) or True)  # type: ignore[misc]
+    finished_at: dict[int, int] = {}
+    for step in range(200):
+        if not scheduler.busy:
+            break
+        scheduler.step()
+        for i, seen in enumerate(events):
+            if seen and isinstance(seen[-1], Finished):
+                finished_at.setdefault(i, step)
+    assert finished_at[1] < min(finished_at[0], finished_at[2])  # (one prefill, not a generation)
+    last = events[1][-1]
+    assert isinstance(last, Finished) and last.completion.usage.cached_tokens == 100
