@@ -94,7 +94,7 @@ async def embed(
         headers["x-cache-inputs"] = f"{len(inputs) - len(missing)}/{len(inputs)}"
         if missing and not request.control.no_store:  # (the response does not wait for it)
             pipeline.store_many_soon(
-                request, [(batch.keys[i], batch.found[i]) for i in batch.asked]
+                request, [(batch.keys[i], batch.found[i]) for i in batch.asked], batch.epoch
             )
     data = [
         {"object": "embedding", "index": i, "embedding": batch.found[i]["embedding"]}
@@ -119,6 +119,7 @@ class _Batch:
     found: dict[int, dict[str, Any]] = field(default_factory=dict)  # index -> embedding, model
     age: float = 0.0  # of the oldest input found
     asked: list[int] = field(default_factory=list)  # the inputs sent upstream
+    epoch: int | None = None  # the cache's when the request began (a flush since: not stored)
 
 
 async def _look_up(
@@ -129,6 +130,7 @@ async def _look_up(
     if cache is None or not cache.exact or (control.no_cache and control.no_store):
         return batch
     ns = control.namespace
+    batch.epoch = cache.epoch  # (before the lookup: the answers are made after it)
     # (salted: a name pointed at another upstream model gives other vectors)
     batch.keys = [
         salted(embedding_key(request.tenant, ns, request.model, request.body, x), salt)

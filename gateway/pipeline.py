@@ -222,10 +222,14 @@ class Pipeline:
         self._write_soon(save.key.scope, work())
 
     def store_many_soon(
-        self, request: GatewayRequest, answers: list[tuple[CacheKey, dict[str, Any]]]
+        self,
+        request: GatewayRequest,
+        answers: list[tuple[CacheKey, dict[str, Any]]],
+        epoch: int | None = None,
     ) -> None:
         """Store complete answers of one scope (an embeddings batch's inputs, exact only) in a
-        task of its own, in a few store writes: the response does not wait for them."""
+        task of its own, in a few store writes: the response does not wait for them (nor are
+        they stored after a flush since ``epoch``, the cache's when the request began)."""
 
         async def work() -> None:
             assert self.cache is not None
@@ -237,6 +241,7 @@ class Pipeline:
                         tenant=request.tenant,
                         namespace=request.control.namespace,
                         ttl=request.control.ttl,
+                        epoch=epoch,
                     )
             except Exception:  # the answers are good; a cache write failure must not lose them
                 log.exception("storing responses failed")

@@ -369,16 +369,21 @@ class ResponseCache:
         tenant: str,
         namespace: str,
         ttl: float | None = None,
+        epoch: int | None = None,
     ) -> int:
         """Store complete answers for exact hits only (an embeddings batch's inputs: their
         keys are not semantic) in a few store writes, not one each; returns how many were
-        stored (the others are counted in ``store_failures``)."""
+        stored (the others are counted in ``store_failures``; none when the cache was
+        flushed since ``epoch``, as for ``store``)."""
         now = time.time()
         ttl = self._ttl(ttl)
         where = {"model": model, "tenant": tenant, "namespace": namespace}
         entries = [self._entry(key, response, None, now, ttl, **where) for key, response in answers]
         try:
-            evicted = await self._store.put_many(entries)
+            evicted = await self._store.put_many(entries, epoch=epoch)
+        except Superseded as exc:  # asked for before a flush: not served after it
+            self._dropped(exc.removed)  # (evicted for the first ones, stored before the flush)
+            return 0
         except StoreUnavailable as exc:
             # NOTE: a disk store wrote the first ``stored`` ones; of a shared store's, which
             # may be any, only the count is used (its follower applies the puts)

@@ -383,15 +383,16 @@ class RedisStore:
         await self._until_applied(event)
         return evicted
 
-    async def put_many(self, entries: Sequence[Entry]) -> list[int]:
+    async def put_many(self, entries: Sequence[Entry], *, epoch: int | None = None) -> list[int]:
         """``put`` each, ``_PUTS_AT_ONCE`` at a time (each waits for Redis, not holding the
         event loop; the pool and its follower are not flooded); StoreUnavailable (``stored``:
-        how many were, ``removed``: the ids evicted for them) when some were not."""
+        how many were, ``removed``: the ids evicted for them) when some were not; Superseded
+        when a flush came since ``epoch`` (as ``put``)."""
         gate = asyncio.Semaphore(_PUTS_AT_ONCE)
 
         async def one(entry: Entry) -> list[int]:
             async with gate:
-                return await self.put(entry)
+                return await self.put(entry, epoch=epoch)
 
         done = await asyncio.gather(*(one(e) for e in entries), return_exceptions=True)
         for outcome in done:

@@ -77,7 +77,12 @@ class StoreUnavailable(Exception):
 
 class Superseded(Exception):
     """A flush came after the answer's request began (its ``epoch`` is not the store's now):
-    the answer, made before the flush, is not stored."""
+    the answer, made before the flush, is not stored; ``removed``: the ids a ``put_many``
+    evicted for the answers it stored before the flush (which the flush then dropped)."""
+
+    def __init__(self, message: str, removed: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.removed = removed or []
 
 
 class StoreOpenError(Exception):
@@ -102,7 +107,9 @@ class EntryStore(Protocol):
     # returns the ids evicted for room; Superseded when ``epoch`` (the store's when the answer's
     # request began; None: unchecked) is no longer the store's: a flush came meanwhile
     async def put(self, entry: Entry, *, epoch: int | None = None) -> list[int]: ...
-    async def put_many(self, entries: Sequence[Entry]) -> list[int]: ...  # (fewer writes)
+    async def put_many(  # (fewer writes; ``epoch`` as for ``put``)
+        self, entries: Sequence[Entry], *, epoch: int | None = None
+    ) -> list[int]: ...
     async def delete(self, ids: list[int]) -> None: ...
     async def record_hit(self, entry_id: int) -> None: ...
     async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
@@ -245,17 +252,18 @@ class DiskStore:
         """StoreUnavailable when the disk refuses the write (full, read-only): the entry is
         not stored, and the first refusal of a run of them is logged. Superseded when a flush
         came since ``epoch``."""
-        if epoch is not None and epoch != self._epoch:
-            raise Superseded("flushed since the answer's request began: not stored")
-        return await self.put_many((entry,))
+        return await self.put_many((entry,), epoch=epoch)
 
-    async def put_many(self, entries: Sequence[Entry]) -> list[int]:
+    async def put_many(self, entries: Sequence[Entry], *, epoch: int | None = None) -> list[int]:
         """``put`` each of ``entries`` (an embeddings batch's inputs): one SQLite transaction
         for each ``_BATCH`` of them, not a commit each, and requests are served between two.
         StoreUnavailable (``stored``: how many were; ``removed``: the ids evicted for them)
-        when the disk refuses a batch."""
+        when the disk refuses a batch; Superseded when a flush came since ``epoch`` (the
+        batches written before it were in the flush's list: deleted)."""
         evicted: list[int] = []
         for start in range(0, len(entries), _BATCH):
+            if epoch is not None and epoch != self._epoch:  # (also between two batches)
+                raise Superseded("flushed since the answers' request began: not stored", evicted)
             batch = entries[start : start + _BATCH]
             try:
                 with self._cache.transact():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import diskcache
@@ -108,6 +109,28 @@ def test_large_batches_on_redis_are_cached_whole(
     again = embed(gw, batch)
     assert again.headers["x-cache"] == "exact" and again.headers["x-cache-inputs"] == "600/600"
     assert embed(gw, "warm").headers["x-cache"] == "exact"  # the cache stayed on for everyone
+
+
+@pytest.mark.parametrize("store", ["disk", "redis"])
+def test_a_flush_drops_the_embeddings_of_a_request_still_at_the_model(
+    make_gateway: Any, upstream: FakeUpstream, request: pytest.FixtureRequest, store: str
+) -> None:
+    """Embeddings asked for before a flush (say, after a change of embedding model) and made
+    after it are not stored: they were, and the next batch was all exact hits (2/2) from the
+    flushed cache, while chat answers were already dropped so."""
+    if store == "redis":
+        url = request.getfixturevalue("redis_server").url
+        gw = make_gateway(f"cache: {{backend: redis, redis: {{url: '{url}', timeout: 3}}}}")
+    else:
+        gw = make_gateway()
+    slow = {"extra_body": {"fake": {"delay": 1.0}}}
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(embed, gw, ["alpha", "beta"], **slow)
+        wait_for(lambda: upstream.stats["embeddings"] == 1)  # the request waits for the model
+        assert gw.http.post("/admin/cache/flush", json={}).status_code == 200
+        assert before.result().headers["x-cache-inputs"] == "0/2"
+    assert embed(gw, ["alpha", "beta"], **slow).headers["x-cache-inputs"] == "0/2"
+    assert embed(gw, ["alpha", "beta"], **slow).headers["x-cache-inputs"] == "2/2"
 
 
 def test_a_large_batch_is_stored_after_its_answer_in_few_writes(
