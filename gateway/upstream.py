@@ -621,8 +621,8 @@ class ReplicatedBackend:
                     self.router.mark_down(route.replica, self.config.routing.down_for)
                 if route.reason == "pinned":  # no other replica holds what it refers to
                     raise self._pinned_failed(route.replica, exc, request) from None
-                if not last and exc.upstream_status == 503:
-                    loading = route.replica  # (loading, say: asked again if the others fail)
+                if not last and exc.upstream_code == "model_loading":  # (no other 503)
+                    loading = route.replica  # (asked again, without if_ready, if others fail)
                 left = len(tried) - (loading is not None and exc.replica_unhealthy)
                 retries = self._again(route.replica, exc, left, retries, request.retries)
                 if loading is not None and len(tried) == len(self._replicas):
@@ -1313,6 +1313,7 @@ async def _upstream_error(
             code="upstream_error",
             retryable=retryable,
             upstream_status=status,
+            upstream_code=fields.get("code"),  # (model_loading: see ReplicatedBackend._routed)
             headers=headers,
         )
     return UpstreamError(
@@ -1517,7 +1518,8 @@ _UNHEALTHY = frozenset({502, 503, 504})
 class UpstreamError(APIError):
     """An upstream failure. ``retryable``: nothing reached the client and the request may go
     to another replica; ``unreachable``: the replica did not even accept a connection;
-    ``upstream_status``: the HTTP status the upstream answered (None: it did not answer)."""
+    ``upstream_status``: the HTTP status the upstream answered (None: it did not answer);
+    ``upstream_code``: the code of its error, where ``code`` is the gateway's own (a 5xx's)."""
 
     def __init__(
         self,
@@ -1527,6 +1529,7 @@ class UpstreamError(APIError):
         retryable: bool = False,
         unreachable: bool = False,
         upstream_status: int | None = None,
+        upstream_code: str | None = None,
         **fields: Any,
     ) -> None:
         fields.setdefault("type", "upstream_error" if status >= 500 else None)
@@ -1534,6 +1537,7 @@ class UpstreamError(APIError):
         self.retryable = retryable
         self.unreachable = unreachable
         self.upstream_status = upstream_status
+        self.upstream_code = upstream_code
 
     def final(self) -> None:
         """Tell clients not to retry: this gateway already did (the OpenAI SDKs obey

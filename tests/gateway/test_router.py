@@ -728,3 +728,23 @@ def test_a_replica_whose_stream_stalls_after_its_first_event_is_avoided(
         stalled = gw.chat("stall", stream=True, fake={"chunk_delay": 3})
         assert '"code":"upstream_timeout"' in stalled.text  # (the client had its first event)
         assert sum(r["down"] for r in routing_stats(gw)["replicas"]) == 1
+
+
+def test_a_replica_that_is_not_loading_is_not_asked_twice(tmp_path: Path, refused_url: str) -> None:
+    """A replica whose 503 is not ``model_loading`` (here a worker whose model failed to load,
+    as an upstream overloaded) is not the loading worker that is asked again, without
+    ``x-cachegate-if-ready``, when every other replica failed too: each request asked it twice
+    (max_retries 0), one more call to a replica that could not take it."""
+    broken = ThreadedServer(Unavailable()).start()
+    gw = replicated(tmp_path, [f"{broken.url}/v1", refused_url], "routing: {policy: round_robin}")
+    try:
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        for i in range(2):  # (round robin: each replica is asked first once)
+            with pytest.raises(openai.APIStatusError):
+                client.chat.completions.create(
+                    model="fake-model", messages=[{"role": "user", "content": f"q{i}"}]
+                )
+        assert broken.app.calls == 2  # once a request
+    finally:
+        gw.stop()
+        broken.stop()
