@@ -613,7 +613,8 @@ class ReplicatedBackend:
             try:
                 result = await call(self._replicas[route.replica], asked)
                 # (a replica that sends its stream's headers and hangs fails over here)
-                primed = await _Primed.of(result) if stream else None
+                hold = min(self.config.timeout.read / _KEEPALIVE_SHARE, _HOLD_MAX)  # (_Primed)
+                primed = await _Primed.of(result, hold) if stream else None
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
@@ -733,20 +734,28 @@ class _Primed:
     event when it has one: a hung replica's failure shows only at that first read. Read
     before the stream is handed on, it is a failure before any byte reached the client, so
     the request fails over and the replica is avoided, as when it hangs before its headers.
+    Comments (a worker's ``: queued`` after 50 ms in its queue, keep-alives) are held for up
+    to ``hold`` seconds (the keep-alive interval asked for): handed on at the first, a stream
+    that waited in a worker's queue no longer failed over when the worker then failed (its
+    shutdown deadline), and its client got the error mid-stream.
     """
 
     def __init__(self, inner: BackendStream) -> None:
         self._inner = inner
         self.headers = inner.headers
         self._events = aiter(inner)  # (one iterator: the first event and the rest)
-        self._first: StreamEvent | None = None
+        self._first: list[StreamEvent] = []  # the comments held, then the first event
 
     @classmethod
-    async def of(cls, stream: BackendStream) -> _Primed:
+    async def of(cls, stream: BackendStream, hold: float = 0.0) -> _Primed:
         """``stream`` with its first event read; on a failure, closed and the error raised."""
         primed = cls(stream)
+        until = time.monotonic() + hold
         try:
-            primed._first = await anext(primed._events)
+            while not primed._first or _comment(primed._first[-1]):
+                if primed._first and time.monotonic() >= until:
+                    break  # (a long queue: its client gets the keep-alives from here on)
+                primed._first.append(await anext(primed._events))
         except StopAsyncIteration:
             pass  # (it ended before its first event)
         except BaseException:
@@ -755,9 +764,10 @@ class _Primed:
         return primed
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        if self._first is None:
+        for event in self._first:
+            yield event
+        if not self._first:
             return
-        yield self._first
         async for event in self._events:
             yield event
 
@@ -766,6 +776,11 @@ class _Primed:
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _comment(event: StreamEvent) -> bool:
+    """Whether ``event`` is a comment (a keep-alive, ``: queued``), no event of the answer."""
+    return event.chunk is None and not (event.done or event.error)
 
 
 class _Released:
@@ -1501,6 +1516,10 @@ _WINDOW_ASKS = 6
 
 #: A cachegate upstream is asked for a keep-alive at least every ``timeout.read`` / this.
 _KEEPALIVE_SHARE = 3
+
+#: The longest a replica's stream is held back for its first event while only comments come:
+#: the longest a worker waits before its keep-alive (``local._KEEPALIVE_EVERY``).
+_HOLD_MAX = 15.0
 
 #: A connection that fails within this long of sending was closed before the upstream read the
 #: request (a stale keep-alive): safe to send again.

@@ -18,6 +18,7 @@ import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway, wait_for
+from tests.fake_upstream import ThreadedServer
 
 MODEL = "tiny"
 ONE = "tiny-one-at-a-time"  # the same model with max_batch: 1
@@ -256,3 +257,54 @@ def test_a_prompt_is_reused_while_its_first_request_still_decodes(sdk: openai.Op
     running.close()
     assert answer.usage is not None and answer.usage.prompt_tokens_details is not None
     assert answer.usage.prompt_tokens_details.cached_tokens >= 200  # (the system prompt's)
+
+
+def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_shuts_down(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer
+) -> None:
+    """gateway -> two replicas, a ``cachegate worker`` (one batch slot, taken) first: a stream
+    that waits in the worker's queue, where the worker's shutdown deadline ends it before its
+    first token. Nothing but ``: queued`` comments reached the front, so another replica
+    answers (the client got the worker's "shutting down" error event mid-stream: the front
+    handed the stream on at its first comment, too late to fail over)."""
+    from gateway.runtime import Runtime
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    worker_config = load_config_text(text)
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    replicas = [f"{worker.url}/v1", f"{upstream_server.url}/v1"]
+    upstream = {"backend": "openai", "replicas": replicas, "max_retries": 0,
+                "routing": {"policy": "round_robin"}}  # fmt: skip
+    front = Gateway(load_config_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+    })))  # fmt: skip
+    try:
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                lambda: "".join(
+                    c.choices[0].text
+                    for c in sdk.completions.create(
+                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
+                    )
+                    if c.choices
+                )
+            )
+            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
+            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
+            waiting = next(iter(worker.runtime.connections.in_flight))
+            waiting.get_loop().call_soon_threadsafe(worker.runtime.abort_in_flight)
+            assert "answer #" in answer.result(timeout=30)
+        running.close()
+    finally:
+        front.stop()
+        worker.stop()
