@@ -56,8 +56,9 @@ class SSEParser:
     Linear in the bytes fed, however they are split: only new bytes are normalised and
     searched. An event longer than ``max_event_bytes`` raises :class:`EventTooLarge`.
     An event of comments only (an upstream's keep-alive) has no data: ``commented`` says
-    whether one arrived since it was last asked; ``queued`` whether the last event was a
-    ``QUEUED`` comment (a cachegate worker's request not yet taken up by its model).
+    whether one arrived since it was last asked; ``queued`` whether the last comment was a
+    ``QUEUED`` one (a cachegate worker's request not yet taken up by its model, unless an
+    event of its answer came since: see ``UpstreamStream.counted``).
 
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
@@ -103,7 +104,6 @@ class SSEParser:
             ]
             if lines:
                 events.append(b"\n".join(lines))
-                self.queued = False
             elif block.startswith(b":") or b"\n:" in block:
                 self._commented = True
                 self.queued = block + b"\n\n" == QUEUED

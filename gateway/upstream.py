@@ -972,6 +972,7 @@ class UpstreamStream:
         self._choices = (choices if _is_count(choices) else 1) if kind in _CHOICES else 0
         self._finishes: set[int] = set()
         self._usage = False
+        self._answered = False  # an event that is no error came (the model ran: ``counted``)
 
     async def opened(self) -> None:
         """Check that the answer is an event stream; if not, close it and raise a 502.
@@ -1047,6 +1048,7 @@ class UpstreamStream:
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
         event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence,
                        previous=self._previous)  # fmt: skip
+        self._answered = self._answered or not event.error
         numbered = (event.chunk or {}).get("sequence_number")
         if isinstance(numbered, int):
             self._sequence = numbered + 1
@@ -1072,8 +1074,9 @@ class UpstreamStream:
 
     def counted(self) -> dict[str, Any] | None:
         """None: an upstream's usage is only what its stream reports. A cachegate worker's
-        request that its last event said was still queued (``sse.QUEUED``) never ran."""
-        return {"prompt_tokens": 0} if self._parser.queued else None
+        request that its last comment said was still queued (``sse.QUEUED``), with no event
+        but an error since (its shutdown deadline, its engine closed), never ran."""
+        return {"prompt_tokens": 0} if self._parser.queued and not self._answered else None
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

@@ -308,3 +308,50 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_shuts
     finally:
         front.stop()
         worker.stop()
+
+
+def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """gateway -> ``cachegate worker`` (one batch slot, taken): a stream that waits in the
+    worker's queue until the worker's shutdown deadline ends it with an error event. The
+    model never ran it: the front books no model call for it (it booked one, with 0 tokens:
+    the error event's data made it forget the worker's ``: queued``)."""
+    from gateway.runtime import Runtime
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    worker_config = load_config_text(text)
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    upstream = {"backend": "openai", "base_url": f"{worker.url}/v1", "max_retries": 0}
+    front = Gateway(load_config_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+    })))  # fmt: skip
+    try:
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        seen = observed(front)
+        with ThreadPoolExecutor(1) as pool:
+            queued = sdk.completions.create(
+                model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
+            )
+            reading = pool.submit(lambda: list(queued))
+            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
+            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
+            waiting = next(iter(worker.runtime.connections.in_flight))
+            waiting.get_loop().call_soon_threadsafe(worker.runtime.abort_in_flight)
+            with pytest.raises(openai.APIError, match="shutting down"):
+                reading.result(timeout=30)
+        running.close()
+        wait_for(lambda: observed(front) == seen + 1)  # (its books included)
+        assert ledger_row(front).get("model_calls", 0) == 0, ledger_row(front)
+    finally:
+        front.stop()
+        worker.stop()
