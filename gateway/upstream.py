@@ -1043,6 +1043,8 @@ class UpstreamStream:
         except httpx.TimeoutException:
             raise _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
+            if self.counted() is not None:  # (a worker killed while the request was queued)
+                raise _unreachable(self._name, exc) from None  # it did none of the work
             raise _broken(self._name, exc) from None
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:

@@ -355,3 +355,69 @@ def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
     finally:
         front.stop()
         worker.stop()
+
+
+def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_is_killed(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer
+) -> None:
+    """gateway -> two replicas, a ``cachegate worker`` process (one batch slot, taken) first:
+    a stream that waits in the worker's queue when the worker is killed. Its last word was
+    ``: queued`` (its model never ran the request), so another replica answers (the client
+    got a 502 "broke off": a break may come after the upstream did the work)."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    config = tmp_path / "worker.yaml"
+    config.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}}))  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = subprocess.Popen([sys.executable, "-m", "gateway", "worker", "--config", str(config),
+                               "--host", "127.0.0.1", "--port", str(port)])  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    replicas = [f"{url}/v1", f"{upstream_server.url}/v1"]
+    upstream = {"backend": "openai", "replicas": replicas, "max_retries": 0,
+                "routing": {"policy": "round_robin"}}  # fmt: skip
+    front = Gateway(load_config_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+    })))  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{url}/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(ready, timeout=60)
+        direct = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                lambda: sdk.completions.create(
+                    model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
+                )
+            )
+            wait_for(
+                lambda: httpx.get(f"{url}/admin/stats").json()["backends"][ONE]["pending"] == 2
+            )
+            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
+            worker.send_signal(signal.SIGKILL)
+            text = "".join(c.choices[0].text for c in answer.result(timeout=30) if c.choices)
+        assert "answer #" in text
+    finally:
+        front.stop()
+        worker.kill()
+        worker.wait(timeout=30)
