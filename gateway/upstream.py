@@ -1050,6 +1050,8 @@ class UpstreamStream:
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
         event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence,
                        previous=self._previous)  # fmt: skip
+        if event.error and self.counted() is not None:  # (a worker's, its model never ran)
+            raise _declined(self._name, event.chunk)  # it did none of the work: another may
         self._answered = self._answered or not event.error
         numbered = (event.chunk or {}).get("sequence_number")
         if isinstance(numbered, int):
@@ -1464,6 +1466,17 @@ def _shutting_down(name: str) -> UpstreamError:
     """A cachegate upstream (a worker) whose shutdown deadline ended the request: its own
     words ("The gateway is shutting down") would mislead this gateway's clients."""
     message = f"Upstream for model '{name}' is shutting down; send the request again."
+    return UpstreamError(
+        503, message, code="upstream_unavailable", retryable=True, upstream_status=503
+    )
+
+
+def _declined(name: str, chunk: dict[str, Any] | None) -> UpstreamError:
+    """A cachegate worker's error event for a request still in its queue (its engine failed or
+    closed): as a 503, the request goes to another replica (before its first event)."""
+    error = (chunk or {}).get("error", chunk)
+    said = error.get("message") if isinstance(error, dict) else None
+    message = f"Upstream for model '{name}' failed the request before running it: {said}"
     return UpstreamError(
         503, message, code="upstream_unavailable", retryable=True, upstream_status=503
     )

@@ -421,3 +421,64 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_is_ki
         front.stop()
         worker.kill()
         worker.wait(timeout=30)
+
+
+def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engine_fails(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """gateway -> two replicas, a ``cachegate worker`` (one batch slot, taken) first: a stream
+    that waits in the worker's queue when a step of the worker's engine fails (which fails
+    every request it holds). The model never ran the queued one, so another replica answers
+    (the client got the worker's error event)."""
+    from gateway.runtime import Runtime
+    from localmodel.scheduler import Scheduler
+
+    failing = {"now": False}
+    step = Scheduler.step
+
+    def failing_step(self: Any) -> Any:
+        if failing["now"]:
+            failing["now"] = False
+            raise RuntimeError("a kernel failed")
+        return step(self)
+
+    monkeypatch.setattr(Scheduler, "step", failing_step)
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    worker_config = load_config_text(text)
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    replicas = [f"{worker.url}/v1", f"{upstream_server.url}/v1"]
+    upstream = {"backend": "openai", "replicas": replicas, "max_retries": 0,
+                "routing": {"policy": "round_robin"}}  # fmt: skip
+    front = Gateway(load_config_text(yaml.safe_dump({
+        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+        "cache": {"enabled": False, "semantic": {"enabled": False}},
+    })))  # fmt: skip
+    try:
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                lambda: "".join(
+                    c.choices[0].text
+                    for c in sdk.completions.create(
+                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
+                    )
+                    if c.choices
+                )
+            )
+            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
+            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
+            failing["now"] = True
+            assert "answer #" in answer.result(timeout=30)
+        running.close()
+    finally:
+        front.stop()
+        worker.stop()
