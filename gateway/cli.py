@@ -291,6 +291,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _still_loading(runtime: Any) -> bool:
+    # NOTE: the cache first: importing .local while its load still imports transformers on
+    # its thread failed (ImportError on a partly initialised module)
+    if runtime.cache is not None and runtime.cache.loading:  # its embedder, verifier or index
+        return True
     from .local import LocalBackend
 
     backends = runtime.backends.values()
@@ -301,7 +305,7 @@ def _exit_now(code: int) -> NoReturn:
     """Exit without the interpreter's finalization, its log and output flushed.
 
     NOTE: for a model load that a shutdown left running on its daemon thread (``LocalBackend
-    .close``): finalization ended that thread inside torch's C++ code, and the process aborted
+    .close``, ``ResponseCache.close``): finalization ended that thread inside torch's C++ code, and the process aborted
     ("FATAL: exception not rethrown", killed by SIGABRT) instead of exiting 0 after Ctrl-C
     (or with uvicorn's status 3 when it could not bind).
     """

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from localmodel import (
     AsyncEngine,
@@ -37,6 +37,7 @@ from localmodel import (
     TextDelta,
 )
 from localmodel.weights import in_use as weights_in_use
+from semantic._daemon import on_daemon_thread
 
 from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
@@ -47,8 +48,6 @@ from .sse import DONE, QUEUED, encode_event, fresh_identity
 __all__ = ["LocalBackend"]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 #: A comment line sent while a long prefill runs, so proxies do not time the stream out: every
 #: 15 s, or as often as the gateway in front asks (``x-cachegate-keepalive``: its read timeout).
@@ -262,7 +261,7 @@ class LocalBackend:
         started = time.perf_counter()
         self._loading.set()  # (cleared by the thread)
         try:
-            engine = await _on_daemon_thread(self._load_or_drop, name=f"load-{self.name}")
+            engine = await on_daemon_thread(self._load_or_drop, name=f"load-{self.name}")
         except Exception as exc:
             self._error = exc
             log.exception("local model %s failed to load", self.name)
@@ -456,31 +455,6 @@ def available_cpus() -> int:
     except (OSError, ValueError):
         pass
     return cpus
-
-
-async def _on_daemon_thread(fn: Callable[[], T], *, name: str) -> T:
-    """``fn()`` on a daemon thread of its own, awaited.
-
-    NOTE: not ``asyncio.to_thread``: the interpreter joins its executor's threads at exit, so a
-    model still loading held a Ctrl-C'd process until the load ended.
-    """
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(set_outcome: Callable[[Any], object], outcome: object) -> None:
-        if not future.done():  # (cancelled: the task awaiting it was)
-            set_outcome(outcome)
-
-    def run() -> None:
-        try:
-            outcome: tuple[Callable[[Any], object], object] = (future.set_result, fn())
-        except BaseException as exc:  # (delivered to the awaiting task, which logs it)
-            outcome = (future.set_exception, exc)
-        with contextlib.suppress(RuntimeError):  # the loop has closed: the process is ending
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    return await future
 
 
 def _load_and_warm(config: EngineConfig) -> Engine:

@@ -23,16 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
+from ._daemon import on_daemon_thread
 from .keys import CacheKey, entry_id
 from .store import Entry, EntryStore, StoreUnavailable, Superseded
 
@@ -73,6 +76,8 @@ _GUARD_THRESHOLD = 0.8
 _EPSILON = 1e-5
 #: Seconds ``close`` waits for its background tasks (the sweeper, the follower) to stop.
 _CLOSE_WAIT_S = 5.0
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +199,7 @@ class ResponseCache:
         self._ready = asyncio.Event()
         self._loaded = asyncio.Event()  # the index holds the store's entries
         self._failed: BaseException | None = None
+        self._loading = threading.Event()  # (set while a load of the semantic parts runs)
         self.embedder: Embedder | None = None
         self.index: VectorIndex | None = None
         self.guard: Guard | None = None
@@ -234,11 +240,18 @@ class ResponseCache:
         return self._ready.is_set()
 
     @property
+    def loading(self) -> bool:
+        """Whether a model load still runs on its thread (which ``close`` does not wait for)."""
+        return self._loading.is_set()
+
+    @property
     def available(self) -> bool:
         """False while the store cannot be reached (Redis down): lookups miss, stores skip."""
         return self._store.available
 
     async def close(self) -> None:
+        if self.loading:
+            log.warning("the semantic cache is still loading: shutting down without it")
         for task in self._tasks:
             task.cancel()
         if self._tasks:
@@ -797,7 +810,7 @@ class ResponseCache:
             from .guard import Guard, GuardConfig
             from .index import IndexFileError, VectorIndex
 
-            self.embedder = await asyncio.to_thread(
+            self.embedder = await self._load(
                 Embedder,
                 settings.embedding_model,
                 backend=settings.embedder_backend,
@@ -807,7 +820,7 @@ class ResponseCache:
                 from .verifier import PairVerifier
 
                 path = None if settings.verifier == "bundled" else settings.verifier
-                self.verifier = await asyncio.to_thread(
+                self.verifier = await self._load(
                     PairVerifier,
                     path,
                     backend=settings.verifier_backend,
@@ -828,9 +841,7 @@ class ResponseCache:
             index: VectorIndex | None = None
             if settings.index_path is not None and settings.index_path.exists():
                 try:
-                    index = await asyncio.to_thread(
-                        VectorIndex.load, settings.index_path, **options
-                    )
+                    index = await self._load(VectorIndex.load, settings.index_path, **options)
                 except IndexFileError as exc:
                     log.warning("%s; rebuilding it from the entry store", exc)
             if index is not None and index.dim == self.embedder.dim:
@@ -857,6 +868,25 @@ class ResponseCache:
             log.exception("the semantic cache could not start; serving exact hits only")
         finally:
             self._ready.set()
+
+    async def _load(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` (a model or index load) on a daemon thread.
+
+        NOTE: not ``asyncio.to_thread``: the interpreter joins its threads at exit, so Ctrl-C
+        in the first seconds after a start (the embedder's load; its ONNX export at the first
+        start) was held until the load had ended. While one runs, ``cachegate serve`` exits
+        with ``os._exit`` (exports are renamed into place only when complete).
+        """
+        call = functools.partial(fn, *args, **kwargs)
+
+        def run() -> T:
+            try:
+                return call()
+            finally:
+                self._loading.clear()
+
+        self._loading.set()
+        return await on_daemon_thread(run, name="load-semantic")
 
     async def _reconcile(self) -> None:
         """Make a loaded index agree with the store, the source of truth."""

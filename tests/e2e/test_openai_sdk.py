@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -352,6 +353,36 @@ models:
     assert slow and slow[0].status_code == 503  # the open request still got its answer
     assert gateway.proc.wait(timeout=10) == (0 if sig == "SIGINT" else -15)
     assert "Traceback" not in gateway.log.read_text()
+
+
+def test_ctrl_c_while_the_embedder_loads_is_not_held_by_the_load(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """Ctrl-C in the first seconds after a start (the semantic cache's embedder loading, its
+    ONNX graph exported at a first start) was held until the load had ended; now the process
+    says so and exits as after a clean shutdown, and the next start exports afresh."""
+    import signal
+
+    exports = tmp_path / "exports"
+    config = f"""
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{embedder_export_dir: "{exports}"}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+"""
+    gateway = serve(config, ready_timeout=None)
+    gateway.wait_logged("cachegate gateway serving", timeout=60)
+    gateway.proc.send_signal(signal.SIGINT)
+    code = gateway.proc.wait(timeout=60)
+    log = gateway.log.read_text(errors="replace")
+    assert "the semantic cache is still loading: shutting down without it" in log, log
+    assert code == 0, log
+    assert "Traceback" not in log and "FATAL" not in log
+    assert not list(exports.glob("*/model*.onnx"))  # (nothing half-written in place)
+
+    again = serve(config, name="again.yaml", ready_timeout=120)  # exports it, and serves
+    assert httpx.get(f"{again.url}/readyz").status_code == 200
+    assert list(exports.glob("*/model.onnx"))
 
 
 def test_a_second_ctrl_c_ends_open_requests_now_with_their_error(
