@@ -18,13 +18,11 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.util
 import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +41,7 @@ from localmodel.weights import (
     use_int8_weights,
     use_packed_weights,
 )
+from prefix.dirlock import claim_dir, lock_path, unused
 
 __all__ = [
     "BUNDLED_DIRNAME",
@@ -219,7 +218,7 @@ def convert_bundled(data_dir: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         with contextlib.suppress(OSError):
-            os.unlink(_lock_path(tmp))
+            os.unlink(lock_path(tmp))
         os.close(lock)
     return dst
 
@@ -297,20 +296,7 @@ def _claim_tmp_dir(parent: Path) -> tuple[Path, int]:
     lock no live process holds is removed here. A lock on ``parent`` itself serialises this,
     so no one removes a dir whose lock is still being taken.
     """
-    claim = os.open(parent, os.O_RDONLY)
-    try:
-        fcntl.flock(claim, fcntl.LOCK_EX)
-        _remove_stale_tmp_dirs(parent)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{BUNDLED_DIRNAME}.tmp-", dir=parent))
-        lock = os.open(_lock_path(tmp), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return tmp, lock
-    finally:
-        os.close(claim)
-
-
-def _lock_path(tmp: Path) -> Path:
-    return tmp.with_name(f"{tmp.name}.lock")
+    return claim_dir(parent, f".{BUNDLED_DIRNAME}.tmp-", parent, _remove_stale_tmp_dirs)
 
 
 def _remove_stale_tmp_dirs(parent: Path) -> None:
@@ -320,22 +306,10 @@ def _remove_stale_tmp_dirs(parent: Path) -> None:
     for tmp in parent.glob(f".{BUNDLED_DIRNAME}.tmp-*"):
         try:
             if tmp.name.endswith(".lock"):
-                if _unused(tmp):
+                if unused(tmp):
                     shutil.rmtree(tmp.with_name(tmp.name.removesuffix(".lock")), ignore_errors=True)
                     os.unlink(tmp)
-            elif not _lock_path(tmp).exists() and tmp.stat().st_mtime < cutoff:
+            elif not lock_path(tmp).exists() and tmp.stat().st_mtime < cutoff:
                 shutil.rmtree(tmp, ignore_errors=True)
         except OSError:
             pass
-
-
-def _unused(lock_path: Path) -> bool:
-    """Whether no live process holds ``lock_path``'s ``flock``."""
-    fd = os.open(lock_path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)

@@ -13,19 +13,19 @@ needs no reference counts: whatever holds a region of the file keeps it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import logging
 import os
 import shutil
 import struct
-import tempfile
 import threading
 import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from .dirlock import claim_dir, lock_path, unused
 
 __all__ = ["HEADER_BYTES", "FileSet", "KVFile"]
 
@@ -149,12 +149,8 @@ class FileSet:
         """Remove the run directory and release its lock."""
         shutil.rmtree(self.run_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
-            os.unlink(_lock_path(self.run_dir))
+            os.unlink(lock_path(self.run_dir))
         os.close(self._run_lock)
-
-
-def _lock_path(run_dir: Path) -> Path:
-    return run_dir.with_name(run_dir.name + ".lock")
 
 
 def _claim_run_dir(directory: Path) -> tuple[Path, int]:
@@ -165,18 +161,13 @@ def _claim_run_dir(directory: Path) -> tuple[Path, int]:
     ``*.kv`` files; anything else (a user's own ``kv-backups/``) stays.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    claim = os.open(directory / ".claim", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(claim, fcntl.LOCK_EX)
-        for old in directory.glob("kv-*"):
-            if old.is_dir() and _unused(_lock_path(old)):
-                _remove_dead_run(old)
-        run_dir = Path(tempfile.mkdtemp(prefix="kv-", dir=directory))
-        lock = os.open(_lock_path(run_dir), os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return run_dir, lock
-    finally:
-        os.close(claim)
+    return claim_dir(directory, "kv-", directory / ".claim", _remove_dead_runs)
+
+
+def _remove_dead_runs(directory: Path) -> None:
+    for old in directory.glob("kv-*"):
+        if old.is_dir() and unused(lock_path(old)):
+            _remove_dead_run(old)
 
 
 def _remove_dead_run(run_dir: Path) -> None:
@@ -189,19 +180,4 @@ def _remove_dead_run(run_dir: Path) -> None:
     except OSError:
         return  # not empty: files that are not ours
     with contextlib.suppress(OSError):
-        os.unlink(_lock_path(run_dir))
-
-
-def _unused(lock_path: Path) -> bool:
-    """Whether the lock file exists and no live process holds it (no lock file: not a run)."""
-    try:
-        fd = os.open(lock_path, os.O_RDWR)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)  # also releases the lock if we took it
+        os.unlink(lock_path(run_dir))
