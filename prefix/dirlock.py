@@ -1,7 +1,8 @@
 """Working directories that live while their process does: ``<parent>/<prefix>XXXX/`` with a
 ``flock`` held on ``<prefix>XXXX.lock`` beside it; one whose lock nobody holds belongs to a
 process that died (or was left running by a shutdown that did not wait for it) and is removed
-by the next claim. Used by the disk tier's run directories and the bundled model's conversion.
+by the next claim. Used by the disk tier's run directories, the bundled model's conversion and
+the semantic cache's ONNX exports.
 """
 
 from __future__ import annotations

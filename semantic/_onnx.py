@@ -34,18 +34,21 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
-import tempfile
+import shutil
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
+
+from prefix.dirlock import claim_dir, lock_path, unused
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -267,7 +270,7 @@ def _quantize(fp32: Path, what: str, kind: str) -> None:
     quantised per row and block (``accuracy_level`` 4).
     """
     name = graph_file(kind)
-    with tempfile.TemporaryDirectory(dir=fp32.parent) as tmp:
+    with _export_dir(fp32.parent) as tmp:
         out = Path(tmp) / name
         # (the quantisers log a pre-processing hint on the root logger and every node they
         # skip on their own: silence both)
@@ -333,7 +336,7 @@ def _export_graph(
     axis on its one ``output`` (``(output name, batch axis name)``)."""
     name, batch = output
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+    with _export_dir(path.parent) as tmp:
         out = Path(tmp) / path.name
         with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer notes on shapes the axes make dynamic
@@ -348,6 +351,36 @@ def _export_graph(
                 dynamo=False,
             )
         os.replace(out, path)
+
+
+#: The temp dirs exports are written in, beside the files they become.
+_TMP_PREFIX = ".export-tmp-"
+
+
+@contextlib.contextmanager
+def _export_dir(parent: Path) -> Iterator[Path]:
+    """A temp dir in ``parent`` to write an export in, locked while this process lives.
+
+    NOTE: an export left running by a shutdown that did not wait for it (``cachegate serve``
+    exits while the embedder loads) left its temp dir, a graph's size, for good; one whose
+    lock no live process holds is removed by the next export.
+    """
+    tmp, lock = claim_dir(parent, _TMP_PREFIX, parent, _remove_dead_exports)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(lock_path(tmp))
+        os.close(lock)
+
+
+def _remove_dead_exports(parent: Path) -> None:
+    for lock in parent.glob(f"{_TMP_PREFIX}*.lock"):
+        if unused(lock):
+            shutil.rmtree(lock.with_name(lock.name.removesuffix(".lock")), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
 
 
 def _loads(path: Path) -> bool:

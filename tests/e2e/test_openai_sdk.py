@@ -360,8 +360,10 @@ def test_ctrl_c_while_the_embedder_loads_is_not_held_by_the_load(
 ) -> None:
     """Ctrl-C in the first seconds after a start (the semantic cache's embedder loading, its
     ONNX graph exported at a first start) was held until the load had ended; now the process
-    says so and exits as after a clean shutdown, and the next start exports afresh."""
+    says so and exits as after a clean shutdown, and the next start exports afresh (removing
+    the temp dir the stopped export was written in)."""
     import signal
+    import time
 
     exports = tmp_path / "exports"
     config = f"""
@@ -372,6 +374,10 @@ models:
 """
     gateway = serve(config, ready_timeout=None)
     gateway.wait_logged("cachegate gateway serving", timeout=60)
+    deadline = time.monotonic() + 60
+    while not [p for p in exports.glob("*/*") if p.is_dir()]:  # the export is being written
+        assert gateway.proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
     gateway.proc.send_signal(signal.SIGINT)
     code = gateway.proc.wait(timeout=60)
     log = gateway.log.read_text(errors="replace")
@@ -383,6 +389,7 @@ models:
     again = serve(config, name="again.yaml", ready_timeout=120)  # exports it, and serves
     assert httpx.get(f"{again.url}/readyz").status_code == 200
     assert list(exports.glob("*/model.onnx"))
+    assert not [p for p in exports.glob("*/*") if p.is_dir()]  # the stopped one's temp dir too
 
 
 def test_a_second_ctrl_c_ends_open_requests_now_with_their_error(
