@@ -494,7 +494,9 @@ async def test_lowering_max_entries_by_thousands_evicts_them_all(redis_server: R
     for n in range(8200):
         await big.put(entry(n, ttl=3600 if n % 2 else None))
     await big.close()
-    async with following(redis_server.url) as (store, recorder):  # restarted with max 100
+    # (restarted with max 100; its one put evicts 8,101 entries in one script, and the
+    # follower then applies them: a loaded CI machine took longer than the default 0.5 s)
+    async with following(redis_server.url, timeout=5.0) as (store, recorder):
         evicted = await store.put(entry(10**6))
         assert len(evicted) == 8101 and store.available and len(store) == 100
         assert len(await store._redis.keys("cachegate:e:*")) == 100  # no entry left behind
