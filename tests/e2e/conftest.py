@@ -92,9 +92,18 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
     def start(yaml_text: str, name: str = "cachegate.yaml", **kwargs: object) -> ServeProcess:
         path = tmp_path / name
         path.write_text(yaml_text)
-        process = ServeProcess(path, **kwargs)  # type: ignore[arg-type]
-        started.append(process)
-        return process
+        for attempt in range(3):
+            try:
+                process = ServeProcess(path, **kwargs)  # type: ignore[arg-type]
+            except RuntimeError as exc:
+                # NOTE: the free port is bound only after the app's startup (seconds of model
+                # loading): another process on the machine may take it meanwhile; a new one
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+                continue
+            started.append(process)
+            return process
+        raise AssertionError("unreachable")
 
     yield start
     for process in started:
