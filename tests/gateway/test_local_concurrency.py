@@ -4,6 +4,7 @@ each request's prompt and answer are its own. A tiny random Llama with the bundl
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -148,6 +149,40 @@ def test_requests_whose_clients_left_the_queue_stop_counting_as_pending(
     wait_for(no_page_held_by_a_request, timeout=3)
 
 
+@contextlib.contextmanager
+def behind_a_front(
+    tiny_dir: Path, tmp_path: Path, *others: str
+) -> Iterator[tuple[Gateway, Gateway]]:
+    """A ``cachegate worker`` of the tiny model (one batch slot), and a front gateway whose
+    model is that worker: its one upstream, or its first replica before ``others`` (round
+    robin, no retries)."""
+    from gateway.runtime import Runtime
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
+    worker_config = load_config_text(text)
+    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
+    upstream: dict[str, Any] = {"backend": "openai", "max_retries": 0}
+    if others:
+        upstream["replicas"] = [f"{worker.url}/v1", *others]
+        upstream["routing"] = {"policy": "round_robin"}
+    else:
+        upstream["base_url"] = f"{worker.url}/v1"
+    try:
+        front = Gateway(load_config_text(yaml.safe_dump({
+            "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
+            "cache": {"enabled": False, "semantic": {"enabled": False}},
+        })))  # fmt: skip
+        try:
+            yield worker, front
+        finally:
+            front.stop()
+    finally:
+        worker.stop()
+
+
 def test_a_stream_cancelled_while_queued_is_no_model_call(gw: Gateway, sdk: openai.OpenAI) -> None:
     """A streaming client that leaves while its request waits for a batch slot: the model
     never ran it, so the ledger books no model call for it (it booked its whole prompt, then
@@ -203,20 +238,7 @@ def test_behind_a_front_gateway_a_stream_cancelled_while_queued_is_no_model_call
     its request waits for the slot. The worker never ran it, and the front gateway books no
     model call for it either, as a gateway whose model runs in-process does (it booked one,
     with 0 tokens, ``ended_early``)."""
-    from gateway.runtime import Runtime
-
-    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
-                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
-                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
-    worker_config = load_config_text(text)
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    upstream = {"backend": "openai", "base_url": f"{worker.url}/v1", "max_retries": 0}
-    front = Gateway(load_config_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
-        "cache": {"enabled": False, "semantic": {"enabled": False}},
-    })))  # fmt: skip
-    try:
+    with behind_a_front(tiny_dir, tmp_path) as (_worker, front):
         sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
         running = sdk.completions.create(
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
@@ -233,9 +255,6 @@ def test_behind_a_front_gateway_a_stream_cancelled_while_queued_is_no_model_call
         running.close()
         wait_for(lambda: ledger_row(front).get("requests") == 1)
         assert (ledger_row(front)["model_calls"], ledger_row(front)["ended_early"]) == (1, 1)
-    finally:
-        front.stop()
-        worker.stop()
 
 
 def test_a_prompt_is_reused_while_its_first_request_still_decodes(sdk: openai.OpenAI) -> None:
@@ -267,22 +286,7 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_shuts
     first token. Nothing but ``: queued`` comments reached the front, so another replica
     answers (the client got the worker's "shutting down" error event mid-stream: the front
     handed the stream on at its first comment, too late to fail over)."""
-    from gateway.runtime import Runtime
-
-    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
-                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
-                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
-    worker_config = load_config_text(text)
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    replicas = [f"{worker.url}/v1", f"{upstream_server.url}/v1"]
-    upstream = {"backend": "openai", "replicas": replicas, "max_retries": 0,
-                "routing": {"policy": "round_robin"}}  # fmt: skip
-    front = Gateway(load_config_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
-        "cache": {"enabled": False, "semantic": {"enabled": False}},
-    })))  # fmt: skip
-    try:
+    with behind_a_front(tiny_dir, tmp_path, f"{upstream_server.url}/v1") as (worker, front):
         direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
         running = direct.completions.create(
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
@@ -305,9 +309,6 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_shuts
             waiting.get_loop().call_soon_threadsafe(worker.runtime.abort_in_flight)
             assert "answer #" in answer.result(timeout=30)
         running.close()
-    finally:
-        front.stop()
-        worker.stop()
 
 
 def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
@@ -317,20 +318,7 @@ def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
     worker's queue until the worker's shutdown deadline ends it with an error event. The
     model never ran it: the front books no model call for it (it booked one, with 0 tokens:
     the error event's data made it forget the worker's ``: queued``)."""
-    from gateway.runtime import Runtime
-
-    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
-                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
-                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
-    worker_config = load_config_text(text)
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    upstream = {"backend": "openai", "base_url": f"{worker.url}/v1", "max_retries": 0}
-    front = Gateway(load_config_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
-        "cache": {"enabled": False, "semantic": {"enabled": False}},
-    })))  # fmt: skip
-    try:
+    with behind_a_front(tiny_dir, tmp_path) as (worker, front):
         direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
         running = direct.completions.create(
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
@@ -352,9 +340,6 @@ def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
         running.close()
         wait_for(lambda: observed(front) == seen + 1)  # (its books included)
         assert ledger_row(front).get("model_calls", 0) == 0, ledger_row(front)
-    finally:
-        front.stop()
-        worker.stop()
 
 
 def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_is_killed(
@@ -431,7 +416,6 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
     that waits in the worker's queue when a step of the worker's engine fails (which fails
     every request it holds). The model never ran the queued one, so another replica answers
     (the client got the worker's error event)."""
-    from gateway.runtime import Runtime
     from localmodel.scheduler import Scheduler
 
     failing = {"now": False}
@@ -444,20 +428,7 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
         return step(self)
 
     monkeypatch.setattr(Scheduler, "step", failing_step)
-    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
-                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
-    text = yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
-                           "cache": {"enabled": False, "semantic": {"enabled": False}}})  # fmt: skip
-    worker_config = load_config_text(text)
-    worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
-    replicas = [f"{worker.url}/v1", f"{upstream_server.url}/v1"]
-    upstream = {"backend": "openai", "replicas": replicas, "max_retries": 0,
-                "routing": {"policy": "round_robin"}}  # fmt: skip
-    front = Gateway(load_config_text(yaml.safe_dump({
-        "data_dir": str(tmp_path / "front"), "models": {ONE: upstream},
-        "cache": {"enabled": False, "semantic": {"enabled": False}},
-    })))  # fmt: skip
-    try:
+    with behind_a_front(tiny_dir, tmp_path, f"{upstream_server.url}/v1") as (worker, front):
         direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
         running = direct.completions.create(
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
@@ -479,6 +450,3 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
             failing["now"] = True
             assert "answer #" in answer.result(timeout=30)
         running.close()
-    finally:
-        front.stop()
-        worker.stop()
