@@ -9,7 +9,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -183,6 +183,35 @@ def behind_a_front(
         worker.stop()
 
 
+@contextlib.contextmanager
+def queued_in_the_worker(worker: Gateway, front: Gateway) -> Iterator[Future[str]]:
+    """The worker's one slot taken by a stream of its own, and a streamed completion sent
+    through ``front`` that waits in the worker's queue (its ``: queued`` comment sent): the
+    text the front's client gets, once it ends."""
+    direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+    running = direct.completions.create(
+        model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+    )
+    next(iter(running))  # it decodes: the worker's one slot is taken
+    sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(
+                lambda: "".join(
+                    c.choices[0].text
+                    for c in sdk.completions.create(
+                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
+                    )
+                    if c.choices
+                )
+            )
+            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
+            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
+            yield answer
+    finally:
+        running.close()
+
+
 def test_a_stream_cancelled_while_queued_is_no_model_call(gw: Gateway, sdk: openai.OpenAI) -> None:
     """A streaming client that leaves while its request waits for a batch slot: the model
     never ran it, so the ledger books no model call for it (it booked its whole prompt, then
@@ -286,29 +315,14 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_shuts
     first token. Nothing but ``: queued`` comments reached the front, so another replica
     answers (the client got the worker's "shutting down" error event mid-stream: the front
     handed the stream on at its first comment, too late to fail over)."""
-    with behind_a_front(tiny_dir, tmp_path, f"{upstream_server.url}/v1") as (worker, front):
-        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
-        running = direct.completions.create(
-            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
-        )
-        next(iter(running))  # it decodes: the worker's one slot is taken
-        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
-        with ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(
-                lambda: "".join(
-                    c.choices[0].text
-                    for c in sdk.completions.create(
-                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
-                    )
-                    if c.choices
-                )
-            )
-            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
-            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
-            waiting = next(iter(worker.runtime.connections.in_flight))
-            waiting.get_loop().call_soon_threadsafe(worker.runtime.abort_in_flight)
-            assert "answer #" in answer.result(timeout=30)
-        running.close()
+    other = f"{upstream_server.url}/v1"
+    with (
+        behind_a_front(tiny_dir, tmp_path, other) as (worker, front),
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        waiting = next(iter(worker.runtime.connections.in_flight))
+        waiting.get_loop().call_soon_threadsafe(worker.runtime.abort_in_flight)
+        assert "answer #" in answer.result(timeout=30)
 
 
 def test_behind_a_front_gateway_a_stream_ended_while_queued_is_no_model_call(
@@ -428,25 +442,10 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
         return step(self)
 
     monkeypatch.setattr(Scheduler, "step", failing_step)
-    with behind_a_front(tiny_dir, tmp_path, f"{upstream_server.url}/v1") as (worker, front):
-        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
-        running = direct.completions.create(
-            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
-        )
-        next(iter(running))  # it decodes: the worker's one slot is taken
-        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
-        with ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(
-                lambda: "".join(
-                    c.choices[0].text
-                    for c in sdk.completions.create(
-                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
-                    )
-                    if c.choices
-                )
-            )
-            wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
-            time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
-            failing["now"] = True
-            assert "answer #" in answer.result(timeout=30)
-        running.close()
+    other = f"{upstream_server.url}/v1"
+    with (
+        behind_a_front(tiny_dir, tmp_path, other) as (worker, front),
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        failing["now"] = True
+        assert "answer #" in answer.result(timeout=30)
