@@ -505,6 +505,8 @@ class ReplicatedBackend:
         self.apis = OPENAI_APIS
         self.cache_salt = _salt(config)
         self._on_retry = client_options.get("on_retry")
+        #: How long ``_Primed`` holds a stream's comments for its first event (a keep-alive's time)
+        self._hold = min(config.timeout.read / _KEEPALIVE_SHARE, _HOLD_MAX)
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
             UpstreamBackend(name, single_attempt, base_url=url, **client_options)
@@ -613,8 +615,7 @@ class ReplicatedBackend:
             try:
                 result = await call(self._replicas[route.replica], asked)
                 # (a replica that sends its stream's headers and hangs fails over here)
-                hold = min(self.config.timeout.read / _KEEPALIVE_SHARE, _HOLD_MAX)  # (_Primed)
-                primed = await _Primed.of(result, hold) if stream else None
+                primed = await _Primed.of(result, self._hold) if stream else None
             except UpstreamError as exc:
                 self.router.release(route.replica)
                 tried.add(route.replica)
@@ -1298,6 +1299,21 @@ def _retry_after(value: str | None) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
+def _error_said(raw: bytes, error: Any, reason: str) -> tuple[str, dict[str, Any]]:
+    """The message of an upstream's error body (``error``: its ``error`` member, as read) and
+    its ``type``, ``param`` and ``code``; the body's start, or ``reason``, without one."""
+    message = ""
+    fields: dict[str, Any] = {}
+    if isinstance(error, dict):
+        message = str(error.get("message") or "")
+        fields = {k: _field(error.get(k)) for k in ("type", "param", "code")}
+    elif isinstance(error, str):
+        message = error
+    if not message:
+        message = raw[:200].decode("utf-8", "replace").strip() or reason
+    return message, fields
+
+
 async def _upstream_error(
     name: str,
     response: httpx.Response,
@@ -1307,16 +1323,7 @@ async def _upstream_error(
     secret: str | None = None,
 ) -> UpstreamError:
     status = response.status_code
-    raw, error = await _read_error(response, secret)
-    message = ""
-    fields: dict[str, Any] = {}
-    if isinstance(error, dict):
-        message = str(error.get("message") or "")
-        fields = {k: _field(error.get(k)) for k in ("type", "param", "code")}
-    elif isinstance(error, str):
-        message = error
-    if not message:
-        message = raw[:200].decode("utf-8", "replace").strip() or response.reason_phrase
+    message, fields = _error_said(*await _read_error(response, secret), response.reason_phrase)
     if status == 508 and fields.get("code") == "loop_detected":
         return UpstreamError(508, message, code="loop_detected", headers=dict(NO_RETRY))
     if status == 503 and fields.get("code") == SHUTTING_DOWN_CODE:
