@@ -259,9 +259,10 @@ class LocalBackend:
         if self._closed:
             return
         started = time.perf_counter()
-        self._loading.set()  # (cleared by the thread)
         try:
-            engine = await on_daemon_thread(self._load_or_drop, name=f"load-{self.name}")
+            engine = await on_daemon_thread(
+                self._load_or_drop, name=f"load-{self.name}", running=self._loading
+            )
         except Exception as exc:
             self._error = exc
             log.exception("local model %s failed to load", self.name)
@@ -277,15 +278,12 @@ class LocalBackend:
 
     def _load_or_drop(self) -> Engine | None:
         """The load, on its thread: the engine, or None when close() came meanwhile."""
-        try:
-            engine = self._load_engine(self.engine_config)
-            with self._handover:
-                if not self._closed:
-                    return engine
-            engine.close()
-            return None
-        finally:
-            self._loading.clear()
+        engine = self._load_engine(self.engine_config)
+        with self._handover:
+            if not self._closed:
+                return engine
+        engine.close()
+        return None
 
     async def _ready_engine(self, if_ready: bool = False) -> AsyncEngine:
         """The engine, once loaded; ``if_ready``: a 503 at once while it loads (the gateway in

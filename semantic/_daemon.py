@@ -14,8 +14,11 @@ __all__ = ["on_daemon_thread"]
 T = TypeVar("T")
 
 
-async def on_daemon_thread(fn: Callable[[], T], *, name: str) -> T:
-    """``fn()`` on a daemon thread of its own, awaited.
+async def on_daemon_thread(
+    fn: Callable[[], T], *, name: str, running: threading.Event | None = None
+) -> T:
+    """``fn()`` on a daemon thread of its own, awaited; ``running`` is set while it runs
+    (what a shutdown asks: a load it does not wait for).
 
     NOTE: not ``asyncio.to_thread``: the interpreter joins its executor's threads at exit, so a
     model still loading held a Ctrl-C'd process until the load ended.
@@ -32,8 +35,13 @@ async def on_daemon_thread(fn: Callable[[], T], *, name: str) -> T:
             outcome: tuple[Callable[[Any], object], object] = (future.set_result, fn())
         except BaseException as exc:  # (delivered to the awaiting task, which logs it)
             outcome = (future.set_exception, exc)
+        finally:
+            if running is not None:
+                running.clear()
         with contextlib.suppress(RuntimeError):  # the loop has closed: the process is ending
             loop.call_soon_threadsafe(settle, *outcome)
 
+    if running is not None:
+        running.set()
     threading.Thread(target=run, name=name, daemon=True).start()
     return await future

@@ -878,15 +878,7 @@ class ResponseCache:
         with ``os._exit`` (exports are renamed into place only when complete).
         """
         call = functools.partial(fn, *args, **kwargs)
-
-        def run() -> T:
-            try:
-                return call()
-            finally:
-                self._loading.clear()
-
-        self._loading.set()
-        return await on_daemon_thread(run, name="load-semantic")
+        return await on_daemon_thread(call, name="load-semantic", running=self._loading)
 
     async def _reconcile(self) -> None:
         """Make a loaded index agree with the store, the source of truth."""
