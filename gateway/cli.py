@@ -304,10 +304,11 @@ def _still_loading(runtime: Any) -> bool:
 def _exit_now(code: int) -> NoReturn:
     """Exit without the interpreter's finalization, its log and output flushed.
 
-    NOTE: for a model load that a shutdown left running on its daemon thread (``LocalBackend
-    .close``, ``ResponseCache.close``): finalization ended that thread inside torch's C++ code, and the process aborted
-    ("FATAL: exception not rethrown", killed by SIGABRT) instead of exiting 0 after Ctrl-C
-    (or with uvicorn's status 3 when it could not bind).
+    NOTE: for a model load that a shutdown left running on its daemon thread
+    (``LocalBackend.close``, ``ResponseCache.close``): finalization ended that thread inside
+    torch's C++ code, and the process aborted ("FATAL: exception not rethrown", killed by
+    SIGABRT) instead of exiting 0 after Ctrl-C (or with uvicorn's status 3 when it could not
+    bind).
     """
     logging.shutdown()
     sys.stdout.flush()

@@ -210,15 +210,20 @@ class UpstreamBackend:
     async def ready(self) -> bool:
         return True
 
+    @property
+    def _own_auth(self) -> dict[str, str]:
+        """The model's ``api_key`` as a header, for what the gateway asks on its own behalf
+        (``GET /models``: a model's description, a health check), never a client's key."""
+        return {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+
     async def answers(self) -> bool:
         """Whether the upstream answers ``GET /models`` (with any status) within
         ``timeout.connect`` (or ``read``, if shorter): one whose request timed out but that
         answers this is slow (a generation longer than ``timeout.read``), not hung."""
-        auth = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
         t = self.config.timeout
         try:
             await self._client.get(
-                self._url("models"), headers=auth, timeout=min(t.connect, t.read)
+                self._url("models"), headers=self._own_auth, timeout=min(t.connect, t.read)
             )
         except httpx.HTTPError:
             return False
@@ -311,10 +316,9 @@ class UpstreamBackend:
             return self._window
         self._window_asked = now
         model = self.config.upstream_model or self.name
-        auth = {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
         try:  # NOTE: _window_asked is set first: a loop back to this gateway asks no further
             response = await self._client.get(
-                self._url(f"models/{model}"), headers=auth, timeout=2.0
+                self._url(f"models/{model}"), headers=self._own_auth, timeout=2.0
             )
         except httpx.HTTPError as exc:
             log.debug("upstream %s: no model description: %r", self.name, exc)
