@@ -2,7 +2,7 @@
 
 A request is validated only in the fields cachegate reasons about (``model``, ``max_tokens``,
 ``messages`` and their content blocks, ``system``, sampling parameters, ``tools``,
-``tool_choice``, ``metadata``, ``stream``); every other field is kept as sent and forwarded
+``tool_choice``, ``metadata``, ``service_tier``, ``stream``); every other field is kept as sent and forwarded
 untouched. Errors use Anthropic's body and status codes::
 
     {"type": "error", "error": {"type": "invalid_request_error", "message": "max_tokens: Field required"}}
@@ -357,6 +357,9 @@ _ANTHROPIC_TYPES = frozenset({*_TYPES.values(), "api_error", "billing_error", "t
 #: (``user``, ``store``, ``stream_options``, ``prompt_cache_key`` …) are unknown to this API,
 #: refused by Anthropic and by the chat bridge: they stay in the scope, as any unknown field.
 _NON_SCOPE = frozenset({"model", "stream", "metadata", "service_tier"})
+#: The values of ``service_tier``, and the longest ``metadata.user_id``, Anthropic accepts.
+_SERVICE_TIERS = ("auto", "standard_only")
+_USER_ID_MAX = 256
 #: Documented optional fields of a Messages request that read as unset when null (the chat
 #: side's rule, semantic.keys): those cachegate checks, and those Anthropic's API reference
 #: marks nullable. Clients that send every field they know (null when unset) then share the
@@ -464,7 +467,7 @@ def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:
         _number(body, name, 0.0, high)
     _integer(body, "top_k", 0, optional=True)
     _typed(body, "stream", bool, optional=True)
-    _typed(body, "metadata", dict, optional=True)
+    _check_metadata(body)
     stops = body.get("stop_sequences")
     if stops is not None and not (
         isinstance(stops, list) and all(isinstance(s, str) for s in stops)
@@ -473,6 +476,19 @@ def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:
     _check_list(body, "tools", _check_tool, optional=True)
     if body.get("tool_choice") is not None:
         _check_tool_choice(body["tool_choice"])
+
+
+def _check_metadata(body: dict[str, Any]) -> None:
+    """``metadata`` and ``service_tier`` as Anthropic checks them. NOTE: neither is in the
+    cache key (see ``_NON_SCOPE``), so a hit, like the bridge, which sends neither, would
+    answer what Anthropic refuses: they are checked here, the same for a hit and a miss."""
+    _typed(body, "metadata", dict, optional=True)
+    metadata = body.get("metadata") or {}
+    _typed(metadata, "user_id", str, optional=True, path="metadata")
+    if len(metadata.get("user_id") or "") > _USER_ID_MAX:
+        raise _invalid(f"metadata.user_id: String should have at most {_USER_ID_MAX} characters")
+    if body.get("service_tier") not in (None, *_SERVICE_TIERS):
+        raise _invalid("service_tier: Input should be 'auto' or 'standard_only'")
 
 
 def _check_message(message: Any, path: str) -> None:

@@ -342,6 +342,30 @@ def test_openai_only_fields_are_in_the_scope_of_a_messages_request(
     assert fake.stats["/v1/messages"] == 1 + len(foreign)
 
 
+def test_metadata_and_service_tier_are_checked_on_a_hit_as_on_a_miss(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """``metadata`` and ``service_tier`` are outside the cache key, and the chat bridge sends
+    neither: values Anthropic refuses are a 400 in its words for every model, not an exact hit
+    of the entry of the request without them (was: a 200 from the cache, or from the bridge)."""
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"service_tier": "bogus"}, "service_tier: Input should be 'auto' or 'standard_only'"),
+        ({"metadata": {"user_id": 5}}, "metadata.user_id: Input should be a valid string"),
+        ({"metadata": {"user_id": "u" * 257}},
+         "metadata.user_id: String should have at most 256 characters"),
+        ({"metadata": "u1"}, "metadata: Input should be a valid dictionary"),
+    ]  # fmt: skip
+    for model in ("claude", "gpt"):
+        assert ask(client, "Same question", model=model).headers["x-cache"] == "miss"
+        for extra, message in refused:
+            with pytest.raises(anthropic.BadRequestError) as error:
+                ask(client, "Same question", model=model, extra_body=extra)
+            assert error.value.body == invalid_request(message), (model, extra)
+        kept = {"metadata": {"user_id": "u" * 256}, "service_tier": "standard_only"}
+        assert ask(client, "Same question", model=model, **kept).headers["x-cache"] == "exact"
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 1
+
+
 def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
