@@ -155,7 +155,8 @@ def messages_key(
     ``tool_choice``, ``max_tokens``, ``stop_sequences``, ``top_k``, unknown ones …) and the
     ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
     question compared by meaning, the earlier turns are scope. A documented field sent as null
-    is the field left out (see ``_keyed``).
+    is the field left out, and an ``output_config`` left empty so is left out too (see
+    ``_keyed``).
     """
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
@@ -368,6 +369,8 @@ _NULL_IS_UNSET = frozenset({
     "system", "stop_sequences", "temperature", "top_p", "top_k", "tools", "tool_choice",
     "metadata", "stream", "cache_control", "container", "inference_geo", "speed",
 })  # fmt: skip
+#: The same for ``output_config``, which is left out when nothing else is in it.
+_CONFIG_NULL_IS_UNSET = frozenset({"effort", "format"})
 #: The same for a content block (a turn's, a tool result's, a system block) by its type, and
 #: a custom tool (``type`` absent or null): e.g. the anthropic SDK sends a text block of an
 #: answer back with the ``"citations": null`` it got.
@@ -383,6 +386,10 @@ def _keyed(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` as its cache key reads it: less the documented fields that are null, in it and
     in its blocks (never inside a tool's ``input`` or ``input_schema``, where null is a value)."""
     keyed = {k: v for k, v in body.items() if not (v is None and k in _NULL_IS_UNSET)}
+    if isinstance(keyed.get("output_config"), dict):  # (e.g. the SDK's {"format": None})
+        config = {k: v for k, v in keyed.pop("output_config").items()
+                  if not (v is None and k in _CONFIG_NULL_IS_UNSET)}  # fmt: skip
+        keyed.update({"output_config": config} if config else {})  # ({}: the defaults)
     for field in ("system", "tools"):
         if isinstance(keyed.get(field), list):
             keyed[field] = [_block_keyed(b) for b in keyed[field]]

@@ -398,6 +398,25 @@ def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     assert fake.stats["/v1/messages"] == 3
 
 
+def test_an_output_config_of_nulls_shares_the_entry_of_none(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """``output_config``'s ``format`` and ``effort`` are nullable: a client that sends them as
+    null (or an empty ``output_config``) asks for the defaults, as one that sends none: an exact
+    hit (was: a miss, and a second entry). A format that is set still differs."""
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"],
+              "additionalProperties": False}  # fmt: skip
+    for model in ("claude-plain", "gpt"):
+        assert ask(client, "Same question", model=model).headers["x-cache"] == "miss", model
+        for config in ({"format": None}, {"format": None, "effort": None}, {}):
+            same = ask(client, "Same question", model=model, output_config=config)
+            assert same.headers["x-cache"] == "exact", (model, config)
+        schema_format: Any = {"type": "json_schema", "schema": schema}
+        other = ask(client, "Same question", model=model, output_config={"format": schema_format})
+        assert other.headers["x-cache"] == "miss", model
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 2
+
+
 def test_one_text_block_for_a_system_or_a_tool_result_shares_the_entry_of_its_string(
     client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
 ) -> None:
