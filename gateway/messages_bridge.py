@@ -82,6 +82,14 @@ _CHAT_TOOL = re.compile(
 )
 #: A function's fields as a Messages tool calls them.
 _TOOL_FIELDS = {"name": "name", "description": "description", "parameters": "input_schema"}
+#: What OpenAI's strict mode cannot take (``_strict``), what makes a subschema typed, and the
+#: string formats it knows.
+_NOT_STRICT = frozenset({"allOf", "oneOf", "not", "if", "then", "else", "prefixItems",
+                         "patternProperties", "dependentRequired", "dependentSchemas",
+                         "definitions"})  # fmt: skip
+_TYPED = frozenset({"type", "anyOf", "$ref", "enum", "const"})
+_STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname",
+                             "ipv4", "ipv6", "uuid"})  # fmt: skip
 _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
           "function_call": "tool_use", "content_filter": "refusal", "eos": "end_turn"}  # fmt: skip
 
@@ -514,9 +522,10 @@ def _tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 def _output_config(config: Any) -> dict[str, Any]:
     """``output_config`` as chat fields: its ``format`` (structured outputs, what the anthropic
-    SDK's ``messages.parse`` sends) as a ``json_schema`` ``response_format``. NOTE: not
-    ``strict``, which OpenAI grants only to schemas whose every property is required (the
-    SDK leaves fields with a default out of ``required``). An ``effort`` is refused."""
+    SDK's ``messages.parse`` sends) as a ``json_schema`` ``response_format``, ``strict`` (the
+    answer follows the schema, as Anthropic's always does) when OpenAI's strict mode takes the
+    schema (``_strict``: not when a property is left out of ``required``, as the SDK leaves
+    fields with a default, which OpenAI would refuse). An ``effort`` is refused."""
     if not isinstance(config, dict):
         raise _invalid("output_config: Input should be a valid dictionary")
     for field, value in config.items():
@@ -530,7 +539,40 @@ def _output_config(config: Any) -> dict[str, Any]:
     if not isinstance(fmt.get("schema"), dict):
         raise _invalid("output_config.format.schema: Input should be a valid dictionary")
     schema = {"name": "output", "schema": fmt["schema"]}
+    if fmt["schema"].get("type") == "object" and _strict(fmt["schema"]):  # (a root object)
+        schema["strict"] = True
     return {"response_format": {"type": "json_schema", "json_schema": schema}}
+
+
+def _strict(node: Any) -> bool:
+    """Whether OpenAI's strict mode takes the JSON schema ``node`` (its structured outputs
+    guide): every object closed (``additionalProperties: false``) with every property in
+    ``required``, every subschema typed, none of the keywords or string formats it lacks.
+
+    >>> _strict({"type": "object", "properties": {"a": {"type": "string"}},
+    ...          "required": ["a"], "additionalProperties": False})
+    True
+    >>> _strict({"type": "object", "properties": {"a": {"type": "string"}},
+    ...          "additionalProperties": False})
+    False
+    """
+    if not isinstance(node, dict) or _NOT_STRICT & node.keys() or not _TYPED & node.keys():
+        return False
+    if node.get("format") not in (None, *_STRICT_FORMATS):
+        return False
+    properties = node.get("properties", {})
+    if not isinstance(properties, dict):
+        return False
+    if node.get("type") == "object" or properties:
+        if node.get("additionalProperties") is not False:
+            return False
+        if set(node.get("required") or ()) != set(properties):
+            return False
+    defs = node.get("$defs", {})
+    children = [*properties.values(), *(defs.values() if isinstance(defs, dict) else [None])]
+    children += node.get("anyOf") or []
+    children += [node["items"]] if "items" in node else []
+    return all(_strict(child) for child in children)
 
 
 def _tool_choice(choice: dict[str, Any]) -> Any:

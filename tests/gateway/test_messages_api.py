@@ -854,6 +854,41 @@ def test_structured_outputs_reach_a_bridged_upstream_as_a_json_schema(tmp_path: 
         )
 
 
+class Priced(pydantic.BaseModel):
+    item: Item
+    tags: list[str]
+
+
+class Noted(pydantic.BaseModel):
+    name: str
+    note: str = ""  # (a default: the SDK leaves it out of "required")
+
+
+def test_structured_outputs_are_strict_for_a_bridged_upstream_when_openai_can_be(
+    tmp_path: Path,
+) -> None:
+    """Anthropic's structured outputs always follow the schema; OpenAI's only with ``strict``
+    (was: never sent, so the upstream was free to answer other JSON). It is sent when OpenAI's
+    strict mode takes the schema (every object closed, every property required, nested ones
+    too), and left out when not, as for a field with a default, which OpenAI would refuse."""
+    item = {"name": "hammer", "price": 12}
+    answers: list[tuple[type[pydantic.BaseModel], Any, bool]] = [
+        (Item, item, True), (Priced, {"item": item, "tags": []}, True),
+        (Noted, {"name": "hammer"}, False),
+    ]  # fmt: skip
+    app = OneAnswer({})
+    with bridged_client(app, "gpt", tmp_path) as client:
+        question = [{"role": "user", "content": "Your cheapest item?"}]
+        for output_format, answer, strict in answers:
+            app.message = {"content": msgspec.json.encode(answer).decode()}
+            parsed = client.messages.parse(model="gpt", max_tokens=64, messages=question,
+                                           output_format=output_format)  # fmt: skip
+            assert parsed.parsed_output == output_format.model_validate(answer)
+            sent = app.bodies[-1]["response_format"]["json_schema"]
+            assert sent.get("strict", False) is strict, output_format.__name__
+        assert len(app.bodies) == 3
+
+
 def test_a_bridged_upstreams_refusal_is_a_refusal_json_and_streamed(tmp_path: Path) -> None:
     """A chat answer's ``refusal`` (OpenAI's model declined; ``finish_reason: "stop"``) is
     the answer's text with ``stop_reason: "refusal"``, as Anthropic reports a refusal (was an
