@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -82,6 +83,9 @@ _CHAT_TOOL = re.compile(
 )
 #: A function's fields as a Messages tool calls them.
 _TOOL_FIELDS = {"name": "name", "description": "description", "parameters": "input_schema"}
+#: Seconds of a bridged stream's chunks that are no Messages event (reasoning) before the
+#: client is sent a ``ping`` (a local model's keep-alive comes as often: local._KEEPALIVE_EVERY).
+_PING_EVERY = 15.0
 #: What OpenAI's strict mode cannot take (``_strict``), what makes a subschema typed, and the
 #: string formats it knows.
 _NOT_STRICT = frozenset({"allOf", "oneOf", "not", "if", "then", "else", "prefixItems",
@@ -326,6 +330,7 @@ class _MessagesStream:
         self._called = False  # a tool call was streamed
         self._refused = False  # a refusal was streamed (as text)
         self._usage: dict[str, Any] = {}
+        self._sent_at = time.monotonic()  # when the client was last sent an event
 
     async def __aiter__(self) -> AsyncIterator[StreamEvent]:
         async for event in self._inner:
@@ -336,7 +341,8 @@ class _MessagesStream:
             if event.chunk is None and not event.done:
                 yield event  # a keep-alive comment
                 continue
-            converted = list(self._convert(event))
+            converted = list(self._convert(event)) or self._ping()
+            self._sent_at = time.monotonic() if converted else self._sent_at
             for i, out in enumerate(converted, start=1):
                 done = event.done and i == len(converted)
                 yield StreamEvent(encode_event(out), out, done=done, more=i < len(converted))
@@ -348,6 +354,13 @@ class _MessagesStream:
 
     def counted(self) -> dict[str, Any] | None:
         return self._inner.counted()
+
+    def _ping(self) -> list[dict[str, Any]]:
+        """A ``ping`` for a chunk that is no Messages event (a reasoning model's reasoning,
+        which an answer without ``thinking`` does not show, as ``from_chat`` does not) once
+        the client has had nothing for ``_PING_EVERY`` s: it would otherwise hear nothing
+        while the model reasons, and its read timeout (or a proxy's) could end the stream."""
+        return [{"type": "ping"}] if time.monotonic() - self._sent_at >= _PING_EVERY else []
 
     def _convert(self, event: StreamEvent) -> Iterator[dict[str, Any]]:
         if not self._started:

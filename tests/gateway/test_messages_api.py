@@ -17,6 +17,7 @@ import pydantic
 import pytest
 import yaml
 
+from gateway import messages_bridge
 from gateway.cli import main
 from gateway.config import load_config_text
 from gateway.messages import encode_event
@@ -678,6 +679,39 @@ def test_interleaved_streamed_tool_calls_stay_whole(tmp_path: Path) -> None:
             calls = [(b.id, b.name, b.input) for b in final.content]
             assert calls == [("call_Paris", "weather", {"city": "Paris"}),
                              ("call_Rome", "weather", {"city": "Rome"})]  # fmt: skip
+
+
+class Reasoning:
+    """A chat upstream that streams its reasoning (``reasoning_content``, as vLLM, DeepSeek
+    and others do) in three chunks, then the answer ``Hi``."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        await read_body(receive)
+        chunks: list[dict[str, Any]] = [
+            {"delta": {"role": "assistant", "reasoning_content": f"Step {i}. "}} for i in range(3)
+        ]
+        chunks += [{"delta": {"content": "Hi"}}, {"delta": {}, "finish_reason": "stop"}]
+        await send_chat_chunks(send, "r", chunks)
+
+
+def test_a_bridged_stream_pings_while_the_model_reasons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a chat upstream streams only reasoning, which a Messages answer without thinking
+    does not show (JSON or streamed), the client gets ``ping`` events (here: one a chunk, as
+    if each took the ping interval) rather than nothing until the first text (was: nothing,
+    for as long as the model reasoned: a read timeout could end the stream)."""
+    monkeypatch.setattr(messages_bridge, "_PING_EVERY", 0.0)
+    with bridged_client(Reasoning(), "r", tmp_path) as client:
+        params: Any = {"model": "r", "max_tokens": 64,
+                       "messages": [{"role": "user", "content": "Think, then greet."}]}  # fmt: skip
+        with client.messages.with_streaming_response.create(**params, stream=True) as raw:
+            events = [line[7:] for line in raw.iter_lines() if line.startswith("event: ")]
+        assert events[: events.index("content_block_start")] == ["message_start"] + ["ping"] * 3
+        with client.messages.stream(**params) as stream:
+            final = stream.get_final_message()  # (the same request: from the cache)
+        assert stream.response.headers["x-cache"] == "exact"
+        assert [(b.type, getattr(b, "text", None)) for b in final.content] == [("text", "Hi")]
 
 
 def test_disable_parallel_tool_use_reaches_a_bridged_upstream(
