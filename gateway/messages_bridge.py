@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
@@ -61,6 +61,13 @@ _DEFAULTS = {"thinking": {"type": "disabled"}}
 #: Fields that never change the answer, only what Anthropic caches of the prompt (top-level
 #: ``cache_control``: automatic caching): accepted, not sent, as a block's ``cache_control``.
 _HINTS = frozenset({"cache_control"})
+#: A custom tool's fields that change what the model is shown or may do, which a chat
+#: function cannot carry: accepted (and not sent) only with a value that asks for nothing.
+_TOOL_DEFAULTS: dict[str, Callable[[Any], bool]] = {
+    "input_examples": lambda examples: examples == [],
+    "defer_loading": lambda deferred: deferred is False,
+    "allowed_callers": lambda callers: isinstance(callers, list) and "direct" in callers,
+}
 #: Chat fields an error may name, as a Messages request calls them (``max_tokens`` goes to an
 #: upstream that refuses it as ``max_completion_tokens``: pipeline._renamed).
 _PARAMS = {"stop": "stop_sequences", "max_completion_tokens": "max_tokens",
@@ -522,9 +529,14 @@ def _result_text(result: dict[str, Any]) -> str:
 
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A custom tool as a chat function; ``strict`` (inputs that follow the schema: structured
-    outputs for tools) as the function's, which means the same to OpenAI."""
+    outputs for tools) as the function's, which means the same to OpenAI. Fields a function
+    has no room for are refused when they change the answer (``_TOOL_DEFAULTS``); others
+    (``cache_control``, ``eager_input_streaming``: how the input streams) are not sent."""
     if tool.get("type") not in (None, "custom"):
         raise _unsupported(f"Server tools ('{tool.get('type')}')", "are")
+    for field, honoured in _TOOL_DEFAULTS.items():
+        if tool.get(field) is not None and not honoured(tool[field]):
+            raise _unsupported(f"A tool's '{field}'")
     function = {"name": tool["name"], "parameters": tool["input_schema"]}
     if tool.get("description"):
         function["description"] = tool["description"]

@@ -746,6 +746,35 @@ def test_a_strict_tool_is_strict_for_a_bridged_upstream(
         assert upstream.last_body["tools"][0]["function"].get("strict") is strict
 
 
+def test_tool_fields_a_bridged_upstream_cannot_honour_are_refused(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    """A tool's ``input_examples`` (examples the model is shown), ``defer_loading: true`` (the
+    tool is not shown until a tool search finds it) and ``allowed_callers`` without
+    ``direct`` (the model may not call it itself) change the answer, and a chat function has
+    no such field: a 400 naming it, as for any request field the bridge cannot honour (was:
+    dropped, and answered as if never sent). Their defaults, ``eager_input_streaming`` (how
+    the input streams) and ``cache_control`` are no request for anything: answered."""
+    tool: Any = {"name": "weather", "input_schema": {"type": "object"}}
+    refused = [({"input_examples": [{"city": "Paris"}]}, "input_examples"),
+               ({"defer_loading": True}, "defer_loading"),
+               ({"allowed_callers": ["code_execution_20250825"]}, "allowed_callers")]  # fmt: skip
+    for extra, field in refused:
+        with pytest.raises(anthropic.BadRequestError) as error:
+            ask(client, "Weather in Paris?", model="gpt", tools=[{**tool, **extra}])
+        assert error.value.body == invalid_request(
+            f"A tool's '{field}' is not supported by this model."
+        )
+    assert upstream.stats["chat"] == 0
+    accepted: Any = {**tool, "input_examples": [], "defer_loading": False,
+                     "allowed_callers": ["direct"], "eager_input_streaming": True,
+                     "cache_control": {"type": "ephemeral"}}  # fmt: skip
+    ask(client, "Weather in Paris?", model="gpt", tools=[accepted])
+    assert upstream.last_body["tools"] == [
+        {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+    ]
+
+
 def test_tool_choice_without_tools_is_not_sent_to_a_bridged_upstream(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
