@@ -167,6 +167,10 @@ async def _ask(
         first[i] = seen.setdefault(_encode(inputs[i]), i)
     batch.asked = asked = list(seen.values())
     body = request.body
+    if "encoding_format" in body and body["encoding_format"] is None:
+        # NOTE: null is the format left unset (the key's reading, and OpenAI's), but vLLM
+        # refuses it: sent without it, a miss is answered as the hit it shares an entry with
+        body = {k: v for k, v in body.items() if k != "encoding_format"}
     if len(asked) < len(inputs):  # only what the cache lacks
         body = {**body, "input": [inputs[i] for i in asked]}
     try:
