@@ -314,7 +314,9 @@ def _params(
 
 
 def _is_default(value: Any, default: Any) -> bool:
-    return not isinstance(value, bool) and _canonical(value) == default
+    if isinstance(value, bool) or isinstance(default, bool):  # (True == 1: not ``n``'s 1)
+        return value is default
+    return _canonical(value) == default
 
 
 _SAMPLING = ("frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n",
@@ -344,11 +346,23 @@ _NULL_IS_UNSET = {
 #: Vercel AI SDK sends it; curl users, the docs' examples, do not). Nor ``presence_penalty``
 #: or ``frequency_penalty: 0``, ``logprobs: false``, ``modalities: ["text"]``: upstreams
 #: refuse those fields whatever their value (OpenAI's reasoning models; others' penalties),
-#: and a hit must not answer what a miss would refuse.
+#: and a hit must not answer what a miss would refuse. A Responses request's: the API's own
+#: defaults (as its Response echoes them; OpenAI's, vLLM's and the local model's alike), which
+#: clients that spell out every field send; not ``reasoning`` (each model has its own effort),
+#: ``temperature``/``top_p`` (as in chat) nor ``top_logprobs: 0``.
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "chat": {"n": 1, "response_format": {"type": "text"}},
     "completion": {"n": 1},
     "embedding": {"encoding_format": "float"},
+    "responses": {
+        "background": False,
+        "include": [],
+        "parallel_tool_calls": True,
+        "text": {"format": {"type": "text"}},
+        "tool_choice": "auto",
+        "tools": [],
+        "truncation": "disabled",
+    },
 }
 
 #: Marks a JSON object whose keys are hashed in their order (see ``_canonical``).

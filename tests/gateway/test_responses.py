@@ -97,6 +97,36 @@ def test_a_hit_completes_when_it_is_created(gw: Gateway) -> None:
     assert replayed[-1].response.completed_at == first.completed_at  # type: ignore[union-attr]
 
 
+def test_the_api_defaults_sent_share_the_entry_of_a_request_that_leaves_them_out(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A request that spells out the Responses API's defaults (``truncation: "disabled"``,
+    ``include: []``, ``parallel_tool_calls: true``, ``tool_choice: "auto"``, ...) asks what
+    one that leaves them out asks: an exact hit (was: a miss and an upstream call each); any
+    other value of those fields stays a scope of its own."""
+    c = sdk(gw)
+    _, cache = create(c, input="Name a prime number.")
+    assert cache == "miss"
+    defaults: dict[str, Any] = {
+        "truncation": "disabled", "include": [], "parallel_tool_calls": True,
+        "tool_choice": "auto", "tools": [], "text": {"format": {"type": "text"}},
+        "extra_body": {"background": False},
+    }  # fmt: skip
+    for name, value in defaults.items():
+        _, cache = create(c, input="Name a prime number.", **{name: value})
+        assert cache == "exact", name
+    _, cache = create(c, input="Name a prime number.", **defaults)
+    assert cache == "exact" and upstream.stats["responses"] == 1
+    others: list[dict[str, Any]] = [
+        {"truncation": "auto"}, {"include": ["message.output_text.logprobs"]},
+        {"parallel_tool_calls": False}, {"tool_choice": "none"},
+    ]  # fmt: skip
+    for other in others:
+        _, cache = create(c, input="Name a prime number.", **other)
+        assert cache == "miss", other
+    assert upstream.stats["responses"] == 1 + len(others)
+
+
 def test_every_output_changing_parameter_is_in_the_scope(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
