@@ -398,7 +398,7 @@ class ResponsesAdapter:
         if request.body.get("store") is False or answer.get("status") in _RUNNING:
             return
         turns = list(request.turns or ())
-        own = [_with_id(item) for item in turns[request.earlier :]]
+        own = _unique_ids([_with_id(item) for item in turns[request.earlier :]])
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
         self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
                                       upstream=upstream, model=request.model))  # fmt: skip
@@ -1123,6 +1123,24 @@ def _inline(item: dict[str, Any]) -> dict[str, Any]:
 
 def _with_id(item: dict[str, Any]) -> dict[str, Any]:
     return item if "id" in item else {"id": _item_id(item), **item}
+
+
+def _unique_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` (a request's input, as stored) with an id of their own each: an item whose id
+    an earlier one has (an output item a client sends back twice) gets a new one.
+
+    NOTE: the input items' pages are cursored by id (``input_items_page``): an id held twice
+    would start the next page at its first holder again (the SDK's auto-paging never ends),
+    or skip what follows the second. A reference keeps its id: it names another item.
+    """
+    seen: set[Any] = set()
+    unique = []
+    for item in items:
+        if item.get("id") in seen and item.get("type") != _ITEM_REFERENCE:
+            item = {**item, "id": _item_id(item)}
+        seen.add(item.get("id"))
+        unique.append(item)
+    return unique
 
 
 def _item_id(item: dict[str, Any]) -> str:

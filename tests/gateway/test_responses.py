@@ -4,6 +4,7 @@ responses, ``previous_response_id``, tenants, and what is never served across AP
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -585,6 +586,29 @@ def test_input_items_pages_by_cursor_and_refuse_an_unknown_one(gw: Gateway) -> N
             c.responses.input_items.list(made.id, extra_query={cursor: "msg_unknown"})
         assert refused.value.body["param"] == cursor  # type: ignore[index]
         assert "msg_unknown" in refused.value.body["message"]  # type: ignore[index]
+
+
+def test_an_item_sent_twice_is_paged_once_each_time(gw: Gateway) -> None:
+    """An output item a client sends back twice (a cache hit's: its id is the gateway's, so
+    the upstream gets it without) is stored as two input items, the later one with an id of
+    its own: paged by cursor, every item comes once (was: the SDK's auto-paging returned the
+    first copy's page again and again, forever)."""
+    c = sdk(gw)
+    create(c, input="Pick a colour.")
+    hit, cache = create(c, input="Pick a colour.")
+    assert cache == "exact"
+    echoed = hit.output[0].model_dump(exclude_none=True)
+    sent = [{"role": "user", "content": "Pick a colour."}, echoed, echoed,
+            {"role": "user", "content": "Another one?"}]  # fmt: skip
+    made, _ = create(c, input=sent)
+    for order in ("asc", "desc"):
+        paged = list(
+            itertools.islice(c.responses.input_items.list(made.id, limit=1, order=order), 8)
+        )
+        assert len(paged) == 4 and len({i.id for i in paged}) == 4, order
+        roles = [getattr(i, "role", None) for i in paged]
+        assert roles == ["user", "assistant", "assistant", "user"], order
+    assert paged[2].id == echoed["id"]  # (desc: the first copy keeps the id it was sent with)
 
 
 def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
