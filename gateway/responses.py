@@ -880,13 +880,15 @@ def _response(
     sampling: Mapping[str, float],
 ) -> dict[str, Any]:
     """A Response object echoing the request's parameters, as OpenAI's does; ``temperature``
-    and ``top_p`` the request left unset echo what the backend applied (``sampling``)."""
+    and ``top_p`` the request left unset echo what the backend applied (``sampling``), and
+    ``service_tier`` the one that served it (``"default"``: the local model has no other)."""
     body = request.body
-    incomplete = finish == "length"
+    incomplete, now = finish == "length", int(time.time())
     return {
         "id": _new_id("resp"),
         "object": "response",
-        "created_at": int(time.time()),
+        "created_at": now,
+        "completed_at": None if incomplete else now,  # (OpenAI's: only a completed one's)
         "status": "incomplete" if incomplete else "completed",
         "error": None,
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
@@ -897,6 +899,7 @@ def _response(
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "previous_response_id": request.previous,
         "reasoning": {"effort": None, "summary": None},
+        "service_tier": "default",
         "store": body.get("store", True),
         "temperature": _applied(body, "temperature", sampling),
         "text": body.get("text") or {"format": {"type": "text"}},

@@ -218,6 +218,33 @@ def test_an_answer_cut_at_max_output_tokens_is_incomplete_with_its_message(gw: G
     assert [item.status for item in last.response.output] == ["incomplete"]
 
 
+def test_a_local_response_says_when_it_completed_and_its_service_tier(gw: Gateway) -> None:
+    """The local model's Response carries ``completed_at`` (a completed one's; null while in
+    progress and when cut short) and ``service_tier``, as an upstream's does, streamed or
+    not, and so does a hit of it (were: left out, so ``completed_at`` was None even on a
+    completed answer and on its hits)."""
+    c = sdk(gw)
+    body: dict[str, Any] = {"model": MODEL, "input": "Name one fruit.", "temperature": 0,
+                            "max_output_tokens": 64}  # fmt: skip
+    raw = c.responses.with_raw_response.create(**body)
+    made = raw.parse()
+    assert raw.headers["x-cache"] == "miss" and made.status == "completed"
+    assert made.completed_at is not None and made.completed_at >= made.created_at
+    assert made.service_tier == "default"
+    raw = c.responses.with_raw_response.create(**body)
+    hit = raw.parse()
+    assert raw.headers["x-cache"] == "exact" and hit.completed_at is not None
+    assert hit.service_tier == "default"
+    events = list(c.responses.create(**{**body, "input": "Name one vegetable."}, stream=True))
+    assert events[0].response.completed_at is None  # type: ignore[union-attr]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.status == "completed" and final.completed_at is not None
+    assert final.service_tier == "default"
+    cut = c.responses.create(**{**body, "max_output_tokens": 1})
+    assert cut.status == "incomplete" and cut.completed_at is None
+    assert cut.service_tier == "default"
+
+
 def test_unset_sampling_echoes_what_the_model_applied(gw: Gateway) -> None:
     """A Response echoes its temperature and top_p: those the request left unset are the
     model's own (the bundled model card's 0.2 / 0.9), not OpenAI's 1.0, streamed or not."""
