@@ -42,6 +42,8 @@ T = TypeVar("T")
 
 #: Cache lookups of one request in flight at once (a batch holds up to 2,048).
 _CONCURRENCY = 16
+#: Fields whose null is the field left unset (as ``semantic.keys`` reads them): sent without.
+_NULL_IS_UNSET = ("encoding_format", "dimensions")
 
 
 class EmbeddingsWire:
@@ -167,10 +169,11 @@ async def _ask(
         first[i] = seen.setdefault(_encode(inputs[i]), i)
     batch.asked = asked = list(seen.values())
     body = request.body
-    if "encoding_format" in body and body["encoding_format"] is None:
-        # NOTE: null is the format left unset (the key's reading, and OpenAI's), but vLLM
-        # refuses it: sent without it, a miss is answered as the hit it shares an entry with
-        body = {k: v for k, v in body.items() if k != "encoding_format"}
+    # NOTE: null is the field left unset (the key's reading, and OpenAI's), but vLLM refuses
+    # a null format: sent without them, a miss is answered as the hit it shares an entry with
+    nulls = [k for k in _NULL_IS_UNSET if k in body and body[k] is None]
+    if nulls:
+        body = {k: v for k, v in body.items() if k not in nulls}
     if len(asked) < len(inputs):  # only what the cache lacks
         body = {**body, "input": [inputs[i] for i in asked]}
     try:

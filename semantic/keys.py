@@ -330,7 +330,7 @@ _NULL_IS_UNSET = {
         "web_search_options",
     }),
     "completion": frozenset({*_SAMPLING, "best_of", "echo", "suffix"}),
-    "embedding": frozenset({"encoding_format"}),
+    "embedding": frozenset({"encoding_format", "dimensions"}),
     "responses": frozenset({
         "background", "context_management", "conversation", "include", "instructions",
         "max_output_tokens", "max_tool_calls", "moderation", "parallel_tool_calls",

@@ -214,12 +214,13 @@ def test_the_default_float_format_shares_the_entry_of_a_request_that_names_it(
     assert b64.headers["x-cache"] == "miss" and upstream.stats["embeddings"] == 2
 
 
-def test_a_null_format_shares_the_entry_of_a_request_that_leaves_it_out(
+def test_a_null_format_or_size_shares_the_entry_of_a_request_that_leaves_it_out(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
     """``encoding_format: null`` (clients that send every field they know) is the format left
-    unset, the list of floats: one entry with an unset or a ``"float"`` one (was: a miss and a
-    second upstream call), and sent upstream without it (vLLM refuses a null format)."""
+    unset, the list of floats, and ``dimensions: null`` the model's own size: one entry with
+    an unset or a ``"float"`` one (was: a miss and a second upstream call each), and sent
+    upstream without them (vLLM refuses a null format)."""
     gw = make_gateway()
     nulled = sdk(gw).embeddings.with_raw_response.create(
         model="fake-model",
@@ -227,12 +228,16 @@ def test_a_null_format_shares_the_entry_of_a_request_that_leaves_it_out(
         encoding_format=None,  # type: ignore[arg-type]
     )
     assert nulled.headers["x-cache"] == "miss" and "encoding_format" not in upstream.last_body
-    for sent in ({}, {"encoding_format": "float"}, {"encoding_format": None}):
+    for sent in ({}, {"encoding_format": "float"}, {"encoding_format": None},
+                 {"dimensions": None}):  # fmt: skip
         body = {"model": "fake-model", "input": "same text", **sent}
         again = gw.http.post("/v1/embeddings", json=body)
         assert again.headers["x-cache"] == "exact", sent
         assert again.json()["data"][0]["embedding"] == nulled.parse().data[0].embedding
     assert upstream.stats["embeddings"] == 1
+    sized = gw.http.post("/v1/embeddings", json={"model": "fake-model", "input": "other text",
+                                                 "dimensions": None})  # fmt: skip
+    assert sized.headers["x-cache"] == "miss" and "dimensions" not in upstream.last_body
 
 
 def test_bad_inputs_and_upstream_failures_are_clear_and_cache_nothing(
