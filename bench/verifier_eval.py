@@ -21,8 +21,10 @@ A pair is (stored request, new request). Three decisions, side by side:
 * **guard + veto** (``verifier_role: veto``): the same, unless the cross-encoder's
   probability for the two questions is below the shipped veto threshold;
 * **verifier decides** (the default, ``verifier_role: decide``; measured with ``context: verify``): cosine of the compared
-  texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto, and the
-  combiner's probability >= its default threshold (2% wrong on the calibration traps), with the
+  texts (:func:`semantic.keys.compared_text`) >= the verifier's floor, no hard veto, the
+  combiner's probability >= its default threshold (2% wrong on the calibration traps) and, for
+  two conversations, their context pair passing too (``ResponseCache._same_context``); the
+  column "whole pair only" leaves that out (the decision before 2026-12-05); with the
   verifier's model call on ``--backend`` (default: the gateway's ``verifier_backend``), each
   backend with its own calibration (semantic/verifier.py); ``--compare B`` adds the same
   decision on backend B as a fourth column.
@@ -46,14 +48,16 @@ from bench.report import machine, percentile, publish, table
 from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
 from semantic.embedder import Embedder
 from semantic.guard import DEFAULT_THRESHOLD, Guard
-from semantic.verifier import BACKENDS, PairVerifier
+from semantic.keys import context_question
+from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn")
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
-DECISIONS = ("old_guard", "guard_veto", "verifier")
+DECISIONS = ("old_guard", "guard_veto", "whole_pair", "verifier")
 LABELS = {"old_guard": "guard alone", "guard_veto": "guard + veto",
+          "whole_pair": "verifier, whole pair only (before 2026-12-05)",
           "verifier": "verifier decides (default)", "compare": "verifier decides"}  # fmt: skip
 
 
@@ -108,11 +112,12 @@ def evaluate(
         ua, ub = semantic_pairs._embed_pairs(
             embedder, [r["a"] for r in rows], [r["b"] for r in rows]
         )
-        hits_at = _decider(verifier, rows, ua, ub)
+        hits_at = _decider(verifier, rows, ua, ub, embedder)
         hit = {"old_guard": old, "guard_veto": vetoed,
+               "whole_pair": hits_at(verifier.default_threshold, whole_pair=True),
                "verifier": hits_at(verifier.default_threshold)}  # fmt: skip
         if compare is not None:
-            hit["compare"] = _decider(compare, rows, ua, ub)(compare.default_threshold)
+            hit["compare"] = _decider(compare, rows, ua, ub, embedder)(compare.default_threshold)
         kinds = sorted({r["kind"] for r in rows})
         result[name] = {
             "pairs": len(rows), "should_hit": int(same.sum()), "must_not_hit": int((~same).sum()),
@@ -131,10 +136,13 @@ def evaluate(
 
 
 def _decider(
-    verifier: PairVerifier, rows: list[dict[str, Any]], ua: np.ndarray, ub: np.ndarray
-) -> Callable[[float], np.ndarray]:
-    """``hits(threshold)`` of role "decide" on ``rows``: the near-duplicate rail, or the floor,
-    no hard veto and the verifier's probability at or above ``threshold``."""
+    verifier: PairVerifier, rows: list[dict[str, Any]], ua: np.ndarray, ub: np.ndarray,
+    embedder: Embedder,
+) -> Callable[..., np.ndarray]:  # fmt: skip
+    """``hits(threshold, whole_pair=False)`` of role "decide" on ``rows``: the near-duplicate
+    rail, or the floor, no hard veto, the verifier's probability at or above ``threshold`` and
+    (conversations, unless ``whole_pair``: as before 2026-12-05) the context pair passing
+    (:func:`_context_scores`)."""
     cos = np.einsum("ij,ij->i", ua, ub)  # [n]
     signals = [verifier.signals(r["a"], r["b"], ua[i], ub[i], float(cos[i]))
                for i, r in enumerate(rows)]  # fmt: skip
@@ -148,7 +156,39 @@ def _decider(
     ]
     near = np.array([verifier.near_duplicate(x) for x in signals])
     ok = (cos >= verifier.cosine_floor) & ~veto
-    return lambda threshold: near | (ok & (scores >= threshold))
+    context = _context_scores(verifier, embedder, rows)
+
+    def hits(threshold: float, whole_pair: bool = False) -> np.ndarray:
+        same_context = whole_pair | (context >= min(threshold, CONTEXT_SCORE))
+        return near | (ok & (scores >= threshold) & same_context)
+
+    return hits
+
+
+def _context_scores(
+    verifier: PairVerifier, embedder: Embedder, rows: list[dict[str, Any]]
+) -> np.ndarray:
+    """The context pair's score of each row, as ``ResponseCache._same_context`` judges it: the
+    earlier user turns the two follow-ups refer to, as two single questions (1.0: the same
+    turn, or a side has none; 0.0: vetoed, or below the cosine floor)."""
+    pairs = [(context_question(r["a"]), context_question(r["b"])) for r in rows]
+    out = np.ones(len(rows), dtype=np.float32)
+    todo = [i for i, (a, b) in enumerate(pairs) if a is not None and b is not None and a != b]
+    if not todo:
+        return out
+    ctx = [(str(pairs[i][0]), str(pairs[i][1])) for i in todo]
+    ua, ub = semantic_pairs._embed_pairs(embedder, [a for a, _ in ctx], [b for _, b in ctx])
+    cos = np.einsum("ij,ij->i", ua, ub)
+    signals = [verifier.signals(a, b, ua[j], ub[j], float(cos[j])) for j, (a, b) in enumerate(ctx)]
+    logits = _score(verifier, ctx)
+    for j, i in enumerate(todo):
+        if verifier.near_duplicate(signals[j]):
+            continue
+        if verifier.vetoed(signals[j]) is not None or cos[j] < verifier.cosine_floor:
+            out[i] = 0.0
+        else:
+            out[i] = verifier.probability(signals[j], float(logits[j]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from ._daemon import on_daemon_thread
-from .keys import CacheKey, entry_id
+from .keys import CacheKey, context_question, entry_id
 from .store import Entry, EntryStore, StoreUnavailable, Superseded
 
 if TYPE_CHECKING:
@@ -754,8 +754,46 @@ class ResponseCache:
                 hit, entry, _ = judged[best[1]]
                 rejected = Rejection(entry, hit.similarity, "verifier", float(best[0]))
             return None, None, rejected
-        hit, entry, _ = judged[best[1]]
-        return (hit, entry), float(best[0]), None
+        # the best first; a candidate whose own context is another is passed over
+        for score, i in sorted(zip(scores, range(len(judged)), strict=True), reverse=True):
+            hit, entry, _ = judged[i]
+            if score < threshold:
+                break
+            if await self._same_context(entry.question, key.question, threshold):
+                return (hit, entry), float(score), None
+            self._counters.rejections["verifier_context"] += 1
+            rejected = rejected or Rejection(entry, hit.similarity, "verifier_context", score)
+        return None, None, rejected
+
+    async def _same_context(self, stored: str, new: str, threshold: float) -> bool:
+        """Whether two conversations' contexts pass as a question pair of their own: the earlier
+        user turns their follow-ups refer to (:func:`semantic.keys.context_question`), judged
+        as two single questions are (the hard vetoes, the cosine floor, the combiner at
+        ``threshold`` or :data:`semantic.verifier.CONTEXT_SCORE`, the lower). True when the two
+        turns are the same, or a side has none (a conversation against a single question).
+
+        NOTE: the whole pair reads the question and the context as one text, and a follow-up
+        that is the same on both sides ("How many days is that?") carried it past a swapped
+        context ("from Bob to Fatima" / "from Fatima to Bob"): docs/benchmarks.md, "Context
+        pairs". Runs on would-be hits only: one embedding of two short texts and one more pair.
+        """
+        from .verifier import CONTEXT_SCORE
+
+        assert self.verifier is not None and self.embedder is not None
+        a, b = context_question(stored), context_question(new)
+        if a is None or b is None or a == b:
+            return True
+        verifier = self.verifier
+        va, vb = await self.embedder.embed_many([a, b])
+        cosine = float(np.dot(va, vb))
+        signals = verifier.signals(a, b, va, vb, cosine)
+        if verifier.near_duplicate(signals):
+            return True
+        vetoed = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
+        if vetoed is not None or cosine < verifier.cosine_floor - _EPSILON:
+            return False
+        score = verifier.probability(signals, await verifier.verify_logit(a, b))
+        return score >= min(threshold, CONTEXT_SCORE)
 
     async def _embed_for_store(self, question: str) -> np.ndarray | None:
         """The question's vector for storing, or None when the embedder is overloaded."""

@@ -37,6 +37,7 @@ __all__ = [
     "chat_key",
     "compared_text",
     "completion_key",
+    "context_question",
     "embedding_key",
     "entry_id",
     "salted",
@@ -240,6 +241,25 @@ def compared_text(question: str, earlier: list[dict[str, Any]], window: int | No
         if text.strip():
             parts.append(f"{m['role']}: {' '.join(text.split())[:TURN_CHARS]}")
     return f"{question} || {' | '.join(parts)}" if parts else question
+
+
+#: Where :func:`compared_text` puts one earlier turn after another.
+_TURN_SEP = re.compile(r" \| (?=(?:user|assistant): )")
+
+
+def context_question(compared: str) -> str | None:
+    """The earlier user turn a follow-up in ``compared`` (:func:`compared_text`) refers to: the
+    most recent one that asks something (ends with "?"), so small talk after it ("Thanks!") is
+    skipped; with none that asks, the most recent one. None: no earlier user turn.
+
+    >>> context_question("How long? || assistant: By mail. | user: Renew a passport in Canada?")
+    'Renew a passport in Canada?'
+    """
+    if " || " not in compared:
+        return None
+    turns = _TURN_SEP.split(compared.split(" || ", 1)[1])
+    asked = [t.removeprefix("user: ") for t in turns if t.startswith("user: ")]
+    return next((t for t in asked if t.endswith("?")), asked[0] if asked else None)
 
 
 def _uncompared(earlier: list[dict[str, Any]], window: int | None) -> list[dict[str, Any]]:

@@ -22,7 +22,8 @@ sequence-classification directory with one output logit works as well (``path=``
 ``meta.json`` it has no calibration, so give it a score threshold.
 
 Texts are compared as :func:`semantic.keys.compared_text` renders them: the question, then the
-recent earlier turns, so a conversation's context is part of what is judged.
+recent earlier turns, so a conversation's context is part of what is judged; the cache also
+judges two conversations' context pair on its own (:data:`CONTEXT_SCORE`).
 
 Backends (``backend=``, ``cache.semantic.verifier_backend``): "torch" (eager PyTorch), "onnx"
 (ONNX Runtime, float32) or "onnx-int8" (the same graph with int8 weights). The onnx backends
@@ -69,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AGREEMENT",
     "BACKENDS",
+    "CONTEXT_SCORE",
     "DEFAULT_PATH",
     "INT8",
     "INT8_AGREEMENT",
@@ -101,6 +103,14 @@ AGREEMENT = 1e-3
 #: whose int8 kernels round otherwise (e.g. without VNNI) can be off by more, and its scores
 #: would not match the calibration table, so it runs float32.
 INT8_AGREEMENT = 0.05
+#: The combiner's score the context pair of two conversations needs at most (the lookup's
+#: threshold when that is lower): the earlier user turns their follow-ups refer to, judged as
+#: two single questions (``ResponseCache._same_context``). Chosen on the multi-turn training
+#: set (bench/data/multiturn_train.jsonl, onnx-int8, threshold 0.85): the lowest score at which
+#: context swaps served fell to their least (1.1% -> 0.4%; detail swaps 2.3% -> 1.0%) while
+#: should-hit conversations served fell from 47.2% to 42.0% (0.85: 37.7%; raising the whole
+#: pair's threshold to reach the same wrong hits, 0.9, served 34.5%): docs/benchmarks.md.
+CONTEXT_SCORE = 0.7
 #: The key under ``meta.json`` → ``backends`` holding int8's calibration.
 INT8 = "onnx-int8"
 #: Pairs scored at load to check an exported graph (one pair per call).

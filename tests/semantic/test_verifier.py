@@ -19,7 +19,7 @@ import yaml
 
 from gateway.config import ConfigError, load_config_text
 from semantic.cache import SemanticSettings, score_threshold
-from semantic.keys import chat_key, compared_text
+from semantic.keys import chat_key, compared_text, context_question
 from semantic.verifier import (
     DEFAULT_PATH,
     INT8,
@@ -213,6 +213,19 @@ def test_verify_mode_moves_earlier_turns_into_the_compared_text() -> None:
     assert exact_a.scope != exact_b.scope and exact_a.question == "How much does it cost?"
 
 
+def test_the_context_question_is_the_last_earlier_user_turn_that_asks() -> None:
+    def turns(*texts: str) -> list[dict[str, str]]:
+        roles = ("user", "assistant")
+        return [{"role": roles[i % 2], "content": t} for i, t in enumerate(texts)]
+
+    padded = turns("Hi there!", "Hello!", "Flights to Rome in May?", "Daily.", "Thanks!", "Sure.")
+    assert context_question(compared_text("And the price?", padded, 6)) == "Flights to Rome in May?"
+    told = turns("I fly to Rome in May.", "Nice.")  # (no turn asks: the most recent one)
+    assert context_question(compared_text("And the price?", told, 2)) == "I fly to Rome in May."
+    assert context_question(compared_text("And the price?", [], 4)) is None  # a single question
+    assert context_question(compared_text("And?", turns("Hi", "Hello!")[1:], 4)) is None
+
+
 def test_verify_mode_keeps_what_the_compared_text_does_not_carry_in_the_scope() -> None:
     """Tool results and calls, images, other fields and text past TURN_CHARS of the compared
     window are not in the compared text, so they stay in the scope: two conversations that
@@ -322,6 +335,42 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, reworded, "c").headers["x-cache"] == "semantic"
     swapped = convo("How do I renew my passport in Mexico?", "You can renew it by mail.")
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
+
+
+def test_a_follow_up_after_a_swapped_context_misses_and_after_small_talk_hits(
+    gw: Gateway,
+) -> None:
+    """The same follow-up after another context: the whole pair read "Would doing it before
+    noon be better?" on both sides and served the answer for a visa from Canada to Australia to
+    one from Australia to Canada (0.96; rows of bench/data/multiturn_train.jsonl). The context
+    pair is now judged on its own, so it misses, while the same context after small talk hits."""
+
+    def convo(first: str, follow: str, *before: str) -> list[dict[str, str]]:
+        turns = [(before[i], before[i + 1]) for i in range(0, len(before), 2)]
+        turns.append((first, f"Here is what I know about {first.lower()}"))
+        return [*({"role": r, "content": t} for pair in turns
+                  for r, t in zip(("user", "assistant"), pair, strict=True)),
+                {"role": "user", "content": follow}]  # fmt: skip
+
+    cases = [
+        ("Do citizens of Canada need a visa to visit Australia?",
+         "Do citizens of Australia need a visa to visit Canada?",
+         "Is a visa required for Canada passport holders travelling to Australia?",
+         "Would doing it before noon be better?"),
+        ("Is risotto eaten chilly?", "Do people serve sourdough bread chilly?",
+         "Do people serve risotto chilly?", "What are the risks?"),
+    ]  # fmt: skip
+    for n, (first, swapped, reworded, follow) in enumerate(cases):
+        stored = chat(gw, convo(first, follow), f"swap{n}")
+        assert stored.headers["x-cache"] == "miss"
+        miss = chat(gw, convo(swapped, follow), f"swap{n}")
+        assert miss.headers["x-cache"] == "miss", swapped  # was "semantic"
+        hit = chat(gw, convo(reworded, follow, "Good morning.", "Good morning! How can I help?"),
+                   f"swap{n}")  # fmt: skip
+        assert hit.headers["x-cache"] == "semantic", reworded
+        assert hit.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
+    reasons = gw.http.get("/admin/stats").json()["cache"]["guard_rejections_by_reason"]
+    assert reasons.get("verifier_context", 0) >= 1
 
 
 def test_an_answer_sent_back_as_the_sdk_got_it_is_compared_as_text(gw: Gateway) -> None:
