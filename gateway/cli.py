@@ -310,10 +310,26 @@ def _exit_now(code: int) -> NoReturn:
     SIGABRT) instead of exiting 0 after Ctrl-C (or with uvicorn's status 3 when it could not
     bind).
     """
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    with contextlib.suppress(RuntimeError):  # (from a signal handler that came inside a write)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
     os._exit(code)
+
+
+def _quit_now(sig: int) -> NoReturn:
+    """A third Ctrl-C: exit at once (status 128 + the signal's number), whatever the shutdown
+    still waits for.
+
+    NOTE: the second one hurries the shutdown (``Main.hurried``) and takes uvicorn's force
+    quit back; every one after it was then swallowed, and a shutdown that hung (a client
+    that never finished sending its request, the app's own shutdown flushing traces to a
+    collector that does not answer) could be ended only with SIGKILL. Here, in the signal
+    handler: the event loop may be blocked in that shutdown.
+    """
+    with contextlib.suppress(RuntimeError):  # (the signal came inside a write to the log)
+        log.warning("shutdown: %s a third time: exiting now", signal.Signals(sig).name)
+    _exit_now(128 + sig)
 
 
 def _check_ports(config: Config) -> None:
@@ -564,6 +580,8 @@ def _main_server(
         def handle_exit(self, sig: int, frame: Any) -> None:
             # NOTE: uvicorn's own force quit cut the open requests (500s, streams cut with no
             # error event, a traceback each) and skipped the app's shutdown (runtime.close)
+            if self.hurried and sig == signal.SIGINT:
+                _quit_now(sig)
             second = self.should_exit and sig == signal.SIGINT
             super().handle_exit(sig, frame)
             if second:

@@ -1,0 +1,82 @@
+"""End to end: `cachegate serve` (a real process) and the signals that stop it: the first drains
+the open requests, the second ends them now, the third exits at once."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import ServeProcess
+from tests.fake_upstream import ThreadedServer
+
+
+def config(upstream_server: ThreadedServer, tmp_path: Path, extra: str = "") -> str:
+    return f"""
+server: {{shutdown_timeout: 600}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+{extra}"""
+
+
+def signal_again(gateway: ServeProcess, sig: signal.Signals, times: int) -> None:
+    """Send ``sig`` ``times`` times, a second apart (two signals that arrive before Python
+    runs its handler are one)."""
+    for _ in range(times):
+        time.sleep(1)
+        gateway.proc.send_signal(sig)
+
+
+def test_a_third_ctrl_c_exits_while_a_client_holds_the_drain(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """A client that sent half its request holds uvicorn's drain (up to shutdown_timeout + 2 s);
+    the second Ctrl-C ends only requests waiting for a model, and every Ctrl-C after it was
+    swallowed: only SIGKILL ended the process. The third now exits at once, non-zero."""
+    gateway = serve(config(upstream_server, tmp_path))
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b'content-length: 200\r\n\r\n{"model": "fake-model", '
+        )
+        time.sleep(0.5)  # (the request is in)
+        gateway.proc.send_signal(signal.SIGINT)
+        gateway.wait_logged("Waiting for connections to close", timeout=30)
+        signal_again(gateway, signal.SIGINT, 2)
+        assert gateway.proc.wait(timeout=30) == 128 + signal.SIGINT  # (not 600 s later)
+    log = gateway.log.read_text()
+    assert "shutdown: SIGINT a third time: exiting now" in log, log
+
+
+def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app's own shutdown (runtime.close), after the drain, can hang: here flushing the
+    traces to a collector that accepts connections and never answers. Ctrl-C did nothing
+    there, however many times; the third now exits at once."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "600")
+    with socket.socket() as collector:
+        collector.bind(("127.0.0.1", 0))
+        collector.listen(16)  # (connections wait in its backlog, never answered)
+        endpoint = f"http://127.0.0.1:{collector.getsockname()[1]}/v1/traces"
+        gateway = serve(config(upstream_server, tmp_path, f"tracing: {{enabled: true, "
+                                                          f"endpoint: '{endpoint}'}}"))  # fmt: skip
+        answer = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]},
+        )
+        assert answer.status_code == 200  # (a span to export)
+        gateway.proc.send_signal(signal.SIGINT)
+        gateway.wait_logged("Waiting for application shutdown", timeout=30)
+        signal_again(gateway, signal.SIGINT, 2)
+        assert gateway.proc.wait(timeout=25) == 128 + signal.SIGINT
+    log = gateway.log.read_text()
+    assert "shutdown: SIGINT a third time: exiting now" in log, log
