@@ -318,8 +318,8 @@ def _exit_now(code: int) -> NoReturn:
 
 
 def _quit_now(sig: int) -> NoReturn:
-    """A third Ctrl-C: exit at once (status 128 + the signal's number), whatever the shutdown
-    still waits for.
+    """A third Ctrl-C or SIGTERM: exit at once (status 128 + the signal's number), whatever
+    the shutdown still waits for.
 
     NOTE: the second one hurries the shutdown (``Main.hurried``) and takes uvicorn's force
     quit back; every one after it was then swallowed, and a shutdown that hung (a client
@@ -328,7 +328,7 @@ def _quit_now(sig: int) -> NoReturn:
     handler: the event loop may be blocked in that shutdown.
     """
     with contextlib.suppress(RuntimeError):  # (the signal came inside a write to the log)
-        log.warning("shutdown: %s a third time: exiting now", signal.Signals(sig).name)
+        log.warning("shutdown: a third signal (%s): exiting now", signal.Signals(sig).name)
     _exit_now(128 + sig)
 
 
@@ -441,7 +441,7 @@ def _redact_access_log() -> None:
 
 async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
     """Once a shutdown starts, give open requests ``shutdown_timeout`` s (or until a second
-    Ctrl-C: ``server.hurried``), then end them with a 503 ``shutting_down`` error (a body, or
+    Ctrl-C or SIGTERM: ``server.hurried``), then end them with a 503 ``shutting_down`` error (a body, or
     an event on a started stream)."""
     while not server.should_exit:
         await asyncio.sleep(0.1)
@@ -450,7 +450,7 @@ async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
     while loop.time() < deadline and not server.hurried:
         await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
     if aborted := runtime.abort_in_flight():
-        waited = "a second Ctrl-C" if server.hurried else f"{config.server.shutdown_timeout:.0f}s"
+        waited = "a second signal" if server.hurried else f"{config.server.shutdown_timeout:.0f}s"
         log.warning("shutdown: %d requests still open after %s; ended", aborted, waited)
 
 
@@ -575,14 +575,16 @@ def _main_server(
     import uvicorn
 
     class Main(uvicorn.Server):
-        hurried = False  # a second Ctrl-C came: open requests end now (_shutdown_deadline)
+        hurried = False  # a second signal came: open requests end now (_shutdown_deadline)
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             # NOTE: uvicorn's own force quit cut the open requests (500s, streams cut with no
-            # error event, a traceback each) and skipped the app's shutdown (runtime.close)
-            if self.hurried and sig == signal.SIGINT:
+            # error event, a traceback each) and skipped the app's shutdown (runtime.close).
+            # SIGTERM counts as Ctrl-C does (uvicorn ignored a second one: a `kill` repeated
+            # to hurry a shutdown did nothing, and only SIGKILL was left)
+            if self.hurried:
                 _quit_now(sig)
-            second = self.should_exit and sig == signal.SIGINT
+            second = self.should_exit
             super().handle_exit(sig, frame)
             if second:
                 self.force_exit, self.hurried = False, True

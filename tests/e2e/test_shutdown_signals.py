@@ -3,6 +3,7 @@ the open requests, the second ends them now, the third exits at once."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import time
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import openai
 import pytest
 
 from tests.e2e.conftest import ServeProcess
+from tests.e2e.test_openai_sdk import read_until_error
 from tests.fake_upstream import ThreadedServer
 
 
@@ -34,12 +37,14 @@ def signal_again(gateway: ServeProcess, sig: signal.Signals, times: int) -> None
         gateway.proc.send_signal(sig)
 
 
-def test_a_third_ctrl_c_exits_while_a_client_holds_the_drain(
-    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_third_signal_exits_while_a_client_holds_the_drain(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, sig: signal.Signals
 ) -> None:
     """A client that sent half its request holds uvicorn's drain (up to shutdown_timeout + 2 s);
     the second Ctrl-C ends only requests waiting for a model, and every Ctrl-C after it was
-    swallowed: only SIGKILL ended the process. The third now exits at once, non-zero."""
+    swallowed (a SIGTERM after the first, every one): only SIGKILL ended the process. The
+    third now exits at once, non-zero."""
     gateway = serve(config(upstream_server, tmp_path))
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
         client.sendall(
@@ -47,12 +52,12 @@ def test_a_third_ctrl_c_exits_while_a_client_holds_the_drain(
             b'content-length: 200\r\n\r\n{"model": "fake-model", '
         )
         time.sleep(0.5)  # (the request is in)
-        gateway.proc.send_signal(signal.SIGINT)
+        gateway.proc.send_signal(sig)
         gateway.wait_logged("Waiting for connections to close", timeout=30)
-        signal_again(gateway, signal.SIGINT, 2)
-        assert gateway.proc.wait(timeout=30) == 128 + signal.SIGINT  # (not 600 s later)
+        signal_again(gateway, sig, 2)
+        assert gateway.proc.wait(timeout=30) == 128 + sig  # (not 600 s later)
     log = gateway.log.read_text()
-    assert "shutdown: SIGINT a third time: exiting now" in log, log
+    assert f"shutdown: a third signal ({sig.name}): exiting now" in log, log
 
 
 def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
@@ -79,4 +84,44 @@ def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
         signal_again(gateway, signal.SIGINT, 2)
         assert gateway.proc.wait(timeout=25) == 128 + signal.SIGINT
     log = gateway.log.read_text()
-    assert "shutdown: SIGINT a third time: exiting now" in log, log
+    assert "shutdown: a third signal (SIGINT): exiting now" in log, log
+
+
+def test_a_second_sigterm_ends_open_requests_now_with_their_error(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """`kill` repeated to hurry a shutdown (as a second Ctrl-C does) did nothing: the open
+    requests kept the process for shutdown_timeout. Now they end at once with their 503 (an
+    error event on a stream that has started), and the shutdown goes on as usual."""
+    gateway = serve(config(upstream_server, tmp_path))
+
+    async def run() -> tuple[Any, list[str], Any]:
+        sdk = openai.AsyncOpenAI(base_url=f"{gateway.url}/v1", api_key="sk", max_retries=0)
+        slow = asyncio.create_task(sdk.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "a slow question"}],
+            extra_body={"fake": {"delay": 600}},
+        ))  # fmt: skip
+        stream = await sdk.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "a long story"}],
+            stream=True, extra_body={"fake": {"chunk_delay": 1, "chunks": 600}},
+        )  # fmt: skip
+        pieces: list[str] = []
+        reading = asyncio.create_task(read_until_error(stream, pieces))
+        await asyncio.sleep(0.5)
+        gateway.proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(gateway.wait_logged, "Waiting for connections to close", 30)
+        await asyncio.to_thread(signal_again, gateway, signal.SIGTERM, 1)
+        done, _ = await asyncio.wait([slow, reading], timeout=60)  # (not 600 s)
+        await sdk.close()
+        assert slow in done and reading in done
+        return slow.exception(), pieces, reading.result()
+
+    slow, pieces, stream_error = asyncio.run(run())
+    assert isinstance(slow, openai.InternalServerError) and slow.status_code == 503, slow
+    assert slow.body["code"] == "shutting_down"
+    assert pieces and isinstance(stream_error, openai.APIError), stream_error
+    assert "shutting down" in stream_error.message
+    assert gateway.proc.wait(timeout=30) == -signal.SIGTERM  # (uvicorn re-raises it: a clean stop)
+    log = gateway.log.read_text()
+    assert "shutdown: 2 requests still open after a second signal; ended" in log, log
+    assert "Traceback" not in log and "Application shutdown complete" in log, log
