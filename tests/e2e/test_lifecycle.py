@@ -1,11 +1,14 @@
-"""End to end: `cachegate serve` (a real process) and the signals that stop it: the first drains
-the open requests, the second ends them now, the third exits at once."""
+"""End to end: `cachegate serve` (a real process) starting and stopping: a start that cannot
+bind its port, and the signals that stop it (the first drains the open requests, the second ends
+them now, the third exits at once)."""
 
 from __future__ import annotations
 
 import asyncio
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -125,3 +128,34 @@ def test_a_second_sigterm_ends_open_requests_now_with_their_error(
     log = gateway.log.read_text()
     assert "shutdown: 2 requests still open after a second signal; ended" in log, log
     assert "Traceback" not in log and "Application shutdown complete" in log, log
+
+
+def test_a_port_taken_since_the_check_fails_the_start_while_the_model_loads(
+    bundled_model_dir: Path, tmp_path: Path
+) -> None:
+    """The port probe (``_check_ports``) runs before anything loads; a port another process
+    takes after it is uvicorn's own bind error, after the app's startup has begun loading the
+    local model on its daemon thread: the process says why and exits with uvicorn's status 3,
+    without waiting for the load (``_exit_now``), and is not aborted by the load's thread."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "c.yaml"
+        config.write_text(f"""
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  m: {{backend: local, source: "{bundled_model_dir}", threads: 1}}
+""")
+        serve = (  # the CLI, its probe passed: the port was taken after it
+            "import sys, gateway.cli as cli; cli._check_ports = lambda config: None; "
+            f"sys.exit(cli.main(['serve', '--config', {str(config)!r}, '--port', '{port}']))"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", serve], capture_output=True, text=True, timeout=120
+        )
+    assert result.returncode == 3, result.stderr
+    assert f"('127.0.0.1', {port}): address already in use" in result.stderr
+    assert "local model m is still loading: shutting down without it" in result.stderr
+    assert "Traceback" not in result.stderr and "FATAL" not in result.stderr
