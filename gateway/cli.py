@@ -291,14 +291,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _still_loading(runtime: Any) -> bool:
-    # NOTE: the cache first: importing .local while its load still imports transformers on
-    # its thread failed (ImportError on a partly initialised module)
     if runtime.cache is not None and runtime.cache.loading:  # its embedder, verifier or index
         return True
-    from .local import LocalBackend
-
+    # NOTE: not imported here: Runtime.build imported it for a local model, and without one
+    # the import (torch, transformers: seconds of CPU) held the exit after "Finished server
+    # process"; importing it while a load imports transformers on its thread failed too
+    # (ImportError on a partly initialised module)
+    local = sys.modules.get(f"{__package__}.local")
     backends = runtime.backends.values()
-    return any(isinstance(b, LocalBackend) and b.loading for b in backends)
+    return local is not None and any(
+        isinstance(b, local.LocalBackend) and b.loading for b in backends
+    )
 
 
 def _exit_now(code: int) -> NoReturn:
