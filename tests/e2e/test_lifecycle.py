@@ -86,7 +86,7 @@ def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
         gateway.proc.send_signal(signal.SIGINT)
         gateway.wait_logged("Waiting for application shutdown", timeout=30)
         signal_again(gateway, signal.SIGINT, 2)
-        assert gateway.proc.wait(timeout=25) == 128 + signal.SIGINT
+        assert gateway.proc.wait(timeout=15) == 128 + signal.SIGINT
     log = gateway.log.read_text()
     assert "shutdown: a third signal (SIGINT): exiting now" in log, log
 
