@@ -444,8 +444,8 @@ def _redact_access_log() -> None:
 
 async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
     """Once a shutdown starts, give open requests ``shutdown_timeout`` s (or until a second
-    Ctrl-C or SIGTERM: ``server.hurried``), then end them with a 503 ``shutting_down`` error (a body, or
-    an event on a started stream)."""
+    Ctrl-C or SIGTERM: ``server.hurried``), then end them with a 503 ``shutting_down`` error
+    (a body, or an event on a started stream)."""
     while not server.should_exit:
         await asyncio.sleep(0.1)
     loop = asyncio.get_running_loop()
