@@ -1160,6 +1160,8 @@ def _event(
     if not isinstance(chunk, dict):
         detail = data[:200].decode("utf-8", "replace")
         return _error_event(name, f"sent an event that is not a JSON object: {detail!r}")
+    if chunk.get("object") == "error":  # (vLLM's older error shape: no chunk, no "choices")
+        return _error_event(name, f"failed mid-stream: {_vllm_said(chunk)}")
     error = chunk.get("error")
     if error is None:
         return StreamEvent(raw, chunk, more=more)
@@ -1189,6 +1191,8 @@ def _responses_event(
     if isinstance(response, dict) and previous not in (None, response.get("previous_response_id")):
         chunk["response"] = {**response, "previous_response_id": previous}
         raw = b"data: " + _encode(chunk) + b"\n\n"
+    if chunk.get("object") == "error":  # (vLLM's older error shape: its "type" names no event)
+        return _error_event(name, f"failed mid-stream: {_vllm_said(chunk)}", sequence=sequence)
     kind = chunk["type"]
     raw = b"event: " + kind.encode() + b"\n" + raw
     if kind == "error":
@@ -1196,6 +1200,16 @@ def _responses_event(
             raise _shutting_down(name)
         return StreamEvent(raw, chunk, error=True)
     return StreamEvent(raw, chunk, done=kind in _RESPONSES_END, more=more)
+
+
+def _vllm_said(chunk: dict[str, Any]) -> str:
+    """The message of vLLM's older error, ``{"object": "error", "message": ..., "code": ...}``.
+
+    NOTE: sent as a stream's event, it was relayed as a chunk: the openai SDK gave the client
+    ``choices=None`` (a Responses client, an event of an unknown type), and the stream went on.
+    """
+    said = chunk.get("message")
+    return (said if isinstance(said, str) else _encode(chunk).decode("utf-8", "replace"))[:200]
 
 
 def _echoed_previous(request: GatewayRequest) -> str | None:

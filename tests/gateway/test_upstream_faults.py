@@ -889,3 +889,32 @@ def test_an_answer_without_choices_is_502_with_what_it_said(make_gateway: Any) -
         client.responses.create(model="fake-model", input="no output",
                                 extra_body={"fake": raw(json.dumps(vllm))})  # fmt: skip
     assert "without output: The model is overloaded" in caught.value.message
+
+
+def test_a_vllm_error_object_mid_stream_ends_the_stream_with_its_message(
+    make_gateway: Any,
+) -> None:
+    """vLLM's older error shape, ``{"object": "error", "message": ...}``, sent as an event:
+    it was relayed as a chunk, and the openai SDK gave the client ``choices=None`` (its
+    ``.choices[0]`` a TypeError that said nothing of the upstream)."""
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    vllm = {"object": "error", "message": "CUDA out of memory", "type": "InternalServerError",
+            "param": None, "code": 500}  # fmt: skip
+    fake = sse(chunk("Hel"), vllm, chunk("lo", "stop"), "data: [DONE]\n\n")
+    pieces: list[Any] = []
+    with pytest.raises(openai.APIError) as caught:
+        for piece in client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": "oom"}], stream=True,
+            extra_body={"fake": fake},
+        ):  # fmt: skip
+            pieces.append(piece)
+    assert "CUDA out of memory" in caught.value.message
+    assert all(p.choices is not None for p in pieces)
+    response = gw.chat("oom", stream=True, fake=fake)  # nothing was stored
+    assert response.headers["x-cache"] == "miss"
+    assert "CUDA out of memory" in error_of(sse_chunks(response.text))["message"]
+    responses = gw.http.post("/v1/responses", json={  # a Responses stream: no such event type
+        "model": "fake-model", "input": "oom", "stream": True, "fake": sse(vllm)})  # fmt: skip
+    assert "event: error\n" in responses.text and "CUDA out of memory" in responses.text
+    assert "event: InternalServerError" not in responses.text
