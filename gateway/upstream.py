@@ -1025,6 +1025,9 @@ class UpstreamStream:
                 # (a CR-only stream's last CR ends its last event: it was lost)
                 events = self._parser.end() or self._ended()
                 if not events:
+                    said = self._unstreamed()
+                    if said is not None:
+                        raise said from None
                     raise
             for i, raw in enumerate(events, start=1):
                 # (an error event, a failed Response, may quote the key: see _hide)
@@ -1080,6 +1083,32 @@ class UpstreamStream:
         """
         complete = self._choices and len(self._finishes) == self._choices and self._usage
         return [b"[DONE]"] if complete and not self._finished else []
+
+    def _unstreamed(self) -> UpstreamError | None:
+        """The error an upstream sent as a plain JSON body where its events were due
+        (``{"error": ...}``, vLLM's ``{"object": "error", "message": ...}``), at the body's end.
+
+        NOTE: some proxies answer a stream request with status 200 and ``text/event-stream``
+        but such a body (no ``data:``): it was a stream of no events, a ``stream_incomplete``
+        error, and the upstream's message was lost.
+        """
+        pending = self._parser.pending
+        if len(pending) > _ERROR_BYTES:
+            return None
+        raw = _hide(pending, self._secret)
+        try:
+            body = _decode(raw)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(body, dict):
+            return None
+        error = body.get("message") if body.get("object") == "error" else body.get("error")
+        if not error:
+            return None
+        message, _ = _error_said(raw, error, "")
+        return _failure(
+            502, "upstream_error", f"Upstream for model '{self._name}' failed: {message}"
+        )
 
     def counted(self) -> dict[str, Any] | None:
         """None: an upstream's usage is only what its stream reports. A cachegate worker's

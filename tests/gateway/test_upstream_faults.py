@@ -918,3 +918,28 @@ def test_a_vllm_error_object_mid_stream_ends_the_stream_with_its_message(
         "model": "fake-model", "input": "oom", "stream": True, "fake": sse(vllm)})  # fmt: skip
     assert "event: error\n" in responses.text and "CUDA out of memory" in responses.text
     assert "event: InternalServerError" not in responses.text
+
+
+def test_a_json_error_sent_as_an_event_stream_reaches_the_client_with_its_message(
+    make_gateway: Any,
+) -> None:
+    """Some proxies answer a stream request 200 ``text/event-stream`` with a plain JSON error
+    body (no ``data:``): it was a stream of no events, ended as ``stream_incomplete``, and the
+    upstream's message was lost."""
+    gw = make_gateway()
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    quota = {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota",
+                       "param": None, "code": "insufficient_quota"}}  # fmt: skip
+    vllm = {"object": "error", "message": "The model is overloaded", "type": "x", "code": 503}
+    for body, says in ((quota, "You exceeded your current quota"),
+                       (vllm, "The model is overloaded")):  # fmt: skip
+        fake = raw(json.dumps(body), content_type="text/event-stream")
+        with pytest.raises(openai.APIError) as caught:
+            list(client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "proxied"}],
+                stream=True, extra_body={"fake": fake}))  # fmt: skip
+        assert says in caught.value.message, caught.value.message
+        response = gw.chat("proxied", stream=True, fake=fake)  # nothing was stored
+        assert response.headers["x-cache"] == "miss"
+        error = error_of(sse_chunks(response.text))
+        assert error["code"] == "upstream_error" and says in error["message"]
