@@ -137,7 +137,25 @@ class UpstreamBackend:
         self, request: GatewayRequest, response_id: str, auth: str | None = None
     ) -> bool:
         """``DELETE /responses/{id}`` at the upstream (a Response it made stores it there);
-        False when it holds no such id, an ``UpstreamError`` when it failed."""
+        False when it holds no such id, an ``UpstreamError`` when it failed.
+
+        NOTE: an upstream that cannot say (unreachable, 502-504, timed out) keeps its copy, so
+        nothing is deleted: a retryable 503, as with replicas, rather than its 502, which told
+        the SDKs not to retry (``x-should-retry: false``) a delete never retried here.
+        """
+        try:
+            return await self._delete_response(request, response_id, auth)
+        except UpstreamError as exc:
+            if not exc.replica_unhealthy:
+                raise
+            down_for = self.config.routing.down_for
+            raise _holder_unavailable(self.name, response_id, down_for) from None
+
+    async def _delete_response(
+        self, request: GatewayRequest, response_id: str, auth: str | None
+    ) -> bool:
+        """``delete_response`` with the upstream's own failure (a replica's: see
+        ``ReplicatedBackend.delete_response``)."""
         headers = _ascii(self._headers(request, auth))
         try:
             response = await self._client.delete(
@@ -564,7 +582,7 @@ class ReplicatedBackend:
         unanswered = False
         for i in order:
             try:
-                if await self._replicas[i].delete_response(request, response_id, auth):
+                if await self._replicas[i]._delete_response(request, response_id, auth):
                     self._made.pop(response_id, None)
                     return True
             except UpstreamError as exc:
@@ -1546,9 +1564,9 @@ def _not_held(response_id: Any) -> UpstreamError:
 
 
 def _holder_unavailable(name: str, response_id: str, down_for: float) -> UpstreamError:
-    """A delete that a replica which may hold the response could not answer."""
+    """A delete that the upstream (a replica) which may hold the response could not answer."""
     message = (
-        f"The replica of model '{name}' that may hold response '{response_id}' is unavailable; "
+        f"The upstream of model '{name}' that may hold response '{response_id}' is unavailable; "
         "nothing was deleted. Send the delete again (a restarted worker holds no responses)."
     )
     retry_after = {"retry-after": str(max(1, math.ceil(down_for)))}

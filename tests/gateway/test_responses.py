@@ -676,15 +676,30 @@ def test_a_replay_from_a_position_that_is_no_integer_is_a_400(gw: Gateway, after
 def test_a_delete_the_upstream_fails_keeps_the_stored_response(
     make_gateway: Callable[..., Gateway],
 ) -> None:
+    """An upstream that cannot say whether it deleted its copy (here: gone) keeps both: a
+    retryable 503 with ``Retry-After``, as with ``replicas`` (it was a 502 with
+    ``x-should-retry: false``, though the gateway had not retried: the SDKs gave up at once).
+    Once the upstream is back, the delete goes through."""
     other = ThreadedServer(FakeUpstream()).start()
-    gw = make_gateway(model_yaml=f"base_url: {other.url}/v1")
+    gw = make_gateway(model_yaml=f"{{base_url: '{other.url}/v1', routing: {{down_for: 3}}}}")
     c = sdk(gw)
     made, _ = create(c, input="Keep this safe.")
     other.stop()  # the upstream is gone: its copy cannot be deleted now
     with pytest.raises(openai.APIStatusError) as failed:
         c.responses.delete(made.id)
-    assert failed.value.status_code == 502
+    error = failed.value
+    assert error.status_code == 503 and error.code == "upstream_unavailable"
+    assert "nothing was deleted" in error.message and made.id in error.message
+    assert error.response.headers["retry-after"] == "3"
+    assert "x-should-retry" not in error.response.headers
     assert c.responses.retrieve(made.id).id == made.id  # both copies kept: the client may retry
+    back = ThreadedServer(FakeUpstream(), port=other.port).start()
+    try:
+        c.responses.delete(made.id)  # (the restarted upstream holds none: deleted here)
+        with pytest.raises(openai.NotFoundError):
+            c.responses.retrieve(made.id)
+    finally:
+        back.stop()
 
 
 def test_a_background_response_still_running_is_left_to_the_upstream(
