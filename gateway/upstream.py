@@ -682,7 +682,7 @@ class ReplicatedBackend:
         killed worker) holds the previous response no more than a restarted one, so with the
         conversation held here the request goes on without it, on another replica (a request
         never retried, the audit's, only where the replica did no work: see ``_refused``)."""
-        if not exc.replica_unhealthy:
+        if not exc.replica_unhealthy or not exc.retryable:  # (slow, not down: see _down)
             return exc
         if request.standalone is None or not (request.retries or _refused(exc)):
             return exc
@@ -718,11 +718,17 @@ class ReplicatedBackend:
         NOTE: a timeout alone does not tell a hung replica from a slow answer (a non-streamed
         generation longer than ``timeout.read``, which sends nothing until it is done): only
         one that does not answer ``GET /models`` either is down. One long generation marked
-        every replica it failed over to down, and each forgot its prefixes.
+        every replica it failed over to down, and each forgot its prefixes. A slow one's
+        timeout is not retried on another replica either (``retryable`` off): the generation
+        may still run where it went, and it ran (and was billed) twice, its client waiting a
+        read timeout for each, for the same 504.
         """
         if not exc.replica_unhealthy:
             return False
-        return exc.code != "upstream_timeout" or not await self._replicas[replica].answers()
+        if exc.code != "upstream_timeout" or not await self._replicas[replica].answers():
+            return True
+        exc.retryable = False
+        return False
 
     def _broken(self, replica: int, exc: UpstreamError) -> None:
         """A stream from ``replica`` failed after its first event: a replica that stopped

@@ -515,8 +515,9 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     """A non-streamed answer sends nothing until it is done: one slower than ``timeout.read``
-    times out on each replica it fails over to, but they answer ``GET /models``: slow, not
-    hung. It marked every replica down, and each forgot its prefixes."""
+    times out on a replica that answers ``GET /models``: slow, not hung. It marked every
+    replica down, and each forgot its prefixes; then it failed over, so the generation ran
+    (and was billed) on two replicas, and its client waited two read timeouts for the 504."""
     with with_a_second(upstream_server, tmp_path, "max_retries: 1, timeout: {read: 0.5}") as (
         gw, second,
     ):  # fmt: skip
@@ -528,10 +529,29 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
                 extra_body={"fake": {"delay": 2}},
             )  # fmt: skip
         assert timed_out.value.status_code == 504
-        assert upstream.stats["chat"] + second.app.stats["chat"] == 3  # (it failed over)
+        assert timed_out.value.code == "upstream_timeout"
+        assert upstream.stats["chat"] + second.app.stats["chat"] == 2  # (no failover)
         replicas = routing_stats(gw)["replicas"]
         assert [r["down"] for r in replicas] == [False, False]
         assert sum(r["remembered_bytes"] for r in replicas) > 0
+
+
+def test_a_slow_follow_up_is_not_run_again_on_another_replica(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A ``previous_response_id`` follow-up slower than ``timeout.read`` on the (live) replica
+    that made its previous response: a 504, not the conversation sent to the other replica
+    as though that one had died (it ran there too)."""
+    with with_a_second(upstream_server, tmp_path, "timeout: {read: 0.5}") as (gw, second):
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        made = client.responses.create(model="fake-model", input="start").id
+        before = upstream.stats["responses"] + second.app.stats["responses"]
+        with pytest.raises(openai.APIStatusError) as timed_out:
+            client.responses.create(model="fake-model", input="then", previous_response_id=made,
+                                    extra_body={"fake": {"delay": 2}})  # fmt: skip
+        assert timed_out.value.status_code == 504
+        assert upstream.stats["responses"] + second.app.stats["responses"] == before + 1
+        assert not any(r["down"] for r in routing_stats(gw)["replicas"])
 
 
 def test_readyz_stays_200_with_every_replica_down(tmp_path: Path, refused_url: str) -> None:
