@@ -730,10 +730,11 @@ class ReplicatedBackend:
         exc.retryable = False
         return False
 
-    def _broken(self, replica: int, exc: UpstreamError) -> None:
+    async def _broken(self, replica: int, exc: UpstreamError) -> None:
         """A stream from ``replica`` failed after its first event: a replica that stopped
-        answering (timed out) is avoided like one that failed before it."""
-        if exc.replica_unhealthy:
+        answering is avoided like one that failed before it (``_down``: one that timed out
+        but answers ``GET /models`` is slow, not hung; it was marked down all the same)."""
+        if await self._down(replica, exc):
             self.router.mark_down(replica, self.config.routing.down_for)
 
     def _remember(self, replica: int, response_id: Any) -> None:
@@ -837,7 +838,7 @@ class _Released:
                 yield event
         except UpstreamError as exc:
             if self._broken is not None:
-                self._broken(exc)
+                await self._broken(exc)
             raise
         finally:
             self._finish()

@@ -741,13 +741,48 @@ def test_a_replica_whose_streams_hang_after_their_headers_is_avoided(
         hung.stop()
 
 
+class StallsAfterItsFirstEvent(Replica):
+    """A replica whose engine hangs after a stream's first event: nothing more comes, and its
+    ``GET /models`` hangs the same way."""
+
+    async def answer(self, send: Any) -> None:
+        headers = [(b"content-type", b"text/event-stream")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        first = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}  # fmt: skip
+        event = b"data: " + json.dumps(first).encode() + b"\n\n"
+        await send({"type": "http.response.body", "body": event, "more_body": True})
+        await asyncio.sleep(3600)
+
+
 def test_a_replica_whose_stream_stalls_after_its_first_event_is_avoided(
+    upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    hung = ThreadedServer(StallsAfterItsFirstEvent()).start()
+    urls = [f"{hung.url}/v1", f"{upstream_server.url}/v1"]
+    gw = replicated(tmp_path, urls, "timeout: {read: 0.5}, routing: {policy: round_robin}")
+    try:
+        stalled = gw.chat("stall", stream=True)  # (round robin: the first replica first)
+        assert '"code":"upstream_timeout"' in stalled.text  # (the client had its first event)
+        assert [r["down"] for r in routing_stats(gw)["replicas"]] == [True, False]
+    finally:
+        gw.stop()
+        hung.stop()
+
+
+def test_a_live_replica_whose_stream_stalls_after_its_first_event_is_not_avoided(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
+    """A stream quiet for ``timeout.read`` after its first event, from a replica that answers
+    ``GET /models``: slow, not hung, as for a request that times out before it (``_down``). It
+    was marked down without asking, and forgot its prefixes."""
     with with_a_second(upstream_server, tmp_path, "timeout: {read: 0.5}") as (gw, _):
+        ask_support(gw, 1)  # (remembered by one replica)
         stalled = gw.chat("stall", stream=True, fake={"chunk_delay": 3})
         assert '"code":"upstream_timeout"' in stalled.text  # (the client had its first event)
-        assert sum(r["down"] for r in routing_stats(gw)["replicas"]) == 1
+        replicas = routing_stats(gw)["replicas"]
+        assert [r["down"] for r in replicas] == [False, False]
+        assert sum(r["remembered_bytes"] for r in replicas) > 0
 
 
 def test_a_replica_that_is_not_loading_is_not_asked_twice(tmp_path: Path, refused_url: str) -> None:
