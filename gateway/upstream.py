@@ -987,6 +987,7 @@ class UpstreamStream:
     ) -> None:
         self._name = name
         self._secret = secret  # the model's api_key, hidden in what is relayed (see _hide)
+        self._quoted = _quoted(secret)  # (its forms, for each event)
         self._response = response
         self._kind = kind
         self._previous = previous  # the previous_response_id its Response echoes (see _event)
@@ -1056,7 +1057,7 @@ class UpstreamStream:
                     raise
             for i, raw in enumerate(events, start=1):
                 # (an error event, a failed Response, may quote the key: see _hide)
-                self._ready.append(self._event(_hide(raw, self._secret), more=i < len(events)))
+                self._ready.append(self._event(_hidden(raw, self._quoted), more=i < len(events)))
             if self._parser.commented() and not events:
                 # the upstream's keep-alive, passed on: the client's side of a quiet stream
                 # (its read timeout, a proxy's idle timeout) stays alive as it would upstream
@@ -1465,21 +1466,28 @@ def _hide(raw: bytes, secret: str | None) -> bytes:
     ``_MIN_SECRET`` (``EMPTY``, ``none``: a placeholder for a server that checks none) is no
     secret, and replacing it would garble ordinary words.
     """
-    if secret and len(secret) >= _MIN_SECRET:
-        for form in _quoted(secret):
-            raw = raw.replace(form, b"***")
+    return _hidden(raw, _quoted(secret))
+
+
+def _hidden(raw: bytes, forms: tuple[bytes, ...]) -> bytes:
+    """``raw`` with each of ``forms`` (``_quoted``) replaced by ``***``."""
+    for form in forms:
+        raw = raw.replace(form, b"***")
     return raw
 
 
-@functools.lru_cache(maxsize=256)
-def _quoted(secret: str) -> tuple[bytes, ...]:
+def _quoted(secret: str | None) -> tuple[bytes, ...]:
     r"""``secret`` as an upstream may quote it: as it is, and as a JSON string holds it (``"``
     and ``\`` escaped; ``/`` as ``\/``, as PHP writes it; ``<>&`` as ``\u003c``..., as Go
-    writes them, and ``='`` too, as Gson does).
+    writes them, and ``='`` too, as Gson does); none for no secret (see ``_hide``).
 
     NOTE: a key with one of those (a base64 one, as Amazon Bedrock's, has ``/`` and ``=``) was
-    hidden only where quoted as it is: an error's JSON gave it whole once decoded.
+    hidden only where quoted as it is: an error's JSON gave it whole once decoded. Made per
+    request (a stream's once: ``UpstreamStream``), never cached: the secret may be a client's
+    own key (``_sent_key``), and a module-wide cache kept the last 256 after their requests.
     """
+    if not secret or len(secret) < _MIN_SECRET:
+        return ()
     plain = secret.encode("utf-8", "surrogatepass")
     try:
         escaped = _encode(secret)[1:-1]

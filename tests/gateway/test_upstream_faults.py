@@ -5,8 +5,11 @@ The fake upstream's ``raw`` option sends a status, headers and body exactly as w
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
+import secrets
+import sys
 import time
 from typing import Any
 
@@ -943,3 +946,37 @@ def test_a_json_error_sent_as_an_event_stream_reaches_the_client_with_its_messag
         assert response.headers["x-cache"] == "miss"
         error = error_of(sse_chunks(response.text))
         assert error["code"] == "upstream_error" and says in error["message"]
+
+
+def test_a_forwarded_client_key_is_not_kept_after_its_request(make_gateway: Any) -> None:
+    """With no ``api_key`` each client's own key goes upstream, and what the upstream sends
+    back is searched for it (``_hide``): the forms it is searched in were cached module-wide
+    for the last 256 keys, so the gateway held its clients' keys after their requests."""
+    gw = make_gateway(model_yaml="api_key: null")
+    key = "sk-client-" + secrets.token_hex(12)
+
+    def ask() -> None:  # (the client, and the key it holds, gone at its end)
+        with openai.OpenAI(base_url=f"{gw.url}/v1", api_key=key, max_retries=0) as client:
+            asked = {"model": "fake-model", "messages": [{"role": "user", "content": "mine"}]}
+            client.chat.completions.create(**asked)
+            assert "".join(c.choices[0].delta.content or "" for c in
+                           client.chat.completions.create(**asked, stream=True) if c.choices)  # fmt: skip
+
+    ask()
+    gc.collect()
+    held = [f"{module.__name__}.{name}" for module in list(sys.modules.values())
+            if module.__name__.split(".")[0] == "gateway"
+            for name, value in vars(module).items()
+            if any(_holds(v, key) for v in (value, *gc.get_referents(value)))]  # fmt: skip
+    assert not held, held
+
+
+def _holds(value: Any, key: str) -> bool:
+    """Whether ``value`` is, or (a container) holds as such, a text with ``key`` in it."""
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else [value]
+    if isinstance(value, (tuple, list)):
+        items = list(value)
+    return any(
+        key in i if isinstance(i, str) else isinstance(i, bytes) and key.encode() in i
+        for i in items
+    )
