@@ -156,7 +156,7 @@ def unpartitioned(name: str) -> str:
 def request_tenant(tenant: str, headers: Mapping[str, str]) -> str:
     """The tenant a request's caches use: the authenticated one, with the front gateway's
     partition (``x-cachegate-partition``) when it sent one."""
-    return partitioned(tenant, _partition(headers.get(PARTITION_HEADER)))
+    return partitioned(tenant, _partition(_one_header(headers, PARTITION_HEADER)))
 
 
 def tenant_partition(tenant: str, secret: str | None = None) -> str:
@@ -228,7 +228,7 @@ def gateway_request(
     The request's cache controls, the tenant (with the front gateway's partition), hops and
     the client's account headers come from ``headers`` the same way for every API.
     """
-    partition = _partition(headers.get(PARTITION_HEADER))
+    partition = _partition(_one_header(headers, PARTITION_HEADER))
     return GatewayRequest(
         kind=kind,
         model=body["model"],

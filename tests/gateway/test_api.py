@@ -932,6 +932,27 @@ def test_partition_header_subdivides_the_tenant_and_is_sent_upstream(
     assert upstream.stats["chat"] == 4
 
 
+def test_a_partition_on_two_header_lines_is_refused(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A proxy that adds its own ``x-cachegate-partition`` line after the client's: only the
+    first line was read, so the client's forged one chose the partition, and the client was
+    served another partition's cached answers and stored responses."""
+    gw = make_gateway("auth: {keys: [{key: k1, tenant: acme}]}")
+    alice = [("authorization", "Bearer k1"), ("x-cachegate-partition", "alice")]
+    forged = [*alice, ("x-cachegate-partition", "mallory")]
+    asked = gw.http.post("/v1/chat/completions", json=_body("salary"), headers=alice)
+    assert asked.status_code == 200
+    made = gw.http.post("/v1/responses", json={"model": "fake-model", "input": "hi"}, headers=alice)
+    for refused in (
+        gw.http.post("/v1/chat/completions", json=_body("salary"), headers=forged),
+        gw.http.get(f"/v1/responses/{made.json()['id']}", headers=forged),
+    ):
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["param"] == "x-cachegate-partition"
+    assert upstream.stats["chat"] == 1
+
+
 def test_upstream_invalid_json_is_502(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     response = gw.chat("garbled", fake={"invalid_json": True})
