@@ -386,7 +386,9 @@ async def _run_servers(
 ) -> None:
     import uvicorn
 
-    from .corked import CorkedHttpToolsProtocol
+    from .corked import serving_protocol
+
+    protocol = serving_protocol(config.server.header_timeout)
 
     def server_config(application: object, port: int) -> uvicorn.Config:
         return uvicorn.Config(
@@ -395,7 +397,7 @@ async def _run_servers(
             port=port,
             log_level=config.server.log_level,
             access_log=config.server.log_level == "debug",
-            http=CorkedHttpToolsProtocol,
+            http=protocol,
             loop="none",
             timeout_graceful_shutdown=math.ceil(config.server.shutdown_timeout + _SHUTDOWN_GRACE),
         )

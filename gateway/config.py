@@ -102,6 +102,10 @@ class ServerConfig(_Base, frozen=True):
     #: Seconds a stream may wait for its client to take the next event (a client that stopped
     #: reading); then the stream and its model call end. None: wait as long as the client.
     stream_idle_timeout: Seconds | None = 300.0
+    #: Seconds a request's line and headers may take to arrive (from the connection's opening,
+    #: or the end of the answer before); then the connection is closed, so that clients sending
+    #: them a byte at a time cannot hold connections forever. None: as long as the client takes.
+    header_timeout: Seconds | None = 30.0
     #: Admission by event-loop lag (gateway.admission): while the loop runs later than this
     #: (milliseconds), new API requests wait their turn in FIFO order. None: no admission.
     admission_max_lag_ms: PositiveFloat | None = 10.0

@@ -9,6 +9,12 @@ answer leaves as one send instead of two, a stream's headers leave with its firs
 NOTE: measured with bench/overhead.py (c=1): the two sends of a JSON answer cost the gateway
 about as much CPU as its whole upstream request parse. Nothing waits longer than the current
 turn of the loop; closing the transport sends what is held first.
+
+It also gives a request's line and headers ``header_timeout`` seconds to arrive (from the
+connection's opening, or the end of the answer before), then closes the connection: uvicorn
+has no such deadline, so a client sending its headers a byte at a time (slowloris), or blank
+lines, or nothing, was held for as long as it went on.
+``serving_protocol`` makes the class ``cachegate serve`` runs with ``server.header_timeout``.
 """
 
 from __future__ import annotations
@@ -18,16 +24,60 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["CorkedHttpToolsProtocol"]
+__all__ = ["CorkedHttpToolsProtocol", "serving_protocol"]
 
 
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` writing through a ``_Corked`` transport."""
+    """``HttpToolsProtocol`` writing through a ``_Corked`` transport, with a deadline for
+    each request's headers."""
+
+    #: Seconds a request's line and headers may take to arrive; None: no deadline.
+    header_timeout: float | None = 30.0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._header_deadline: asyncio.TimerHandle | None = None
         super().connection_made(transport)
         # (flow control stays on the real transport: its pause/resume reach this protocol)
         self.transport = _Corked(transport)  # type: ignore[assignment]
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_header_deadline()
+        super().connection_lost(exc)
+
+    def on_headers_complete(self) -> None:
+        self._disarm_header_deadline()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():  # (kept alive: the next request's headers)
+            self._arm_header_deadline()
+
+    def _arm_header_deadline(self) -> None:
+        if self.header_timeout is not None and self._header_deadline is None:
+            self._header_deadline = self.loop.call_later(self.header_timeout, self._headers_late)
+
+    def _disarm_header_deadline(self) -> None:
+        if self._header_deadline is not None:
+            self._header_deadline.cancel()
+            self._header_deadline = None
+
+    def _headers_late(self) -> None:
+        self._header_deadline = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            # NOTE: a pipelined request behind an answer still being sent: that answer has
+            # deadlines of its own (stream_idle_timeout); this one gets another period
+            self._arm_header_deadline()
+        elif not self.transport.is_closing():
+            self.transport.close()
+
+
+def serving_protocol(header_timeout: float | None) -> type[CorkedHttpToolsProtocol]:
+    """The protocol class for ``uvicorn.Config(http=...)``, its headers' deadline set."""
+    return type(
+        "CorkedHttpToolsProtocol", (CorkedHttpToolsProtocol,), {"header_timeout": header_timeout}
+    )
 
 
 class _Corked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -482,3 +483,57 @@ models:
     log = gateway.log.read_text()
     assert "cachegate.requests:" in log and "model=fake-model cache=miss status=200" in log
     assert "HTTP Request: POST" not in log  # httpx's own line per upstream request
+
+
+def test_headers_that_never_finish_arriving_are_cut_at_header_timeout(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A client sending its request's headers a byte at a time (slowloris), or nothing at all,
+    held its connection for as long as it went on: uvicorn has no deadline for headers, so
+    enough such clients exhausted the process's file descriptors without a key."""
+    import socket
+
+    gateway = serve(f"""
+server: {{header_timeout: 1}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+
+    def cut(trickle: bytes, first: bytes = b"") -> bool:
+        """Whether the gateway closes a connection sending ``trickle`` a byte at a time (after
+        the request ``first``, answered: the next request on a connection kept alive)."""
+        with socket.create_connection(("127.0.0.1", gateway.port)) as slow:
+            if first:
+                slow.sendall(first)
+                assert slow.recv(4096).startswith(b"HTTP/1.1 200 ")
+            slow.settimeout(0.2)
+            for byte in trickle:
+                try:
+                    slow.sendall(bytes([byte]))
+                    if slow.recv(1024) == b"":
+                        return True
+                except TimeoutError:
+                    continue
+                except OSError:  # (reset: closed while the client was still sending)
+                    return True
+        return False
+
+    header = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-pad: " + b"a" * 100
+    assert cut(header)  # 20 s of trickle at most: it was never cut
+    assert cut(b"\r\n" * 100)  # (llhttp skips blank lines before a request: nothing arrives)
+    assert cut(b"\r\n" * 100, first=b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+    # the deadline is for the headers: a body that arrives slowly is read, and answered
+    body = b'{"model": "fake-model", "messages": [{"role": "user", "content": "slow body"}]}'
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+        )
+        for i in range(0, len(body), 4):
+            client.sendall(body[i : i + 4])
+            time.sleep(0.1)  # 2 s in all, past the header timeout
+        client.settimeout(30)
+        assert client.recv(1024).startswith(b"HTTP/1.1 200 ")
+    assert upstream.stats["chat"] == 1
