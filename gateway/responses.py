@@ -195,6 +195,7 @@ class ResponsesAdapter:
             request = dataclasses.replace(request, control=control)
         owner = self.owner(request.tenant, headers)
         self._refuse_foreign_conversation(owner, body.get("conversation"))
+        self._refuse_foreign_containers(owner, parsed.tools)
         self._refuse_foreign_items(owner, items)
         items, request = self._dereferenced(owner, items, request)
         previous_id = parsed.previous_response_id
@@ -212,6 +213,15 @@ class ResponsesAdapter:
         if conversation_id is not None and self.store.foreign(owner, conversation_id):
             raise APIError(404, f"Conversation with id '{conversation_id}' not found.",
                            param="conversation")  # fmt: skip
+
+    def _refuse_foreign_containers(self, owner: str, tools: list[dict[str, Any]] | None) -> None:
+        """A 404, as for an unknown container, when a ``code_interpreter`` tool names one an
+        upstream made (or ran in) for another owner: called with the gateway's key, it runs
+        the tool in any container made with that key, whose files the code then reads."""
+        for i, container_id in _named_containers(tools):
+            if self.store.foreign(owner, container_id):
+                raise APIError(404, f"Container with id '{container_id}' not found.",
+                               param=f"tools[{i}].container")  # fmt: skip
 
     def _refuse_foreign_items(self, owner: str, items: list[dict[str, Any]]) -> None:
         """A 404, as for an unknown item, when an input item names another owner's item by its
@@ -327,7 +337,7 @@ class ResponsesAdapter:
     def fold(self, request: GatewayRequest, *, cached: bool) -> ResponsesFold:
         # always: a completed response is kept for previous_response_id, and every streamed
         # id is claimed for its owner as it arrives (a stream cut short may leave it upstream)
-        self._claim_conversation(request)  # (the upstream took it: its stream opened)
+        self._claim_named(request)  # (the upstream took them: its stream opened)
         return ResponsesFold(lambda response_id: self.store.claim(request.owner, response_id))
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
@@ -390,11 +400,11 @@ class ResponsesAdapter:
         if answer.get("object") != "response" or not isinstance(answer.get("id"), str):
             return
         if upstream:
-            self._claim_conversation(request)
+            self._claim_named(request)
             self.store.claim(request.owner, answer["id"])
             for item in answer.get("output") or ():  # (item ids too: ``_refuse_foreign_items``)
-                if isinstance(item, dict) and isinstance(item.get("id"), str):
-                    self.store.claim(request.owner, item["id"])
+                for claimed in _claimed_ids(item):
+                    self.store.claim(request.owner, claimed)
         if request.body.get("store") is False or answer.get("status") in _RUNNING:
             return
         turns = list(request.turns or ())
@@ -403,12 +413,15 @@ class ResponsesAdapter:
         self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
                                       upstream=upstream, model=request.model))  # fmt: skip
 
-    def _claim_conversation(self, request: GatewayRequest) -> None:
-        """Claim the upstream-kept ``conversation`` an upstream answered in for its owner (the
-        first owner it answers for keeps it; ``_refuse_foreign_conversation``)."""
+    def _claim_named(self, request: GatewayRequest) -> None:
+        """Claim the upstream-kept ``conversation`` and containers a request names, once an
+        upstream answered in them, for its owner (the first owner it answers for keeps each;
+        ``_refuse_foreign_conversation``, ``_refuse_foreign_containers``)."""
         conversation_id = _conversation_id(request.body.get("conversation"))
         if conversation_id is not None:
             self.store.claim(request.owner, conversation_id)
+        for _, container_id in _named_containers(request.body.get("tools")):
+            self.store.claim(request.owner, container_id)
 
     # -- Bridge: served by a backend that speaks only Chat Completions ---------------------
 
@@ -484,8 +497,9 @@ class ResponsesFold:
         index, item = chunk.get("output_index"), chunk.get("item")
         if kind == "response.output_item.done" and isinstance(item, dict):
             self._items[index if isinstance(index, int) else len(self._items)] = item
-        if self._claim is not None and isinstance(item, dict) and isinstance(item.get("id"), str):
-            self._claim(item["id"])
+        if self._claim is not None:
+            for claimed in _claimed_ids(item):
+                self._claim(claimed)
         response = chunk.get("response")
         if not isinstance(response, dict):
             return True
@@ -856,6 +870,26 @@ def _chat_error(chunk: dict[str, Any] | None, events: _Events) -> bytes:
     failed = APIError(502, message if isinstance(message, str) else "The model failed.",
                       param=error.get("param"), code=error.get("code"))  # fmt: skip
     return events.error(failed)
+
+
+def _named_containers(tools: Any) -> list[tuple[int, str]]:
+    """(index, id) of each ``code_interpreter`` tool that names its container by its id (one
+    the upstream keeps; ``{"type": "auto"}`` asks for a new one)."""
+    return [
+        (i, tool["container"])
+        for i, tool in enumerate(tools if isinstance(tools, list) else ())
+        if isinstance(tool, dict)
+        and tool.get("type") == "code_interpreter"
+        and isinstance(tool.get("container"), str)
+    ]
+
+
+def _claimed_ids(item: Any) -> list[str]:
+    """The ids an upstream's output item makes its owner's: its own, and the container a
+    ``code_interpreter_call`` ran in (``_refuse_foreign_containers``)."""
+    if not isinstance(item, dict):
+        return []
+    return [v for v in (item.get("id"), item.get("container_id")) if isinstance(v, str)]
 
 
 def _conversation_id(conversation: Any) -> str | None:

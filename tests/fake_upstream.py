@@ -67,7 +67,8 @@ object (``store`` defaults to true, and stored responses serve ``previous_respon
 ``fake`` options for it: ``status``, ``delay``, ``break_after``, ``error_event`` (a
 ``type: error`` event), ``content``, ``chunks``, ``incomplete`` (status ``incomplete``),
 ``failed`` (a ``response.failed`` stream / status ``failed``), ``tool_call``, ``reasoning``,
-``refusal``, ``citation``, ``empty_output``. ``include: ["message.output_text.logprobs"]`` is honoured: each streamed piece
+``refusal``, ``citation``, ``empty_output``, ``code_interpreter`` (a ``code_interpreter_call``
+item in the container its ``code_interpreter`` tool names, or ``cntr_<n>`` for ``auto``). ``include: ["message.output_text.logprobs"]`` is honoured: each streamed piece
 of the text is a token, with ``top_logprobs`` alternatives (its logprobs on its delta event).
 
 Run standalone: ``python -m tests.fake_upstream --port 9999``.
@@ -549,6 +550,13 @@ def _response(
     reasoning = [{"type": "reasoning", "id": f"rs_{serial}", "summary": summary}] * bool(
         fake.get("reasoning")
     )
+    if fake.get("code_interpreter"):  # its container: the one named, or a new one ("auto")
+        tool = next(t for t in body.get("tools") or () if t.get("type") == "code_interpreter")
+        container = tool.get("container")
+        reasoning.append({"type": "code_interpreter_call", "id": f"ci_{serial}",
+                          "container_id": container if isinstance(container, str)
+                          else f"cntr_{serial}", "code": "print(1)", "outputs": None,
+                          "status": "completed"})  # fmt: skip
     words = len(text.split())
     return {
         "id": f"resp_{serial}", "object": "response", "created_at": int(time.time()),
@@ -611,6 +619,12 @@ def _response_events(response: dict[str, Any], pieces: int) -> list[dict[str, An
             continue
         if item["type"] == "reasoning":
             events += _summary_events(index, item)
+            continue
+        if item["type"] == "code_interpreter_call":
+            events.append({"type": "response.output_item.added", "output_index": index,
+                           "item": {**item, "status": "in_progress"}})  # fmt: skip
+            events.append({"type": "response.output_item.done", "output_index": index,
+                           "item": item})  # fmt: skip
             continue
         part = item["content"][0]
         ids = {"item_id": item["id"], "output_index": index, "content_index": 0}

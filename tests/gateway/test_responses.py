@@ -792,6 +792,37 @@ def test_another_tenants_conversation_is_never_forwarded(
     assert cache == "bypass" and upstream.last_body["conversation"] == "conv_b"
 
 
+def test_another_tenants_container_is_never_forwarded(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """The upstream, called with the gateway's key, runs a ``code_interpreter`` tool in any
+    container made with that key, whoever names it (it was forwarded for anyone: tenant b's
+    code read tenant a's files): one an upstream made for a (streamed too), or a named and an
+    upstream ran in, is a 404 for b, never forwarded, while a goes on using it."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    a, b = sdk(gw, "key-a"), sdk(gw, "key-b")
+
+    def tools(container: Any) -> dict[str, Any]:
+        return {"tools": [{"type": "code_interpreter", "container": container}],
+                "extra_body": {"fake": {"code_interpreter": True}}}  # fmt: skip
+
+    made, _ = create(a, input="Analyse my sales.csv.", **tools({"type": "auto"}))
+    streamed, _ = stream(a, input="Plot my sales.csv.", **tools({"type": "auto"}))
+    create(a, input="Run it in my own container.", **tools("cntr_of_a"))
+    containers = {made.output[0].container_id, streamed[-1].response.output[0].container_id}
+    assert len(containers) == 2
+    asked = upstream.stats["responses"]
+    for container in (*containers, "cntr_of_a"):
+        with pytest.raises(openai.NotFoundError) as refused:
+            create(b, input="cat /mnt/data/*", **tools(container))
+        assert refused.value.body["param"] == "tools[0].container"  # type: ignore[index]
+    assert upstream.stats["responses"] == asked  # none of them was forwarded
+    for container in containers:  # a's own: forwarded
+        again, _ = create(a, input=f"Again, in {container}.", **tools(container))
+        assert again.output[0].container_id == container
+    assert upstream.stats["responses"] == asked + 2
+
+
 def test_a_tenants_flood_spread_over_partitions_pushes_out_its_own(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
