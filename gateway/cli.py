@@ -388,7 +388,7 @@ async def _run_servers(
 
     from .corked import serving_protocol
 
-    protocol = serving_protocol(config.server.header_timeout)
+    protocol = serving_protocol(config.server.header_timeout, config.server.max_header_bytes)
 
     def server_config(application: object, port: int) -> uvicorn.Config:
         return uvicorn.Config(

@@ -106,6 +106,9 @@ class ServerConfig(_Base, frozen=True):
     #: or the end of the answer before); then the connection is closed, so that clients sending
     #: them a byte at a time cannot hold connections forever. None: as long as the client takes.
     header_timeout: Seconds | None = 30.0
+    #: Bytes a request's line and headers may hold; larger gets 431 (without a limit, one
+    #: header without end was held whole, however long, and copied at every read).
+    max_header_bytes: PositiveInt = 64 * 1024
     #: Admission by event-loop lag (gateway.admission): while the loop runs later than this
     #: (milliseconds), new API requests wait their turn in FIFO order. None: no admission.
     admission_max_lag_ms: PositiveFloat | None = 10.0

@@ -13,8 +13,12 @@ turn of the loop; closing the transport sends what is held first.
 It also gives a request's line and headers ``header_timeout`` seconds to arrive (from the
 connection's opening, or the end of the answer before), then closes the connection: uvicorn
 has no such deadline, so a client sending its headers a byte at a time (slowloris), or blank
-lines, or nothing, was held for as long as it went on.
-``serving_protocol`` makes the class ``cachegate serve`` runs with ``server.header_timeout``.
+lines, or nothing, was held for as long as it went on. And it answers ``431`` to a request
+whose line and headers pass ``max_header_bytes``: httptools keeps a header's value whole,
+however long, until its line ends (and copies it at every read: quadratic), so one connection
+sending a header without end made the process hold it and spend its event loop copying it.
+``serving_protocol`` makes the class ``cachegate serve`` runs with ``server.header_timeout``
+and ``server.max_header_bytes``.
 """
 
 from __future__ import annotations
@@ -22,20 +26,27 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+from .errors import APIError
 
 __all__ = ["CorkedHttpToolsProtocol", "serving_protocol"]
 
 
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    """``HttpToolsProtocol`` writing through a ``_Corked`` transport, with a deadline for
-    each request's headers."""
+    """``HttpToolsProtocol`` writing through a ``_Corked`` transport, with a deadline and a
+    size limit for each request's headers."""
 
     #: Seconds a request's line and headers may take to arrive; None: no deadline.
     header_timeout: float | None = 30.0
+    #: Bytes a request's line and headers may hold (one read more may be held meanwhile).
+    max_header_bytes: int = 64 * 1024
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_deadline: asyncio.TimerHandle | None = None
+        self._in_headers = True  # (blank lines before a request count too)
+        self._heads = 0  # requests whose headers were complete
+        self._header_bytes = 0
         super().connection_made(transport)
         # (flow control stays on the real transport: its pause/resume reach this protocol)
         self.transport = _Corked(transport)  # type: ignore[assignment]
@@ -45,8 +56,25 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_header_deadline()
         super().connection_lost(exc)
 
+    def data_received(self, data: bytes) -> None:
+        before = (self._in_headers, self._heads)
+        super().data_received(data)
+        # NOTE: a read counts only when it holds nothing but one request's line and headers
+        # (one that ends or begins them counts 0): at most a read more than the limit is held
+        if not self._in_headers or before != (True, self._heads):
+            self._header_bytes = 0
+            return
+        self._header_bytes += len(data)
+        if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
+            self._refuse(431, "The request's headers are too large.", "headers_too_large")
+
+    def on_message_begin(self) -> None:
+        self._in_headers = True
+        super().on_message_begin()
+
     def on_headers_complete(self) -> None:
         self._disarm_header_deadline()
+        self._in_headers, self._heads = False, self._heads + 1
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -72,12 +100,20 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         elif not self.transport.is_closing():
             self.transport.close()
 
+    def _refuse(self, status: int, message: str, code: str) -> None:
+        """Answer ``status`` with an OpenAI error body, and close: the request is not read."""
+        body = APIError(status, message, code=code).json()
+        head = b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
+        self.transport.write(STATUS_LINE[status] + head % len(body) + body)
+        self.transport.close()
 
-def serving_protocol(header_timeout: float | None) -> type[CorkedHttpToolsProtocol]:
-    """The protocol class for ``uvicorn.Config(http=...)``, its headers' deadline set."""
-    return type(
-        "CorkedHttpToolsProtocol", (CorkedHttpToolsProtocol,), {"header_timeout": header_timeout}
-    )
+
+def serving_protocol(
+    header_timeout: float | None, max_header_bytes: int
+) -> type[CorkedHttpToolsProtocol]:
+    """The protocol class for ``uvicorn.Config(http=...)``, its headers' limits set."""
+    limits = {"header_timeout": header_timeout, "max_header_bytes": max_header_bytes}
+    return type("CorkedHttpToolsProtocol", (CorkedHttpToolsProtocol,), limits)
 
 
 class _Corked:

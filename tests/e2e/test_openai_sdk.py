@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -537,3 +539,35 @@ models:
         client.settimeout(30)
         assert client.recv(1024).startswith(b"HTTP/1.1 200 ")
     assert upstream.stats["chat"] == 1
+
+
+def test_a_header_that_never_ends_is_refused_past_max_header_bytes(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """httptools keeps a header's value whole until its line ends, however long (and copies
+    it at every read): a client sending one without end, with no key needed, made the gateway
+    hold all of it (hundreds of MB a connection) and spend its event loop copying it."""
+    import socket
+
+    gateway = serve(f"""
+server: {{max_header_bytes: 8192}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\nx-pad: ")
+        try:
+            for _ in range(1024):  # 16 MB, 16 kB at a time, and the line never ends
+                client.sendall(b"a" * 16384)
+        except OSError:  # (reset: the gateway closed with what was sent still unread)
+            pass
+        client.settimeout(10)
+        answer = b""
+        with contextlib.suppress(OSError):  # (a timeout: no answer came)
+            answer = client.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 431 "), answer
+    error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
+    assert error["code"] == "headers_too_large"
+    assert httpx.get(f"{gateway.url}/healthz", headers={"x-pad": "a" * 4000}).status_code == 200
