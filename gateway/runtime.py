@@ -33,6 +33,7 @@ from .history import History
 from .ledger import Ledger
 from .metrics import Metrics
 from .pipeline import Pipeline
+from .requests import unpartitioned
 from .responses import ResponsesAdapter
 from .stored import ResponseStore
 from .tracing import Tracing
@@ -197,6 +198,8 @@ class Runtime:
         if self.cache is None:
             return None
         stats = self.cache.stats()
+        if self.config.cache.max_entries_per_tenant is not None:  # (not a metric: one per tenant)
+            stats["entries_by_tenant"] = self.cache.tenant_entries()
         if self.auditor is not None:
             stats["audit"] = self.auditor.stats()
         return stats
@@ -431,7 +434,13 @@ def _entry_store(config: Config) -> EntryStore:
             key_prefix=cache.redis.key_prefix,
             timeout=cache.redis.timeout,
         )
-    return DiskStore(Path(config.data_dir) / "response-cache", max_entries=cache.max_entries)
+    return DiskStore(
+        Path(config.data_dir) / "response-cache",
+        max_entries=cache.max_entries,
+        # (a client may name any x-cachegate-partition: its tenant's share bounds them all)
+        max_entries_per_tenant=cache.max_entries_per_tenant,
+        tenant_of=unpartitioned,
+    )
 
 
 #: Statistics that only go up, exported as counters (``..._total``).

@@ -507,6 +507,11 @@ class ResponseCache:
 
     # -- inspection (the admin API) -------------------------------------------------------
 
+    def tenant_entries(self) -> dict[str, int]:
+        """Entries per tenant, where the store keeps a share per tenant ({} otherwise)."""
+        counts: Callable[[], dict[str, int]] | None = getattr(self._store, "tenant_entries", None)
+        return counts() if counts is not None else {}
+
     async def entries(self) -> AsyncIterator[Entry]:
         """Every live entry, in the store's order (for listing; reads the whole store)."""
         async for entry in self._store.entries():

@@ -17,8 +17,8 @@ import heapq
 import logging
 import sqlite3
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,6 +137,7 @@ class _Meta:
     namespace: str
     hits: int
     used: float  # unix time of the last store or hit
+    tenant: str = ""  # whose share the entry counts in (``DiskStore``'s ``tenant_of``)
     dirty: bool = False
 
 
@@ -162,6 +163,9 @@ class DiskStore:
     index. LRU order and hit counts are kept in memory (rebuilt at start from the stored entries'
     last use) and hit counts and last use are written back by ``sync()``, never on the hit path.
     Past ``max_entries``, expired entries not yet swept go first, then the least recently used.
+    Past ``max_entries_per_tenant`` entries of one tenant (``tenant_of`` an entry's tenant: the
+    tenant a front gateway's partitions subdivide), that tenant's least recently used go first:
+    one tenant storing many answers cannot push every other tenant's out.
     """
 
     shared = False
@@ -174,7 +178,14 @@ class DiskStore:
     def epoch(self) -> int:
         return self._epoch
 
-    def __init__(self, directory: str | Path, *, max_entries: int) -> None:
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        max_entries: int,
+        max_entries_per_tenant: int | None = None,
+        tenant_of: Callable[[str], str] = str,
+    ) -> None:
         # NOTE: one process per directory: the LRU order and counts live in this process's
         # memory, so a second writer would overwrite entries and a flush would clear both.
         # The lock (released by close, or when the process dies) makes a second one refuse
@@ -201,6 +212,10 @@ class DiskStore:
             self._lock.close()
             raise StoreOpenError(f"{directory}: cannot open the cache there: {exc}") from None
         self._max_entries = max_entries
+        self._per_tenant = max_entries_per_tenant
+        self._tenant_of = tenant_of
+        #: Each tenant's entries, least recently used first (kept only with a per-tenant cap).
+        self._by_tenant: dict[str, OrderedDict[int, None]] = {}
         self._epoch = 0  # flushes since start (see ``put``)
         self._refusing = False  # the last write failed (logged once until one succeeds)
         self._unreadable = False  # the last read failed (likewise)
@@ -287,15 +302,21 @@ class DiskStore:
         """A written ``entry`` into the memory view; returns the ids to evict for room (gone
         from the view: the caller deletes them on disk)."""
         now = time.time()
-        self._meta[entry.id] = _Meta(entry.expires, entry.namespace, entry.hits, now)
-        self._meta.move_to_end(entry.id)
+        tenant = self._tenant_of(entry.tenant)
+        self._remember(entry.id, _Meta(entry.expires, entry.namespace, entry.hits, now, tenant))
         if entry.expires is not None:
             heapq.heappush(self._expiries, (entry.expires, entry.id))
         evicted: list[int] = []
+        own = self._by_tenant.get(tenant)
+        while own and self._per_tenant is not None and len(own) > self._per_tenant:
+            oldest = next(iter(own))  # the tenant's least recently used
+            self._forget(oldest)
+            evicted.append(oldest)
         while len(self._meta) > self._max_entries:
             victim = self._pop_expired(now)
             if victim is None:
-                victim, _ = self._meta.popitem(last=False)  # the least recently used
+                victim = next(iter(self._meta))  # the least recently used
+                self._forget(victim)
             evicted.append(victim)
         return evicted
 
@@ -314,7 +335,7 @@ class DiskStore:
                 removed = [i for i in done if i not in self._meta]
                 raise StoreUnavailable(f"cannot delete cached answers: {exc}", removed) from None
             for entry_id in batch:
-                self._meta.pop(entry_id, None)
+                self._forget(entry_id)
             done += batch
             await _yield_to_requests(len(ids))
 
@@ -331,6 +352,9 @@ class DiskStore:
             meta.used = time.time()
             meta.dirty = True
             self._meta.move_to_end(entry_id)
+            own = self._by_tenant.get(meta.tenant)
+            if own is not None:
+                own.move_to_end(entry_id)
 
     async def sweep(self) -> list[int]:
         """Delete expired entries, in batches between which requests are served.
@@ -393,6 +417,10 @@ class DiskStore:
     def __len__(self) -> int:
         return len(self._meta)
 
+    def tenant_entries(self) -> dict[str, int]:
+        """Entries per tenant (``tenant_of`` their tenant); {} without a per-tenant cap."""
+        return {tenant: len(own) for tenant, own in self._by_tenant.items()}
+
     async def close(self) -> None:
         try:
             await self.sync()
@@ -449,6 +477,22 @@ class DiskStore:
                     entry_id, self._encoder.encode(entry), expire=_expire(entry.expires)
                 )
 
+    def _remember(self, entry_id: int, meta: _Meta) -> None:
+        """``entry_id`` (stored or restored) into the memory view, as the most recently used."""
+        self._forget(entry_id)  # (stored again: it may have counted for another tenant)
+        self._meta[entry_id] = meta
+        if self._per_tenant is not None:
+            self._by_tenant.setdefault(meta.tenant, OrderedDict())[entry_id] = None
+
+    def _forget(self, entry_id: int) -> None:
+        """``entry_id`` out of the memory view (and its tenant's count)."""
+        meta = self._meta.pop(entry_id, None)
+        own = None if meta is None else self._by_tenant.get(meta.tenant)
+        if meta is not None and own is not None:
+            own.pop(entry_id, None)
+            if not own:
+                del self._by_tenant[meta.tenant]
+
     def _reheap(self) -> None:
         """Rebuild the expiry heap from the live entries (drops the stale pairs)."""
         self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
@@ -474,19 +518,42 @@ class DiskStore:
                 self._cache.delete(key)
                 continue
             used = max(entry.created, entry.used)
-            found.append((used, key, _Meta(entry.expires, entry.namespace, entry.hits, used)))
+            tenant = self._tenant_of(entry.tenant)
+            meta = _Meta(entry.expires, entry.namespace, entry.hits, used, tenant)
+            found.append((used, key, meta))
         # Least recently used first, so they are still evicted first after a restart.
         found.sort(key=lambda t: t[0])
-        # NOTE: max_entries may have been lowered since: the excess goes now (in batches), not
-        # all at once under the next answer stored (~1 s per 20k deletes, on the event loop)
-        excess = max(len(found) - self._max_entries, 0)
-        for start in range(0, excess, _BATCH):
-            self._delete_on_disk([key for _, key, _ in found[start : min(start + _BATCH, excess)]])
-        for _, key, meta in found[excess:]:
-            self._meta[key] = meta
+        # NOTE: max_entries (or max_entries_per_tenant) may have been lowered since: the excess
+        # goes now (in batches), not all at once under the next answer stored (~1 s per 20k
+        # deletes, on the event loop)
+        kept, excess = self._within_limits(found)
+        for start in range(0, len(excess), _BATCH):
+            self._delete_on_disk(excess[start : start + _BATCH])
+        for _, key, meta in kept:
+            self._remember(key, meta)
             if meta.expires is not None:
                 self._expiries.append((meta.expires, key))
         heapq.heapify(self._expiries)
+
+    def _within_limits(
+        self, found: list[tuple[float, int, _Meta]]
+    ) -> tuple[list[tuple[float, int, _Meta]], list[int]]:
+        """Of restored entries (least recently used first), the most recently used that fit
+        ``max_entries`` and each tenant's ``max_entries_per_tenant``, in order, and the ids of
+        the others."""
+        kept: list[tuple[float, int, _Meta]] = []
+        excess: list[int] = []
+        counts: Counter[str] = Counter()
+        for item in reversed(found):
+            tenant = item[2].tenant
+            full = self._per_tenant is not None and counts[tenant] >= self._per_tenant
+            if full or len(kept) >= self._max_entries:
+                excess.append(item[1])
+                continue
+            counts[tenant] += 1
+            kept.append(item)
+        kept.reverse()
+        return kept, excess
 
     def _pop_expired(self, now: float) -> int | None:
         """Forget and return an entry whose TTL has passed, if any (soonest expiry first)."""
@@ -494,6 +561,6 @@ class DiskStore:
             expires, entry_id = heapq.heappop(self._expiries)
             meta = self._meta.get(entry_id)
             if meta is not None and meta.expires == expires:  # else: deleted or stored again
-                del self._meta[entry_id]
+                self._forget(entry_id)
                 return entry_id
         return None
