@@ -300,7 +300,8 @@ async def serve(
             reply = await walk(runtime.pipeline, parsed, auth, runtime.connections.guard(request))
             hold(request.scope.setdefault("state", {}), reply.stream)  # (see ``closing``)
     except ClientDisconnected as gone:
-        _record(runtime, route, seen.model, "bypass", 499, seen.started)
+        ran = gone.reply.cache if gone.reply is not None else "bypass"  # (as the access log says)
+        _record(runtime, route, seen.model, ran, 499, seen.started)
         observe(runtime, seen.now(499), gone.reply)  # (a model call it ran: booked)
         return Response(b"", status_code=499)
     except Exception as exc:  # litestar's own: e.g. 413 for an oversized body; a failure

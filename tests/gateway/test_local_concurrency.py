@@ -260,6 +260,36 @@ def test_a_non_streamed_request_whose_client_left_mid_decode_is_booked(
     wait_for(lambda: backend_stats(gw, ONE)["pending"] == 0)
 
 
+def test_a_non_streamed_request_whose_client_left_mid_decode_counts_as_the_miss_it_was(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """The model ran a non-streamed request (a cache miss) whose client then gave up:
+    ``/metrics`` counts it as the access log writes it (``cache=miss status=499``), under
+    ``cache="miss"`` (it was counted under ``cache="bypass"``, as a request the cache let by)."""
+    from tests.gateway.test_metrics import sample
+
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    text = yaml.safe_dump({"data_dir": str(tmp_path), "models": {ONE: settings},
+                           "cache": {"semantic": {"enabled": False}}})  # fmt: skip
+    with Gateway(load_config_text(text)) as gw:
+        sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0)
+        sdk.completions.create(model=ONE, prompt="warm up", max_tokens=1)  # (a cold first step)
+        impatient = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused", max_retries=0,
+                                  timeout=1.0)  # fmt: skip
+        with pytest.raises(openai.APITimeoutError):
+            impatient.completions.create(model=ONE, prompt="a long story", max_tokens=4000)
+
+        def left() -> float:
+            metrics = gw.http.get("/metrics").text
+            return sample(metrics, "cachegate_requests_total", model=ONE, status="499")
+
+        wait_for(lambda: left() == 1)
+        assert ledger_row(gw)["ended_early"] == 1  # (the model ran it)
+        metrics = gw.http.get("/metrics").text
+        assert sample(metrics, "cachegate_requests_total", cache="miss", status="499") == 1
+
+
 def test_behind_a_front_gateway_a_stream_cancelled_while_queued_is_no_model_call(
     tiny_dir: Path, tmp_path: Path
 ) -> None:
