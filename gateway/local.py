@@ -187,7 +187,8 @@ class LocalBackend:
         engine = await self._ready_engine(request.if_ready)
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
         every = max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, request.keepalive or _KEEPALIVE_EVERY))
-        return LocalStream(request, self.name, job, engine.stream(job), keepalive=every)
+        return LocalStream(request, self.name, job, engine.stream(job), keepalive=every,
+                           stuck_for=engine.stuck_for)  # fmt: skip
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
         """The prompt tokens of a chat request (``POST /v1/messages/count_tokens``,
@@ -346,9 +347,11 @@ class LocalStream:
         events: AsyncGenerator[Event, None],
         *,
         keepalive: float = _KEEPALIVE_EVERY,
+        stuck_for: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._request = request
         self._keepalive = keepalive  # seconds of silence before a keep-alive comment
+        self._stuck_for = stuck_for  # how long the engine's running step has taken
         self._model = model
         self._job = job
         self._events = events
@@ -400,7 +403,15 @@ class LocalStream:
     def _quiet(self, now: float) -> bytes | None:
         """The comment to send after a wait with no event (None: none yet): a keep-alive; to
         a gateway in front, ``QUEUED`` (as its keep-alive too) while the engine has not taken
-        the request up, then a keep-alive once it has (it ran: a model call)."""
+        the request up, then a keep-alive once it has (it ran: a model call).
+
+        NOTE: none while one step of the engine has run longer than the keep-alive interval:
+        a comment says the engine makes progress. A hung engine's (its thread alive, its step
+        stuck) kept the stream alive for ever, past any read timeout (a gateway in front's
+        ``timeout.read``, a proxy's, the client's): its client waited with no end. A step
+        shorter than the reader's timeout still never times it out."""
+        if self._stuck_for() >= self._keepalive:
+            return None
         if not self._watching:
             return _KEEPALIVE
         if self._job.started.is_set():

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -57,6 +58,7 @@ class AsyncEngine:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._closed = False
+        self._stepping_since: float | None = None  # (monotonic) when the running step began
         config = engine.config
         self._scheduler = Scheduler(
             engine, max_batch=config.max_batch, step_tokens=config.step_tokens
@@ -79,6 +81,14 @@ class AsyncEngine:
         """Requests queued or running (approximate: read without a lock, for metrics)."""
         scheduler = self._scheduler
         return self._jobs.qsize() + len(scheduler.waiting) + len(scheduler.running)
+
+    def stuck_for(self) -> float:
+        """Seconds the step running now has taken (0: none runs, the thread waits for work).
+
+        A hung engine (its thread alive, its step stuck) is one whose step never ends: a
+        stream's keep-alive must not hide it (``LocalStream._quiet``)."""
+        since = self._stepping_since
+        return 0.0 if since is None else time.monotonic() - since
 
     def start(self) -> None:
         if not self._thread.is_alive():
@@ -138,11 +148,14 @@ class AsyncEngine:
     def _serve(self) -> None:
         scheduler = self._scheduler
         while self._take_jobs(block=not scheduler.busy):
+            self._stepping_since = time.monotonic()
             try:
                 scheduler.step()
             except Exception as exc:  # NOTE: a dead thread would leave every caller waiting
                 logger.exception("localmodel: a scheduler step failed; failing its requests")
                 scheduler.fail_all(exc)
+            finally:
+                self._stepping_since = None
         scheduler.fail_waiting(EngineClosedError("the local model engine is shut down"))
         for seq in scheduler.running:
             seq.request.cancel.set()

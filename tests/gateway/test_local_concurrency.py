@@ -151,11 +151,11 @@ def test_requests_whose_clients_left_the_queue_stop_counting_as_pending(
 
 @contextlib.contextmanager
 def behind_a_front(
-    tiny_dir: Path, tmp_path: Path, *others: str
+    tiny_dir: Path, tmp_path: Path, *others: str, read: float | None = None
 ) -> Iterator[tuple[Gateway, Gateway]]:
     """A ``cachegate worker`` of the tiny model (one batch slot), and a front gateway whose
     model is that worker: its one upstream, or its first replica before ``others`` (round
-    robin, no retries)."""
+    robin, no retries); ``read``: the front's ``timeout.read``."""
     from gateway.runtime import Runtime
 
     settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
@@ -165,6 +165,8 @@ def behind_a_front(
     worker_config = load_config_text(text)
     worker = Gateway(worker_config, runtime=Runtime.build(worker_config, worker=True))
     upstream: dict[str, Any] = {"backend": "openai", "max_retries": 0}
+    if read is not None:
+        upstream["timeout"] = {"read": read}
     if others:
         upstream["replicas"] = [f"{worker.url}/v1", *others]
         upstream["routing"] = {"policy": "round_robin"}
@@ -479,3 +481,35 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
     ):
         failing["now"] = True
         assert "answer #" in answer.result(timeout=30)
+
+
+def test_behind_a_front_gateway_a_stream_queued_on_a_hung_engine_times_out(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gateway (``timeout.read: 2``) -> ``cachegate worker`` (one batch slot, taken) whose
+    engine then hangs (its process alive, a step that never ends): the stream that waits in
+    its queue ends with the front's read timeout. The worker sent ``: queued`` for ever (the
+    front's read timeout never fired): its client waited with no end."""
+    import threading
+
+    from localmodel.scheduler import Scheduler
+
+    hanging, released = threading.Event(), threading.Event()
+    step = Scheduler.step
+
+    def hung_step(self: Any) -> Any:
+        if hanging.is_set():
+            released.wait()
+        return step(self)
+
+    monkeypatch.setattr(Scheduler, "step", hung_step)
+    with (
+        behind_a_front(tiny_dir, tmp_path, read=2) as (worker, front),
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        hanging.set()
+        try:
+            with pytest.raises(openai.APIError, match="timed out"):
+                answer.result(timeout=60)
+        finally:
+            released.set()  # (the worker's engine goes on: it can shut down)
