@@ -43,7 +43,7 @@ from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
 from .requests import GatewayRequest
-from .sse import DONE, QUEUED, encode_event, fresh_identity
+from .sse import DONE, QUEUED, RUNNING, encode_event, fresh_identity
 
 __all__ = ["LocalBackend"]
 
@@ -382,6 +382,8 @@ class LocalStream:
                         yield StreamEvent(comment, None)
                     continue
                 event, pending = pending.result(), None
+                if self._watching and self._job.started.is_set():  # (its prompt, to the front)
+                    yield StreamEvent(self._running(), None)
                 self._watching = False  # (an event: the engine took the request up)
                 if isinstance(event, TextDelta):
                     self._deltas += 1
@@ -403,7 +405,9 @@ class LocalStream:
     def _quiet(self, now: float) -> bytes | None:
         """The comment to send after a wait with no event (None: none yet): a keep-alive; to
         a gateway in front, ``QUEUED`` (as its keep-alive too) while the engine has not taken
-        the request up, then a keep-alive once it has (it ran: a model call).
+        the request up, then ``RUNNING`` with its prompt's tokens once it has (it ran: a
+        model call, booked with its prompt should the stream end before its usage), then
+        keep-alives.
 
         NOTE: none while one step of the engine has run longer than the keep-alive interval:
         a comment says the engine makes progress. A hung engine's (its thread alive, its step
@@ -416,12 +420,15 @@ class LocalStream:
             return _KEEPALIVE
         if self._job.started.is_set():
             self._watching = False
-            was, self._queued = self._queued, False
-            return _KEEPALIVE if was else None
+            return self._running()
         if not self._queued or now - self._queued_at >= self._keepalive:
             self._queued, self._queued_at = True, now
             return QUEUED
         return None
+
+    def _running(self) -> bytes:
+        """``RUNNING``: the prompt's tokens the engine runs, for the gateway in front."""
+        return RUNNING + b"%d\n\n" % len(self._job.prompt_tokens)
 
     def counted(self) -> dict[str, Any]:
         """The prompt it ran (with the tokens its cached prefix held, once loaded), and a token

@@ -21,6 +21,7 @@ __all__ = [
     "DONE",
     "KEEPALIVE",
     "QUEUED",
+    "RUNNING",
     "Assembler",
     "EventTooLarge",
     "SSEParser",
@@ -35,6 +36,9 @@ KEEPALIVE = b": keep-alive\n\n"
 #: A local model's comment to the gateway in front (``x-cachegate-keepalive``) while its
 #: request waits for the engine: the model has not run it yet (any other event: it has).
 QUEUED = b": queued\n\n"
+#: Its comment to that gateway once the engine takes the request up: ``: running N``, the
+#: prompt's N tokens that the model runs (booked should the stream end before its usage).
+RUNNING = b": running "
 _HEAD_FIELDS = ("id", "created", "model", "system_fingerprint")
 #: Top-level and choice fields rebuilt by assembly and replay; any other field (citations,
 #: service_tier, stop_reason, content_filter_results, ...) is kept as last sent, and replayed.
@@ -58,7 +62,8 @@ class SSEParser:
     An event of comments only (an upstream's keep-alive) has no data: ``commented`` says
     whether one arrived since it was last asked; ``queued`` whether the last comment was a
     ``QUEUED`` one (a cachegate worker's request not yet taken up by its model, unless an
-    event of its answer came since: see ``UpstreamStream.counted``).
+    event of its answer came since: see ``UpstreamStream.counted``); ``prompt_tokens`` the
+    prompt tokens a ``RUNNING`` comment said (None: none came).
 
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
@@ -72,6 +77,7 @@ class SSEParser:
         self._max = max_event_bytes
         self._commented = False
         self.queued = False
+        self.prompt_tokens: int | None = None
         self._opening = True  # the stream's first bytes may be a UTF-8 BOM (not data)
 
     def feed(self, data: bytes) -> list[bytes]:
@@ -107,6 +113,8 @@ class SSEParser:
             elif block.startswith(b":") or b"\n:" in block:
                 self._commented = True
                 self.queued = block + b"\n\n" == QUEUED
+                if block.startswith(RUNNING) and block[len(RUNNING) :].isdigit():
+                    self.prompt_tokens = int(block[len(RUNNING) :])
 
     def end(self) -> list[bytes]:
         """At the stream's end: the events a CR held back (``feed``) completes. With no byte

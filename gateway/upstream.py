@@ -1077,14 +1077,14 @@ class UpstreamStream:
         except httpx.TimeoutException:
             raise _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
-            if self.counted() is not None:  # (a worker killed while the request was queued)
+            if self._never_ran():  # (a worker killed while the request was queued)
                 raise _unreachable(self._name, exc) from None  # it did none of the work
             raise _broken(self._name, exc) from None
 
     def _event(self, data: bytes, *, more: bool) -> StreamEvent:
         event = _event(self._name, data, more=more, kind=self._kind, sequence=self._sequence,
                        previous=self._previous)  # fmt: skip
-        if event.error and self.counted() is not None:  # (a worker's, its model never ran)
+        if event.error and self._never_ran():  # (a worker's, its model never ran)
             raise _declined(self._name, event.chunk)  # it did none of the work: another may
         self._answered = self._answered or not event.error
         numbered = (event.chunk or {}).get("sequence_number")
@@ -1137,10 +1137,20 @@ class UpstreamStream:
         )
 
     def counted(self) -> dict[str, Any] | None:
-        """None: an upstream's usage is only what its stream reports. A cachegate worker's
-        request that its last comment said was still queued (``sse.QUEUED``), with no event
-        but an error since (its shutdown deadline, its engine closed), never ran."""
-        return {"prompt_tokens": 0} if self._parser.queued and not self._answered else None
+        """None: an upstream's usage is only what its stream reports. A cachegate worker
+        tells the prompt tokens its model runs (``sse.RUNNING``: booked when the stream ends
+        before its usage, a client that left mid-answer; they were 0); 0 for a request that
+        its last comment said was still queued (``_never_ran``)."""
+        if self._never_ran():
+            return {"prompt_tokens": 0}
+        told = self._parser.prompt_tokens
+        return {"prompt_tokens": told} if told is not None else None
+
+    def _never_ran(self) -> bool:
+        """A cachegate worker's request that its last comment said was still queued
+        (``sse.QUEUED``), with no event but an error since (its shutdown deadline, its engine
+        closed): its model never ran it."""
+        return self._parser.queued and not self._answered
 
     async def aclose(self) -> None:
         """Close the response; after ``[DONE]``, first read what is left of the body.

@@ -513,3 +513,24 @@ def test_behind_a_front_gateway_a_stream_queued_on_a_hung_engine_times_out(
                 answer.result(timeout=60)
         finally:
             released.set()  # (the worker's engine goes on: it can shut down)
+
+
+def test_behind_a_front_gateway_a_stream_cancelled_mid_answer_is_booked_with_its_prompt(
+    tiny_dir: Path, tmp_path: Path
+) -> None:
+    """gateway -> ``cachegate worker``: a streaming client that leaves before the end (no
+    usage chunk came). The worker ran the prompt: the front books it with the prompt's tokens,
+    as the worker does (it booked 0 input tokens: an upstream's usage comes only at the end)."""
+    with behind_a_front(tiny_dir, tmp_path) as (worker, front):
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        prompt = "a prompt the worker runs before its client leaves " * 5
+        counted = direct.completions.create(model=ONE, prompt=prompt, max_tokens=1)
+        assert counted.usage is not None and counted.usage.prompt_tokens > 0
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        stream = sdk.completions.create(model=ONE, prompt=prompt, max_tokens=4000, stream=True)
+        next(iter(stream))  # its first token: then the client leaves
+        stream.close()
+        wait_for(lambda: ledger_row(front).get("requests") == 1)
+        booked = ledger_row(front)
+        assert (booked["model_calls"], booked["ended_early"]) == (1, 1)
+        assert booked["input_tokens"] == counted.usage.prompt_tokens
