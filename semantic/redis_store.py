@@ -6,8 +6,8 @@ Keys (``P`` = the configured key prefix):
     P lru        sorted set id → last use (unix time); evicts the least recently used past max
     P exp        sorted set id → expiry time; sweeps announce expired ids to the other replicas
     P hits       hash id → hit count
-    P epoch      how many flushes there were: a put names the epoch its request began in, and
-                 is dropped when a flush (of any replica) came since
+    P epoch      a random token, new at each flush: a put names the epoch its request began
+                 in, and is dropped when a flush (of any replica) came since
     P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
                  or a comma-separated ``idlist``) and epoch (a flush began)
 
@@ -42,6 +42,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar, cast
@@ -106,15 +107,21 @@ end
 
 # KEYS: entry, lru, exp, hits, events, epoch. ARGV: blob, px ('' = none), now, expires ('' =
 # none), id, scope, vector, vector model, max entries, entry key prefix, stream maxlen, the epoch
-# the answer's request began in ('' = unchecked).
+# the answer's request began in ('' = unchecked), a new epoch (set when Redis has none).
 # Returns {entries left, the put's event id, epoch, evicted id...}, or {-1, epoch} when a flush
 # came since the request began: nothing written. NOTE: SET is the first write: if it fails
-# nothing is written. Past max_entries, expired entries go before live ones, then the least
-# recently used.
+# nothing is written (but the new epoch). Past max_entries, expired entries go before live
+# ones, then the least recently used.
+# NOTE: an epoch missing (Redis lost its data: a restart without persistence, a failover) is
+# a new one, never '0': a request begun before the loss then is refused, as after a flush.
 _PUT = (
     _DROP
     + """
-local epoch = redis.call('GET', KEYS[6]) or '0'
+local epoch = redis.call('GET', KEYS[6])
+if not epoch then
+  epoch = ARGV[13]
+  redis.call('SET', KEYS[6], epoch)
+end
 if ARGV[12] ~= '' and ARGV[12] ~= epoch then
   return {-1, epoch}
 end
@@ -151,12 +158,14 @@ return out
 """
 )
 
-# KEYS: epoch, events. ARGV: stream maxlen. A flush begins: the puts of answers whose requests
-# began before it are dropped from now on, on every replica. Returns the new epoch.
+# KEYS: epoch, events. ARGV: stream maxlen, the new epoch. A flush begins: the puts of answers
+# whose requests began before it are dropped from now on, on every replica.
+# NOTE: a random token, not a count of flushes: a Redis that lost its data counted from 0
+# again, and its first flush brought back the epoch a request still at the model had begun in
+# (its answer, made before that flush, was stored after it).
 _NEW_EPOCH = """
-local epoch = redis.call('INCR', KEYS[1])
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'op', 'epoch', 'epoch', epoch)
-return epoch
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'op', 'epoch', 'epoch', ARGV[2])
 """
 
 # KEYS: lru, hits. ARGV: now, id. Only an entry still in the LRU is touched: a hit on an entry
@@ -269,7 +278,7 @@ class RedisStore:
         self._probe: asyncio.Future[bool] | None = None
         self._recheck: asyncio.Task[None] | None = None  # PINGs Redis while it is marked down
         self._p = key_prefix
-        #: Redis's flush count as last seen (a put's reply, a flush, the follower); None: unknown
+        #: Redis's epoch as last seen (a put's reply, a flush, the follower); None: unknown
         self._epoch: int | None = None
         self._timeout = timeout
         self._max_entries = max_entries
@@ -366,6 +375,7 @@ class RedisStore:
                     self._p + "e:",
                     _STREAM_MAXLEN,
                     "" if epoch is None else epoch,
+                    _new_epoch(),
                 ],
             )
             if int(reply[0]) < 0:  # a flush came since ``epoch``: nothing was written
@@ -440,9 +450,10 @@ class RedisStore:
             raise StoreUnavailable("Redis is unavailable: nothing was flushed.")
         try:
             # first: an answer stored from now on was asked for after the flush began
-            epoch = await self._epoch_script(keys=self._keys("epoch", "events"),
-                                             args=[_STREAM_MAXLEN])  # fmt: skip
-            self._epoch = int(epoch)
+            epoch = _new_epoch()
+            await self._epoch_script(keys=self._keys("epoch", "events"),
+                                     args=[_STREAM_MAXLEN, epoch])  # fmt: skip
+            self._epoch = epoch
             if namespace is None:
                 ids = [i async for page in self._lru_pages() for i in page]
             else:
@@ -665,7 +676,8 @@ class RedisStore:
         except ResponseError:  # no stream yet
             tail = b"0-0"
         await self._count_entries()
-        self._epoch = int(await self._follower.get(self._p + "epoch") or 0)
+        await self._follower.set(self._p + "epoch", _new_epoch(), nx=True)  # (see _PUT)
+        self._epoch = int(await self._follower.get(self._p + "epoch"))
         return tail
 
     async def _trimmed_since(self, position: bytes) -> bool:
@@ -776,6 +788,12 @@ class RedisStore:
                     return
             except Exception:  # NOTE: a recheck that stopped would leave the cache off for good
                 log.exception("response cache: trying Redis again failed")
+
+
+def _new_epoch() -> int:
+    """A flush's epoch: random, so no two flushes (nor a Redis that lost its data) share one
+    (62 bits: a replica of an older version, which counts up with INCR, cannot overflow it)."""
+    return secrets.randbits(62)
 
 
 def _retry_once() -> Retry:

@@ -269,3 +269,36 @@ def test_the_cache_is_back_when_redis_is(
     assert eventually(
         lambda: ask(gateway, "What is the speed of sound?").headers["x-cache"] == "exact"
     )
+
+
+def test_a_flush_after_redis_lost_its_data_still_drops_an_answer_asked_for_before_it(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """The epoch was a count of flushes: a Redis restarted without its data (no persistence, a
+    failover to an empty replica) counted from 0 again, and the first flush after it brought
+    the count back to the one a request still at the model had begun with. Its answer, made
+    before that flush, was stored after it and served as an exact hit."""
+    text = config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False})
+    gateway = serve(text)
+    assert httpx.post(f"{gateway.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
+            "fake": {"delay": 3}}  # fmt: skip
+
+    def ask_slowly() -> httpx.Response:
+        return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
+
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(ask_slowly)
+        assert eventually(lambda: upstream.stats["chat"] == 1)  # the request is at the model
+        redis_server.stop()
+        redis_server.start()  # back, empty
+        flush = httpx.post(f"{gateway.url}/admin/cache/flush", json={}, timeout=30)
+        assert flush.status_code == 200
+        old = before.result()
+    assert old.headers["x-cache"] == "miss"
+    after = ask_slowly()  # (a lookup waits for the gateway's write in progress)
+    assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
