@@ -222,8 +222,9 @@ class ResponseCache:
 
     @property
     def epoch(self) -> int | None:
-        """The store's flush count now: taken when a request begins, passed to ``store`` with
-        its answer, which is not stored if a flush (through any replica) came meanwhile."""
+        """The store's epoch now (a disk store's flush count, Redis's token of its last flush):
+        taken when a request begins, passed to ``store`` with its answer, which is not stored
+        if a flush (through any replica) came meanwhile."""
         return self._store.epoch
 
     @property

@@ -72,6 +72,9 @@ _CONNECTIONS = 64  # commands in flight at once, per replica
 _TURN_WAIT = 4
 #: What a read that could not be made returns inside ``get`` (not None: that is "no entry").
 _UNKNOWN = object()
+#: The epoch a request begins in while this replica does not know Redis's yet: no epoch is
+#: negative, so every put refuses its answer (see ``epoch``).
+_NO_EPOCH = -1
 _TRIM_CHECK_S = 1.0  # how often the follower checks that no event it had not read was trimmed
 _RECONNECT_S = 0.1  # how often the follower tries Redis again while it is unreachable
 _REFUSED_S = 1.0  # how long the follower waits after Redis refused one of its commands
@@ -314,7 +317,14 @@ class RedisStore:
 
     @property
     def epoch(self) -> int | None:
-        return self._epoch
+        """Redis's epoch as this replica knows it; ``_NO_EPOCH`` while it does not (it has not
+        read it yet: the follower of a replica that just started waits for its embedding model).
+
+        NOTE: it was None, which a put does not check: an answer to a request begun then, made
+        before a flush through another replica, was stored after that flush. Unknown, the
+        answer is not stored; the first lookup (``get``) or put learns the epoch.
+        """
+        return _NO_EPOCH if self._epoch is None else self._epoch
 
     # -- EntryStore ------------------------------------------------------------------------
 
@@ -324,6 +334,10 @@ class RedisStore:
         StoreUnavailable, so a caller never takes "unknown" for "gone"."""
 
         async def op() -> Entry | None:
+            if self._epoch is None:  # (a replica that just started: see ``epoch``)
+                epoch = await self._redis.get(self._p + "epoch")
+                if epoch is not None and self._epoch is None:
+                    self._epoch = int(epoch)
             reply = await self._get_script(
                 keys=[self._key(entry_id), *self._keys("hits", "lru", "exp", "events")],
                 args=[entry_id, self._p + "e:", _STREAM_MAXLEN, repr(time.time())],

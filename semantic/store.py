@@ -122,7 +122,7 @@ class EntryStore(Protocol):
     shared: bool
 
     @property
-    def epoch(self) -> int | None: ...  # the flushes so far, as this process knows them now
+    def epoch(self) -> int | None: ...  # changes with each flush (as this process knows it now)
 
     @property
     def available(self) -> bool: ...  # False while unreachable: a None from get proves nothing

@@ -3,6 +3,7 @@ see earlier entries, TTLs hold everywhere, and a Redis outage costs cache hits, 
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -301,4 +302,41 @@ def test_a_flush_after_redis_lost_its_data_still_drops_an_answer_asked_for_befor
         old = before.result()
     assert old.headers["x-cache"] == "miss"
     after = ask_slowly()  # (a lookup waits for the gateway's write in progress)
+    assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
+
+
+def test_a_replica_still_loading_does_not_store_an_answer_asked_for_before_a_flush(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """A replica learnt the epoch when its follower started, once its embedding model had
+    loaded (seconds): a request it took meanwhile began in no epoch (unchecked), and its
+    answer, made before a flush through another replica, was stored after that flush and
+    served as an exact hit."""
+    a = serve(config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False}),
+              name="a.yaml")  # fmt: skip
+    b = serve(config(upstream_server.url, redis_server.url, tmp_path), name="b.yaml",
+              ready_timeout=None)  # fmt: skip
+
+    def loading() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{b.url}/readyz", timeout=5).json()["cache"] is False
+        return False
+
+    assert eventually(loading, timeout=60), "the replica was not seen loading its model"
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
+            "fake": {"delay": 1.5}}  # fmt: skip
+
+    def ask_slowly() -> httpx.Response:
+        return httpx.post(f"{b.url}/v1/chat/completions", json=body, timeout=30)
+
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(ask_slowly)  # (its lookup waits for the model to load)
+        assert eventually(lambda: upstream.stats["chat"] == 1, timeout=60)  # now at the model
+        assert httpx.post(f"{a.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
+        assert before.result().headers["x-cache"] == "miss"
+    after = ask_slowly()  # (a lookup on B waits for B's write in progress)
     assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
