@@ -446,7 +446,7 @@ def _entry_store(config: Config) -> EntryStore:
 #: Statistics that only go up, exported as counters (``..._total``).
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|store_failures|evictions"
-    r"|expirations"
+    r"|expirations|stores_superseded"
     r"|too_long_for_semantic|semantic_errors|store_skipped_commands|store_slow_commands"
     r"|embedder_(waits|wait_seconds|texts_encoded)"
 )

@@ -173,6 +173,7 @@ class _Counters:
     rejections: Counter[str] = field(default_factory=Counter)
     stores: int = 0
     store_failures: int = 0  # answers the store could not take (Redis down, a full disk)
+    superseded: int = 0  # answers not stored: a flush came after their request began
     evictions: int = 0
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
@@ -364,6 +365,7 @@ class ResponseCache:
         try:
             evicted = await self._store.put(entry, epoch=epoch)
         except Superseded:  # made before a flush: not served after it
+            self._counters.superseded += 1
             return None
         except StoreUnavailable:  # (Redis down, a full disk: logged once, not per answer)
             self._counters.store_failures += 1
@@ -396,6 +398,7 @@ class ResponseCache:
         try:
             evicted = await self._store.put_many(entries, epoch=epoch)
         except Superseded as exc:  # asked for before a flush: not served after it
+            self._counters.superseded += len(entries)
             self._dropped(exc.removed)  # (evicted for the first ones, stored before the flush)
             return 0
         except StoreUnavailable as exc:
@@ -466,6 +469,7 @@ class ResponseCache:
             "guard_rejections_by_reason": dict(c.rejections),
             "stores": c.stores,
             "store_failures": c.store_failures,
+            "stores_superseded": c.superseded,
             "evictions": c.evictions,
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,

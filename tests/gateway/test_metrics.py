@@ -250,6 +250,26 @@ def test_an_answer_the_store_cannot_encode_is_served_and_counted(
     assert gw.chat("big", fake={"raw": {"body": json.dumps(answer)}}).headers["x-cache"] == "miss"
 
 
+def test_answers_superseded_by_a_flush_are_counted(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """An answer whose request began before a flush is not stored (made before the flush):
+    it was counted nowhere, neither a store nor a store failure."""
+    gw = make_gateway()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        before = pool.submit(gw.chat, "Name three prime numbers.", fake={"delay": 1.0})
+        wait_for(lambda: upstream.stats["chat"] == 1)  # the request waits for the model
+        assert gw.http.post("/admin/cache/flush", json={}).status_code == 200
+        assert before.result().headers["x-cache"] == "miss"
+
+    def superseded() -> float:
+        return sample(gw.http.get("/metrics").text, "cachegate_cache_stores_superseded_total")
+
+    wait_for(lambda: superseded() == 1)  # was absent
+    assert sample(gw.http.get("/metrics").text, "cachegate_cache_stores_total") == 0
+    assert gw.http.get("/admin/stats").json()["cache"]["stores_superseded"] == 1
+
+
 def _documented_metrics() -> list[tuple[str, list[str]]]:
     """The metric tables of docs/observability.md and docs/deployment.md: (name, the names it
     may stand for) per entry.
