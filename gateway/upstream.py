@@ -237,12 +237,18 @@ class UpstreamBackend:
     async def answers(self) -> bool:
         """Whether the upstream answers ``GET /models`` (with any status) within
         ``timeout.connect`` (or ``read``, if shorter): one whose request timed out but that
-        answers this is slow (a generation longer than ``timeout.read``), not hung."""
+        answers this is slow (a generation longer than ``timeout.read``), not hung.
+
+        NOTE: asked past ``max_connections`` (``_UNGATED``): a slow replica's connections are
+        all in use, and the one its timed-out request freed goes to a request waiting for one;
+        this waited behind it for ``timeout.pool``, in vain, and the replica was taken for hung.
+        """
         t = self.config.timeout
         try:
             await self._client.get(
-                self._url("models"), headers=self._own_auth, timeout=min(t.connect, t.read)
-            )
+                self._url("models"), headers=self._own_auth, timeout=min(t.connect, t.read),
+                extensions={_UNGATED: True},
+            )  # fmt: skip
         except httpx.HTTPError:
             return False
         return True
@@ -863,6 +869,8 @@ _MADE_MAX = 100_000
 
 #: Request extension: when ``_Admission`` let the request go (monotonic seconds).
 _ADMITTED = "cachegate.admitted_at"
+#: Request extension: ``_Admission`` lets the request go at once, holding no turn.
+_UNGATED = "cachegate.ungated"
 
 
 def _salt(config: OpenAIModelConfig) -> str:
@@ -927,6 +935,8 @@ class _Admission(httpx.AsyncBaseTransport):
         self._timeout = timeout
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.extensions.get(_UNGATED):  # (a probe: see UpstreamBackend.answers)
+            return await self._inner.handle_async_request(request)
         try:
             async with asyncio.timeout(self._timeout):
                 await self._gate.acquire()

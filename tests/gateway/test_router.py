@@ -536,6 +536,42 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
         assert sum(r["remembered_bytes"] for r in replicas) > 0
 
 
+def test_a_slow_replica_whose_connections_are_all_in_use_is_not_taken_for_hung(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A generation longer than ``timeout.read`` on a replica whose ``max_connections`` are all
+    in use, another request waiting for one: the freed connection goes to that request, and
+    the ``GET /models`` that tells slow from hung waited behind it for ``timeout.pool`` in
+    vain. The replica (it answers at once) was marked down, forgot its prefixes, and the
+    request failed over and ran on the other replica too."""
+    settings = "max_retries: 1, max_connections: 2, timeout: {read: 1, pool: 3}"
+    talk = [{"role": "user", "content": "Tell me about the ACME support plans, at length."}]
+    endless = {"fake": {"endless": True, "chunk_delay": 0.2}}
+    with with_a_second(upstream_server, tmp_path, settings) as (gw, second), \
+            concurrent.futures.ThreadPoolExecutor(2) as pool:  # fmt: skip
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+
+        def chat(**options: Any) -> Any:
+            return client.chat.completions.create(model="fake-model", messages=talk, **options)
+
+        def called() -> int:
+            return int(upstream.stats["chat"] + second.app.stats["chat"])
+
+        held = chat(stream=True, extra_body=endless)  # one connection, held
+        next(iter(held))
+        slow = pool.submit(chat, extra_body={"fake": {"delay": 5}})  # the other
+        wait_for(lambda: called() == 2)
+        waiting = pool.submit(chat, stream=True, extra_body=endless)  # (same replica: prefix)
+        with pytest.raises(openai.InternalServerError) as timed_out:
+            slow.result()
+        assert timed_out.value.status_code == 504
+        assert timed_out.value.code == "upstream_timeout"
+        waiting.result().close()
+        held.close()
+        assert called() == 3  # (the slow one ran once: no failover)
+        assert not any(r["down"] for r in routing_stats(gw)["replicas"])
+
+
 def test_a_slow_follow_up_is_not_run_again_on_another_replica(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
