@@ -712,7 +712,9 @@ class ReplicatedBackend:
         if others_left and exc.retryable and retry and retries < self.config.max_retries:
             self._failover(replica, exc)
             return retries + 1
-        if exc.retryable and retries:  # retried on other replicas already
+        # retried on other replicas already (a slow one's timeout too: ``_down`` made it
+        # not retryable here, yet the SDKs retry a 504 and ran the generation again)
+        if (exc.retryable or exc.code == "upstream_timeout") and retries:
             exc.final()
         raise exc
 

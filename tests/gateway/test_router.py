@@ -572,6 +572,36 @@ def test_a_slow_replica_whose_connections_are_all_in_use_is_not_taken_for_hung(
         assert not any(r["down"] for r in routing_stats(gw)["replicas"])
 
 
+def test_a_slow_replicas_timeout_after_a_failover_tells_the_sdk_not_to_retry(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A hung replica, then (failed over) a live one slower than ``timeout.read``: the 504
+    comes after the gateway's own retry, so it says ``x-should-retry: false``, as when the
+    last replica was hung too. Without it the openai SDK sent the request twice more, and
+    the slow replica ran the generation three times."""
+    import socket
+
+    with socket.socket() as hung:  # the kernel accepts connections; nobody ever answers
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        urls = [f"http://127.0.0.1:{hung.getsockname()[1]}/v1", f"{upstream_server.url}/v1"]
+        settings = "max_retries: 1, timeout: {read: 0.5}, routing: {policy: round_robin}"
+        gw = replicated(tmp_path, urls, settings)
+        try:
+            client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=2)
+            with pytest.raises(openai.InternalServerError) as timed_out:
+                client.chat.completions.create(
+                    model="fake-model", messages=[{"role": "user", "content": "a novel"}],
+                    extra_body={"fake": {"delay": 2}},
+                )  # fmt: skip
+            assert timed_out.value.status_code == 504
+            assert timed_out.value.response.headers.get("x-should-retry") == "false"
+            assert upstream.stats["chat"] == 1  # (failed over to once; not retried by the SDK)
+            assert [r["down"] for r in routing_stats(gw)["replicas"]] == [True, False]
+        finally:
+            gw.stop()
+
+
 def test_a_slow_follow_up_is_not_run_again_on_another_replica(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
