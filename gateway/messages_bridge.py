@@ -585,17 +585,20 @@ def _strict(node: Any) -> bool:
         return False
     if node.get("format") not in (None, *_STRICT_FORMATS):
         return False
-    properties = node.get("properties", {})
-    if not isinstance(properties, dict):
+    properties, required = node.get("properties", {}), node.get("required") or []
+    # (a hand-written schema's may be no list of names: a 500, never sent to be judged)
+    if not isinstance(properties, dict) or not isinstance(required, list):
         return False
     if node.get("type") == "object" or properties:
         if node.get("additionalProperties") is not False:
             return False
-        if set(node.get("required") or ()) != set(properties):
+        if not all(isinstance(r, str) for r in required) or set(required) != set(properties):
             return False
-    defs = node.get("$defs", {})
+    defs, any_of = node.get("$defs", {}), node.get("anyOf") or []
+    if not isinstance(any_of, list):
+        return False
     children = [*properties.values(), *(defs.values() if isinstance(defs, dict) else [None])]
-    children += node.get("anyOf") or []
+    children += any_of
     children += [node["items"]] if "items" in node else []
     return all(_strict(child) for child in children)
 

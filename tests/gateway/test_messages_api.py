@@ -952,6 +952,32 @@ def test_structured_outputs_are_strict_for_a_bridged_upstream_when_openai_can_be
         assert len(app.bodies) == 3
 
 
+def test_a_schema_strict_mode_cannot_read_reaches_a_bridged_upstream_not_strict(
+    tmp_path: Path,
+) -> None:
+    """A structured-outputs schema whose ``required``/``anyOf`` is no list of names/schemas
+    (a hand-written one) goes to the upstream as sent, without ``strict``, for it to judge;
+    reading it for strict mode was a 500 (``TypeError``) that never reached the upstream."""
+    app = OneAnswer({"content": '{"name": "hammer"}'})
+    name = {"type": "string"}
+    schemas: list[dict[str, Any]] = [
+        {"required": [{"name": True}]}, {"required": "name"}, {"required": ["name"], "anyOf": 1},
+    ]  # fmt: skip
+    with bridged_client(app, "gpt", tmp_path) as client:
+        for extra in schemas:
+            schema = {"type": "object", "properties": {"name": name},
+                      "additionalProperties": False, **extra}  # fmt: skip
+            output_config = {"format": {"type": "json_schema", "schema": schema}}
+            answer = client.messages.create(
+                model="gpt", max_tokens=64, messages=[{"role": "user", "content": str(extra)}],
+                extra_body={"output_config": output_config},
+            )  # fmt: skip
+            assert answer.content[0].type == "text", extra
+            sent = app.bodies[-1]["response_format"]["json_schema"]
+            assert sent["schema"] == schema and "strict" not in sent
+        assert len(app.bodies) == len(schemas)
+
+
 def test_a_bridged_upstreams_refusal_is_a_refusal_json_and_streamed(tmp_path: Path) -> None:
     """A chat answer's ``refusal`` (OpenAI's model declined; ``finish_reason: "stop"``) is
     the answer's text with ``stop_reason: "refusal"``, as Anthropic reports a refusal (was an
