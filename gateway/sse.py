@@ -79,6 +79,8 @@ class SSEParser:
         self.queued = False
         self.prompt_tokens: int | None = None
         self._opening = True  # the stream's first bytes may be a UTF-8 BOM (not data)
+        #: the last event that had neither data nor a comment (``unread``)
+        self._unread = b""
 
     def feed(self, data: bytes) -> list[bytes]:
         if self._held_cr:
@@ -115,6 +117,8 @@ class SSEParser:
                 self.queued = block + b"\n\n" == QUEUED
                 if block.startswith(RUNNING) and block[len(RUNNING) :].isdigit():
                     self.prompt_tokens = int(block[len(RUNNING) :])
+            else:
+                self._unread = block
 
     def end(self) -> list[bytes]:
         """At the stream's end: the events a CR held back (``feed``) completes. With no byte
@@ -133,6 +137,12 @@ class SSEParser:
     def pending(self) -> bytes:
         """Bytes of an event that has not ended yet."""
         return bytes(self._buffer) + (b"\r" if self._held_cr else b"")
+
+    @property
+    def unread(self) -> bytes:
+        """The last event with neither data nor a comment, as it came (a plain JSON body that
+        ended with a blank line, where events were due: ``UpstreamStream._unstreamed``)."""
+        return self._unread
 
 
 _BOM = b"\xef\xbb\xbf"

@@ -1130,7 +1130,8 @@ class UpstreamStream:
         but such a body (no ``data:``): it was a stream of no events, a ``stream_incomplete``
         error, and the upstream's message was lost.
         """
-        pending = self._parser.pending
+        # (one that ended with a blank line, as an event does, was read as an event of no data)
+        pending = self._parser.pending.strip() or self._parser.unread
         if len(pending) > _ERROR_BYTES:
             return None
         raw = _hide(pending, self._secret)

@@ -948,6 +948,27 @@ def test_a_json_error_sent_as_an_event_stream_reaches_the_client_with_its_messag
         assert error["code"] == "upstream_error" and says in error["message"]
 
 
+def test_a_json_error_sent_as_an_event_stream_with_a_blank_line_reaches_the_client(
+    make_gateway: Any,
+) -> None:
+    """The same JSON error body ending with a blank line (``\\n\\n``, as an event ends): the
+    parser took it for an event without data and dropped it, and the client got the generic
+    ``stream_incomplete`` error without the upstream's message. Its key is hidden as ever."""
+    gw = make_gateway(model_yaml="api_key: sk-proxy-key-1234")
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="sk-none", max_retries=0)
+    quota = {"error": {"message": "You exceeded your current quota (key sk-proxy-key-1234)",
+                       "type": "insufficient_quota", "code": "insufficient_quota"}}  # fmt: skip
+    for end in ("\n\n", "\r\n\r\n", "\n\n\n"):
+        fake = raw(json.dumps(quota) + end, content_type="text/event-stream")
+        with pytest.raises(openai.APIError) as caught:
+            list(client.chat.completions.create(
+                model="fake-model", messages=[{"role": "user", "content": "proxied"}],
+                stream=True, extra_body={"fake": fake}))  # fmt: skip
+        message = caught.value.message
+        assert "You exceeded your current quota (key ***)" in message, (end, message)
+        assert "sk-proxy-key-1234" not in message
+
+
 def test_a_forwarded_client_key_is_not_kept_after_its_request(make_gateway: Any) -> None:
     """With no ``api_key`` each client's own key goes upstream, and what the upstream sends
     back is searched for it (``_hide``): the forms it is searched in were cached module-wide
