@@ -14,9 +14,10 @@ It also gives a request's line and headers ``header_timeout`` seconds to arrive 
 connection's opening, or the end of the answer before), then closes the connection: uvicorn
 has no such deadline, so a client sending its headers a byte at a time (slowloris), or blank
 lines, or nothing, was held for as long as it went on. And it answers ``431`` to a request
-whose line and headers pass ``max_header_bytes``: httptools keeps a header's value whole,
-however long, until its line ends (and copies it at every read: quadratic), so one connection
-sending a header without end made the process hold it and spend its event loop copying it.
+whose line and headers (or chunked body's trailer) pass ``max_header_bytes``: httptools
+keeps a header's value whole, however long, until its line ends (and copies it at every read:
+quadratic), so one connection sending a header without end made the process hold it and spend
+its event loop copying it.
 ``serving_protocol`` makes the class ``cachegate serve`` runs with ``server.header_timeout``
 and ``server.max_header_bytes``.
 """
@@ -47,6 +48,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = True  # (blank lines before a request count too)
         self._heads = 0  # requests whose headers were complete
         self._header_bytes = 0
+        self._body_read = False  # (the read being parsed held body bytes)
         super().connection_made(transport)
         # (flow control stays on the real transport: its pause/resume reach this protocol)
         self.transport = _Corked(transport)  # type: ignore[assignment]
@@ -57,16 +59,23 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        before = (self._in_headers, self._heads)
+        before, self._body_read = (self._in_headers, self._heads), False
         super().data_received(data)
-        # NOTE: a read counts only when it holds nothing but one request's line and headers
-        # (one that ends or begins them counts 0): at most a read more than the limit is held
-        if not self._in_headers or before != (True, self._heads):
+        # NOTE: a read counts only when it holds nothing but one request's line and headers,
+        # or nothing but a chunked body's trailer (no body bytes: httptools keeps a trailer's
+        # line whole as it does a header's, so one without end was held past the limit, no key
+        # needed); one that ends or begins them counts 0: at most a read more than the limit
+        # is held
+        if self._body_read or before != (self._in_headers, self._heads):
             self._header_bytes = 0
             return
         self._header_bytes += len(data)
         if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
             self._refuse(431, "The request's headers are too large.", "headers_too_large")
+
+    def on_body(self, body: bytes) -> None:
+        self._body_read = True
+        super().on_body(body)
 
     def on_message_begin(self) -> None:
         self._in_headers = True

@@ -571,3 +571,36 @@ models:
     error = json.loads(answer.partition(b"\r\n\r\n")[2])["error"]
     assert error["code"] == "headers_too_large"
     assert httpx.get(f"{gateway.url}/healthz", headers={"x-pad": "a" * 4000}).status_code == 200
+
+
+def test_a_chunked_bodys_trailer_that_never_ends_is_refused_past_max_header_bytes(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """httptools keeps a chunked body's trailer line whole as it does a header's: a client
+    sending one without end, with no key needed, was held whole past ``max_header_bytes``
+    (until ``header_timeout``: hundreds of MB a connection), as a header was before 431."""
+    import socket
+
+    gateway = serve(f"""
+server: {{max_header_bytes: 8192}}
+auth: {{keys: [{{key: k1, tenant: acme}}]}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    answer = b""
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            b"transfer-encoding: chunked\r\n\r\n0\r\nx-trailer: "
+        )
+        with contextlib.suppress(OSError):  # (reset: closed with what was sent still unread)
+            for _ in range(1024):  # 16 MB, 16 kB at a time, and the trailer never ends
+                client.sendall(b"a" * 16384)
+        client.settimeout(10)
+        with contextlib.suppress(OSError):  # (a timeout: the connection was kept)
+            while chunk := client.recv(4096):
+                answer += chunk
+    assert b"HTTP/1.1 431 " in answer, answer
+    assert b'"code":"headers_too_large"' in answer.replace(b" ", b"")
