@@ -88,7 +88,11 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing():  # (kept alive: the next request's headers)
+        # NOTE: kept alive, the deadline is for the next request's headers; not while a
+        # request pipelined behind this answer (``cycle``: the last whose headers came) is
+        # yet to be answered: armed from this answer's end, it closed the connection soon
+        # after that request's answer, under the client's next request
+        if not self.transport.is_closing() and self.cycle.response_complete:
             self._arm_header_deadline()
 
     def _arm_header_deadline(self) -> None:

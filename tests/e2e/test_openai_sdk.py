@@ -604,3 +604,39 @@ models:
                 answer += chunk
     assert b"HTTP/1.1 431 " in answer, answer
     assert b'"code":"headers_too_large"' in answer.replace(b" ", b"")
+
+
+def test_a_pipelined_requests_answer_restarts_the_header_timeout(
+    serve: Any, upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """The deadline for the next request's headers was armed at the end of the first answer
+    of two pipelined requests, while the second was still being answered: it closed the
+    connection soon after the second's answer, under the client's next request (sent well
+    inside ``header_timeout``), which got no answer."""
+    import socket
+
+    gateway = serve(f"""
+server: {{header_timeout: 4}}
+data_dir: {tmp_path / "data"}
+cache: {{semantic: {{enabled: false}}}}
+models:
+  fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
+""")
+    body = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "slow"}],
+                       "fake": {"delay": 3}}).encode()  # fmt: skip
+    health = b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(
+            health + b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+            b"content-type: application/json\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        client.settimeout(30)
+        answers = b""
+        while answers.count(b"HTTP/1.1 200 ") < 2 or not answers.endswith(b"}"):
+            answers += client.recv(65536)
+        time.sleep(2.5)  # (idle, inside header_timeout: 5.5 s past the first answer's end)
+        client.sendall(health)
+        assert client.recv(4096).startswith(b"HTTP/1.1 200 ")
+    assert upstream.stats["chat"] == 1
