@@ -164,8 +164,9 @@ class DiskStore:
     last use) and hit counts and last use are written back by ``sync()``, never on the hit path.
     Past ``max_entries``, expired entries not yet swept go first, then the least recently used.
     Past ``max_entries_per_tenant`` entries of one tenant (``tenant_of`` an entry's tenant: the
-    tenant a front gateway's partitions subdivide), that tenant's least recently used go first:
-    one tenant storing many answers cannot push every other tenant's out.
+    tenant a front gateway's partitions subdivide), that tenant's expired entries not yet swept
+    go first, then its least recently used: one tenant storing many answers cannot push every
+    other tenant's out.
     """
 
     shared = False
@@ -216,6 +217,8 @@ class DiskStore:
         self._tenant_of = tenant_of
         #: Each tenant's entries, least recently used first (kept only with a per-tenant cap).
         self._by_tenant: dict[str, OrderedDict[int, None]] = {}
+        #: (expires, id) of each tenant's entries with a TTL, soonest first (likewise).
+        self._tenant_expiries: dict[str, list[tuple[float, int]]] = {}
         self._epoch = 0  # flushes since start (see ``put``)
         self._refusing = False  # the last write failed (logged once until one succeeds)
         self._unreadable = False  # the last read failed (likewise)
@@ -309,9 +312,13 @@ class DiskStore:
         evicted: list[int] = []
         own = self._by_tenant.get(tenant)
         while own and self._per_tenant is not None and len(own) > self._per_tenant:
-            oldest = next(iter(own))  # the tenant's least recently used
-            self._forget(oldest)
-            evicted.append(oldest)
+            # NOTE: its expired entries first, as past max_entries: one never served again
+            # held the share while a live one went (and its next request missed)
+            victim = self._pop_expired(now, self._tenant_expiries.get(tenant, []))
+            if victim is None:
+                victim = next(iter(own))  # the tenant's least recently used
+                self._forget(victim)
+            evicted.append(victim)
         while len(self._meta) > self._max_entries:
             victim = self._pop_expired(now)
             if victim is None:
@@ -483,6 +490,9 @@ class DiskStore:
         self._meta[entry_id] = meta
         if self._per_tenant is not None:
             self._by_tenant.setdefault(meta.tenant, OrderedDict())[entry_id] = None
+            if meta.expires is not None:
+                expiries = self._tenant_expiries.setdefault(meta.tenant, [])
+                heapq.heappush(expiries, (meta.expires, entry_id))
 
     def _forget(self, entry_id: int) -> None:
         """``entry_id`` out of the memory view (and its tenant's count)."""
@@ -492,10 +502,17 @@ class DiskStore:
             own.pop(entry_id, None)
             if not own:
                 del self._by_tenant[meta.tenant]
+                self._tenant_expiries.pop(meta.tenant, None)
 
     def _reheap(self) -> None:
-        """Rebuild the expiry heap from the live entries (drops the stale pairs)."""
+        """Rebuild the expiry heaps from the live entries (drops the stale pairs)."""
         self._expiries = [(m.expires, i) for i, m in self._meta.items() if m.expires is not None]
+        self._tenant_expiries = {}
+        if self._per_tenant is not None:
+            for pair in self._expiries:
+                self._tenant_expiries.setdefault(self._meta[pair[1]].tenant, []).append(pair)
+            for expiries in self._tenant_expiries.values():
+                heapq.heapify(expiries)
         heapq.heapify(self._expiries)
 
     def _expired(self, entry_id: int, now: float) -> bool:
@@ -555,10 +572,14 @@ class DiskStore:
         kept.reverse()
         return kept, excess
 
-    def _pop_expired(self, now: float) -> int | None:
-        """Forget and return an entry whose TTL has passed, if any (soonest expiry first)."""
-        while self._expiries and self._expiries[0][0] <= now:
-            expires, entry_id = heapq.heappop(self._expiries)
+    def _pop_expired(
+        self, now: float, expiries: list[tuple[float, int]] | None = None
+    ) -> int | None:
+        """Forget and return an entry whose TTL has passed, if any (soonest expiry first), of
+        ``expiries`` (a tenant's) or else of all entries."""
+        expiries = self._expiries if expiries is None else expiries
+        while expiries and expiries[0][0] <= now:
+            expires, entry_id = heapq.heappop(expiries)
             meta = self._meta.get(entry_id)
             if meta is not None and meta.expires == expires:  # else: deleted or stored again
                 self._forget(entry_id)

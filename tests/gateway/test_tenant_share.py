@@ -6,6 +6,7 @@ pushed every other tenant's answers out of the one LRU: their next identical req
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import openai
@@ -82,6 +83,25 @@ def test_a_tenant_cannot_widen_its_share_with_partitions(
         _ask(b, "same question", extra_headers={"x-cachegate-partition": f"p{i}"})
     assert [_ask(a, f"a's question {i}") for i in range(3)] == ["exact"] * 3
     assert _stats(gw)["entries_by_tenant"] == {"a": 3, "b": 4}
+
+
+def test_a_tenants_expired_answers_leave_its_share_first(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Past its share, a tenant's expired answers not yet swept go first, as past
+    ``max_entries``: its least recently used went, a live answer, while one never served again
+    kept its place (and each live answer asked again missed, pushing out the next)."""
+    shares = "cache: {max_entries: 10, max_entries_per_tenant: 4, sweep_interval: 3600}"
+    gw = make_gateway(TENANTS + shares)
+    a = _sdk(gw, "key-a")
+    for i in range(3):
+        assert _ask(a, f"a's question {i}") == "miss"
+    assert _ask(a, "today's headline", extra_headers={"x-cache-ttl": "1"}) == "miss"
+    time.sleep(1.5)  # (past its TTL: never served again, not yet swept)
+    assert _ask(a, "a's new question") == "miss"  # past the share: the expired answer goes
+    assert [_ask(a, f"a's question {i}") for i in range(3)] == ["exact"] * 3
+    assert _ask(a, "a's new question") == "exact"
+    assert _stats(gw)["entries_by_tenant"] == {"a": 4}
 
 
 def test_the_shares_hold_across_a_restart_with_a_lower_share(
