@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import logging
 import os
 import re
@@ -199,10 +200,26 @@ class Runtime:
             return None
         stats = self.cache.stats()
         if self.config.cache.max_entries_per_tenant is not None:  # (not a metric: one per tenant)
-            stats["entries_by_tenant"] = self.cache.tenant_entries()
+            stats.update(_tenants_shown(self.cache.tenant_entries()))
         if self.auditor is not None:
             stats["audit"] = self.auditor.stats()
         return stats
+
+
+#: Tenants whose entry counts ``/admin/stats`` lists by name (those holding the most): with
+#: client keys as tenants there can be one per entry, and the dashboard polls every 2 s.
+MAX_TENANTS_SHOWN = 100
+
+
+def _tenants_shown(counts: dict[str, int]) -> dict[str, Any]:
+    """``entries_by_tenant`` (the :data:`MAX_TENANTS_SHOWN` tenants holding the most entries),
+    and the rest together in ``entries_by_other_tenants``."""
+    shown = dict(heapq.nlargest(MAX_TENANTS_SHOWN, counts.items(), key=lambda kv: kv[1]))
+    out: dict[str, Any] = {"entries_by_tenant": shown}
+    if len(counts) > len(shown):
+        rest = sum(counts.values()) - sum(shown.values())
+        out["entries_by_other_tenants"] = {"tenants": len(counts) - len(shown), "entries": rest}
+    return out
 
 
 def _admission(config: Config, metrics: Metrics) -> Admission | None:

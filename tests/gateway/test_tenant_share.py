@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from gateway.config import ConfigError, load_config_text
+from gateway.runtime import MAX_TENANTS_SHOWN
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 
@@ -157,3 +158,25 @@ def test_a_share_per_tenant_is_refused_with_redis() -> None:
     """Redis evicts in one LRU for every replica: the key would be silently ignored."""
     with pytest.raises(ConfigError, match="max_entries_per_tenant is not supported"):
         load_config_text("cache: {backend: redis, max_entries_per_tenant: 100}")
+
+
+def test_stats_name_the_tenants_holding_the_most_and_count_the_rest_together(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """With client keys as tenants there can be as many tenants as entries: ``/admin/stats``
+    (polled by the dashboard) names the 100 holding the most, not every one."""
+    keys = ", ".join(f"{{key: key-{i}, tenant: t{i}}}" for i in range(MAX_TENANTS_SHOWN + 3))
+    gw = make_gateway(
+        f"auth: {{keys: [{keys}]}}\nadmin: {{api_key: adm}}\n"
+        + "cache: {max_entries_per_tenant: 10}"
+    )
+    big = _sdk(gw, "key-0")
+    for i in range(3):
+        assert _ask(big, f"t0's question {i}") == "miss"
+    for i in range(1, MAX_TENANTS_SHOWN + 3):
+        assert _ask(_sdk(gw, f"key-{i}"), f"t{i}'s question") == "miss"
+    stats = _stats(gw)
+    assert stats["entries"] == MAX_TENANTS_SHOWN + 5
+    shown = stats["entries_by_tenant"]
+    assert len(shown) == MAX_TENANTS_SHOWN and shown["t0"] == 3
+    assert stats["entries_by_other_tenants"] == {"tenants": 3, "entries": 3}
