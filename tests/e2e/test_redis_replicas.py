@@ -69,6 +69,37 @@ def stored(replica: ServeProcess, n: int = 1) -> bool:
     )
 
 
+def ask_slowly(replica: ServeProcess, delay: float = 1.5) -> httpx.Response:
+    """ "What is 2+2?", answered by the fake model after ``delay`` seconds."""
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
+            "fake": {"delay": delay}}  # fmt: skip
+    return httpx.post(f"{replica.url}/v1/chat/completions", json=body, timeout=30)
+
+
+def flushed_while_at_the_model(
+    upstream: FakeUpstream, replica: ServeProcess, flush: Any, delay: float = 1.5,
+    timeout: float = 5.0,
+) -> httpx.Response:  # fmt: skip
+    """:func:`ask_slowly` of ``replica``; ``flush()`` once the request is at the model (within
+    ``timeout``); the request's answer."""
+    with ThreadPoolExecutor(1) as pool:
+        before = pool.submit(ask_slowly, replica, delay)
+        assert eventually(lambda: upstream.stats["chat"] == 1, timeout=timeout)
+        flush()
+        return before.result()
+
+
+def flush_of(replica: ServeProcess) -> Any:
+    """A ``flush`` for :func:`flushed_while_at_the_model`: the whole cache, through ``replica``."""
+
+    def flush() -> None:
+        assert (
+            httpx.post(f"{replica.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
+        )
+
+    return flush
+
+
 def test_replicas_share_the_cache(serve: Any, upstream: FakeUpstream, replicas_config: str) -> None:
     a = serve(replicas_config, name="a.yaml")
     b = serve(replicas_config, name="b.yaml")
@@ -208,17 +239,7 @@ def test_an_answer_asked_for_before_a_flush_is_not_stored_after_it(
     text = config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False})
     a = serve(text, name="a.yaml")
     b = serve(text, name="b.yaml")
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
-            "fake": {"delay": 1.5}}  # fmt: skip
-
-    def ask_slowly(replica: ServeProcess) -> httpx.Response:
-        return httpx.post(f"{replica.url}/v1/chat/completions", json=body, timeout=30)
-
-    with ThreadPoolExecutor(1) as pool:
-        before = pool.submit(ask_slowly, b)
-        assert eventually(lambda: upstream.stats["chat"] == 1)  # B's request is at the model
-        assert httpx.post(f"{a.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
-        old = before.result()
+    old = flushed_while_at_the_model(upstream, b, flush_of(a))
     assert old.headers["x-cache"] == "miss"
     after = ask_slowly(b)  # (a lookup on B waits for B's write in progress)
     assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
@@ -285,23 +306,16 @@ def test_a_flush_after_redis_lost_its_data_still_drops_an_answer_asked_for_befor
     before that flush, was stored after it and served as an exact hit."""
     text = config(upstream_server.url, redis_server.url, tmp_path, semantic={"enabled": False})
     gateway = serve(text)
-    assert httpx.post(f"{gateway.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
-            "fake": {"delay": 3}}  # fmt: skip
+    flush_of(gateway)()
 
-    def ask_slowly() -> httpx.Response:
-        return httpx.post(f"{gateway.url}/v1/chat/completions", json=body, timeout=30)
-
-    with ThreadPoolExecutor(1) as pool:
-        before = pool.submit(ask_slowly)
-        assert eventually(lambda: upstream.stats["chat"] == 1)  # the request is at the model
+    def restart_empty_and_flush() -> None:
         redis_server.stop()
         redis_server.start()  # back, empty
-        flush = httpx.post(f"{gateway.url}/admin/cache/flush", json={}, timeout=30)
-        assert flush.status_code == 200
-        old = before.result()
+        flush_of(gateway)()
+
+    old = flushed_while_at_the_model(upstream, gateway, restart_empty_and_flush, delay=3)
     assert old.headers["x-cache"] == "miss"
-    after = ask_slowly()  # (a lookup waits for the gateway's write in progress)
+    after = ask_slowly(gateway)  # (a lookup waits for the gateway's write in progress)
     assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
 
 
@@ -327,16 +341,8 @@ def test_a_replica_still_loading_does_not_store_an_answer_asked_for_before_a_flu
         return False
 
     assert eventually(loading, timeout=60), "the replica was not seen loading its model"
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": "What is 2+2?"}],
-            "fake": {"delay": 1.5}}  # fmt: skip
-
-    def ask_slowly() -> httpx.Response:
-        return httpx.post(f"{b.url}/v1/chat/completions", json=body, timeout=30)
-
-    with ThreadPoolExecutor(1) as pool:
-        before = pool.submit(ask_slowly)  # (its lookup waits for the model to load)
-        assert eventually(lambda: upstream.stats["chat"] == 1, timeout=60)  # now at the model
-        assert httpx.post(f"{a.url}/admin/cache/flush", json={}, timeout=30).status_code == 200
-        assert before.result().headers["x-cache"] == "miss"
-    after = ask_slowly()  # (a lookup on B waits for B's write in progress)
+    # (B's lookup waits for its model to load before the request reaches the model)
+    old = flushed_while_at_the_model(upstream, b, flush_of(a), timeout=60)
+    assert old.headers["x-cache"] == "miss"
+    after = ask_slowly(b)  # (a lookup on B waits for B's write in progress)
     assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
