@@ -40,6 +40,7 @@ __all__ = [
     "context_question",
     "embedding_key",
     "entry_id",
+    "has_turns",
     "salted",
 ]
 
@@ -245,6 +246,18 @@ def compared_text(question: str, earlier: list[dict[str, Any]], window: int | No
 
 #: Where :func:`compared_text` puts one earlier turn after another.
 _TURN_SEP = re.compile(r" \| (?=(?:user|assistant): )")
+#: Where :func:`compared_text` puts the earlier turns after the question: " || " before the
+#: first turn's role. (A question may hold " || " itself: ``a || b`` in code.)
+_TURNS_SEP = re.compile(r" \|\| (?=(?:user|assistant): )")
+
+
+def has_turns(compared: str) -> bool:
+    """Whether ``compared`` (:func:`compared_text`) carries earlier turns after its question.
+
+    >>> has_turns("Is `a || b` lazy?"), has_turns("And? || user: Is `a || b` lazy?")
+    (False, True)
+    """
+    return _TURNS_SEP.search(compared) is not None
 
 
 def context_question(compared: str) -> str | None:
@@ -255,9 +268,10 @@ def context_question(compared: str) -> str | None:
     >>> context_question("How long? || assistant: By mail. | user: Renew a passport in Canada?")
     'Renew a passport in Canada?'
     """
-    if " || " not in compared:
+    found = _TURNS_SEP.search(compared)
+    if found is None:
         return None
-    turns = _TURN_SEP.split(compared.split(" || ", 1)[1])
+    turns = _TURN_SEP.split(compared[found.end() :])
     asked = [t.removeprefix("user: ") for t in turns if t.startswith("user: ")]
     return next((t for t in asked if t.endswith("?")), asked[0] if asked else None)
 

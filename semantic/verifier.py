@@ -64,6 +64,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .keys import has_turns
+
 if TYPE_CHECKING:
     from ._onnx import OnnxClassifier
 
@@ -601,8 +603,12 @@ def _unread(text: str, read: int) -> str:
 
 
 def is_conversation(a: str, b: str) -> bool:
-    """Whether a pair carries earlier turns (:func:`semantic.keys.compared_text`'s separator)."""
-    return " || " in a or " || " in b
+    """Whether a pair carries earlier turns (:func:`semantic.keys.compared_text`'s separator).
+
+    NOTE: " || " alone is no separator: a single question may hold it (``a || b`` in code), and
+    such a pair was read as a conversation (no near-duplicate rail, the conversation shift).
+    """
+    return has_turns(a) or has_turns(b)
 
 
 def load_model(path: Path) -> tuple[Any, Any]:

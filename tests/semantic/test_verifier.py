@@ -224,6 +224,11 @@ def test_the_context_question_is_the_last_earlier_user_turn_that_asks() -> None:
     assert context_question(compared_text("And the price?", told, 2)) == "I fly to Rome in May."
     assert context_question(compared_text("And the price?", [], 4)) is None  # a single question
     assert context_question(compared_text("And?", turns("Hi", "Hello!")[1:], 4)) is None
+    # " || " in the question is no separator (``a || b`` in code): the turns start at a role
+    asked = compared_text("Is `a || b` lazy there?", turns("Flights to Rome in May?"), 4)
+    assert context_question(asked) == "Flights to Rome in May?"
+    assert context_question("Is `a || b` lazy?") is None
+    assert not is_conversation("Is `a || b` lazy?", "Is `a || b` lazy there?")
 
 
 def test_verify_mode_keeps_what_the_compared_text_does_not_carry_in_the_scope() -> None:
@@ -335,6 +340,25 @@ def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> Non
     assert chat(gw, reworded, "c").headers["x-cache"] == "semantic"
     swapped = convo("How do I renew my passport in Mexico?", "You can renew it by mail.")
     assert chat(gw, swapped, "c").headers["x-cache"] == "miss"
+
+
+def test_a_question_holding_a_double_bar_is_judged_as_a_single_question(gw: Gateway) -> None:
+    """The compared text puts the earlier turns after " || ", and a question holding it
+    (``a || b`` in code) was read as a conversation: no near-duplicate rail, the conversation
+    shift, so its trivial rewording missed (the verifier turned it down) where the same with
+    "or" hit. Earlier turns start at " || " before a role."""
+    pairs = [
+        ("Why does `cd dir || exit` need quotes?", "Why does `cd dir || exit` need quotes ?"),
+        ("In JavaScript, what does a || b return?", "In JavaScript what does a || b return?"),
+    ]
+    for n, (first, again) in enumerate(pairs):
+        stored = chat(gw, user(first), f"bars{n}")
+        assert stored.headers["x-cache"] == "miss"
+        hit = chat(gw, user(again), f"bars{n}")
+        assert hit.headers["x-cache"] == "semantic", again  # was "miss"
+        assert hit.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
+    other = chat(gw, user("In JavaScript, what does a && b return?"), "bars1")
+    assert other.headers["x-cache"] == "miss"
 
 
 def test_a_follow_up_after_a_swapped_context_misses_and_after_small_talk_hits(
