@@ -168,6 +168,7 @@ class LocalBackend:
     ) -> Answer:
         """The whole answer; ``meter`` counts the prompt it ran and the tokens it generated
         so far (``LocalStream.counted``), for a client that leaves before the answer."""
+        created = int(time.time())  # (its ``created``: when it was asked for, as a stream's)
         engine = await self._ready_engine(request.if_ready)
         job = await self._prepare(engine.engine, request)
         deltas = 0
@@ -178,7 +179,7 @@ class LocalBackend:
                 if isinstance(event, TextDelta):
                     deltas += 1
                 elif isinstance(event, Finished):
-                    return Answer(_response(request, self.name, event.completion))
+                    return Answer(_response(request, self.name, event.completion, created))
         except EngineClosedError as exc:
             raise APIError(503, str(exc), code="model_unavailable") from None
         raise AssertionError("stream ended without a Finished event")
@@ -709,8 +710,10 @@ def _usage(completion: Completion) -> dict[str, Any]:
     }
 
 
-def _response(request: GatewayRequest, model: str, completion: Completion) -> dict[str, Any]:
-    rid, created = fresh_identity(request.kind)
+def _response(
+    request: GatewayRequest, model: str, completion: Completion, created: int
+) -> dict[str, Any]:
+    rid, _ = fresh_identity(request.kind)
     choices: list[dict[str, Any]]
     if request.kind == "chat":
         choices = [

@@ -462,6 +462,11 @@ class ResponsesAdapter:
             _usage(completion.get("usage") or {}),
             sampling,
         )
+        # NOTE: created when it was asked for (the chat's ``created``), not when it completed:
+        # one reading for both said a latency of 0, whatever the model took
+        created = completion.get("created")
+        if isinstance(created, int) and created <= response["created_at"]:
+            response["created_at"] = created
         return Answer(response, answer.headers)
 
     def from_chat_stream(

@@ -3,6 +3,7 @@ SDK: converted through its chat path, so the prefix KV cache serves each next tu
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,33 @@ def test_a_local_response_says_when_it_completed_and_its_service_tier(gw: Gatewa
     cut = c.responses.create(**{**body, "max_output_tokens": 1})
     assert cut.status == "incomplete" and cut.completed_at is None
     assert cut.service_tier == "default"
+
+
+def test_a_local_response_was_created_when_it_was_asked_for(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local Response that was not streamed said it was created when it had completed: its
+    ``created_at`` and ``completed_at`` were one reading of the clock, taken once the answer was
+    generated (a latency of 0, however long the model took; a streamed one's ``created_at`` is
+    its start). Here the local backend's clock reads a minute earlier than the Response
+    adapter's, as it does when it starts a generation that takes a minute."""
+    import gateway.local
+
+    class Earlier:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(time, name)
+
+        def time(self) -> float:
+            return time.time() - 60
+
+    monkeypatch.setattr(gateway.local, "time", Earlier())
+    raw = sdk(gw).responses.with_raw_response.create(
+        model=MODEL, input="Name one colour.", temperature=0, max_output_tokens=64
+    )
+    made = raw.parse()
+    assert raw.headers["x-cache"] == "miss" and made.status == "completed"
+    assert made.completed_at is not None
+    assert made.completed_at - made.created_at >= 59  # was 0: both read at the end
 
 
 def test_unset_sampling_echoes_what_the_model_applied(gw: Gateway) -> None:
