@@ -162,7 +162,8 @@ async def count_response_tokens(request: Request[Any, Any, Any]) -> Response[Any
 @post("/v1/messages", status_code=200, opt=_COUNTED)
 async def create_message(request: Request[Any, Any, Any]) -> Response[Any]:
     """Anthropic Messages: Anthropic's error bodies, ``x-api-key`` or a bearer token."""
-    return await serve(request, MESSAGES, "/v1/messages", through(MESSAGES))
+    messages = _runtime(request).messages
+    return await serve(request, messages, "/v1/messages", through(messages))
 
 
 @post("/v1/messages/count_tokens", status_code=200)

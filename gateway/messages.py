@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal
 
 import msgspec
@@ -35,6 +35,7 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 from .canonical import Bridge, GatewayRequest
 from .errors import APIError
 from .requests import decode_body, gateway_request, integral
+from .stored import ResponseStore
 
 __all__ = [
     "ANTHROPIC_HEADERS",
@@ -67,21 +68,47 @@ _decode = msgspec.json.decode
 #: The last event of a complete stream, byte for byte as cachegate sends it.
 MESSAGE_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
+#: Who owns what a request makes upstream, from its tenant and its ``Authorization``
+#: (``responses.ResponsesAdapter.owner``: the tenant, or without gateway keys the client's key).
+Owner = Callable[[str, Mapping[str, str]], str]
+
 
 class MessagesAdapter:
     """The Messages API as the tier walk sees it (gateway.canonical.Adapter).
 
     Stored answers are Messages ``message`` objects; the API is part of every scope (see
     ``messages_key``), so they are only ever replayed through this adapter.
+
+    ``owners`` (``owned``): the code execution containers an upstream answered in are claimed
+    for their owner in the Responses API's store, and another owner's is a 404, never forwarded.
     """
 
     kind: Literal["messages"] = "messages"
 
-    def __init__(self, bridge: Bridge | None = None) -> None:
+    def __init__(
+        self, bridge: Bridge | None = None, owners: tuple[ResponseStore, Owner] | None = None
+    ) -> None:
         self._bridge = bridge
+        self._owners = owners
+
+    def owned(self, store: ResponseStore, owner: Owner) -> MessagesAdapter:
+        """This adapter, keeping who owns each container in ``store`` (by ``owner``'s rule)."""
+        return MessagesAdapter(self._bridge, (store, owner))
 
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
-        return parse_messages(raw, headers, tenant)
+        request = parse_messages(raw, headers, tenant)
+        if self._owners is None:
+            return request
+        store, owner_of = self._owners
+        checked, _ = client_credential(headers)  # (x-api-key too: one owner per client key)
+        owner = owner_of(request.tenant, {"authorization": checked or ""})
+        # NOTE: the upstream, called with the model's key (every tenant's), runs code execution
+        # in any container made with that key, whoever names it: its code reads the files there
+        container_id = _container_id(request.body.get("container"))
+        if container_id is not None and store.foreign(owner, container_id):
+            raise APIError(404, f"Container with id '{container_id}' not found.",
+                           type="not_found_error")  # fmt: skip
+        return dataclasses.replace(request, owner=owner)
 
     def key(
         self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
@@ -92,7 +119,10 @@ class MessagesAdapter:
         return complete_message(answer)
 
     def fold(self, request: GatewayRequest, *, cached: bool) -> MessageFold:
-        return MessageFold()  # (always assembled: its usage is spread over two events)
+        # (always assembled: its usage is spread over two events); the containers are claimed
+        # as they arrive (a stream cut short may leave one upstream)
+        self._claim(request, request.body.get("container"))  # (the upstream took it)
+        return MessageFold(lambda container: self._claim(request, container))
 
     @property
     def bridge(self) -> Bridge | None:
@@ -100,7 +130,16 @@ class MessagesAdapter:
         return self._bridge
 
     def delivered(self, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool) -> None:
-        pass  # nothing is kept beyond the response cache
+        """Claim for its owner the container an upstream answered in (and the one the request
+        named, which it ran in); nothing else is kept beyond the response cache."""
+        if upstream:
+            self._claim(request, request.body.get("container"))
+            self._claim(request, answer.get("container"))
+
+    def _claim(self, request: GatewayRequest, container: Any) -> None:
+        container_id = _container_id(container)
+        if self._owners is not None and container_id is not None and request.owner:
+            self._owners[0].claim(request.owner, container_id)
 
     def fresh(self, request: GatewayRequest, stored: dict[str, Any]) -> dict[str, Any]:
         return {**stored, "id": fresh_message_id()}
@@ -247,7 +286,9 @@ def message_events(
 class MessageFold:
     """Folds a stream's events into the message they describe (what the cache stores)."""
 
-    def __init__(self) -> None:
+    def __init__(self, claim: Callable[[Any], None] | None = None) -> None:
+        #: Called with each ``container`` the stream names (``MessagesAdapter.fold``).
+        self._claim = claim
         self._message: dict[str, Any] | None = None
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, list[str]] = {}  # input_json_delta pieces of tool_use blocks
@@ -266,6 +307,9 @@ class MessageFold:
 
     def _add(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
+        if self._claim is not None and kind in ("message_start", "message_delta"):
+            held = event.get("message" if kind == "message_start" else "delta")
+            self._claim(held.get("container") if isinstance(held, dict) else None)
         if kind == "message_start" and isinstance(event.get("message"), dict):
             self._message = dict(event["message"])
             self._message["usage"] = dict(self._message.get("usage") or {})
@@ -424,6 +468,13 @@ def _as_text(blocks: list[Any]) -> Any:
     if isinstance(block, dict) and block.keys() == {"type", "text"} and block["type"] == "text":
         return block["text"] if isinstance(block["text"], str) and block["text"] else blocks
     return blocks
+
+
+def _container_id(container: Any) -> str | None:
+    """The id a request's or an answer's ``container`` names: the id, or ``{"id": ...}``."""
+    if isinstance(container, dict):
+        container = container.get("id")
+    return container if isinstance(container, str) and container else None
 
 
 def _anthropic_type(exc: APIError) -> str:

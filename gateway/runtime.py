@@ -32,6 +32,8 @@ from .connections import Connections, StreamWatch
 from .errors import APIError
 from .history import History
 from .ledger import Ledger
+from .messages import MessagesAdapter
+from .messages_bridge import MESSAGES
 from .metrics import Metrics
 from .pipeline import Pipeline
 from .requests import unpartitioned
@@ -62,6 +64,8 @@ class Runtime:
     connections: Connections
     #: The Responses API adapter, with the responses this gateway stored.
     responses: ResponsesAdapter
+    #: The Messages API adapter, keeping who owns each container in the responses' store.
+    messages: MessagesAdapter
     started: float = field(default_factory=time.time)
     #: This process among a deployment's replicas (/admin/stats, /admin/history, the dashboard).
     replica: str = field(default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}")
@@ -117,6 +121,7 @@ class Runtime:
             metrics,
             connections,
             responses,
+            MESSAGES.owned(responses.store, responses.owner),
             keys=keys,
             auditor=auditor,
             admission=admission,

@@ -15,6 +15,9 @@ body field asks for misbehaviour: ``status`` (an error with that status; 529 is
 ``overloaded_error``), ``error_after`` (an ``event: error`` after N stream events),
 ``break_after`` (cut the stream after N events), ``stop_reason`` (e.g. ``refusal``),
 ``tool_use`` (answer with a call of that tool), ``content`` (answer with this text).
+A request with a code execution tool (``code_execution_...``) or a ``container`` (its id, or
+``{"id": ...}``) is answered in that container, or a new one (``container_<n>``): the message's
+``container`` (streamed: ``message_start``'s and ``message_delta``'s).
 
 Run standalone (benchmarks): ``python -m tests.fake_anthropic --port 9998`` (API key
 ``sk-ant-test``).
@@ -114,9 +117,17 @@ class FakeAnthropic:
             stop = "tool_use"
         usage = self._usage(body)
         usage["output_tokens"] = len(text) // 4 + 1
-        return {"id": f"msg_{self._serial:04d}", "type": "message", "role": "assistant",
-                "model": body["model"], "content": content, "stop_reason": stop,
-                "stop_sequence": None, "usage": usage}  # fmt: skip
+        message = {"id": f"msg_{self._serial:04d}", "type": "message", "role": "assistant",
+                   "model": body["model"], "content": content, "stop_reason": stop,
+                   "stop_sequence": None, "usage": usage}  # fmt: skip
+        named = body.get("container")
+        named = named.get("id") if isinstance(named, dict) else named
+        coding = any(str(t.get("type", "")).startswith("code_execution_")
+                     for t in body.get("tools") or ())  # fmt: skip
+        if named or coding:  # (expires 30 days after creation; here: an hour from now)
+            message["container"] = {"id": named or f"container_{self._serial:04d}",
+                                    "expires_at": _expiry()}  # fmt: skip
+        return message
 
     def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
         """Prompt caching as documented: read the longest cached prefix a mark reaches, write
@@ -189,6 +200,10 @@ def _blocks(body: dict[str, Any], automatic: bool = True) -> list[tuple[bytes, i
     return out
 
 
+def _expiry() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))
+
+
 def _ttl(ttl: str | None) -> float:
     return 3600.0 if ttl == "1h" else 300.0
 
@@ -224,8 +239,10 @@ async def _stream(send: Any, message: dict[str, Any], fake: dict[str, Any]) -> N
                 events.append({"type": "content_block_delta", "index": index,
                                "delta": {"type": "input_json_delta", "partial_json": piece}})  # fmt: skip
         events.append({"type": "content_block_stop", "index": index})
-    events.append({"type": "message_delta",
-                   "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    if "container" in message:
+        delta["container"] = message["container"]
+    events.append({"type": "message_delta", "delta": delta,
                    "usage": {"output_tokens": message["usage"]["output_tokens"]}})  # fmt: skip
     events.append({"type": "message_stop"})
     await send({"type": "http.response.start", "status": 200,

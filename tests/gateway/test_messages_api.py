@@ -1340,6 +1340,47 @@ def test_gateway_keys_accept_x_api_key(
         gateway.stop()
 
 
+def test_another_tenants_container_is_never_forwarded(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,
+) -> None:  # fmt: skip
+    """The upstream, called with the model's key (every tenant's), runs code execution in any
+    container made with that key, whoever names it (it was forwarded for anyone: tenant b's
+    code read tenant a's files): one an upstream made for a (streamed too), or a named and an
+    upstream ran in, is Anthropic's 404 for b, never forwarded, while a goes on using it."""
+    keys = [{"key": "key-a", "tenant": "a"}, {"key": "key-b", "tenant": "b"}]
+    settings = config(fake_server.url, upstream_server.url, tmp_path, auth={"keys": keys})
+    coding = {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}
+    with Gateway(load_config_text(settings)) as gw:
+        a, b = (anthropic.Anthropic(base_url=gw.url, api_key=k, max_retries=0)
+                for k in ("key-a", "key-b"))  # fmt: skip
+        made = ask(a, "Analyse my sales.csv.", **coding).parse()
+        question = [{"role": "user", "content": "Plot my sales.csv."}]
+        with a.messages.stream(model="claude", max_tokens=64, messages=question, **coding) as s:
+            streamed = s.get_final_message()
+        ask(a, "Run it in my own container.", container="container_of_a", **coding)
+        containers = {made.container.id, streamed.container.id}
+        assert len(containers) == 2
+        asked = fake.stats["/v1/messages"]
+        for container in (*containers, "container_of_a"):
+            for named in (container, {"id": container}):
+                with pytest.raises(anthropic.NotFoundError) as refused:
+                    ask(b, "cat /mnt/data/*", container=named, **coding)
+                assert refused.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+            with pytest.raises(anthropic.NotFoundError):  # streamed: refused before it starts
+                b.messages.create(model="claude", max_tokens=64, messages=question,
+                                  container=container, stream=True, **coding)  # fmt: skip
+        assert fake.stats["/v1/messages"] == asked  # none of them was forwarded
+        for container in containers:  # a's own: forwarded
+            again = ask(a, f"Again, in {container}.", container=container, **coding).parse()
+            assert again.container.id == container
+        assert fake.stats["/v1/messages"] == asked + 2
+        hit = ask(a, "Analyse my sales.csv.", **coding)  # a's own answer, a's container
+        assert hit.headers["x-cache"] == "exact" and hit.parse().container.id == made.container.id
+        own = ask(b, "Analyse my sales.csv.", **coding)  # never a's cached answer
+        assert own.headers["x-cache"] == "miss" and own.parse().container.id not in containers
+
+
 def test_semantic_hits_stay_inside_the_messages_scope(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
     fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
