@@ -173,7 +173,14 @@ def parse_messages(raw: bytes, headers: Mapping[str, str], tenant: str) -> Gatew
     body = _body(raw)
     _require(body, "max_tokens")
     _check_messages_body(body, count=False)
-    return _request(body, headers, tenant, stream=body.get("stream") is True)
+    request = _request(body, headers, tenant, stream=body.get("stream") is True)
+    if _container_id(body.get("container")) is not None:
+        # NOTE: the files in a code execution container the upstream keeps change with the
+        # code run in it (and the files uploaded into it), which no key holds: an answer read
+        # from them is neither served from nor stored in the cache (a new container's is)
+        control = dataclasses.replace(request.control, no_cache=True, no_store=True)
+        request = dataclasses.replace(request, control=control)
+    return request
 
 
 def parse_count_tokens(raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:

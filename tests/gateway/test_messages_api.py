@@ -1381,6 +1381,24 @@ def test_another_tenants_container_is_never_forwarded(
         assert own.headers["x-cache"] == "miss" and own.parse().container.id not in containers
 
 
+def test_a_request_naming_a_container_is_never_served_from_nor_stored_in_the_cache(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """The files in a code execution container change between requests (the code run in it,
+    files uploaded into it), and are no part of the key: an answer read from them was stored
+    and served again (x-cache: exact) for the same request, never run in the container as it
+    now is. An answer in a new container (none named) is cached as any answer."""
+    coding = {"tools": [{"type": "code_execution_20250825", "name": "code_execution"}]}
+    for named in ("container_of_a", "container_of_a", {"id": "container_of_a"}):
+        answer = ask(client, "What is in /mnt/data now?", container=named, **coding)
+        assert answer.headers["x-cache"] == "bypass"
+        assert answer.parse().container.id == "container_of_a"
+    assert fake.stats["/v1/messages"] == 3
+    made = ask(client, "Make me a chart.", **coding).parse()
+    hit = ask(client, "Make me a chart.", **coding)
+    assert hit.headers["x-cache"] == "exact" and hit.parse().container.id == made.container.id
+
+
 def test_semantic_hits_stay_inside_the_messages_scope(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
     fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
