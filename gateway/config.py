@@ -534,7 +534,7 @@ class CacheConfig(_Base, frozen=True):
     #: Most stored answers; the least recently used go first.
     max_entries: PositiveInt = 100_000
     #: Most stored answers of one tenant (its least recently used go first); None: no share,
-    #: only ``max_entries``. Not with the Redis backend.
+    #: only ``max_entries``.
     max_entries_per_tenant: PositiveInt | None = None
     #: Seconds between sweeps of expired answers out of the store and the vector index (until
     #: swept they are never served, but /admin/stats counts them).
@@ -547,13 +547,6 @@ class CacheConfig(_Base, frozen=True):
     def __post_init__(self) -> None:
         if self.backend == "redis":
             _check_redis_url(self.redis.url)
-            if self.max_entries_per_tenant is not None:
-                # NOTE: Redis's eviction is one LRU for every replica, in a Lua script; a
-                # share per tenant would need per-tenant sets kept in step by every script
-                raise ValueError(
-                    "max_entries_per_tenant is not supported with backend: redis (only "
-                    "max_entries is); remove it, or use backend: disk"
-                )
 
 
 class TracingConfig(_Base, frozen=True):

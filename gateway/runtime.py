@@ -455,6 +455,8 @@ def _entry_store(config: Config) -> EntryStore:
             max_entries=cache.max_entries,
             key_prefix=cache.redis.key_prefix,
             timeout=cache.redis.timeout,
+            max_entries_per_tenant=cache.max_entries_per_tenant,
+            tenant_of=unpartitioned,
         )
     return DiskStore(
         Path(config.data_dir) / "response-cache",

@@ -6,6 +6,11 @@ Keys (``P`` = the configured key prefix):
     P lru        sorted set id → last use (unix time); evicts the least recently used past max
     P exp        sorted set id → expiry time; sweeps announce expired ids to the other replicas
     P hits       hash id → hit count
+    P tenant     hash id → its tenant (whose share it counts in; absent: stored by a version
+                 before tenant shares, not counted)
+    P t:{tenant} sorted set id → last use, of one tenant's entries (``max_entries_per_tenant``)
+    P x:{tenant} sorted set id → expiry time, of one tenant's entries with a TTL
+    P tenants    hash tenant → its entries (what ``/admin/stats`` shows)
     P epoch      a random token, new at each flush: a put names the epoch its request began
                  in, and is dropped when a flush (of any replica) came since
     P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
@@ -19,10 +24,11 @@ event. ``put`` returns once this replica's follower has applied its event (waiti
 A replica that (re)connects after missing events — or finds the stream trimmed past where it
 was — reloads everything (``on_reset``).
 
-Storing with eviction and sweeping expired entries are Lua scripts (EVAL), so no failure or
-other replica can come between reading which ids go and deleting them. Whole-store listings
-(flush, index reloads) read the ``lru`` set in ZSCAN pages, each one command well inside the
-command timeout however large the cache.
+Storing with eviction, sweeping expired entries and deleting are Lua scripts (EVAL), so no
+failure or other replica can come between reading which ids go and deleting them, nor leave a
+tenant's share counting an entry that is gone. Whole-store listings (flush, index reloads) read
+the ``lru`` set in ZSCAN pages, each one command well inside the command timeout however large
+the cache.
 
 When Redis is unreachable the store fails fast: the ``RedisStore.available`` flag drops, and
 reads miss and writes are skipped, so requests keep being answered (by the model) with no added
@@ -86,13 +92,26 @@ _PUTS_AT_ONCE = 16
 #: timeout (normally one round trip: Redis wakes the follower's blocked XREAD at once).
 _APPLY_WAIT = 2
 
-# Lua shared by the scripts: drop entries (keys, expiry, hits) and announce them, 500 ids per
-# command and event.
+# Lua shared by the scripts: an entry out of its tenant's sets (``p``: the key prefix), and drop
+# entries (keys, expiry, hits, tenant) and announce them, 500 ids per command and event.
 # NOTE: ids stay strings in Lua: its numbers are doubles and would round int64 ids. And Lua's
 # unpack() fails past ~8000 values, after the script's earlier writes (scripts do not roll
 # back): so never unpack a whole list of victims, which lowering max_entries can make long.
+# NOTE: every script that adds or removes an ``lru`` member keeps the tenant's sets in step in
+# the same step, so a replica's share never counts what another replica dropped.
 _DROP = """
-local function drop(ids, prefix, exp, hits, events, maxlen)
+local function untenant(id, p)
+  local tenant = redis.call('HGET', p .. 'tenant', id)
+  if not tenant then return end
+  redis.call('HDEL', p .. 'tenant', id)
+  redis.call('ZREM', p .. 't:' .. tenant, id)
+  redis.call('ZREM', p .. 'x:' .. tenant, id)
+  if redis.call('HINCRBY', p .. 'tenants', tenant, -1) <= 0 then
+    redis.call('HDEL', p .. 'tenants', tenant)
+  end
+end
+local function drop(ids, prefix, exp, hits, events, maxlen, p)
+  for _, id in ipairs(ids) do untenant(id, p) end
   for first = 1, #ids, 500 do
     local chunk, keys = {}, {}
     for i = first, math.min(first + 499, #ids) do
@@ -108,17 +127,56 @@ local function drop(ids, prefix, exp, hits, events, maxlen)
 end
 """
 
+# Lua of the put: record an entry in its tenant's sets (``p``: the key prefix), and take a
+# tenant past its share back to it: its expired entries first, then its least recently used.
+# Returns the ids taken out of ``lru`` (to drop); a tenant set's member no longer in ``lru``
+# (dropped by a version before tenant shares, during an upgrade) leaves the set uncounted.
+_SHARE = """
+local function entenant(id, tenant, now, expires, p)
+  if redis.call('HGET', p .. 'tenant', id) ~= tenant then
+    untenant(id, p)  -- (stored again, for another tenant)
+    redis.call('HSET', p .. 'tenant', id, tenant)
+    redis.call('HINCRBY', p .. 'tenants', tenant, 1)
+  end
+  redis.call('ZADD', p .. 't:' .. tenant, now, id)
+  if expires == '' then
+    redis.call('ZREM', p .. 'x:' .. tenant, id)
+  else
+    redis.call('ZADD', p .. 'x:' .. tenant, expires, id)
+  end
+end
+local function shed(tenant, share, now, lru, p)
+  local gone = {}
+  local function take(ids)
+    for _, id in ipairs(ids) do
+      if redis.call('ZREM', lru, id) == 1 then gone[#gone + 1] = id end
+      untenant(id, p)
+    end
+  end
+  local own = p .. 't:' .. tenant
+  local over = redis.call('ZCARD', own) - share
+  if over <= 0 then return gone end
+  take(redis.call('ZRANGEBYSCORE', p .. 'x:' .. tenant, '-inf', now, 'LIMIT', 0, over))
+  over = redis.call('ZCARD', own) - share
+  if over > 0 then take(redis.call('ZRANGE', own, 0, over - 1)) end
+  return gone
+end
+"""
+
 # KEYS: entry, lru, exp, hits, events, epoch. ARGV: blob, px ('' = none), now, expires ('' =
 # none), id, scope, vector, vector model, max entries, entry key prefix, stream maxlen, the epoch
-# the answer's request began in ('' = unchecked), a new epoch (set when Redis has none).
+# the answer's request began in ('' = unchecked), a new epoch (set when Redis has none), the
+# entry's tenant (its share's), max entries per tenant ('' = no share), key prefix.
 # Returns {entries left, the put's event id, epoch, evicted id...}, or {-1, epoch} when a flush
 # came since the request began: nothing written. NOTE: SET is the first write: if it fails
-# nothing is written (but the new epoch). Past max_entries, expired entries go before live
+# nothing is written (but the new epoch). Past its tenant's share, the tenant's expired entries
+# go first, then its least recently used; past max_entries, expired entries go before live
 # ones, then the least recently used.
 # NOTE: an epoch missing (Redis lost its data: a restart without persistence, a failover) is
 # a new one, never '0': a request begun before the loss then is refused, as after a flush.
 _PUT = (
     _DROP
+    + _SHARE
     + """
 local epoch = redis.call('GET', KEYS[6])
 if not epoch then
@@ -140,8 +198,15 @@ else
   redis.call('ZADD', KEYS[3], ARGV[4], ARGV[5])
 end
 redis.call('HDEL', KEYS[4], ARGV[5])
+entenant(ARGV[5], ARGV[14], ARGV[3], ARGV[4], ARGV[16])
 local event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'put',
                          'id', ARGV[5], 'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8])
+local out = {0, event, epoch}
+if ARGV[15] ~= '' then  -- (first: its own expired and least recently used go, not others')
+  local own = shed(ARGV[14], tonumber(ARGV[15]), ARGV[3], KEYS[2], ARGV[16])
+  drop(own, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11], ARGV[16])
+  for _, id in ipairs(own) do out[#out + 1] = id end
+end
 local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[9])
 local gone = {}
 if over > 0 then
@@ -153,10 +218,10 @@ if over > 0 then
     local popped = redis.call('ZPOPMIN', KEYS[2], over - #gone)
     for i = 1, #popped, 2 do gone[#gone + 1] = popped[i] end
   end
-  drop(gone, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11])
+  drop(gone, ARGV[10], KEYS[3], KEYS[4], KEYS[5], ARGV[11], ARGV[16])
 end
-local out = {redis.call('ZCARD', KEYS[2]), event, epoch}
-for i, id in ipairs(gone) do out[i + 3] = id end
+out[1] = redis.call('ZCARD', KEYS[2])
+for _, id in ipairs(gone) do out[#out + 1] = id end
 return out
 """
 )
@@ -171,16 +236,35 @@ redis.call('SET', KEYS[1], ARGV[2])
 redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[1], '*', 'op', 'epoch', 'epoch', ARGV[2])
 """
 
-# KEYS: lru, hits. ARGV: now, id. Only an entry still in the LRU is touched: a hit on an entry
-# evicted or deleted meanwhile would otherwise add its LRU member and hit count back for good.
+# KEYS: lru, hits, tenant. ARGV: now, id, key prefix. Only an entry still in the LRU is touched:
+# a hit on an entry evicted or deleted meanwhile would otherwise add its LRU member and hit
+# count back for good. Its rank in its tenant's share moves with its rank in ``lru``.
 _HIT = """
 if redis.call('ZSCORE', KEYS[1], ARGV[2]) then
   redis.call('ZADD', KEYS[1], ARGV[1], ARGV[2])
   redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+  local tenant = redis.call('HGET', KEYS[3], ARGV[2])
+  if tenant then redis.call('ZADD', ARGV[3] .. 't:' .. tenant, ARGV[1], ARGV[2]) end
 end
 """
 
-# KEYS: entry, hits, lru, exp, events. ARGV: id, entry key prefix, stream maxlen, now.
+# KEYS: lru, exp, hits, events. ARGV: entry key prefix, stream maxlen, key prefix, id...
+# Deletes entries (and their LRU ranks and tenants) and announces it, all or nothing; returns
+# the entries left.
+_DELETE = (
+    _DROP
+    + """
+local ids = {}
+for i = 4, #ARGV do ids[#ids + 1] = ARGV[i] end
+for first = 1, #ids, 500 do
+  redis.call('ZREM', KEYS[1], unpack(ids, first, math.min(first + 499, #ids)))
+end
+drop(ids, ARGV[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[3])
+return redis.call('ZCARD', KEYS[1])
+"""
+)
+
+# KEYS: entry, hits, lru, exp, events. ARGV: id, entry key prefix, stream maxlen, now, key prefix.
 # Returns {blob, hits} or {}. NOTE: an entry whose key is gone while ``lru`` still ranks it, and
 # not because it expired (the sweep drops, announces and counts those), was dropped by Redis
 # itself (a maxmemory eviction: `volatile-lru` picks entry keys, which carry the TTL; a DEL by
@@ -199,13 +283,13 @@ if expires and tonumber(expires) <= tonumber(ARGV[4]) + 1 then
   return {}  -- expired (PX may end its key a moment before): the sweep's
 end
 if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 then
-  drop({ARGV[1]}, ARGV[2], KEYS[4], KEYS[2], KEYS[5], ARGV[3])
+  drop({ARGV[1]}, ARGV[2], KEYS[4], KEYS[2], KEYS[5], ARGV[3], ARGV[5])
 end
 return {}
 """
 )
 
-# KEYS: lru, exp, hits, events. ARGV: now, batch, entry key prefix, stream maxlen.
+# KEYS: lru, exp, hits, events. ARGV: now, batch, entry key prefix, stream maxlen, key prefix.
 # Returns {entries left, swept id...}: ids whose expiry is still due when the script runs.
 _SWEEP = (
     _DROP
@@ -213,7 +297,7 @@ _SWEEP = (
 local due = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 if #due > 0 then
   redis.call('ZREM', KEYS[1], unpack(due))
-  drop(due, ARGV[3], KEYS[2], KEYS[3], KEYS[4], ARGV[4])
+  drop(due, ARGV[3], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[5])
 end
 local out = {redis.call('ZCARD', KEYS[1])}
 for i, id in ipairs(due) do out[i + 1] = id end
@@ -235,6 +319,8 @@ class RedisStore:
         key_prefix: str = "cachegate:",
         timeout: float = 0.5,
         retry_after: float = 0.1,
+        max_entries_per_tenant: int | None = None,
+        tenant_of: Callable[[str], str] = str,
     ) -> None:
         # Typed Any: redis-py's annotations do not follow decode_responses=False (bytes replies).
         # NOTE: a blocking pool: past _CONNECTIONS commands in flight, the next waits (up to
@@ -285,6 +371,10 @@ class RedisStore:
         self._epoch: int | None = None
         self._timeout = timeout
         self._max_entries = max_entries
+        self._per_tenant = max_entries_per_tenant
+        self._tenant_of = tenant_of
+        #: Entries per tenant as the follower last read them (kept only with a per-tenant cap).
+        self._tenant_counts: dict[str, int] = {}
         self._retry_after = retry_after
         self._down_until = 0.0
         # NOTE: commands queue here for one of the pooled connections, so the timeout below
@@ -310,6 +400,7 @@ class RedisStore:
         self._hit_script = self._redis.register_script(_HIT)
         self._get_script = self._redis.register_script(_GET)
         self._epoch_script = self._redis.register_script(_NEW_EPOCH)
+        self._delete_script = self._redis.register_script(_DELETE)
 
     @property
     def available(self) -> bool:
@@ -340,7 +431,7 @@ class RedisStore:
                     self._epoch = int(epoch)
             reply = await self._get_script(
                 keys=[self._key(entry_id), *self._keys("hits", "lru", "exp", "events")],
-                args=[entry_id, self._p + "e:", _STREAM_MAXLEN, repr(time.time())],
+                args=[entry_id, self._p + "e:", _STREAM_MAXLEN, repr(time.time()), self._p],
             )
             if not reply:  # (and if ``lru`` still had it, its removal is announced)
                 return None
@@ -390,6 +481,9 @@ class RedisStore:
                     _STREAM_MAXLEN,
                     "" if epoch is None else epoch,
                     _new_epoch(),
+                    self._tenant_of(entry.tenant),
+                    "" if self._per_tenant is None else self._per_tenant,
+                    self._p,
                 ],
             )
             if int(reply[0]) < 0:  # a flush came since ``epoch``: nothing was written
@@ -435,7 +529,8 @@ class RedisStore:
     async def record_hit(self, entry_id: int) -> None:
         async def op() -> None:
             await self._hit_script(
-                keys=self._keys("lru", "hits"), args=[repr(time.time()), entry_id]
+                keys=self._keys("lru", "hits", "tenant"),
+                args=[repr(time.time()), entry_id, self._p],
             )
 
         await self._call(op)
@@ -446,7 +541,7 @@ class RedisStore:
             # expired has a later expiry by then, and stays.
             reply = await self._sweep_script(
                 keys=self._keys("lru", "exp", "hits", "events"),
-                args=[repr(time.time()), _BATCH, self._p + "e:", _STREAM_MAXLEN],
+                args=[repr(time.time()), _BATCH, self._p + "e:", _STREAM_MAXLEN, self._p],
             )
             self._count = int(reply[0])
             return [int(member) for member in reply[1:]]
@@ -530,6 +625,12 @@ class RedisStore:
     def __len__(self) -> int:
         return self._count
 
+    def tenant_entries(self) -> dict[str, int]:
+        """Entries per tenant (``tenant_of`` their tenant; those stored before tenant shares are
+        not counted), as the follower read them last (about once a second); {} without a
+        per-tenant cap."""
+        return dict(self._tenant_counts)
+
     def _decode(self, blob: bytes) -> Entry | None:
         """An entry, or None (logged) for a value this version cannot read (written by
         another version or deployment under the same prefix): a miss, never a 500."""
@@ -570,6 +671,7 @@ class RedisStore:
                         continue
                     checked, check_at = last, time.monotonic() + _TRIM_CHECK_S
                     await self._count_entries()  # (also catches changes made without events)
+                    await self._count_tenants()
                 reply = await self._follower.xread(
                     {self._p + "events": last}, block=_BLOCK_MS, count=_BATCH
                 )
@@ -627,7 +729,7 @@ class RedisStore:
         """Delete entries with their LRU ranks; False when Redis failed (nothing deleted)."""
 
         async def op() -> bool:
-            await self._remove(ids, lru=True)
+            await self._remove(ids)
             return True
 
         return bool(await self._call(op, default=False))
@@ -638,24 +740,16 @@ class RedisStore:
     def _keys(self, *names: str) -> list[str]:
         return [self._p + name for name in names]
 
-    async def _remove(self, ids: list[int], *, lru: bool = False) -> None:
-        """Delete entries and announce it, all or nothing (``lru``: their LRU ranks too)."""
-        async with self._redis.pipeline(transaction=True) as pipe:
-            if lru:
-                pipe.zrem(self._p + "lru", *ids)
-            pipe.delete(*(self._key(i) for i in ids))
-            pipe.zrem(self._p + "exp", *ids)
-            pipe.hdel(self._p + "hits", *ids)
-            packed = np.asarray(ids, dtype="<i8").tobytes()
-            pipe.xadd(
-                self._p + "events",
-                {b"op": b"del", b"ids": packed},
-                maxlen=_STREAM_MAXLEN,
-                approximate=True,
+    async def _remove(self, ids: list[int]) -> None:
+        """Delete entries with their LRU ranks and tenants, and announce it, all or nothing.
+
+        NOTE: a script, not a MULTI: which tenant's share each entry leaves is read in Redis."""
+        self._count = int(
+            await self._delete_script(
+                keys=self._keys("lru", "exp", "hits", "events"),
+                args=[self._p + "e:", _STREAM_MAXLEN, self._p, *ids],
             )
-            pipe.zcard(self._p + "lru")
-            results = await pipe.execute()
-        self._count = int(results[-1])
+        )
 
     async def _lru_pages(self) -> AsyncIterator[list[int]]:
         """The ids in ``lru``, one short ZSCAN per page, each id once.
@@ -681,6 +775,13 @@ class RedisStore:
         carry no count: without this its ``len()`` changed only with its own writes.
         """
         self._count = int(await self._follower.zcard(self._p + "lru"))
+
+    async def _count_tenants(self) -> None:
+        """Refresh the entries per tenant (one HGETALL; only with a per-tenant cap: there may
+        be a tenant per client key)."""
+        if self._per_tenant is not None:
+            counts = await self._follower.hgetall(self._p + "tenants")
+            self._tenant_counts = {bytes(k).decode(): int(v) for k, v in counts.items()}
 
     async def _reload_point(self) -> bytes:
         """The stream position a reload starts from (and the entry count, refreshed)."""

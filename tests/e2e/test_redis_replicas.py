@@ -346,3 +346,53 @@ def test_a_replica_still_loading_does_not_store_an_answer_asked_for_before_a_flu
     assert old.headers["x-cache"] == "miss"
     after = ask_slowly(b)  # (a lookup on B waits for B's write in progress)
     assert after.headers["x-cache"] == "miss", "an answer made before the flush was served"
+
+
+def test_a_tenants_flood_through_one_replica_pushes_out_only_its_answers_everywhere(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """With ``cache.max_entries_per_tenant`` on Redis, tenant b's flood through replica two
+    pushes out b's own least recently used answers, never a's, and replica one's vector index
+    drops them too (it was a config error: Redis evicted in one LRU for every tenant)."""
+    settings = yaml.safe_load(config(upstream_server.url, redis_server.url, tmp_path,
+                                     max_entries=10, max_entries_per_tenant=3))  # fmt: skip
+    settings["auth"] = {"keys": [{"key": "key-a", "tenant": "a"}, {"key": "key-b", "tenant": "b"}]}
+    settings["admin"] = {"api_key": "adm"}
+    one = serve(yaml.safe_dump(settings), name="one.yaml")
+    two = serve(yaml.safe_dump(settings), name="two.yaml")
+    tenant_a, tenant_b = {"authorization": "Bearer key-a"}, {"authorization": "Bearer key-b"}
+
+    def cache(replica: ServeProcess) -> dict[str, Any]:
+        stats = httpx.get(f"{replica.url}/admin/stats", headers={"authorization": "Bearer adm"})
+        return dict(stats.json()["cache"])
+
+    for question in ("What is the capital of France?", "Who painted the Mona Lisa?"):
+        assert ask(one, question, **tenant_a).headers["x-cache"] == "miss"
+    assert ask(one, "How tall is Mount Everest?", **tenant_b).headers["x-cache"] == "miss"
+    assert eventually(lambda: cache(one)["stores"] == 3)  # (stored just after answering)
+    flood = ("How do vaccines work?", "What is the boiling point of water?",
+             "Why is the sky blue?", "How many legs does a spider have?")  # fmt: skip
+    for question in flood:
+        assert ask(two, question, **tenant_b).headers["x-cache"] == "miss"
+
+    for replica in (one, two):  # b's first two answers went, in Redis and in both indexes
+        assert eventually(
+            lambda r=replica: (
+                (c := cache(r))["entries_by_tenant"] == {"a": 2, "b": 3}
+                and c["entries"] == c["index"]["entries"] == 5
+            )
+        ), cache(replica)
+    no_store = {"cache-control": "no-store"}
+    assert (
+        ask(one, "What's the capital of France?", **tenant_a, **no_store).headers["x-cache"]
+        == "semantic"
+    )
+    assert ask(one, "Who painted the Mona Lisa?", **tenant_a).headers["x-cache"] == "exact"
+    assert (
+        ask(one, "How tall is Mount Everest?", **tenant_b, **no_store).headers["x-cache"] == "miss"
+    )
+    assert ask(two, flood[-1], **tenant_b).headers["x-cache"] == "exact"

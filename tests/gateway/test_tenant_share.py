@@ -1,4 +1,5 @@
-"""A tenant's share of the response cache (``cache.max_entries_per_tenant``), through the API.
+"""A tenant's share of the response cache (``cache.max_entries_per_tenant``), through the API,
+on both backends (``shares``: the disk store's, and Redis's with a real redis-server).
 
 Without a share, one tenant storing many distinct answers (a batch job, a key that leaked)
 pushed every other tenant's answers out of the one LRU: their next identical request missed.
@@ -7,14 +8,16 @@ pushed every other tenant's answers out of the one LRU: their next identical req
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
 import pytest
+import yaml
 
-from gateway.config import ConfigError, load_config_text
+from gateway.config import load_config_text
 from gateway.runtime import MAX_TENANTS_SHOWN
-from tests.conftest import Gateway
+from tests.conftest import Gateway, RedisServer, wait_for
 from tests.fake_upstream import FakeUpstream
 
 TENANTS = (
@@ -40,10 +43,34 @@ def _stats(gw: Gateway) -> dict[str, Any]:
     return dict(stats["cache"])
 
 
+def _settles(gw: Gateway, **expected: Any) -> None:
+    """``/admin/stats``'s cache shows ``expected`` (Redis's counts are read about once a
+    second: they may lag a moment behind)."""
+    wait_for(lambda: {k: _stats(gw).get(k) for k in expected} == expected)
+
+
+@pytest.fixture(params=["disk", "redis"])
+def shares(
+    request: pytest.FixtureRequest, make_gateway: Any, tmp_path: Any
+) -> Callable[..., Gateway]:
+    """``make_gateway`` with the response cache on the disk store or on a real Redis."""
+    if request.param == "disk":
+        return make_gateway
+    server = RedisServer(tmp_path).start()
+    request.addfinalizer(server.stop)
+
+    def make(extra_yaml: str = "", *args: Any, **kwargs: Any) -> Gateway:
+        config = yaml.safe_load(extra_yaml) or {}
+        config.setdefault("cache", {}).update(backend="redis", redis={"url": server.url})
+        return make_gateway(yaml.safe_dump(config), *args, **kwargs)
+
+    return make
+
+
 def test_a_tenant_flooding_the_cache_pushes_out_only_its_own_answers(
-    make_gateway: Any, upstream: FakeUpstream
+    shares: Any, upstream: FakeUpstream
 ) -> None:
-    gw = make_gateway(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 4}")
+    gw = shares(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 4}")
     a, b = _sdk(gw, "key-a"), _sdk(gw, "key-b")
     for i in range(3):
         assert _ask(a, f"a's question {i}") == "miss"
@@ -53,15 +80,12 @@ def test_a_tenant_flooding_the_cache_pushes_out_only_its_own_answers(
         assert _ask(a, f"a's question {i}") == "exact"
     assert [_ask(b, f"b's batch item {i}") for i in (19, 18, 17, 16)] == ["exact"] * 4
     assert _ask(b, "b's batch item 0") == "miss"  # b's least recently used went first
-    stats = _stats(gw)
-    assert stats["entries"] == 7 and stats["entries_by_tenant"] == {"a": 3, "b": 4}
+    _settles(gw, entries=7, entries_by_tenant={"a": 3, "b": 4})
 
 
-def test_a_hit_keeps_an_answer_in_its_tenants_share(
-    make_gateway: Any, upstream: FakeUpstream
-) -> None:
+def test_a_hit_keeps_an_answer_in_its_tenants_share(shares: Any, upstream: FakeUpstream) -> None:
     """Within its share a tenant's least recently *used* answer goes first, not its oldest."""
-    gw = make_gateway(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 3}")
+    gw = shares(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 3}")
     b = _sdk(gw, "key-b")
     for question in ("x", "y", "z"):
         _ask(b, question)
@@ -72,28 +96,28 @@ def test_a_hit_keeps_an_answer_in_its_tenants_share(
 
 
 def test_a_tenant_cannot_widen_its_share_with_partitions(
-    make_gateway: Any, upstream: FakeUpstream
+    shares: Any, upstream: FakeUpstream
 ) -> None:
     """``x-cachegate-partition`` subdivides a tenant (any client may send it): each partition
     is not a share of its own."""
-    gw = make_gateway(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 4}")
+    gw = shares(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 4}")
     a, b = _sdk(gw, "key-a"), _sdk(gw, "key-b")
     for i in range(3):
         _ask(a, f"a's question {i}")
     for i in range(20):
         _ask(b, "same question", extra_headers={"x-cachegate-partition": f"p{i}"})
     assert [_ask(a, f"a's question {i}") for i in range(3)] == ["exact"] * 3
-    assert _stats(gw)["entries_by_tenant"] == {"a": 3, "b": 4}
+    _settles(gw, entries_by_tenant={"a": 3, "b": 4})
 
 
 def test_a_tenants_expired_answers_leave_its_share_first(
-    make_gateway: Any, upstream: FakeUpstream
+    shares: Any, upstream: FakeUpstream
 ) -> None:
     """Past its share, a tenant's expired answers not yet swept go first, as past
     ``max_entries``: its least recently used went, a live answer, while one never served again
     kept its place (and each live answer asked again missed, pushing out the next)."""
-    shares = "cache: {max_entries: 10, max_entries_per_tenant: 4, sweep_interval: 3600}"
-    gw = make_gateway(TENANTS + shares)
+    settings = "cache: {max_entries: 10, max_entries_per_tenant: 4, sweep_interval: 3600}"
+    gw = shares(TENANTS + settings)
     a = _sdk(gw, "key-a")
     for i in range(3):
         assert _ask(a, f"a's question {i}") == "miss"
@@ -102,7 +126,7 @@ def test_a_tenants_expired_answers_leave_its_share_first(
     assert _ask(a, "a's new question") == "miss"  # past the share: the expired answer goes
     assert [_ask(a, f"a's question {i}") for i in range(3)] == ["exact"] * 3
     assert _ask(a, "a's new question") == "exact"
-    assert _stats(gw)["entries_by_tenant"] == {"a": 4}
+    _settles(gw, entries_by_tenant={"a": 4})
 
 
 def test_the_shares_hold_across_a_restart_with_a_lower_share(
@@ -126,26 +150,23 @@ def test_the_shares_hold_across_a_restart_with_a_lower_share(
     assert _ask(b, "b's batch item 0") == "miss"
 
 
-def test_an_evicted_answer_leaves_the_vector_index_too(
-    make_gateway: Any, upstream: FakeUpstream
-) -> None:
+def test_an_evicted_answer_leaves_the_vector_index_too(shares: Any, upstream: FakeUpstream) -> None:
     """A tenant's answer pushed out for its share is not found semantically either (its
     vector went with it), and the index counts what the store holds."""
-    gw = make_gateway(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 2}",
-                      semantic=True)  # fmt: skip
+    gw = shares(TENANTS + "cache: {max_entries: 10, max_entries_per_tenant: 2}", semantic=True)
     a, b = _sdk(gw, "key-a"), _sdk(gw, "key-b")
     assert _ask(a, "What is the capital of France?") == "miss"
     for question in ("How tall is Mount Everest?", "Who wrote Hamlet?", "What is photosynthesis?"):
         assert _ask(b, question) == "miss"
-    stats = _stats(gw)
-    assert stats["entries"] == stats["index"]["entries"] == 3
+    _settles(gw, entries=3)
+    assert _stats(gw)["index"]["entries"] == 3
     assert _ask(b, "How tall is Mount Everest?") == "miss"  # (evicted: stored again now)
     assert _ask(a, "What's the capital of France?") == "semantic"
 
 
-def test_no_share_by_default(make_gateway: Any, upstream: FakeUpstream) -> None:
+def test_no_share_by_default(shares: Any, upstream: FakeUpstream) -> None:
     """Without ``max_entries_per_tenant`` one LRU serves every tenant, as before."""
-    gw = make_gateway(TENANTS + "cache: {max_entries: 4}")
+    gw = shares(TENANTS + "cache: {max_entries: 4}")
     a, b = _sdk(gw, "key-a"), _sdk(gw, "key-b")
     _ask(a, "a's question")
     for i in range(4):
@@ -154,10 +175,10 @@ def test_no_share_by_default(make_gateway: Any, upstream: FakeUpstream) -> None:
     assert "entries_by_tenant" not in _stats(gw)
 
 
-def test_a_share_per_tenant_is_refused_with_redis() -> None:
-    """Redis evicts in one LRU for every replica: the key would be silently ignored."""
-    with pytest.raises(ConfigError, match="max_entries_per_tenant is not supported"):
-        load_config_text("cache: {backend: redis, max_entries_per_tenant: 100}")
+def test_a_share_per_tenant_is_taken_with_redis() -> None:
+    """(It was a config error: Redis evicted in one LRU for every replica.)"""
+    config = load_config_text("cache: {backend: redis, max_entries_per_tenant: 100}")
+    assert config.cache.max_entries_per_tenant == 100
 
 
 def test_stats_name_the_tenants_holding_the_most_and_count_the_rest_together(

@@ -9,7 +9,9 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -56,7 +58,7 @@ async def wait_for(condition, timeout: float = 3.0) -> None:  # type: ignore[no-
 
 
 @contextlib.asynccontextmanager
-async def following(url: str, **options: float) -> AsyncIterator[tuple[RedisStore, Recorder]]:
+async def following(url: str, **options: Any) -> AsyncIterator[tuple[RedisStore, Recorder]]:
     """A store whose follower feeds a Recorder, once its first load is done."""
     store = RedisStore(url, max_entries=100, **options)
     recorder = Recorder()
@@ -762,4 +764,73 @@ async def test_a_cancelled_follower_stops_even_when_its_read_turns_the_cancel_in
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 3)
     assert reads == 1
+    await store.close()
+
+
+def of(tenant: str, n: int, **options: float) -> Entry:
+    """``entry(n)`` stored for ``tenant``."""
+    return msgspec.structs.replace(entry(n, **options), tenant=tenant)  # type: ignore[arg-type]
+
+
+async def test_a_tenant_past_its_share_gives_up_its_expired_then_least_recently_used(
+    redis_server: RedisServer,
+) -> None:
+    async with following(redis_server.url) as (_, recorder):
+        store = RedisStore(redis_server.url, max_entries=100, max_entries_per_tenant=3)
+        for n in range(3):
+            await store.put(of("a", n))
+        used, short = of("b", 10), of("b", 11, ttl=0.2)
+        for e in (used, short, of("b", 12)):
+            await store.put(e)
+        await store.record_hit(short.id)  # the expiring one is the most recently used
+        await store.record_hit(used.id)  # and this one was used after the third
+        await asyncio.sleep(0.3)
+        assert await store.put(of("b", 13)) == [short.id]  # expired first
+        assert await store.put(of("b", 14)) == [of("b", 12).id]  # then the least recently used
+        assert await store.get(used.id) is not None
+        assert all([await store.get(of("a", n).id) for n in range(3)])  # a's all stay
+        await wait_for(lambda: {short.id, of("b", 12).id} <= set(recorder.deletes))
+        assert await store._redis.hgetall("cachegate:tenants") == {b"a": b"3", b"b": b"3"}
+        await store.close()
+
+
+async def test_every_removal_takes_an_entry_out_of_its_tenants_share(
+    redis_server: RedisServer,
+) -> None:
+    """Deletes, sweeps, entries Redis dropped by itself and flushes keep the sets in step:
+    a share never counts an entry that is gone."""
+    async with following(redis_server.url, max_entries_per_tenant=10) as (store, _):
+        entries = [of("a", 1), of("a", 2, ttl=0.1), of("a", 3), of("b", 4)]
+        for e in entries:
+            await store.put(e)
+        await store.delete([entries[0].id])
+        await asyncio.sleep(0.2)
+        assert await store.sweep() == [entries[1].id]
+        await store._redis.delete(f"cachegate:e:{entries[2].id}")  # (maxmemory, or by hand)
+        assert await store.get(entries[2].id) is None
+        await wait_for(lambda: store.tenant_entries() == {"b": 1})
+        assert await store._redis.zrange("cachegate:t:a", 0, -1) == []
+        await store.flush()
+        assert await store._redis.keys("cachegate:t*") == []
+        assert await store._redis.keys("cachegate:x:*") == []
+
+
+async def test_entries_of_a_version_before_shares_are_not_counted(
+    redis_server: RedisServer,
+) -> None:
+    """An entry stored without its tenant (before the upgrade) is not in any share; one its
+    version dropped without leaving the share leaves it at the next put, not as an eviction."""
+    store = RedisStore(redis_server.url, max_entries=100, max_entries_per_tenant=2)
+    old, gone = of("a", 1), of("a", 2)
+    for e in (old, gone):
+        await store.put(e)
+    await store._redis.hdel("cachegate:tenant", str(old.id))  # as an older version stored it
+    await store._redis.zrem("cachegate:t:a", str(old.id))
+    await store._redis.hincrby("cachegate:tenants", "a", -1)
+    await store._redis.zrem("cachegate:lru", str(gone.id))  # as an older version evicted it
+    await store._redis.delete(f"cachegate:e:{gone.id}")
+    assert await store.put(of("a", 3)) == []  # (a's share: gone and 3)
+    assert await store.put(of("a", 4)) == []  # gone leaves the share: 3 and 4 are a's
+    assert await store.get(old.id) is not None
+    assert await store._redis.hgetall("cachegate:tenants") == {b"a": b"2"}
     await store.close()
