@@ -223,6 +223,9 @@ async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) ->
         if backend is None:
             raise APIError(404, f"The model `{model_id.lstrip('/')}` does not exist.",
                            code="model_not_found")  # fmt: skip
+        if (stalled := backend.stalled) is not None:  # (a gateway in front asks: see answers)
+            raise APIError(503, f"The model `{backend.name}` is stalled: {stalled}.",
+                           code="engine_stalled")  # fmt: skip
     except APIError as exc:
         return error_response(exc, wire=wire)
     described = await backend.describe()
@@ -251,8 +254,11 @@ async def healthz() -> Response[Any]:
 @route("/readyz", http_method=[HttpMethod.GET, HttpMethod.HEAD])
 async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
     state = await _runtime(request).readiness()
-    # "failed": a model could not load and will not be retried (restart to try again)
+    # "failed": a model could not load and will not be retried (restart to try again);
+    # "stalled": a loaded model's engine is stuck in one step (until it ends)
     status = "ready" if state["ready"] else "failed" if state.get("failed") else "loading"
+    if status == "loading" and state.get("stalled"):
+        status = "stalled"
     return _json({"status": status, **state}, 200 if state["ready"] else 503)
 
 

@@ -99,6 +99,12 @@ class Backend(Protocol):
         """Why the backend can never become ready (None: it is, or still may)."""
         ...
 
+    @property
+    def stalled(self) -> str | None:
+        """Why the backend, ready before, cannot serve now (None: it can): a local model whose
+        engine is stuck in one step (``LocalBackend.stalled``)."""
+        ...
+
     def stats(self) -> dict[str, Any] | None: ...  # for /admin/stats and /metrics
 
     def flush_prefix_cache(self) -> int: ...  # bytes of prefix KV dropped (admin flush)

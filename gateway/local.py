@@ -57,6 +57,10 @@ _KEEPALIVE_MIN = 0.5  # (whoever asks: the header reaches a gateway's local mode
 #: How often a stream for a gateway in front looks whether the engine took its request up, until
 #: it has (``QUEUED``): a request that starts within it is never said to be queued.
 _QUEUED_POLL = 0.05
+#: Keep-alive intervals one step of the engine may run before the engine is taken for hung
+#: (``LocalBackend.stalled``): two thirds of the front's ``timeout.read``, the longest step
+#: that never times a stream out there.
+_STALLED_INTERVALS = 2
 
 
 class LocalBackend:
@@ -94,6 +98,9 @@ class LocalBackend:
         self._handover = threading.Lock()  # (the load's thread and close: who closes its engine)
         self._loading = threading.Event()  # (set while the load's thread runs)
         self._created = int(time.time())
+        #: The keep-alive interval the last request that asked for one asked for
+        #: (``x-cachegate-keepalive``: a gateway in front's ``timeout.read`` / 3), for ``stalled``
+        self._keepalive = _KEEPALIVE_EVERY
 
     @classmethod
     def from_config(cls, name: str, model: LocalModelConfig, config: Config) -> LocalBackend:
@@ -132,7 +139,20 @@ class LocalBackend:
             self._loader = asyncio.create_task(self._load(), name=f"load-{self.name}")
 
     async def ready(self) -> bool:
-        return self._engine is not None
+        return self._engine is not None and self.stalled is None
+
+    @property
+    def stalled(self) -> str | None:
+        """Why the loaded engine cannot serve now (None: it can): one step of it has run
+        ``_STALLED_INTERVALS`` keep-alive intervals, hung (its thread alive, a step that never
+        ends) or too slow for any stream on it to be heard from in time. Until that step
+        ends, ``/readyz`` and ``GET /v1/models/{id}`` say so (503), and new requests get 503
+        ``engine_stalled`` at once (``_serving_engine``)."""
+        stuck = self._engine.stuck_for() if self._engine is not None else 0.0
+        bound = _STALLED_INTERVALS * self._keepalive
+        if stuck < bound:
+            return None
+        return f"one step of its engine has run for {stuck:.1f} s (hung: past {bound:g} s)"
 
     @property
     def loading(self) -> bool:
@@ -169,7 +189,7 @@ class LocalBackend:
         """The whole answer; ``meter`` counts the prompt it ran and the tokens it generated
         so far (``LocalStream.counted``), for a client that leaves before the answer."""
         created = int(time.time())  # (its ``created``: when it was asked for, as a stream's)
-        engine = await self._ready_engine(request.if_ready)
+        engine = await self._serving_engine(request)
         job = await self._prepare(engine.engine, request)
         deltas = 0
         if meter is not None:
@@ -185,9 +205,9 @@ class LocalBackend:
         raise AssertionError("stream ended without a Finished event")
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> LocalStream:
-        engine = await self._ready_engine(request.if_ready)
+        engine = await self._serving_engine(request)
         job = await self._prepare(engine.engine, request)  # a 400 happens before any header
-        every = max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, request.keepalive or _KEEPALIVE_EVERY))
+        every = _keepalive_every(request.keepalive)
         return LocalStream(request, self.name, job, engine.stream(job), keepalive=every,
                            stuck_for=engine.stuck_for)  # fmt: skip
 
@@ -304,6 +324,23 @@ class LocalBackend:
                 code="model_unavailable",
             )
         return self._engine
+
+    async def _serving_engine(self, request: GatewayRequest) -> AsyncEngine:
+        """The engine for a generation (``_ready_engine``), or 503 ``engine_stalled`` at once
+        while it is ``stalled``.
+
+        NOTE: a hung engine took every new request into its queue, where it waited for its
+        reader's timeout (a gateway in front: ``timeout.read``, then 504); that front, whose
+        liveness check (``GET /models``) the worker still answered, never skipped it, so each
+        request sent there waited as long for the same 504, and none went to another replica.
+        """
+        if request.keepalive is not None:
+            self._keepalive = _keepalive_every(request.keepalive)
+        engine = await self._ready_engine(request.if_ready)
+        if (why := self.stalled) is not None:
+            raise APIError(503, f"The local model `{self.name}` is stalled: {why}.",
+                           code="engine_stalled")  # fmt: skip
+        return engine
 
     def _why_unavailable(self) -> str:
         if self._error is not None:
@@ -452,6 +489,12 @@ class LocalStream:
                 await pending
         with contextlib.suppress(RuntimeError):  # closed already, or still closing elsewhere
             await self._events.aclose()
+
+
+def _keepalive_every(asked: float | None) -> float:
+    """The seconds of silence before a stream's keep-alive comment (``asked``: the gateway in
+    front's ``x-cachegate-keepalive``, None: none asked)."""
+    return max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, asked or _KEEPALIVE_EVERY))
 
 
 def _counted(job: GenerationRequest, deltas: int) -> dict[str, Any]:

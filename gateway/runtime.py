@@ -180,9 +180,14 @@ class Runtime:
             # readiness at once would take the whole deployment down with Redis); it said true
             cache = "degraded"
         failed = {name: failure for name, b in self.backends.items() if (failure := b.failure)}
+        stalled = {name: why for name, b in self.backends.items() if (why := b.stalled)}
         ready = all(models.values()) and cache is not False
-        state = {"ready": ready, "models": models, "cache": cache}
-        return {**state, "failed": failed} if failed else state
+        state: dict[str, Any] = {"ready": ready, "models": models, "cache": cache}
+        if failed:
+            state["failed"] = failed
+        if stalled:  # (a model's engine stuck in one step: see LocalBackend.stalled)
+            state["stalled"] = stalled
+        return state
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = {

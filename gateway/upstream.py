@@ -235,26 +235,34 @@ class UpstreamBackend:
         return {"authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
 
     async def answers(self) -> bool:
-        """Whether the upstream answers ``GET /models`` (with any status) within
-        ``timeout.connect`` (or ``read``, if shorter): one whose request timed out but that
-        answers this is slow (a generation longer than ``timeout.read``), not hung.
+        """Whether the upstream answers ``GET /models/{model}`` (with any status but 503)
+        within ``timeout.connect`` (or ``read``, if shorter): one whose request timed out but
+        that answers this is slow (a generation longer than ``timeout.read``), not hung.
 
         NOTE: asked past ``max_connections`` (``_UNGATED``): a slow replica's connections are
         all in use, and the one its timed-out request freed goes to a request waiting for one;
         this waited behind it for ``timeout.pool``, in vain, and the replica was taken for hung.
+        A 503 is no answer: a cachegate worker whose engine is stuck in one step (hung, its
+        process alive) says so there (``engine_stalled``); it answered ``GET /models``, and
+        was never skipped, each request sent there waiting ``timeout.read`` for a 504.
         """
         t = self.config.timeout
+        model = self.config.upstream_model or self.name
         try:
-            await self._client.get(
-                self._url("models"), headers=self._own_auth, timeout=min(t.connect, t.read),
-                extensions={_UNGATED: True},
+            response = await self._client.get(
+                self._url(f"models/{model}"), headers=self._own_auth,
+                timeout=min(t.connect, t.read), extensions={_UNGATED: True},
             )  # fmt: skip
         except httpx.HTTPError:
             return False
-        return True
+        return response.status_code != 503
 
     @property
     def failure(self) -> str | None:
+        return None
+
+    @property
+    def stalled(self) -> str | None:
         return None
 
     def stats(self) -> dict[str, Any] | None:
@@ -607,6 +615,10 @@ class ReplicatedBackend:
 
     @property
     def failure(self) -> str | None:
+        return None
+
+    @property
+    def stalled(self) -> str | None:
         return None
 
     def stats(self) -> dict[str, Any] | None:

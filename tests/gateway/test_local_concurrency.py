@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -513,6 +514,85 @@ def test_behind_a_front_gateway_a_stream_queued_on_a_hung_engine_times_out(
                 answer.result(timeout=60)
         finally:
             released.set()  # (the worker's engine goes on: it can shut down)
+
+
+@contextlib.contextmanager
+def a_hanging_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Every local engine's steps hang, once the event this yields is set, until the end of
+    the block (its process alive, a step that does not end: then the engine goes on)."""
+    from localmodel.scheduler import Scheduler
+
+    hanging, released = threading.Event(), threading.Event()
+    step = Scheduler.step
+
+    def hung_step(self: Any) -> Any:
+        if hanging.is_set():
+            released.wait()
+        return step(self)
+
+    monkeypatch.setattr(Scheduler, "step", hung_step)
+    try:
+        yield hanging
+    finally:
+        released.set()  # (the worker's engine goes on: it can shut down)
+
+
+def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """gateway (``timeout.read: 2``) -> two replicas, a ``cachegate worker`` (one batch slot,
+    taken) first, whose engine then hangs: once a stream queued there timed out, the worker
+    is skipped and new requests go to the other replica; its ``/readyz`` says why. It still
+    answered ``GET /models`` (slow, not hung: never skipped) and ``/readyz`` 200, so each new
+    request sent there waited ``timeout.read`` for a 504, never going to the other replica."""
+    other = f"{upstream_server.url}/v1"
+    with (
+        behind_a_front(tiny_dir, tmp_path, other, read=2) as (worker, front),
+        a_hanging_engine(monkeypatch) as hanging,
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        hanging.set()
+        with pytest.raises(openai.APIError, match="timed out"):
+            answer.result(timeout=60)
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        for i in range(2):  # (round robin: each replica would be first once)
+            made = sdk.completions.create(model=ONE, prompt=f"a new request {i}", max_tokens=4)
+            assert "answer #" in made.choices[0].text
+        routing = front.http.get("/admin/stats").json()["backends"][ONE]["routing"]
+        assert routing["replicas"][0]["down"]
+        ready = worker.http.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.json()["status"] == "stalled" and ONE in ready.json()["stalled"]
+        described = worker.http.get(f"/v1/models/{ONE}")
+        assert described.status_code == 503
+        assert described.json()["error"]["code"] == "engine_stalled"
+
+
+def test_behind_a_front_gateway_a_worker_whose_engine_hangs_refuses_new_requests(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gateway (``timeout.read: 2``) -> its one ``cachegate worker`` (one batch slot, taken),
+    whose engine then hangs: a new request is refused at once (the worker's 503
+    ``engine_stalled``) instead of waiting ``timeout.read`` in its queue for a 504; once the
+    step ends, the worker is ready and answers again."""
+    with behind_a_front(tiny_dir, tmp_path, read=2) as (worker, front):
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        with (
+            a_hanging_engine(monkeypatch) as hanging,
+            queued_in_the_worker(worker, front) as answer,
+        ):
+            hanging.set()
+            with pytest.raises(openai.APIError, match="timed out"):
+                answer.result(timeout=60)
+            with pytest.raises(openai.APIStatusError, match="stalled") as refused:
+                sdk.completions.create(model=ONE, prompt="a new request", max_tokens=4)
+            assert refused.value.status_code == 502  # (an upstream's 503, as always)
+            ready = worker.http.get("/readyz")
+            assert ready.status_code == 503 and ONE in ready.json()["stalled"], ready.text
+        worker.wait_ready(timeout=30)  # the step ended
+        made = sdk.completions.create(model=ONE, prompt="a new request", max_tokens=4)
+        assert made.choices[0].finish_reason in ("stop", "length")
 
 
 def test_behind_a_front_gateway_a_stream_cancelled_mid_answer_is_booked_with_its_prompt(
