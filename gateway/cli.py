@@ -291,6 +291,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _still_loading(runtime: Any) -> bool:
+    """Whether a thread that exiting must not wait for still runs: a load, or a local model's
+    engine stuck in a step (``LocalBackend.left_running``)."""
     if runtime.cache is not None and runtime.cache.loading:  # its embedder, verifier or index
         return True
     # NOTE: not imported here: Runtime.build imported it for a local model, and without one
@@ -300,7 +302,7 @@ def _still_loading(runtime: Any) -> bool:
     local = sys.modules.get(f"{__package__}.local")
     backends = runtime.backends.values()
     return local is not None and any(
-        isinstance(b, local.LocalBackend) and b.loading for b in backends
+        isinstance(b, local.LocalBackend) and (b.loading or b.left_running) for b in backends
     )
 
 

@@ -160,6 +160,12 @@ class LocalBackend:
         return self._loading.is_set()
 
     @property
+    def left_running(self) -> bool:
+        """Whether ``close`` left the engine's thread running: a step that did not end
+        (``stalled``), not waited for."""
+        return self._closed and self._engine is not None and self._engine.running
+
+    @property
     def failure(self) -> str | None:
         """Why the model could not load (it will not be retried), or None."""
         return repr(self._error) if self._error is not None else None
@@ -178,8 +184,8 @@ class LocalBackend:
             self._closed = True
         if self._loader is not None and not self._loader.done():
             log.warning("local model %s is still loading: shutting down without it", self.name)
-        if self._engine is not None:
-            await self._engine.aclose()
+        if self._engine is not None:  # (a hung engine's thread is left behind: see stalled)
+            await self._engine.aclose(stuck=_STALLED_INTERVALS * self._keepalive)
 
     # -- Backend ---------------------------------------------------------------------------
 

@@ -94,20 +94,33 @@ class AsyncEngine:
         if not self._thread.is_alive():
             self._thread.start()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, stuck: float | None = None) -> None:
         """Shut down: refuse new requests, cancel the running ones, fail queued ones.
 
         A graceful HTTP shutdown has already let in-flight responses finish by the time
         the lifespan closes the engine, so whatever is left here has no one waiting long.
         Then the engine itself is closed (its disk tier's writer and files, if any).
+
+        NOTE: ``stuck``: once one step has run that long, the thread is not waited for (nor
+        the engine, which it still uses, closed: ``running`` stays true). A hung engine's
+        step never ends: the shutdown of its process (SIGTERM, Ctrl-C) waited for ever.
         """
         if self._closed:
             return
         self._closed = True
         self._jobs.put(None)  # NOTE: the worker cancels what runs when it takes this
-        if self._thread.is_alive():
-            await asyncio.to_thread(self._thread.join)
+        while self._thread.is_alive():
+            if stuck is not None and self.stuck_for() >= stuck:
+                logger.warning("localmodel: one step of the engine has run for %.0f s: "
+                               "shutting down without it", self.stuck_for())  # fmt: skip
+                return
+            await asyncio.to_thread(self._thread.join, 0.1)
         self.engine.close()
+
+    @property
+    def running(self) -> bool:
+        """Whether the engine's thread runs (after ``aclose``: a step that did not end)."""
+        return self._thread.is_alive()
 
     async def stream(self, request: GenerationRequest) -> AsyncGenerator[Event, None]:
         """Events of ``request`` as the worker produces them; ends after ``Finished``.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 import time
 from collections import Counter
@@ -593,6 +594,74 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_refuses_new_requests
         worker.wait_ready(timeout=30)  # the step ended
         made = sdk.completions.create(model=ONE, prompt="a new request", max_tokens=4)
         assert made.choices[0].finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_worker_whose_engine_hangs_exits_on_a_signal(
+    tiny_dir: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A ``cachegate worker`` process whose engine hangs (a step that never ends) mid-stream,
+    then stopped (SIGTERM, Ctrl-C): it exits, leaving that step behind. Its shutdown waited
+    for the engine's thread: the process never exited (only SIGKILL, or a third signal,
+    ended it)."""
+    import socket
+    import subprocess
+    import sys
+
+    import httpx
+
+    hang, config, log = tmp_path / "hang", tmp_path / "worker.yaml", tmp_path / "worker.log"
+    settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
+                "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
+    config.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "worker"), "models": {ONE: settings},
+                                      "server": {"shutdown_timeout": 1},
+                                      "cache": {"enabled": False, "semantic": {"enabled": False}}}))  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = "\n".join([  # the CLI, with every step hanging while `hang` exists
+        "import os, sys, time",
+        "from localmodel.scheduler import Scheduler",
+        "step = Scheduler.step",
+        "def hung_step(self):",
+        f"    while os.path.exists({str(hang)!r}):",
+        "        time.sleep(0.05)",
+        "    return step(self)",
+        "Scheduler.step = hung_step",
+        "import gateway.cli as cli",
+        f"sys.exit(cli.main(['worker', '--config', {str(config)!r}, '--host', '127.0.0.1', "
+        f"'--port', '{port}']))",
+    ])  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        worker = subprocess.Popen([sys.executable, "-c", launcher], stdout=out, stderr=out)
+    try:
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{url}/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(ready, timeout=60)
+        direct = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(  # (as a gateway in front with timeout.read 1.5)
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True,
+            extra_headers={"x-cachegate-keepalive": "0.5"},
+        )  # fmt: skip
+        next(iter(running))  # it decodes
+        hang.touch()
+        wait_for(lambda: httpx.get(f"{url}/readyz").json()["status"] == "stalled")
+        worker.send_signal(sig)
+        code = worker.wait(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=30)
+        hang.unlink(missing_ok=True)
+    said = log.read_text(errors="replace")
+    assert code == (-sig if sig == signal.SIGTERM else 0), said  # (SIGTERM: uvicorn re-raises it)
+    assert "shutting down without it" in said and "Traceback" not in said, said
 
 
 def test_behind_a_front_gateway_a_stream_cancelled_mid_answer_is_booked_with_its_prompt(
