@@ -61,6 +61,10 @@ _QUEUED_POLL = 0.05
 #: (``LocalBackend.stalled``): two thirds of the front's ``timeout.read``, the longest step
 #: that never times a stream out there.
 _STALLED_INTERVALS = 2
+#: The shortest such run, whatever a request's ``x-cachegate-keepalive`` says: any client of a
+#: gateway's own local model can send that header, and at 0.5 s a step of 1 s (a long prefill
+#: on a loaded CPU) made the model refuse every request and /readyz answer 503 until it ended.
+_STALLED_MIN = 5.0
 
 
 class LocalBackend:
@@ -144,15 +148,20 @@ class LocalBackend:
     @property
     def stalled(self) -> str | None:
         """Why the loaded engine cannot serve now (None: it can): one step of it has run
-        ``_STALLED_INTERVALS`` keep-alive intervals, hung (its thread alive, a step that never
+        ``_STALLED_INTERVALS`` keep-alive intervals (``_STALLED_MIN`` s at least), hung (its
+        thread alive, a step that never
         ends) or too slow for any stream on it to be heard from in time. Until that step
         ends, ``/readyz`` and ``GET /v1/models/{id}`` say so (503), and new requests get 503
         ``engine_stalled`` at once (``_serving_engine``)."""
         stuck = self._engine.stuck_for() if self._engine is not None else 0.0
-        bound = _STALLED_INTERVALS * self._keepalive
+        bound = self._stalled_after()
         if stuck < bound:
             return None
         return f"one step of its engine has run for {stuck:.1f} s (hung: past {bound:g} s)"
+
+    def _stalled_after(self) -> float:
+        """Seconds one step may run before the engine is ``stalled``."""
+        return max(_STALLED_MIN, _STALLED_INTERVALS * self._keepalive)
 
     @property
     def loading(self) -> bool:
@@ -185,7 +194,7 @@ class LocalBackend:
         if self._loader is not None and not self._loader.done():
             log.warning("local model %s is still loading: shutting down without it", self.name)
         if self._engine is not None:  # (a hung engine's thread is left behind: see stalled)
-            await self._engine.aclose(stuck=_STALLED_INTERVALS * self._keepalive)
+            await self._engine.aclose(stuck=self._stalled_after())
 
     # -- Backend ---------------------------------------------------------------------------
 

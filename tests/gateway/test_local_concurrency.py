@@ -538,6 +538,15 @@ def a_hanging_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Even
         released.set()  # (the worker's engine goes on: it can shut down)
 
 
+def wait_stalled(worker: Any) -> None:
+    """Until the worker's ``/readyz`` says its engine is stalled (one step past its bound: 5 s
+    at least, whatever the front's ``timeout.read``), 30 s at most."""
+    deadline = time.monotonic() + 30
+    while worker.http.get("/readyz").status_code != 503:
+        assert time.monotonic() < deadline, "the worker never said its engine is stalled"
+        time.sleep(0.2)
+
+
 def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
     tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer,
     monkeypatch: pytest.MonkeyPatch,
@@ -556,6 +565,7 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
         hanging.set()
         with pytest.raises(openai.APIError, match="timed out"):
             answer.result(timeout=60)
+        wait_stalled(worker)
         sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
         for i in range(2):  # (round robin: each replica would be first once)
             made = sdk.completions.create(model=ONE, prompt=f"a new request {i}", max_tokens=4)
@@ -568,6 +578,28 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
         described = worker.http.get(f"/v1/models/{ONE}")
         assert described.status_code == 503
         assert described.json()["error"]["code"] == "engine_stalled"
+
+
+def test_a_clients_keepalive_header_cannot_make_a_slow_step_look_hung(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any client of a gateway's own local model can send ``x-cachegate-keepalive`` (meant for
+    a gateway in front); at 0.5 s it made a step of 1 s (a long prefill on a loaded CPU) count
+    as hung: /readyz 503 and every new request refused until the step ended. The bound is 5 s
+    at least, whatever the header says."""
+    with (
+        behind_a_front(tiny_dir, tmp_path) as (worker, _),
+        ThreadPoolExecutor(1) as pool,  # (left after the step is let go: its request ends)
+        a_hanging_engine(monkeypatch) as hanging,
+    ):
+        hanging.set()  # (the step this request starts does not end until the block's end)
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        pool.submit(direct.completions.create, model=ONE, prompt="a slow step", max_tokens=2,
+                    extra_headers={"x-cachegate-keepalive": "0.5"})  # fmt: skip
+        wait_for(lambda: backend_stats(worker, ONE)["pending"] == 1)
+        time.sleep(1.5)  # (one step that long: past twice the 0.5 s the client asked for)
+        ready = worker.http.get("/readyz")
+        assert ready.status_code == 200, ready.text
 
 
 def test_behind_a_front_gateway_a_worker_whose_engine_hangs_refuses_new_requests(
@@ -586,6 +618,7 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_refuses_new_requests
             hanging.set()
             with pytest.raises(openai.APIError, match="timed out"):
                 answer.result(timeout=60)
+            wait_stalled(worker)
             with pytest.raises(openai.APIStatusError, match="stalled") as refused:
                 sdk.completions.create(model=ONE, prompt="a new request", max_tokens=4)
             assert refused.value.status_code == 502  # (an upstream's 503, as always)
