@@ -602,6 +602,30 @@ def test_a_clients_keepalive_header_cannot_make_a_slow_step_look_hung(
         assert ready.status_code == 200, ready.text
 
 
+def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_marked_down_by_its_timeout(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """gateway (``timeout.read: 8``: a stall bound of 5.3 s, past which its stream times out)
+    -> two replicas, the first a ``cachegate worker`` whose engine hangs: the stream queued
+    there times out, and the liveness check asked then (``GET /models/{model}``, which the
+    stalled worker answers 503) marks that worker down before any new request is sent. The
+    other hung-engine tests (``read: 2``, under the 5 s bound) only saw it marked down by the
+    ``engine_stalled`` of a new request: the liveness check's 503 was never exercised."""
+    other = f"{upstream_server.url}/v1"
+    with (
+        behind_a_front(tiny_dir, tmp_path, other, read=8) as (worker, front),
+        a_hanging_engine(monkeypatch) as hanging,
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        hanging.set()
+        with pytest.raises(openai.APIError, match="timed out"):
+            answer.result(timeout=60)
+        assert worker.http.get("/readyz").json()["status"] == "stalled"
+        routing = front.http.get("/admin/stats").json()["backends"][ONE]["routing"]
+        assert routing["replicas"][0]["down"], routing
+
+
 def test_behind_a_front_gateway_a_worker_whose_engine_hangs_refuses_new_requests(
     tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
