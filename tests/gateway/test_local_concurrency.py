@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -185,6 +186,14 @@ def behind_a_front(
             front.stop()
     finally:
         worker.stop()
+
+
+def answers_ready(url: str) -> bool:
+    """Whether the process at ``url`` (a worker started as a subprocess) answers ``/readyz`` 200."""
+    try:
+        return httpx.get(f"{url}/readyz").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 @contextlib.contextmanager
@@ -402,8 +411,6 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_is_ki
     import subprocess
     import sys
 
-    import httpx
-
     settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
                 "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
     config = tmp_path / "worker.yaml"
@@ -423,14 +430,7 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_worker_is_ki
         "cache": {"enabled": False, "semantic": {"enabled": False}},
     })))  # fmt: skip
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{url}/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, timeout=60)
+        wait_for(lambda: answers_ready(url), timeout=60)
         direct = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         running = direct.completions.create(
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
@@ -665,8 +665,6 @@ def test_a_worker_whose_engine_hangs_exits_on_a_signal(
     import subprocess
     import sys
 
-    import httpx
-
     hang, config, log = tmp_path / "hang", tmp_path / "worker.yaml", tmp_path / "worker.log"
     settings = {"backend": "local", "source": str(tiny_dir), "threads": 1, "max_batch": 1,
                 "prefix_cache_bytes": 8 * 2**20}  # fmt: skip
@@ -693,14 +691,7 @@ def test_a_worker_whose_engine_hangs_exits_on_a_signal(
     with log.open("wb") as out:
         worker = subprocess.Popen([sys.executable, "-c", launcher], stdout=out, stderr=out)
     try:
-
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{url}/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        wait_for(ready, timeout=60)
+        wait_for(lambda: answers_ready(url), timeout=60)
         direct = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
         running = direct.completions.create(  # (as a gateway in front with timeout.read 1.5)
             model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True,
