@@ -485,38 +485,6 @@ def test_behind_a_front_gateway_a_queued_stream_fails_over_when_its_workers_engi
         assert "answer #" in answer.result(timeout=30)
 
 
-def test_behind_a_front_gateway_a_stream_queued_on_a_hung_engine_times_out(
-    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """gateway (``timeout.read: 2``) -> ``cachegate worker`` (one batch slot, taken) whose
-    engine then hangs (its process alive, a step that never ends): the stream that waits in
-    its queue ends with the front's read timeout. The worker sent ``: queued`` for ever (the
-    front's read timeout never fired): its client waited with no end."""
-    import threading
-
-    from localmodel.scheduler import Scheduler
-
-    hanging, released = threading.Event(), threading.Event()
-    step = Scheduler.step
-
-    def hung_step(self: Any) -> Any:
-        if hanging.is_set():
-            released.wait()
-        return step(self)
-
-    monkeypatch.setattr(Scheduler, "step", hung_step)
-    with (
-        behind_a_front(tiny_dir, tmp_path, read=2) as (worker, front),
-        queued_in_the_worker(worker, front) as answer,
-    ):
-        hanging.set()
-        try:
-            with pytest.raises(openai.APIError, match="timed out"):
-                answer.result(timeout=60)
-        finally:
-            released.set()  # (the worker's engine goes on: it can shut down)
-
-
 @contextlib.contextmanager
 def a_hanging_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
     """Every local engine's steps hang, once the event this yields is set, until the end of
@@ -536,6 +504,23 @@ def a_hanging_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Even
         yield hanging
     finally:
         released.set()  # (the worker's engine goes on: it can shut down)
+
+
+def test_behind_a_front_gateway_a_stream_queued_on_a_hung_engine_times_out(
+    tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gateway (``timeout.read: 2``) -> ``cachegate worker`` (one batch slot, taken) whose
+    engine then hangs (its process alive, a step that never ends): the stream that waits in
+    its queue ends with the front's read timeout. The worker sent ``: queued`` for ever (the
+    front's read timeout never fired): its client waited with no end."""
+    with (
+        behind_a_front(tiny_dir, tmp_path, read=2) as (worker, front),
+        a_hanging_engine(monkeypatch) as hanging,
+        queued_in_the_worker(worker, front) as answer,
+    ):
+        hanging.set()
+        with pytest.raises(openai.APIError, match="timed out"):
+            answer.result(timeout=60)
 
 
 def wait_stalled(worker: Any) -> None:
