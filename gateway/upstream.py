@@ -247,15 +247,23 @@ class UpstreamBackend:
         was never skipped, each request sent there waiting ``timeout.read`` for a 504.
         """
         t = self.config.timeout
-        model = self.config.upstream_model or self.name
         try:
-            response = await self._client.get(
-                self._url(f"models/{model}"), headers=self._own_auth,
-                timeout=min(t.connect, t.read), extensions={_UNGATED: True},
-            )  # fmt: skip
+            response = await self._described(min(t.connect, t.read), {_UNGATED: True})
         except httpx.HTTPError:
             return False
         return response.status_code != 503
+
+    async def _described(
+        self, timeout: float, extensions: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """The upstream's ``GET /models/{model}``, asked on the gateway's own behalf (its key:
+        ``_own_auth``): the model's description (``_context_window``), a liveness check
+        (``answers``)."""
+        model = self.config.upstream_model or self.name
+        return await self._client.get(
+            self._url(f"models/{model}"), headers=self._own_auth, timeout=timeout,
+            extensions=extensions,
+        )  # fmt: skip
 
     @property
     def failure(self) -> str | None:
@@ -347,11 +355,8 @@ class UpstreamBackend:
         if settled or now - self._window_asked < _WINDOW_RETRY_S:
             return self._window
         self._window_asked = now
-        model = self.config.upstream_model or self.name
         try:  # NOTE: _window_asked is set first: a loop back to this gateway asks no further
-            response = await self._client.get(
-                self._url(f"models/{model}"), headers=self._own_auth, timeout=2.0
-            )
+            response = await self._described(2.0)
         except httpx.HTTPError as exc:
             log.debug("upstream %s: no model description: %r", self.name, exc)
             return None
