@@ -152,7 +152,8 @@ class Lookup:
     score: float | None = None
     #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
     rejected: Rejection | None = None
-    #: The semantic lookup was skipped: the embedder was overloaded (pass it to ``store``).
+    #: The semantic lookup was skipped, or given up on before a candidate was served: the
+    #: embedder was overloaded (pass it to ``store``; a ``vector`` made before is still stored).
     overloaded: bool = False
 
 
@@ -341,8 +342,9 @@ class ResponseCache:
         vector; or the cache was flushed since ``epoch``, the ``epoch`` when its request
         began). ``ttl`` (the request's) shortens the configured one, never extends it.
 
-        ``overloaded``: the lookup skipped the embedder as overloaded (``Lookup.overloaded``);
-        the answer is stored for exact hits only, without waiting for the embedder again.
+        ``overloaded``: the lookup found the embedder overloaded (``Lookup.overloaded``);
+        without a ``vector`` the answer is stored for exact hits only, without waiting for the
+        embedder again.
         """
         now = time.time()
         ttl = self._ttl(ttl)
@@ -605,10 +607,11 @@ class ResponseCache:
             await self._store.record_hit(same.id)
             self._counters.hits["exact"] += 1
             return Lookup("exact", same, 1.0, now - same.created, vector)
-        if self._decides:
-            found, score, rejected = await self._verified(key, vector, candidates, score_threshold)
-        else:
-            found, score, rejected = await self._guarded(key, vector, candidates)
+        try:
+            found, score, rejected = await self._judged(key, vector, candidates, score_threshold)
+        except EmbedderBusy:  # (the context pair's turns: see ``_same_context``)
+            self._counters.skipped["overload"] += 1
+            return Lookup("miss", vector=vector, overloaded=True)
         if found is None:
             return Lookup("miss", vector=vector, rejected=rejected)
         hit, entry = found
@@ -616,6 +619,19 @@ class ResponseCache:
         self._counters.hits["semantic"] += 1
         age = now - entry.created
         return Lookup("semantic", entry, hit.similarity, age, vector, score=score)
+
+    async def _judged(
+        self,
+        key: CacheKey,
+        vector: np.ndarray,
+        candidates: list[tuple[Hit, Entry]],
+        score_threshold: float | None,
+    ) -> _Judged:
+        """The candidate that may answer: the verifier decides (role ``decide``), else the
+        guard (and the verifier as a veto). EmbedderBusy past ``max_wait``."""
+        if self._decides:
+            return await self._verified(key, vector, candidates, score_threshold)
+        return await self._guarded(key, vector, candidates)
 
     def _same_request(self, key: CacheKey, candidates: list[tuple[Hit, Entry]]) -> Entry | None:
         """A candidate that is this very request (its exact key).
@@ -794,7 +810,10 @@ class ResponseCache:
         if a is None or b is None or a == b:
             return True
         verifier = self.verifier
-        va, vb = await self.embedder.embed_many([a, b])
+        # NOTE: bounded as the question's embedding is: under overload a miss now beats a hit
+        # seconds later (EmbedderBusy: the lookup is a miss, counted as skipped "overload")
+        max_wait = self._semantic.max_wait if self._semantic is not None else None
+        va, vb = await self.embedder.embed_many([a, b], max_wait=max_wait)
         cosine = float(np.dot(va, vb))
         signals = verifier.signals(a, b, va, vb, cosine)
         if verifier.near_duplicate(signals):

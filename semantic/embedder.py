@@ -340,11 +340,22 @@ class Embedder:
             raise outcome.exc
         return vec, outcome
 
-    async def embed_many(self, texts: Sequence[str]) -> np.ndarray:
-        """Embed several texts through the batching front. Returns ``[n, dim]``."""
+    async def embed_many(
+        self, texts: Sequence[str], *, max_wait: float | None = None
+    ) -> np.ndarray:
+        """Embed several texts through the batching front. Returns ``[n, dim]``.
+
+        ``max_wait``: as for :meth:`embed`; when one text is refused (:class:`EmbedderBusy`)
+        the others leave the queue too (a text already being encoded is left to finish).
+        """
         if not texts:
             return np.empty((0, self.dim), dtype=np.float32)
-        return np.stack(await asyncio.gather(*(self.embed(t) for t in texts)))
+        calls = [asyncio.ensure_future(self.embed(t, max_wait=max_wait)) for t in texts]
+        try:
+            return np.stack(await asyncio.gather(*calls))
+        finally:
+            for call in calls:  # (done ones: a no-op; waiting ones: unencoded, as if refused)
+                call.cancel()
 
     def stats(self) -> EmbedderStats:
         queued = sum(b.queued() for b in list(self._batchers.values()))

@@ -297,10 +297,12 @@ async def test_a_caller_past_its_max_wait_is_refused_and_costs_no_encoding(
         await embedder.embed(f"A late question {tag}", max_wait=0.001)
     with pytest.raises(EmbedderBusy):  # refused at once: the queue's oldest text waited longer
         await embedder.embed_then(f"Another late one {tag}", lambda v: v, max_wait=0.001)
+    with pytest.raises(EmbedderBusy):  # a text refused: the other leaves the queue too
+        await embedder.embed_many([f"A late pair {tag}", f"Its other half {tag}"], max_wait=0.001)
     vecs = await asyncio.gather(*backlog)
     np.testing.assert_allclose(np.stack(vecs), embedder.encode(texts), atol=1e-5)
     after = embedder.stats()
-    assert after.refused - before.refused == 2
+    assert after.refused - before.refused >= 3
     assert after.texts_encoded - before.texts_encoded == len(texts)  # the late ones never ran
     assert after.waits - before.waits == len(texts) and after.wait_seconds > before.wait_seconds
     assert after.queued == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -18,8 +19,9 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, load_config_text
-from semantic.cache import SemanticSettings, score_threshold
+from semantic.cache import CacheSettings, ResponseCache, SemanticSettings, score_threshold
 from semantic.keys import chat_key, compared_text, context_question
+from semantic.store import DiskStore
 from semantic.verifier import (
     DEFAULT_PATH,
     INT8,
@@ -361,6 +363,29 @@ def test_a_question_holding_a_double_bar_is_judged_as_a_single_question(gw: Gate
     assert other.headers["x-cache"] == "miss"
 
 
+#: (a conversation's first question, the same with its context swapped, the same reworded,
+#: the follow-up they share): rows of bench/data/multiturn_train.jsonl.
+SWAPS = [
+    ("Do citizens of Canada need a visa to visit Australia?",
+     "Do citizens of Australia need a visa to visit Canada?",
+     "Is a visa required for Canada passport holders travelling to Australia?",
+     "Would doing it before noon be better?"),
+    ("Is risotto eaten chilly?", "Do people serve sourdough bread chilly?",
+     "Do people serve risotto chilly?", "What are the risks?"),
+]  # fmt: skip
+#: Small talk before a conversation's question (its context question is still that one).
+SMALL_TALK = ("Good morning.", "Good morning! How can I help?")
+
+
+def follow_up(first: str, follow: str, *before: str) -> list[dict[str, str]]:
+    """``before`` (user, assistant, user, ...), then ``first``, its answer and ``follow``."""
+    turns = [(before[i], before[i + 1]) for i in range(0, len(before), 2)]
+    turns.append((first, f"Here is what I know about {first.lower()}"))
+    return [*({"role": r, "content": t} for pair in turns
+              for r, t in zip(("user", "assistant"), pair, strict=True)),
+            {"role": "user", "content": follow}]  # fmt: skip
+
+
 def test_a_follow_up_after_a_swapped_context_misses_and_after_small_talk_hits(
     gw: Gateway,
 ) -> None:
@@ -368,33 +393,63 @@ def test_a_follow_up_after_a_swapped_context_misses_and_after_small_talk_hits(
     noon be better?" on both sides and served the answer for a visa from Canada to Australia to
     one from Australia to Canada (0.96; rows of bench/data/multiturn_train.jsonl). The context
     pair is now judged on its own, so it misses, while the same context after small talk hits."""
-
-    def convo(first: str, follow: str, *before: str) -> list[dict[str, str]]:
-        turns = [(before[i], before[i + 1]) for i in range(0, len(before), 2)]
-        turns.append((first, f"Here is what I know about {first.lower()}"))
-        return [*({"role": r, "content": t} for pair in turns
-                  for r, t in zip(("user", "assistant"), pair, strict=True)),
-                {"role": "user", "content": follow}]  # fmt: skip
-
-    cases = [
-        ("Do citizens of Canada need a visa to visit Australia?",
-         "Do citizens of Australia need a visa to visit Canada?",
-         "Is a visa required for Canada passport holders travelling to Australia?",
-         "Would doing it before noon be better?"),
-        ("Is risotto eaten chilly?", "Do people serve sourdough bread chilly?",
-         "Do people serve risotto chilly?", "What are the risks?"),
-    ]  # fmt: skip
-    for n, (first, swapped, reworded, follow) in enumerate(cases):
-        stored = chat(gw, convo(first, follow), f"swap{n}")
+    for n, (first, swapped, reworded, follow) in enumerate(SWAPS):
+        stored = chat(gw, follow_up(first, follow), f"swap{n}")
         assert stored.headers["x-cache"] == "miss"
-        miss = chat(gw, convo(swapped, follow), f"swap{n}")
+        miss = chat(gw, follow_up(swapped, follow), f"swap{n}")
         assert miss.headers["x-cache"] == "miss", swapped  # was "semantic"
-        hit = chat(gw, convo(reworded, follow, "Good morning.", "Good morning! How can I help?"),
-                   f"swap{n}")  # fmt: skip
+        hit = chat(gw, follow_up(reworded, follow, *SMALL_TALK), f"swap{n}")
         assert hit.headers["x-cache"] == "semantic", reworded
         assert hit.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
     reasons = gw.http.get("/admin/stats").json()["cache"]["guard_rejections_by_reason"]
     assert reasons.get("verifier_context", 0) >= 1
+
+
+async def test_a_context_pair_the_busy_embedder_cannot_take_in_time_is_an_overload_miss(
+    tmp_path: Path,
+) -> None:
+    """The context pair's two turns are embedded within ``max_wait``, as the question is: with
+    every embedder worker busy, the lookup gives up (a miss, counted as skipped "overload", the
+    question's vector kept for the store) where it queued behind the workers."""
+    settings = SemanticSettings(verifier="bundled", embedder_backend="onnx",
+                                verifier_backend="onnx-int8", max_wait=0.05, candidates=3)  # fmt: skip
+    cache = ResponseCache(DiskStore(tmp_path, max_entries=100), CacheSettings(), settings)
+    await cache.start()
+    first, _, reworded, follow = SWAPS[1]
+
+    def key(messages: list[dict[str, str]]) -> Any:
+        return chat_key("t", "", "m", {"messages": messages}, None, "verify")
+
+    await cache.store(key(follow_up(first, follow)), {"choices": []}, model="m", tenant="t",
+                      namespace="")  # fmt: skip
+    asked = key(follow_up(reworded, follow, *SMALL_TALK))
+    embedder = cache.embedder
+    assert embedder is not None
+    await embedder.embed(asked.question)  # (its own embedding needs no worker: the LRU has it)
+    release, held = threading.Event(), threading.Semaphore(0)
+
+    def hold(_: Any) -> None:  # (in the worker, after its text: the worker stays busy)
+        held.release()
+        release.wait()
+
+    busy = []
+    for i in range(embedder.workers):  # one at a time: each on a worker of its own
+        busy.append(asyncio.ensure_future(embedder.embed_then(f"Busy {i} {uuid.uuid4()}", hold)))
+        while not held.acquire(blocking=False):
+            await asyncio.sleep(0.01)
+    try:  # (before: waited for a worker until released)
+        found = await asyncio.wait_for(cache.lookup(asked), timeout=60)
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+    assert found.kind == "miss" and found.overloaded and found.vector is not None
+    stats = cache.stats()
+    assert stats["semantic_skipped"]["overload"] == 1 and stats["semantic_errors"] == 0
+    assert stats["guard_rejections_by_reason"].get("verifier_context", 0) == 0
+    # with the workers free, the same lookup judges the context pair and hits
+    assert (await cache.lookup(asked)).kind == "semantic"
+    assert cache.stats()["semantic_skipped"]["overload"] == 1
+    await cache.close()
 
 
 def test_an_answer_sent_back_as_the_sdk_got_it_is_compared_as_text(gw: Gateway) -> None:
