@@ -429,6 +429,11 @@ class SemanticCacheConfig(_Base, frozen=True):
     #: hit) or "exact" (conservative: part of the exact scope, only an identical history hits).
     #: "verify" needs the verifier (with verifier: off it behaves as "exact").
     context: Literal["verify", "exact"] = "exact"
+    #: With context "verify": a would-be hit also needs its context pair (the earlier user
+    #: turns the two follow-ups refer to) to pass as two single questions do. False: the
+    #: whole pair decides alone (more hits, more served to a swapped context: measured in
+    #: docs/benchmarks.md, "context pairs"). Needs context "verify".
+    context_pair: bool = True
     #: Run the precision guard after the threshold (rejects negations, changed numbers, ...).
     guard: bool = True
     #: Probability the guard's learned verifier needs to accept a hit; None: the tuned value
@@ -487,6 +492,10 @@ class SemanticCacheConfig(_Base, frozen=True):
     def __post_init__(self) -> None:
         if self.auto_tighten:
             self._check_auto_tighten()
+        if not self.context_pair and self.context != "verify":
+            raise ValueError(
+                'context_pair: false needs context: verify (with "exact" no context pair is judged)'
+            )
         if self.verifier == "off" or self.verifier_role == "decide":
             return
         if self.max_wrong_rate is not None:

@@ -405,6 +405,7 @@ def semantic_settings(config: Config) -> SemanticSettings | None:
         max_wait=None if semantic.max_wait_ms is None else semantic.max_wait_ms / 1000,
         # follow-ups that share their question differ only in context: score a few
         candidates=3 if _context_mode(config) == "verify" else 1,
+        context_pair=semantic.context_pair,
     )
 
 

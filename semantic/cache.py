@@ -134,6 +134,9 @@ class SemanticSettings:
     #: Nearest candidates the verifier scores (role ``decide``) in one batch: 1, or 3 when
     #: earlier turns are compared (``context: verify``, see ``_CANDIDATES``).
     candidates: int = _CANDIDATES
+    #: Whether a conversation's would-be hit also needs its context pair to pass
+    #: (``_same_context``); False: the whole pair decides alone.
+    context_pair: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -796,7 +799,8 @@ class ResponseCache:
         user turns their follow-ups refer to (:func:`semantic.keys.context_question`), judged
         as two single questions are (the hard vetoes, the cosine floor, the combiner at
         ``threshold`` or :data:`semantic.verifier.CONTEXT_SCORE`, the lower). True when the two
-        turns are the same, or a side has none (a conversation against a single question).
+        turns are the same, or a side has none (a conversation against a single question), or
+        the check is off (``context_pair: false``).
 
         NOTE: the whole pair reads the question and the context as one text, and a follow-up
         that is the same on both sides ("How many days is that?") carried it past a swapped
@@ -806,6 +810,8 @@ class ResponseCache:
         from .verifier import CONTEXT_SCORE
 
         assert self.verifier is not None and self.embedder is not None
+        if self._semantic is not None and not self._semantic.context_pair:
+            return True
         a, b = context_question(stored), context_question(new)
         if a is None or b is None or a == b:
             return True

@@ -186,6 +186,13 @@ def test_config_paths(tmp_path: Path) -> None:
     assert _config({"verifier": "off", "context": "verify"}, tmp_path).cache.semantic
     with pytest.raises(ConfigError, match="context"):
         _config({"context": "sometimes"}, tmp_path)
+    # the context pair check: on by default, off only where there is one to judge
+    assert default.context_pair is True
+    assert _config({"context": "verify", "context_pair": False}, tmp_path).cache.semantic
+    with pytest.raises(ConfigError, match="context_pair: false needs context: verify"):
+        _config({"context_pair": False}, tmp_path)
+    with pytest.raises(ConfigError, match=r"cache.semantic.context_pair: expected `bool`"):
+        _config({"context": "verify", "context_pair": "sometimes"}, tmp_path)
     with pytest.raises(ConfigError, match="max_wrong_rate"):
         _config({"max_wrong_rate": 2}, tmp_path)
 
@@ -403,6 +410,36 @@ def test_a_follow_up_after_a_swapped_context_misses_and_after_small_talk_hits(
         assert hit.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
     reasons = gw.http.get("/admin/stats").json()["cache"]["guard_rejections_by_reason"]
     assert reasons.get("verifier_context", 0) >= 1
+
+
+@pytest.fixture(scope="module")
+def whole_pair_gw(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    gateway = _gateway(
+        upstream_server.url,
+        tmp_path_factory.mktemp("whole-pair"),
+        {"context": "verify", "context_pair": False},
+    )
+    yield gateway
+    gateway.stop()
+
+
+def test_with_context_pair_off_the_whole_pair_decides_alone(
+    whole_pair_gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """``context_pair: false``: the previous behaviour, the whole pair alone. The same follow-up
+    after a swapped context, which the context pair turns down (the test above), is served."""
+    first, swapped, _, follow = SWAPS[0]
+    stored = chat(whole_pair_gw, follow_up(first, follow), "pair-off")
+    assert stored.headers["x-cache"] == "miss"
+    calls = upstream.stats["chat"]
+    served = chat(whole_pair_gw, follow_up(swapped, follow), "pair-off")
+    assert served.headers["x-cache"] == "semantic"  # a miss with the context pair on
+    assert served.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
+    assert upstream.stats["chat"] == calls
+    stats = whole_pair_gw.http.get("/admin/stats").json()["cache"]
+    assert "verifier_context" not in stats["guard_rejections_by_reason"]
 
 
 async def test_a_context_pair_the_busy_embedder_cannot_take_in_time_is_an_overload_miss(
