@@ -538,16 +538,17 @@ class PairVerifier:
 
     async def _drain(self) -> None:
         """Score every live pair waiting, as one batch; only when none waits, one background
-        pair (a cancelled one is skipped), then look at the live queue again."""
+        pair, then look at the live queue again. A pair nothing waits for any more (its lookup
+        was cancelled: the client left; its audit was) is skipped, never scored."""
         try:
             while self._pending or self._background:
                 if self._pending:
                     jobs, self._pending = self._pending, []
                 else:
                     jobs = [self._background.pop(0)]
-                    if jobs[0][2].done():
-                        continue  # its audit was cancelled: nothing waits for it
-                await self._score(jobs)
+                jobs = [job for job in jobs if not job[2].done()]
+                if jobs:
+                    await self._score(jobs)
         finally:
             self._running = False
 

@@ -713,3 +713,29 @@ async def test_a_live_pair_is_scored_before_and_never_with_an_audits_pairs(
     logits = [alone, *await asyncio.gather(*tasks)]  # (the late one's, made during ``first``)
     assert logits == pytest.approx(verifier.logits([live, late]).tolist(), abs=1e-4)
     assert scores == pytest.approx(verifier.score([first, second]).tolist(), abs=1e-4)
+
+
+async def test_a_live_pair_whose_lookup_was_cancelled_is_not_scored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lookup whose client left (its task cancelled while its pair waits for the next pass)
+    leaves nothing to score: its pair was batched with the others, a cross-encoder pass for
+    nobody, as an embedder's text is not (its queue drops such callers)."""
+    verifier = PairVerifier()
+    batches: list[list[tuple[str, str]]] = []
+    score = verifier._score_in_worker
+
+    def recorded(pairs: list[tuple[str, str]]) -> np.ndarray:
+        batches.append(list(pairs))
+        return score(pairs)
+
+    monkeypatch.setattr(verifier, "_score_in_worker", recorded)
+    kept, gone = ("How do I reset my password?", "How can I reset my password?"), ("a", "b")
+    waits = asyncio.ensure_future(verifier.verify_logit(*kept))
+    left = asyncio.ensure_future(verifier.verify_logit(*gone))
+    await asyncio.sleep(0)  # both pairs are queued, the pass has not started
+    left.cancel()
+    logit = await waits
+    assert batches == [[kept]]  # was [[kept, gone]]
+    assert logit == pytest.approx(float(verifier.logits([kept])[0]), abs=1e-4)
+    assert left.cancelled()
