@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import heapq
 import logging
 import os
 import re
@@ -20,7 +19,7 @@ import httpx
 from semantic.audit import Audit, Tightening
 from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.keys import ContextMode
-from semantic.store import DiskStore, EntryStore
+from semantic.store import TENANTS_SHOWN, DiskStore, EntryStore, TenantEntries
 
 from .admission import WAIT_BUCKETS, Admission
 from .anthropic import AnthropicBackend
@@ -216,19 +215,20 @@ class Runtime:
         return stats
 
 
-#: Tenants whose entry counts ``/admin/stats`` lists by name (those holding the most): with
-#: client keys as tenants there can be one per entry, and the dashboard polls every 2 s.
-MAX_TENANTS_SHOWN = 100
+#: Tenants whose entry counts ``/admin/stats`` lists by name (those holding the most).
+MAX_TENANTS_SHOWN = TENANTS_SHOWN
 
 
-def _tenants_shown(counts: dict[str, int]) -> dict[str, Any]:
+def _tenants_shown(counts: TenantEntries) -> dict[str, Any]:
     """``entries_by_tenant`` (the :data:`MAX_TENANTS_SHOWN` tenants holding the most entries),
     and the rest together in ``entries_by_other_tenants``."""
-    shown = dict(heapq.nlargest(MAX_TENANTS_SHOWN, counts.items(), key=lambda kv: kv[1]))
-    out: dict[str, Any] = {"entries_by_tenant": shown}
-    if len(counts) > len(shown):
-        rest = sum(counts.values()) - sum(shown.values())
-        out["entries_by_other_tenants"] = {"tenants": len(counts) - len(shown), "entries": rest}
+    out: dict[str, Any] = {"entries_by_tenant": dict(counts.top)}
+    if counts.tenants > len(counts.top):
+        rest = counts.entries - sum(counts.top.values())
+        out["entries_by_other_tenants"] = {
+            "tenants": counts.tenants - len(counts.top),
+            "entries": rest,
+        }
     return out
 
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ._daemon import on_daemon_thread
 from .keys import CacheKey, context_question, entry_id
-from .store import Entry, EntryStore, StoreUnavailable, Superseded
+from .store import Entry, EntryStore, StoreUnavailable, Superseded, TenantEntries
 
 if TYPE_CHECKING:
     from .embedder import Embedder
@@ -517,10 +517,10 @@ class ResponseCache:
 
     # -- inspection (the admin API) -------------------------------------------------------
 
-    def tenant_entries(self) -> dict[str, int]:
-        """Entries per tenant, where the store keeps a share per tenant ({} otherwise)."""
-        counts: Callable[[], dict[str, int]] | None = getattr(self._store, "tenant_entries", None)
-        return counts() if counts is not None else {}
+    def tenant_entries(self) -> TenantEntries:
+        """Entries per tenant, where the store keeps a share per tenant (none otherwise)."""
+        counts: Callable[[], TenantEntries] | None = getattr(self._store, "tenant_entries", None)
+        return counts() if counts is not None else TenantEntries({})
 
     async def entries(self) -> AsyncIterator[Entry]:
         """Every live entry, in the store's order (for listing; reads the whole store)."""

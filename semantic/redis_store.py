@@ -10,7 +10,10 @@ Keys (``P`` = the configured key prefix):
                  before tenant shares, not counted)
     P t:{tenant} sorted set id → last use, of one tenant's entries (``max_entries_per_tenant``)
     P x:{tenant} sorted set id → expiry time, of one tenant's entries with a TTL
-    P tenants    hash tenant → its entries (what ``/admin/stats`` shows)
+    P by-tenant  sorted set tenant → its entries (``/admin/stats``: the top by ZREVRANGE, the
+                 total by ZCARD and ``tenant``'s HLEN, bounded whatever the number of tenants)
+    P tenants    (a hash tenant → its entries, by the version that brought shares to Redis:
+                 moved to ``by-tenant`` by the next reload, see ``_RECOUNT``)
     P epoch      a random token, new at each flush: a put names the epoch its request began
                  in, and is dropped when a flush (of any replica) came since
     P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
@@ -62,7 +65,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .store import Entry, StoreListener, StoreUnavailable, Superseded
+from .store import (
+    TENANTS_SHOWN,
+    Entry,
+    StoreListener,
+    StoreUnavailable,
+    Superseded,
+    TenantEntries,
+)
 
 __all__ = ["RedisStore", "StoreUnavailable", "Superseded"]
 
@@ -100,15 +110,21 @@ _APPLY_WAIT = 2
 # NOTE: every script that adds or removes an ``lru`` member keeps the tenant's sets in step in
 # the same step, so a replica's share never counts what another replica dropped.
 _DROP = """
+local function recount(tenant, p)
+  local n = redis.call('ZCARD', p .. 't:' .. tenant)
+  if n > 0 then
+    redis.call('ZADD', p .. 'by-tenant', n, tenant)
+  else
+    redis.call('ZREM', p .. 'by-tenant', tenant)
+  end
+end
 local function untenant(id, p)
   local tenant = redis.call('HGET', p .. 'tenant', id)
   if not tenant then return end
   redis.call('HDEL', p .. 'tenant', id)
   redis.call('ZREM', p .. 't:' .. tenant, id)
   redis.call('ZREM', p .. 'x:' .. tenant, id)
-  if redis.call('HINCRBY', p .. 'tenants', tenant, -1) <= 0 then
-    redis.call('HDEL', p .. 'tenants', tenant)
-  end
+  recount(tenant, p)
 end
 local function drop(ids, prefix, exp, hits, events, maxlen, p)
   for _, id in ipairs(ids) do untenant(id, p) end
@@ -136,9 +152,9 @@ local function entenant(id, tenant, now, expires, p)
   if redis.call('HGET', p .. 'tenant', id) ~= tenant then
     untenant(id, p)  -- (stored again, for another tenant)
     redis.call('HSET', p .. 'tenant', id, tenant)
-    redis.call('HINCRBY', p .. 'tenants', tenant, 1)
   end
   redis.call('ZADD', p .. 't:' .. tenant, now, id)
+  recount(tenant, p)
   if expires == '' then
     redis.call('ZREM', p .. 'x:' .. tenant, id)
   else
@@ -223,6 +239,20 @@ end
 out[1] = redis.call('ZCARD', KEYS[2])
 for _, id in ipairs(gone) do out[#out + 1] = id end
 return out
+"""
+)
+
+# ARGV: key prefix, tenant... Each tenant's count (of a store written by a version that kept
+# them in a hash, ``P tenants``, by HINCRBY) into ``by-tenant``, out of the hash.
+# NOTE: read again from the tenant's own set, not copied: the scripts keep that set with the
+# entries' records, so a replica of the older version still writing the hash cannot make it wrong.
+_RECOUNT = (
+    _DROP
+    + """
+for i = 2, #ARGV do
+  recount(ARGV[i], ARGV[1])
+  redis.call('HDEL', ARGV[1] .. 'tenants', ARGV[i])
+end
 """
 )
 
@@ -374,7 +404,7 @@ class RedisStore:
         self._per_tenant = max_entries_per_tenant
         self._tenant_of = tenant_of
         #: Entries per tenant as the follower last read them (kept only with a per-tenant cap).
-        self._tenant_counts: dict[str, int] = {}
+        self._tenant_counts = TenantEntries({})
         self._retry_after = retry_after
         self._down_until = 0.0
         # NOTE: commands queue here for one of the pooled connections, so the timeout below
@@ -401,6 +431,7 @@ class RedisStore:
         self._get_script = self._redis.register_script(_GET)
         self._epoch_script = self._redis.register_script(_NEW_EPOCH)
         self._delete_script = self._redis.register_script(_DELETE)
+        self._recount_script = self._redis.register_script(_RECOUNT)
 
     @property
     def available(self) -> bool:
@@ -625,11 +656,11 @@ class RedisStore:
     def __len__(self) -> int:
         return self._count
 
-    def tenant_entries(self) -> dict[str, int]:
+    def tenant_entries(self) -> TenantEntries:
         """Entries per tenant (``tenant_of`` their tenant; those stored before tenant shares are
-        not counted), as the follower read them last (about once a second); {} without a
+        not counted), as the follower read them last (about once a second); none without a
         per-tenant cap."""
-        return dict(self._tenant_counts)
+        return self._tenant_counts
 
     def _decode(self, blob: bytes) -> Entry | None:
         """An entry, or None (logged) for a value this version cannot read (written by
@@ -777,11 +808,36 @@ class RedisStore:
         self._count = int(await self._follower.zcard(self._p + "lru"))
 
     async def _count_tenants(self) -> None:
-        """Refresh the entries per tenant (one HGETALL; only with a per-tenant cap: there may
-        be a tenant per client key)."""
-        if self._per_tenant is not None:
-            counts = await self._follower.hgetall(self._p + "tenants")
-            self._tenant_counts = {bytes(k).decode(): int(v) for k, v in counts.items()}
+        """Refresh the entries per tenant: the ``TENANTS_SHOWN`` holding the most by name, the
+        totals of all (three short commands; only with a per-tenant cap).
+
+        NOTE: it was one HGETALL of every tenant's count, on every replica about once a second:
+        with a tenant per client key, a reply of tens of thousands of them for the 100 shown.
+        """
+        if self._per_tenant is None:
+            return
+        counts = self._p + "by-tenant"
+        async with self._follower.pipeline(transaction=True) as pipe:  # (one moment's counts)
+            pipe.zrevrange(counts, 0, TENANTS_SHOWN - 1, withscores=True)
+            pipe.zcard(counts)
+            pipe.hlen(self._p + "tenant")  # (the entries of every tenant's set, together)
+            top, tenants, entries = await pipe.execute()
+        shown = {bytes(tenant).decode(): int(n) for tenant, n in top}
+        self._tenant_counts = TenantEntries(shown, int(tenants), int(entries))
+
+    async def _upgrade_counts(self) -> None:
+        """Move the counts of a store written when ``P tenants`` was a hash to ``by-tenant``,
+        ``_BATCH`` tenants a command (at each reload; one TYPE once there is none)."""
+        old = self._p + "tenants"
+        if await self._follower.type(old) != b"hash":
+            return
+        cursor = 0
+        while True:
+            cursor, page = await self._follower.hscan(old, cursor, count=_BATCH)
+            if page:
+                await self._recount_script(args=[self._p, *page], client=self._follower)
+            if cursor == 0:
+                return
 
     async def _reload_point(self) -> bytes:
         """The stream position a reload starts from (and the entry count, refreshed)."""
@@ -791,6 +847,7 @@ class RedisStore:
         except ResponseError:  # no stream yet
             tail = b"0-0"
         await self._count_entries()
+        await self._upgrade_counts()
         await self._follower.set(self._p + "epoch", _new_epoch(), nx=True)  # (see _PUT)
         self._epoch = int(await self._follower.get(self._p + "epoch"))
         return tail

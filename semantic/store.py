@@ -29,6 +29,7 @@ import msgspec
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "TENANTS_SHOWN",
     "DiskStore",
     "Entry",
     "EntryStore",
@@ -36,7 +37,12 @@ __all__ = [
     "StoreOpenError",
     "StoreUnavailable",
     "Superseded",
+    "TenantEntries",
 ]
+
+#: Tenants whose entry counts a store lists by name (those holding the most): with client keys
+#: as tenants there can be one per entry, and ``/admin/stats`` is polled every 2 s.
+TENANTS_SHOWN = 100
 
 
 class Entry(msgspec.Struct, kw_only=True):
@@ -63,6 +69,20 @@ class Entry(msgspec.Struct, kw_only=True):
 
     def expired(self, now: float) -> bool:
         return self.expires is not None and now >= self.expires
+
+
+class TenantEntries(msgspec.Struct, frozen=True):
+    """Entries per tenant (with ``max_entries_per_tenant``), for ``/admin/stats``."""
+
+    top: dict[str, int]  # the ``TENANTS_SHOWN`` tenants holding the most entries, by name
+    tenants: int = 0  # tenants holding entries, all of them
+    entries: int = 0  # entries counted in a tenant's share, all of them
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> TenantEntries:
+        """From every tenant's count (a store that holds them all in memory)."""
+        top = heapq.nlargest(TENANTS_SHOWN, counts.items(), key=lambda kv: kv[1])
+        return cls(dict(top), len(counts), sum(counts.values()))
 
 
 class StoreUnavailable(Exception):
@@ -424,9 +444,9 @@ class DiskStore:
     def __len__(self) -> int:
         return len(self._meta)
 
-    def tenant_entries(self) -> dict[str, int]:
-        """Entries per tenant (``tenant_of`` their tenant); {} without a per-tenant cap."""
-        return {tenant: len(own) for tenant, own in self._by_tenant.items()}
+    def tenant_entries(self) -> TenantEntries:
+        """Entries per tenant (``tenant_of`` their tenant); none without a per-tenant cap."""
+        return TenantEntries.of({tenant: len(own) for tenant, own in self._by_tenant.items()})
 
     async def close(self) -> None:
         try:

@@ -18,7 +18,7 @@ import pytest
 from semantic import redis_store
 from semantic.keys import entry_id
 from semantic.redis_store import RedisStore
-from semantic.store import Entry, StoreUnavailable
+from semantic.store import Entry, StoreUnavailable, TenantEntries
 from tests.conftest import RedisServer
 
 
@@ -767,6 +767,12 @@ async def test_a_cancelled_follower_stops_even_when_its_read_turns_the_cancel_in
     await store.close()
 
 
+async def counted(store: RedisStore) -> dict[str, int]:
+    """Each tenant's entries as Redis counts them (``P by-tenant``)."""
+    counts = await store._redis.zrange("cachegate:by-tenant", 0, -1, withscores=True)
+    return {tenant.decode(): int(n) for tenant, n in counts}
+
+
 def of(tenant: str, n: int, **options: float) -> Entry:
     """``entry(n)`` stored for ``tenant``."""
     return msgspec.structs.replace(entry(n, **options), tenant=tenant)  # type: ignore[arg-type]
@@ -790,7 +796,7 @@ async def test_a_tenant_past_its_share_gives_up_its_expired_then_least_recently_
         assert await store.get(used.id) is not None
         assert all([await store.get(of("a", n).id) for n in range(3)])  # a's all stay
         await wait_for(lambda: {short.id, of("b", 12).id} <= set(recorder.deletes))
-        assert await store._redis.hgetall("cachegate:tenants") == {b"a": b"3", b"b": b"3"}
+        assert await counted(store) == {"a": 3, "b": 3}
         await store.close()
 
 
@@ -808,7 +814,7 @@ async def test_every_removal_takes_an_entry_out_of_its_tenants_share(
         assert await store.sweep() == [entries[1].id]
         await store._redis.delete(f"cachegate:e:{entries[2].id}")  # (maxmemory, or by hand)
         assert await store.get(entries[2].id) is None
-        await wait_for(lambda: store.tenant_entries() == {"b": 1})
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"b": 1}, 1, 1))
         assert await store._redis.zrange("cachegate:t:a", 0, -1) == []
         await store.flush()
         assert await store._redis.keys("cachegate:t*") == []
@@ -826,11 +832,59 @@ async def test_entries_of_a_version_before_shares_are_not_counted(
         await store.put(e)
     await store._redis.hdel("cachegate:tenant", str(old.id))  # as an older version stored it
     await store._redis.zrem("cachegate:t:a", str(old.id))
-    await store._redis.hincrby("cachegate:tenants", "a", -1)
     await store._redis.zrem("cachegate:lru", str(gone.id))  # as an older version evicted it
     await store._redis.delete(f"cachegate:e:{gone.id}")
     assert await store.put(of("a", 3)) == []  # (a's share: gone and 3)
     assert await store.put(of("a", 4)) == []  # gone leaves the share: 3 and 4 are a's
     assert await store.get(old.id) is not None
-    assert await store._redis.hgetall("cachegate:tenants") == {b"a": b"2"}
+    assert await counted(store) == {"a": 2}
     await store.close()
+
+
+async def test_thousands_of_tenants_are_counted_by_a_few_short_commands(
+    redis_server: RedisServer,
+) -> None:
+    """/admin/stats names the tenants holding the most entries and totals the rest: Redis keeps
+    the counts sorted, so a refresh reads those few, not a count per tenant (as an HGETALL did)."""
+    writer = RedisStore(redis_server.url, max_entries=10_000, max_entries_per_tenant=10, timeout=5)
+    few = [of(f"t{n}", n) for n in range(2000)]  # 2,000 tenants of one entry
+    many = [of(f"big{k}", 10_000 + 10 * k + i) for k in range(5) for i in range(k + 2)]
+    await writer.put_many(few + many)
+    await writer.delete([few[0].id])
+    async with following(redis_server.url, max_entries_per_tenant=10) as (store, _):
+        await wait_for(lambda: store.tenant_entries().tenants == 2004)
+        counts = store.tenant_entries()
+        assert len(counts.top) == 100
+        assert {f"big{k}": k + 2 for k in range(5)}.items() <= counts.top.items()
+        assert set(counts.top.values()) == {1, 2, 3, 4, 5, 6}
+        assert counts.entries == 1999 + sum(k + 2 for k in range(5))
+        stats = (await store._redis.info("commandstats")).keys()
+        assert not {"cmdstat_hgetall", "cmdstat_hscan", "cmdstat_zrange"} & stats
+    await writer.close()
+
+
+async def test_counts_kept_in_a_hash_by_the_version_before_move_to_the_sorted_set(
+    redis_server: RedisServer,
+) -> None:
+    """A store whose counts are a hash (``P tenants``, HINCRBY'd) is read right from the first
+    refresh: the reload moves them, each recounted from its tenant's own set, and drops the hash.
+    """
+    writer = RedisStore(redis_server.url, max_entries=1000, max_entries_per_tenant=10, timeout=5)
+    others = {f"c{n}": 1 for n in range(4, 204)}  # (past a listpack: HSCAN pages by COUNT)
+    await writer.put_many(
+        [of("a", 1), of("a", 2), of("b", 3)] + [of(f"c{n}", n) for n in range(4, 204)]
+    )
+    await writer._redis.delete("cachegate:by-tenant")  # as that version left it:
+    old = {"a": 2, "b": 5} | others  # (b's count wrong: a replica's mistake)
+    await writer._redis.hset("cachegate:tenants", mapping=old)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis_store, "_BATCH", 7)
+        async with following(redis_server.url, max_entries_per_tenant=10) as (store, _):
+            await wait_for(lambda: store.tenant_entries().tenants == 202)
+            counts = store.tenant_entries()
+            assert (counts.tenants, counts.entries) == (202, 203)
+            assert counts.top["a"] == 2 and await counted(store) == {"a": 2, "b": 1} | others
+            assert await store._redis.exists("cachegate:tenants") == 0
+            assert await writer.put(of("a", 300)) == []
+            assert await counted(store) == {"a": 3, "b": 1} | others
+    await writer.close()
