@@ -7,7 +7,7 @@ Keys (``P`` = the configured key prefix):
     P exp        sorted set id → expiry time; sweeps announce expired ids to the other replicas
     P hits       hash id → hit count
     P tenant     hash id → its tenant (whose share it counts in; absent: stored by a version
-                 before tenant shares, not counted)
+                 before tenant shares, not counted until a reload adopts it: ``_ADOPT``)
     P t:{tenant} sorted set id → last use, of one tenant's entries (``max_entries_per_tenant``)
     P x:{tenant} sorted set id → expiry time, of one tenant's entries with a TTL
     P by-tenant  sorted set tenant → its entries (``/admin/stats``: the top by ZREVRANGE, the
@@ -120,11 +120,12 @@ local function recount(tenant, p)
 end
 local function untenant(id, p)
   local tenant = redis.call('HGET', p .. 'tenant', id)
-  if not tenant then return end
+  if not tenant then return false end
   redis.call('HDEL', p .. 'tenant', id)
   redis.call('ZREM', p .. 't:' .. tenant, id)
   redis.call('ZREM', p .. 'x:' .. tenant, id)
   recount(tenant, p)
+  return true
 end
 local function drop(ids, prefix, exp, hits, events, maxlen, p)
   for _, id in ipairs(ids) do untenant(id, p) end
@@ -253,6 +254,41 @@ for i = 2, #ARGV do
   recount(ARGV[i], ARGV[1])
   redis.call('HDEL', ARGV[1] .. 'tenants', ARGV[i])
 end
+"""
+)
+
+# Tenant records that an older version left out of step (``_tidy_tenants``). A version before
+# tenant shares wrote entries with none (so they counted in no share, bounded by max_entries
+# alone), and dropped entries without their records (counted for good, never swept: they left
+# only at a shed of their tenant, and never without a share). ``_FORGET`` (ARGV: key prefix,
+# id...) drops the records of ids no longer in ``lru``; ``_ADOPT`` (ARGV: key prefix, then id,
+# tenant, expires ('' = none) for each entry read) records the tenant of entries in ``lru`` with
+# none, ranked by their last use. Each returns how many it changed.
+_FORGET = (
+    _DROP
+    + """
+local forgotten = 0
+for i = 2, #ARGV do
+  if not redis.call('ZSCORE', ARGV[1] .. 'lru', ARGV[i]) and untenant(ARGV[i], ARGV[1]) then
+    forgotten = forgotten + 1
+  end
+end
+return forgotten
+"""
+)
+_ADOPT = (
+    _DROP
+    + _SHARE
+    + """
+local adopted = 0
+for i = 2, #ARGV, 3 do
+  local used = redis.call('ZSCORE', ARGV[1] .. 'lru', ARGV[i])
+  if used and not redis.call('HGET', ARGV[1] .. 'tenant', ARGV[i]) then
+    entenant(ARGV[i], ARGV[i + 1], used, ARGV[i + 2], ARGV[1])
+    adopted = adopted + 1
+  end
+end
+return adopted
 """
 )
 
@@ -432,6 +468,8 @@ class RedisStore:
         self._epoch_script = self._redis.register_script(_NEW_EPOCH)
         self._delete_script = self._redis.register_script(_DELETE)
         self._recount_script = self._redis.register_script(_RECOUNT)
+        self._forget_script = self._redis.register_script(_FORGET)
+        self._adopt_script = self._redis.register_script(_ADOPT)
 
     @property
     def available(self) -> bool:
@@ -658,7 +696,7 @@ class RedisStore:
 
     def tenant_entries(self) -> TenantEntries:
         """Entries per tenant (``tenant_of`` their tenant; those stored before tenant shares are
-        not counted), as the follower read them last (about once a second); none without a
+        not counted until a reload adopts them), as the follower read them last (about once a second); none without a
         per-tenant cap."""
         return self._tenant_counts
 
@@ -825,6 +863,60 @@ class RedisStore:
         shown = {bytes(tenant).decode(): int(n) for tenant, n in top}
         self._tenant_counts = TenantEntries(shown, int(tenants), int(entries))
 
+    async def _tidy_tenants(self) -> None:
+        """Bring the tenant records of a store an older version wrote (or still writes, during
+        an upgrade) in step with its entries, at each reload: the counts of a hash moved, the
+        records of entries it dropped forgotten, entries it stored without one adopted.
+
+        NOTE: a whole-store pass (pages of ``_BATCH``, as the reload's own listing); one that
+        Redis refuses is logged and skipped: retried at every reload, it would stop the follower.
+        """
+        try:
+            await self._upgrade_counts()
+            forgotten = await self._forget_dropped()
+            adopted = await self._adopt_untenanted()
+        except ResponseError as exc:
+            log.warning("response cache: the tenant records could not be tidied (%s)", exc)
+            return
+        if forgotten or adopted:
+            log.info("response cache: tenant records of an older version: %d entries dropped"
+                     " forgotten, %d adopted", forgotten, adopted)  # fmt: skip
+
+    async def _forget_dropped(self) -> int:
+        """Drop the tenant records of entries no longer in ``lru``; returns how many."""
+        forgotten, cursor = 0, 0
+        while True:
+            cursor, page = await self._follower.hscan(self._p + "tenant", cursor, count=_BATCH)
+            if page:
+                args = [self._p, *page]
+                forgotten += int(await self._forget_script(args=args, client=self._follower))
+            if cursor == 0:
+                return forgotten
+
+    async def _adopt_untenanted(self) -> int:
+        """Record the tenant of entries in ``lru`` that have none, read from the entries
+        themselves; returns how many."""
+        adopted = 0
+        async for page in self._lru_pages():
+            for start in range(0, len(page), _BATCH):
+                batch = page[start : start + _BATCH]
+                owners = await self._follower.hmget(self._p + "tenant", batch)
+                orphans = [i for i, owner in zip(batch, owners, strict=True) if owner is None]
+                if orphans:
+                    adopted += await self._adopt(orphans)
+        return adopted
+
+    async def _adopt(self, ids: list[int]) -> int:
+        args: list[Any] = [self._p]
+        blobs = await self._follower.mget([self._key(i) for i in ids])
+        for entry_id, blob in zip(ids, blobs, strict=True):
+            entry = self._decode(blob) if blob is not None else None
+            if entry is not None:  # (gone meanwhile, or unreadable: not this pass's to drop)
+                expires = entry.expires
+                args += [entry_id, self._tenant_of(entry.tenant),
+                         "" if expires is None or not math.isfinite(expires) else repr(expires)]  # fmt: skip
+        return int(await self._adopt_script(args=args, client=self._follower)) if args[1:] else 0
+
     async def _upgrade_counts(self) -> None:
         """Move the counts of a store written when ``P tenants`` was a hash to ``by-tenant``,
         ``_BATCH`` tenants a command (at each reload; one TYPE once there is none)."""
@@ -847,7 +939,7 @@ class RedisStore:
         except ResponseError:  # no stream yet
             tail = b"0-0"
         await self._count_entries()
-        await self._upgrade_counts()
+        await self._tidy_tenants()
         await self._follower.set(self._p + "epoch", _new_epoch(), nx=True)  # (see _PUT)
         self._epoch = int(await self._follower.get(self._p + "epoch"))
         return tail
