@@ -17,7 +17,8 @@ Keys (``P`` = the configured key prefix):
     P epoch      a random token, new at each flush: a put names the epoch its request began
                  in, and is dropped when a flush (of any replica) came since
     P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
-                 or a comma-separated ``idlist``) and epoch (a flush began)
+                 or a comma-separated ``idlist``) and epoch (a flush began); a put or del
+                 of this version says ``tenanted`` (its tenant records changed with it)
 
 Every replica keeps its own vector index in memory and ``follow``s the events stream to add and
 drop vectors as other replicas store and evict answers — its own changes too, in stream order:
@@ -139,7 +140,7 @@ local function drop(ids, prefix, exp, hits, events, maxlen, p)
     redis.call('ZREM', exp, unpack(chunk))
     redis.call('HDEL', hits, unpack(chunk))
     redis.call('XADD', events, 'MAXLEN', '~', maxlen, '*', 'op', 'del',
-               'idlist', table.concat(chunk, ','))
+               'idlist', table.concat(chunk, ','), 'tenanted', '1')
   end
 end
 """
@@ -217,7 +218,8 @@ end
 redis.call('HDEL', KEYS[4], ARGV[5])
 entenant(ARGV[5], ARGV[14], ARGV[3], ARGV[4], ARGV[16])
 local event = redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[11], '*', 'op', 'put',
-                         'id', ARGV[5], 'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8])
+                         'id', ARGV[5], 'scope', ARGV[6], 'vector', ARGV[7], 'vmodel', ARGV[8],
+                         'tenanted', '1')
 local out = {0, event, epoch}
 if ARGV[15] ~= '' then  -- (first: its own expired and least recently used go, not others')
   local own = shed(ARGV[14], tonumber(ARGV[15]), ARGV[3], KEYS[2], ARGV[16])
@@ -748,6 +750,7 @@ class RedisStore:
                     last = _apply_all(listener, reply, last)
                     self._epoch = _last_epoch(reply, self._epoch)
                     self._stand_at(last)
+                    await self._tidy_after(reply)
                     await self._count_entries()  # other replicas' stores and evictions
             except ResponseError as exc:  # (NOPERM, WRONGTYPE: it may answer so every time)
                 log.warning("response-cache event stream: %s; reloading", exc)
@@ -881,6 +884,20 @@ class RedisStore:
         if forgotten or adopted:
             log.info("response cache: tenant records of an older version: %d entries dropped"
                      " forgotten, %d adopted", forgotten, adopted)  # fmt: skip
+
+    async def _tidy_after(self, reply: Any) -> None:
+        """Tidy the tenant records of the entries that events of an older version (without
+        ``tenanted``: a replica not yet upgraded, storing and dropping entries meanwhile) name,
+        as ``_tidy_tenants`` does for the whole store; none once every replica is upgraded."""
+        stored, dropped = _untenanted(reply)
+        try:
+            for start in range(0, len(dropped), _BATCH):
+                args: list[str | int] = [self._p, *dropped[start : start + _BATCH]]
+                await self._forget_script(args=args, client=self._follower)
+            for start in range(0, len(stored), _BATCH):
+                await self._adopt(stored[start : start + _BATCH])
+        except ResponseError as exc:  # (as _tidy_tenants: not a reason to reload)
+            log.warning("response cache: the tenant records could not be tidied (%s)", exc)
 
     async def _forget_dropped(self) -> int:
         """Drop the tenant records of entries no longer in ``lru``; returns how many."""
@@ -1102,10 +1119,33 @@ def _apply(listener: StoreListener, fields: dict[bytes, bytes]) -> None:
             vector_model,
         )
     elif op == b"del":
-        if b"idlist" in fields:  # written by the Lua scripts
-            listener.on_delete([int(i) for i in fields[b"idlist"].split(b",") if i])
-        else:  # packed little-endian int64
-            listener.on_delete(np.frombuffer(fields[b"ids"], dtype="<i8").tolist())
+        listener.on_delete(_deleted(fields))
+
+
+def _deleted(fields: dict[bytes, bytes]) -> list[int]:
+    """The ids a del event names."""
+    if b"idlist" in fields:  # written by the Lua scripts
+        return [int(i) for i in fields[b"idlist"].split(b",") if i]
+    return cast(list[int], np.frombuffer(fields[b"ids"], dtype="<i8").tolist())  # (packed)
+
+
+def _untenanted(reply: Any) -> tuple[list[int], list[int]]:
+    """The ids that an XREAD reply's puts and dels without ``tenanted`` name (an older
+    version's, whose scripts leave the tenant records as they were): stored, dropped."""
+    stored: list[int] = []
+    dropped: list[int] = []
+    for _stream, events in reply:
+        for event_id, fields in events:
+            if b"tenanted" in fields:
+                continue
+            try:
+                if fields.get(b"op") == b"put":
+                    stored.append(int(fields[b"id"]))
+                elif fields.get(b"op") == b"del":
+                    dropped += _deleted(fields)
+            except (KeyError, ValueError):  # (logged by _apply_all, which skipped it too)
+                log.debug("response-cache event %r names no ids", event_id)
+    return stored, dropped
 
 
 def _cancelling() -> bool:

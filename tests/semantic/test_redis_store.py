@@ -944,3 +944,30 @@ async def test_tenant_records_redis_refuses_to_tidy_do_not_stop_the_follower(
         await wait_for(lambda: [p[0] for p in recorder.puts] == [e.id])
         assert recorder.resets == 1
     await writer.close()
+
+
+async def test_what_a_replica_of_a_version_before_shares_does_meanwhile_is_tidied_as_it_comes(
+    redis_server: RedisServer,
+) -> None:
+    """During a rolling upgrade a replica of a version before tenant shares still stores (no
+    tenant record) and drops (leaving the records): its events, without ``tenanted``, have the
+    upgraded replicas tidy those entries' records at once, not at their next reload."""
+    async with following(redis_server.url, max_entries_per_tenant=5) as (store, recorder):
+        r = store._redis
+        dropped = of("b", 2)
+        await store.put(dropped)
+        await store.put(mine := of("b", 3))
+        await store.delete([mine.id])  # (this version's put and del events: nothing to tidy)
+        await wait_for(lambda: store.tenant_entries().top == {"b": 1})
+        assert redis_store._untenanted([(b"", await r.xrange("cachegate:events"))]) == ([], [])
+        stored = of("a", 1)  # the older replica's put: its _PUT's writes and event
+        await r.set(f"cachegate:e:{stored.id}", msgspec.msgpack.encode(stored))
+        await r.zadd("cachegate:lru", {str(stored.id): time.time()})
+        await r.xadd("cachegate:events", {"op": "put", "id": stored.id, "scope": "s0"})
+        await r.zrem("cachegate:lru", str(dropped.id))  # and its eviction of b's entry
+        await r.delete(f"cachegate:e:{dropped.id}")
+        await r.xadd("cachegate:events", {"op": "del", "idlist": str(dropped.id)})
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"a": 1}, 1, 1))
+        assert recorder.resets == 1  # (no reload: the events did it)
+        assert await r.hgetall("cachegate:tenant") == {str(stored.id).encode(): b"a"}
+        assert await r.exists("cachegate:t:b") == 0
