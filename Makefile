@@ -39,7 +39,8 @@ worker: $(STAMP)
 	$(VENV)/bin/cachegate worker $(if $(CONFIG),--config $(CONFIG)) $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 # The tests start their own redis-server processes and a headless chromium (the dashboard's
-# browser test), and regenerate semantic/antonyms_wordnet.txt from WordNet (wordnet-base):
+# browser test), regenerate semantic/antonyms_wordnet.txt from WordNet (wordnet-base) and run
+# the README's curl example (curl):
 # Debian's packages, installed here if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 services:
@@ -55,6 +56,10 @@ services:
 	  echo "installing wordnet-base (Debian package)"; \
 	  $(SUDO) apt-get install -y -q wordnet-base >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q wordnet-base >/dev/null; }; }
+	@command -v curl >/dev/null || { \
+	  echo "installing curl (Debian package)"; \
+	  $(SUDO) apt-get install -y -q curl >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q curl >/dev/null; }; }
 
 test: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,7 @@ def test_the_readme_examples_print_what_it_shows(gateway: ServeProcess) -> None:
 
 
 def test_the_readme_curl_shows_a_semantic_hit(gateway: ServeProcess) -> None:
+    assert shutil.which("curl"), "curl is not installed (.ci/run installs it: apt-get install curl)"
     script = block("sh", "How can I reset my password?")
     command, listing = script.split("done\n", 1)
     ran = subprocess.run(["bash", "-c", command.replace(DOC_URL, gateway.url) + "done"],
