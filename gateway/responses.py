@@ -244,7 +244,8 @@ class ResponsesAdapter:
         for item, raw in zip(items, request.body["input"], strict=True):
             if item.get("type") == _ITEM_REFERENCE and _ours(item.get("id")):
                 found = self.store.item(owner, item["id"])
-                if found is None:
+                if found is None or found.get("type") == _ITEM_REFERENCE:
+                    # (a reference listed under an id of its own names no item: _unique_ids)
                     raise APIError(404, f"Item with id '{item['id']}' not found.", param="input")
                 item = raw = found
             resolved.append(item)
@@ -408,10 +409,20 @@ class ResponsesAdapter:
         if request.body.get("store") is False or answer.get("status") in _RUNNING:
             return
         turns = list(request.turns or ())
-        own = _unique_ids([_with_id(item) for item in turns[request.earlier :]])
+        own = _unique_ids([self._listed(request.owner, item) for item in turns[request.earlier :]])
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
         self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
                                       upstream=upstream, model=request.model))  # fmt: skip
+
+    def _listed(self, owner: str, item: dict[str, Any]) -> dict[str, Any]:
+        """An input item as ``input_items`` lists it: with an id; a reference to an item the
+        owner's stored responses hold, as that item (OpenAI lists the items a response read,
+        never a reference: its list has no such type). One held by nobody here stays one."""
+        if item.get("type") == _ITEM_REFERENCE and isinstance(item.get("id"), str):
+            found = self.store.item(owner, item["id"])
+            if found is not None and found.get("type") != _ITEM_REFERENCE:
+                return found
+        return _with_id(item)
 
     def _claim_named(self, request: GatewayRequest) -> None:
         """Claim the upstream-kept ``conversation`` and containers a request names, once an
@@ -1169,16 +1180,20 @@ def _with_id(item: dict[str, Any]) -> dict[str, Any]:
 
 def _unique_ids(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``items`` (a request's input, as stored) with an id of their own each: an item whose id
-    an earlier one has (an output item a client sends back twice) gets a new one.
+    an earlier one has (an output item a client sends back twice, an item and a reference to
+    it, two references to one item) gets a new one.
 
     NOTE: the input items' pages are cursored by id (``input_items_page``): an id held twice
     would start the next page at its first holder again (the SDK's auto-paging never ends),
-    or skip what follows the second. A reference keeps its id: it names another item.
+    or skip what follows the second. OpenAI's list documents no duplicate (it lists items, a
+    referenced one as itself: ``_listed``); here the first holder of an id keeps it, so a
+    reference listed first still names its item, and a later one names only its place in
+    the list (a reference to it is unknown: ``_dereferenced``).
     """
     seen: set[Any] = set()
     unique = []
     for item in items:
-        if item.get("id") in seen and item.get("type") != _ITEM_REFERENCE:
+        if item.get("id") in seen:
             item = {**item, "id": _item_id(item)}
         seen.add(item.get("id"))
         unique.append(item)

@@ -611,6 +611,54 @@ def test_an_item_sent_twice_is_paged_once_each_time(gw: Gateway) -> None:
     assert paged[2].id == echoed["id"]  # (desc: the first copy keeps the id it was sent with)
 
 
+def paged_both_ways(c: openai.OpenAI, response_id: str, count: int) -> dict[str, list[Any]]:
+    """A response's input items paged one at a time by ``after`` (the SDK's auto-paging), in
+    each order; at most ``count`` + 4 of them (a loop is cut, not hung)."""
+    return {
+        order: list(
+            itertools.islice(
+                c.responses.input_items.list(response_id, limit=1, order=order), count + 4
+            )
+        )
+        for order in ("asc", "desc")
+    }
+
+
+def test_an_item_named_twice_by_reference_is_paged_once_each_time(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """Two ``item_reference``s to one item, or the item and a reference to it, listed two
+    items with one id: paging ``after`` it looped (or skipped). Now a reference the gateway
+    holds the item of is listed as that item (OpenAI lists items, never references), and an
+    id listed twice is the first's only: the later one gets an id of its own."""
+    c = sdk(gw)
+    kept, _ = create(c, input="Pick a colour.")  # the upstream's own ids: held here too
+    gone, _ = create(c, input="Pick a shape.", store=False)  # held by nobody here
+    item, ref = kept.output[0], {"type": "item_reference", "id": kept.output[0].id}
+    unheld = {"type": "item_reference", "id": gone.output[0].id}
+    question = {"role": "user", "content": "Another one?"}
+    inputs: list[list[dict[str, Any]]] = [
+        [ref, ref, question],
+        [item.model_dump(exclude_none=True), ref, question],
+        [ref, item.model_dump(exclude_none=True), question],
+        [unheld, unheld, question],
+    ]
+    for sent in inputs:
+        made, cache = create(c, input=sent)
+        assert cache == "miss" and upstream.last_body["input"] == sent  # forwarded as sent
+        for order, paged in paged_both_ways(c, made.id, len(sent)).items():
+            assert len(paged) == 3 and len({i.id for i in paged}) == 3, (order, sent)
+            kinds = [i.type for i in paged][:: 1 if order == "asc" else -1]
+            held = sent[0] is not unheld  # (listed as the item it names)
+            assert kinds == ["message" if held else "item_reference"] * 2 + ["message"]
+            first = paged[0 if order == "asc" else 2]
+            assert first.id == sent[0]["id"], (order, sent)  # the first keeps its id
+    asked = upstream.stats["responses"]
+    with pytest.raises(openai.NotFoundError):  # (the second's id names no item: never sent)
+        create(c, input=[{"type": "item_reference", "id": paged[1].id}, question])
+    assert upstream.stats["responses"] == asked
+
+
 def test_cancel_answers_as_openai_for_responses_not_running_in_the_background(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
