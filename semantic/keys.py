@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -335,6 +336,8 @@ def _params(
     # (the local model does), and a hit must not answer what a miss would refuse.
     unset = _NULL_IS_UNSET.get(kind, frozenset())
     defaults = _DEFAULTS.get(kind, {})
+    if kind == "responses":
+        body = {k: _nested_unset(k, v) for k, v in body.items()}
     fields = {
         # one stop sequence, as a string or a list of it: the same (OpenAI, vLLM, local)
         k: [v] if k == "stop" and isinstance(v, str) and kind in ("chat", "completion") else v
@@ -345,6 +348,36 @@ def _params(
         and not (k in defaults and _is_default(v, defaults[k]))
     }
     return [tenant, namespace, kind, model, fields]
+
+
+def _nested_unset(name: str, value: Any) -> Any:
+    """A Responses request's field ``name`` less the nested fields sent as null that OpenAI
+    documents as optional (``_NESTED_NULL_IS_UNSET``): null there is the field left out, as
+    at the top level. An object left empty (``text: {"format": null}``) is the field unset.
+
+    NOTE: only those fields, never a null below them: a JSON schema's ``"default": null``, a
+    prompt variable's or a function call's arguments are values the model reads.
+    """
+    if name == "tools" and isinstance(value, list):
+        return [_tool_unset(tool) for tool in value]
+    fields = _NESTED_NULL_IS_UNSET.get(name)
+    if fields is None or not isinstance(value, dict):
+        return value
+    value = _without_nulls(value, fields)
+    if name == "text" and isinstance(value.get("format"), dict):
+        value = {**value, "format": _without_nulls(value["format"], _FORMAT_NULL_IS_UNSET)}
+    return value if value or name not in _EMPTY_IS_UNSET else None
+
+
+def _tool_unset(tool: Any) -> Any:
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if not isinstance(kind, str):  # (not a tool the API knows: as sent)
+        return tool
+    return _without_nulls(tool, _TOOL_NULL_IS_UNSET.get(kind, frozenset()))
+
+
+def _without_nulls(value: dict[str, Any], fields: Collection[str]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if not (v is None and k in fields)}
 
 
 def _is_default(value: Any, default: Any) -> bool:
@@ -372,6 +405,28 @@ _NULL_IS_UNSET = {
         "top_logprobs", "top_p", "truncation",
     }),
 }  # fmt: skip
+
+#: The fields of a Responses request's objects that OpenAI documents as optional and
+#: nullable (the SDK's ``Optional`` fields that are not ``Required``: null is the default),
+#: by the field holding the object; ``text.format`` too (the Response's echo has it so). Not
+#: a function tool's ``parameters`` nor ``strict``: required, though nullable (an upstream may
+#: refuse the tool without them, and a hit must not answer what a miss would refuse).
+_NESTED_NULL_IS_UNSET = {
+    "text": frozenset({"format", "verbosity"}),
+    "reasoning": frozenset({"context", "effort", "generate_summary", "summary"}),
+    "prompt_template": frozenset({"variables", "version"}),
+}
+#: A tool's, by its ``type``; and a ``text.format``'s (``json_schema``'s ``strict``).
+_TOOL_NULL_IS_UNSET = {
+    "function": frozenset({"allowed_callers", "description", "output_schema"}),
+    "custom": frozenset({"allowed_callers"}),
+    "file_search": frozenset({"filters"}),
+    "web_search": frozenset({"filters", "user_location"}),
+    "web_search_preview": frozenset({"user_location"}),
+}
+_FORMAT_NULL_IS_UNSET = frozenset({"strict"})
+#: Objects that, empty, ask for nothing: the field unset (``reasoning: {}``, ``text: {}``).
+_EMPTY_IS_UNSET = frozenset({"text", "reasoning"})
 
 #: Values OpenAI documents as a field's default that every backend applies too (the local
 #: model, vLLM): sent, the field left unset. Not ``temperature: 1`` nor ``top_p: 1``: the

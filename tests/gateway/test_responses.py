@@ -128,6 +128,49 @@ def test_the_api_defaults_sent_share_the_entry_of_a_request_that_leaves_them_out
     assert upstream.stats["responses"] == 1 + len(others)
 
 
+def test_nested_nulls_share_the_entry_of_the_fields_left_out(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A nested field OpenAI documents as optional, sent as null (``text.format``,
+    ``reasoning.effort``, a function tool's ``description``: what clients that send back a
+    Response's echo send), is the field left out: an exact hit (was: a miss and an upstream
+    call each). A value there, or a null that is a value (a JSON schema's ``default``), keys
+    apart."""
+    c = sdk(gw)
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tool = {"type": "function", "name": "weather", "parameters": schema, "strict": None}
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        ({"text": {"format": None}}, {}),
+        ({"text": {"verbosity": None}}, {}),
+        ({"text": {"format": {"type": "text"}, "verbosity": None}}, {}),
+        ({"extra_body": {"reasoning": {"effort": None, "summary": None}}}, {}),
+        ({"tools": [{**tool, "description": None}]}, {"tools": [tool]}),
+        ({"text": {"format": {"type": "json_object"}, "verbosity": None}},
+         {"text": {"format": {"type": "json_object"}}}),
+    ]  # fmt: skip
+    for i, (nulls, absent) in enumerate(pairs):
+        question = f"Name a river, take {i}."
+        _, cache = create(c, input=question, **nulls)
+        assert cache == "miss", nulls
+        sent = nulls.get("extra_body", nulls)  # (the nulls went out as sent)
+        assert all(upstream.last_body.get(k) == v for k, v in sent.items()), nulls
+        _, cache = create(c, input=question, **absent)
+        assert cache == "exact", nulls
+    calls = upstream.stats["responses"]
+    typed = {**schema, "properties": {"city": {"type": ["string", "null"], "default": None}}}
+    apart: list[dict[str, Any]] = [
+        {"text": {"verbosity": "low"}},
+        {"extra_body": {"reasoning": {"effort": "low", "summary": None}}},
+        {"tools": [{**tool, "description": "The weather in a city."}]},
+        {"tools": [{**tool, "parameters": typed}]},  # (a schema's null is a value)
+        {"tools": [{**tool, "strict": True}]},
+    ]
+    for variant in apart:
+        _, cache = create(c, input="Name a river, take 4.", **variant)
+        assert cache == "miss", variant
+    assert upstream.stats["responses"] == calls + len(apart)
+
+
 def test_every_output_changing_parameter_is_in_the_scope(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
