@@ -1081,6 +1081,7 @@ def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
     user turn is a question the semantic tier can compare); everything else as sent."""
     if item.get("type") in (_REFERENCE, _ITEM_REFERENCE):
         return item  # NOTE: its id is what the key must tell apart (unlike an item's own id)
+    item = _without_unset(item)
     if item.get("type") != "message":
         return {k: v for k, v in item.items() if k not in ("id", "status")}
     content = [
@@ -1091,6 +1092,23 @@ def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
     ]
     rest = {k: v for k, v in item.items() if k not in ("id", "status", "type", "content", "role")}
     return {"role": item["role"], "content": content, **rest}
+
+
+def _without_unset(item: dict[str, Any]) -> dict[str, Any]:
+    """An input item less its fields sent as null: optional ones, null is left out (the SDKs'
+    ``model_dump()`` of an output item sent back keeps them: ``encrypted_content``,
+    ``namespace``, ``phase``); not those the API requires though nullable (``_NULL_REQUIRED``:
+    left out, an upstream may refuse the item, and a hit must not answer it)."""
+    kind = item.get("type")
+    kept = _NULL_REQUIRED.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
+    return {k: v for k, v in item.items() if v is not None or k in kept}
+
+
+#: Input item fields the API requires, though null is a value of them, by the item's type.
+_NULL_REQUIRED = {
+    "image_generation_call": frozenset({"result"}),
+    "code_interpreter_call": frozenset({"code", "outputs"}),
+}
 
 
 def _check_tools(tools: list[dict[str, Any]] | None) -> None:

@@ -171,6 +171,34 @@ def test_nested_nulls_share_the_entry_of_the_fields_left_out(
     assert upstream.stats["responses"] == calls + len(apart)
 
 
+def test_output_items_sent_back_with_their_nulls_share_the_entry_of_those_without(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """The function-calling loop sends a Response's output back as input: ``model_dump()``
+    keeps its optional fields as null (a reasoning item's ``encrypted_content``, a function
+    call's ``namespace``, a message's ``phase``), ``exclude_none`` leaves them out. The same
+    conversation: an exact hit (was: a miss). A value there keys apart."""
+    c = sdk(gw)
+    tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
+    fake = {"fake": {"tool_call": "weather", "reasoning": True}}
+    question = {"role": "user", "content": "Weather in Oslo?"}
+    ask, _ = create(c, input=[question], tools=tools, extra_body=fake)
+    said, _ = create(c, input="Say something.")
+    for output in (ask.output, said.output):
+        nulls = [i.model_dump() for i in output]
+        assert any(v is None for i in nulls for v in i.values())  # (what the loop sends)
+        follow = {"role": "user", "content": f"And then ({output[0].type})?"}
+        _, cache = create(c, input=[question, *nulls, follow], tools=tools)
+        assert cache == "miss"
+        bare = [i.model_dump(exclude_none=True) for i in output]
+        _, cache = create(c, input=[question, *bare, follow], tools=tools)
+        assert cache == "exact", output[0].type
+    valued = [{**i.model_dump(exclude_none=True), "namespace": "tools"} for i in ask.output]
+    follow = {"role": "user", "content": "And then (reasoning)?"}
+    _, cache = create(c, input=[question, *valued, follow], tools=tools)
+    assert cache == "miss"
+
+
 def test_every_output_changing_parameter_is_in_the_scope(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
