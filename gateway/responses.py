@@ -546,6 +546,7 @@ def input_items(value: Any) -> list[dict[str, Any]]:
         return [{"type": "message", "role": "user", "content": [_part("input_text", value)]}]
     items: list[dict[str, Any]] = []
     for i, item in enumerate(value):
+        _check_strings(item, i)
         kind = item.get("type", "message")
         if "type" not in item and "role" not in item and "id" in item:
             kind = _ITEM_REFERENCE  # (its type may be left out)
@@ -1048,6 +1049,19 @@ def _unreadable_earlier(what: str) -> APIError:
     return _unsupported(
         "previous_response_id", f"names a conversation the local model cannot read: {what}"
     )
+
+
+def _check_strings(item: dict[str, Any], i: int) -> None:
+    """An item's ``type`` and ``id`` are strings where given, or null (400 otherwise, as
+    OpenAI's: not a 500 once an upstream that took them has answered, on storing them)."""
+    for name in ("type", "id"):
+        if item.get(name) is not None and not isinstance(item[name], str):
+            raise APIError(
+                400,
+                f"Invalid type for 'input[{i}].{name}': expected a string.",
+                param=f"input[{i}].{name}",
+                code="invalid_type",
+            )
 
 
 def _check_parts(content: list[Any], i: int) -> None:

@@ -1025,6 +1025,10 @@ def test_bad_requests_get_an_openai_error(gw: Gateway) -> None:
         ({"model": MODEL, "input": "x", "temperature": 3}, "temperature"),
         ({"model": MODEL, "input": [{"role": "robot", "content": "x"}]}, "input[0].role"),
         ({"model": MODEL, "input": "x", "tools": [{"type": "function"}]}, "tools[0].name"),
+        # (was a 500 once an upstream that took them had answered: the answer never came)
+        ({"model": MODEL, "input": [{"type": ["message"], "role": "user"}]}, "input[0].type"),
+        ({"model": MODEL, "input": [{"type": "item_reference", "id": ["x"]}]}, "input[0].id"),
+        ({"model": MODEL, "input": [{"role": "user", "content": "x", "id": 7}]}, "input[0].id"),
     ]:
         reply = gw.http.post("/v1/responses", json=body)
         assert reply.status_code == 400, body
