@@ -337,7 +337,7 @@ def _params(
     unset = _NULL_IS_UNSET.get(kind, frozenset())
     defaults = _DEFAULTS.get(kind, {})
     if kind == "responses":
-        body = {k: _nested_unset(k, v) for k, v in body.items()}
+        body = {k: _responses_field(k, v) for k, v in body.items()}
     fields = {
         # one stop sequence, as a string or a list of it: the same (OpenAI, vLLM, local)
         k: [v] if k == "stop" and isinstance(v, str) and kind in ("chat", "completion") else v
@@ -348,6 +348,14 @@ def _params(
         and not (k in defaults and _is_default(v, defaults[k]))
     }
     return [tenant, namespace, kind, model, fields]
+
+
+def _responses_field(name: str, value: Any) -> Any:
+    """A Responses request's field as the scope reads it: ``include`` (a set of what to add
+    to the answer: its order asks nothing) sorted, the others less their nested nulls."""
+    if name == "include" and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return sorted(value)
+    return _nested_unset(name, value)
 
 
 def _nested_unset(name: str, value: Any) -> Any:

@@ -171,6 +171,19 @@ def test_nested_nulls_share_the_entry_of_the_fields_left_out(
     assert upstream.stats["responses"] == calls + len(apart)
 
 
+def test_include_in_another_order_shares_the_entry(gw: Gateway, upstream: FakeUpstream) -> None:
+    """``include`` is a set of what to add to the answer: its order asks nothing (was: a miss
+    for each order); another set keys apart."""
+    c = sdk(gw)
+    both: list[Any] = ["message.output_text.logprobs", "reasoning.encrypted_content"]
+    _, cache = create(c, input="Name a lake.", include=both)
+    assert cache == "miss"
+    hit, cache = create(c, input="Name a lake.", include=both[::-1])
+    assert cache == "exact" and hit.output[0].content[0].logprobs  # type: ignore[union-attr]
+    _, cache = create(c, input="Name a lake.", include=both[:1])
+    assert cache == "miss" and upstream.stats["responses"] == 2
+
+
 def test_output_items_sent_back_with_their_nulls_share_the_entry_of_those_without(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
