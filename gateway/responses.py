@@ -1101,7 +1101,7 @@ def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
     content = [
         {"type": "text", "text": p["text"]}
         if p.get("type") in ("input_text", "output_text") and isinstance(p.get("text"), str)
-        else p
+        else _without_unset(p)  # (an image's ``file_id`` sent as null: its optional fields)
         for p in item["content"]
     ]
     rest = {k: v for k, v in item.items() if k not in ("id", "status", "type", "content", "role")}
@@ -1109,10 +1109,11 @@ def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _without_unset(item: dict[str, Any]) -> dict[str, Any]:
-    """An input item less its fields sent as null: optional ones, null is left out (the SDKs'
-    ``model_dump()`` of an output item sent back keeps them: ``encrypted_content``,
-    ``namespace``, ``phase``); not those the API requires though nullable (``_NULL_REQUIRED``:
-    left out, an upstream may refuse the item, and a hit must not answer it)."""
+    """An input item (or content part) less its fields sent as null: optional ones, null is
+    left out (the SDKs' ``model_dump()`` of an output item sent back keeps them:
+    ``encrypted_content``, ``namespace``, ``phase``); not those the API requires though
+    nullable (``_NULL_REQUIRED``: left out, an upstream may refuse the item, and a hit must not
+    answer it)."""
     kind = item.get("type")
     kept = _NULL_REQUIRED.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
     return {k: v for k, v in item.items() if v is not None or k in kept}

@@ -189,8 +189,9 @@ def test_output_items_sent_back_with_their_nulls_share_the_entry_of_those_withou
 ) -> None:
     """The function-calling loop sends a Response's output back as input: ``model_dump()``
     keeps its optional fields as null (a reasoning item's ``encrypted_content``, a function
-    call's ``namespace``, a message's ``phase``), ``exclude_none`` leaves them out. The same
-    conversation: an exact hit (was: a miss). A value there keys apart."""
+    call's ``namespace``, a message's ``phase``, an image part's ``file_id``), ``exclude_none``
+    leaves them out. The same conversation: an exact hit (was: a miss). A value there keys
+    apart."""
     c = sdk(gw)
     tools = [{"type": "function", "name": "weather", "parameters": {"type": "object"}}]
     fake = {"fake": {"tool_call": "weather", "reasoning": True}}
@@ -206,6 +207,11 @@ def test_output_items_sent_back_with_their_nulls_share_the_entry_of_those_withou
         bare = [i.model_dump(exclude_none=True) for i in output]
         _, cache = create(c, input=[question, *bare, follow], tools=tools)
         assert cache == "exact", output[0].type
+    image = {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "auto"}
+    for part in ({**image, "file_id": None}, image):  # (a listed input item's model_dump())
+        look = {"role": "user", "content": [{"type": "input_text", "text": "What is it?"}, part]}
+        _, cache = create(c, input=[look])
+        assert cache == ("miss" if "file_id" in part else "exact")
     valued = [{**i.model_dump(exclude_none=True), "namespace": "tools"} for i in ask.output]
     follow = {"role": "user", "content": "And then (reasoning)?"}
     _, cache = create(c, input=[question, *valued, follow], tools=tools)
