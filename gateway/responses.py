@@ -411,7 +411,12 @@ class ResponsesAdapter:
         turns = list(request.turns or ())
         own = _unique_ids([self._listed(request.owner, item) for item in turns[request.earlier :]])
         output = [i for i in answer.get("output") or () if isinstance(i, dict)]
-        self.store.put(StoredResponse(request.owner, answer, own, [*turns, *output],
+        conversation = [*turns, *output]
+        if _conversation_id(request.body.get("conversation")) is not None:
+            # NOTE: it continued turns only the upstream holds (the conversation's, never seen
+            # here): a follow-up is keyed on this id, as on any response only the upstream holds
+            conversation = [{"type": _REFERENCE, "id": answer["id"]}]
+        self.store.put(StoredResponse(request.owner, answer, own, conversation,
                                       upstream=upstream, model=request.model))  # fmt: skip
 
     def _listed(self, owner: str, item: dict[str, Any]) -> dict[str, Any]:

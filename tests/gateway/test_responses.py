@@ -930,6 +930,30 @@ def test_another_tenants_conversation_is_never_forwarded(
     assert cache == "bypass" and upstream.last_body["conversation"] == "conv_b"
 
 
+def test_a_follow_up_on_a_response_in_a_conversation_keys_on_that_conversation(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A response made in a ``conversation`` the upstream keeps continues turns the gateway
+    never saw: a follow-up naming it (``previous_response_id``) was keyed as its visible turns
+    only, and its answer (from the conversation's hidden history) served to anyone who sent
+    those turns inline, another client of the open gateway too. Now it keys on the id, exact
+    only, as any turns only the upstream holds."""
+    a, b = sdk(gw, "sk-client-a"), sdk(gw, "sk-client-b")
+    asked, cache = create(a, input="What is my secret?", conversation="conv_private")
+    assert cache == "bypass"
+    follow, cache = create(a, input="Spell it out.", previous_response_id=asked.id)
+    assert cache == "miss" and upstream.last_body["previous_response_id"] == asked.id
+    seen = [{"role": "user", "content": "What is my secret?"},
+            {"role": "assistant", "content": asked.output_text},
+            {"role": "user", "content": "Spell it out."}]  # fmt: skip
+    inline, cache = create(b, input=seen)  # (the visible turns, none of the history)
+    assert cache == "miss" and inline.output_text != follow.output_text
+    own, cache = create(a, input=seen)  # (its entry: the inline conversation's answer)
+    assert cache == "exact" and own.output_text == inline.output_text
+    again, cache = create(a, input="Spell it out.", previous_response_id=asked.id)
+    assert cache == "exact" and again.output_text == follow.output_text
+
+
 def test_another_tenants_container_is_never_forwarded(
     make_gateway: Callable[..., Gateway], upstream: FakeUpstream
 ) -> None:
