@@ -21,6 +21,7 @@ import re
 import signal
 import socket
 import sys
+import time
 import urllib.parse
 from collections.abc import Coroutine, Iterator, Sequence
 from pathlib import Path
@@ -337,6 +338,25 @@ def _quit_now(sig: int) -> NoReturn:
     _exit_now(128 + sig)
 
 
+#: Seconds after a counted signal within which another one is the same stop, not a second.
+#: NOTE: foreman, honcho (and a shell script that traps INT to kill its children) turn one
+#: Ctrl-C into two signals: the terminal's SIGINT to the whole process group, and the
+#: manager's SIGTERM to its children, sent from its own SIGINT handler, milliseconds later.
+#: Counted as two, one Ctrl-C hurried the shutdown: open requests got 503 at once instead of
+#: ``shutdown_timeout`` to finish. A second apart leaves room for a busy machine; a person who
+#: means a second Ctrl-C presses it once the first has said "Waiting for connections to
+#: close", past that; one pressed sooner is logged as not counted (press again).
+SAME_SIGNAL_WINDOW = 1.0
+
+
+def _same_signal(sig: int, after: float) -> None:
+    """Say that ``sig``, ``after`` s since the signal counted last, is not counted."""
+    with contextlib.suppress(RuntimeError):  # (the signal came inside a write to the log)
+        log.info("shutdown: %s %.2fs after the last signal counts as the same one (another, "
+                 "a second or more later, hurries the shutdown)",
+                 signal.Signals(sig).name, after)  # fmt: skip
+
+
 def _check_ports(config: Config) -> None:
     """Raise ConfigError when ``port`` or ``admin_port`` cannot be bound on ``host``.
 
@@ -583,12 +603,18 @@ def _main_server(
 
     class Main(uvicorn.Server):
         hurried = False  # a second signal came: open requests end now (_shutdown_deadline)
+        counted = -math.inf  # (monotonic time of the last signal counted)
 
         def handle_exit(self, sig: int, frame: Any) -> None:
             # NOTE: uvicorn's own force quit cut the open requests (500s, streams cut with no
             # error event, a traceback each) and skipped the app's shutdown (runtime.close).
             # SIGTERM counts as Ctrl-C does (uvicorn ignored a second one: a `kill` repeated
             # to hurry a shutdown did nothing, and only SIGKILL was left)
+            now = time.monotonic()
+            if now - self.counted < SAME_SIGNAL_WINDOW:
+                _same_signal(sig, now - self.counted)
+                return
+            self.counted = now
             if self.hurried:
                 _quit_now(sig)
             second = self.should_exit

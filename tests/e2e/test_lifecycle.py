@@ -5,6 +5,7 @@ them now, the third exits at once)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import httpx
 import openai
 import pytest
 
+from gateway.cli import SAME_SIGNAL_WINDOW
 from tests.e2e.conftest import ServeProcess
 from tests.e2e.test_openai_sdk import read_until_error
 from tests.fake_upstream import ThreadedServer
@@ -34,10 +36,10 @@ models:
 
 
 def signal_again(gateway: ServeProcess, sig: signal.Signals, times: int) -> None:
-    """Send ``sig`` ``times`` times, a second apart (two signals that arrive before Python
-    runs its handler are one)."""
+    """Send ``sig`` ``times`` times, two seconds apart (past ``SAME_SIGNAL_WINDOW``, within
+    which a signal is the same as the one before)."""
     for _ in range(times):
-        time.sleep(1)
+        time.sleep(2 * SAME_SIGNAL_WINDOW)
         gateway.proc.send_signal(sig)
 
 
@@ -131,6 +133,46 @@ def test_a_second_signal_ends_open_requests_now_with_their_error(
     assert gateway.proc.wait(timeout=30) == (-sig if sig == signal.SIGTERM else 0)
     log = gateway.log.read_text()
     assert "shutdown: 2 requests still open after a second signal; ended" in log, log
+    assert "Traceback" not in log and "Application shutdown complete" in log, log
+
+
+@pytest.mark.parametrize(
+    ("gap", "hurried"),
+    [(0.05, False), (2 * SAME_SIGNAL_WINDOW, True)],
+    ids=["one Ctrl-C under foreman", "a second Ctrl-C"],
+)
+def test_a_sigterm_just_after_the_sigint_is_the_same_stop(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, gap: float, hurried: bool
+) -> None:
+    """foreman and honcho turn one Ctrl-C into two signals: the terminal's SIGINT to the whole
+    process group, and their own SIGTERM to each child at once. Counted as two, one Ctrl-C
+    hurried the shutdown: the open requests got a 503 at once instead of shutdown_timeout s
+    to finish. A signal within SAME_SIGNAL_WINDOW of the last is now the same stop; one two
+    seconds later still hurries it."""
+    gateway = serve(config(upstream_server, tmp_path))
+    question = {"model": "fake-model", "messages": [{"role": "user", "content": "slow"}],
+                "fake": {"delay": 8}}  # fmt: skip
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(
+            httpx.post, f"{gateway.url}/v1/chat/completions", json=question, timeout=60
+        )
+        time.sleep(0.5)  # (the request is in)
+        gateway.proc.send_signal(signal.SIGINT)
+        time.sleep(gap)
+        gateway.proc.send_signal(signal.SIGTERM)
+        answer = slow.result(timeout=60)
+    code = gateway.proc.wait(timeout=30)
+    log = gateway.log.read_text()
+    if hurried:
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"]["code"] == "shutting_down"
+        assert "shutdown: 1 requests still open after a second signal; ended" in log, log
+        assert code == -signal.SIGTERM  # (uvicorn re-raises both signals, the last first)
+    else:
+        assert answer.status_code == 200, answer.text
+        assert "SIGTERM" in log and "after the last signal counts as the same one" in log, log
+        assert "still open" not in log, log
+        assert code == 0, log  # (the SIGINT alone re-raised: no SIGTERM status)
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
