@@ -431,7 +431,8 @@ async def _run_servers(
         admin_task = asyncio.create_task(admin_server.serve())
     _redact_access_log()  # (after uvicorn.Config, which configures its loggers)
     main_server = _main_server(main_config, admin_server, admin_task, served)
-    deadline = asyncio.create_task(_shutdown_deadline(main_server, runtime, config))
+    servers = [main_server] if admin_server is None else [main_server, admin_server]
+    deadline = asyncio.create_task(_shutdown_deadline(servers, runtime, config))
     try:
         await main_server.serve()
     finally:
@@ -466,19 +467,34 @@ def _redact_access_log() -> None:
         access.addFilter(_RedactKey())
 
 
-async def _shutdown_deadline(server: Any, runtime: Any, config: Config) -> None:
+async def _shutdown_deadline(servers: list[Any], runtime: Any, config: Config) -> None:
     """Once a shutdown starts, give open requests ``shutdown_timeout`` s (or until a second
     Ctrl-C or SIGTERM: ``server.hurried``), then end them with a 503 ``shutting_down`` error
-    (a body, or an event on a started stream)."""
+    (a body, or an event on a started stream), those whose body is still arriving too.
+
+    ``servers``: the data port's first (it takes the signals), then the admin port's.
+    """
+    server = servers[0]
     while not server.should_exit:
         await asyncio.sleep(0.1)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + config.server.shutdown_timeout
     while loop.time() < deadline and not server.hurried:
         await asyncio.sleep(min(0.1, max(deadline - loop.time(), 0)))
+    waited = "a second signal" if server.hurried else f"{config.server.shutdown_timeout:.0f}s"
     if aborted := runtime.abort_in_flight():
-        waited = "a second signal" if server.hurried else f"{config.server.shutdown_timeout:.0f}s"
         log.warning("shutdown: %d requests still open after %s; ended", aborted, waited)
+    if uploads := _end_uploads(servers):
+        log.warning("shutdown: %d requests still sending their body after %s; ended",
+                    uploads, waited)  # fmt: skip
+
+
+def _end_uploads(servers: list[Any]) -> int:
+    """End the requests of ``servers`` whose body is still arriving (``end_upload``)."""
+    from .corked import CorkedHttpToolsProtocol
+
+    connections = [c for server in servers for c in server.server_state.connections]
+    return sum(c.end_upload() for c in connections if isinstance(c, CorkedHttpToolsProtocol))
 
 
 def _log_admin_access(config: Config) -> None:

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol, TypeVar
 
 from .canonical import ByteStream, Reply
-from .errors import SHUTTING_DOWN_CODE, APIError
+from .errors import APIError, shutting_down
 
 __all__ = ["SHUTTING_DOWN", "ClientDisconnected", "Connections", "StreamWatch", "closing", "hold"]
 
@@ -133,11 +133,7 @@ class Connections:
             if not (self.aborting and exc.args == (SHUTTING_DOWN,)):
                 raise
             task.uncancel()
-            raise APIError(
-                503,
-                "The gateway is shutting down; send the request again.",
-                code=SHUTTING_DOWN_CODE,
-            ) from None
+            raise shutting_down() from None
         finally:
             self.in_flight.discard(task)
 

@@ -18,6 +18,8 @@ whose line and headers (or chunked body's trailer) pass ``max_header_bytes``: ht
 keeps a header's value whole, however long, until its line ends (and copies it at every read:
 quadratic), so one connection sending a header without end made the process hold it and spend
 its event loop copying it.
+At a shutdown's deadline (``end_upload``, from cli.py) it ends a request whose body is
+still arriving with a 503 ``shutting_down``.
 ``serving_protocol`` makes the class ``cachegate serve`` runs with ``server.header_timeout``
 and ``server.max_header_bytes``.
 """
@@ -29,7 +31,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from .errors import APIError
+from .errors import APIError, shutting_down
 
 __all__ = ["CorkedHttpToolsProtocol", "serving_protocol"]
 
@@ -71,7 +73,29 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._header_bytes += len(data)
         if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
-            self._refuse(431, "The request's headers are too large.", "headers_too_large")
+            self._refuse(APIError(431, "The request's headers are too large.",
+                                  code="headers_too_large"))  # fmt: skip
+
+    def end_upload(self) -> bool:
+        """End the request whose body is still arriving (a shutdown's deadline passed): a 503
+        ``shutting_down`` when its answer has not started, else the connection closed; whether
+        there was one.
+
+        NOTE: the deadline's ``abort_in_flight`` ends only requests waiting for a model; one
+        whose client was still sending its body (slowly, or stopped half way) held the drain
+        for uvicorn's whole ``timeout_graceful_shutdown``, a second signal or not. Its app task
+        waiting for the rest of the body hears a disconnect.
+        """
+        cycle = self.cycle
+        if cycle is None or not cycle.more_body or cycle.response_complete:
+            return False
+        if self.transport.is_closing():  # (already ended: a 431, a header deadline)
+            return False
+        if cycle.response_started:  # (its head is gone: only the close is left to say it)
+            self.transport.close()
+        else:
+            self._refuse(shutting_down())
+        return True
 
     def on_body(self, body: bytes) -> None:
         self._body_read = True
@@ -113,11 +137,11 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         elif not self.transport.is_closing():
             self.transport.close()
 
-    def _refuse(self, status: int, message: str, code: str) -> None:
-        """Answer ``status`` with an OpenAI error body, and close: the request is not read."""
-        body = APIError(status, message, code=code).json()
+    def _refuse(self, error: APIError) -> None:
+        """Answer ``error`` with its OpenAI error body, and close: the request is not read."""
+        body = error.json()
         head = b"content-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n"
-        self.transport.write(STATUS_LINE[status] + head % len(body) + body)
+        self.transport.write(STATUS_LINE[error.status] + head % len(body) + body)
         self.transport.close()
 
 

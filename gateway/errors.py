@@ -12,6 +12,7 @@ __all__ = [
     "APIError",
     "error_body",
     "responses_error_event",
+    "shutting_down",
     "sse_error",
 ]
 
@@ -56,6 +57,13 @@ def error_body(
     message: str, type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def shutting_down() -> APIError:
+    """The retryable 503 a shutdown's deadline gives each request still open."""
+    return APIError(
+        503, "The gateway is shutting down; send the request again.", code=SHUTTING_DOWN_CODE
+    )
 
 
 def sse_error(error: APIError) -> bytes:

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -20,14 +23,20 @@ import openai
 import pytest
 
 from gateway.cli import SAME_SIGNAL_WINDOW
-from tests.e2e.conftest import ServeProcess
+from tests.e2e.conftest import ServeProcess, free_port
 from tests.e2e.test_openai_sdk import read_until_error
 from tests.fake_upstream import ThreadedServer
 
 
-def config(upstream_server: ThreadedServer, tmp_path: Path, extra: str = "") -> str:
+def config(
+    upstream_server: ThreadedServer, tmp_path: Path, extra: str = "", **server: int | None
+) -> str:
+    """A gateway's YAML; ``server``: its ``server`` settings (``shutdown_timeout`` 600 s)."""
+    settings = ", ".join(
+        f"{k}: {json.dumps(v)}" for k, v in {"shutdown_timeout": 600, **server}.items()
+    )
     return f"""
-server: {{shutdown_timeout: 600}}
+server: {{{settings}}}
 data_dir: {tmp_path / "data"}
 cache: {{semantic: {{enabled: false}}}}
 models:
@@ -43,35 +52,79 @@ def signal_again(gateway: ServeProcess, sig: signal.Signals, times: int) -> None
         gateway.proc.send_signal(sig)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_third_signal_exits_while_a_client_holds_the_drain(
-    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, sig: signal.Signals
-) -> None:
-    """A client that sent half its request holds uvicorn's drain (up to shutdown_timeout + 2 s);
-    the second Ctrl-C ends only requests waiting for a model, and every Ctrl-C after it was
-    swallowed (a SIGTERM after the first, every one): only SIGKILL ended the process. The
-    third now exits at once, non-zero."""
-    gateway = serve(config(upstream_server, tmp_path))
-    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
-        client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b'content-length: 200\r\n\r\n{"model": "fake-model", '
+class Trickle:
+    """A raw client sending a request's line, headers and half its body, then a byte of the
+    rest now and then (a slow upload), until the server closes; ``answer()``: what came back."""
+
+    def __init__(self, port: int, path: str = "/v1/chat/completions") -> None:
+        self.client = socket.create_connection(("127.0.0.1", port))
+        self.client.sendall(
+            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".encode()
+            + b'content-length: 100000\r\n\r\n{"model": "fake-model", '
         )
-        time.sleep(0.5)  # (the request is in)
-        gateway.proc.send_signal(sig)
-        gateway.wait_logged("Waiting for connections to close", timeout=30)
-        signal_again(gateway, sig, 2)
-        assert gateway.proc.wait(timeout=30) == 128 + sig  # (not 600 s later)
+        self.sending = threading.Thread(target=self._send, daemon=True)
+        self.sending.start()
+
+    def _send(self) -> None:
+        with contextlib.suppress(OSError):  # (the server closed: the answer is there to read)
+            for _ in range(1000):
+                time.sleep(0.2)
+                self.client.sendall(b" ")
+
+    def answer(self, timeout: float) -> bytes:
+        self.client.settimeout(timeout)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := self.client.recv(65536):
+                received += piece
+        self.client.close()
+        return received
+
+
+@pytest.mark.parametrize(
+    ("ended_by", "port"),
+    [("a second signal", "data"), ("the deadline", "data"), ("a second signal", "admin")],
+    ids=["second signal", "deadline", "second signal, admin port"],
+)
+def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, ended_by: str, port: str
+) -> None:
+    """A client still sending its body (slowly, or stopped half way) held uvicorn's drain for
+    shutdown_timeout + 2 s, a second signal or not: the deadline ended only requests waiting
+    for a model. Now it ends this one too, with the same retryable 503, on either port."""
+    admin = free_port() if port == "admin" else None
+    timeout = 600 if ended_by == "a second signal" else 1
+    gateway = serve(config(upstream_server, tmp_path, shutdown_timeout=timeout, admin_port=admin))
+    upload = Trickle(gateway.port) if admin is None else Trickle(admin, "/admin/cache/flush")
+    time.sleep(0.5)  # (the request is in)
+    gateway.proc.send_signal(signal.SIGINT)
+    gateway.wait_logged("Waiting for connections to close", timeout=30)
+    if ended_by == "a second signal":
+        signal_again(gateway, signal.SIGINT, 1)
+    answer = upload.answer(timeout=30)  # (not 600 s later)
+    assert answer.startswith(b"HTTP/1.1 503 "), answer
+    assert b'"code":"shutting_down"' in answer, answer
+    assert gateway.proc.wait(timeout=30) == 0
     log = gateway.log.read_text()
-    assert f"shutdown: a third signal ({sig.name}): exiting now" in log, log
+    waited = "a second signal" if ended_by == "a second signal" else "1s"
+    assert f"shutdown: 1 requests still sending their body after {waited}; ended" in log, log
+    if admin is None:  # (the request's own log line: not a client's 499)
+        assert "/v1/chat/completions model=- cache=bypass status=503" in log, log
+    assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
-def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
-    serve: Any, upstream_server: ThreadedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_third_signal_exits_while_the_app_shutdown_hangs(
+    serve: Any,
+    upstream_server: ThreadedServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sig: signal.Signals,
 ) -> None:
     """The app's own shutdown (runtime.close), after the drain, can hang: here flushing the
     traces to a collector that accepts connections and never answers. Ctrl-C did nothing
-    there, however many times; the third now exits at once."""
+    there, however many times (a SIGTERM after the first, every one): only SIGKILL ended the
+    process. The third now exits at once, non-zero."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "600")
     with socket.socket() as collector:
         collector.bind(("127.0.0.1", 0))
@@ -84,12 +137,12 @@ def test_a_third_ctrl_c_exits_while_the_app_shutdown_hangs(
             json={"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]},
         )
         assert answer.status_code == 200  # (a span to export)
-        gateway.proc.send_signal(signal.SIGINT)
+        gateway.proc.send_signal(sig)
         gateway.wait_logged("Waiting for application shutdown", timeout=30)
-        signal_again(gateway, signal.SIGINT, 2)
-        assert gateway.proc.wait(timeout=15) == 128 + signal.SIGINT
+        signal_again(gateway, sig, 2)
+        assert gateway.proc.wait(timeout=15) == 128 + sig
     log = gateway.log.read_text()
-    assert "shutdown: a third signal (SIGINT): exiting now" in log, log
+    assert f"shutdown: a third signal ({sig.name}): exiting now" in log, log
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
