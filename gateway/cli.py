@@ -401,6 +401,9 @@ def _check_ports(config: Config) -> None:
 #: Seconds uvicorn's own deadline comes after ours: requests that ``abort_in_flight`` ended
 #: send their error body in that time instead of being cut.
 _SHUTDOWN_GRACE = 2.0
+#: Seconds after our deadline that a connection may still take to send its last bytes to its
+#: client (``_drop_unread``): within uvicorn's, which a second signal does not bring forward.
+_FLUSH_GRACE = 1.0
 
 
 async def _run_servers(
@@ -487,6 +490,10 @@ async def _shutdown_deadline(servers: list[Any], runtime: Any, config: Config) -
     if uploads := _end_uploads(servers):
         log.warning("shutdown: %d requests still sending their body after %s; ended",
                     uploads, waited)  # fmt: skip
+    await asyncio.sleep(_FLUSH_GRACE)
+    if dropped := _drop_unread(servers):
+        log.warning("shutdown: %d clients took nothing of their answers %.0fs after %s; "
+                    "connections dropped", dropped, _FLUSH_GRACE, waited)  # fmt: skip
 
 
 def _end_uploads(servers: list[Any]) -> int:
@@ -495,6 +502,20 @@ def _end_uploads(servers: list[Any]) -> int:
 
     connections = [c for server in servers for c in server.server_state.connections]
     return sum(c.end_upload() for c in connections if isinstance(c, CorkedHttpToolsProtocol))
+
+
+def _drop_unread(servers: list[Any]) -> int:
+    """Drop the connections of ``servers`` that only wait to send what their client does not
+    read (closing: their answer, or the error that ended it, was written).
+
+    NOTE: a transport closes only once its buffered bytes are sent: a client that stopped
+    reading (a stream it no longer took, a large answer) held the drain after a second signal
+    for uvicorn's whole ``timeout_graceful_shutdown``, its request long ended.
+    """
+    closing = [c for s in servers for c in s.server_state.connections if c.transport.is_closing()]
+    for connection in closing:
+        connection.transport.abort()
+    return len(closing)
 
 
 def _log_admin_access(config: Config) -> None:

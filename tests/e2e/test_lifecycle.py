@@ -113,6 +113,32 @@ def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
+def test_a_second_signal_drops_a_client_that_reads_nothing_of_its_answer(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """A connection closes only once what it buffered is sent: a client that stopped reading
+    its answer (here a large one, its window full) held the drain after a second signal for
+    shutdown_timeout + 2 s, its request long answered. Now its connection is dropped."""
+    gateway = serve(config(upstream_server, tmp_path))
+    question = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "big"}],
+                           "fake": {"content": "0123456789", "repeat": 2_000_000}}).encode()  # fmt: skip
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        client.connect(("127.0.0.1", gateway.port))
+        client.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(question), question)
+        )
+        assert client.recv(12) == b"HTTP/1.1 200"  # (then it reads nothing more)
+        gateway.proc.send_signal(signal.SIGINT)
+        gateway.wait_logged("Waiting for connections to close", timeout=30)
+        signal_again(gateway, signal.SIGINT, 1)
+        assert gateway.proc.wait(timeout=30) == 0  # (not 600 s later)
+    log = gateway.log.read_text()
+    said = "shutdown: 1 clients took nothing of their answers 1s after a second signal"
+    assert said in log and "Traceback" not in log, log
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_third_signal_exits_while_the_app_shutdown_hangs(
     serve: Any,
