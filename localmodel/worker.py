@@ -161,19 +161,27 @@ class AsyncEngine:
     def _serve(self) -> None:
         scheduler = self._scheduler
         while self._take_jobs(block=not scheduler.busy):
-            self._stepping_since = time.monotonic()
-            try:
-                scheduler.step()
-            except Exception as exc:  # NOTE: a dead thread would leave every caller waiting
-                logger.exception("localmodel: a scheduler step failed; failing its requests")
-                scheduler.fail_all(exc)
-            finally:
-                self._stepping_since = None
+            self._step()
         scheduler.fail_waiting(EngineClosedError("the local model engine is shut down"))
         for seq in scheduler.running:
             seq.request.cancel.set()
         while scheduler.busy:  # the cancelled ones finish "cancelled" at their next token
-            scheduler.step()
+            self._step()
+
+    def _step(self) -> None:
+        """One scheduler step, timed (``stuck_for``); one that fails fails its requests.
+
+        NOTE: the steps that end the running requests at shutdown too: untimed, one that hung
+        there held ``aclose(stuck=)`` for ever; unguarded, one that failed killed the thread,
+        and those requests' callers waited for ever (a dead thread answers no one)."""
+        self._stepping_since = time.monotonic()
+        try:
+            self._scheduler.step()
+        except Exception as exc:
+            logger.exception("localmodel: a scheduler step failed; failing its requests")
+            self._scheduler.fail_all(exc)
+        finally:
+            self._stepping_since = None
 
     def _take_jobs(self, *, block: bool) -> bool:
         """Move queued jobs to the scheduler (waiting for one if ``block``); False: closing."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from typing import Any
 
@@ -40,6 +41,8 @@ class _SlowEngine:
         self.config = EngineConfig(max_batch=max_batch)
         self.served: list[GenerationRequest] = []
         self.batch_sizes: list[int] = []
+        #: set: a cancelled request's coroutine waits for it (its cleanup hangs in a step)
+        self.hang_when_cancelled: threading.Event | None = None
 
     def steps(self, request: GenerationRequest) -> Steps:
         self.served.append(request)
@@ -48,6 +51,8 @@ class _SlowEngine:
         try:
             for i in range(self.n_steps):
                 if request.cancel.is_set():
+                    if self.hang_when_cancelled is not None:
+                        self.hang_when_cancelled.wait()
                     break
                 yield Piece(None, (i,))  # type: ignore[arg-type]  # no cache: nothing reads it
                 yield TextDelta(0, str(i))
@@ -224,3 +229,48 @@ async def test_close_cancels_the_running_request_and_fails_queued_ones() -> None
     assert isinstance(await first, Completion)  # ended early, between two steps
     with pytest.raises(EngineClosedError):
         await second
+
+
+async def test_a_shutdown_leaves_behind_a_step_stuck_while_it_ends_the_running_requests() -> None:
+    """``aclose(stuck=)`` cancels what runs and steps the scheduler until it has ended; a step
+    that hangs there (a device that stopped answering) is left behind once it has run that
+    long, as one before. Those steps were not timed (``stuck_for`` said 0): the shutdown
+    waited for it for ever."""
+    released = threading.Event()
+    fake = _SlowEngine(step_s=0.01, steps=1000)
+    fake.hang_when_cancelled = released
+    local = AsyncEngine(fake)  # type: ignore[arg-type]
+    running = asyncio.create_task(local.complete(_request()))
+    while not fake.served:
+        await asyncio.sleep(0.01)
+    try:
+        await asyncio.wait_for(local.aclose(stuck=0.5), timeout=30)
+        assert local.running and local.stuck_for() >= 0.5  # (its thread, still in that step)
+    finally:
+        released.set()
+    assert isinstance(await asyncio.wait_for(running, 10), Completion)  # (it ended, cancelled)
+
+
+async def test_a_step_that_fails_while_the_engine_shuts_down_answers_its_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The steps that end the running requests at shutdown fail them as any step does when
+    it fails. Such a failure killed the engine's thread: their callers waited for ever."""
+    from localmodel.scheduler import Scheduler
+
+    admit = Scheduler._admit
+
+    def broken_at_shutdown(self: Scheduler) -> None:
+        admit(self)
+        if any(seq.request.cancel.is_set() for seq in self.running):
+            raise RuntimeError("scheduler bug")
+
+    monkeypatch.setattr(Scheduler, "_admit", broken_at_shutdown)
+    fake = _SlowEngine(step_s=0.01, steps=1000)
+    local = AsyncEngine(fake)  # type: ignore[arg-type]
+    running = asyncio.create_task(local.complete(_request()))
+    while not fake.served:
+        await asyncio.sleep(0.01)
+    await asyncio.wait_for(local.aclose(), timeout=30)
+    with pytest.raises(RuntimeError, match="scheduler bug"):
+        await asyncio.wait_for(running, 10)
