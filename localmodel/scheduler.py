@@ -116,8 +116,7 @@ class Scheduler:
         """Answer every request not running (not yet, or preempted) with ``error`` (shutdown)."""
         while self.waiting:
             seq = self.waiting.popleft()
-            if seq.steps is not None:
-                seq.steps.close()
+            _close(seq)  # (a preempted one's coroutine)
             seq.send(error)
 
     def fail_all(self, error: BaseException) -> None:
@@ -324,15 +323,24 @@ class Scheduler:
             self._fail(seq, exc)
 
     def _fail(self, seq: _Sequence, exc: BaseException) -> None:
-        if seq.steps is not None:
-            try:  # NOTE: its cleanup failing must not leave this and the others unanswered
-                seq.steps.close()
-            except Exception:
-                logger.exception("localmodel: a failed request's cleanup failed too")
+        _close(seq)
         if seq in self.running:  # (first: once answered, it is no longer pending)
             self.running.remove(seq)
             self._full = False
         seq.send(exc)
+
+
+def _close(seq: _Sequence) -> None:
+    """Close the coroutine of a request about to be answered with an error (its cache goes).
+
+    NOTE: its cleanup failing must not leave this request and the others unanswered (out of
+    ``fail_waiting`` on the engine's thread, it killed the thread: every caller waited)."""
+    if seq.steps is None:
+        return
+    try:
+        seq.steps.close()
+    except Exception:
+        logger.exception("localmodel: a failed request's cleanup failed too")
 
 
 def _prefilling(seq: _Sequence) -> bool:

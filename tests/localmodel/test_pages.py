@@ -518,3 +518,32 @@ def test_a_preempted_request_can_be_cancelled_or_failed_while_it_waits(
     while scheduler.busy:
         scheduler.step()
     assert engine.pool.stats.used == engine.pool.stats.cached
+
+
+def test_requests_failed_while_they_wait_are_all_answered_when_a_cleanup_fails(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """``fail_waiting`` (a shutdown, a failed step's ``fail_all``) closes a preempted request's
+    coroutine before answering it; that cleanup failing (its cache's release) raised out of
+    it: neither that request nor those queued behind it were answered, and on the engine's
+    thread (a failed step's path) it killed the thread, every caller waiting for ever. As
+    ``_fail`` does, the failure is logged and every request answered."""
+    engine = make_engine(tiny=tiny_model, kv_pool_bytes=7 * 16 * 512)
+    assert engine.pool is not None
+    scheduler, events = _preempting_scheduler(engine)
+    (preempted,) = scheduler.waiting
+    index = (preempted.request.prompt_tokens[0] - 100) // 7  # which of the three it is
+    behind: list[Event | BaseException] = []
+    queued = engine.prepare(list(range(400, 420)), GREEDY, namespace=NS)
+    scheduler.add(queued, lambda item: behind.append(item) or True)  # type: ignore[func-returns-value]
+    assert preempted.piece is not None
+
+    def broken_release() -> None:
+        raise RuntimeError("cleanup failed")
+
+    preempted.piece.cache.release = broken_release  # type: ignore[method-assign]
+    scheduler.fail_waiting(RuntimeError("shutting down"))
+    assert [str(e[-1]) for e in (events[index], behind)] == ["shutting down"] * 2
+    while scheduler.busy:
+        scheduler.step()
+    assert engine.pool.stats.used == engine.pool.stats.cached
