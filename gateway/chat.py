@@ -92,7 +92,8 @@ class ChoicesAdapter:
 
     def _finished(self, choice: Any) -> bool:
         """A choice that finished normally and carries its answer (a message, or a text)."""
-        if not isinstance(choice, dict) or choice.get("finish_reason") not in _COMPLETE:
+        reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+        if not isinstance(reason, str) or reason not in _COMPLETE:  # (a list: unhashable)
             return False
         if self.kind == "chat":
             return isinstance(choice.get("message"), dict)

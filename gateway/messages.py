@@ -258,7 +258,8 @@ def complete_message(message: Any) -> bool:
         isinstance(message, dict)
         and message.get("type") == "message"
         and isinstance(message.get("content"), list)
-        and message.get("stop_reason") in COMPLETE_STOPS
+        and isinstance(message.get("stop_reason"), str)  # (a list: unhashable)
+        and message["stop_reason"] in COMPLETE_STOPS
     )
 
 

@@ -18,6 +18,7 @@ HTTP, disconnects and shutdown live in api.py and connections.py.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -572,7 +573,7 @@ class _Relay:
         result = fold.result()
         if result is None:
             return
-        if self._save is not None and self._adapter.complete(self._request, result):
+        if self._save is not None and _replayable(self._adapter, self._request, result):
             self._pipeline.store_soon(self._request, self._save, result, self._flight)
             self._flight = None  # it lands once the answer is stored
         self._adapter.delivered(self._request, result, upstream=self._native)
@@ -626,7 +627,26 @@ def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str]
 
 def _storable(adapter: Adapter, request: GatewayRequest, answer: Answer) -> bool:
     """A complete answer the client got as the backend gave it (not one a bridge changed)."""
-    return answer.lossless and adapter.complete(request, answer.body)
+    return answer.lossless and _replayable(adapter, request, answer.body)
+
+
+def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+    """A complete answer that a hit can serve back, as JSON and as a stream.
+
+    NOTE: an answer is stored only once it replays: one whose fields have types no model sends
+    (an upstream's ``"usage": "x"``, an output item that is a number) reached its client as it
+    came, but stored, every hit on it failed with a 500 until its TTL ran out.
+    """
+    if not adapter.complete(request, answer):
+        return False
+    try:
+        saved = adapter.saved_tokens(answer)
+        collections.deque(adapter.replay(request, adapter.fresh(request, answer)), maxlen=0)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+        saved = -1
+    if saved < 0:
+        log.warning("model %s: not storing an answer of unexpected shape", request.model)
+    return saved >= 0
 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:

@@ -400,13 +400,15 @@ class ResponsesAdapter:
         """
         if answer.get("object") != "response" or not isinstance(answer.get("id"), str):
             return
+        if not isinstance(answer.get("output") or [], list):
+            return  # (not a Response: an upstream's garbage, relayed as it came)
         if upstream:
             self._claim_named(request)
             self.store.claim(request.owner, answer["id"])
             for item in answer.get("output") or ():  # (item ids too: ``_refuse_foreign_items``)
                 for claimed in _claimed_ids(item):
                     self.store.claim(request.owner, claimed)
-        if request.body.get("store") is False or answer.get("status") in _RUNNING:
+        if request.body.get("store") is False or _status(answer) in _RUNNING:
             return
         turns = list(request.turns or ())
         own = _unique_ids([self._listed(request.owner, item) for item in turns[request.earlier :]])
@@ -919,6 +921,12 @@ def _conversation_id(conversation: Any) -> str | None:
     if isinstance(conversation, dict):
         conversation = conversation.get("id")
     return conversation if isinstance(conversation, str) else None
+
+
+def _status(response: dict[str, Any]) -> str | None:
+    """A Response's ``status``, when it is a string (an upstream's list is not hashable)."""
+    status = response.get("status")
+    return status if isinstance(status, str) else None
 
 
 def _item_status(finish: str | None) -> str:

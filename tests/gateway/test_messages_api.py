@@ -260,6 +260,19 @@ def test_failed_or_refused_answers_are_never_stored(
     assert fake.stats["/v1/messages"] == 4
 
 
+def test_a_stop_reason_of_unexpected_type_is_relayed_and_not_stored(
+    gw: Gateway, fake: FakeAnthropic
+) -> None:
+    """(found by fuzzing: a list, unhashable, was a 500 ``internal_error``)"""
+    body = {"model": "claude", "max_tokens": 8, "messages": [{"role": "user", "content": "odd"}],
+            "fake": {"stop_reason": ["end_turn"]}}  # fmt: skip
+    for _ in range(2):
+        response = gw.http.post("/v1/messages", json=body)
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+        assert response.json()["stop_reason"] == ["end_turn"]
+    assert fake.stats["/v1/messages"] == 2
+
+
 def test_a_broken_stream_is_booked_with_the_input_tokens_it_reported(
     client: anthropic.Anthropic, fake: FakeAnthropic, gw: Gateway
 ) -> None:

@@ -1,0 +1,84 @@
+"""Upstream answers and stream chunks whose fields have types no model sends (found by fuzzing).
+
+Each reaches its client as a 200 relayed as it came, or a ``502 upstream_error`` event, never
+the gateway's own ``500 internal_error`` with a traceback in its log, and none is stored: a
+stored one failed every hit on it until its TTL ran out.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from tests.gateway.test_upstream_faults import raw
+
+CHAT = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+COMPLETION = {"id": "c1", "object": "text_completion", "created": 1, "model": "m",
+              "choices": [{"index": 0, "text": "hi", "finish_reason": "stop", "logprobs": None}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}  # fmt: skip
+RESPONSE = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+            "model": "m", "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+            "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": "hi", "annotations": []}]}]}  # fmt: skip
+ASKED = {
+    "/v1/chat/completions": (CHAT, {"messages": [{"role": "user", "content": "odd"}]}),
+    "/v1/completions": (COMPLETION, {"prompt": "odd"}),
+    "/v1/responses": (RESPONSE, {"input": "odd"}),
+}
+
+
+def _with(answer: dict[str, Any], path: tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(answer)
+    into: Any = changed
+    for step in path[:-1]:
+        into = into[step]
+    into[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("route", "path", "value"),
+    [
+        ("/v1/chat/completions", ("usage",), "x"),
+        ("/v1/chat/completions", ("usage", "completion_tokens"), -1),
+        ("/v1/chat/completions", ("choices", 0, "finish_reason"), []),
+        ("/v1/completions", ("usage",), 5),
+        ("/v1/completions", ("choices", 0, "finish_reason"), {}),
+        ("/v1/responses", ("usage", "output_tokens"), "x"),
+        ("/v1/responses", ("status",), []),
+        ("/v1/responses", ("output",), 5),
+        ("/v1/responses", ("output", 0), 5),
+        ("/v1/responses", ("output", 0, "content"), "x"),
+    ],
+)
+def test_an_answer_of_unexpected_shape_is_relayed_and_never_stored(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture, route: str, path: tuple[Any], value: Any
+) -> None:
+    gw = make_gateway()
+    answer, asked = ASKED[route]
+    fake = raw(json.dumps(_with(answer, path, value)))
+    body = {"model": "fake-model", **asked, "fake": fake}
+    for _ in range(2):  # (a stored one: the second was a hit, a 500 or a broken replay)
+        response = gw.http.post(route, json=body)
+        assert response.status_code == 200, response.text
+        assert response.headers["x-cache"] == "miss"
+    streamed = gw.http.post(route, json={**body, "stream": True})  # (nor replayed as a stream)
+    assert streamed.status_code == 502, streamed.text  # (the JSON answer: no event stream)
+    assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+def test_a_well_formed_answer_is_still_stored(make_gateway: Any) -> None:
+    gw = make_gateway()
+    for route, (answer, asked) in ASKED.items():
+        body = {"model": "fake-model", **asked, "fake": raw(json.dumps(answer))}
+        assert gw.http.post(route, json=body).headers["x-cache"] == "miss"
+        assert gw.http.post(route, json=body).headers["x-cache"] == "exact"
+        assert gw.http.post(route, json={**body, "stream": True}).headers["x-cache"] == "exact"
