@@ -528,7 +528,7 @@ class _Relay:
                     self.outcome.finished = True
                     yield pending + event.raw
                     return
-                if event.chunk is None or fold.add(event.chunk):
+                if event.chunk is None or self._fold(fold, event.chunk):
                     pending += event.raw
                     self.outcome.sequence = _next_sequence(event.chunk, self.outcome.sequence)
                 if not event.more and pending:
@@ -553,6 +553,10 @@ class _Relay:
             self._land()
             await self._close_stream()
 
+    def _fold(self, fold: Fold, chunk: dict[str, Any]) -> bool:
+        with _shaped_as_sent(self._request.model):
+            return fold.add(chunk)
+
     def _spent(self, fold: Fold) -> Usage | None:
         """The usage the stream reported, when its answer finished; else (the client left,
         the stream broke or failed, the run was cancelled) what is known of it: the model ran,
@@ -570,7 +574,8 @@ class _Relay:
         Response cut at ``max_output_tokens`` is kept for ``previous_response_id`` too)."""
         if last is not None:  # a last event that carries data (Responses' response.completed)
             fold.add(last)
-        result = fold.result()
+        with _shaped_as_sent(self._request.model):
+            result = fold.result()
         if result is None:
             return
         if self._save is not None and _replayable(self._adapter, self._request, result):
@@ -584,6 +589,20 @@ class _Relay:
         code = error.code or ""
         self.outcome.error = code if _CODE.fullmatch(code) else "stream_error"
         return self._adapter.error_event(error, self.outcome.sequence)
+
+
+@contextlib.contextmanager
+def _shaped_as_sent(model: str) -> Iterator[None]:
+    """Folding a stream's chunks: a chunk whose fields have types no model sends (a ``delta``
+    that is a string, a tool call's name that is a number) is a 502, the upstream's fault,
+    where it was the gateway's 500 ``internal_error`` with a traceback in the log.
+    NOTE: a fold reads only the chunks, so a type error in it is theirs."""
+    try:
+        yield
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        log.warning("model %s sent a stream chunk of unexpected shape: %r", model, exc)
+        message = f"Upstream for model '{model}' sent a chunk of unexpected shape."
+        raise APIError(502, message, type="upstream_error", code="upstream_error") from None
 
 
 def _next_sequence(chunk: dict[str, Any] | None, sequence: int) -> int:

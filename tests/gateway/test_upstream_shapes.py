@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.test_upstream_faults import raw
+from tests.gateway.test_api import sse_chunks
+from tests.gateway.test_upstream_faults import chunk, error_of, raw, sse
 
 CHAT = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
@@ -82,3 +83,27 @@ def test_a_well_formed_answer_is_still_stored(make_gateway: Any) -> None:
         assert gw.http.post(route, json=body).headers["x-cache"] == "miss"
         assert gw.http.post(route, json=body).headers["x-cache"] == "exact"
         assert gw.http.post(route, json={**body, "stream": True}).headers["x-cache"] == "exact"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"index": 0, "delta": "not an object"},
+        {"index": 0, "delta": {"tool_calls": "x"}},
+        {"index": 0, "delta": {"function_call": {"name": 5}}},  # (joined at the end)
+        {"index": [0], "delta": {"content": "a"}},
+        5,
+    ],
+)
+def test_a_chunk_of_unexpected_shape_ends_the_stream_with_an_upstream_error(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture, bad: Any
+) -> None:
+    gw = make_gateway()
+    fake = sse(chunk("Hel"), {**chunk(), "choices": [bad]}, chunk("lo", "stop"), "data: [DONE]\n\n")
+    for _ in range(2):
+        response = gw.chat("odd chunk", stream=True, fake=fake)
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+        error = error_of(sse_chunks(response.text))
+        assert error["code"] == "upstream_error" and error["type"] == "upstream_error"
+        assert "unexpected shape" in error["message"]
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
