@@ -185,6 +185,7 @@ async def _token_count(
     checked, auth = _credential(wire, request)
     try:
         tenant = runtime.authenticate(checked)
+        _unencoded(request)
         parsed = parse(await request.body(), request.headers, tenant)
         backend, parsed = runtime.pipeline.route(parsed, auth)
         tokens = await count(backend, parsed, auth)
@@ -359,6 +360,7 @@ async def _parse(
     request: Request[Any, Any, Any], runtime: Runtime, wire: Wire, seen: _Seeing
 ) -> GatewayRequest:
     tenant = runtime.authenticate(_credential(wire, request)[0])
+    _unencoded(request)
     try:
         raw = await request.body()
     except InternalServerException as exc:  # litestar's: the client left mid-body (a 499)
@@ -372,6 +374,20 @@ async def _parse(
         # and the log, as one its upstream refused is, not an unknown model's "")
         seen.model = _named_model(runtime, raw)
         raise
+
+
+def _unencoded(request: Request[Any, Any, Any]) -> None:
+    """A 415 for a body sent with a ``content-encoding`` (gzip): the gateway reads bodies as
+    they are, and such a body was a 400 saying it was not valid JSON. NOTE: not decompressed,
+    so that ``server.max_body_bytes`` bounds what a request makes the gateway hold."""
+    coding = request.headers.get("content-encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise APIError(
+            415,
+            f"Content-Encoding '{coding[:40]}' is not supported: send the body uncompressed.",
+            code="unsupported_content_encoding",
+            headers={"accept-encoding": "identity"},  # (RFC 9110: the codings it accepts)
+        )
 
 
 class _Named(msgspec.Struct):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import time
@@ -739,6 +740,32 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
     assert upstream.stats["requests"] == 0
     assert gw.chat("deep but fine", x=[[[[{"a": [1]}]]]]).status_code == 200
     assert gw.chat("ten years", headers={"x-cache-ttl": "315360000"}).status_code == 200
+
+
+def test_a_compressed_body_is_415_naming_its_content_encoding(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """(found by fuzzing: a gzip'd body was a 400 saying it was not valid JSON)"""
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "zipped"}]}
+    routes = {"/v1/chat/completions": body, "/v1/responses/input_tokens": {**body, "input": "z"},
+              "/v1/messages": {**body, "max_tokens": 8}, "/v1/messages/count_tokens": body}  # fmt: skip
+    for route, sent in routes.items():
+        headers = {"content-type": "application/json", "content-encoding": "gzip"}
+        response = gw.http.post(route, content=gzip.compress(json.dumps(sent).encode()),
+                                headers=headers)  # fmt: skip
+        assert response.status_code == 415, (route, response.text)
+        assert response.headers["accept-encoding"] == "identity"
+        said = response.json()
+        error = said["error"]
+        assert "Content-Encoding 'gzip' is not supported" in error["message"]
+        if route.startswith("/v1/messages"):
+            assert said["type"] == "error"
+        else:
+            assert error["code"] == "unsupported_content_encoding"
+    assert upstream.stats["requests"] == 0
+    plain = {"content-encoding": "identity"}
+    assert gw.http.post("/v1/chat/completions", json=body, headers=plain).status_code == 200
 
 
 def test_unknown_model_is_404(make_gateway: Any, upstream: FakeUpstream) -> None:
