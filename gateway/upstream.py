@@ -729,9 +729,8 @@ class ReplicatedBackend:
         if others_left and exc.retryable and retry and retries < self.config.max_retries:
             self._failover(replica, exc)
             return retries + 1
-        # retried on other replicas already (a slow one's timeout too: ``_down`` made it
-        # not retryable here, yet the SDKs retry a 504 and ran the generation again)
-        if (exc.retryable or exc.code == "upstream_timeout") and retries:
+        # retried on other replicas already (a slow one's timeout is final: see ``_down``)
+        if exc.retryable and retries:
             exc.final()
         raise exc
 
@@ -746,13 +745,16 @@ class ReplicatedBackend:
         every replica it failed over to down, and each forgot its prefixes. A slow one's
         timeout is not retried on another replica either (``retryable`` off): the generation
         may still run where it went, and it ran (and was billed) twice, its client waiting a
-        read timeout for each, for the same 504.
+        read timeout for each, for the same 504. Nor by the client: its 504 says
+        ``x-should-retry: false`` (``final``), which the OpenAI SDKs obey; they retry any other
+        504, and each retry ran the generation again on the replica still running it.
         """
         if not exc.replica_unhealthy:
             return False
         if exc.code != "upstream_timeout" or not await self._replicas[replica].answers():
             return True
         exc.retryable = False
+        exc.final()
         return False
 
     async def _broken(self, replica: int, exc: UpstreamError) -> None:

@@ -517,12 +517,14 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
     """A non-streamed answer sends nothing until it is done: one slower than ``timeout.read``
     times out on a replica that answers ``GET /models``: slow, not hung. It marked every
     replica down, and each forgot its prefixes; then it failed over, so the generation ran
-    (and was billed) on two replicas, and its client waited two read timeouts for the 504."""
+    (and was billed) on two replicas, and its client waited two read timeouts for the 504.
+    Nor does the openai SDK send it again: the 504 says ``x-should-retry: false`` (it had
+    none on a first try, and each of the SDK's retries ran the generation once more)."""
     with with_a_second(upstream_server, tmp_path, "max_retries: 1, timeout: {read: 0.5}") as (
         gw, second,
     ):  # fmt: skip
         ask_support(gw, 1)  # (remembered by one replica)
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=0)
+        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=2)
         with pytest.raises(openai.InternalServerError) as timed_out:
             client.chat.completions.create(
                 model="fake-model", messages=[{"role": "user", "content": "write a novel"}],
@@ -530,7 +532,8 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
             )  # fmt: skip
         assert timed_out.value.status_code == 504
         assert timed_out.value.code == "upstream_timeout"
-        assert upstream.stats["chat"] + second.app.stats["chat"] == 2  # (no failover)
+        assert timed_out.value.response.headers.get("x-should-retry") == "false"
+        assert upstream.stats["chat"] + second.app.stats["chat"] == 2  # (no failover, no retry)
         replicas = routing_stats(gw)["replicas"]
         assert [r["down"] for r in replicas] == [False, False]
         assert sum(r["remembered_bytes"] for r in replicas) > 0
