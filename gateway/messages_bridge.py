@@ -580,8 +580,14 @@ def _strict(node: Any) -> bool:
     >>> _strict({"type": "object", "properties": {"a": {"type": "string"}},
     ...          "additionalProperties": False})
     False
+
+    NOTE: an ``array`` needs its ``items`` (OpenAI refuses one without: "array schema missing
+    items"); sent strict, the client got that upstream 400 for a schema Anthropic takes.
     """
     if not isinstance(node, dict) or _NOT_STRICT & node.keys() or not _TYPED & node.keys():
+        return False
+    types = node.get("type")
+    if "array" in (types if isinstance(types, list) else [types]) and "items" not in node:
         return False
     if node.get("format") not in (None, *_STRICT_FORMATS):
         return False

@@ -991,6 +991,32 @@ def test_a_schema_strict_mode_cannot_read_reaches_a_bridged_upstream_not_strict(
         assert len(app.bodies) == len(schemas)
 
 
+def test_a_schema_with_an_array_without_items_reaches_a_bridged_upstream_not_strict(
+    tmp_path: Path,
+) -> None:
+    """OpenAI's strict mode refuses an ``array`` without ``items`` (Anthropic takes it): such a
+    schema (a plain or a nullable array) is sent without ``strict``, as any other schema strict
+    mode cannot take; it went strict, and the client got the upstream's 400. With its items,
+    strict."""
+    app = OneAnswer({"content": '{"tags": []}'})
+    arrays: list[tuple[dict[str, Any], bool]] = [
+        ({"type": "array"}, False), ({"type": ["array", "null"]}, False),
+        ({"type": "array", "items": {"type": "string"}}, True),
+    ]  # fmt: skip
+    with bridged_client(app, "gpt", tmp_path) as client:
+        for tags, strict in arrays:
+            schema = {"type": "object", "properties": {"tags": tags}, "required": ["tags"],
+                      "additionalProperties": False}  # fmt: skip
+            answer = client.messages.create(
+                model="gpt", max_tokens=64, messages=[{"role": "user", "content": str(tags)}],
+                extra_body={"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+            )  # fmt: skip
+            assert answer.content[0].type == "text", tags
+            sent = app.bodies[-1]["response_format"]["json_schema"]
+            assert sent["schema"] == schema and sent.get("strict", False) is strict, tags
+        assert len(app.bodies) == len(arrays)
+
+
 def test_a_bridged_upstreams_refusal_is_a_refusal_json_and_streamed(tmp_path: Path) -> None:
     """A chat answer's ``refusal`` (OpenAI's model declined; ``finish_reason: "stop"``) is
     the answer's text with ``stop_reason: "refusal"``, as Anthropic reports a refusal (was an
