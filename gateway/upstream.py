@@ -920,9 +920,14 @@ def _proxy_mounts(limit: int, timeout: float) -> dict[str, httpx.AsyncBaseTransp
     httpx reads them: a client given its own transport, as this one is, would ignore them.
     A proxied upstream goes through httpx's own transport (httpcore, which tunnels ``https``
     with ``CONNECT``); the others keep the lean one.
+
+    NOTE: httpcore's pool has no limit of its own: ``_Admission`` is the only queue, as for
+    the lean transport. Limited to ``max_connections`` too, it held the liveness check that
+    is asked past that gate (``_UNGATED``) while the connections were all in use, until it
+    gave up and the slow replica was taken for hung.
     """
     mounts: dict[str, httpx.AsyncBaseTransport | None] = {}
-    limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=limit)
     for pattern, url in get_environment_proxies().items():
         if url is None:  # NO_PROXY: the client's own transport
             mounts[pattern] = None

@@ -3,6 +3,8 @@ a gateway deployed behind an egress proxy reaches its upstream only through it."
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import socketserver
 import threading
@@ -11,6 +13,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+
+from gateway.config import OpenAIModelConfig, load_config_text
+from gateway.requests import parse_request
+from gateway.upstream import UpstreamBackend
 
 
 class _Forward(socketserver.StreamRequestHandler):
@@ -79,3 +85,41 @@ def test_no_proxy_hosts_are_reached_directly(
     response = gw.chat("directly?")
     assert response.status_code == 200, response.text
     assert proxy.seen == []
+
+
+@pytest.mark.parametrize("proxied", [False, True], ids=["direct", "proxied"])
+def test_the_liveness_check_is_asked_past_max_connections_through_a_proxy_too(
+    upstream_server: Any, proxy: Any, monkeypatch: pytest.MonkeyPatch, proxied: bool
+) -> None:
+    """``UpstreamBackend.answers`` (the ``GET /models/{model}`` that tells a slow replica from
+    a hung one) while the upstream's one connection (``max_connections: 1``) carries a stream:
+    answered, directly or through the proxy. Through one it waited for httpx's own pool,
+    limited to ``max_connections`` too, gave up after ``timeout.connect``, and the replica was
+    taken for hung (marked down, its prefixes forgotten, its request failed over)."""
+    _environment(monkeypatch, proxy, "" if proxied else "127.0.0.1")
+    config = load_config_text(f"""
+models:
+  fake-model:
+    backend: openai
+    base_url: "{upstream_server.url}/v1"
+    max_connections: 1
+    timeout: {{connect: 1, pool: 1}}
+""").models["fake-model"]
+    assert isinstance(config, OpenAIModelConfig)
+    backend = UpstreamBackend("fake-model", config, forward_client_auth=False, one_tenant=True)
+    body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "hi"}],
+            "fake": {"endless": True, "chunk_delay": 0.05}}  # fmt: skip
+    request = parse_request("chat", json.dumps(body).encode(), {}, "tenant")
+
+    async def check() -> bool:
+        stream = await backend.open_stream(request)
+        try:
+            await anext(aiter(stream))  # (the stream holds the one connection)
+            return await backend.answers()
+        finally:
+            await stream.aclose()
+            await backend.close()
+
+    assert asyncio.run(check())
+    probes = [s for s in proxy.seen if s.startswith("GET ")]
+    assert probes == ([f"GET {upstream_server.url}/v1/models/fake-model"] if proxied else [])
