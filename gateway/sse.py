@@ -63,7 +63,8 @@ class SSEParser:
     whether one arrived since it was last asked; ``queued`` whether the last comment was a
     ``QUEUED`` one (a cachegate worker's request not yet taken up by its model, unless an
     event of its answer came since: see ``UpstreamStream.counted``); ``prompt_tokens`` the
-    prompt tokens a ``RUNNING`` comment said (None: none came).
+    prompt tokens a ``RUNNING`` comment said (None: none came); ``worker`` whether either
+    came (a cachegate worker's stream, with keep-alives as often as the gateway asked).
 
     >>> p = SSEParser()
     >>> p.feed(b'data: {"a":1}\\n\\nda'), p.feed(b'ta: [DONE]\\n\\n')
@@ -78,6 +79,7 @@ class SSEParser:
         self._commented = False
         self.queued = False
         self.prompt_tokens: int | None = None
+        self.worker = False
         self._opening = True  # the stream's first bytes may be a UTF-8 BOM (not data)
         #: the last event that had neither data nor a comment (``unread``)
         self._unread = b""
@@ -117,6 +119,7 @@ class SSEParser:
                 self.queued = block + b"\n\n" == QUEUED
                 if block.startswith(RUNNING) and block[len(RUNNING) :].isdigit():
                     self.prompt_tokens = int(block[len(RUNNING) :])
+                self.worker = self.worker or self.queued or self.prompt_tokens is not None
             else:
                 self._unread = block
 

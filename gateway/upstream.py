@@ -741,17 +741,20 @@ class ReplicatedBackend:
 
         NOTE: a timeout alone does not tell a hung replica from a slow answer (a non-streamed
         generation longer than ``timeout.read``, which sends nothing until it is done): only
-        one that does not answer ``GET /models`` either is down. One long generation marked
-        every replica it failed over to down, and each forgot its prefixes. A slow one's
-        timeout is not retried on another replica either (``retryable`` off): the generation
-        may still run where it went, and it ran (and was billed) twice, its client waiting a
-        read timeout for each, for the same 504. Nor by the client: its 504 says
+        one that does not answer ``GET /models`` either is down (as is a cachegate worker
+        whose stream's keep-alives stopped, whatever it answers: ``_stalled``). One long
+        generation marked every replica it failed over to down, and each forgot its prefixes.
+        A slow one's timeout is not retried on another replica either (``retryable`` off): the
+        generation may still run where it went, and it ran (and was billed) twice, its client
+        waiting a read timeout for each, for the same 504. Nor by the client: its 504 says
         ``x-should-retry: false`` (``final``), which the OpenAI SDKs obey; they retry any other
         504, and each retry ran the generation again on the replica still running it.
         """
         if not exc.replica_unhealthy:
             return False
-        if exc.code != "upstream_timeout" or not await self._replicas[replica].answers():
+        if exc.code != "upstream_timeout" or exc.upstream_code == _ENGINE_STALLED:
+            return True
+        if not await self._replicas[replica].answers():
             return True
         exc.retryable = False
         exc.final()
@@ -1111,7 +1114,7 @@ class UpstreamStream:
         try:
             return await anext(self._body)
         except httpx.TimeoutException:
-            raise _timeout(self._name) from None
+            raise _stalled(self._name) if self._parser.worker else _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
             if self._never_ran():  # (a worker killed while the request was queued)
                 raise _unreachable(self._name, exc) from None  # it did none of the work
@@ -1596,6 +1599,28 @@ def _timeout(name: str) -> APIError:
     return UpstreamError(504, message, code="upstream_timeout", retryable=True)
 
 
+def _stalled(name: str) -> UpstreamError:
+    """A cachegate worker's stream quiet for ``timeout.read``: the worker sends a keep-alive
+    after ``timeout.read / 3`` of silence unless one step of its engine has run that long, so
+    that step has run for about ``timeout.read``: past two keep-alive intervals, its own bound
+    for a stalled engine (``upstream_code``: what it answers, ``engine_stalled``, once that
+    bound and its 5 s minimum have passed).
+
+    NOTE: with ``timeout.read`` under 7.5 s that minimum, not two intervals, is the worker's
+    bound, which need not have passed at this timeout (under 5 s, it cannot have): its
+    ``GET /models`` answered (slow, not hung: ``ReplicatedBackend._down``), so the stalled
+    worker was not skipped, and new requests sent to it waited ``timeout.read`` each for a
+    plain timeout.
+    """
+    message = (
+        f"Upstream for model '{name}' timed out: the worker stopped sending keep-alives, "
+        "so its engine is stalled (one step has run past timeout.read)."
+    )
+    return UpstreamError(
+        504, message, code="upstream_timeout", retryable=True, upstream_code=_ENGINE_STALLED
+    )
+
+
 def _shutting_down(name: str) -> UpstreamError:
     """A cachegate upstream (a worker) whose shutdown deadline ended the request: its own
     words ("The gateway is shutting down") would mislead this gateway's clients."""
@@ -1681,6 +1706,9 @@ _STALE_CONNECTION_S = 0.25
 _ERROR_BYTES = 1 << 20
 #: The shortest ``api_key`` hidden in what an upstream sent (see ``_hide``).
 _MIN_SECRET = 8
+
+#: A cachegate worker's code for an engine stuck in one step (``_stalled``).
+_ENGINE_STALLED = "engine_stalled"
 
 #: Statuses that say a replica is unhealthy rather than that one request failed.
 _UNHEALTHY = frozenset({502, 503, 504})

@@ -197,27 +197,30 @@ def answers_ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def queued_in_the_worker(worker: Gateway, front: Gateway) -> Iterator[Future[str]]:
-    """The worker's one slot taken by a stream of its own, and a streamed completion sent
-    through ``front`` that waits in the worker's queue (its ``: queued`` comment sent): the
-    text the front's client gets, once it ends."""
+def queued_in_the_worker(
+    worker: Gateway, front: Gateway, *, stream: bool = True
+) -> Iterator[Future[str]]:
+    """The worker's one slot taken by a stream of its own, and a completion (streamed, its
+    ``: queued`` comment sent, unless ``stream`` is false) sent through ``front`` that waits in
+    the worker's queue: the text the front's client gets, once it ends."""
     direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
     running = direct.completions.create(
         model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
     )
     next(iter(running))  # it decodes: the worker's one slot is taken
     sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+
+    def ask() -> str:
+        asked = sdk.completions.create(
+            model=ONE, prompt="waiting for a slot", max_tokens=4, stream=stream
+        )
+        if isinstance(asked, openai.types.Completion):
+            return asked.choices[0].text
+        return "".join(c.choices[0].text for c in asked if c.choices)
+
     try:
         with ThreadPoolExecutor(1) as pool:
-            answer = pool.submit(
-                lambda: "".join(
-                    c.choices[0].text
-                    for c in sdk.completions.create(
-                        model=ONE, prompt="waiting for a slot", max_tokens=4, stream=True
-                    )
-                    if c.choices
-                )
-            )
+            answer = pool.submit(ask)
             wait_for(lambda: backend_stats(worker, ONE)["pending"] == 2)
             time.sleep(0.3)  # queued in the worker (its `: queued` comment sent)
             yield answer
@@ -540,7 +543,11 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
     taken) first, whose engine then hangs: once a stream queued there timed out, the worker
     is skipped and new requests go to the other replica; its ``/readyz`` says why. It still
     answered ``GET /models`` (slow, not hung: never skipped) and ``/readyz`` 200, so each new
-    request sent there waited ``timeout.read`` for a 504, never going to the other replica."""
+    request sent there waited ``timeout.read`` for a 504, never going to the other replica.
+    It is skipped from that timeout on, before its own 5 s stall bound has passed: its
+    keep-alives stopped, which they do only while one step runs past the interval asked for,
+    and the error says it is stalled (it was a plain timeout, and the worker taken for slow
+    until a new request found it stalled)."""
     other = f"{upstream_server.url}/v1"
     with (
         behind_a_front(tiny_dir, tmp_path, other, read=2) as (worker, front),
@@ -548,8 +555,11 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
         queued_in_the_worker(worker, front) as answer,
     ):
         hanging.set()
-        with pytest.raises(openai.APIError, match="timed out"):
+        with pytest.raises(openai.APIError, match="timed out") as timed_out:
             answer.result(timeout=60)
+        assert "stalled" in timed_out.value.message
+        routing = front.http.get("/admin/stats").json()["backends"][ONE]["routing"]
+        assert routing["replicas"][0]["down"], routing
         wait_stalled(worker)
         sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
         for i in range(2):  # (round robin: each replica would be first once)
@@ -591,17 +601,18 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_marked_down_by_it
     tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    """gateway (``timeout.read: 8``: a stall bound of 5.3 s, past which its stream times out)
-    -> two replicas, the first a ``cachegate worker`` whose engine hangs: the stream queued
-    there times out, and the liveness check asked then (``GET /models/{model}``, which the
-    stalled worker answers 503) marks that worker down before any new request is sent. The
-    other hung-engine tests (``read: 2``, under the 5 s bound) only saw it marked down by the
-    ``engine_stalled`` of a new request: the liveness check's 503 was never exercised."""
+    """gateway (``timeout.read: 8``: a stall bound of 5.3 s, past which its request times
+    out) -> two replicas, the first a ``cachegate worker`` whose engine hangs: the request
+    queued there times out, and the liveness check asked then (``GET /models/{model}``, which
+    the stalled worker answers 503) marks that worker down before any new request is sent.
+    The other hung-engine tests (``read: 2``, under the 5 s bound) only saw it marked down by
+    the ``engine_stalled`` of a new request: the liveness check's 503 was never exercised.
+    (Not streamed: a stream whose keep-alives stopped is stalled without asking.)"""
     other = f"{upstream_server.url}/v1"
     with (
         behind_a_front(tiny_dir, tmp_path, other, read=8) as (worker, front),
         a_hanging_engine(monkeypatch) as hanging,
-        queued_in_the_worker(worker, front) as answer,
+        queued_in_the_worker(worker, front, stream=False) as answer,
     ):
         hanging.set()
         with pytest.raises(openai.APIError, match="timed out"):
