@@ -248,21 +248,19 @@ class UpstreamBackend:
         """
         t = self.config.timeout
         try:
-            response = await self._described(min(t.connect, t.read), {_UNGATED: True})
+            response = await self._described(min(t.connect, t.read))
         except httpx.HTTPError:
             return False
         return response.status_code != 503
 
-    async def _described(
-        self, timeout: float, extensions: dict[str, Any] | None = None
-    ) -> httpx.Response:
+    async def _described(self, timeout: float) -> httpx.Response:
         """The upstream's ``GET /models/{model}``, asked on the gateway's own behalf (its key:
-        ``_own_auth``): the model's description (``_context_window``), a liveness check
-        (``answers``)."""
+        ``_own_auth``) and past ``max_connections`` (``_UNGATED``): the model's description
+        (``_context_window``), a liveness check (``answers``)."""
         model = self.config.upstream_model or self.name
         return await self._client.get(
             self._url(f"models/{model}"), headers=self._own_auth, timeout=timeout,
-            extensions=extensions,
+            extensions={_UNGATED: True},
         )  # fmt: skip
 
     @property
@@ -349,7 +347,12 @@ class UpstreamBackend:
         """The ``context_window`` the upstream's own ``GET /models/{id}`` gives (a cachegate
         worker's local model has one once loaded; OpenAI gives none), asked the first time it
         is wanted; until it gives one, refuses (4xx) or has answered ``_WINDOW_ASKS`` times
-        without one, again at most every ``_WINDOW_RETRY_S``."""
+        without one, again at most every ``_WINDOW_RETRY_S``.
+
+        NOTE: asked past ``max_connections`` (``_UNGATED``), as the liveness check is: with
+        every connection in use (long answers), it waited ``timeout.pool`` for one, holding
+        the client's ``/v1/models`` that long, and the model was listed without its window.
+        """
         now = time.monotonic()
         settled = self._window is not None or self._window_answers >= _WINDOW_ASKS
         if settled or now - self._window_asked < _WINDOW_RETRY_S:

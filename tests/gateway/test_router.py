@@ -466,6 +466,36 @@ def test_models_give_the_context_window_the_workers_give(
         worker.stop()
 
 
+class BusyDescribed(Described):
+    """A worker that describes its model at once while each chat request holds its
+    connection for 3 s (then gets that description: no answer)."""
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            self.calls += 1
+            await asyncio.sleep(3)
+        await super().__call__(scope, receive, send)
+
+
+def test_models_give_the_context_window_while_every_connection_is_in_use(
+    tmp_path: Path,
+) -> None:
+    """``max_connections: 1``, in use by a long request: ``/v1/models`` asked the worker for
+    its context window behind it, waited for a connection (``timeout.pool``) in vain, and
+    listed the model without one, as the liveness check (``answers``) had been held."""
+    worker = ThreadedServer(BusyDescribed()).start()
+    gw = replicated(tmp_path, [f"{worker.url}/v1"], "max_connections: 1, timeout: {pool: 1}")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(gw.chat, "a long answer")
+            wait_for(lambda: worker.app.calls == 1)
+            assert gw.http.get("/v1/models/fake-model").json().get("context_window") == 8192
+            held.result()
+    finally:
+        gw.stop()
+        worker.stop()
+
+
 class SignedDescribed(Described):
     """A worker behind a signed URL: only a request with its ``?sig=`` is answered (403)."""
 
