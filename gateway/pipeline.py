@@ -380,6 +380,7 @@ class Pipeline:
             threshold=self._threshold(request),
             score_threshold=self._tightened(request).threshold,
             again=True,
+            overloaded=self.overloaded(),  # (as the first lookup: see _look_up)
         )
         if found.entry is None:
             return None

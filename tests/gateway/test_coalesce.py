@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from gateway import pipeline
+from gateway.admission import Admission
 from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 
@@ -544,3 +545,43 @@ def test_a_flush_cancels_a_write_still_stuck_after_the_bound(
     assert not held.stored.is_set()
     assert gw.chat("Name three prime numbers.").headers["x-cache"] == "miss"
     assert flushed.get("abandoned_writes") == 1
+
+
+def test_a_follower_looks_again_without_the_semantic_tier_while_admission_holds_requests(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While requests wait at the door, every lookup skips the semantic tier, a follower's
+    second one too: the first one's answer could not be stored (``content_filter``), and the
+    follower found a paraphrase's answer by similarity (were: served ``semantic``, not
+    counted as skipped), where it should call the model itself."""
+    holding = threading.Event()  # admission holds requests at its door
+    monkeypatch.setattr(Admission, "limiting", lambda self: holding.is_set())
+    gw = make_gateway("server: {admission_max_lag_ms: 1000}", semantic=True)
+    fake = {"contents": ["stored", {"delay": 1.0, "finish_reason": "content_filter"}, "own"]}
+
+    def asked(question: str) -> dict[str, Any]:
+        return {"model": "fake-model", "messages": [{"role": "user", "content": question}],
+                "fake": fake}  # fmt: skip
+
+    stored = gw.http.post("/v1/chat/completions", json=asked("How do I reset my password?"))
+    assert stored.headers["x-cache"] == "miss"
+    holding.set()
+
+    async def run() -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+            body = asked("How can I reset my password?")
+            first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            await until_upstream_called(upstream, 2)  # the first one is in flight
+            follower = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+            return list(await asyncio.gather(first, follower))
+
+    first, follower = asyncio.run(run())
+    assert first.json()["choices"][0]["finish_reason"] == "content_filter"
+    assert follower.headers["x-cache"] == "miss"
+    assert follower.json()["choices"][0]["message"]["content"] == "own"
+    assert upstream.stats["chat"] == 3
+    stats = gw.http.get("/admin/stats").json()["cache"]
+    assert stats["semantic_skipped"]["overload"] == 3  # both lookups, the follower's again
+    assert stats["hits"]["semantic"] == 0
+    metrics = gw.http.get("/metrics").text
+    assert 'cachegate_semantic_skipped_total{reason="overload"} 3' in metrics
