@@ -72,6 +72,9 @@ T = TypeVar("T")
 #: Wraps each wait for a backend (the HTTP layer's: cancel it when the client disconnects).
 Watch = Callable[[Awaitable[T]], Awaitable[T]]
 
+#: A semantic hit's audit job, from its lookup and the tightened threshold's generation.
+_Audit = Callable[[Lookup, int], AuditJob]
+
 _CODE = re.compile(r"[a-z_]{1,40}")
 #: How long a lookup waits for the writes in progress in its scope (normally a store's
 #: milliseconds; bounded, since a write may wait for an embedder that is busy or loading).
@@ -145,12 +148,12 @@ class Pipeline:
         backend, request = self.route(request, auth)
         bridge = _bridge(backend, adapter, request)
         looked = await self._look_up(request, adapter, backend.cache_salt)
+        audit = functools.partial(_audit_job, backend, bridge, request, adapter, auth, account)
         if looked.hit is not None:
-            audit = functools.partial(_audit_job, backend, bridge, request, adapter, auth, account)
             return self._hit(request, adapter, looked, audit)
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
-            joined = await self._join(request, adapter, looked.save.key, watch)
+            joined = await self._join(request, adapter, looked.save.key, watch, audit)
             if isinstance(joined, Reply):
                 return joined
             flight = joined
@@ -358,9 +361,9 @@ class Pipeline:
         return bool(config.enabled and self.cache is not None and self.cache.exact)
 
     async def _follow(
-        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
-    ) -> Reply | Flight | None:
-        """Wait for the identical request in flight, then serve what it stored.
+        self, request: GatewayRequest, key: CacheKey, watch: Watch[Any] | None
+    ) -> _Looked | Flight | None:
+        """Wait for the identical request in flight, then look up what it stored (a hit).
 
         A ``Flight`` when the one in flight failed and this request leads the next try (the
         others wait for it; raises the error the failed one shares, see gateway.coalesce).
@@ -374,27 +377,26 @@ class Pipeline:
             followed = await self.flights.follow(key.exact, request.body, watch)
         if followed.kind != "landed":
             return followed.flight  # (late: None)
+        tightened = self._tightened(request)  # (with its generation: see _look_up)
         found = await self.cache.lookup(
             key,
             max_age=request.control.max_age,
             threshold=self._threshold(request),
-            score_threshold=self._tightened(request).threshold,
+            score_threshold=tightened.threshold,
             again=True,
             overloaded=self.overloaded(),  # (as the first lookup: see _look_up)
         )
         if found.entry is None:
             return None
-        reply = self._replay(request, adapter, found, key)
-        reply.coalesced = True
-        reply.headers["x-cache-coalesced"] = "true"
-        return reply
+        state: CacheState = "semantic" if found.kind == "semantic" else "exact"
+        return _Looked(state, hit=found, key=key, generation=tightened.generation)
 
     def _hit(
         self,
         request: GatewayRequest,
         adapter: Adapter,
         looked: _Looked,
-        audit: Callable[[Lookup, int], AuditJob],
+        audit: _Audit,
     ) -> Reply:
         """A stored answer, served; a sampled semantic hit carries its ``audit`` (audit.py)."""
         hit, key = looked.hit, looked.key
@@ -408,13 +410,25 @@ class Pipeline:
         return served
 
     async def _join(
-        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
+        self,
+        request: GatewayRequest,
+        adapter: Adapter,
+        key: CacheKey,
+        watch: Watch[Any] | None,
+        audit: _Audit,
     ) -> Reply | Flight | None:
         """Coalesce a miss with the identical requests in flight: the answer of the one that
-        ran (a replay), or the flight this request leads (None: it calls the model alone)."""
+        ran (a replay), or the flight this request leads (None: it calls the model alone).
+        A semantic hit found then (another request's answer, stored meanwhile: the one that
+        ran stored nothing) is sampled for the ``audit`` as any other."""
         flights = self.flights
         if flights.busy(key.exact) and (not request.stream or flights.config.streams):
-            followed = await self._follow(request, adapter, key, watch)
+            followed = await self._follow(request, key, watch)
+            if isinstance(followed, _Looked):
+                reply = self._hit(request, adapter, followed, audit)
+                reply.coalesced = True
+                reply.headers["x-cache-coalesced"] = "true"
+                return reply
             if followed is not None:
                 return followed
         return flights.lead(key.exact, request.body)

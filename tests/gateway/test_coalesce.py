@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,6 +24,8 @@ from tests.conftest import Gateway
 from tests.fake_upstream import FakeUpstream
 
 QUESTION = [{"role": "user", "content": "Name three prime numbers."}]
+STORED = "How do I reset my password?"
+PARAPHRASE = "How can I reset my password?"  # a semantic hit of STORED (test_semantic_api)
 
 
 def client(gw: Gateway) -> openai.AsyncOpenAI:
@@ -547,6 +550,30 @@ def test_a_flush_cancels_a_write_still_stuck_after_the_bound(
     assert flushed.get("abandoned_writes") == 1
 
 
+def asked(question: str, fake: dict[str, Any]) -> dict[str, Any]:
+    """A chat request body of one user ``question``."""
+    return {"model": "fake-model", "messages": [{"role": "user", "content": question}],
+            "fake": fake}  # fmt: skip
+
+
+async def led_and_followed(
+    gw: Gateway,
+    upstream: FakeUpstream,
+    body: dict[str, Any],
+    meanwhile: Callable[[httpx.AsyncClient], Awaitable[Any]] | None = None,
+) -> list[Any]:
+    """Two identical requests: the first leads (once the upstream has had one more call), the
+    second follows it; ``meanwhile`` runs while they are both in flight. Their responses, and
+    what ``meanwhile`` returned."""
+    async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+        called = upstream.stats["chat"]
+        first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        await until_upstream_called(upstream, called + 1)  # the first one is in flight
+        follower = asyncio.create_task(http.post("/v1/chat/completions", json=body))
+        more = await meanwhile(http) if meanwhile is not None else None
+        return [*await asyncio.gather(first, follower), more]
+
+
 def test_a_follower_looks_again_without_the_semantic_tier_while_admission_holds_requests(
     make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -558,24 +585,12 @@ def test_a_follower_looks_again_without_the_semantic_tier_while_admission_holds_
     monkeypatch.setattr(Admission, "limiting", lambda self: holding.is_set())
     gw = make_gateway("server: {admission_max_lag_ms: 1000}", semantic=True)
     fake = {"contents": ["stored", {"delay": 1.0, "finish_reason": "content_filter"}, "own"]}
-
-    def asked(question: str) -> dict[str, Any]:
-        return {"model": "fake-model", "messages": [{"role": "user", "content": question}],
-                "fake": fake}  # fmt: skip
-
-    stored = gw.http.post("/v1/chat/completions", json=asked("How do I reset my password?"))
+    stored = gw.http.post("/v1/chat/completions", json=asked(STORED, fake))
     assert stored.headers["x-cache"] == "miss"
     holding.set()
 
-    async def run() -> list[httpx.Response]:
-        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
-            body = asked("How can I reset my password?")
-            first = asyncio.create_task(http.post("/v1/chat/completions", json=body))
-            await until_upstream_called(upstream, 2)  # the first one is in flight
-            follower = asyncio.create_task(http.post("/v1/chat/completions", json=body))
-            return list(await asyncio.gather(first, follower))
-
-    first, follower = asyncio.run(run())
+    body = asked(PARAPHRASE, fake)
+    first, follower, _ = asyncio.run(led_and_followed(gw, upstream, body))
     assert first.json()["choices"][0]["finish_reason"] == "content_filter"
     assert follower.headers["x-cache"] == "miss"
     assert follower.json()["choices"][0]["message"]["content"] == "own"
@@ -585,3 +600,38 @@ def test_a_follower_looks_again_without_the_semantic_tier_while_admission_holds_
     assert stats["hits"]["semantic"] == 0
     metrics = gw.http.get("/metrics").text
     assert 'cachegate_semantic_skipped_total{reason="overload"} 3' in metrics
+
+
+def test_a_follower_served_a_semantic_hit_is_audited_as_any_semantic_hit(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The first request's answer could not be stored (``content_filter``); meanwhile a
+    paraphrase's was, and the request waiting for the first one is served it by similarity:
+    a semantic hit like any other, sampled for the audit (were: never audited)."""
+    gw = make_gateway("cache: {semantic: {audit_rate: 1.0}}", semantic=True)
+    fake = {"contents": [{"delay": 3.0, "finish_reason": "content_filter"}, "stored", "audit"]}
+
+    async def paraphrase(http: httpx.AsyncClient) -> httpx.Response:
+        while (await http.get("/admin/stats")).json()["cache"]["lookups"] < 2:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.5)  # (the follower's semantic lookup found nothing: it waits)
+        return await http.post("/v1/chat/completions", json=asked(STORED, fake))
+
+    body = asked(PARAPHRASE, fake)
+    first, follower, para = asyncio.run(led_and_followed(gw, upstream, body, paraphrase))
+    assert para.headers["x-cache"] == "miss"
+    assert first.json()["choices"][0]["finish_reason"] == "content_filter"
+    assert follower.headers["x-cache"] == "semantic"
+    assert follower.headers["x-cache-coalesced"] == "true"
+    assert follower.json()["choices"][0]["message"]["content"] == "stored"
+
+    def audited() -> list[dict[str, Any]]:
+        return list(gw.http.get("/admin/stats").json()["cache"]["audit"]["estimates"])
+
+    deadline = time.monotonic() + 60
+    while not audited() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    rows = audited()
+    assert len(rows) == 1 and rows[0]["audits"] + rows[0]["errors"] == 1, rows
+    assert upstream.stats["chat"] == 3  # the first, the paraphrase, the audit
+    assert upstream.last_body["messages"][0]["content"] == PARAPHRASE
