@@ -584,7 +584,7 @@ def test_a_follower_looks_again_without_the_semantic_tier_while_admission_holds_
     holding = threading.Event()  # admission holds requests at its door
     monkeypatch.setattr(Admission, "limiting", lambda self: holding.is_set())
     gw = make_gateway("server: {admission_max_lag_ms: 1000}", semantic=True)
-    fake = {"contents": ["stored", {"delay": 1.0, "finish_reason": "content_filter"}, "own"]}
+    fake = {"contents": ["stored", {"delay": 3.0, "finish_reason": "content_filter"}, "own"]}
     stored = gw.http.post("/v1/chat/completions", json=asked(STORED, fake))
     assert stored.headers["x-cache"] == "miss"
     holding.set()
@@ -609,7 +609,7 @@ def test_a_follower_served_a_semantic_hit_is_audited_as_any_semantic_hit(
     paraphrase's was, and the request waiting for the first one is served it by similarity:
     a semantic hit like any other, sampled for the audit (were: never audited)."""
     gw = make_gateway("cache: {semantic: {audit_rate: 1.0}}", semantic=True)
-    fake = {"contents": [{"delay": 3.0, "finish_reason": "content_filter"}, "stored", "audit"]}
+    fake = {"contents": [{"delay": 6.0, "finish_reason": "content_filter"}, "stored", "audit"]}
 
     async def paraphrase(http: httpx.AsyncClient) -> httpx.Response:
         while (await http.get("/admin/stats")).json()["cache"]["lookups"] < 2:
