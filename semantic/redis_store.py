@@ -13,7 +13,8 @@ Keys (``P`` = the configured key prefix):
     P by-tenant  sorted set tenant → its entries (``/admin/stats``: the top by ZREVRANGE, the
                  total by ZCARD and ``tenant``'s HLEN, bounded whatever the number of tenants)
     P tenants    (a hash tenant → its entries, by the version that brought shares to Redis:
-                 moved to ``by-tenant`` by the next reload, see ``_RECOUNT``)
+                 moved to ``by-tenant`` by the next reload, see ``_RECOUNT``; while a replica
+                 of it runs, its stores are recounted as they come, its drops at a reload)
     P epoch      a random token, new at each flush: a put names the epoch its request began
                  in, and is dropped when a flush (of any replica) came since
     P events     stream of changes: put (id, scope, vector), del (ids: packed int64 ``ids``
@@ -266,6 +267,9 @@ end
 # id...) drops the records of ids no longer in ``lru``; ``_ADOPT`` (ARGV: key prefix, then id,
 # tenant, expires ('' = none) for each entry read) records the tenant of entries in ``lru`` with
 # none, ranked by their last use. Each returns how many it changed.
+# NOTE: the version that counted tenants in the hash ``P tenants`` keeps the records but not
+# ``by-tenant``: ``_ADOPT`` recounts the tenant of an entry already recorded (such a version's
+# put); its drops name no tenant once done, and are recounted by a reload (``_recount_all``).
 _FORGET = (
     _DROP
     + """
@@ -285,7 +289,10 @@ _ADOPT = (
 local adopted = 0
 for i = 2, #ARGV, 3 do
   local used = redis.call('ZSCORE', ARGV[1] .. 'lru', ARGV[i])
-  if used and not redis.call('HGET', ARGV[1] .. 'tenant', ARGV[i]) then
+  local owner = used and redis.call('HGET', ARGV[1] .. 'tenant', ARGV[i])
+  if owner then
+    recount(owner, ARGV[1])
+  elseif used then
     entenant(ARGV[i], ARGV[i + 1], used, ARGV[i + 2], ARGV[1])
     adopted = adopted + 1
   end
@@ -876,6 +883,7 @@ class RedisStore:
         """
         try:
             await self._upgrade_counts()
+            await self._recount_all()
             forgotten = await self._forget_dropped()
             adopted = await self._adopt_untenanted()
         except ResponseError as exc:
@@ -945,6 +953,20 @@ class RedisStore:
             cursor, page = await self._follower.hscan(old, cursor, count=_BATCH)
             if page:
                 await self._recount_script(args=[self._p, *page], client=self._follower)
+            if cursor == 0:
+                return
+
+    async def _recount_all(self) -> None:
+        """Recount every tenant in ``by-tenant`` from its own set, ``_BATCH`` a command (at each
+        reload): the version that counted them in a hash dropped entries without changing these
+        counts, and its del events name no tenant (a tenant left with none was shown for good).
+        """
+        cursor = 0
+        while True:
+            cursor, page = await self._follower.zscan(self._p + "by-tenant", cursor, count=_BATCH)
+            if page:
+                tenants = [tenant for tenant, _count in page]
+                await self._recount_script(args=[self._p, *tenants], client=self._follower)
             if cursor == 0:
                 return
 

@@ -971,3 +971,37 @@ async def test_what_a_replica_of_a_version_before_shares_does_meanwhile_is_tidie
         assert recorder.resets == 1  # (no reload: the events did it)
         assert await r.hgetall("cachegate:tenant") == {str(stored.id).encode(): b"a"}
         assert await r.exists("cachegate:t:b") == 0
+
+
+async def test_what_a_replica_counting_in_the_old_hash_does_meanwhile_reaches_the_counts(
+    redis_server: RedisServer,
+) -> None:
+    """A replica of the version that kept each tenant's count in the hash ``P tenants`` still
+    stores and drops entries with their tenant records during a rolling upgrade, but counts
+    them in that hash only (its events, without ``tenanted``, name no tenant): the upgraded
+    replicas recount the tenant of each store as it comes, and a reload recounts every tenant,
+    so ``/admin/stats`` never keeps a tenant whose entries are all gone."""
+    async with following(redis_server.url, max_entries_per_tenant=5) as (store, _):
+        r = store._redis
+        await store.put(dropped := of("b", 2))
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"b": 1}, 1, 1))
+        stored = of("a", 1)  # that version's put: the entry with its records, the hash's count
+        await r.set(f"cachegate:e:{stored.id}", msgspec.msgpack.encode(stored))
+        await r.zadd("cachegate:lru", {str(stored.id): time.time()})
+        await r.hset("cachegate:tenant", str(stored.id), "a")
+        await r.zadd("cachegate:t:a", {str(stored.id): time.time()})
+        await r.hincrby("cachegate:tenants", "a", 1)
+        await r.xadd("cachegate:events", {"op": "put", "id": stored.id, "scope": "s1"})
+        # (before: {"b": 1}: a's entry in the totals, not in its count)
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"a": 1, "b": 1}, 2, 2))
+        # its eviction of b's entry: with its records (the hash's count of b, -1, is deleted)
+        await r.zrem("cachegate:lru", str(dropped.id))
+        await r.delete(f"cachegate:e:{dropped.id}")
+        await r.hdel("cachegate:tenant", str(dropped.id))
+        await r.zrem("cachegate:t:b", str(dropped.id))
+        await r.xadd("cachegate:events", {"op": "del", "idlist": str(dropped.id)})
+        await wait_for(lambda: store.tenant_entries().entries == 1)
+    async with following(redis_server.url, max_entries_per_tenant=5) as (store, _):  # a reload
+        # (before: b counted 1 for good, in the top and the tenants)
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"a": 1}, 1, 1))
+        assert await counted(store) == {"a": 1}
