@@ -705,8 +705,8 @@ class RedisStore:
 
     def tenant_entries(self) -> TenantEntries:
         """Entries per tenant (``tenant_of`` their tenant; those stored before tenant shares are
-        not counted until a reload adopts them), as the follower read them last (about once a second); none without a
-        per-tenant cap."""
+        not counted until a reload adopts them), as the follower read them last (about once a
+        second); none without a per-tenant cap."""
         return self._tenant_counts
 
     def _decode(self, blob: bytes) -> Entry | None:
@@ -932,14 +932,16 @@ class RedisStore:
         return adopted
 
     async def _adopt(self, ids: list[int]) -> int:
+        """``_ADOPT`` the entries ``ids`` (their tenants read from the entries themselves);
+        returns how many had no tenant record."""
         args: list[Any] = [self._p]
         blobs = await self._follower.mget([self._key(i) for i in ids])
         for entry_id, blob in zip(ids, blobs, strict=True):
             entry = self._decode(blob) if blob is not None else None
             if entry is not None:  # (gone meanwhile, or unreadable: not this pass's to drop)
                 expires = entry.expires
-                args += [entry_id, self._tenant_of(entry.tenant),
-                         "" if expires is None or not math.isfinite(expires) else repr(expires)]  # fmt: skip
+                never = expires is None or not math.isfinite(expires)
+                args += [entry_id, self._tenant_of(entry.tenant), "" if never else repr(expires)]
         return int(await self._adopt_script(args=args, client=self._follower)) if args[1:] else 0
 
     async def _upgrade_counts(self) -> None:
