@@ -264,9 +264,10 @@ end
 # tenant shares wrote entries with none (so they counted in no share, bounded by max_entries
 # alone), and dropped entries without their records (counted for good, never swept: they left
 # only at a shed of their tenant, and never without a share). ``_FORGET`` (ARGV: key prefix,
-# id...) drops the records of ids no longer in ``lru``; ``_ADOPT`` (ARGV: key prefix, then id,
-# tenant, expires ('' = none) for each entry read) records the tenant of entries in ``lru`` with
-# none, ranked by their last use. Each returns how many it changed.
+# id...) drops the records of ids no longer in ``lru``; ``_ADOPT`` (ARGV: key prefix, then id
+# and tenant for each entry read) records the tenant of entries in ``lru`` with none, ranked by
+# their last use, with their expiry as ``exp`` has it now (the entry read may have been stored
+# again since, with another TTL). Each returns how many it changed.
 # NOTE: the version that counted tenants in the hash ``P tenants`` keeps the records but not
 # ``by-tenant``: ``_ADOPT`` recounts the tenant of an entry already recorded (such a version's
 # put); its drops name no tenant once done, and are recounted by a reload (``_recount_all``).
@@ -287,13 +288,14 @@ _ADOPT = (
     + _SHARE
     + """
 local adopted = 0
-for i = 2, #ARGV, 3 do
+for i = 2, #ARGV, 2 do
   local used = redis.call('ZSCORE', ARGV[1] .. 'lru', ARGV[i])
   local owner = used and redis.call('HGET', ARGV[1] .. 'tenant', ARGV[i])
   if owner then
     recount(owner, ARGV[1])
   elseif used then
-    entenant(ARGV[i], ARGV[i + 1], used, ARGV[i + 2], ARGV[1])
+    local expires = redis.call('ZSCORE', ARGV[1] .. 'exp', ARGV[i]) or ''
+    entenant(ARGV[i], ARGV[i + 1], used, expires, ARGV[1])
     adopted = adopted + 1
   end
 end
@@ -939,9 +941,7 @@ class RedisStore:
         for entry_id, blob in zip(ids, blobs, strict=True):
             entry = self._decode(blob) if blob is not None else None
             if entry is not None:  # (gone meanwhile, or unreadable: not this pass's to drop)
-                expires = entry.expires
-                never = expires is None or not math.isfinite(expires)
-                args += [entry_id, self._tenant_of(entry.tenant), "" if never else repr(expires)]
+                args += [entry_id, self._tenant_of(entry.tenant)]
         return int(await self._adopt_script(args=args, client=self._follower)) if args[1:] else 0
 
     async def _upgrade_counts(self) -> None:

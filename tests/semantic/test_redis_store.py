@@ -1005,3 +1005,35 @@ async def test_what_a_replica_counting_in_the_old_hash_does_meanwhile_reaches_th
         # (before: b counted 1 for good, in the top and the tenants)
         await wait_for(lambda: store.tenant_entries() == TenantEntries({"a": 1}, 1, 1))
         assert await counted(store) == {"a": 1}
+
+
+async def test_an_entry_stored_again_while_it_is_adopted_keeps_its_new_expiry(
+    redis_server: RedisServer,
+) -> None:
+    """A replica of a version before tenant shares that stores an entry again (a longer TTL)
+    between the follower reading the entry to adopt it and the adoption: the tenant's expiry
+    set keeps the new expiry, as ``exp`` does (an older one had the tenant's shed take a live
+    entry as expired)."""
+    async with following(redis_server.url, max_entries_per_tenant=5) as (store, _):
+        r = store._redis
+        first, again = of("a", 1, ttl=60), of("a", 1, ttl=3600)  # (one id)
+
+        async def stored_by_that_version(e: Entry) -> None:
+            await r.set(f"cachegate:e:{e.id}", msgspec.msgpack.encode(e))
+            await r.zadd("cachegate:lru", {str(e.id): time.time()})
+            await r.zadd("cachegate:exp", {str(e.id): e.expires})
+            await r.xadd("cachegate:events", {"op": "put", "id": e.id, "scope": "s1"})
+
+        read, raced = store._follower.mget, []
+
+        async def racing(keys: list[str]) -> Any:
+            blobs = await read(keys)
+            if not raced:  # (the first adoption's read: stored again right after it)
+                raced.append(await stored_by_that_version(again))
+            return blobs
+
+        store._follower.mget = racing
+        await stored_by_that_version(first)
+        await wait_for(lambda: store.tenant_entries() == TenantEntries({"a": 1}, 1, 1))
+        assert raced
+        assert await r.zscore("cachegate:x:a", str(first.id)) == again.expires  # was first's
