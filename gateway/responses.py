@@ -1124,18 +1124,20 @@ def _key_turn(item: dict[str, Any]) -> dict[str, Any]:
 def _without_unset(item: dict[str, Any]) -> dict[str, Any]:
     """An input item (or content part) less its fields sent as null: optional ones, null is
     left out (the SDKs' ``model_dump()`` of an output item sent back keeps them:
-    ``encrypted_content``, ``namespace``, ``phase``); not those the API requires though
-    nullable (``_NULL_REQUIRED``: left out, an upstream may refuse the item, and a hit must not
-    answer it)."""
+    ``encrypted_content``, ``namespace``, ``phase``); not those the API requires
+    (``_NULL_REQUIRED``: one left out and one sent as null differ, an upstream may refuse
+    either, and a hit must not answer what a miss would refuse)."""
     kind = item.get("type")
     kept = _NULL_REQUIRED.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
     return {k: v for k, v in item.items() if v is not None or k in kept}
 
 
-#: Input item fields the API requires, though null is a value of them, by the item's type.
+#: Input item (and content part) fields the API requires, by the item's type: null a value
+#: of them, or (an image's ``detail``) no value at all, though one left out reads ``auto``.
 _NULL_REQUIRED = {
     "image_generation_call": frozenset({"result"}),
     "code_interpreter_call": frozenset({"code", "outputs"}),
+    "input_image": frozenset({"detail"}),
 }
 
 

@@ -218,6 +218,25 @@ def test_output_items_sent_back_with_their_nulls_share_the_entry_of_those_withou
     assert cache == "miss"
 
 
+def test_an_image_part_whose_detail_is_null_keys_apart_from_one_without(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """An image part's ``detail`` is required and never null (left out, OpenAI reads
+    ``auto``; null is no value it takes): ``detail: null`` keys as sent (was: as the part
+    without it, so a hit answered what a miss would refuse). ``file_id: null`` is its
+    optional field left out: the same entry."""
+    c = sdk(gw)
+    image = {"type": "input_image", "image_url": "https://example.com/b.png"}
+    ask = {"type": "input_text", "text": "What is in it?"}
+    _, cache = create(c, input=[{"role": "user", "content": [ask, image]}])
+    assert cache == "miss"
+    nulled = {**image, "detail": None}
+    _, cache = create(c, input=[{"role": "user", "content": [ask, nulled]}])
+    assert cache == "miss" and upstream.last_body["input"][0]["content"][1] == nulled
+    _, cache = create(c, input=[{"role": "user", "content": [ask, {**image, "file_id": None}]}])
+    assert cache == "exact" and upstream.stats["responses"] == 2
+
+
 def test_every_output_changing_parameter_is_in_the_scope(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
