@@ -418,6 +418,9 @@ class ResponsesAdapter:
             # NOTE: it continued turns only the upstream holds (the conversation's, never seen
             # here): a follow-up is keyed on this id, as on any response only the upstream holds
             conversation = [{"type": _REFERENCE, "id": answer["id"]}]
+        # (not one made with a stored ``prompt``: its messages are the response's
+        # instructions, never carried along ``previous_response_id``; a follow-up reads these
+        # turns and its own ``prompt``, which its key holds)
         self.store.put(StoredResponse(request.owner, answer, own, conversation,
                                       upstream=upstream, model=request.model))  # fmt: skip
 

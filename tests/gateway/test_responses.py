@@ -1228,6 +1228,37 @@ def test_a_prompt_template_may_hold_all_the_input(gw: Gateway, upstream: FakeUps
     assert gw.http.post("/v1/responses", json={"model": MODEL}).status_code == 400  # (no input)
 
 
+def test_a_follow_up_on_a_prompt_templates_response_keys_on_the_prompt_it_sends(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    """A stored prompt's messages are the response's ``instructions`` (what a Response
+    echoes), which ``previous_response_id`` never carries over: a follow-up on an upstream's
+    response made with one reads its visible turns and its own ``prompt``, the key's. So a
+    client sending those turns inline with no prompt, or another one, misses; with the same
+    prompt, or a follow-up sent without one, shares the entry: the upstream reads the same."""
+    a, b = sdk(gw, "sk-client-a"), sdk(gw, "sk-client-b")
+    prompt = {"id": "pmpt_B", "version": "1", "variables": {"city": "Oslo"}}
+    first, cache = create(a, prompt=prompt, input="Plan my day.")
+    assert cache == "miss"
+    follow, cache = create(a, prompt=prompt, input="Shorter.", previous_response_id=first.id)
+    assert cache == "miss" and upstream.last_body["previous_response_id"] == first.id
+    assert upstream.last_body["prompt"] == prompt
+    seen = [{"role": "user", "content": "Plan my day."},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "Shorter."}]  # fmt: skip
+    other = {**prompt, "variables": {"city": "Rome"}}
+    answers = []
+    for sent in ({}, {"prompt": other}):
+        asked = upstream.stats["responses"]
+        made, cache = create(b, input=seen, **sent)
+        assert cache == "miss" and upstream.stats["responses"] == asked + 1, sent
+        answers.append(made.output_text)
+    same, cache = create(b, input=seen, prompt=prompt)
+    assert cache == "exact" and same.output_text == follow.output_text
+    bare, cache = create(a, input="Shorter.", previous_response_id=first.id)
+    assert cache == "exact" and bare.output_text == answers[0]  # (b's: no prompt read)
+
+
 def test_content_parts_that_are_not_objects_get_a_400(gw: Gateway) -> None:
     reply = gw.http.post(
         "/v1/responses", json={"model": MODEL, "input": [{"role": "user", "content": ["hi"]}]}
