@@ -862,9 +862,29 @@ def _build(raw: dict[str, Any], source: str) -> Config:
         raw["prices"] = _convert_each(raw["prices"], Price, "prices", source)
     try:
         config = msgspec.convert({**raw, "models": {}}, Config, strict=False)
-        return Config(**{**msgspec.structs.asdict(config), "models": models})
+        config = Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
         raise _invalid(source, exc, kind=Config) from None
+    _check_coalesce(raw, config.cache, source)
+    return config
+
+
+def _check_coalesce(raw: dict[str, Any], cache: CacheConfig, source: str) -> None:
+    """A ConfigError for ``cache.coalesce.enabled: true`` written out with exact lookups off.
+
+    NOTE: a waiting request finds the first one's answer by its exact key, so coalescing runs
+    only with ``cache.exact.enabled``; an explicit ``true`` beside ``exact.enabled: false`` was
+    accepted and coalescing was quietly off. (Its default, true, stays accepted there.)
+    """
+    coalesce = raw.get("cache", {}).get("coalesce")
+    if not isinstance(coalesce, dict) or "enabled" not in coalesce:
+        return
+    if cache.coalesce.enabled and not cache.exact.enabled:
+        raise ConfigError(
+            f"{source}: cache.coalesce.enabled: true needs cache.exact.enabled: true (a waiting "
+            "request is served the first one's answer by its exact key); set coalesce.enabled: "
+            "false, or leave it out"
+        )
 
 
 def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict[str, Any]:

@@ -455,6 +455,30 @@ def test_cli_config_check(tmp_path: Path) -> None:
     assert result.returncode == 1 and result.stderr.startswith(f"error: {latin1}: not UTF-8")
 
 
+def test_cli_config_check_refuses_coalescing_without_exact_lookups(tmp_path: Path) -> None:
+    # (accepted, exit 0, and coalescing was quietly off: a follower finds the answer by its
+    # exact key; configuration.md says the setting "needs exact.enabled")
+    config = tmp_path / "coalesce.yaml"
+    config.write_text("cache: {exact: {enabled: false}, coalesce: {enabled: true}}\n")
+    result = run_cli("config", "check", str(config))
+    assert result.returncode == 1, result.stdout
+    assert result.stderr == (
+        f"error: {config}: cache.coalesce.enabled: true needs cache.exact.enabled: true (a "
+        "waiting request is served the first one's answer by its exact key); set "
+        "coalesce.enabled: false, or leave it out\n"
+    )
+    fine = [  # (the default, true, is no contradiction: it does what the docs say)
+        ("exact: {enabled: false}", "false"),
+        ("exact: {enabled: false}, coalesce: {enabled: false}", "false"),
+        ("coalesce: {enabled: true}", "true"),
+    ]
+    for settings, exact in fine:
+        config.write_text(f"cache: {{{settings}}}\n")
+        result = run_cli("config", "check", str(config))
+        assert result.returncode == 0, (settings, result.stderr)
+        assert f"  exact:\n    enabled: {exact}\n" in result.stdout
+
+
 def test_cli_refuses_an_admin_key_no_client_can_send(tmp_path: Path) -> None:
     # the gateway started; curl's "Bearer clé" (UTF-8) was read as "clÃ©" and refused, and
     # httpx (the OpenAI SDK's client) raised UnicodeEncodeError before sending it
