@@ -8,7 +8,7 @@
 # the end-to-end tests start; `cachegate worker ... --port 8081` is the same image with another
 # command (docker-compose.yml). Guide: docs/deployment.md.
 #
-# Base image, both targets: python:3.11-slim. The CUDA build of torch brings the CUDA runtime,
+# Base image, both targets: python:3.11-slim-bookworm. The CUDA build of torch brings the CUDA runtime,
 # cuBLAS and cuDNN as pip wheels (nvidia-*), and the NVIDIA container toolkit mounts the
 # driver from the host, so an nvidia/cuda base would add a second copy of the CUDA libraries
 # and a different Python (Ubuntu 22.04 ships 3.10). One base keeps one Python, one venv layout
