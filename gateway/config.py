@@ -865,26 +865,29 @@ def _build(raw: dict[str, Any], source: str) -> Config:
         config = Config(**{**msgspec.structs.asdict(config), "models": models})
     except (msgspec.ValidationError, ValueError) as exc:
         raise _invalid(source, exc, kind=Config) from None
-    _check_coalesce(raw, config.cache, source)
-    return config
+    return _coalescing(raw, config, source)
 
 
-def _check_coalesce(raw: dict[str, Any], cache: CacheConfig, source: str) -> None:
-    """A ConfigError for ``cache.coalesce.enabled: true`` written out with exact lookups off.
+def _coalescing(raw: dict[str, Any], config: Config, source: str) -> Config:
+    """``config`` with coalescing off where exact lookups are off, as the pipeline runs it (so
+    ``config check`` prints it); a ConfigError for a ``coalesce.enabled: true`` written out.
 
     NOTE: a waiting request finds the first one's answer by its exact key, so coalescing runs
     only with ``cache.exact.enabled``; an explicit ``true`` beside ``exact.enabled: false`` was
-    accepted and coalescing was quietly off. (Its default, true, stays accepted there.)
+    accepted and coalescing was quietly off.
     """
+    cache = config.cache
+    if not cache.coalesce.enabled or cache.exact.enabled:
+        return config
     coalesce = raw.get("cache", {}).get("coalesce")
-    if not isinstance(coalesce, dict) or "enabled" not in coalesce:
-        return
-    if cache.coalesce.enabled and not cache.exact.enabled:
+    if isinstance(coalesce, dict) and "enabled" in coalesce:
         raise ConfigError(
             f"{source}: cache.coalesce.enabled: true needs cache.exact.enabled: true (a waiting "
             "request is served the first one's answer by its exact key); set coalesce.enabled: "
             "false, or leave it out"
         )
+    off = msgspec.structs.replace(cache.coalesce, enabled=False)
+    return msgspec.structs.replace(config, cache=msgspec.structs.replace(cache, coalesce=off))
 
 
 def _convert_each(raw: dict[Any, Any], kind: Any, key: str, source: str) -> dict[str, Any]:

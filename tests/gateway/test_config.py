@@ -467,16 +467,21 @@ def test_cli_config_check_refuses_coalescing_without_exact_lookups(tmp_path: Pat
         "waiting request is served the first one's answer by its exact key); set "
         "coalesce.enabled: false, or leave it out\n"
     )
-    fine = [  # (the default, true, is no contradiction: it does what the docs say)
-        ("exact: {enabled: false}", "false"),
-        ("exact: {enabled: false}, coalesce: {enabled: false}", "false"),
-        ("coalesce: {enabled: true}", "true"),
+    # the default, true, is no contradiction: it is off with the exact tier, and printed so
+    fine = [
+        ("exact: {enabled: false}", "false", "false"),
+        ("exact: {enabled: false}, coalesce: {enabled: false}", "false", "false"),
+        ("coalesce: {enabled: true}", "true", "true"),
     ]
-    for settings, exact in fine:
+    for settings, exact, coalesce in fine:
         config.write_text(f"cache: {{{settings}}}\n")
         result = run_cli("config", "check", str(config))
         assert result.returncode == 0, (settings, result.stderr)
         assert f"  exact:\n    enabled: {exact}\n" in result.stdout
+        assert f"  coalesce:\n    enabled: {coalesce}\n" in result.stdout
+        printed = tmp_path / "printed.yaml"  # (what it printed is a config that loads)
+        printed.write_text(result.stdout)
+        assert run_cli("config", "check", str(printed)).returncode == 0, settings
 
 
 def test_cli_refuses_an_admin_key_no_client_can_send(tmp_path: Path) -> None:
