@@ -247,12 +247,37 @@ def test_dashboard_with_long_names(
         assert set(page.evaluate(lines)) == {1}, page.evaluate(lines)
         # a short name stays whole in a narrow table: the prefix KV one (a local model's row)
         prefix = """(() => {
-          table("prefix-table", ["model", "in use / budget", "hit / queried tokens#", "hit rate#",
-            "evictions#", "disk tier"], [["smollm2", "5.9 MiB / 1.00 GiB", "162 / 276", "58.7 %", 0, "off"]]);
+          table("prefix-table", ["model", "in use / budget~", "hit / queried tokens#", "hit rate#",
+            "evictions#", "disk tier~"], [["smollm2", "5.9 MiB / 1.00 GiB", "162 / 276", "58.7 %", 0, "off"]]);
           const range = document.createRange();
           range.selectNodeContents(document.querySelector("#prefix-table td"));
           return range.getClientRects().length; })()"""
         assert page.evaluate(prefix) == 1
+        assert page.errors == []
+
+
+def test_dashboard_prefix_table_fits_its_panel(no_system_gateway: Any, tmp_path: Path) -> None:
+    """A local model's prefix KV row stays inside its panel: its columns of a few short words
+    ("336 KiB / 16.0 MiB", "0 tokens served, 0 files") wrap at their spaces. (With the floor
+    that keeps names whole on every text column, the table was 474 px wide in a 436 px panel
+    at this window's width, drawn over the gap beside it.)"""
+    gw = no_system_gateway
+    answer = gw.chat("hello", model="tiny", max_tokens=2)
+    assert answer.status_code == 200, answer.text
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for("document.querySelector('#prefix-table table') !== null")
+        fits = """(() => { const t = document.querySelector('#prefix-table table');
+          const panel = t.closest('section').getBoundingClientRect();
+          return [t.getBoundingClientRect().right, panel.right]; })()"""
+        right, panel = page.evaluate(fits)
+        assert right <= panel, (right, panel)
+        row = page.evaluate("document.querySelector('#prefix-table tr:nth-child(2)').innerText")
+        assert row.split("\t")[0] == "tiny" and "/ 1.00 GiB" in row, row  # (its budget)
+        model = """(() => { const range = document.createRange();
+          range.selectNodeContents(document.querySelector('#prefix-table td'));
+          return range.getClientRects().length; })()"""
+        assert page.evaluate(model) == 1  # (a name stays whole)
         assert page.errors == []
 
 
