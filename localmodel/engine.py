@@ -75,6 +75,7 @@ __all__ = [
     "Steps",
     "TextDelta",
     "Usage",
+    "cancelled_events",
     "decode_one_token",
     "prefill",
 ]
@@ -220,6 +221,15 @@ class EngineStats:
     disk_hit_tokens: int
     break_even: BreakEven | None
     pool: PoolStats  # the paged KV pool every request and the tree's spans live in
+
+
+def cancelled_events(usage: Usage, prefill_s: float = 0.0) -> tuple[ChoiceFinished, Finished]:
+    """The last events of a request cancelled before it generated a token: its one choice
+    ends ``"cancelled"``, empty. A request cancelled before it ran at all ends with these too
+    (``usage`` all 0: nothing ran, nothing to bill), so that a caller still reading its
+    stream is answered."""
+    choice = Choice(0, "", (), "cancelled")
+    return ChoiceFinished(0, "cancelled"), Finished(Completion((choice,), usage, prefill_s, 0.0))
 
 
 # ── the engine ────────────────────────────────────────────────────────────────────────
@@ -556,12 +566,10 @@ class Engine:
         """Finish a request cancelled part-way through its prompt: the KV computed so far
         goes to the prefix tree (a client that retries starts from there), then the events."""
         self._insert(request.namespace, request.prompt_tokens, cache)  # (its first cache.length)
-        choice = Choice(0, "", (), "cancelled")
-        yield ChoiceFinished(0, "cancelled")
         usage = Usage(
             prompt_tokens=len(request.prompt_tokens), completion_tokens=0, cached_tokens=n_cached
         )
-        yield Finished(Completion((choice,), usage, time.perf_counter() - started, 0.0))
+        yield from cancelled_events(usage, time.perf_counter() - started)
 
     def forward_batch(self, pieces: Sequence[Piece]) -> torch.Tensor:
         """Feed many requests' pieces in one forward pass; their last logits ``[n, vocab]``."""

@@ -21,9 +21,10 @@ is seen by the scheduler before the request's next piece is fed: it answers the 
 None instead of logits, and the coroutine finishes ``"cancelled"`` with what it has (a prompt
 cut part-way keeps the KV computed so far in the prefix tree; a preempted request is not fed
 again). Its KV pages are freed at that step. A request still waiting for a slot leaves the
-queue at the next step, wherever it waits (so ``pending`` counts it no more). A request's sampling parameters, stop strings, ``n`` and
-seed are its own (each coroutine holds its own RNG), so a request's tokens do not depend on
-what it is batched with.
+queue at the next step, wherever it waits (so ``pending`` counts it no more), and finishes
+``"cancelled"`` too (one never admitted with nothing run). A request's sampling parameters,
+stop strings, ``n`` and seed are its own (each coroutine holds its own RNG), so a request's
+tokens do not depend on what it is batched with.
 
 KV pages (``localmodel.pages``, when the engine has a pool): before the forward pass every
 piece reserves the pages its tokens go into; the pool reclaims cached prefixes first, and
@@ -61,7 +62,7 @@ from dataclasses import dataclass
 import torch
 
 from localmodel.batch import Piece
-from localmodel.engine import Engine, Event, GenerationRequest, Steps
+from localmodel.engine import Engine, Event, GenerationRequest, Steps, Usage, cancelled_events
 from localmodel.pages import PagedCache, PoolExhausted
 from prefix import RadixKey
 
@@ -199,15 +200,21 @@ class Scheduler:
     def _drop_cancelled(self) -> None:
         """Take every waiting request whose client left out of the queue, wherever it waits
         (not only once a slot frees: until then it would count as pending). One never
-        admitted is dropped (nobody listens); a preempted one finishes "cancelled", fed
-        nothing. A request cancelled after this is admitted and ends at the next step."""
+        admitted finishes "cancelled" with nothing run; a preempted one finishes "cancelled",
+        fed nothing. A request cancelled after this is admitted and ends at the next step.
+
+        NOTE: each one is answered: a caller may still read the stream of a request it
+        cancelled (dropped unanswered, that caller waited for ever)."""
         if not any(seq.request.cancel.is_set() for seq in self.waiting):
             return
         waiting: deque[_Sequence] = deque()
         for seq in self.waiting:
             if not seq.request.cancel.is_set():
                 waiting.append(seq)
-            elif seq.steps is not None:  # preempted
+            elif seq.steps is None:  # never ran
+                for event in cancelled_events(Usage(0, 0, 0)):
+                    seq.send(event)
+            else:  # preempted
                 full = self._full  # (it holds no page: its end frees none)
                 self.running.append(seq)
                 self._advance(seq, None)

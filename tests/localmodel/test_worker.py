@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,10 +15,12 @@ import torch
 from localmodel import (
     AsyncEngine,
     Choice,
+    ChoiceFinished,
     Completion,
     Engine,
     EngineClosedError,
     EngineConfig,
+    Event,
     Finished,
     GenerationRequest,
     SamplingParams,
@@ -26,6 +29,7 @@ from localmodel import (
 )
 from localmodel.batch import Piece
 from localmodel.engine import Steps
+from tests.localmodel.conftest import MakeEngine
 
 NS = "smollm2|tenant-a"
 
@@ -274,3 +278,31 @@ async def test_a_step_that_fails_while_the_engine_shuts_down_answers_its_request
     await asyncio.wait_for(local.aclose(), timeout=30)
     with pytest.raises(RuntimeError, match="scheduler bug"):
         await asyncio.wait_for(running, 10)
+
+
+async def test_a_request_cancelled_before_it_ran_still_ends_its_stream(
+    make_engine: MakeEngine, tiny_model: Any
+) -> None:
+    """A request whose client cancelled it while it waited for a batch slot leaves the queue
+    at the next step; a caller still reading its stream gets ``Finished`` ("cancelled", the
+    prompt not run), as a cancelled running request's caller does. It was dropped with no
+    answer: that caller waited for ever."""
+    engine = make_engine(tiny=tiny_model, max_batch=1)
+    params = SamplingParams(temperature=0.0, max_tokens=4)
+    running = engine.prepare([1, 2, 3], params, namespace=NS)
+    queued = engine.prepare([1, 2, 4], params, namespace=NS)
+    queued.cancel.set()  # (before the worker takes it: it never gets the slot)
+    async with AsyncEngine(engine) as local:
+        first = asyncio.create_task(local.complete(running))
+        events = await asyncio.wait_for(_events(local.stream(queued)), 30)
+        assert isinstance(await asyncio.wait_for(first, 30), Completion)
+    assert not queued.started.is_set()  # it never ran
+    assert events == [ChoiceFinished(0, "cancelled"), events[-1]]
+    assert isinstance(events[-1], Finished)
+    completion = events[-1].completion
+    assert completion.choices == (Choice(0, "", (), "cancelled"),)
+    assert completion.usage == Usage(0, 0, 0)  # (nothing ran: nothing to bill)
+
+
+async def _events(stream: AsyncIterator[Event]) -> list[Event]:
+    return [event async for event in stream]
