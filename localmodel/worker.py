@@ -99,7 +99,8 @@ class AsyncEngine:
 
         A graceful HTTP shutdown has already let in-flight responses finish by the time
         the lifespan closes the engine, so whatever is left here has no one waiting long.
-        Then the engine itself is closed (its disk tier's writer and files, if any).
+        Then the engine itself is closed (its disk tier's writer and files, if any), on
+        another thread.
 
         NOTE: ``stuck``: once one step has run that long, the thread is not waited for (nor
         the engine, which it still uses, closed: ``running`` stays true). A hung engine's
@@ -115,7 +116,10 @@ class AsyncEngine:
                                "shutting down without it", self.stuck_for())  # fmt: skip
                 return
             await asyncio.to_thread(self._thread.join, 0.1)
-        self.engine.close()
+        # NOTE: off the loop: it waits (up to 10 s) for a disk writer stuck in I/O and removes
+        # the tier's files; on the loop, nothing else ran meanwhile (the shutdown's errors to
+        # the streams still open included)
+        await asyncio.to_thread(self.engine.close)
 
     @property
     def running(self) -> bool:

@@ -7,6 +7,7 @@ import itertools
 import threading
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,10 @@ from localmodel import (
     Usage,
 )
 from localmodel.batch import Piece
+from localmodel.disk import BreakEven
 from localmodel.engine import Steps
+from localmodel.kv import TensorKV
+from prefix import RadixKey
 from tests.localmodel.conftest import MakeEngine
 
 NS = "smollm2|tenant-a"
@@ -306,3 +310,56 @@ async def test_a_request_cancelled_before_it_ran_still_ends_its_stream(
 
 async def _events(stream: AsyncIterator[Event]) -> list[Event]:
     return [event async for event in stream]
+
+
+class _HeldEncode:
+    """A disk tier's codec whose writer waits in ``encode`` until ``release`` is set."""
+
+    def __init__(self, encode: Any, bytes_per_token: int) -> None:
+        self.bytes_per_token = bytes_per_token
+        self.writing, self.release = threading.Event(), threading.Event()
+        self._encode = encode
+
+    def encode(self, spans: Any, start: int, stop: int) -> Any:
+        self.writing.set()
+        self.release.wait(timeout=60)
+        return self._encode(spans, start, stop)
+
+
+async def test_closing_waits_for_a_stuck_disk_writer_off_the_event_loop(
+    make_engine: MakeEngine, tiny_model: Any, tmp_path: Path
+) -> None:
+    """``aclose`` closes the engine, whose disk tier waits (up to 10 s) for a writer stuck in
+    I/O: the event loop goes on meanwhile (a shutdown's errors to the open streams go out).
+    ``Engine.close`` ran on the loop: nothing else ran there until it returned."""
+    engine = make_engine(tiny=tiny_model, prefix_disk_dir=tmp_path, break_even=BreakEven.fixed(1))
+    assert engine.disk is not None
+    tier = engine.disk.tier
+    held = _HeldEncode(tier.codec.encode, tier.codec.bytes_per_token)
+    tier.codec = held
+    layout = engine.layout
+    kv = torch.zeros(layout.n_layers, layout.n_kv_heads, 1, layout.head_dim)  # [L, kv, 1, d]
+    engine.prefix_cache.insert(RadixKey("filler", [7]), TensorKV(kv, kv))
+    engine.prefix_cache.evict(engine.prefix_cache.stats.bytes)  # (to the writer, which waits)
+    assert await asyncio.to_thread(held.writing.wait, 30)
+    closing = threading.Event()
+    close = engine.close
+
+    def close_and_say() -> None:
+        closing.set()
+        close()
+
+    engine.close = close_and_say  # type: ignore[method-assign]
+    local = AsyncEngine(engine)
+    local.start()
+    shutdown = asyncio.create_task(local.aclose())
+    try:
+        assert await asyncio.to_thread(closing.wait, 30)
+        ran: list[bool] = []  # an asyncio callback, run while close() waits for the writer
+        asyncio.get_running_loop().call_soon(lambda: ran.append(not shutdown.done()))
+        await asyncio.sleep(0)
+        assert ran == [True]
+    finally:
+        held.release.set()
+    await asyncio.wait_for(shutdown, 30)
+    assert not tier.directory.exists()  # (closed all the same: its run directory removed)
