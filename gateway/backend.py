@@ -92,7 +92,10 @@ class Backend(Protocol):
 
     async def start(self) -> None: ...  # open or load what it needs (in the app's lifespan)
 
-    async def ready(self) -> bool: ...
+    async def ready(self) -> bool:
+        """Whether it has started (a local model: loaded), a stall aside: ``/readyz`` reads
+        ``stalled`` once, beside it, so that its status and its body agree."""
+        ...
 
     @property
     def failure(self) -> str | None:

@@ -143,7 +143,7 @@ class LocalBackend:
             self._loader = asyncio.create_task(self._load(), name=f"load-{self.name}")
 
     async def ready(self) -> bool:
-        return self._engine is not None and self.stalled is None
+        return self._engine is not None  # (a stall aside: ``stalled``, see Backend.ready)
 
     @property
     def stalled(self) -> str | None:

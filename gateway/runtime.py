@@ -170,7 +170,13 @@ class Runtime:
         return tenant
 
     async def readiness(self) -> dict[str, Any]:
-        models = {name: await b.ready() for name, b in self.backends.items()}
+        # NOTE: each backend's stall is read once, and whether it is ready follows from that
+        # read: read twice (ready, then why stalled), a step that crossed the bound or ended
+        # in between made a 200 "ready" with "stalled", or a 503 "loading" for a sound engine
+        stalled = {name: why for name, b in self.backends.items() if (why := b.stalled)}
+        models = {
+            name: await b.ready() and name not in stalled for name, b in self.backends.items()
+        }
         # (null: no response cache to wait for: a worker's, or cache.enabled: false; it said
         # true, as if a worker had one)
         cache: bool | str | None = None if self.cache is None else self.cache.ready
@@ -179,7 +185,6 @@ class Runtime:
             # readiness at once would take the whole deployment down with Redis); it said true
             cache = "degraded"
         failed = {name: failure for name, b in self.backends.items() if (failure := b.failure)}
-        stalled = {name: why for name, b in self.backends.items() if (why := b.stalled)}
         ready = all(models.values()) and cache is not False
         state: dict[str, Any] = {"ready": ready, "models": models, "cache": cache}
         if failed:

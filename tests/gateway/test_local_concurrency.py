@@ -575,6 +575,31 @@ def test_behind_a_front_gateway_a_worker_whose_engine_hangs_is_skipped(
         assert described.json()["error"]["code"] == "engine_stalled"
 
 
+@pytest.mark.parametrize(
+    "stuck", [(0.0, 100.0), (100.0, 0.0)], ids=["the step crosses the bound", "the step ends"]
+)
+def test_readyz_reads_an_engine_once_per_answer(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch, stuck: tuple[float, float]
+) -> None:
+    """Each ``/readyz`` answer reads how long the engine's step has run once, so its status
+    and its body agree whenever a step crosses the stall bound (5 s at least) or ends. It
+    was read twice (ready, then why stalled): a 200 "ready" with a ``stalled`` key, or a 503
+    "loading" for a loaded engine that was not stalled. (The values stand in for the clock.)"""
+    values = iter(stuck)
+    monkeypatch.setattr(gw.runtime.backends[ONE]._engine, "stuck_for", lambda: next(values, 0.0))
+    for seconds in stuck:
+        ready = gw.http.get("/readyz")
+        body = ready.json()
+        if seconds < 5:
+            assert ready.status_code == 200 and body["status"] == "ready", ready.text
+            assert body["models"][ONE] is True and "stalled" not in body, ready.text
+        else:
+            assert ready.status_code == 503 and body["status"] == "stalled", ready.text
+            assert body["models"][ONE] is False, ready.text
+            assert f"{seconds:.1f} s" in body["stalled"][ONE], ready.text
+    assert next(values, None) is None  # (each answer read it once: none read it twice)
+
+
 def test_a_clients_keepalive_header_cannot_make_a_slow_step_look_hung(
     tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
