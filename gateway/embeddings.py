@@ -197,11 +197,19 @@ async def _ask(
 def _split(tokens: int, inputs: list[str | list[int]]) -> list[int]:
     """``tokens`` (a batch's usage) shared among ``inputs`` in proportion to their lengths
     (characters or token ids): each input's own count where there is one input, an estimate
-    otherwise; the shares add up to ``tokens``."""
-    sizes = [max(len(x), 1) for x in inputs]
-    total = sum(sizes)
-    reached = [tokens * upto // total for upto in itertools.accumulate(sizes)]  # (rounded once)
-    return [b - a for a, b in zip([0, *reached], reached, strict=False)]
+    otherwise; the shares add up to ``tokens``.
+
+    NOTE: every input costs a token (an empty one is refused), so each gets one first when
+    there are enough, and the rest by length beyond the first character: shared by length
+    alone, "hi" beside "there" (2 tokens) was stored as 0, and its hits booked as saving none.
+    """
+    base = 1 if tokens >= len(inputs) else 0
+    sizes = [max(len(x) - base, 0) for x in inputs]
+    if not any(sizes):  # (one character each: equal shares)
+        sizes = [1] * len(inputs)
+    rest, total = tokens - base * len(inputs), sum(sizes)
+    reached = [rest * upto // total for upto in itertools.accumulate(sizes)]  # (rounded once)
+    return [base + b - a for a, b in zip([0, *reached], reached, strict=False)]
 
 
 async def _bounded(calls: Iterable[Awaitable[T]]) -> list[T]:

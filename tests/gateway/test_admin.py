@@ -741,6 +741,29 @@ def test_ledger_counts_embeddings_inputs_answered_from_the_cache(
     assert twice["saved_usd"] == pytest.approx(11 * 2.0 / 1e6)
 
 
+def test_every_input_of_a_batch_is_booked_at_least_one_token(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A batch's usage is shared among its inputs by length, but every input costs a token:
+    ``"hi"`` beside ``"there"`` (2 tokens in all) was stored as 0 tokens, so its later hit was
+    booked as a call avoided that saved nothing, and the hit on ``"there"`` as 2 tokens."""
+    gw = make_gateway("prices: {fake-model: {input: 2.0}}")
+
+    def embed(inputs: Any) -> dict[str, Any]:
+        body = {"model": "fake-model", "input": inputs}
+        assert gw.http.post("/v1/embeddings", json=body).status_code == 200
+        row: dict[str, Any] = gw.http.get("/admin/stats").json()["ledger"]["default"]["fake-model"]
+        return row
+
+    assert embed(["hi", "there"])["input_tokens"] == 2  # (the fake counts words)
+    hit = embed("hi")
+    assert (hit["calls_avoided"], hit["avoided_input_tokens"]) == (1, 1)
+    assert hit["saved_response_cache_usd"] == pytest.approx(1 * 2.0 / 1e6)
+    assert embed("there")["avoided_input_tokens"] == 2  # (1 each: not 0 and 2)
+    listed = gw.http.get("/admin/cache/entries").json()["data"]
+    assert sorted(e["usage"]["prompt_tokens"] for e in listed) == [1, 1]
+
+
 def test_cli_help_names_the_options_as_docs_observability_does() -> None:
     # docs/observability.md gave `cache ls [--namespace NS] ... [--search TEXT] [--limit N]`;
     # --help said `--namespace NAMESPACE`, `--search SEARCH`, and `--limit LIMIT` with no text.
