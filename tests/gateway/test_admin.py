@@ -76,6 +76,28 @@ def test_cache_commands_without_a_response_cache_say_why(
     assert "response cache is off" in err and "cachegate worker" in err
 
 
+def test_admin_routes_refuse_a_web_page_of_another_origin(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """With no keys the admin routes are open to whoever reaches the port, and a gateway on
+    127.0.0.1 is reached by its operator's browser too: any web page it opened flushed the
+    cache with a cross-site POST (a text/plain body asks no CORS preflight)."""
+    gw = make_gateway()
+    gw.chat("What is the capital of Peru?")
+    page = {"origin": "https://evil.example", "content-type": "text/plain;charset=UTF-8"}
+    for origin in ("https://evil.example", "null", f"{gw.url}.evil.example", "http://[::1"):
+        refused = gw.http.post(
+            "/admin/cache/flush", content=b"{}", headers={**page, "origin": origin}
+        )
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "cross_origin"
+    for path in ("/admin/stats", "/admin/cache/entries", "/metrics", "/dashboard"):
+        assert gw.http.get(path, headers=page).status_code == 403
+    assert gw.chat("What is the capital of Peru?").headers["x-cache"] == "exact"  # not flushed
+    # the gateway's own page (its origin), and a client that is no web page (no Origin), do
+    assert gw.http.get("/admin/stats", headers={"origin": gw.url}).status_code == 200
+    assert gw.http.post("/admin/cache/flush", json={}).json()["flushed"] == 1
+
+
 def test_admin_key_as_digest(make_gateway: Any, upstream: FakeUpstream) -> None:
     digest = hashlib.sha256(b"the-admin").hexdigest()
     gw = make_gateway(TENANTS + f"admin: {{api_key_sha256: {digest}}}\n")
