@@ -368,10 +368,16 @@ def _code(response: httpx.Response) -> str | None:
 
 
 def _message(response: httpx.Response) -> str:
+    """The error's message, on one line and with its control characters as escapes.
+
+    NOTE: an answer that is not the gateway's (a proxy's 502 page in front of it) was printed
+    as it was: several lines, and control characters the terminal ran.
+    """
     try:
-        return str(response.json()["error"]["message"])
+        text = str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        return response.text[:200]
+        text = response.text[:200]
+    return _printable(" ".join(text.split()))
 
 
 def _reason(exc: httpx.HTTPError) -> str:

@@ -458,6 +458,41 @@ def test_cli_passes_on_a_403_that_is_not_about_the_key(
     assert "Text search needs admin.show_text: true." in err and "admin key" not in err
 
 
+def test_cli_says_an_error_page_that_is_not_the_gateways_on_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A proxy in front of the gateway (its 502 page) was printed as it was: several lines,
+    and its control characters run by the terminal (this one retitles it)."""
+    import http.server
+    import threading
+
+    page = b"<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\x1b]0;x\x07</body>\n"
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(502)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        assert main(["stats", "--url", url, "--key", "adm"]) == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\x1b" not in err and "\x07" not in err
+    assert err.startswith("error: 502: <html> <head><title>502 Bad Gateway</title>")
+    assert "\\x1b]0;x\\x07" in err  # (as an escape)
+
+
 def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     gw.chat("history one")
