@@ -42,7 +42,7 @@ from semantic._daemon import on_daemon_thread
 from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
 from .errors import APIError
-from .requests import GatewayRequest
+from .requests import KEEPALIVE_MIN, GatewayRequest
 from .sse import DONE, QUEUED, RUNNING, encode_event, fresh_identity
 
 __all__ = ["LocalBackend"]
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 #: 15 s, or as often as the gateway in front asks (``x-cachegate-keepalive``: its read timeout).
 _KEEPALIVE = b": keep-alive\n\n"
 _KEEPALIVE_EVERY = 15.0
-_KEEPALIVE_MIN = 0.5  # (whoever asks: the header reaches a gateway's local model from clients)
 #: How often a stream for a gateway in front looks whether the engine took its request up, until
 #: it has (``QUEUED``): a request that starts within it is never said to be queued.
 _QUEUED_POLL = 0.05
@@ -509,7 +508,7 @@ class LocalStream:
 def _keepalive_every(asked: float | None) -> float:
     """The seconds of silence before a stream's keep-alive comment (``asked``: the gateway in
     front's ``x-cachegate-keepalive``, None: none asked)."""
-    return max(_KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, asked or _KEEPALIVE_EVERY))
+    return max(KEEPALIVE_MIN, min(_KEEPALIVE_EVERY, asked or _KEEPALIVE_EVERY))
 
 
 def _counted(job: GenerationRequest, deltas: int) -> dict[str, Any]:

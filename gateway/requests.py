@@ -24,6 +24,7 @@ __all__ = [
     "HOPS_HEADER",
     "IF_READY_HEADER",
     "KEEPALIVE_HEADER",
+    "KEEPALIVE_MIN",
     "MAX_EMBEDDING_INPUTS",
     "MAX_HOPS",
     "PARTITION_HEADER",
@@ -59,6 +60,9 @@ PARTITION_HEADER = "x-cachegate-partition"
 #: Seconds within which the gateway in front must hear from a stream (its ``timeout.read``,
 #: with room to spare): a local model sends its keep-alive comment at least this often.
 KEEPALIVE_HEADER = "x-cachegate-keepalive"
+#: The shortest keep-alive interval a local model keeps, whatever that header asks (any
+#: client of a gateway's own local model can send it).
+KEEPALIVE_MIN = 0.5
 #: Sent (``1``) by a gateway that has other replicas to try: a local model still loading
 #: answers ``503 model_loading`` at once instead of making the request wait for the load.
 IF_READY_HEADER = "x-cachegate-if-ready"

@@ -36,6 +36,7 @@ from .requests import (
     HOPS_HEADER,
     IF_READY_HEADER,
     KEEPALIVE_HEADER,
+    KEEPALIVE_MIN,
     PARTITION_HEADER,
     GatewayRequest,
     tenant_partition,
@@ -206,7 +207,8 @@ class UpstreamBackend:
         response = await self._send(request, stream=True, auth=auth)
         stream = UpstreamStream(self.name, response, request.kind, self.relays_rate_limits,
                                 previous=_echoed_previous(request),
-                                secret=self._sent_key(auth), choices=request.body.get("n"))  # fmt: skip
+                                secret=self._sent_key(auth), choices=request.body.get("n"),
+                                stalls=_silence_tells_stalls(self.config.timeout.read))  # fmt: skip
         await stream.opened()
         return stream
 
@@ -1026,8 +1028,11 @@ class UpstreamStream:
         previous: str | None = None,
         secret: str | None = None,
         choices: Any = None,
+        stalls: bool = False,
     ) -> None:
         self._name = name
+        #: a worker's stream quiet for the read timeout has a stalled engine (``_read``)
+        self._stalls = stalls
         self._secret = secret  # the model's api_key, hidden in what is relayed (see _hide)
         self._quoted = _quoted(secret)  # (its forms, for each event)
         self._response = response
@@ -1117,7 +1122,8 @@ class UpstreamStream:
         try:
             return await anext(self._body)
         except httpx.TimeoutException:
-            raise _stalled(self._name) if self._parser.worker else _timeout(self._name) from None
+            stalled = self._stalls and self._parser.worker
+            raise _stalled(self._name) if stalled else _timeout(self._name) from None
         except httpx.RequestError as exc:  # also DecodingError
             if self._never_ran():  # (a worker killed while the request was queued)
                 raise _unreachable(self._name, exc) from None  # it did none of the work
@@ -1602,12 +1608,30 @@ def _timeout(name: str) -> APIError:
     return UpstreamError(504, message, code="upstream_timeout", retryable=True)
 
 
+def _silence_tells_stalls(read: float) -> bool:
+    """Whether a cachegate worker's stream quiet for ``read`` (``timeout.read``) shows that its
+    engine is stalled (``_stalled``): two of its keep-alive intervals fit in ``read``.
+
+    NOTE: the worker looks whether to send a keep-alive once per interval (``read / 3``, but
+    ``KEEPALIVE_MIN`` at least, whatever is asked), and sends none while a step has run that
+    long: only two missed in a row show one step that ran two intervals (its own bound for a
+    stall; a shorter step ends before the next look). With ``read`` of 1 s or less, fewer fit
+    (none at 0.5 s or less): a healthy worker's stream queued for ``read``, or one step of
+    0.5 s, timed out, was said stalled and its worker skipped for ``routing.down_for``.
+
+    >>> [_silence_tells_stalls(r) for r in (0.4, 0.9, 1.0, 1.2, 2.0, 120.0)]
+    [False, False, False, True, True, True]
+    """
+    interval = min(_HOLD_MAX, max(KEEPALIVE_MIN, read / _KEEPALIVE_SHARE))
+    return read > _STALL_INTERVALS * interval
+
+
 def _stalled(name: str) -> UpstreamError:
-    """A cachegate worker's stream quiet for ``timeout.read``: the worker sends a keep-alive
-    after ``timeout.read / 3`` of silence unless one step of its engine has run that long, so
-    that step has run for about ``timeout.read``: past two keep-alive intervals, its own bound
-    for a stalled engine (``upstream_code``: what it answers, ``engine_stalled``, once that
-    bound and its 5 s minimum have passed).
+    """A cachegate worker's stream quiet for ``timeout.read`` (over 1 s: see
+    ``_silence_tells_stalls``): the worker sends a keep-alive after ``timeout.read / 3`` of
+    silence unless one step of its engine has run that long, so that step has run past two
+    keep-alive intervals, its own bound for a stalled engine (``upstream_code``: what it
+    answers, ``engine_stalled``, once that bound and its 5 s minimum have passed).
 
     NOTE: with ``timeout.read`` under 7.5 s that minimum, not two intervals, is the worker's
     bound, which need not have passed at this timeout (under 5 s, it cannot have): its
@@ -1696,6 +1720,10 @@ _WINDOW_ASKS = 6
 
 #: A cachegate upstream is asked for a keep-alive at least every ``timeout.read`` / this.
 _KEEPALIVE_SHARE = 3
+
+#: Keep-alive intervals a worker's stream must be quiet for to show a stalled engine (as the
+#: worker's own ``local._STALLED_INTERVALS``).
+_STALL_INTERVALS = 2
 
 #: The longest a replica's stream is held back for its first event while only comments come:
 #: the longest a worker waits before its keep-alive (``local._KEEPALIVE_EVERY``).

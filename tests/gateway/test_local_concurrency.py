@@ -600,6 +600,35 @@ def test_readyz_reads_an_engine_once_per_answer(
     assert next(values, None) is None  # (each answer read it once: none read it twice)
 
 
+def test_behind_a_front_gateway_with_a_short_read_timeout_a_queued_worker_is_not_stalled(
+    tiny_dir: Path, tmp_path: Path, upstream_server: ThreadedServer
+) -> None:
+    """gateway (``timeout.read: 0.4``) -> two replicas, a ``cachegate worker`` (one batch
+    slot, taken) first, whose engine is healthy: a stream that waits in its queue times out,
+    as the worker's keep-alives come 0.5 s apart at the least, whatever the front asks. That
+    silence shows no stall: the worker is judged by its ``GET /models`` (slow, not hung), as
+    after any timeout. It was said stalled, and skipped for ``routing.down_for``."""
+    other = f"{upstream_server.url}/v1"
+    with behind_a_front(tiny_dir, tmp_path, other, read=0.4) as (worker, front):
+        direct = openai.OpenAI(base_url=f"{worker.url}/v1", api_key="unused", max_retries=0)
+        running = direct.completions.create(
+            model=ONE, prompt="Once upon a time", max_tokens=4000, temperature=0, stream=True
+        )
+        next(iter(running))  # it decodes: the worker's one slot is taken
+        sdk = openai.OpenAI(base_url=f"{front.url}/v1", api_key="unused", max_retries=0)
+        try:
+            with pytest.raises(openai.APIStatusError) as timed_out:
+                sdk.completions.create(model=ONE, prompt="waiting for a slot", max_tokens=4,
+                                       stream=True)  # fmt: skip
+        finally:
+            running.close()
+        assert timed_out.value.status_code == 504, timed_out.value
+        assert "timed out" in timed_out.value.message
+        assert "stalled" not in timed_out.value.message
+        routing = front.http.get("/admin/stats").json()["backends"][ONE]["routing"]
+        assert not routing["replicas"][0]["down"], routing
+
+
 def test_a_clients_keepalive_header_cannot_make_a_slow_step_look_hung(
     tiny_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
