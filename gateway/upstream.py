@@ -474,10 +474,16 @@ class UpstreamBackend:
     async def _refused(
         self, response: httpx.Response, attempt: int, last: bool, auth: str | None
     ) -> None:
-        """An error status: back off when it is worth another try, else raise its error."""
+        """An error status: back off when it is worth another try, else raise its error.
+
+        NOTE: an upstream's ``x-should-retry: false`` is obeyed, as the OpenAI SDKs obey it,
+        and said on to the client: a cachegate in front of another retried the 504 of a slow
+        replica there (its generation still runs), which ran it once per retry.
+        """
+        told = response.headers.get("x-should-retry") == "false"
         # 508: the request came back to a gateway it had passed; another try loops again.
         retryable = response.status_code == 429 or response.status_code >= 500
-        retryable = retryable and response.status_code != 508
+        retryable = retryable and response.status_code != 508 and not told
         wait = _retry_after(response.headers.get("retry-after"))
         if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
             await response.aclose()
@@ -489,7 +495,7 @@ class UpstreamBackend:
         )  # fmt: skip
         if error.status in (401, 403) and self.config.api_key:
             raise _own_key_refused(self.name, error) from None
-        if retryable and last and attempt:  # retried here already: a client should not
+        if told or (retryable and last and attempt):  # (retried here already)
             error.final()
         raise error
 

@@ -541,6 +541,18 @@ def test_replica_that_accepts_but_never_answers_is_avoided(
             gw.stop()
 
 
+def a_novel(url: str, content: str = "write a novel") -> openai.APIStatusError:
+    """The error the openai SDK (its 2 retries on) raises for a 2 s generation asked of the
+    gateway at ``url`` (one slower than the ``timeout.read`` these tests set)."""
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="k", max_retries=2)
+    with pytest.raises(openai.APIStatusError) as failed:
+        client.chat.completions.create(
+            model="fake-model", messages=[{"role": "user", "content": content}],
+            extra_body={"fake": {"delay": 2}},
+        )  # fmt: skip
+    return failed.value
+
+
 def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
     upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
 ) -> None:
@@ -554,19 +566,37 @@ def test_a_generation_longer_than_the_read_timeout_marks_no_replica_down(
         gw, second,
     ):  # fmt: skip
         ask_support(gw, 1)  # (remembered by one replica)
-        client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=2)
-        with pytest.raises(openai.InternalServerError) as timed_out:
-            client.chat.completions.create(
-                model="fake-model", messages=[{"role": "user", "content": "write a novel"}],
-                extra_body={"fake": {"delay": 2}},
-            )  # fmt: skip
-        assert timed_out.value.status_code == 504
-        assert timed_out.value.code == "upstream_timeout"
-        assert timed_out.value.response.headers.get("x-should-retry") == "false"
+        timed_out = a_novel(gw.url)
+        assert timed_out.status_code == 504
+        assert timed_out.code == "upstream_timeout"
+        assert timed_out.response.headers.get("x-should-retry") == "false"
         assert upstream.stats["chat"] + second.app.stats["chat"] == 2  # (no failover, no retry)
         replicas = routing_stats(gw)["replicas"]
         assert [r["down"] for r in replicas] == [False, False]
         assert sum(r["remembered_bytes"] for r in replicas) > 0
+
+
+def test_a_gateway_in_front_sends_a_slow_replicas_504_no_more_than_the_sdk_does(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """front gateway (``max_retries: 2``) -> a gateway over two replicas, one slower than its
+    ``timeout.read``: that gateway's 504 says ``x-should-retry: false`` (the generation still
+    runs there), which the front obeys as the openai SDK does, and says on to its own client.
+    It retried the 504 twice, and the slow replica ran the generation three times."""
+    with with_a_second(upstream_server, tmp_path, "timeout: {read: 0.5}") as (gw, second):
+        front = Gateway(load_config_text(f"""
+data_dir: {tmp_path / "front"}
+cache: {{enabled: false}}
+models:
+  fake-model: {{backend: openai, base_url: "{gw.url}/v1", retry_backoff: 0.01}}
+"""))  # fmt: skip
+        try:
+            failed = a_novel(front.url)
+        finally:
+            front.stop()
+        assert "HTTP 504" in failed.message, failed
+        assert failed.response.headers.get("x-should-retry") == "false"
+        assert upstream.stats["chat"] + second.app.stats["chat"] == 1  # (sent once, in all)
 
 
 def test_a_slow_replica_whose_connections_are_all_in_use_is_not_taken_for_hung(
@@ -621,14 +651,9 @@ def test_a_slow_replicas_timeout_after_a_failover_tells_the_sdk_not_to_retry(
         settings = "max_retries: 1, timeout: {read: 0.5}, routing: {policy: round_robin}"
         gw = replicated(tmp_path, urls, settings)
         try:
-            client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="k", max_retries=2)
-            with pytest.raises(openai.InternalServerError) as timed_out:
-                client.chat.completions.create(
-                    model="fake-model", messages=[{"role": "user", "content": "a novel"}],
-                    extra_body={"fake": {"delay": 2}},
-                )  # fmt: skip
-            assert timed_out.value.status_code == 504
-            assert timed_out.value.response.headers.get("x-should-retry") == "false"
+            timed_out = a_novel(gw.url, "a novel")
+            assert timed_out.status_code == 504
+            assert timed_out.response.headers.get("x-should-retry") == "false"
             assert upstream.stats["chat"] == 1  # (failed over to once; not retried by the SDK)
             assert [r["down"] for r in routing_stats(gw)["replicas"]] == [True, False]
         finally:
