@@ -786,7 +786,14 @@ class ReplicatedBackend:
                 self._made.popitem(last=False)
 
     def _failover(self, replica: int, exc: UpstreamError) -> None:
-        why = "unreachable" if exc.unreachable else f"HTTP {exc.upstream_status or exc.status}"
+        """Log and count (``cachegate_upstream_retries_total``) a request sent on after ``exc``.
+
+        NOTE: an error of this gateway's own (a timeout, a stalled worker's silence, no free
+        connection) is named by its code: logged as the replica's ``HTTP 504`` or ``503``, it
+        read as an answer the replica never sent."""
+        why = "unreachable" if exc.unreachable else f"HTTP {exc.upstream_status}"
+        if not exc.unreachable and exc.upstream_status is None:
+            why = exc.upstream_code or exc.code or f"HTTP {exc.status}"
         log.info("model %s: replica %d failed (%s); trying another", self.name, replica, why)
         if self._on_retry is not None:
             self._on_retry(self.name, "failover")

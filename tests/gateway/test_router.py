@@ -636,13 +636,18 @@ def test_a_slow_replica_whose_connections_are_all_in_use_is_not_taken_for_hung(
 
 
 def test_a_slow_replicas_timeout_after_a_failover_tells_the_sdk_not_to_retry(
-    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
-) -> None:
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
     """A hung replica, then (failed over) a live one slower than ``timeout.read``: the 504
     comes after the gateway's own retry, so it says ``x-should-retry: false``, as when the
     last replica was hung too. Without it the openai SDK sent the request twice more, and
-    the slow replica ran the generation three times."""
+    the slow replica ran the generation three times. The failover's log line says the hung
+    one timed out (it said ``HTTP 504``, an answer that replica never sent)."""
+    import logging
     import socket
+
+    caplog.set_level(logging.INFO, logger="gateway.upstream")
 
     with socket.socket() as hung:  # the kernel accepts connections; nobody ever answers
         hung.bind(("127.0.0.1", 0))
@@ -656,6 +661,7 @@ def test_a_slow_replicas_timeout_after_a_failover_tells_the_sdk_not_to_retry(
             assert timed_out.response.headers.get("x-should-retry") == "false"
             assert upstream.stats["chat"] == 1  # (failed over to once; not retried by the SDK)
             assert [r["down"] for r in routing_stats(gw)["replicas"]] == [True, False]
+            assert "replica 0 failed (upstream_timeout); trying another" in caplog.text
         finally:
             gw.stop()
 
