@@ -126,11 +126,11 @@ class UpstreamBackend:
         )
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
-        #: The upstream's ``context_window``, when it was last asked and how many answers gave
-        #: none (see ``_context_window``).
-        self._window: int | None = None
+        #: The upstream's ``context_window``, when last asked, how many answers gave none
+        self._window: int | None = None  # (see ``_context_window``)
         self._window_asked = -math.inf
         self._window_answers = 0
+        self._probe: asyncio.Future[bool] | None = None  # (the liveness check under way)
 
     # -- Backend ---------------------------------------------------------------------------
 
@@ -247,7 +247,17 @@ class UpstreamBackend:
         A 503 is no answer: a cachegate worker whose engine is stuck in one step (hung, its
         process alive) says so there (``engine_stalled``); it answered ``GET /models``, and
         was never skipped, each request sent there waiting ``timeout.read`` for a 504.
+        One check at a time: requests that time out together (as many as ``max_connections``)
+        share it; each asked its own, past that gate, as many new connections at once (through
+        a proxy, whose pool has no cap of its own: as many tunnels).
         """
+        probe = self._probe
+        if probe is None or probe.done() or probe.get_loop() is not asyncio.get_running_loop():
+            probe = self._probe = asyncio.ensure_future(self._answers())
+        return await asyncio.shield(probe)
+
+    async def _answers(self) -> bool:
+        """``answers``, asked now."""
         t = self.config.timeout
         try:
             response = await self._described(min(t.connect, t.read))

@@ -97,16 +97,7 @@ def test_the_liveness_check_is_asked_past_max_connections_through_a_proxy_too(
     limited to ``max_connections`` too, gave up after ``timeout.connect``, and the replica was
     taken for hung (marked down, its prefixes forgotten, its request failed over)."""
     _environment(monkeypatch, proxy, "" if proxied else "127.0.0.1")
-    config = load_config_text(f"""
-models:
-  fake-model:
-    backend: openai
-    base_url: "{upstream_server.url}/v1"
-    max_connections: 1
-    timeout: {{connect: 1, pool: 1}}
-""").models["fake-model"]
-    assert isinstance(config, OpenAIModelConfig)
-    backend = UpstreamBackend("fake-model", config, forward_client_auth=False, one_tenant=True)
+    backend = _one_connection(upstream_server)
     body = {"model": "fake-model", "stream": True, "messages": [{"role": "user", "content": "hi"}],
             "fake": {"endless": True, "chunk_delay": 0.05}}  # fmt: skip
     request = parse_request("chat", json.dumps(body).encode(), {}, "tenant")
@@ -123,3 +114,39 @@ models:
     assert asyncio.run(check())
     probes = [s for s in proxy.seen if s.startswith("GET ")]
     assert probes == ([f"GET {upstream_server.url}/v1/models/fake-model"] if proxied else [])
+
+
+def test_timeouts_that_come_together_share_one_liveness_check(
+    upstream_server: Any, proxy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``UpstreamBackend.answers`` asked for each of a burst of timed-out requests at once
+    (up to ``max_connections`` of them): one ``GET /models/{model}`` answers them all; the
+    next burst asks again. Each asked its own, past the ``max_connections`` gate and, through
+    a proxy, past any cap of its pool: as many new tunnels at once as requests timed out."""
+    _environment(monkeypatch, proxy, "")
+    backend = _one_connection(upstream_server)
+
+    async def check() -> list[bool]:
+        try:
+            burst = await asyncio.gather(*(backend.answers() for _ in range(8)))
+            return [*burst, await backend.answers()]
+        finally:
+            await backend.close()
+
+    assert asyncio.run(check()) == [True] * 9
+    probes = [s for s in proxy.seen if s.startswith("GET ")]
+    assert probes == [f"GET {upstream_server.url}/v1/models/fake-model"] * 2
+
+
+def _one_connection(upstream_server: Any) -> UpstreamBackend:
+    """The fake upstream's model, ``max_connections: 1`` (``connect`` and ``pool``: 1 s)."""
+    config = load_config_text(f"""
+models:
+  fake-model:
+    backend: openai
+    base_url: "{upstream_server.url}/v1"
+    max_connections: 1
+    timeout: {{connect: 1, pool: 1}}
+""").models["fake-model"]
+    assert isinstance(config, OpenAIModelConfig)
+    return UpstreamBackend("fake-model", config, forward_client_auth=False, one_tenant=True)
