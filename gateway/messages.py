@@ -330,7 +330,10 @@ class MessageFold:
         elif kind == "message_delta" and self._message is not None:
             for field, value in (event.get("delta") or {}).items():
                 self._message[field] = value
-            self._message["usage"].update(event.get("usage") or {})
+            # NOTE: its counts are nullable, and a null one leaves message_start's (as the
+            # SDKs read it): was a stored answer with null input tokens, and a booking of none
+            usage = event.get("usage") or {}
+            self._message["usage"].update({k: v for k, v in usage.items() if v is not None})
         elif kind == "message_stop":
             self._stopped = True
 

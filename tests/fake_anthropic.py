@@ -14,7 +14,9 @@ Answers are deterministic plus a serial number: ``"answer #7 to: What is 2+2?"``
 body field asks for misbehaviour: ``status`` (an error with that status; 529 is
 ``overloaded_error``), ``error_after`` (an ``event: error`` after N stream events),
 ``break_after`` (cut the stream after N events), ``stop_reason`` (e.g. ``refusal``),
-``tool_use`` (answer with a call of that tool), ``content`` (answer with this text).
+``tool_use`` (answer with a call of that tool), ``content`` (answer with this text),
+``delta_usage`` (more fields of a stream's ``message_delta`` usage: the API's cumulative
+counts, each of which it documents as nullable).
 A request with a code execution tool (``code_execution_...``) or a ``container`` (its id, or
 ``{"id": ...}``) is answered in that container, or a new one (``container_<n>``): the message's
 ``container`` (streamed: ``message_start``'s and ``message_delta``'s).
@@ -242,8 +244,8 @@ async def _stream(send: Any, message: dict[str, Any], fake: dict[str, Any]) -> N
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
     if "container" in message:
         delta["container"] = message["container"]
-    events.append({"type": "message_delta", "delta": delta,
-                   "usage": {"output_tokens": message["usage"]["output_tokens"]}})  # fmt: skip
+    usage = {"output_tokens": message["usage"]["output_tokens"], **(fake.get("delta_usage") or {})}
+    events.append({"type": "message_delta", "delta": delta, "usage": usage})
     events.append({"type": "message_stop"})
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/event-stream"),

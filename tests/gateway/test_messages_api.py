@@ -130,6 +130,31 @@ def test_stream_is_relayed_cached_and_replayed_as_messages_events(
     assert fake.stats["/v1/messages"] == 1
 
 
+def test_null_counts_in_a_message_delta_keep_those_of_message_start(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """``message_delta``'s usage counts are nullable (the SDK keeps ``message_start``'s for a
+    null one): the stored message, and a hit replayed as JSON or as a stream, has the counts
+    the client's SDK assembled from the original stream (was: null input tokens on a hit)."""
+    nulls = {"input_tokens": None, "cache_read_input_tokens": None,
+             "cache_creation_input_tokens": None, "server_tool_use": None}  # fmt: skip
+    params: dict[str, Any] = {"model": "claude-plain", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Opening hours?"}],
+              "extra_body": {"fake": {"delta_usage": nulls}}}  # fmt: skip
+    with client.messages.stream(**params) as stream:
+        fresh = stream.get_final_message()
+    assert stream.response.headers["x-cache"] == "miss"
+    assert fresh.usage.input_tokens > 0 and fresh.usage.cache_read_input_tokens == 0
+    with client.messages.stream(**params) as stream:
+        replayed = stream.get_final_message()
+    assert stream.response.headers["x-cache"] == "exact"
+    usage = fresh.usage.model_dump()
+    assert replayed.usage.model_dump() == usage
+    hit = client.messages.with_raw_response.create(**params)
+    assert hit.headers["x-cache"] == "exact" and hit.parse().usage.model_dump() == usage
+    assert fake.stats["/v1/messages"] == 1
+
+
 def test_a_message_streamed_in_many_pieces_is_folded_whole(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
