@@ -553,6 +553,9 @@ def _check_metadata(body: dict[str, Any]) -> None:
     answer what Anthropic refuses: they are checked here, the same for a hit and a miss."""
     _typed(body, "metadata", dict, optional=True)
     metadata = body.get("metadata") or {}
+    for field in metadata:  # (Anthropic's holds only a user id)
+        if field != "user_id":
+            raise _invalid(f"metadata.{field}: Extra inputs are not permitted")
     _typed(metadata, "user_id", str, optional=True, path="metadata")
     if len(metadata.get("user_id") or "") > _USER_ID_MAX:
         raise _invalid(f"metadata.user_id: String should have at most {_USER_ID_MAX} characters")

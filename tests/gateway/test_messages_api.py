@@ -393,6 +393,9 @@ def test_metadata_and_service_tier_are_checked_on_a_hit_as_on_a_miss(
         ({"metadata": {"user_id": "u" * 257}},
          "metadata.user_id: String should have at most 256 characters"),
         ({"metadata": "u1"}, "metadata: Input should be a valid dictionary"),
+        # (only user_id: was an exact hit, or the bridge's 200, for what Anthropic refuses)
+        ({"metadata": {"user_id": "u1", "session_id": "s1"}},
+         "metadata.session_id: Extra inputs are not permitted"),
     ]  # fmt: skip
     for model in ("claude", "gpt"):
         assert ask(client, "Same question", model=model).headers["x-cache"] == "miss"
