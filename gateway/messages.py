@@ -330,6 +330,11 @@ class MessageFold:
         elif kind == "message_delta" and self._message is not None:
             for field, value in (event.get("delta") or {}).items():
                 self._message[field] = value
+            # the message's fields the event holds beside its delta (the beta's
+            # context_management, input_transformations): a null one leaves message_start's
+            for field, value in event.items():
+                if field not in ("type", "delta", "usage") and value is not None:
+                    self._message[field] = value
             # NOTE: its counts are nullable, and a null one leaves message_start's (as the
             # SDKs read it): was a stored answer with null input tokens, and a booking of none
             usage = event.get("usage") or {}

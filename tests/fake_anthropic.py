@@ -16,7 +16,9 @@ body field asks for misbehaviour: ``status`` (an error with that status; 529 is
 ``break_after`` (cut the stream after N events), ``stop_reason`` (e.g. ``refusal``),
 ``tool_use`` (answer with a call of that tool), ``content`` (answer with this text),
 ``delta_usage`` (more fields of a stream's ``message_delta`` usage: the API's cumulative
-counts, each of which it documents as nullable).
+counts, each of which it documents as nullable), ``context_management`` (the message's, as
+the context editing beta reports the edits it applied: streamed, ``message_delta``'s own
+field, null in ``message_start``).
 A request with a code execution tool (``code_execution_...``) or a ``container`` (its id, or
 ``{"id": ...}``) is answered in that container, or a new one (``container_<n>``): the message's
 ``container`` (streamed: ``message_start``'s and ``message_delta``'s).
@@ -122,6 +124,8 @@ class FakeAnthropic:
         message = {"id": f"msg_{self._serial:04d}", "type": "message", "role": "assistant",
                    "model": body["model"], "content": content, "stop_reason": stop,
                    "stop_sequence": None, "usage": usage}  # fmt: skip
+        if fake.get("context_management"):
+            message["context_management"] = fake["context_management"]
         named = body.get("container")
         named = named.get("id") if isinstance(named, dict) else named
         coding = any(str(t.get("type", "")).startswith("code_execution_")
@@ -246,6 +250,9 @@ async def _stream(send: Any, message: dict[str, Any], fake: dict[str, Any]) -> N
         delta["container"] = message["container"]
     usage = {"output_tokens": message["usage"]["output_tokens"], **(fake.get("delta_usage") or {})}
     events.append({"type": "message_delta", "delta": delta, "usage": usage})
+    if "context_management" in message:
+        head["context_management"] = None
+        events[-1]["context_management"] = message["context_management"]
     events.append({"type": "message_stop"})
     await send({"type": "http.response.start", "status": 200,
                 "headers": [(b"content-type", b"text/event-stream"),

@@ -155,6 +155,31 @@ def test_null_counts_in_a_message_delta_keep_those_of_message_start(
     assert fake.stats["/v1/messages"] == 1
 
 
+def test_a_message_deltas_context_management_is_stored_and_replayed(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """The context editing beta reports the edits it applied in ``message_delta``'s own
+    ``context_management`` (beside ``delta`` and ``usage``): a hit, streamed or JSON, reports
+    them as the original stream did (was: left out of the stored message)."""
+    applied = {"applied_edits": [{"type": "clear_tool_uses_20250919", "cleared_tool_uses": 2,
+                                  "cleared_input_tokens": 900}]}  # fmt: skip
+    params: dict[str, Any] = {"model": "claude-plain", "max_tokens": 64,
+              "messages": [{"role": "user", "content": "Opening hours?"}],
+              "betas": ["context-management-2025-06-27"],
+              "extra_body": {"fake": {"context_management": applied}}}  # fmt: skip
+    finals = []
+    for expected in ("miss", "exact"):
+        with client.beta.messages.stream(**params) as stream:
+            finals.append(stream.get_final_message())
+        assert stream.response.headers["x-cache"] == expected
+    hit = client.beta.messages.with_raw_response.create(**params)
+    assert hit.headers["x-cache"] == "exact"
+    for final in (*finals, hit.parse()):
+        assert final.context_management is not None
+        assert final.context_management.model_dump() == applied
+    assert fake.stats["/v1/messages"] == 1
+
+
 def test_a_message_streamed_in_many_pieces_is_folded_whole(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
