@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from semantic.audit import Tightened
 from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, ContextMode, salted
+from semantic.store import Entry
 
 from .audit import AuditJob, Auditor
 from .backend import Backend, BackendStream
@@ -105,6 +106,7 @@ class _Looked:
     key: CacheKey | None = None  # None: the cache was bypassed
     missed: Lookup | None = None  # the miss (with any guard rejection), for the dashboard
     generation: int = 0  # of the tightened threshold the lookup ran under (AuditJob)
+    served: _Served | None = None  # the hit, made ready to serve
 
 
 class Pipeline:
@@ -335,10 +337,25 @@ class Pipeline:
             if span is not None:
                 span.set_attribute("cachegate.cache", found.kind)
         if found.entry is not None:
-            return _Looked("exact", hit=found, key=key, generation=tightened.generation)
+            served = await self._servable(request, adapter, found.entry)
+            if served is not None:
+                return _Looked("exact", found, key=key, generation=tightened.generation,
+                               served=served)  # fmt: skip
+            found = Lookup("miss", vector=found.vector, overloaded=found.overloaded)
         # the question's embedding: computed once, for lookup and store
         save = None if control.no_store else Save(key, found.vector, found.overloaded, epoch)
         return _Looked("miss", save=save, key=key, missed=found)
+
+    async def _servable(
+        self, request: GatewayRequest, adapter: Adapter, entry: Entry
+    ) -> _Served | None:
+        """A stored answer made ready to serve; None when it cannot be (see :func:`_served`):
+        it is dropped from the cache (exact and semantic tiers), and the request is a miss."""
+        served = _served(request, adapter, entry)
+        if served is None:
+            assert self.cache is not None
+            await self.cache.drop_unreplayable(entry)
+        return served
 
     async def written(self, scope: str) -> None:
         """Wait for the cache writes in progress in ``scope`` (already running: a store's
@@ -361,7 +378,7 @@ class Pipeline:
         return bool(config.enabled and self.cache is not None and self.cache.exact)
 
     async def _follow(
-        self, request: GatewayRequest, key: CacheKey, watch: Watch[Any] | None
+        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
     ) -> _Looked | Flight | None:
         """Wait for the identical request in flight, then look up what it stored (a hit).
 
@@ -388,8 +405,11 @@ class Pipeline:
         )
         if found.entry is None:
             return None
+        served = await self._servable(request, adapter, found.entry)
+        if served is None:  # (a bad entry of an older build: this request calls the model)
+            return None
         state: CacheState = "semantic" if found.kind == "semantic" else "exact"
-        return _Looked(state, hit=found, key=key, generation=tightened.generation)
+        return _Looked(state, hit=found, key=key, generation=tightened.generation, served=served)
 
     def _hit(
         self,
@@ -401,7 +421,8 @@ class Pipeline:
         """A stored answer, served; a sampled semantic hit carries its ``audit`` (audit.py)."""
         hit, key = looked.hit, looked.key
         assert hit is not None and hit.entry is not None and key is not None
-        served = self._replay(request, adapter, hit, key)
+        assert looked.served is not None
+        served = self._replay(hit, key, looked.served)
         # NOTE: with cache.exact off the identical request is found by the semantic tier: its
         # answer was the model's to that very request, so it is not audited (as an exact hit)
         semantic = hit.kind == "semantic" and hit.entry.exact != key.exact
@@ -423,7 +444,7 @@ class Pipeline:
         ran stored nothing) is sampled for the ``audit`` as any other."""
         flights = self.flights
         if flights.busy(key.exact) and (not request.stream or flights.config.streams):
-            followed = await self._follow(request, key, watch)
+            followed = await self._follow(request, adapter, key, watch)
             if isinstance(followed, _Looked):
                 reply = self._hit(request, adapter, followed, audit)
                 reply.coalesced = True
@@ -444,23 +465,17 @@ class Pipeline:
             return Tightened()
         return self.auditor.tightened(request)
 
-    def _replay(
-        self, request: GatewayRequest, adapter: Adapter, found: Lookup, key: CacheKey
-    ) -> Reply:
+    def _replay(self, found: Lookup, key: CacheKey, served: _Served) -> Reply:
         assert found.entry is not None
-        stored = found.entry.response
         headers = _keyed({"x-cache-age": str(int(found.age or 0))}, key)
         headers["x-cache-entry"] = str(found.entry.id)  # GET /admin/cache/entries/{id}
         if found.kind == "semantic":
             headers["x-cache-similarity"] = f"{found.similarity or 0.0:.4f}"
-        saved = adapter.saved_tokens(stored)
         kind: CacheState = "semantic" if found.kind == "semantic" else "exact"
-        answer = adapter.fresh(request, stored)  # a new response: new id, this request's echoes
-        adapter.delivered(request, answer, upstream=False)
-        seen: dict[str, Any] = {"saved_tokens": saved, "lookup": found, "key": key}
-        if request.stream:
-            return Reply(kind, headers, stream=_Replayed(adapter.replay(request, answer)), **seen)
-        return Reply(kind, headers, body=answer, **seen)
+        seen: dict[str, Any] = {"saved_tokens": served.saved, "lookup": found, "key": key}
+        if served.events is not None:
+            return Reply(kind, headers, stream=_Replayed(iter(served.events)), **seen)
+        return Reply(kind, headers, body=served.answer, **seen)
 
 
 class _Relay:
@@ -681,6 +696,37 @@ def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any
     if saved < 0:
         log.warning("model %s: not storing an answer of unexpected shape", request.model)
     return saved >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """A stored answer made ready to serve (:func:`_served`)."""
+
+    saved: int  # its completion tokens, saved
+    answer: dict[str, Any]  # a new response: new id, this request's echoes
+    events: list[bytes] | None  # a stream's events, when the request streams
+
+
+def _served(request: GatewayRequest, adapter: Adapter, entry: Entry) -> _Served | None:
+    """A stored answer made ready to serve.
+
+    NOTE: None when it cannot be served back: an entry stored by a build before
+    :func:`_replayable` (``"usage": "x"``), or a damaged record, failed every hit on it with a
+    500 (a stream broke mid-replay) until its TTL ran out; the caller drops it and answers the
+    request as a miss. A stream's events are made here, before any is sent, for that reason.
+    """
+    try:
+        saved = adapter.saved_tokens(entry.response)
+        answer = adapter.fresh(request, entry.response)
+        events = list(adapter.replay(request, answer)) if request.stream else None
+        if not isinstance(saved, int) or saved < 0:
+            raise ValueError(f"saved tokens {saved!r}")
+        adapter.delivered(request, answer, upstream=False)
+    except Exception as exc:  # (any failure here is the stored data's: a miss, not a 500)
+        log.warning("model %s: cached answer %d cannot be served back (%s: %s): dropped, "
+                    "answered as a miss", request.model, entry.id, type(exc).__name__, exc)  # fmt: skip
+        return None
+    return _Served(saved, answer, events)
 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:

@@ -482,7 +482,7 @@ def _entry_store(config: Config) -> EntryStore:
 _CACHE_COUNTERS = re.compile(
     r"lookups|hits_\w+|guard_rejections(_by_reason_\w+)?|stores|store_failures|evictions"
     r"|expirations|stores_superseded"
-    r"|too_long_for_semantic|semantic_errors|store_skipped_commands|store_slow_commands"
+    r"|too_long_for_semantic|semantic_errors|replay_failures|store_skipped_commands|store_slow_commands"
     r"|embedder_(waits|wait_seconds|texts_encoded)"
 )
 _BACKEND_COUNTERS = re.compile(

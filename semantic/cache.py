@@ -182,6 +182,7 @@ class _Counters:
     expirations: int = 0
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
     semantic_errors: int = 0  # semantic lookups that failed (a model or index error): misses
+    replay_failures: int = 0  # entries found that could not be served back: dropped, misses
     #: Semantic steps skipped because the embedder was overloaded: "overload" (lookups),
     #: "overload_store" (answers stored without a vector: exact hits only).
     skipped: Counter[str] = field(default_factory=lambda: Counter(overload=0, overload_store=0))
@@ -479,6 +480,7 @@ class ResponseCache:
             "expirations": c.expirations,
             "too_long_for_semantic": c.too_long,
             "semantic_errors": c.semantic_errors,
+            "replay_failures": c.replay_failures,
             "semantic_skipped": dict(c.skipped),
             # a shared store's commands skipped because this replica had too many in flight
             "store_skipped_commands": getattr(self._store, "skipped_turns", 0),
@@ -541,6 +543,19 @@ class ResponseCache:
         await self._store.delete([entry_id])
         self._dropped([entry_id])
         return True
+
+    async def drop_unreplayable(self, entry: Entry) -> None:
+        """Drop a found entry whose answer could not be served back (stored by an older build
+        that stored any complete answer, or a damaged record), from the store and the index,
+        and count it; its request is answered as a miss. A store that cannot delete it now
+        (Redis down) leaves it: the next hit on it tries again."""
+        self._counters.replay_failures += 1
+        try:
+            await self._store.delete([entry.id])
+        except StoreUnavailable as exc:
+            self._dropped(exc.removed)
+            return
+        self._dropped([entry.id])
 
     # -- StoreListener: index changes (a shared store's follower makes them all, in order) --
 
