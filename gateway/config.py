@@ -320,6 +320,11 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     context_overflow: Literal["error", "sinks"] = "error"
     #: Tokens at the start that context_overflow: sinks always keeps.
     sink_tokens: PositiveInt = 4
+    #: The most output tokens one request may ask for (max_tokens, max_completion_tokens, a
+    #: Response's max_output_tokens): more is a 400. None: with context_overflow: sinks, the
+    #: context window (sinks bound nothing else: a request for 2**53 tokens ran until its
+    #: client left); with error, no bound but the window's own (prompt + max_tokens).
+    max_output_tokens: PositiveInt | None = None
     #: Bytes of the paged KV pool running requests and the prefix cache share (allocated at
     #: start), pages in kv_dtype; None: prefix_cache_bytes + max(256 MiB, a context window of
     #: KV). With context_overflow: sinks too (a request holds at most a window of pages).
@@ -335,6 +340,11 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
         ):
             raise ValueError(
                 f"weights: {self.weights} needs a float32 model on the CPU (device: cpu or auto)"
+            )
+        if self.max_output_tokens is not None and self.default_max_tokens > self.max_output_tokens:
+            raise ValueError(
+                f"default_max_tokens ({self.default_max_tokens}) must not be above "
+                f"max_output_tokens ({self.max_output_tokens})"
             )
         # (the engine checks the same against the model's own window, but only at load:
         # `cachegate config check` passed and the model then failed to load)

@@ -361,11 +361,19 @@ class LocalBackend:
             return str(self._error)
         return "shut down" if self._closed else "not started"
 
+    def _max_output(self, engine: Engine) -> int | None:
+        """The most output tokens a request may ask for (``max_output_tokens``); by default
+        the context window with ``context_overflow: sinks``, where nothing else bounds it."""
+        if self.config.max_output_tokens is not None:
+            return self.config.max_output_tokens
+        return engine.context_window if self.config.context_overflow == "sinks" else None
+
     async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
         body = request.body
         if request.top_k is not None:  # a bridged request's (not in its chat body)
             body = {**body, "top_k": request.top_k}
         params = _sampling(body, request.kind)
+        _within_output_limit(params.max_tokens, self._max_output(engine), body)
         namespace = (
             self.name
             if self.config.share_prefix_across_tenants
@@ -661,6 +669,24 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     value = body.get("max_completion_tokens")
     value = body.get("max_tokens") if value is None else value
     return int(value) if value is not None else None
+
+
+def _within_output_limit(max_tokens: int | None, limit: int | None, body: dict[str, Any]) -> None:
+    """A 400 for a request that asks for more output tokens than the model gives one request
+    (as vLLM and OpenAI answer a ``max_tokens`` past what the model can produce), ``param``
+    the field it set (a bridged request's: renamed to the client's by ``_params_of``)."""
+    if max_tokens is None or limit is None or max_tokens <= limit:
+        return
+    param = (
+        "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    )
+    raise APIError(
+        400,
+        f"Too many output tokens asked for: {max_tokens}. This model produces at most {limit} "
+        "tokens per request.",
+        param=param,
+        code="invalid_value",
+    )
 
 
 def _is_int(value: Any) -> bool:
