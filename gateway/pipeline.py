@@ -543,7 +543,10 @@ class _Relay:
 
     async def _relay(self) -> AsyncGenerator[bytes, None]:
         fold = self._adapter.fold(self._request, cached=self._save is not None)
-        pending = b""  # events that arrived together leave together (one write, not several)
+        # events that arrived together leave together (one write, not several)
+        # NOTE: a list joined once: bytes added to bytes copied all the batch so far, per event
+        # (a megabyte batch of small events, a reader that fell behind, held the loop seconds)
+        pending: list[bytes] = []
         try:
             async for event in self._stream:
                 if event.error:
@@ -551,21 +554,21 @@ class _Relay:
                     self._error = APIError(
                         502, "The model failed while streaming its answer.", code="upstream_error"
                     )
-                    yield pending + event.raw
+                    yield b"".join([*pending, event.raw])
                     return
                 if event.done:
                     self._store(fold, event.chunk)
                     self.outcome.finished = True
-                    yield pending + event.raw
+                    yield b"".join([*pending, event.raw])
                     return
                 if event.chunk is None or self._fold(fold, event.chunk):
-                    pending += event.raw
+                    pending.append(event.raw)
                     self.outcome.sequence = _next_sequence(event.chunk, self.outcome.sequence)
                 if not event.more and pending:
-                    yield pending
-                    pending = b""
+                    yield b"".join(pending)
+                    pending.clear()
             if pending:
-                yield pending
+                yield b"".join(pending)
             yield self._failed(
                 APIError(
                     502, "The model's stream ended before it completed.", code="stream_incomplete"
