@@ -36,7 +36,8 @@ _END = object()  # the body ended
 
 
 class ReadAhead:
-    """A body read in its own task, at most ``limit`` chunks ahead of its consumer.
+    """A body read in its own task, at most ``limit`` bytes (and the rest of one read) ahead
+    of its consumer, which takes under twice ``limit`` a step (a longer read, in pieces).
 
     Each step returns what arrived since the last one, joined; an error the read raised is
     raised to the consumer after the chunks before it. ``aclose`` stops the reader (with
@@ -45,11 +46,21 @@ class ReadAhead:
 
     NOTE: an iterator class, not an async generator: a generator left suspended after the
     last event would be closed by the event loop's finalizer hook, one task per stream.
+
+    NOTE: bounded in bytes, not in chunks: a step hands over all that is queued, and its
+    events are relayed without the loop turning (a client's write is sent at the turn's end:
+    gateway.corked), so what is queued is what one turn of the loop parses and holds. 64
+    chunks of up to a megabyte each (gateway.http11 reads that far ahead) let a fast stream
+    whose client stopped reading hold the loop for seconds at a time, and 60 MB.
     """
 
-    def __init__(self, chunks: AsyncIterator[bytes], limit: int = 64) -> None:
+    def __init__(self, chunks: AsyncIterator[bytes], limit: int = 64 * 1024) -> None:
         self._chunks = chunks
-        self._queue: asyncio.Queue[object] = asyncio.Queue(limit)
+        self._limit = limit
+        self._queue: asyncio.Queue[object] = asyncio.Queue()  # (bounded by ``_room``)
+        self._queued = 0  # bytes in the queue
+        self._room = asyncio.Event()  # set while the queue holds less than ``limit`` bytes
+        self._room.set()
         self._task: asyncio.Task[None] | None = None
         self._last: object = None  # _END or the read's error, once the consumer took it
 
@@ -62,12 +73,12 @@ class ReadAhead:
         if self._last is not None:
             self._stop()
         pieces: list[bytes] = []
-        item = await self._queue.get()
+        item = self._took(await self._queue.get())
         while isinstance(item, bytes):
             pieces.append(item)
             if self._queue.empty():
                 return b"".join(pieces)
-            item = self._queue.get_nowait()
+            item = self._took(self._queue.get_nowait())
         self._last = item  # the end, or an error: after the pieces that came before it
         if not pieces:
             self._stop()
@@ -81,11 +92,19 @@ class ReadAhead:
             if drain and self._last is None:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(1.0):
-                        while isinstance(await self._queue.get(), bytes):
+                        while isinstance(self._took(await self._queue.get()), bytes):
                             pass
         finally:
             task.cancel()
             await asyncio.wait([task])  # (never raises: the reader's end is not ours)
+
+    def _took(self, item: object) -> object:
+        """``item``, taken from the queue: its bytes make room for the reader."""
+        if isinstance(item, bytes):
+            self._queued -= len(item)
+            if self._queued < self._limit:
+                self._room.set()
+        return item
 
     def _stop(self) -> NoReturn:
         if isinstance(self._last, BaseException):
@@ -95,8 +114,14 @@ class ReadAhead:
     async def _read(self) -> None:
         try:
             async for chunk in self._chunks:
-                await self._queue.put(chunk)
+                for start in range(0, len(chunk), self._limit):
+                    piece = chunk[start : start + self._limit]
+                    self._queue.put_nowait(piece)
+                    self._queued += len(piece)
+                    if self._queued >= self._limit:  # (no more until the consumer takes it)
+                        self._room.clear()
+                        await self._room.wait()
         except Exception as exc:  # handed to the consumer, who raises it
-            await self._queue.put(exc)
+            self._queue.put_nowait(exc)
             return
-        await self._queue.put(_END)
+        self._queue.put_nowait(_END)
