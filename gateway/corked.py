@@ -51,6 +51,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         self._heads = 0  # requests whose headers were complete
         self._header_bytes = 0
         self._body_read = False  # (the read being parsed held body bytes)
+        self._refuse_queued = False  # (``end_upload`` of a request queued behind an answer)
         super().connection_made(transport)
         # (flow control stays on the real transport: its pause/resume reach this protocol)
         self.transport = _Corked(transport)  # type: ignore[assignment]
@@ -85,12 +86,20 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         whose client was still sending its body (slowly, or stopped half way) held the drain
         for uvicorn's whole ``timeout_graceful_shutdown``, a second signal or not. Its app task
         waiting for the rest of the body hears a disconnect.
+
+        NOTE: ``cycle`` is the last request whose headers came: one pipelined behind an answer
+        still being sent is queued (``pipeline``), its app not started. Its 503 written then
+        went out inside that answer (a stream's events cut, its own end lost) and the close
+        cut it: it gets its 503 once the answer before it is complete (``on_response_complete``).
         """
         cycle = self.cycle
         if cycle is None or not cycle.more_body or cycle.response_complete:
             return False
         if self.transport.is_closing():  # (already ended: a 431, a header deadline)
             return False
+        if self.pipeline:
+            self._refuse_queued = True
+            return True
         if cycle.response_started:  # (its head is gone: only the close is left to say it)
             self.transport.close()
         else:
@@ -111,6 +120,9 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
+        if self._refuse_queued and not self.transport.is_closing():  # (see ``end_upload``)
+            self.pipeline.clear()
+            self._refuse(shutting_down())
         super().on_response_complete()
         # NOTE: kept alive, the deadline is for the next request's headers; not while a
         # request pipelined behind this answer (``cycle``: the last whose headers came) is

@@ -113,6 +113,35 @@ def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
+def test_an_upload_pipelined_behind_a_stream_waits_for_the_stream_to_end(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """HTTP pipelining: a stream being answered, and behind it a request whose body is still
+    arriving (the connection's last request). At the deadline that one's 503 was written
+    inside the stream and the connection closed: the stream got neither its error event nor
+    its end. Now the stream ends with its error, then the upload gets its 503."""
+    gateway = serve(config(upstream_server, tmp_path, shutdown_timeout=1))
+    streamed = json.dumps({"model": "fake-model", "stream": True,
+                           "messages": [{"role": "user", "content": "slow"}],
+                           "fake": {"chunks": 50, "chunk_delay": 0.5}}).encode()  # fmt: skip
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(head + b"content-length: %d\r\n\r\n%s" % (len(streamed), streamed)
+                       + head + b'content-length: 100000\r\n\r\n{"model": "fake-model", ')  # fmt: skip
+        assert client.recv(12) == b"HTTP/1.1 200"  # (the stream has started)
+        gateway.proc.send_signal(signal.SIGINT)
+        assert gateway.proc.wait(timeout=30) == 0
+        client.settimeout(10)
+        received = b""
+        while piece := client.recv(65536):
+            received += piece
+    stream, _, refused = received.partition(b"HTTP/1.1 503 ")
+    assert b'"code":"shutting_down"' in stream and stream.endswith(b"\r\n0\r\n\r\n"), received
+    assert b'"code":"shutting_down"' in refused, received
+    log = gateway.log.read_text()
+    assert "shutdown: 1 requests still sending their body after 1s; ended" in log, log
+
+
 def test_a_second_signal_drops_a_client_that_reads_nothing_of_its_answer(
     serve: Any, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
