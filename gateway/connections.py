@@ -116,7 +116,8 @@ class Connections:
 
     @contextlib.contextmanager
     def abortable(self, *, enabled: bool = True) -> Iterator[None]:
-        """Let the shutdown deadline stop this task's wait with a 503 ``shutting_down`` error.
+        """Let the shutdown deadline stop this task's wait with a 503 ``shutting_down`` error
+        (a wait that begins after the deadline, at once).
 
         NOTE: ``abort_in_flight`` cancels the task; the cancellation is turned into an
         ``APIError`` here (and the task uncancelled), so the client gets an error body or
@@ -126,6 +127,11 @@ class Connections:
         if not enabled or task is None:
             yield
             return
+        if self.aborting:
+            # NOTE: a request that starts after the deadline (pipelined behind an answer the
+            # deadline ended) is not among those it cancelled: it waited for its model until
+            # uvicorn's own deadline cut it, a 500
+            raise shutting_down()
         self.in_flight.add(task)
         try:
             yield

@@ -113,6 +113,33 @@ def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
+_POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+
+
+def pipelined_behind_a_stream(gateway: ServeProcess, behind: bytes) -> tuple[bytes, bytes]:
+    """Send a slow stream's request and, on the same connection, ``behind`` (pipelined); once
+    the stream has started, SIGINT, and wait for the exit (``shutdown_timeout`` 1 s).
+    Returns what the connection got: the stream's answer, and what followed a ``503``."""
+    streamed = json.dumps({"model": "fake-model", "stream": True,
+                           "messages": [{"role": "user", "content": "slow"}],
+                           "fake": {"chunks": 50, "chunk_delay": 0.5}}).encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
+        client.sendall(_POST + b"content-length: %d\r\n\r\n%s" % (len(streamed), streamed)
+                       + behind)  # fmt: skip
+        assert client.recv(12) == b"HTTP/1.1 200"  # (the stream has started)
+        gateway.proc.send_signal(signal.SIGINT)
+        assert gateway.proc.wait(timeout=30) == 0
+        client.settimeout(10)
+        received = b""
+        with contextlib.suppress(ConnectionResetError):
+            while piece := client.recv(65536):
+                received += piece
+    stream, _, refused = received.partition(b"HTTP/1.1 503 ")
+    # the stream ended by the deadline: its error event, then its end
+    assert b'"code":"shutting_down"' in stream and stream.endswith(b"\r\n0\r\n\r\n"), received
+    return stream, refused
+
+
 def test_an_upload_pipelined_behind_a_stream_waits_for_the_stream_to_end(
     serve: Any, upstream_server: ThreadedServer, tmp_path: Path
 ) -> None:
@@ -121,25 +148,26 @@ def test_an_upload_pipelined_behind_a_stream_waits_for_the_stream_to_end(
     inside the stream and the connection closed: the stream got neither its error event nor
     its end. Now the stream ends with its error, then the upload gets its 503."""
     gateway = serve(config(upstream_server, tmp_path, shutdown_timeout=1))
-    streamed = json.dumps({"model": "fake-model", "stream": True,
-                           "messages": [{"role": "user", "content": "slow"}],
-                           "fake": {"chunks": 50, "chunk_delay": 0.5}}).encode()  # fmt: skip
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-    with socket.create_connection(("127.0.0.1", gateway.port)) as client:
-        client.sendall(head + b"content-length: %d\r\n\r\n%s" % (len(streamed), streamed)
-                       + head + b'content-length: 100000\r\n\r\n{"model": "fake-model", ')  # fmt: skip
-        assert client.recv(12) == b"HTTP/1.1 200"  # (the stream has started)
-        gateway.proc.send_signal(signal.SIGINT)
-        assert gateway.proc.wait(timeout=30) == 0
-        client.settimeout(10)
-        received = b""
-        while piece := client.recv(65536):
-            received += piece
-    stream, _, refused = received.partition(b"HTTP/1.1 503 ")
-    assert b'"code":"shutting_down"' in stream and stream.endswith(b"\r\n0\r\n\r\n"), received
-    assert b'"code":"shutting_down"' in refused, received
+    upload = _POST + b'content-length: 100000\r\n\r\n{"model": "fake-model", '
+    _, refused = pipelined_behind_a_stream(gateway, upload)
+    assert b'"code":"shutting_down"' in refused, refused
     log = gateway.log.read_text()
     assert "shutdown: 1 requests still sending their body after 1s; ended" in log, log
+
+
+def test_a_request_pipelined_behind_a_stream_gets_its_503_after_the_deadline(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """HTTP pipelining: a request that had fully arrived, queued behind a stream, starts only
+    once the deadline has ended that stream: the deadline had not cancelled it, and it waited
+    for its model until uvicorn's own deadline cut it (a 500). Now it gets the 503 at once."""
+    gateway = serve(config(upstream_server, tmp_path, shutdown_timeout=1))
+    queued = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "q"}],
+                         "fake": {"delay": 20}}).encode()  # fmt: skip
+    _, refused = pipelined_behind_a_stream(
+        gateway, _POST + b"content-length: %d\r\n\r\n%s" % (len(queued), queued)
+    )
+    assert b'"code":"shutting_down"' in refused, refused
 
 
 def test_a_second_signal_drops_a_client_that_reads_nothing_of_its_answer(
