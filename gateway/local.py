@@ -699,6 +699,7 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
             for field in ("tool_calls", "function_call"):  # the template would drop them
                 if message.get(field):
                     raise _unsupported(f"messages[{i}].{field}")
+            _check_content(message, i)
         return engine.encode_chat(request.body["messages"], continue_final=_continues(request))
     prompt = request.body.get("prompt")
     if isinstance(prompt, str):
@@ -715,6 +716,15 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         param="prompt",
         code="unsupported_parameter",
     )
+
+
+def _check_content(message: dict[str, Any], i: int) -> None:
+    """A 400 for a turn with no content (null or ``[]``) but an assistant's: as OpenAI
+    answers it. The template rendered an empty turn, and the model's answer to it was cached
+    (an assistant's null content is the tool call it carried, refused above)."""
+    if message["role"] != "assistant" and message.get("content") in (None, []):
+        raise APIError(400, f"'messages[{i}].content' must be a string or a non-empty list of "
+                       "content parts.", param=f"messages[{i}].content", code="invalid_value")  # fmt: skip
 
 
 def _fitted(engine: Engine, request: GatewayRequest, max_tokens: int | None) -> list[int]:

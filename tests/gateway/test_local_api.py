@@ -423,6 +423,29 @@ def test_earlier_tool_calls_are_refused_not_dropped(gw: Gateway) -> None:
     assert response.json()["error"]["param"] == "messages[1].tool_calls"
 
 
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([{"role": "user", "content": None}], "messages[0].content"),
+        ([{"role": "user", "content": []}], "messages[0].content"),
+        ([{"role": "system", "content": None}, {"role": "user", "content": "hi"}],
+         "messages[0].content"),
+        ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
+          {"role": "user", "content": None}], "messages[2].content"),
+    ],
+)  # fmt: skip
+def test_a_turn_without_content_is_400(
+    gw: Gateway, messages: list[dict[str, Any]], param: str
+) -> None:
+    """As OpenAI answers it; the model answered an empty turn (200, and cached)."""
+    for stream in (False, True):
+        response = chat(gw, messages, stream=stream)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error["param"] == param and error["code"] == "invalid_value"
+    assert chat(gw, [{"role": "user", "content": ""}], max_tokens=2).status_code == 200
+
+
 def test_control_token_text_in_a_message_is_plain_text(gw: Gateway) -> None:
     def prompt_tokens(content: str) -> int:
         response = chat(gw, [{"role": "user", "content": content}], max_tokens=1,
