@@ -721,7 +721,13 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
 def _check_content(message: dict[str, Any], i: int) -> None:
     """A 400 for a turn with no content (null or ``[]``) but an assistant's: as OpenAI
     answers it. The template rendered an empty turn, and the model's answer to it was cached
-    (an assistant's null content is the tool call it carried, refused above)."""
+    (an assistant's null content is the tool call it carried, refused above). A ``tool`` or
+    ``function`` message too: it answers a call no earlier message may carry here (refused
+    above), and OpenAI refuses one that answers none; the model answered it as a turn."""
+    if message["role"] in ("tool", "function"):
+        raise APIError(400, f"'messages[{i}]' with role '{message['role']}' must answer a tool "
+                       "call of a preceding message.", param=f"messages[{i}].role",
+                       code="invalid_value")  # fmt: skip
     if message["role"] != "assistant" and message.get("content") in (None, []):
         raise APIError(400, f"'messages[{i}].content' must be a string or a non-empty list of "
                        "content parts.", param=f"messages[{i}].content", code="invalid_value")  # fmt: skip

@@ -432,9 +432,14 @@ def test_earlier_tool_calls_are_refused_not_dropped(gw: Gateway) -> None:
          "messages[0].content"),
         ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"},
           {"role": "user", "content": None}], "messages[2].content"),
+        # (no earlier tool call: OpenAI's 400; the model answered it as a turn)
+        ([{"role": "tool", "tool_call_id": "c1", "content": "18 C"},
+          {"role": "user", "content": "hi"}], "messages[0].role"),
+        ([{"role": "user", "content": "hi"}, {"role": "function", "name": "f", "content": "1"}],
+         "messages[1].role"),
     ],
 )  # fmt: skip
-def test_a_turn_without_content_is_400(
+def test_a_turn_without_content_or_an_orphan_tool_result_is_400(
     gw: Gateway, messages: list[dict[str, Any]], param: str
 ) -> None:
     """As OpenAI answers it; the model answered an empty turn (200, and cached)."""
