@@ -288,7 +288,10 @@ class Ledger:
             account.provider_cached_tokens += usage.cached_tokens
             account.saved_provider_cache_usd += saving
         account.spent_usd += _cost(usage, price)
-        self._expire_writes()
+        # NOTE: only this account: a read consumes this account's writes alone, and the
+        # others' expire before anything shows them (``stats``); expiring every account here
+        # cost each request O(accounts), and a tenant key makes up to ``max_accounts`` of them
+        self._expire(account, price, self._clock() - self._write_ttl)
         if usage.cached_tokens:
             _read_writes(account, usage.cached_tokens)
         if usage.cache_write_tokens:
@@ -300,14 +303,16 @@ class Ledger:
         """Writes older than ``write_ttl`` with tokens left unread become waste."""
         cutoff = self._clock() - self._write_ttl
         for (_tenant, model), account in self._accounts.items():
-            price = self._prices.get(model, Price())
-            premium = (
-                price.input if price.cache_write is None else price.cache_write
-            ) - price.input
-            while account.writes and account.writes[0][0] < cutoff:
-                _, left = account.writes.popleft()
-                account.unread_write_tokens += int(left)
-                account.unread_write_usd += _usd(int(left), premium)
+            self._expire(account, self._prices.get(model, Price()), cutoff)
+
+    @staticmethod
+    def _expire(account: _Account, price: Price, cutoff: float) -> None:
+        """One account's writes made before ``cutoff`` with tokens left unread become waste."""
+        premium = (price.input if price.cache_write is None else price.cache_write) - price.input
+        while account.writes and account.writes[0][0] < cutoff:
+            _, left = account.writes.popleft()
+            account.unread_write_tokens += int(left)
+            account.unread_write_usd += _usd(int(left), premium)
 
 
 def _read_writes(account: _Account, tokens: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gateway.config import Price
@@ -139,3 +141,38 @@ def test_partitions_past_the_account_limit_are_booked_to_their_tenant() -> None:
     p1 = partitioned("team-a", "p1")  # an account it has already keeps counting
     ledger.record(p1, "gpt", Usage(1, 1, 0, 0), source="upstream", hit=False)
     assert ledger.stats()[p1]["gpt"]["requests"] == 2
+
+
+def test_a_request_checks_the_cache_writes_of_its_own_account_only() -> None:
+    """A tenant key may make up ``max_accounts`` accounts (partitions): a request used to
+    expire the cache writes of every one of them. It visits its own; the others' unread
+    writes are still counted, when the stats are read."""
+    from gateway.requests import partitioned
+
+    now = [1000.0]
+    price = Price(input=3.0, cached_input=0.3, cache_write=3.75, output=15.0)
+    ledger = Ledger({"claude": price}, write_ttl=300, clock=lambda: now[0])
+    write = Usage(110, 5, 0, 100)
+    for n in range(1000):
+        ledger.record(partitioned("a", f"p{n}"), "claude", write, source="upstream", hit=False)
+    visited: list[object] = []
+    expire = ledger._expire
+
+    def counted(account: Any, price: Price, cutoff: float) -> None:
+        visited.append(account)
+        expire(account, price, cutoff)
+
+    ledger._expire = counted  # type: ignore[method-assign]
+    now[0] += 301  # every write is now past its TTL, none read
+    ledger.record("b", "claude", Usage(1010, 5, 900, 0), source="upstream", hit=False)
+    assert len(visited) == 1
+    stats = ledger.stats()
+    assert len(visited) == 1002  # (the stats read every account)
+    unread = [
+        stats[partitioned("a", f"p{n}")]["claude"]["unread_write_tokens"] for n in range(1000)
+    ]
+    assert unread == [100] * 1000
+    assert stats["b"]["claude"]["provider_cached_tokens"] == 900
+    series = ledger.series()
+    assert sum(row["unread_write_tokens"] for row in series.values()) == 100_000
+    assert sum(row["requests"] for row in series.values()) == 1001

@@ -362,3 +362,30 @@ def test_made_up_partitions_past_the_first_hundred_share_their_tenants_series(
     ledger = gw.http.get("/admin/stats", headers=admin).json()["ledger"]
     assert ledger["a\x1fmade-up-101"]["fake-model"]["requests"] == 2  # (every account there)
     client.close()
+
+
+def test_a_request_visits_one_account_of_a_thousand(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A request re-checks the cache writes of the account it charged, not of every account a
+    tenant key made up; /admin/stats and /metrics count the same as before."""
+    from gateway.ledger import Usage
+    from gateway.requests import partitioned
+
+    gw = make_gateway("admin: {api_key: adm}")
+    ledger, admin = gw.runtime.ledger, {"authorization": "Bearer adm"}
+    for n in range(1000):
+        ledger.record(partitioned("x", f"p{n}"), "fake-model", Usage(10, 1, 0, 4),
+                      source="upstream", hit=False)  # fmt: skip
+    visited: list[object] = []
+    expire = ledger._expire
+    ledger._expire = lambda account, *args: visited.append(account) or expire(account, *args)
+    assert gw.chat("one account").status_code == 200
+    wait_for(lambda: visited)
+    assert len(visited) == 1
+    stats = gw.http.get("/admin/stats", headers=admin).json()["ledger"]
+    assert sum(row["fake-model"]["requests"] for row in stats.values()) == 1001
+    assert sum(row["fake-model"]["cache_write_tokens"] for row in stats.values()) == 4000
+    metrics = gw.http.get("/metrics", headers=admin).text
+    requests = re.findall(r"^cachegate_ledger_requests_total\{[^}]*\} (\S+)$", metrics, re.M)
+    assert sum(float(value) for value in requests) == 1001
