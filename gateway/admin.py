@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import urllib.parse
 from importlib import resources
 from typing import Any
 
@@ -19,7 +18,7 @@ from semantic.cache import ResponseCache
 from semantic.store import StoreUnavailable
 
 from . import entries
-from .auth import AdminAccess, bearer
+from .auth import AdminAccess, bearer, foreign_origin
 from .errors import APIError
 from .runtime import Runtime
 
@@ -224,7 +223,7 @@ def _authorized(
     NOTE: see gateway.auth for the policy: with tenants and no admin key, nobody gets in.
     """
     runtime: Runtime = request.app.state.runtime
-    if _foreign_origin(request):
+    if foreign_origin(request.headers):  # (with or without a key)
         return _error(APIError(403, "The admin routes do not answer a web page of another "
                                "origin than the gateway's own.", code="cross_origin"))  # fmt: skip
     token = bearer(request.headers.get("authorization"))
@@ -243,26 +242,6 @@ def _authorized(
             )
         )
     return _error(APIError(401, "A valid admin API key is required.", code="invalid_api_key"))
-
-
-def _foreign_origin(request: Request[Any, Any, Any]) -> bool:
-    """Whether a browser sent this request for a page of another origin (``Origin``, which
-    browsers send with every cross-origin request but a plain link's, names another host).
-
-    NOTE: open admin routes (no keys) on 127.0.0.1 are reached by the operator's browser as
-    well: any web page it opened flushed the cache with a cross-site POST (a text/plain body
-    asks no CORS preflight). With an admin key a page cannot send it (the Authorization header
-    needs a preflight the gateway never grants), but it is refused all the same. Clients that
-    are not browsers (the CLI, curl, Prometheus) send no Origin.
-    """
-    origin = request.headers.get("origin")
-    if origin is None:
-        return False
-    try:
-        netloc = urllib.parse.urlsplit(origin).netloc  # ("null": a sandboxed page, a file)
-    except ValueError:  # ("http://[::1": no origin a browser sends)
-        return True
-    return netloc.lower() != request.headers.get("host", "").lower()
 
 
 def _cache(runtime: Runtime) -> ResponseCache:

@@ -124,7 +124,7 @@ async def delete_response(
             # and routed: a forwarded client key is its tenant), or a cachegate upstream (a
             # worker) finds it filed under another partition and keeps its copy
             asked = gateway_request("responses", {"model": stored.model}, request.headers,
-                                    runtime.authenticate(auth))  # fmt: skip
+                                    runtime.authenticate(auth, request.headers))  # fmt: skip
             _, asked = runtime.pipeline.route(asked, auth)
             await remote(asked, stored.id, auth)
     except APIError as exc:
@@ -184,7 +184,7 @@ async def _token_count(
     runtime = _runtime(request)
     checked, auth = _credential(wire, request)
     try:
-        tenant = runtime.authenticate(checked)
+        tenant = runtime.authenticate(checked, request.headers)
         _unencoded(request)
         parsed = parse(await request.body(), request.headers, tenant)
         backend, parsed = runtime.pipeline.route(parsed, auth)
@@ -202,7 +202,9 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
     ``anthropic-version``, its key as ``x-api-key`` or a bearer token)."""
     runtime, anthropic = _runtime(request), _anthropic(request)
     try:
-        runtime.authenticate(_credential(MESSAGES if anthropic else CHAT, request)[0])
+        runtime.authenticate(
+            _credential(MESSAGES if anthropic else CHAT, request)[0], request.headers
+        )
     except APIError as exc:
         return error_response(exc, wire=MESSAGES if anthropic else CHAT)
     # (at once: an upstream model may ask its upstream for its context window, ≤ 2 s)
@@ -219,7 +221,7 @@ async def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) ->
     runtime, anthropic = _runtime(request), _anthropic(request)
     wire = MESSAGES if anthropic else CHAT
     try:
-        runtime.authenticate(_credential(wire, request)[0])
+        runtime.authenticate(_credential(wire, request)[0], request.headers)
         backend = runtime.backends.get(model_id.lstrip("/"))
         if backend is None:
             raise APIError(404, f"The model `{model_id.lstrip('/')}` does not exist.",
@@ -359,7 +361,7 @@ def _identified(response: Response[Any], rid: str) -> Response[Any]:
 async def _parse(
     request: Request[Any, Any, Any], runtime: Runtime, wire: Wire, seen: _Seeing
 ) -> GatewayRequest:
-    tenant = runtime.authenticate(_credential(wire, request)[0])
+    tenant = runtime.authenticate(_credential(wire, request)[0], request.headers)
     _unencoded(request)
     try:
         raw = await request.body()
@@ -543,7 +545,8 @@ def _caller(request: Request[Any, Any, Any]) -> str:
     """The tenant of a request to the stored responses' routes (401 without a valid key)."""
     runtime = _runtime(request)
     return request_tenant(
-        runtime.authenticate(request.headers.get("authorization")), request.headers
+        runtime.authenticate(request.headers.get("authorization"), request.headers),
+        request.headers,
     )
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import enum
 import secrets
+import urllib.parse
+from collections.abc import Mapping
 
 from .config import Config
 from .config import key_digest as digest
 
-__all__ = ["AdminAccess", "KeyRing", "bearer", "digest", "new_key"]
+__all__ = ["AdminAccess", "KeyRing", "bearer", "digest", "foreign_origin", "new_key"]
 
 
 class AdminAccess(enum.Enum):
@@ -73,3 +75,24 @@ def bearer(authorization: str | None) -> str:
     if authorization and authorization[:7].lower() == "bearer ":
         return authorization[7:].strip()
     return ""
+
+
+def foreign_origin(headers: Mapping[str, str]) -> bool:
+    """Whether a browser sent this request for a page of another origin (``Origin``, which
+    browsers send with every cross-origin request but a plain link's, names another host).
+
+    NOTE: routes open to whoever reaches the port (no keys) on 127.0.0.1 are reached by the
+    operator's browser as well: any web page it opened flushed the cache (admin routes) or
+    made model calls (the API) with a cross-site POST (a text/plain body asks no CORS
+    preflight). With a key a page cannot send it (the Authorization header needs a preflight
+    the gateway never grants). Clients that are not browsers (the CLI, curl, the SDKs,
+    Prometheus) send no Origin.
+    """
+    origin = headers.get("origin")
+    if origin is None:
+        return False
+    try:
+        netloc = urllib.parse.urlsplit(origin).netloc  # ("null": a sandboxed page, a file)
+    except ValueError:  # ("http://[::1": no origin a browser sends)
+        return True
+    return netloc.lower() != headers.get("host", "").lower()

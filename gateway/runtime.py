@@ -9,7 +9,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from semantic.store import TENANTS_SHOWN, DiskStore, EntryStore, TenantEntries
 from .admission import WAIT_BUCKETS, Admission
 from .anthropic import AnthropicBackend
 from .audit import Auditor
-from .auth import KeyRing, bearer
+from .auth import KeyRing, bearer, foreign_origin
 from .backend import Backend
 from .config import AnthropicModelConfig, Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .connections import Connections, StreamWatch
@@ -155,9 +155,16 @@ class Runtime:
         """End every request still waiting for a model (see ``Connections.abort_in_flight``)."""
         return self.connections.abort_in_flight()
 
-    def authenticate(self, authorization: str | None) -> str:
-        """The tenant of a request; raises 401 when keys are configured and this one is not."""
+    def authenticate(self, authorization: str | None, headers: Mapping[str, str]) -> str:
+        """The tenant of a request; raises 401 when keys are configured and this one is not.
+
+        With no keys, a browser's request from a page of another origin is a 403: any web
+        page could otherwise spend the upstream keys through the gateway (``foreign_origin``).
+        """
         if not self.keys.has_tenants:
+            if foreign_origin(headers):
+                raise APIError(403, "A gateway without keys does not answer a web page of "
+                               "another origin than its own.", code="cross_origin")  # fmt: skip
             return "default"
         token = bearer(authorization)
         tenant = self.keys.tenant(token)

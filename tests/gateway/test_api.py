@@ -1195,3 +1195,53 @@ def test_answers_cached_under_another_upstream_model_are_not_served(
         assert response.headers["x-cache"] == expected, upstream_model
         gw.stop()
     assert upstream.stats[api] == 2
+
+
+def test_a_keyless_gateway_refuses_model_calls_from_a_web_page_of_another_origin(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The API routes read a JSON body whatever its content-type, so a web page the operator's
+    browser opened could make model calls through a gateway without keys (on the operator's
+    upstream key) with a POST a browser sends without a CORS preflight (text/plain)."""
+    gw = make_gateway()
+    body = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "Hi"}]})
+    page = {"origin": "https://evil.example", "content-type": "text/plain;charset=UTF-8"}
+    for origin in ("https://evil.example", "null", f"{gw.url}.evil.example"):
+        refused = gw.http.post(
+            "/v1/chat/completions", content=body, headers={**page, "origin": origin}
+        )
+        assert refused.status_code == 403
+        error = refused.json()["error"]
+        assert error["code"] == "cross_origin" and error["type"] == "permission_error"
+    for path in ("/v1/embeddings", "/v1/responses/input_tokens"):
+        assert gw.http.post(path, content=body, headers=page).status_code == 403
+    assert gw.http.get("/v1/models", headers=page).status_code == 403
+    message = {
+        "model": "fake-model",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": "Hi"}],
+    }
+    anthropic = gw.http.post("/v1/messages", content=json.dumps(message), headers=page)
+    assert anthropic.status_code == 403 and anthropic.json()["type"] == "error"  # Anthropic's
+    assert upstream.stats["requests"] == 0  # no model call was made
+    # no Origin (an SDK, curl), and the gateway's own origin, are answered; nothing was cached
+    plain = gw.http.post(
+        "/v1/chat/completions", content=body, headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 200 and plain.headers["x-cache"] == "miss"
+    own = gw.http.post("/v1/chat/completions", content=body, headers={**page, "origin": gw.url})
+    assert own.status_code == 200 and own.headers["x-cache"] == "exact"
+    sdk = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="unused")
+    assert sdk.models.list().data[0].id == "fake-model"
+
+
+def test_a_gateway_with_keys_answers_a_keyed_request_from_any_origin(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """With tenant keys a web page cannot send a key without a preflight the gateway never
+    grants: the Origin check is for a gateway without keys."""
+    gw = make_gateway("auth: {keys: [{key: key-a, tenant: a}]}")
+    headers = {"origin": "https://app.example", "authorization": "Bearer key-a"}
+    assert gw.chat("Hi", headers=headers).status_code == 200
+    anonymous = gw.chat("Hi", headers={"origin": "https://app.example"})
+    assert anonymous.status_code == 401
