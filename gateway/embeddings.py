@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 import re
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from semantic.cache import Lookup, ResponseCache
 from semantic.keys import CacheKey, embedding_key, salted
 
 from .backend import Backend
@@ -36,6 +38,8 @@ from .requests import embedding_inputs, parse_request
 from .tracing import tier
 
 __all__ = ["EMBEDDINGS", "embed"]
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -144,13 +148,28 @@ async def _look_up(
         with tier("cache.lookup") as span:
             looked = await _bounded(cache.lookup(k, max_age=control.max_age) for k in batch.keys)
             for i, hit in enumerate(looked):
-                if hit.entry is not None:
+                if hit.entry is not None and await _servable(cache, request.model, hit):
                     batch.found[i] = hit.entry.response
                     batch.age = max(batch.age, hit.age or 0.0)
             if span is not None:  # (exact: every input found, as x-cache says)
                 found = "exact" if len(batch.found) == len(inputs) else "miss"
                 span.set_attribute("cachegate.cache", found)
     return batch
+
+
+async def _servable(cache: ResponseCache, model: str, hit: Lookup) -> bool:
+    """Whether an input's stored answer holds its vector, as every stored one did; one that
+    does not (a damaged record) failed each request for that input with a 500 until its TTL
+    ran out: it is dropped from the cache (see ``ResponseCache.drop_unreplayable``), and the
+    input is asked upstream as a miss, its answer stored in the entry's place."""
+    assert hit.entry is not None
+    vector = hit.entry.response.get("embedding")
+    if isinstance(vector, list | str) and vector:  # (as ``_vectors`` takes it)
+        return True
+    log.warning("model %s: cached embedding %d cannot be served back: dropped, answered as "
+                "a miss", model, hit.entry.id)  # fmt: skip
+    await cache.drop_unreplayable(hit.entry)
+    return False
 
 
 async def _ask(

@@ -22,7 +22,7 @@ import redis
 
 from semantic.store import Entry
 from tests.conftest import Gateway, wait_for
-from tests.fake_upstream import FakeUpstream
+from tests.fake_upstream import FakeUpstream, embedding_of
 from tests.gateway.test_metrics import sample
 
 Spoil = Callable[[dict[str, Any]], None]
@@ -173,3 +173,33 @@ def test_a_bad_entry_leaves_the_semantic_tier_too(
     assert stats["replay_failures"] == 1 and stats["index"]["entries"] == 1
     hit = gw.http.post("/v1/chat/completions", json=stored)  # the fresh answer: semantic hit
     assert hit.headers["x-cache"] == "semantic" and hit.json()["choices"] == fresh.json()["choices"]
+
+
+def test_an_embedding_that_cannot_be_served_back_is_a_miss_and_dropped(
+    make_gateway: Any, upstream: FakeUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An embeddings input's entry without its vector (a damaged record) failed every batch
+    holding that input with a 500 until its TTL ran out: it is asked upstream again instead."""
+    gw = make_gateway()
+    body = {"model": "fake-model", "input": ["alpha", "beta"], "encoding_format": "float"}
+    assert gw.http.post("/v1/embeddings", json=body).headers["x-cache-inputs"] == "0/2"
+    wait_for(lambda: gw.http.get("/admin/stats").json()["cache"]["entries"] == 2)
+    with diskcache.Cache(str(Path(gw.config.data_dir) / "response-cache")) as cache:
+        entries = [_DECODE.decode(cache.get(i)) for i in cache.iterkeys()]
+    alpha = next(e for e in entries if e.response["embedding"] == embedding_of("alpha"))
+    _spoil_on_disk(gw, alpha.id, lambda response: response.pop("embedding"))
+    calls = upstream.stats["embeddings"]
+    with caplog.at_level(logging.WARNING, logger="gateway.embeddings"):
+        fresh = gw.http.post("/v1/embeddings", json=body)
+    assert fresh.status_code == 200, fresh.text
+    assert fresh.headers["x-cache"] == "miss" and fresh.headers["x-cache-inputs"] == "1/2"
+    assert upstream.stats["embeddings"] == calls + 1 and upstream.last_body["input"] == ["alpha"]
+    assert [d["embedding"] for d in fresh.json()["data"]] == [
+        embedding_of("alpha"),
+        embedding_of("beta"),
+    ]
+    assert any("cannot be served back" in r.getMessage() for r in caplog.records)
+    assert gw.http.get("/admin/stats").json()["cache"]["replay_failures"] == 1
+    wait_for(lambda: gw.http.get("/admin/stats").json()["cache"]["entries"] == 2)  # (fresh)
+    again = gw.http.post("/v1/embeddings", json=body)
+    assert again.headers["x-cache"] == "exact" and again.json()["data"] == fresh.json()["data"]
