@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import fcntl
 import logging
 import math
 import os
@@ -21,6 +22,7 @@ import re
 import signal
 import socket
 import sys
+import termios
 import time
 import urllib.parse
 from collections.abc import Coroutine, Iterator, Sequence
@@ -490,10 +492,7 @@ async def _shutdown_deadline(servers: list[Any], runtime: Any, config: Config) -
     if uploads := _end_uploads(servers):
         log.warning("shutdown: %d requests still sending their body after %s; ended",
                     uploads, waited)  # fmt: skip
-    await asyncio.sleep(_FLUSH_GRACE)
-    if dropped := _drop_unread(servers):
-        log.warning("shutdown: %d clients took nothing of their answers %.0fs after %s; "
-                    "connections dropped", dropped, _FLUSH_GRACE, waited)  # fmt: skip
+    await _drop_unread(servers, waited)
 
 
 def _end_uploads(servers: list[Any]) -> int:
@@ -504,18 +503,43 @@ def _end_uploads(servers: list[Any]) -> int:
     return sum(c.end_upload() for c in connections if isinstance(c, CorkedHttpToolsProtocol))
 
 
-def _drop_unread(servers: list[Any]) -> int:
-    """Drop the connections of ``servers`` that only wait to send what their client does not
-    read (closing: their answer, or the error that ended it, was written).
+async def _drop_unread(servers: list[Any], waited: str) -> None:
+    """Every ``_FLUSH_GRACE`` s from the deadline until the connections of ``servers`` are gone,
+    drop those that only wait to send what their client does not read: closing (their answer,
+    or the error that ended it, was written) with no byte of it taken since the look before.
 
     NOTE: a transport closes only once its buffered bytes are sent: a client that stopped
     reading (a stream it no longer took, a large answer) held the drain after a second signal
-    for uvicorn's whole ``timeout_graceful_shutdown``, its request long ended.
+    for uvicorn's whole ``timeout_graceful_shutdown``, its request long ended. One still
+    reading, however slowly, keeps its connection (until uvicorn's own deadline): all closing
+    ones were dropped, a large answer read steadily cut half way.
     """
-    closing = [c for s in servers for c in s.server_state.connections if c.transport.is_closing()]
-    for connection in closing:
-        connection.transport.abort()
-    return len(closing)
+    looked = {c: _unsent(c.transport) for s in servers for c in s.server_state.connections}
+    while looked:
+        await asyncio.sleep(_FLUSH_GRACE)
+        connections = [c for s in servers for c in s.server_state.connections]
+        unsent = {c: _unsent(c.transport) for c in connections}
+        stalled = [c for c in connections if c.transport.is_closing() and c in looked
+                   and unsent[c] >= looked[c]]  # fmt: skip
+        for connection in stalled:
+            connection.transport.abort()
+        looked = {c: left for c, left in unsent.items() if c not in stalled}
+        if stalled:
+            log.warning("shutdown: %d clients took nothing of their answers %.0fs after %s; "
+                        "connections dropped", len(stalled), _FLUSH_GRACE, waited)  # fmt: skip
+
+
+def _unsent(transport: Any) -> int:
+    """Bytes ``transport`` holds that its client has not yet received: in its buffer, and
+    in the socket's send queue (Linux: unacknowledged; the buffer alone moves only once the
+    queue has room for much of it, seconds apart for a client reading a few kB at a time)."""
+    held = int(transport.get_write_buffer_size())
+    sock = transport.get_extra_info("socket")
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4)
+    except (AttributeError, OSError, ValueError):  # (not Linux, or the socket gone)
+        return held
+    return held + int.from_bytes(queued, sys.byteorder, signed=True)
 
 
 def _log_admin_access(config: Config) -> None:

@@ -196,6 +196,37 @@ def test_a_second_signal_drops_a_client_that_reads_nothing_of_its_answer(
     assert said in log and "Traceback" not in log, log
 
 
+def test_a_second_signal_spares_a_client_still_reading_its_answer_slowly(
+    serve: Any, upstream_server: ThreadedServer, tmp_path: Path
+) -> None:
+    """The drop above took every connection still sending 1 s after the deadline: a client
+    reading a large answer slowly but steadily (64 kB every 50 ms: the answer past what the
+    kernel's buffers hold) got it cut half way.
+    Now only one that took nothing of it since the look before is dropped."""
+    gateway = serve(config(upstream_server, tmp_path))
+    text = "0123456789" * 600_000
+    question = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "big"}],
+                           "fake": {"content": "0123456789", "repeat": 600_000}}).encode()  # fmt: skip
+    with socket.socket() as client:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        client.connect(("127.0.0.1", gateway.port))
+        client.sendall(_POST + b"content-length: %d\r\n\r\n%s" % (len(question), question))
+        received = client.recv(12)
+        assert received == b"HTTP/1.1 200"
+        gateway.proc.send_signal(signal.SIGINT)
+        gateway.wait_logged("Waiting for connections to close", timeout=30)
+        signal_again(gateway, signal.SIGINT, 1)
+        client.settimeout(30)
+        while piece := client.recv(65536):  # (some seconds for its 6 MB: past the 1 s)
+            received += piece
+            time.sleep(0.05)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert json.loads(body)["choices"][0]["message"]["content"] == text, head
+    assert gateway.proc.wait(timeout=30) == 0
+    log = gateway.log.read_text()
+    assert "took nothing of their answers" not in log and "Traceback" not in log, log
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_third_signal_exits_while_the_app_shutdown_hangs(
     serve: Any,
