@@ -30,7 +30,7 @@ from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch, hold
 from .embeddings import EMBEDDINGS, embed
-from .errors import APIError, shutting_down
+from .errors import UPLOAD_ENDED, APIError, shutting_down
 from .messages import client_credential, parse_count_tokens
 from .messages_bridge import MESSAGES, count_tokens
 from .observe import Seen, observe, request_id
@@ -366,7 +366,8 @@ async def _parse(
     try:
         raw = await request.body()
     except InternalServerException as exc:  # litestar's: the client left mid-body (a 499)
-        if runtime.connections.aborting:  # (the shutdown's deadline ended it: gateway.corked)
+        # (the shutdown's deadline ended it: gateway.corked; not one that left after it)
+        if request.scope.get("state", {}).get(UPLOAD_ENDED):
             raise shutting_down() from exc
         raise ClientDisconnected from exc
     try:

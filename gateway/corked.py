@@ -31,7 +31,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from .errors import APIError, shutting_down
+from .errors import UPLOAD_ENDED, APIError, shutting_down
 
 __all__ = ["CorkedHttpToolsProtocol", "serving_protocol"]
 
@@ -97,6 +97,7 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
             return False
         if self.transport.is_closing():  # (already ended: a 431, a header deadline)
             return False
+        cycle.scope.setdefault("state", {})[UPLOAD_ENDED] = True  # (a 503, not a 499: api.py)
         if self.pipeline:
             self._refuse_queued = True
             return True

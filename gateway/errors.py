@@ -9,6 +9,7 @@ import msgspec
 __all__ = [
     "NO_RETRY",
     "SHUTTING_DOWN_CODE",
+    "UPLOAD_ENDED",
     "APIError",
     "error_body",
     "responses_error_event",
@@ -57,6 +58,11 @@ def error_body(
     message: str, type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+#: Set (True) in a request's ``scope["state"]`` when a shutdown's deadline ended its upload
+#: (``CorkedHttpToolsProtocol.end_upload``): its app hears a disconnect, a 503, not a 499.
+UPLOAD_ENDED = "cachegate.upload_ended"
 
 
 def shutting_down() -> APIError:

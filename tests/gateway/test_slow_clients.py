@@ -7,6 +7,8 @@ import socket
 import time
 from typing import Any
 
+import pytest
+
 from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream
 
@@ -157,11 +159,15 @@ def test_the_watchdog_spares_a_stream_whose_client_reads_again() -> None:
     assert not stuck and not cancelled
 
 
+@pytest.mark.parametrize("deadline", [False, True], ids=["serving", "after the deadline"])
 def test_a_client_that_leaves_mid_body_is_a_499_not_a_500(
-    make_gateway: Any, upstream: FakeUpstream
+    make_gateway: Any, upstream: FakeUpstream, deadline: bool
 ) -> None:
-    """A client that hangs up while sending its body left: not a gateway error."""
+    """A client that hangs up while sending its body left: not a gateway error. After a
+    shutdown's deadline too: it was a 503 (the flag saying the deadline passed was the whole
+    process's), as for an upload the deadline ended (tests/e2e/test_lifecycle.py)."""
     gw = make_gateway("")
+    gw.runtime.connections.aborting = deadline  # (as ``abort_in_flight`` sets it)
     host, port = gw.url.removeprefix("http://").split(":")
     payload = b'{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}'
     with socket.create_connection((host, int(port))) as client:
@@ -174,5 +180,5 @@ def test_a_client_that_leaves_mid_body_is_a_499_not_a_500(
     wait_for(lambda: series in gw.http.get("/metrics").text)
     metrics = gw.http.get("/metrics").text
     assert series + 'status="499"} 1.0' in metrics
-    assert 'status="500"' not in metrics
+    assert 'status="500"' not in metrics and 'status="503"' not in metrics, metrics
     assert upstream.stats["requests"] == 0
