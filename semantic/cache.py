@@ -548,14 +548,18 @@ class ResponseCache:
         """Drop a found entry whose answer could not be served back (stored by an older build
         that stored any complete answer, or a damaged record), from the store and the index,
         and count it; its request is answered as a miss. A store that cannot delete it now
-        (Redis down) leaves it: the next hit on it tries again."""
+        (Redis down) leaves it: the next hit on it tries again.
+
+        NOTE: only ``entry`` itself, as it was found: ids are fixed per exact key, and a fresh
+        answer stored under the same id since the lookup (by another request, here or on
+        another replica) must stay, with its vector; it replaces the bad one anyway."""
         self._counters.replay_failures += 1
         try:
-            await self._store.delete([entry.id])
-        except StoreUnavailable as exc:
-            self._dropped(exc.removed)
+            deleted = await self._store.delete_if_unchanged(entry)
+        except StoreUnavailable:
             return
-        self._dropped([entry.id])
+        if deleted:
+            self._dropped([entry.id])
 
     # -- StoreListener: index changes (a shared store's follower makes them all, in order) --
 

@@ -341,6 +341,26 @@ return redis.call('ZCARD', KEYS[1])
 """
 )
 
+# KEYS: entry, lru, exp, hits, events. ARGV: id, the record's ``created`` field as msgpack
+# encodes it (see ``_created_field``), entry key prefix, stream maxlen, key prefix. Deletes the
+# entry (as ``_DELETE``) only while its record is still the one read, the one holding that
+# field: an answer stored again under the id since (by any replica) is kept, and no del event
+# is sent. Returns {1 deleted or 0, entries left}.
+# NOTE: the bytes are searched, not the record decoded: Redis's cmsgpack cannot read msgpack's
+# bin type, which the record's vector is.
+_DELETE_IF = (
+    _DROP
+    + """
+local raw = redis.call('GET', KEYS[1])
+if not (raw and string.find(raw, ARGV[2], 1, true)) then
+  return {0, redis.call('ZCARD', KEYS[2])}
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+drop({ARGV[1]}, ARGV[3], KEYS[3], KEYS[4], KEYS[5], ARGV[4], ARGV[5])
+return {1, redis.call('ZCARD', KEYS[2])}
+"""
+)
+
 # KEYS: entry, hits, lru, exp, events. ARGV: id, entry key prefix, stream maxlen, now, key prefix.
 # Returns {blob, hits} or {}. NOTE: an entry whose key is gone while ``lru`` still ranks it, and
 # not because it expired (the sweep drops, announces and counts those), was dropped by Redis
@@ -478,6 +498,7 @@ class RedisStore:
         self._get_script = self._redis.register_script(_GET)
         self._epoch_script = self._redis.register_script(_NEW_EPOCH)
         self._delete_script = self._redis.register_script(_DELETE)
+        self._delete_if_script = self._redis.register_script(_DELETE_IF)
         self._recount_script = self._redis.register_script(_RECOUNT)
         self._forget_script = self._redis.register_script(_FORGET)
         self._adopt_script = self._redis.register_script(_ADOPT)
@@ -605,6 +626,23 @@ class RedisStore:
     async def delete(self, ids: list[int]) -> None:
         if ids and not await self._delete(ids):
             raise StoreUnavailable("Redis failed: nothing was deleted")
+
+    async def delete_if_unchanged(self, entry: Entry) -> bool:
+        """Delete ``entry`` only while Redis still holds it (the same ``created``), in one
+        script: an answer another request (of any replica) stored under its id since it was
+        read is kept, with its vector (no del event). StoreUnavailable when Redis failed."""
+
+        async def op() -> bool:
+            deleted, self._count = await self._delete_if_script(
+                keys=[self._key(entry.id), *self._keys("lru", "exp", "hits", "events")],
+                args=[entry.id, _created_field(entry), self._p + "e:", _STREAM_MAXLEN, self._p],
+            )
+            return bool(deleted)
+
+        deleted = await self._call(op)
+        if deleted is None:
+            raise StoreUnavailable("Redis failed: nothing was deleted")
+        return deleted
 
     async def record_hit(self, entry_id: int) -> None:
         async def op() -> None:
@@ -1099,6 +1137,12 @@ def _new_epoch() -> int:
     """A flush's epoch: random, so no two flushes (nor a Redis that lost its data) share one
     (62 bits: a replica of an older version, which counts up with INCR, cannot overflow it)."""
     return secrets.randbits(62)
+
+
+def _created_field(entry: Entry) -> bytes:
+    """``entry``'s ``created`` as its msgpack record holds it: the map key, then the float64
+    (unix time to the microsecond or finer: another store of the id has another one)."""
+    return msgspec.msgpack.encode("created") + msgspec.msgpack.encode(float(entry.created))
 
 
 def _retry_once() -> Retry:

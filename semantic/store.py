@@ -131,6 +131,9 @@ class EntryStore(Protocol):
         self, entries: Sequence[Entry], *, epoch: int | None = None
     ) -> list[int]: ...
     async def delete(self, ids: list[int]) -> None: ...
+    # delete ``entry`` only while the store still holds that very entry (the same
+    # ``created``), in one step: False when it holds another (stored again since) or none
+    async def delete_if_unchanged(self, entry: Entry) -> bool: ...
     async def record_hit(self, entry_id: int) -> None: ...
     async def sweep(self) -> list[int]: ...  # drop expired entries, return their ids
     async def flush(self, namespace: str | None = None) -> list[int]: ...
@@ -365,6 +368,31 @@ class DiskStore:
                 self._forget(entry_id)
             done += batch
             await _yield_to_requests(len(ids))
+
+    async def delete_if_unchanged(self, entry: Entry) -> bool:
+        """Delete ``entry`` only while the directory still holds it (the same ``created``):
+        an answer stored again under its id since it was read is kept. Read and deleted in one
+        SQLite transaction, with no await between (this process is the directory's only
+        writer). StoreUnavailable when the disk refuses (nothing deleted)."""
+        try:
+            with self._cache.transact():
+                if not self._holds(entry):
+                    return False
+                self._cache.delete(entry.id)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreUnavailable(f"cannot delete the cached answer: {exc}") from None
+        self._forget(entry.id)
+        return True
+
+    def _holds(self, entry: Entry) -> bool:
+        """Whether the database holds ``entry`` as it was read (not another stored since)."""
+        raw = self._cache.get(entry.id)
+        if raw is None:
+            return False
+        try:
+            return self._decoder.decode(raw).created == entry.created
+        except msgspec.DecodeError:  # (not the entry read: that one could be decoded)
+            return False
 
     def _delete_on_disk(self, ids: list[int]) -> None:
         """Delete ``ids`` (a batch) from the database: one SQLite transaction, not one each."""

@@ -20,6 +20,7 @@ import msgspec
 import pytest
 import redis
 
+from semantic.cache import ResponseCache
 from semantic.store import Entry
 from tests.conftest import Gateway, wait_for
 from tests.fake_upstream import FakeUpstream, embedding_of
@@ -131,6 +132,40 @@ def test_a_response_whose_stream_breaks_mid_replay_is_a_miss_and_dropped(
     json_hit = gw.http.post("/v1/responses", json=body)
     assert json_hit.headers["x-cache"] == "exact"
     assert json_hit.json()["output"][0]["content"][0]["text"]
+
+
+def test_a_fresh_answer_stored_before_the_drop_stays(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between a hit's lookup of a bad entry and its drop, another request (or replica) stores
+    a fresh answer under the same id (ids are fixed per exact key): the drop keeps it (it
+    deleted it by id), and the next request is a hit on it."""
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "stored again"}]}
+    entry_id = _stored(gw, "/v1/chat/completions", body)
+    directory = str(Path(gw.config.data_dir) / "response-cache")
+    with diskcache.Cache(directory) as cache:
+        good = _DECODE.decode(cache.get(entry_id))
+    _spoil_on_disk(gw, entry_id, _bad_usage)
+    real_drop = ResponseCache.drop_unreplayable
+
+    async def stored_again_first(self: ResponseCache, entry: Entry) -> None:
+        with diskcache.Cache(directory) as cache:  # a fresh answer, stored after the lookup
+            fresh = msgspec.structs.replace(good, created=entry.created + 1)
+            cache.set(entry_id, _ENCODE.encode(fresh))
+        await real_drop(self, entry)
+
+    monkeypatch.setattr(ResponseCache, "drop_unreplayable", stored_again_first)
+    # (no-store: the model's answer to it is not stored in the entry's place)
+    miss = gw.http.post("/v1/chat/completions", json=body, headers={"cache-control": "no-store"})
+    assert miss.status_code == 200 and miss.headers["x-cache"] == "miss", miss.text
+    monkeypatch.undo()
+    assert gw.http.get("/admin/stats").json()["cache"]["replay_failures"] == 1
+    calls = upstream.stats["chat"]
+    hit = gw.http.post("/v1/chat/completions", json=body)
+    assert hit.headers["x-cache"] == "exact", hit.text  # was: a miss, the fresh answer deleted
+    assert hit.json()["choices"] == good.response["choices"] and upstream.stats["chat"] == calls
+    assert isinstance(hit.json()["usage"], dict)
 
 
 def test_a_bad_entry_in_redis_is_dropped_from_it(

@@ -18,7 +18,7 @@ from semantic.cache import CacheSettings, ResponseCache, SemanticSettings
 from semantic.embedder import Embedder
 from semantic.keys import CacheKey, chat_key, entry_id
 from semantic.redis_store import RedisStore
-from semantic.store import DiskStore, Entry
+from semantic.store import DiskStore, Entry, EntryStore
 from tests.conftest import RedisServer
 from tests.semantic.test_redis_store import wait_for
 
@@ -115,13 +115,18 @@ async def password_question_on_redis(
 ) -> tuple[RedisStore, ResponseCache, CacheKey, CacheKey]:
     """A started cache on Redis holding one question; its paraphrase is a semantic hit."""
     store = RedisStore(redis_server.url, max_entries=100, **store_options)
+    return (store, *await password_question(store))
+
+
+async def password_question(store: EntryStore) -> tuple[ResponseCache, CacheKey, CacheKey]:
+    """A started cache on ``store`` holding one question; its paraphrase is a semantic hit."""
     cache = ResponseCache(store, CacheSettings(), SemanticSettings())
     await cache.start()
     stored = chat_key("t", "", "m", ask("How do I reset my password?"))
     paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
     await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
     assert (await cache.lookup(paraphrase)).kind == "semantic"
-    return store, cache, stored, paraphrase
+    return cache, stored, paraphrase
 
 
 async def test_a_redis_blip_does_not_drop_vectors_from_the_index(
@@ -175,6 +180,47 @@ async def test_an_answer_stored_again_during_a_flush_keeps_its_vector(
     monkeypatch.undo()
     await cache.flush()
     assert (await cache.lookup(paraphrase)).kind == "miss"
+    await cache.close()
+
+
+@pytest.mark.parametrize("where", ["disk", "redis"])
+async def test_dropping_an_unservable_answer_keeps_a_fresh_one_stored_since(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hit found an answer it cannot serve back; before it drops it, another request (here,
+    or on another replica) stores a fresh answer under the same id (ids are fixed per exact
+    key). The drop leaves the fresh answer and its vector (it deleted both, by id)."""
+    if where == "redis":
+        server = request.getfixturevalue("redis_server")
+        _store, cache, stored, paraphrase = await password_question_on_redis(server)
+    else:
+        cache, stored, paraphrase = await password_question(DiskStore(tmp_path, max_entries=100))
+    applied = applied_events(monkeypatch)  # (Redis: what the follower applies to the index)
+    bad = await cache.lookup(stored)
+    assert bad.kind == "exact" and bad.entry is not None
+    fresh = await cache.store(
+        stored, {"choices": [], "fresh": 1}, model="m", tenant="t", namespace=""
+    )
+    assert fresh is not None and fresh.id == bad.entry.id and fresh.created != bad.entry.created
+    await cache.drop_unreplayable(bad.entry)
+    assert cache.stats()["replay_failures"] == 1
+    other = chat_key("t", "", "m", ask("What is the capital of France?"))
+    await cache.store(
+        other, {"choices": []}, model="m", tenant="t", namespace=""
+    )  # (applied after)
+    assert (b"del", False) not in applied and cache.index is not None and fresh.id in cache.index
+    for key, kind in ((stored, "exact"), (paraphrase, "semantic")):
+        found = await cache.lookup(key)
+        assert found.kind == kind and found.entry is not None, key
+        assert found.entry.response.get("fresh") == 1  # was: a miss, the fresh answer deleted
+    # the fresh one, found unservable in its turn (still stored as found), is dropped
+    found = await cache.lookup(stored)
+    assert found.entry is not None
+    await cache.drop_unreplayable(found.entry)
+    assert (await cache.lookup(stored)).kind == "miss"
+    await wait_for(lambda: fresh.id not in cache.index)  # (Redis: once the follower applied it)
+    assert (await cache.lookup(paraphrase)).kind == "miss"
+    assert cache.stats()["replay_failures"] == 2
     await cache.close()
 
 

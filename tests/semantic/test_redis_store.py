@@ -144,6 +144,33 @@ async def test_follow_sees_puts_deletes_and_expiry(redis_server: RedisServer) ->
     await writer.close()
 
 
+async def test_a_delete_of_an_entry_read_keeps_one_stored_again_since(
+    redis_server: RedisServer,
+) -> None:
+    """``delete_if_unchanged``: a replica read an entry (a hit it could not serve back), and
+    another replica stored a fresh answer under the same id since: the delete keeps the fresh
+    one, and announces nothing (its vector stays on every replica); the entry read, still
+    stored, goes and is announced."""
+    writer = RedisStore(redis_server.url, max_entries=100)
+    async with following(redis_server.url) as (other, recorder):
+        stale = entry(1)
+        await writer.put(stale)
+        read = await writer.get(stale.id)
+        assert read is not None
+        fresh = msgspec.structs.replace(stale, response={"n": "fresh"}, created=stale.created + 1)
+        await other.put(fresh)
+        assert await writer.delete_if_unchanged(read) is False
+        kept = await writer.get(stale.id)
+        assert kept is not None and kept.response == {"n": "fresh"}
+        await other.put(entry(2))  # (returns once its follower applied every event before it)
+        assert recorder.deletes == [] and len(other) == 2
+        assert await writer.delete_if_unchanged(kept) is True
+        assert await writer.get(stale.id) is None and len(writer) == 1
+        await wait_for(lambda: recorder.deletes == [stale.id])
+        assert await writer.delete_if_unchanged(kept) is False  # (already gone)
+    await writer.close()
+
+
 async def test_a_put_returns_once_its_own_follower_has_applied_it(
     redis_server: RedisServer,
 ) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from semantic.keys import entry_id
@@ -210,6 +211,32 @@ async def test_put_many_a_full_disk_refuses_says_how_many_were_stored(
     assert refused.value.stored == 256  # the first transaction; the second rolled back
     assert len(store) == 256 and await store.get(batch[255].id) is not None
     assert await store.get(batch[256].id) is None and await store.get(batch[299].id) is None
+    await store.close()
+
+
+async def test_a_delete_of_an_entry_read_keeps_one_stored_again_since(tmp_path: Path) -> None:
+    """``delete_if_unchanged``: an entry read (a hit that could not serve it back), a fresh
+    answer stored under its id since: the delete keeps the fresh one (on disk too); the entry
+    read, still stored, goes."""
+    store = DiskStore(tmp_path, max_entries=10)
+    await store.put(entry(1))
+    read = await store.get(entry(1).id)
+    assert read is not None
+    fresh = msgspec.structs.replace(read, response={"n": "fresh"}, created=read.created + 1)
+    await store.put(fresh)
+    assert await store.delete_if_unchanged(read) is False
+    kept = await store.get(read.id)
+    assert kept is not None and kept.response == {"n": "fresh"} and len(store) == 1
+    await store.close()
+    store = DiskStore(tmp_path, max_entries=10)  # (kept on disk, not only in memory)
+    kept = await store.get(read.id)
+    assert kept is not None and kept.response == {"n": "fresh"}
+    assert await store.delete_if_unchanged(kept) is True
+    assert await store.get(read.id) is None and len(store) == 0
+    assert await store.delete_if_unchanged(kept) is False  # (already gone)
+    await store.close()
+    store = DiskStore(tmp_path, max_entries=10)
+    assert await store.get(read.id) is None and len(store) == 0
     await store.close()
 
 
