@@ -531,6 +531,7 @@ def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:
     _check_list(body, "messages", _check_message)
     if not body["messages"]:
         raise _invalid("messages: at least one message is required")
+    _check_not_empty(body["messages"])
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         if not isinstance(system, list):
@@ -582,6 +583,18 @@ def _check_message(message: Any, path: str) -> None:
         raise _invalid(f"{path}.content: Input should be a valid string or a list of blocks")
     for i, block in enumerate(content):
         _check_block(block, f"{path}.content.{i}")
+
+
+def _check_not_empty(messages: list[dict[str, Any]]) -> None:
+    """Anthropic refuses a turn with no content (``""`` or ``[]``) but the final assistant one
+    (a prefill of nothing). NOTE: checked here, not left to the upstream, so every backend and
+    a cache hit answer it alike (the chat bridge read ``[]`` as ``""`` and the local model or
+    an OpenAI upstream answered it, and the answer was stored)."""
+    last = len(messages) - 1
+    for i, message in enumerate(messages):
+        if message["content"] in ("", []) and not (i == last and message["role"] == "assistant"):
+            raise _invalid(f"messages.{i}: all messages must have non-empty content except for "
+                           "the optional final assistant message")  # fmt: skip
 
 
 def _check_block(block: Any, path: str, allowed: tuple[str, ...] | None = None) -> None:

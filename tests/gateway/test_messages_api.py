@@ -433,6 +433,49 @@ def test_metadata_and_service_tier_are_checked_on_a_hit_as_on_a_miss(
     assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 1
 
 
+EMPTY = "all messages must have non-empty content except for the optional final assistant message"
+
+
+def test_empty_turns_are_refused_but_a_final_assistant_one_for_every_model(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """Anthropic refuses a turn whose content is ``""`` or ``[]`` but the final assistant one
+    (a prefill): so does the gateway for every model, before the cache and the upstream (was:
+    the chat bridge read ``[]`` as ``""`` and its backend answered, and the answer was
+    stored); an empty final assistant turn is answered, as Anthropic answers it."""
+    hi, again = {"role": "user", "content": "Hi"}, {"role": "user", "content": "Again?"}
+    refused: list[tuple[list[dict[str, Any]], int]] = []
+    for empty in ("", []):
+        refused += [
+            ([{"role": "user", "content": empty}], 0),
+            ([hi, {"role": "assistant", "content": empty}, again], 1),
+            ([hi, {"role": "assistant", "content": "Hello"}, {"role": "user", "content": empty}], 2),
+            ([{"role": "user", "content": empty}, {"role": "assistant", "content": "Hello"}], 0),
+        ]  # fmt: skip
+    for model in ("claude", "gpt"):
+        for messages, index in refused:
+            with pytest.raises(anthropic.BadRequestError) as error:
+                ask(client, "", model=model, messages=messages)
+            assert error.value.body == invalid_request(f"messages.{index}: {EMPTY}"), messages
+        streamed = {"model": model, "max_tokens": 8, "messages": refused[1][0]}
+        with pytest.raises(anthropic.BadRequestError) as error, client.messages.stream(**streamed):
+            pass  # (streamed alike)
+        assert error.value.body == invalid_request(f"messages.1: {EMPTY}")
+    with pytest.raises(anthropic.BadRequestError) as error:
+        client.messages.count_tokens(model="claude", messages=refused[0][0])
+    assert error.value.body == invalid_request(f"messages.0: {EMPTY}")
+    assert not fake.stats and upstream.stats["requests"] == 0
+    for model in ("claude", "gpt"):
+        for empty in ("", []):
+            prefill = [hi, {"role": "assistant", "content": empty}]
+            answered = ask(client, "", model=model, messages=prefill)
+            assert answered.headers["x-cache"] == "miss", (model, empty)
+            assert answered.parse().content[0].text
+    assert fake.bodies[-1]["messages"][-1] == {"role": "assistant", "content": []}
+    assert upstream.last_body["messages"][-1] == {"role": "assistant", "content": ""}
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 2
+
+
 def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:

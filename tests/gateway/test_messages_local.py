@@ -16,7 +16,7 @@ import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway
-from tests.gateway.test_messages_api import invalid_request
+from tests.gateway.test_messages_api import EMPTY, invalid_request
 
 MODEL = "smollm2"
 SYSTEM = "You are a concise assistant for the ACME hardware store. " * 6
@@ -155,6 +155,36 @@ def test_a_final_assistant_turn_is_continued_not_answered_anew(
     continued = chat.chat.completions.create(**asked, extra_body={"continue_final_message": True})
     assert continued.choices[0].message.content == text
     assert continued.usage is not None and continued.usage.prompt_tokens == counted.input_tokens
+
+
+def test_empty_turns_are_refused_but_an_empty_prefill_is_answered(
+    client: anthropic.Anthropic,
+) -> None:
+    """Anthropic's rule: no turn may have empty content (``""`` or ``[]``) but the final
+    assistant one. Was: ``[]`` read as ``""`` and answered by the local model (and stored)."""
+    hi = {"role": "user", "content": "Do you sell hammers?"}
+    refused = [
+        ([{"role": "user", "content": []}], 0),
+        ([hi, {"role": "assistant", "content": ""}, {"role": "user", "content": "Nails?"}], 1),
+    ]  # fmt: skip
+    for messages, index in refused:
+        expected = invalid_request(f"messages.{index}: {EMPTY}")
+        with pytest.raises(anthropic.BadRequestError) as error:
+            create(client, messages)
+        assert error.value.status_code == 400 and error.value.body == expected
+        with pytest.raises(anthropic.BadRequestError) as error:
+            client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+        assert error.value.body == expected
+    alone = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=[hi])
+    for empty in ("", []):
+        prefill = [hi, {"role": "assistant", "content": empty}]
+        counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=prefill)
+        assert counted.input_tokens == alone.input_tokens  # (the assistant's header, opened)
+        message = create(client, prefill).parse()
+        assert message.content[0].text.strip()
+        assert message.usage.input_tokens + message.usage.cache_read_input_tokens == (
+            alone.input_tokens
+        )
 
 
 def test_continue_final_message_is_refused_where_it_cannot_hold(gw: Gateway) -> None:
