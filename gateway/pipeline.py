@@ -60,6 +60,7 @@ from .config import CoalesceConfig
 from .connections import ClientDisconnected
 from .errors import APIError
 from .ledger import Usage, partial_usage, usage_of
+from .lograte import RateLimitedLog
 from .messages_bridge import named_as_sent
 from .requests import partitioned
 from .responses import param_as_sent, resent_if_lost
@@ -136,6 +137,8 @@ class Pipeline:
         self.flights = Flights(coalesce or CoalesceConfig(enabled=False))
         #: fresh answers' cache writes in progress, by scope (see store_soon)
         self._writes: dict[str, set[asyncio.Task[None]]] = {}
+        #: answers not stored because a hit could not serve them back: a line a minute per model
+        self._unstorable_log = RateLimitedLog(log)
 
     async def handle(
         self,
@@ -172,7 +175,7 @@ class Pipeline:
                 return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
             with tier("model", **{"gen_ai.request.model": request.model}):
                 answer = await _complete(backend, bridge, request, auth, watch, meter)
-            if looked.save is not None and _storable(adapter, request, answer):
+            if looked.save is not None and self._storable(adapter, request, answer):
                 self.store_soon(request, looked.save, answer.body, flight)
                 flight = None  # it lands once the answer is stored
             adapter.delivered(request, answer.body, upstream=bridge is None)
@@ -311,7 +314,32 @@ class Pipeline:
         except Exception:  # the answer is good; a cache write failure must not lose it
             log.exception("storing a response failed")
 
+    def storable(self, adapter: Adapter, request: GatewayRequest, answer: dict[str, Any]) -> bool:
+        """A complete answer that a hit can serve back (:func:`_replayable`).
+
+        NOTE: deciding whether to store never fails the request: the upstream has billed the
+        answer and its client gets it. Any failure of the check (a field of a type no model
+        sends, or an adapter's bug on an odd but valid answer) is an answer not stored, counted
+        in ``store_failures`` and logged at most once a minute per model (the traceback at
+        debug level): a misbehaving upstream made one warning per request.
+        """
+        try:
+            return _replayable(adapter, request, answer)
+        except Exception as exc:
+            if self.cache is not None:
+                self.cache.unstorable()
+            self._unstorable_log.warning(
+                request.model, "model %s: not storing an answer a hit could not serve back (%s)",
+                request.model, type(exc).__name__,
+            )  # fmt: skip
+            log.debug("model %s: the answer's replay check failed", request.model, exc_info=exc)
+            return False
+
     # -- helpers ---------------------------------------------------------------------------
+
+    def _storable(self, adapter: Adapter, request: GatewayRequest, answer: Answer) -> bool:
+        """A complete answer the client got as the backend gave it (not one a bridge changed)."""
+        return answer.lossless and self.storable(adapter, request, answer.body)
 
     async def _look_up(self, request: GatewayRequest, adapter: Adapter, salt: str) -> _Looked:
         control = request.control
@@ -611,7 +639,7 @@ class _Relay:
             result = fold.result()
         if result is None:
             return
-        if self._save is not None and _replayable(self._adapter, self._request, result):
+        if self._save is not None and self._pipeline.storable(self._adapter, self._request, result):
             self._pipeline.store_soon(self._request, self._save, result, self._flight)
             self._flight = None  # it lands once the answer is stored
         self._adapter.delivered(self._request, result, upstream=self._native)
@@ -677,13 +705,9 @@ def _client_key_tenant(authorization: str | None, account: tuple[tuple[str, str]
     return f"client-key:{hashlib.sha256(seen.encode()).hexdigest()[:32]}"
 
 
-def _storable(adapter: Adapter, request: GatewayRequest, answer: Answer) -> bool:
-    """A complete answer the client got as the backend gave it (not one a bridge changed)."""
-    return answer.lossless and _replayable(adapter, request, answer.body)
-
-
 def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any]) -> bool:
-    """A complete answer that a hit can serve back, as JSON and as a stream.
+    """True for a complete answer that a hit can serve back, as JSON and as a stream; False
+    for one that is not complete; raises for one that a hit could not serve back.
 
     NOTE: an answer is stored only once it replays: one whose fields have types no model sends
     (an upstream's ``"usage": "x"``, an output item that is a number) reached its client as it
@@ -691,14 +715,11 @@ def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any
     """
     if not adapter.complete(request, answer):
         return False
-    try:
-        saved = adapter.saved_tokens(answer)
-        collections.deque(adapter.replay(request, adapter.fresh(request, answer)), maxlen=0)
-    except (AttributeError, KeyError, IndexError, TypeError, ValueError):
-        saved = -1
-    if saved < 0:
-        log.warning("model %s: not storing an answer of unexpected shape", request.model)
-    return saved >= 0
+    saved = adapter.saved_tokens(answer)
+    if not isinstance(saved, int) or saved < 0:
+        raise ValueError(f"saved tokens {saved!r}")
+    collections.deque(adapter.replay(request, adapter.fresh(request, answer)), maxlen=0)
+    return True
 
 
 @dataclass(frozen=True, slots=True)

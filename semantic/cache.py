@@ -176,7 +176,9 @@ class _Counters:
     hits: Counter[str] = field(default_factory=Counter)
     rejections: Counter[str] = field(default_factory=Counter)
     stores: int = 0
-    store_failures: int = 0  # answers the store could not take (Redis down, a full disk)
+    #: answers not stored: the store could not take them (Redis down, a full disk) or a hit
+    #: could not serve them back (``unstorable``)
+    store_failures: int = 0
     superseded: int = 0  # answers not stored: a flush came after their request began
     evictions: int = 0
     expirations: int = 0
@@ -560,6 +562,11 @@ class ResponseCache:
             return
         if deleted:
             self._dropped([entry.id])
+
+    def unstorable(self) -> None:
+        """Count a complete answer not stored because a hit could not serve it back (the
+        gateway's check, before any write): a store failure, as one the store cannot encode."""
+        self._counters.store_failures += 1
 
     # -- StoreListener: index changes (a shared store's follower makes them all, in order) --
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 from typing import Any
 
 import pytest
 
+from gateway.canonical import GatewayRequest
+from gateway.chat import ChoicesAdapter
 from tests.gateway.test_api import sse_chunks
+from tests.gateway.test_metrics import sample
 from tests.gateway.test_upstream_faults import chunk, error_of, raw, sse
 
 CHAT = {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
@@ -107,3 +111,59 @@ def test_a_chunk_of_unexpected_shape_ends_the_stream_with_an_upstream_error(
         assert error["code"] == "upstream_error" and error["type"] == "upstream_error"
         assert "unexpected shape" in error["message"]
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+def _not_stored(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "not storing" in r.getMessage()]
+
+
+class _Surprise(Exception):
+    """An exception no replay check expects (an adapter's bug on an odd but valid answer)."""
+
+
+def test_a_replay_check_that_fails_in_any_way_only_leaves_the_answer_unstored(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(any other exception than the five it caught was a 500 after the upstream billed)"""
+
+    def broken(self: ChoicesAdapter, request: GatewayRequest, stored: dict[str, Any]) -> Any:
+        raise _Surprise("an adapter bug")
+
+    monkeypatch.setattr(ChoicesAdapter, "replay", broken)
+    caplog.set_level(logging.DEBUG, logger="gateway.pipeline")
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "odd"}]}
+    for _ in range(2):
+        response = gw.http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200, response.text
+        assert response.headers["x-cache"] == "miss"
+        assert response.json()["choices"][0]["message"]["content"]
+    streamed = gw.http.post("/v1/chat/completions", json={**body, "stream": True})
+    assert streamed.status_code == 200 and streamed.headers["x-cache"] == "miss"
+    assert streamed.text.rstrip().endswith("data: [DONE]") and '"error"' not in streamed.text
+    stats = gw.http.get("/admin/stats").json()["cache"]
+    assert stats["entries"] == 0 and stats["stores"] == 0 and stats["store_failures"] == 3
+    warned = [r for r in _not_stored(caplog) if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "_Surprise" in warned[0].getMessage()
+    assert not warned[0].exc_info  # (the traceback: at debug level only, one per answer)
+    traced = [r for r in caplog.records if r.exc_info]
+    assert len(traced) == 3 and all(r.levelno == logging.DEBUG for r in traced)
+    assert all(r.exc_info and r.exc_info[0] is _Surprise for r in traced)
+
+
+def test_every_answer_not_stored_is_counted_but_few_are_logged(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """(a misbehaving upstream made one warning per request)"""
+    gw = make_gateway()
+    answer, asked = ASKED["/v1/chat/completions"]
+    body = {"model": "fake-model", **asked, "fake": raw(json.dumps({**answer, "usage": "x"}))}
+    n = 6
+    for _ in range(n):
+        response = gw.http.post("/v1/chat/completions", json=body)
+        assert response.status_code == 200 and response.json()["usage"] == "x"
+    assert gw.http.get("/admin/stats").json()["cache"]["store_failures"] == n
+    assert sample(gw.http.get("/metrics").text, "cachegate_cache_store_failures_total") == n
+    warned = _not_stored(caplog)
+    assert 1 <= len(warned) < n
+    assert "fake-model" in warned[0].getMessage() and "AttributeError" in warned[0].getMessage()
