@@ -92,7 +92,16 @@ def foreign_origin(headers: Mapping[str, str]) -> bool:
     if origin is None:
         return False
     try:
-        netloc = urllib.parse.urlsplit(origin).netloc  # ("null": a sandboxed page, a file)
-    except ValueError:  # ("http://[::1": no origin a browser sends)
+        page = urllib.parse.urlsplit(origin)  # ("null": a sandboxed page, a file)
+        host = urllib.parse.urlsplit("//" + headers.get("host", ""))
+        default = _DEFAULT_PORTS.get(page.scheme.lower())
+        page_port, port = page.port or default, host.port or default
+    except ValueError:  # ("http://[::1", a port that is no number: no origin a browser sends)
         return True
-    return netloc.lower() != headers.get("host", "").lower()
+    return not page.hostname or (page.hostname, page_port) != (host.hostname, port)
+
+
+#: NOTE: browsers leave a scheme's default port out of ``Origin`` and ``Host``, but a reverse
+#: proxy may pass ``Host`` with it (nginx: ``$host:$server_port``): the gateway's own page was
+#: refused. A ``Host`` without a port is taken as the page's scheme's default.
+_DEFAULT_PORTS = {"http": 80, "https": 443}

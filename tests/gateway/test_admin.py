@@ -98,6 +98,34 @@ def test_admin_routes_refuse_a_web_page_of_another_origin(
     assert gw.http.post("/admin/cache/flush", json={}).json()["flushed"] == 1
 
 
+def test_admin_routes_answer_their_own_origin_behind_a_proxy_naming_the_default_port(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """Browsers leave a scheme's default port out of ``Origin`` (and out of ``Host``), but a
+    reverse proxy may pass ``Host`` with it (nginx: ``$host:$server_port``): the gateway's own
+    page was refused. A port other than the origin's own still is, and so is another host."""
+    gw = make_gateway()
+    same = [
+        ("https://gw.example", "gw.example:443"),
+        ("http://gw.example", "gw.example:80"),
+        ("https://gw.example", "gw.example"),
+        ("http://[::1]:8080", "[::1]:8080"),
+        ("http://GW.example:8080", "gw.EXAMPLE:8080"),
+    ]
+    other = [
+        ("https://gw.example", "gw.example:80"),
+        ("http://gw.example", "gw.example:443"),
+        ("http://gw.example:8443", "gw.example"),
+        ("http://gw.example", "gw.example:8080"),
+        ("http://[::1]", "[::2]:80"),
+        ("https://evil.example", "gw.example:443"),
+        ("https://gw.example", "gw.example:x"),
+    ]
+    for origin, host in same + other:
+        got = gw.http.get("/admin/stats", headers={"origin": origin, "host": host})
+        assert got.status_code == (200 if (origin, host) in same else 403), (origin, host)
+
+
 def test_admin_key_as_digest(make_gateway: Any, upstream: FakeUpstream) -> None:
     digest = hashlib.sha256(b"the-admin").hexdigest()
     gw = make_gateway(TENANTS + f"admin: {{api_key_sha256: {digest}}}\n")
