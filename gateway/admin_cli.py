@@ -116,11 +116,13 @@ def _key_new(args: argparse.Namespace) -> int:
     print(f"key:    {key}")
     print(f"sha256: {digest(key)}")
     print("\n# in cachegate.yaml (the file then holds no secret):")
+    # (both quoted: a tenant "2024", "no" or "#ops", and a digest of digits alone, stay text)
+    sha = json.dumps(digest(key))
     if args.admin:
-        print(f"admin:\n  api_key_sha256: {digest(key)}")
+        print(f"admin:\n  api_key_sha256: {sha}")
     else:
-        tenant = json.dumps(args.tenant or "TENANT")  # (quoted: "2024", "no", "#ops" stay text)
-        print(f"auth:\n  keys:\n    - tenant: {tenant}\n      key_sha256: {digest(key)}")
+        tenant = json.dumps(args.tenant or "TENANT")
+        print(f"auth:\n  keys:\n    - tenant: {tenant}\n      key_sha256: {sha}")
     return 0
 
 

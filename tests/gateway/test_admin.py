@@ -141,7 +141,7 @@ def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str])
     key = out.split("key:", 1)[1].split()[0]
     digest = out.split("sha256:", 1)[1].split()[0]
     assert hashlib.sha256(key.encode()).hexdigest() == digest and len(key) > 40
-    assert f"key_sha256: {digest}" in out and 'tenant: "team-a"' in out
+    assert f'key_sha256: "{digest}"' in out and 'tenant: "team-a"' in out
     assert main(["key", "new", "--admin"]) == 0
     assert "api_key_sha256:" in capsys.readouterr().out
     for tenant in ("2024", "no", "#ops", "team: a"):  # what YAML would read as another thing
@@ -154,6 +154,23 @@ def test_key_new_prints_a_key_and_its_digest(capsys: pytest.CaptureFixture[str])
             main(["key", "new", "--tenant", tenant])
         assert exited.value.code == 2
         assert "a tenant name is not empty and has no control characters" in capsys.readouterr().err
+
+
+def test_key_new_prints_yaml_that_keeps_a_digest_of_digits_text(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A digest of decimal digits alone (about 1 in 10^13) printed bare is a YAML integer,
+    which the config refuses: the printed YAML quotes it, so it loads as the digest."""
+    import gateway.admin_cli as admin_cli
+
+    monkeypatch.setattr(admin_cli, "digest", lambda key: "1" * 64)
+    for who, read in (
+        (["--admin"], lambda config: config.admin.api_key_sha256),
+        (["--tenant", "a"], lambda config: config.auth.keys[0].key_sha256),
+    ):
+        assert main(["key", "new", *who]) == 0
+        printed = capsys.readouterr().out.split("(the file then holds no secret):\n", 1)[1]
+        assert read(load_config_text(printed)) == "1" * 64
 
 
 def test_a_command_without_its_action_shows_its_own_usage(
