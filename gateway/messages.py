@@ -587,14 +587,43 @@ def _check_message(message: Any, path: str) -> None:
 
 def _check_not_empty(messages: list[dict[str, Any]]) -> None:
     """Anthropic refuses a turn with no content (``""`` or ``[]``) but the final assistant one
-    (a prefill of nothing). NOTE: checked here, not left to the upstream, so every backend and
-    a cache hit answer it alike (the chat bridge read ``[]`` as ``""`` and the local model or
-    an OpenAI upstream answered it, and the answer was stored)."""
+    (a prefill of nothing), empty or blank text, and a prefill ending in whitespace. NOTE:
+    checked here, not left to the upstream, so every backend and a cache hit answer it alike
+    (the chat bridge read ``[]`` as ``""`` and the local model or an OpenAI upstream answered
+    it, and the answer was stored)."""
     last = len(messages) - 1
     for i, message in enumerate(messages):
         if message["content"] in ("", []) and not (i == last and message["role"] == "assistant"):
             raise _invalid(f"messages.{i}: all messages must have non-empty content except for "
                            "the optional final assistant message")  # fmt: skip
+    for message in messages:
+        _check_texts(message["content"])
+    _check_prefill(messages[-1])
+
+
+def _check_texts(content: str | list[dict[str, Any]]) -> None:
+    """Anthropic refuses an empty text block anywhere, and a turn whose text is all whitespace
+    (a string, or text blocks none of which holds more; ``[" ", "Hi"]`` is answered), in its
+    words (with no index). NOTE: checked here for every backend, before the cache (the bridge
+    and the local model answered them, and the answer was stored)."""
+    texts = [content] if isinstance(content, str) else [
+        block["text"] for block in content if block["type"] == "text"
+    ]  # fmt: skip
+    if isinstance(content, list) and "" in texts:
+        raise _invalid("messages: text content blocks must be non-empty")
+    if any(text and not text.strip() for text in texts) and not any(t.strip() for t in texts):
+        raise _invalid("messages: text content blocks must contain non-whitespace text")
+
+
+def _check_prefill(message: dict[str, Any]) -> None:
+    """Anthropic refuses a final assistant turn (a prefill) whose text, or last block's text,
+    ends with whitespace: the model would continue after it (in its words, no index)."""
+    last = message["content"]
+    last = last[-1] if isinstance(last, list) and last else last
+    if isinstance(last, dict) and last["type"] == "text":
+        last = last["text"]
+    if message["role"] == "assistant" and isinstance(last, str) and last != last.rstrip():
+        raise _invalid("messages: final assistant content cannot end with trailing whitespace")
 
 
 def _check_block(block: Any, path: str, allowed: tuple[str, ...] | None = None) -> None:

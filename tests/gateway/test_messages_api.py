@@ -476,6 +476,60 @@ def test_empty_turns_are_refused_but_a_final_assistant_one_for_every_model(
     assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 2
 
 
+BLANK = "messages: text content blocks must contain non-whitespace text"
+NO_TEXT = "messages: text content blocks must be non-empty"
+TRAILING = "messages: final assistant content cannot end with trailing whitespace"
+
+
+def blank_turns() -> list[tuple[list[dict[str, Any]], str]]:
+    """Turns Anthropic refuses for their text, each with the message it says (no index)."""
+    hi = {"role": "user", "content": "Hi"}
+
+    def text(*texts: str) -> list[dict[str, Any]]:
+        return [{"type": "text", "text": t} for t in texts]
+
+    return [
+        ([{"role": "user", "content": text("")}], NO_TEXT),
+        ([{"role": "user", "content": text("Hi", "")}], NO_TEXT),
+        ([hi, {"role": "assistant", "content": text("")}], NO_TEXT),  # (even a prefill)
+        ([{"role": "user", "content": text(" ")}], BLANK),
+        ([{"role": "user", "content": " \n"}], BLANK),
+        ([hi, {"role": "assistant", "content": text("\n", "\t")}, hi], BLANK),
+        ([hi, {"role": "assistant", "content": "Hello "}], TRAILING),
+        ([hi, {"role": "assistant", "content": text("Hello", "there\n")}], TRAILING),
+    ]
+
+
+def test_empty_or_blank_text_and_a_prefill_ending_in_whitespace_are_refused(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """Anthropic refuses an empty text block, a turn whose text is only whitespace and a
+    prefill that ends with whitespace: so does the gateway for every model, streamed or not
+    and in count_tokens, before the cache and the upstream (was: the chat bridge answered
+    them, 200, and stored the answer). Whitespace beside other text is answered."""
+    for model in ("claude", "gpt"):
+        for messages, said in blank_turns():
+            with pytest.raises(anthropic.BadRequestError) as error:
+                ask(client, "", model=model, messages=messages)
+            assert error.value.body == invalid_request(said), (model, messages)
+            streamed = {"model": model, "max_tokens": 8, "messages": messages}
+            with (
+                pytest.raises(anthropic.BadRequestError) as error,
+                client.messages.stream(**streamed),
+            ):
+                pass
+            assert error.value.body == invalid_request(said), (model, messages)
+            with pytest.raises(anthropic.BadRequestError) as error:
+                client.messages.count_tokens(model=model, messages=messages)
+            assert error.value.body == invalid_request(said), (model, messages)
+    assert not fake.stats and upstream.stats["requests"] == 0
+    spaced = [{"type": "text", "text": " "}, {"type": "text", "text": "Hi"}]
+    for model in ("claude", "gpt"):
+        answered = ask(client, "", model=model, messages=[{"role": "user", "content": spaced}])
+        assert answered.headers["x-cache"] == "miss" and answered.parse().content[0].text
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 1
+
+
 def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:

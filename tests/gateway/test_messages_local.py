@@ -16,7 +16,7 @@ import yaml
 
 from gateway.config import load_config_text
 from tests.conftest import Gateway
-from tests.gateway.test_messages_api import EMPTY, invalid_request
+from tests.gateway.test_messages_api import EMPTY, blank_turns, invalid_request
 
 MODEL = "smollm2"
 SYSTEM = "You are a concise assistant for the ACME hardware store. " * 6
@@ -185,6 +185,23 @@ def test_empty_turns_are_refused_but_an_empty_prefill_is_answered(
         assert message.usage.input_tokens + message.usage.cache_read_input_tokens == (
             alone.input_tokens
         )
+
+
+def test_empty_or_blank_text_and_a_prefill_ending_in_whitespace_are_refused(
+    client: anthropic.Anthropic,
+) -> None:
+    """Anthropic's rules for text: no empty text block, no turn of only whitespace, no
+    prefill ending in whitespace. Was: the local model answered them (and they were stored)."""
+    for messages, said in blank_turns():
+        with pytest.raises(anthropic.BadRequestError) as error:
+            create(client, messages)
+        assert error.value.status_code == 400 and error.value.body == invalid_request(said)
+        with pytest.raises(anthropic.BadRequestError) as error:
+            client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=messages)
+        assert error.value.body == invalid_request(said)
+    spaced = [{"type": "text", "text": "\n"}, {"type": "text", "text": "Do you sell nails?"}]
+    answered = create(client, [{"role": "user", "content": spaced}])
+    assert answered.headers["x-cache"] == "miss" and answered.parse().content[0].text.strip()
 
 
 def test_continue_final_message_is_refused_where_it_cannot_hold(gw: Gateway) -> None:
