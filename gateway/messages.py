@@ -602,16 +602,20 @@ def _check_not_empty(messages: list[dict[str, Any]]) -> None:
 
 
 def _check_texts(content: str | list[dict[str, Any]]) -> None:
-    """Anthropic refuses an empty text block anywhere, and a turn whose text is all whitespace
-    (a string, or text blocks none of which holds more; ``[" ", "Hi"]`` is answered), in its
-    words (with no index). NOTE: checked here for every backend, before the cache (the bridge
+    """Anthropic refuses an empty text block anywhere, and a turn of text alone that is all
+    whitespace (a string, or text blocks none of which holds more; ``[" ", "Hi"]`` is
+    answered), in its words (with no index). NOTE: checked here for every backend, before the cache (the bridge
     and the local model answered them, and the answer was stored)."""
     texts = [content] if isinstance(content, str) else [
         block["text"] for block in content if block["type"] == "text"
     ]  # fmt: skip
     if isinstance(content, list) and "" in texts:
         raise _invalid("messages: text content blocks must be non-empty")
-    if any(text and not text.strip() for text in texts) and not any(t.strip() for t in texts):
+    # (a turn that holds other blocks too, a tool call or result beside a "\n": no quoted
+    # refusal shows Anthropic refusing it, so it is left to the upstream)
+    only_text = isinstance(content, str) or len(texts) == len(content)
+    blank = any(text and not text.strip() for text in texts) and not any(t.strip() for t in texts)
+    if only_text and blank:
         raise _invalid("messages: text content blocks must contain non-whitespace text")
 
 

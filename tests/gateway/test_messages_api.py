@@ -528,6 +528,15 @@ def test_empty_or_blank_text_and_a_prefill_ending_in_whitespace_are_refused(
         answered = ask(client, "", model=model, messages=[{"role": "user", "content": spaced}])
         assert answered.headers["x-cache"] == "miss" and answered.parse().content[0].text
     assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 1
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    beside = [  # whitespace beside a tool call: no quoted refusal, left to the upstream
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "\n"}, call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                      "content": "12 C"}]},
+    ]  # fmt: skip
+    assert ask(client, "", model="claude", messages=beside).headers["x-cache"] == "miss"
+    assert fake.stats["/v1/messages"] == 2
 
 
 def test_documented_fields_sent_as_null_share_the_entry_of_those_left_out(
