@@ -139,6 +139,8 @@ class Pipeline:
         self._writes: dict[str, set[asyncio.Task[None]]] = {}
         #: answers not stored because a hit could not serve them back: a line a minute per model
         self._unstorable_log = RateLimitedLog(log)
+        #: answers whose adapter bookkeeping failed once delivered: a line a minute per model
+        self._undelivered_log = RateLimitedLog(log)
 
     async def handle(
         self,
@@ -178,7 +180,7 @@ class Pipeline:
             if looked.save is not None and self._storable(adapter, request, answer):
                 self.store_soon(request, looked.save, answer.body, flight)
                 flight = None  # it lands once the answer is stored
-            adapter.delivered(request, answer.body, upstream=bridge is None)
+            self.delivered(adapter, request, answer.body, upstream=bridge is None)
             headers = _keyed(answer.headers, looked.key)
             return Reply(looked.state, headers, body=answer.body, **seen)
         except BaseException as exc:  # no answer: an error, a timeout, its client gone
@@ -334,6 +336,28 @@ class Pipeline:
             )  # fmt: skip
             log.debug("model %s: the answer's replay check failed", request.model, exc_info=exc)
             return False
+
+    def delivered(
+        self, adapter: Adapter, request: GatewayRequest, answer: dict[str, Any], *, upstream: bool
+    ) -> None:
+        """``adapter.delivered``: what an adapter keeps of a fresh answer its client gets.
+
+        NOTE: it never fails the request: the upstream has answered and billed, and a stream's
+        client has all but its last event already. What it keeps is bookkeeping with a
+        fallback: a Response not kept here is looked up at the upstream by a follow-up naming
+        it, as any id not kept; an id or container left unclaimed is one the upstream holds all
+        the same, and a 500 in its place claimed nothing either. Any failure is logged at most
+        once a minute per model (the traceback at debug level); the answer is sent, and stored
+        when storable, as if it had not failed.
+        """
+        try:
+            adapter.delivered(request, answer, upstream=upstream)
+        except Exception as exc:
+            self._undelivered_log.warning(
+                request.model, "model %s: an answer was delivered but not kept for follow-ups (%s)",
+                request.model, type(exc).__name__,
+            )  # fmt: skip
+            log.debug("model %s: keeping a delivered answer failed", request.model, exc_info=exc)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -642,7 +666,7 @@ class _Relay:
         if self._save is not None and self._pipeline.storable(self._adapter, self._request, result):
             self._pipeline.store_soon(self._request, self._save, result, self._flight)
             self._flight = None  # it lands once the answer is stored
-        self._adapter.delivered(self._request, result, upstream=self._native)
+        self._pipeline.delivered(self._adapter, self._request, result, upstream=self._native)
 
     def _failed(self, error: APIError) -> bytes:
         self._error = error

@@ -16,6 +16,8 @@ import pytest
 
 from gateway.canonical import GatewayRequest
 from gateway.chat import ChoicesAdapter
+from gateway.messages import MessagesAdapter
+from gateway.responses import ResponsesAdapter
 from tests.gateway.test_api import sse_chunks
 from tests.gateway.test_metrics import sample
 from tests.gateway.test_upstream_faults import chunk, error_of, raw, sse
@@ -167,3 +169,51 @@ def test_every_answer_not_stored_is_counted_but_few_are_logged(
     warned = _not_stored(caplog)
     assert 1 <= len(warned) < n
     assert "fake-model" in warned[0].getMessage() and "AttributeError" in warned[0].getMessage()
+
+
+DELIVERED = [
+    (ChoicesAdapter, "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "kept?"}]}, "data: [DONE]"),
+    (ResponsesAdapter, "/v1/responses", {"input": "kept?"}, "event: response.completed"),
+    (MessagesAdapter, "/v1/messages",
+     {"max_tokens": 8, "messages": [{"role": "user", "content": "kept?"}]},
+     "event: message_stop"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("adapter", "route", "asked", "last"), DELIVERED)
+def test_a_delivered_step_that_fails_still_answers_and_stores(
+    make_gateway: Any,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    adapter: type,
+    route: str,
+    asked: dict[str, Any],
+    last: str,
+) -> None:
+    """(a failing ``delivered`` made a miss the upstream answered, and billed, a 500, or an
+    error event in place of a stream's last one)"""
+
+    def broken(self: Any, request: GatewayRequest, answer: dict[str, Any], **_: Any) -> None:
+        raise _Surprise("an adapter bug")
+
+    monkeypatch.setattr(adapter, "delivered", broken)
+    caplog.set_level(logging.DEBUG, logger="gateway.pipeline")
+    gw = make_gateway()
+    body = {"model": "fake-model", **asked}
+    answered = gw.http.post(route, json=body)
+    assert answered.status_code == 200, answered.text
+    assert answered.headers["x-cache"] == "miss" and answered.json()["id"]
+    streamed = gw.http.post(route, json={**body, "stream": True, "temperature": 0.5})
+    assert streamed.status_code == 200 and streamed.headers["x-cache"] == "miss"
+    assert last in streamed.text and "internal_error" not in streamed.text, streamed.text
+    warned = [r for r in caplog.records if "not kept for follow-ups" in r.getMessage()]
+    assert len(warned) == 1 and "_Surprise" in warned[0].getMessage()
+    assert not warned[0].exc_info
+    traced = [r for r in caplog.records if r.exc_info]
+    assert len(traced) == 2 and all(r.levelno == logging.DEBUG for r in traced)
+    assert all(r.exc_info and r.exc_info[0] is _Surprise for r in traced)
+    monkeypatch.undo()  # both answers were stored all the same
+    assert gw.http.post(route, json=body).headers["x-cache"] == "exact"
+    again = gw.http.post(route, json={**body, "stream": True, "temperature": 0.5})
+    assert again.headers["x-cache"] == "exact" and last in again.text
