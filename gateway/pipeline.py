@@ -681,11 +681,19 @@ def _shaped_as_sent(model: str) -> Iterator[None]:
     """Folding a stream's chunks: a chunk whose fields have types no model sends (a ``delta``
     that is a string, a tool call's name that is a number) is a 502, the upstream's fault,
     where it was the gateway's 500 ``internal_error`` with a traceback in the log.
-    NOTE: a fold reads only the chunks, so a type error in it is theirs."""
+
+    NOTE: a fold reads only the chunks, so an error in it is theirs: any exception, not only a
+    type or key error (a fold's bug on an odd chunk ended the stream with a 500 all the same);
+    one of a type an odd chunk does not raise on its own logs its traceback at debug level.
+    An ``APIError`` (the fold's own verdict) passes as it is."""
     try:
         yield
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except APIError:
+        raise
+    except Exception as exc:
         log.warning("model %s sent a stream chunk of unexpected shape: %r", model, exc)
+        if not isinstance(exc, (AttributeError, KeyError, TypeError, ValueError)):
+            log.debug("model %s: folding a stream chunk failed", model, exc_info=exc)
         message = f"Upstream for model '{model}' sent a chunk of unexpected shape."
         raise APIError(502, message, type="upstream_error", code="upstream_error") from None
 

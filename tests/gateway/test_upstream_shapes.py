@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from gateway.canonical import GatewayRequest
-from gateway.chat import ChoicesAdapter
+from gateway.chat import ChoicesAdapter, ChunkFold
 from gateway.messages import MessagesAdapter
 from gateway.responses import ResponsesAdapter
 from tests.gateway.test_api import sse_chunks
@@ -217,3 +217,26 @@ def test_a_delivered_step_that_fails_still_answers_and_stores(
     assert gw.http.post(route, json=body).headers["x-cache"] == "exact"
     again = gw.http.post(route, json={**body, "stream": True, "temperature": 0.5})
     assert again.headers["x-cache"] == "exact" and last in again.text
+
+
+def test_a_fold_that_fails_in_any_way_ends_the_stream_with_an_upstream_error(
+    make_gateway: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(any other exception than the four it caught was the gateway's 500 internal_error)"""
+
+    def broken(self: ChunkFold, chunk: dict[str, Any]) -> bool:
+        raise _Surprise("a fold bug")
+
+    monkeypatch.setattr(ChunkFold, "add", broken)
+    caplog.set_level(logging.DEBUG, logger="gateway.pipeline")
+    gw = make_gateway()
+    for _ in range(2):
+        response = gw.chat("odd fold", stream=True)
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+        error = error_of(sse_chunks(response.text))
+        assert error["code"] == "upstream_error" and error["type"] == "upstream_error"
+        assert "unexpected shape" in error["message"]
+    assert gw.http.get("/admin/stats").json()["cache"]["entries"] == 0
+    traced = [r for r in caplog.records if r.exc_info]
+    assert len(traced) == 2 and all(r.levelno == logging.DEBUG for r in traced)
+    assert all(r.exc_info and r.exc_info[0] is _Surprise for r in traced)
