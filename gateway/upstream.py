@@ -801,8 +801,11 @@ class ReplicatedBackend:
         NOTE: an error of this gateway's own (a timeout, a stalled worker's silence, no free
         connection) is named by its code: logged as the replica's ``HTTP 504`` or ``503``, it
         read as an answer the replica never sent."""
-        why = "unreachable" if exc.unreachable else f"HTTP {exc.upstream_status}"
-        if not exc.unreachable and exc.upstream_status is None:
+        if exc.unreachable:
+            why = "unreachable"
+        elif exc.upstream_status is not None:
+            why = f"HTTP {exc.upstream_status}"
+        else:
             why = exc.upstream_code or exc.code or f"HTTP {exc.status}"
         log.info("model %s: replica %d failed (%s); trying another", self.name, replica, why)
         if self._on_retry is not None:
