@@ -379,7 +379,7 @@ def _message(response: httpx.Response) -> str:
         text = str(response.json()["error"]["message"])
     except (ValueError, KeyError, TypeError):
         text = response.text[:200]
-    return _printable(" ".join(text.split()))
+    return _one_line(text)
 
 
 def _reason(exc: httpx.HTTPError) -> str:
@@ -405,8 +405,13 @@ def _printable(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+def _one_line(text: str) -> str:
+    """``text`` on one line (its runs of whitespace one space), its control characters escaped."""
+    return _printable(" ".join(text.split()))
+
+
 def _cut(text: str, width: int) -> str:
-    text = _printable(" ".join(text.split()))
+    text = _one_line(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
