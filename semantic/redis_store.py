@@ -949,14 +949,11 @@ class RedisStore:
 
     async def _forget_dropped(self) -> int:
         """Drop the tenant records of entries no longer in ``lru``; returns how many."""
-        forgotten, cursor = 0, 0
-        while True:
-            cursor, page = await self._follower.hscan(self._p + "tenant", cursor, count=_BATCH)
-            if page:
-                args = [self._p, *page]
-                forgotten += int(await self._forget_script(args=args, client=self._follower))
-            if cursor == 0:
-                return forgotten
+        forgotten = 0
+        async for ids in self._scanned(self._p + "tenant"):
+            args: list[str | bytes] = [self._p, *ids]
+            forgotten += int(await self._forget_script(args=args, client=self._follower))
+        return forgotten
 
     async def _adopt_untenanted(self) -> int:
         """Record the tenant of entries in ``lru`` that have none, read from the entries
@@ -988,25 +985,30 @@ class RedisStore:
         old = self._p + "tenants"
         if await self._follower.type(old) != b"hash":
             return
-        cursor = 0
-        while True:
-            cursor, page = await self._follower.hscan(old, cursor, count=_BATCH)
-            if page:
-                await self._recount_script(args=[self._p, *page], client=self._follower)
-            if cursor == 0:
-                return
+        async for tenants in self._scanned(old):
+            await self._recount_script(args=[self._p, *tenants], client=self._follower)
 
     async def _recount_all(self) -> None:
         """Recount every tenant in ``by-tenant`` from its own set, ``_BATCH`` a command (at each
         reload): the version that counted them in a hash dropped entries without changing these
         counts, and its del events name no tenant (a tenant left with none was shown for good).
         """
+        async for tenants in self._scanned(self._p + "by-tenant", zset=True):
+            await self._recount_script(args=[self._p, *tenants], client=self._follower)
+
+    async def _scanned(self, key: str, *, zset: bool = False) -> AsyncIterator[list[bytes]]:
+        """The fields of the hash ``key`` (the members of the sorted set, ``zset``), one short
+        HSCAN (ZSCAN) a page on the follower's connection; one may come twice."""
         cursor = 0
         while True:
-            cursor, page = await self._follower.zscan(self._p + "by-tenant", cursor, count=_BATCH)
+            if zset:
+                cursor, scored = await self._follower.zscan(key, cursor, count=_BATCH)
+                page = [member for member, _score in scored]
+            else:
+                cursor, fields = await self._follower.hscan(key, cursor, count=_BATCH)
+                page = list(fields)
             if page:
-                tenants = [tenant for tenant, _count in page]
-                await self._recount_script(args=[self._p, *tenants], client=self._follower)
+                yield page
             if cursor == 0:
                 return
 
