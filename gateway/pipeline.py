@@ -747,11 +747,15 @@ def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any
     """
     if not adapter.complete(request, answer):
         return False
-    saved = adapter.saved_tokens(answer)
-    if not isinstance(saved, int) or saved < 0:
-        raise ValueError(f"saved tokens {saved!r}")
+    _check_saved(adapter.saved_tokens(answer))
     collections.deque(adapter.replay(request, adapter.fresh(request, answer)), maxlen=0)
     return True
+
+
+def _check_saved(saved: object) -> None:
+    """Raises for an adapter's saved tokens that a hit could not book: not a count."""
+    if not isinstance(saved, int) or saved < 0:
+        raise ValueError(f"saved tokens {saved!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -775,8 +779,7 @@ def _served(request: GatewayRequest, adapter: Adapter, entry: Entry) -> _Served 
         saved = adapter.saved_tokens(entry.response)
         answer = adapter.fresh(request, entry.response)
         events = list(adapter.replay(request, answer)) if request.stream else None
-        if not isinstance(saved, int) or saved < 0:
-            raise ValueError(f"saved tokens {saved!r}")
+        _check_saved(saved)
         adapter.delivered(request, answer, upstream=False)
     except Exception as exc:  # (any failure here is the stored data's: a miss, not a 500)
         log.warning("model %s: cached answer %d cannot be served back (%s: %s): dropped, "
