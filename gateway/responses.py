@@ -243,9 +243,8 @@ class ResponsesAdapter:
         resolved, sent = [], []  # (the body's other items go as sent)
         for item, raw in zip(items, request.body["input"], strict=True):
             if item.get("type") == _ITEM_REFERENCE and _ours(item.get("id")):
-                found = self.store.item(owner, item["id"])
-                if found is None or found.get("type") == _ITEM_REFERENCE:
-                    # (a reference listed under an id of its own names no item: _unique_ids)
+                found = self._referenced(owner, item["id"])
+                if found is None:
                     raise APIError(404, f"Item with id '{item['id']}' not found.", param="input")
                 item = raw = found
             resolved.append(item)
@@ -429,10 +428,16 @@ class ResponsesAdapter:
         owner's stored responses hold, as that item (OpenAI lists the items a response read,
         never a reference: its list has no such type). One held by nobody here stays one."""
         if item.get("type") == _ITEM_REFERENCE and isinstance(item.get("id"), str):
-            found = self.store.item(owner, item["id"])
-            if found is not None and found.get("type") != _ITEM_REFERENCE:
+            found = self._referenced(owner, item["id"])
+            if found is not None:
                 return found
         return _with_id(item)
+
+    def _referenced(self, owner: str, item_id: str) -> dict[str, Any] | None:
+        """The item ``item_id`` names among the owner's stored responses; None for none (a
+        reference listed under an id of its own names no item: ``_unique_ids``)."""
+        found = self.store.item(owner, item_id)
+        return None if found is None or found.get("type") == _ITEM_REFERENCE else found
 
     def _claim_named(self, request: GatewayRequest) -> None:
         """Claim the upstream-kept ``conversation`` and containers a request names, once an
