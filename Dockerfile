@@ -141,5 +141,13 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=venv-cuda /opt/venv /opt/venv
 
 # Last, so that a plain `docker build .` gives the CPU image.
+# gcc: the local model's linear layers run on cachegate's own kernel (localmodel/linear_f32.c),
+# compiled for the host's CPU (-march=native) at each start; without a compiler they fall back
+# to oneDNN, ~1.5x slower single-stream decode (docs/configuration.md, `weights`).
 FROM runtime AS cpu
+USER root
+RUN apt-get update -q \
+ && apt-get install -y -q --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
+USER cachegate
 COPY --from=venv-cpu /opt/venv /opt/venv

@@ -40,7 +40,7 @@ worker: $(STAMP)
 
 # The tests start their own redis-server processes and a headless chromium (the dashboard's
 # browser test), regenerate semantic/antonyms_wordnet.txt from WordNet (wordnet-base) and run
-# the README's curl example (curl):
+# the README's curl example (curl), and build the local model's native kernel (gcc):
 # Debian's packages, installed here if missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 services:
@@ -60,6 +60,10 @@ services:
 	  echo "installing curl (Debian package)"; \
 	  $(SUDO) apt-get install -y -q curl >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q curl >/dev/null; }; }
+	@command -v cc >/dev/null || { \
+	  echo "installing gcc (Debian package)"; \
+	  $(SUDO) apt-get install -y -q gcc libc6-dev >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q gcc libc6-dev >/dev/null; }; }
 
 test: $(STAMP) services
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -19,8 +19,8 @@ torch thread count and at the other of 1 and 2. Its decode tokens/s is computed 
 function as the engine's (:func:`decode_tokens_per_s`). Without llama-cpp-python this part is
 skipped, and the section says how to install it.
 
-The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``auto``, ``float16``,
-``bfloat16``, ``int8``) are measured side by side in the same run, taking turns round after
+The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``onednn``, ``auto`` (at one
+torch thread: the native kernel), ``float16``, ``bfloat16``, ``int8``) are measured side by side in the same run, taking turns round after
 round so that the machine's noise falls on all of them: single-stream ms/token, each against
 the weight-read floor of its own bytes, single-stream TTFT, and 8-stream decode tokens/s. And
 the quality of those that round the weights: over ``--prompts`` chat prompts the float32
@@ -53,6 +53,7 @@ from localmodel import AsyncEngine, Engine, Finished, SamplingParams
 from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
 from localmodel.loader import load
+from localmodel.weights import in_use
 
 PROMPT_TOKENS = 64
 #: one stream: TTFT, tokens, decode ms/token, end (seconds from the submit)
@@ -272,7 +273,7 @@ def weights_quality(engine: Engine, other: Engine, n_prompts: int, n_answer: int
 
 #: The ``weights`` settings measured side by side, and those measured for quality against
 #: float32 (the others compute the same arithmetic up to summation order).
-WEIGHTS = ("unpacked", "auto", "float16", "bfloat16", "int8")
+WEIGHTS = ("unpacked", "onednn", "auto", "float16", "bfloat16", "int8")
 ROUNDED = ("float16", "bfloat16", "int8")
 #: the pages' dtypes measured side by side (``float32`` is what ``auto`` means on a CPU)
 KV_DTYPES = ("float32", "bfloat16", "int8")
@@ -294,8 +295,9 @@ def run(
     bandwidth = read_bandwidth()  # once: the floors differ by their bytes only
     floors = {name: weight_floor(engines[name].model, bandwidth)
               for name in ("unpacked", "float16", "int8")}  # fmt: skip
-    # packed weights are not parameters: the same bytes as their unpacked dtype's
-    floors |= {"auto": floors["unpacked"], "bfloat16": floors["float16"]}
+    # packed weights: the same bytes as their unpacked dtype's
+    floors |= {"onednn": floors["unpacked"], "auto": floors["unpacked"],
+               "bfloat16": floors["float16"]}  # fmt: skip
     single = taking_turns(engines, 1, ("ms_per_token", "ttft_p50_s"), n_tokens, rounds=3)
     weights = {
         "ms_per_token": {name: f["ms_per_token"] for name, f in single.items()},
@@ -307,6 +309,7 @@ def run(
                     for name in ROUNDED},
     }  # fmt: skip
     return {"header": header, "threads": torch.get_num_threads(), "n_tokens": n_tokens,
+            "weights_in_use": in_use(engine.model),
             "step_tokens": engine.config.step_tokens, "batched": batched,
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
             "kv_dtypes": kv_dtypes(engine, n_tokens),
@@ -337,7 +340,7 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         "## Continuous batching of the local model (`bench/engine.py`)",
         "",
         f"`{cmd}` — {results['header']['machine']}, {results['threads']} torch thread(s), "
-        f"bundled SmolLM2-135M fp32 (`weights: auto`: oneDNN-packed), {PROMPT_TOKENS}-token distinct prompts, "
+        f"bundled SmolLM2-135M fp32 (`weights: auto`: {results['weights_in_use']}), {PROMPT_TOKENS}-token distinct prompts, "
         f"{results['n_tokens']} greedy tokens per stream, step_tokens {results['step_tokens']}. "
         "Batched (`max_batch: 16`) and one at a time (`max_batch: 1`) in the same run. "
         "**The machine is shared with other jobs**: absolute figures move between runs; the "
@@ -484,8 +487,10 @@ def _weights_markdown(weights: dict[str, Any], llama: dict[str, Any]) -> list[st
     lines = [
         "### `weights` settings side by side (same run, taking turns)",
         "",
-        "`unpacked`: the float32 weights as loaded (MKL); `auto`: the same weights prepacked "
-        "for oneDNN (the default on a CPU); `float16`: weights stored in float16; `bfloat16`: "
+        "`unpacked`: the float32 weights as loaded (MKL); `onednn`: the same weights "
+        "prepacked for oneDNN; `auto` (the default), here `native` (one torch thread): the "
+        "same weights repacked in tiles of 16 output features for cachegate's own kernel "
+        "(`localmodel/linear_f32.c`, built at load); `float16`: weights stored in float16; `bfloat16`: "
         "weights and activations in bfloat16 on oneDNN (prepacked); `int8`: weight-only int8 "
         "with a scale per output feature (torch's int8 kernel up to 16 rows, a widened "
         "bfloat16 product above). TTFT: one stream, a 64-token prompt (its prefill).",

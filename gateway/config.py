@@ -305,15 +305,18 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     #: model's), "float32", "bfloat16" / "float16" (2x the tokens per byte) or "int8" (3.7x;
     #: per-channel K and per-token V scales, dequantised inside attention).
     kv_dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
-    #: How the linear layers' weights are kept: "auto" (on a CPU with a float32 model,
-    #: prepacked for oneDNN: batched decode ~1.5x faster; otherwise as loaded), "unpacked"
+    #: How the linear layers' weights are kept: "auto" (on a CPU with a float32 model:
+    #: "native" where the kernel builds and torch runs one thread, else "onednn"; otherwise as
+    #: loaded), "native" (cachegate's own kernel, compiled here by the C compiler at start:
+    #: single-stream decode ~1.5x oneDNN's, batched ~1.3x, prefill on par; one thread),
+    #: "onednn" (prepacked for oneDNN: batched decode ~1.5x MKL's), "unpacked"
     #: (as loaded) or "float16" (a float32 model on the CPU: half the bytes read per decoded
     #: token, ~2x faster single-stream decode; logits move by a few hundredths, and may depend
     #: on the batch a request joins), "bfloat16" (the same condition: bfloat16 weights and
     #: activations on oneDNN: prefill ~2-3x faster, batched decode ~1.7x) or "int8"
     #: (the same condition: weight-only int8, per-output-feature scales, a quarter of the
     #: bytes: ~2x faster single-stream decode, ~1.7x batched; greedy tokens ~97% as float32).
-    weights: Literal["auto", "unpacked", "float16", "bfloat16", "int8"] = "auto"
+    weights: Literal["auto", "native", "onednn", "unpacked", "float16", "bfloat16", "int8"] = "auto"
     #: A prompt + max_tokens longer than the context window: "error" (400
     #: context_length_exceeded) or "sinks" (keep the first sink_tokens and the most recent
     #: window of KV, StreamingLLM; K re-rotated when the window slides).
@@ -335,7 +338,7 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     semantic_threshold: Fraction | None = None
 
     def __post_init__(self) -> None:
-        if self.weights in ("float16", "bfloat16", "int8") and (
+        if self.weights in ("native", "onednn", "float16", "bfloat16", "int8") and (
             self.dtype not in ("auto", "float32") or self.device == "cuda"
         ):
             raise ValueError(

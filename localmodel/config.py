@@ -25,7 +25,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 KV_DTYPES = ("auto", "float32", "bfloat16", "float16", "int8")
 
 #: ``weights``: how the linear layers' weights are stored (``localmodel.weights``).
-WEIGHTS = ("auto", "unpacked", "float16", "bfloat16", "int8")
+WEIGHTS = ("auto", "native", "onednn", "unpacked", "float16", "bfloat16", "int8")
 
 #: ``context_overflow``: what a conversation longer than the window gets (``localmodel.sinks``).
 CONTEXT_OVERFLOWS = ("error", "sinks")
@@ -71,9 +71,13 @@ class EngineConfig:
             pages to the model's dtype at every step. Only float32 keeps a warm prefix's logits
             within 1e-4 of a cold prefill; the others' drift is measured in ``make bench``.
         weights: how the linear layers' weights are kept (``localmodel.weights``). ``"auto"``:
-            on a CPU with a float32 model, prepacked for oneDNN (batched decode ~1.5× faster
-            than MKL, prefill ~1.2×, same arithmetic up to summation order); otherwise as
-            loaded. ``"unpacked"``: always as loaded. ``"float16"`` (a float32 model on the
+            on a CPU with a float32 model, ``"native"`` where its kernel builds and torch runs
+            one thread, else ``"onednn"``; otherwise as loaded. ``"native"``: cachegate's own
+            kernel (``localmodel.kernel``, compiled at load by the C compiler): single-stream
+            decode ~1.5× oneDNN's, batched ~1.3×, prefill on par; single-threaded.
+            ``"onednn"``: prepacked for oneDNN (batched decode ~1.5× faster than MKL,
+            prefill ~1.2×). Both: the same arithmetic up to summation order. ``"unpacked"``:
+            always as loaded. ``"float16"`` (a float32 model on the
             CPU only): stored in float16, half the bytes a decode step reads, so
             single-stream decode is ~2× faster; logits move by a few hundredths and a
             request's tokens may then depend on what it is batched with. ``"bfloat16"``

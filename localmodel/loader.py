@@ -36,9 +36,11 @@ from localmodel.config import BUNDLED, EngineConfig
 from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
 from localmodel.weights import (
     can_pack,
+    can_use_native,
     use_bfloat16_weights,
     use_half_weights,
     use_int8_weights,
+    use_native_weights,
     use_packed_weights,
 )
 from prefix.dirlock import claim_dir, lock_path, unused
@@ -105,6 +107,24 @@ def load(config: EngineConfig) -> LoadedModel:
 _STORED = {"float16": use_half_weights, "bfloat16": use_bfloat16_weights, "int8": use_int8_weights}
 
 
+def _float32_weights(model: Any, weights: str) -> None:
+    """``weights: auto / native / onednn`` (``unpacked``: nothing to do)."""
+    # NOTE: the native kernel runs on one thread; with more, oneDNN's threaded products win
+    native = weights == "native" or (
+        weights == "auto" and torch.get_num_threads() == 1 and can_use_native(model)
+    )
+    try:
+        if native:
+            logger.info(
+                "localmodel: %d linear layers on the native kernel", use_native_weights(model)
+            )
+        elif weights == "onednn" or (weights == "auto" and can_pack(model)):
+            count = use_packed_weights(model)
+            logger.info("localmodel: %d linear layers prepacked for oneDNN", count)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
+
+
 def _load(config: EngineConfig) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -132,8 +152,8 @@ def _load(config: EngineConfig) -> LoadedModel:
             config.weights,
             saved / 1e6,
         )
-    elif config.weights == "auto" and can_pack(model):
-        logger.info("localmodel: %d linear layers prepacked for oneDNN", use_packed_weights(model))
+    else:
+        _float32_weights(model, config.weights)
     logger.info(
         "localmodel: loaded %s on %s (%s) in %.2f s",
         path,

@@ -1,5 +1,6 @@
 """``weights: float16 | bfloat16 | int8``: every linear layer stores the dtype, answers stay the
-model's; ``weights: auto`` packs float32 for oneDNN with the same results."""
+model's; ``weights: auto`` (one thread: the native kernel) and ``onednn`` keep float32 with
+the same results."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from localmodel.weights import (
     BFloat16Linear,
     HalfLinear,
     Int8Linear,
+    NativeLinear,
     PackedLinear,
     can_pack,
     in_use,
@@ -37,7 +39,7 @@ def half() -> LoadedModel:
 def test_every_linear_is_swapped_and_stores_half_the_bytes(
     half: LoadedModel, bundled: LoadedModel
 ) -> None:
-    packed = [m for m in bundled.model.modules() if isinstance(m, PackedLinear)]  # the default
+    packed = [m for m in bundled.model.modules() if isinstance(m, NativeLinear)]  # the default
     halves = [m for m in half.model.modules() if isinstance(m, HalfLinear)]
     assert len(packed) == 30 * 7 + 1 == len(halves)  # q k v o gate up down per layer, lm_head
     assert not any(type(m) is nn.Linear for m in half.model.modules())
@@ -53,17 +55,37 @@ def unpacked() -> LoadedModel:
     return _load("unpacked")
 
 
-def test_auto_prepacks_every_linear_for_onednn_with_the_same_results(
-    bundled: LoadedModel, unpacked: LoadedModel
+@pytest.fixture(scope="module")
+def onednn() -> LoadedModel:
+    return _load("onednn")
+
+
+def test_auto_on_one_thread_puts_every_linear_on_the_native_kernel_with_the_same_results(
+    bundled: LoadedModel, unpacked: LoadedModel, onednn: LoadedModel
 ) -> None:
-    assert not any(isinstance(m, PackedLinear) for m in unpacked.model.modules())
+    assert torch.get_num_threads() == 1  # (tests/localmodel/conftest.py)
+    assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in unpacked.model.modules())
     assert in_use(unpacked.model) == "as loaded (float32)"
-    assert in_use(bundled.model) == "onednn-packed"
-    assert not any(type(m) is nn.Linear for m in bundled.model.modules())  # auto: all packed
+    assert in_use(bundled.model) == "native"  # the C compiler built the kernel here
+    assert in_use(onednn.model) == "onednn-packed"
+    for loaded in (bundled, onednn):
+        assert not any(type(m) is nn.Linear for m in loaded.model.modules())  # all swapped
     ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.inference_mode():
-        diff = (bundled.model(input_ids=ids).logits - unpacked.model(input_ids=ids).logits).abs()
-    assert diff.max() < 1e-3  # summation order only (measured 2e-4 over 40 tokens)
+        want = unpacked.model(input_ids=ids).logits
+        for loaded in (bundled, onednn):
+            diff = (loaded.model(input_ids=ids).logits - want).abs()
+            assert diff.max() < 1e-3  # summation order only (measured 1e-4 over 40 tokens)
+
+
+def test_auto_on_several_threads_keeps_onednn() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        loaded = _load("auto")
+    finally:
+        torch.set_num_threads(before)
+    assert in_use(loaded.model) == "onednn-packed"  # the native kernel runs one thread
 
 
 def test_a_packed_layer_computes_what_nn_linear_does() -> None:
@@ -221,7 +243,7 @@ def test_int8_stores_a_quarter_of_the_bytes_and_answers_as_the_model(
     assert len(layers) == 30 * 7 + 1 and not any(type(m) is nn.Linear for m in int8.model.modules())
     assert in_use(int8.model) == "int8"
     assert all(m.weight.dtype == torch.int8 and m.kernel for m in layers)  # 576, 1536: ×16
-    packed = [m for m in bundled.model.modules() if isinstance(m, PackedLinear)]
+    packed = [m for m in bundled.model.modules() if isinstance(m, NativeLinear)]
     assert sum(m.weight8.numel() for m in layers) == sum(
         m.in_features * m.out_features for m in packed
     )

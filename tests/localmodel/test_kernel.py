@@ -1,0 +1,92 @@
+"""The native float32 linear kernel (``localmodel.kernel``, ``weights: native`` / ``auto``):
+built by this machine's C compiler, it computes what ``nn.Linear`` does at every row count,
+a row's result does not depend on its batch, and without a compiler the load says why."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from localmodel import EngineConfig, kernel
+from localmodel.loader import ModelLoadError, load
+from localmodel.weights import NativeLinear, in_use
+from tests.conftest import CACHE_DIR
+
+
+@pytest.fixture(scope="module")
+def lib() -> object:
+    built = kernel.library()
+    assert built is not None, "the C compiler (cc) did not build localmodel/linear_f32.c"
+    return built
+
+
+@pytest.mark.parametrize(("out", "inner"), [(40, 96), (37, 45), (16, 576), (1, 7)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_native_layer_computes_what_nn_linear_does(
+    lib: object, out: int, inner: int, bias: bool
+) -> None:
+    torch.manual_seed(out + inner)
+    linear = nn.Linear(inner, out, bias=bias)
+    layer = NativeLinear(linear, lib)
+    assert torch.equal(layer.weight, linear.weight.detach())  # unpacks to the same weight
+    # rows: one (decode), a few, past each chunk of the transposed inputs (16 or 6), prefill
+    for rows in (1, 2, 5, 6, 7, 15, 16, 17, 33, 64):
+        x = torch.randn(2, rows, inner)
+        with torch.inference_mode():
+            got = layer(x)
+            assert got.shape == (2, rows, out)
+            assert torch.allclose(got, linear(x), rtol=1e-5, atol=1e-5), rows
+
+
+def test_a_rows_result_is_bitwise_the_same_alone_and_in_any_batch(lib: object) -> None:
+    torch.manual_seed(0)
+    layer = NativeLinear(nn.Linear(576, 200), lib)
+    batch = torch.randn(40, 576)
+    with torch.inference_mode():
+        together = layer(batch)
+        for row in (0, 5, 16, 39):
+            assert torch.equal(layer(batch[row : row + 1]), together[row : row + 1])
+        assert torch.equal(layer(batch[3:12]), together[3:12])
+
+
+def test_inputs_it_does_not_take_go_through_f_linear(lib: object) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(32, 24)
+    layer = NativeLinear(linear, lib)
+    x = torch.randn(3, 64)[:, ::2]  # not contiguous: copied, then the kernel
+    with torch.inference_mode():
+        assert torch.allclose(layer(x), linear(x), atol=1e-5)
+        half = layer(x.double())  # another dtype: F.linear on the unpacked weight
+        assert half.dtype == torch.float64
+        assert torch.allclose(half, linear.double()(x.double()), atol=1e-5)
+    wants_grad = torch.randn(2, 32, requires_grad=True)
+    layer(wants_grad).sum().backward()  # (gradients flow through F.linear)
+    assert wants_grad.grad is not None
+
+
+def test_without_a_compiler_nothing_is_built_and_the_log_says_why(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
+        assert kernel.build(str(tmp_path / "no-such-cc")) is None
+    assert "no C compiler" in caplog.text
+    failing = tmp_path / "cc"
+    failing.write_text("#!/bin/sh\necho 'cc: error: unsupported option' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    with caplog.at_level(logging.WARNING, logger="cachegate.localmodel"):
+        assert kernel.build(str(failing)) is None
+    assert "unsupported option" in caplog.text
+
+
+def test_weights_native_without_the_kernel_fails_the_load_and_auto_falls_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kernel, "library", lambda: None)
+    with pytest.raises(ModelLoadError, match=r"weights: native needs .* C compiler"):
+        load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="native"))
+    fallback = load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32"))
+    assert in_use(fallback.model) == "onednn-packed"
