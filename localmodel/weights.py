@@ -223,14 +223,17 @@ class NativeLinear(nn.Module):
     that needs a gradient) is computed by ``F.linear`` on the unpacked weight.
     """
 
-    def __init__(self, linear: nn.Linear, lib: Any) -> None:
+    def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
+        if kernel.library() is None:
+            raise ValueError("localmodel: the native linear kernel is not built here (see the log)")
         self.in_features = linear.in_features
         self.out_features = linear.out_features
-        self.lib = lib
         with torch.no_grad():
             self.packed = nn.Parameter(kernel.pack(linear.weight.float()), requires_grad=False)
         self.bias = linear.bias  # None or [out], float32
+        # (what the kernel reads: the same storage where the bias is contiguous already)
+        self.bias_data = None if linear.bias is None else linear.bias.detach().float().contiguous()
 
     @property
     def weight(self) -> torch.Tensor:
@@ -238,13 +241,13 @@ class NativeLinear(nn.Module):
         return kernel.unpack(self.packed, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype != torch.float32 or x.device.type != "cpu" or x.requires_grad:
+        lib = kernel.library()
+        usable = x.dtype is torch.float32 and x.is_cpu and not x.requires_grad
+        if not usable or lib is None or x.shape[-1] != self.in_features:  # (F.linear says why)
             bias = None if self.bias is None else self.bias.to(x.dtype)
             return F.linear(x, self.weight.to(x.dtype), bias)
-        flat = x.reshape(-1, self.in_features).contiguous()  # [rows, in]
-        bias = None if self.bias is None else self.bias.detach().contiguous()
-        y = kernel.linear(self.lib, self.packed, flat, self.out_features, bias)
-        return y.view(*x.shape[:-1], self.out_features)
+        x = x if x.is_contiguous() else x.contiguous()
+        return kernel.linear(lib, self.packed, x, self.out_features, self.bias_data)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, native"
@@ -367,8 +370,7 @@ def use_native_weights(model: Any) -> int:
             "localmodel: weights: native needs a float32 model on the CPU and a C compiler "
             "(cc, or $CC) that builds localmodel/linear_f32.c; the log says why it did not"
         )
-    lib = kernel.library()
-    return len(_swap(model, lambda linear: NativeLinear(linear, lib)))
+    return len(_swap(model, NativeLinear))
 
 
 def _float32_on_cpu(model: Any) -> bool:

@@ -31,7 +31,7 @@ def test_a_native_layer_computes_what_nn_linear_does(
 ) -> None:
     torch.manual_seed(out + inner)
     linear = nn.Linear(inner, out, bias=bias)
-    layer = NativeLinear(linear, lib)
+    layer = NativeLinear(linear)
     assert torch.equal(layer.weight, linear.weight.detach())  # unpacks to the same weight
     # rows: one (decode), a few, past each chunk of the transposed inputs (16 or 6), prefill
     for rows in (1, 2, 5, 6, 7, 15, 16, 17, 33, 64):
@@ -44,7 +44,7 @@ def test_a_native_layer_computes_what_nn_linear_does(
 
 def test_a_rows_result_is_bitwise_the_same_alone_and_in_any_batch(lib: object) -> None:
     torch.manual_seed(0)
-    layer = NativeLinear(nn.Linear(576, 200), lib)
+    layer = NativeLinear(nn.Linear(576, 200))
     batch = torch.randn(40, 576)
     with torch.inference_mode():
         together = layer(batch)
@@ -56,13 +56,15 @@ def test_a_rows_result_is_bitwise_the_same_alone_and_in_any_batch(lib: object) -
 def test_inputs_it_does_not_take_go_through_f_linear(lib: object) -> None:
     torch.manual_seed(0)
     linear = nn.Linear(32, 24)
-    layer = NativeLinear(linear, lib)
+    layer = NativeLinear(linear)
     x = torch.randn(3, 64)[:, ::2]  # not contiguous: copied, then the kernel
     with torch.inference_mode():
         assert torch.allclose(layer(x), linear(x), atol=1e-5)
         half = layer(x.double())  # another dtype: F.linear on the unpacked weight
         assert half.dtype == torch.float64
         assert torch.allclose(half, linear.double()(x.double()), atol=1e-5)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        layer(torch.randn(3, 31))  # never read past the input: F.linear refuses it
     wants_grad = torch.randn(2, 32, requires_grad=True)
     layer(wants_grad).sum().backward()  # (gradients flow through F.linear)
     assert wants_grad.grad is not None
