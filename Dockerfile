@@ -141,7 +141,7 @@ ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 COPY --from=venv-cuda /opt/venv /opt/venv
 
 # Last, so that a plain `docker build .` gives the CPU image.
-# gcc: the local model's linear layers run on cachegate's own kernel (localmodel/linear_f32.c),
+# gcc: the local model's linear layers run on cachegate's own kernel (localmodel/linear.c),
 # compiled for the host's CPU (-march=native) at each start; without a compiler they fall back
 # to oneDNN, ~1.5x slower single-stream decode (docs/configuration.md, `weights`).
 FROM runtime AS cpu

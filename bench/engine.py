@@ -490,7 +490,7 @@ def _weights_markdown(weights: dict[str, Any], llama: dict[str, Any]) -> list[st
         "`unpacked`: the float32 weights as loaded (MKL); `onednn`: the same weights "
         "prepacked for oneDNN; `auto` (the default), here `native` (one torch thread): the "
         "same weights repacked in tiles of 16 output features for cachegate's own kernel "
-        "(`localmodel/linear_f32.c`, built at load); `float16`: weights stored in float16; `bfloat16`: "
+        "(`localmodel/linear.c`, built at load); `float16`: weights stored in float16; `bfloat16`: "
         "weights and activations in bfloat16 on oneDNN (prepacked); `int8`: weight-only int8 "
         "with a scale per output feature (torch's int8 kernel up to 16 rows, a widened "
         "bfloat16 product above). TTFT: one stream, a 64-token prompt (its prefill).",

@@ -13,14 +13,14 @@ from torch import nn
 
 from localmodel import EngineConfig, kernel
 from localmodel.loader import ModelLoadError, load
-from localmodel.weights import NativeLinear, in_use
+from localmodel.weights import INT8_KERNEL_ROWS, Int8Linear, NativeLinear, in_use
 from tests.conftest import CACHE_DIR
 
 
 @pytest.fixture(scope="module")
 def lib() -> object:
     built = kernel.library()
-    assert built is not None, "the C compiler (cc) did not build localmodel/linear_f32.c"
+    assert built is not None, "the C compiler (cc) did not build localmodel/linear.c"
     return built
 
 
@@ -92,3 +92,21 @@ def test_weights_native_without_the_kernel_fails_the_load_and_auto_falls_back(
         load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32", weights="native"))
     fallback = load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32"))
     assert in_use(fallback.model) == "onednn-packed"
+
+
+def test_int8_decode_rows_take_the_native_int8_tiles_with_float32_activations(lib: object) -> None:
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40)
+    layer = Int8Linear(linear)
+    assert layer.tiles8 is not None
+    dequantised = layer.weight8.float() * layer.scale[:, None]  # what the int8 weight means
+    with torch.inference_mode():
+        for rows in (1, 5, INT8_KERNEL_ROWS):
+            x = torch.randn(1, rows, 96)
+            want = nn.functional.linear(x, dequantised, linear.bias)
+            # float32 activations: ~1e-6 of the exact product (bfloat16 ones are ~1e-2 off)
+            assert torch.allclose(layer(x), want, rtol=1e-5, atol=1e-5), rows
+        prefill = torch.randn(1, INT8_KERNEL_ROWS + 1, 96)  # more rows: the bfloat16 product
+        got = layer(prefill)
+        want = nn.functional.linear(prefill, dequantised, linear.bias)
+        assert torch.allclose(got, want, atol=0.1) and not torch.allclose(got, want, atol=1e-4)

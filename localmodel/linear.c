@@ -1,0 +1,137 @@
+/* cachegate's linear-layer kernels for the CPU (localmodel/kernel.py compiles and loads them).
+ *
+ * Y[rows, out] = X[rows, in] @ W[out, in]^T (+ bias), float32 activations, with W repacked once
+ * into tiles of 16 output features: Wp[t][i][l] = W[16 t + l][i] (the last tile zero-padded),
+ * in float32 (cachegate_linear_f32) or int8 with one float32 scale per output feature
+ * (cachegate_linear_q8: W[o][i] = q[o][i] * scale[o]; the scale is applied to the sum).
+ *
+ * A decode step multiplies a few rows by every weight once, so it is bound by how fast the
+ * weights stream from memory: one tile is one sequential read, each 16-weight load (widened
+ * to float32 for int8) is multiplied into every row's accumulator with the row's input
+ * broadcast, and no horizontal sums are needed.
+ *
+ * Every output is one chain of fused multiply-adds over i = 0 .. in-1 in order, whatever the
+ * number of rows: a row's result is bitwise the same alone or in any batch.
+ *
+ * Rows go through in chunks of RMAX, each chunk's inputs transposed first (xt[i][r]) so that a
+ * step reads them in order; tiles are the outer loop, so each tile comes from memory once and
+ * from cache for the other chunks. Vectors are GCC's generic vector extension: AVX-512, AVX2
+ * or NEON registers, as the compiler targets the CPU it runs on (-march=native). */
+#include <stdlib.h>
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4))); /* a load at any address */
+typedef signed char q16u __attribute__((vector_size(16), aligned(1)));
+typedef int i16 __attribute__((vector_size(64)));
+
+/* 16 int8 weights as float32. NOTE: GCC widens a generic int8 vector lane by lane (measured:
+ * 2x slower than the float32 tiles), so x86 takes the one-instruction widenings. */
+static inline __attribute__((always_inline)) v16 widen(const signed char *p) {
+#if defined(__AVX512F__)
+  return (v16)_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+#elif defined(__AVX2__)
+  __m128i q = _mm_loadu_si128((const __m128i *)p);
+  union { __m256 h[2]; v16 v; } u;
+  u.h[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q));
+  u.h[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q, 8)));
+  return u.v;
+#else
+  return __builtin_convertvector(__builtin_convertvector(*(const q16u *)p, i16), v16);
+#endif
+}
+
+#ifdef __AVX512F__
+#define RMAX 16 /* 16 accumulators + the weight in 32 vector registers */
+#else
+#define RMAX 6  /* a v16 takes two or four registers without AVX-512 */
+#endif
+
+/* One tile (16 outputs from o) for R rows. Q8: w is int8 and scale[o..o+16) applies. */
+static inline __attribute__((always_inline)) void tile(
+    const void *restrict w, const float *restrict scale, const float *restrict xt,
+    float *restrict y, const float *restrict bias, long in, long out, long o, const int R,
+    const int Q8) {
+  v16 acc[RMAX];
+  for (int r = 0; r < R; ++r) acc[r] = (v16){0};
+  for (long i = 0; i < in; ++i) {
+    v16 wv = Q8 ? widen((const signed char *)w + 16 * i) : *(const v16u *)((const float *)w + 16 * i);
+    for (int r = 0; r < R; ++r) acc[r] += wv * xt[i * R + r];
+  }
+  if (Q8) {
+    v16 s = *(const v16u *)(scale + o); /* (scale is padded to whole tiles) */
+    for (int r = 0; r < R; ++r) acc[r] *= s;
+  }
+  long n = out - o < 16 ? out - o : 16;
+  for (int r = 0; r < R; ++r)
+    for (long l = 0; l < n; ++l) y[r * out + o + l] = acc[r][l] + (bias ? bias[o + l] : 0.f);
+}
+
+typedef void (*tile_fn)(const void *, const float *, const float *, float *, const float *,
+                        long, long, long);
+#define TILE(R)                                                                             \
+  static void f32_##R(const void *w, const float *s, const float *xt, float *y,               \
+                      const float *b, long in, long out, long o) {                            \
+    tile(w, s, xt, y, b, in, out, o, R, 0);                                                   \
+  }                                                                                           \
+  static void q8_##R(const void *w, const float *s, const float *xt, float *y,                \
+                     const float *b, long in, long out, long o) {                             \
+    tile(w, s, xt, y, b, in, out, o, R, 1);                                                   \
+  }
+TILE(1) TILE(2) TILE(3) TILE(4) TILE(5) TILE(6)
+#if RMAX == 16
+TILE(7) TILE(8) TILE(9) TILE(10) TILE(11) TILE(12) TILE(13) TILE(14) TILE(15) TILE(16)
+static const tile_fn F32[RMAX + 1] = {0, f32_1, f32_2, f32_3, f32_4, f32_5, f32_6, f32_7,
+    f32_8, f32_9, f32_10, f32_11, f32_12, f32_13, f32_14, f32_15, f32_16};
+static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6, q8_7,
+    q8_8, q8_9, q8_10, q8_11, q8_12, q8_13, q8_14, q8_15, q8_16};
+#else
+static const tile_fn F32[RMAX + 1] = {0, f32_1, f32_2, f32_3, f32_4, f32_5, f32_6};
+static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6};
+#endif
+
+static __thread float *scratch; /* the transposed inputs, one buffer per thread, kept */
+static __thread long scratch_floats;
+
+/* x transposed in chunks of RMAX rows (one row: x itself); NULL if out of memory. */
+static const float *transposed(const float *x, long rows, long in) {
+  if (rows == 1) return x; /* one row: its own order is already [i][r] */
+  if (scratch_floats < rows * in) {
+    free(scratch);
+    scratch = malloc(sizeof(float) * rows * in);
+    scratch_floats = scratch ? rows * in : 0;
+    if (!scratch) return 0;
+  }
+  for (long c = 0; c < rows; c += RMAX) {
+    long n = rows - c < RMAX ? rows - c : RMAX;
+    for (long i = 0; i < in; ++i)
+      for (long r = 0; r < n; ++r) scratch[c * in + i * n + r] = x[(c + r) * in + i];
+  }
+  return scratch;
+}
+
+static int run(const tile_fn *fns, const char *wp, long tile_bytes, const float *scale,
+               const float *x, float *y, const float *bias, long rows, long in, long out) {
+  const float *xt = transposed(x, rows, in);
+  if (!xt) return -1;
+  for (long t = 0; t < (out + 15) / 16; ++t)
+    for (long c = 0; c < rows; c += RMAX) {
+      long n = rows - c < RMAX ? rows - c : RMAX;
+      fns[n](wp + t * tile_bytes, scale, xt + c * in, y + c * out, bias, in, out, t * 16);
+    }
+  return 0;
+}
+
+/* 0 on success, -1 if the scratch buffer cannot be allocated. bias may be NULL. */
+int cachegate_linear_f32(const float *wp, const float *x, float *y, const float *bias,
+                         long rows, long in, long out) {
+  return run(F32, (const char *)wp, in * 16 * (long)sizeof(float), 0, x, y, bias, rows, in, out);
+}
+
+/* The same with int8 tiles and scale[] padded to whole tiles (ceil(out/16) * 16 floats). */
+int cachegate_linear_q8(const signed char *wp, const float *scale, const float *x, float *y,
+                        const float *bias, long rows, long in, long out) {
+  return run(Q8, (const char *)wp, in * 16, scale, x, y, bias, rows, in, out);
+}
