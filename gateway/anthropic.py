@@ -76,14 +76,16 @@ class AnthropicBackend(UpstreamBackend):
         await stream.opened()
         return stream
 
-    async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int:
-        """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens."""
-        count = (await self._post(request, auth, "v1/messages/count_tokens")).body.get(
-            "input_tokens"
-        )
+    async def count_message_tokens(
+        self, request: GatewayRequest, auth: str | None = None
+    ) -> Answer:
+        """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens, with the
+        upstream's headers to relay (its ``request-id``, its rate-limit state), as a message's."""
+        answer = await self._post(request, auth, "v1/messages/count_tokens")
+        count = answer.body.get("input_tokens")
         if not isinstance(count, int):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
-        return count
+        return Answer({"input_tokens": count}, answer.headers)
 
     async def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "anthropic"}

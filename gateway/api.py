@@ -25,7 +25,7 @@ from litestar.exceptions import HTTPException, InternalServerException
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from .backend import Backend
+from .backend import Answer, Backend
 from .canonical import Adapter, GatewayRequest, Reply, Wire
 from .chat import CHAT, COMPLETION
 from .connections import ClientDisconnected, StreamWatch, hold
@@ -176,11 +176,12 @@ async def _token_count(
     request: Request[Any, Any, Any],
     wire: Wire,
     parse: Callable[[bytes, Mapping[str, str], str], GatewayRequest],
-    count: Callable[[Backend, GatewayRequest, str | None], Awaitable[int]],
+    count: Callable[[Backend, GatewayRequest, str | None], Awaitable[Answer]],
     **shape: str,
 ) -> Response[Any]:
     """A token-count route: ``wire``'s credentials and error bodies, the body read by
-    ``parse``, routed as a create is, counted by ``count``; answers ``{**shape, input_tokens}``."""
+    ``parse``, routed as a create is, counted by ``count``; answers ``{**shape, input_tokens}``
+    with the headers of the count to relay (an upstream's, as a create's answer has them)."""
     runtime = _runtime(request)
     checked, auth = _credential(wire, request)
     try:
@@ -188,12 +189,12 @@ async def _token_count(
         _unencoded(request)
         parsed = parse(await request.body(), request.headers, tenant)
         backend, parsed = runtime.pipeline.route(parsed, auth)
-        tokens = await count(backend, parsed, auth)
+        counted = await count(backend, parsed, auth)
     except APIError as exc:
         return error_response(exc, wire=wire)
     except HTTPException as exc:
         return error_response(_from_http(exc), wire=wire)
-    return _json({**shape, "input_tokens": tokens})
+    return _json({**shape, **counted.body}, headers=counted.headers)
 
 
 @get("/v1/models")
@@ -595,5 +596,6 @@ def _runtime(request: Request[Any, Any, Any]) -> Runtime:
     return runtime
 
 
-def _json(obj: Any, status: int = 200) -> Response[Any]:
-    return Response(_encode(obj), status_code=status, media_type="application/json")
+def _json(obj: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response[Any]:
+    return Response(_encode(obj), status_code=status, media_type="application/json",
+                    headers=dict(headers or {}))  # fmt: skip

@@ -38,6 +38,7 @@ from .requests import GatewayRequest
 
 __all__ = [
     "MESSAGES",
+    "MessageTokenCounter",
     "MessagesBridge",
     "TokenCounter",
     "count_tokens",
@@ -107,10 +108,20 @@ _STOPS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """A backend that can count a request's prompt tokens without running the model (the
-    Anthropic API its Messages requests, the local model its chat requests)."""
+    """A backend that can count a chat request's prompt tokens without running the model (the
+    local model)."""
 
     async def count_tokens(self, request: GatewayRequest, auth: str | None = None) -> int: ...
+
+
+@runtime_checkable
+class MessageTokenCounter(Protocol):
+    """A backend whose upstream counts a Messages request's input tokens (the Anthropic API):
+    ``{"input_tokens": n}``, with the upstream's headers to relay."""
+
+    async def count_message_tokens(
+        self, request: GatewayRequest, auth: str | None = None
+    ) -> Answer: ...
 
 
 class MessagesBridge:
@@ -141,18 +152,18 @@ _BRIDGE = MessagesBridge()
 MESSAGES = MessagesAdapter(_BRIDGE)
 
 
-async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | None) -> int:
-    """``POST /v1/messages/count_tokens``: asked of an Anthropic upstream, counted by the local
-    model's tokenizer for the chat form of the request; other backends cannot (400)."""
-    if isinstance(backend, TokenCounter):
-        if "messages" in backend.apis:
-            return await backend.count_tokens(request, auth)
-        if "chat" in backend.apis:
-            try:
-                return await backend.count_tokens(_BRIDGE.to_chat(request))
-            except APIError as exc:  # (as a create's: pipeline._params_of)
-                named_as_sent(request.body, exc)
-                raise
+async def count_tokens(backend: Backend, request: GatewayRequest, auth: str | None) -> Answer:
+    """``POST /v1/messages/count_tokens``: ``{"input_tokens": n}`` asked of an Anthropic
+    upstream (with its headers to relay), counted by the local model's tokenizer for the chat
+    form of the request; other backends cannot (400)."""
+    if "messages" in backend.apis and isinstance(backend, MessageTokenCounter):
+        return await backend.count_message_tokens(request, auth)
+    if "chat" in backend.apis and isinstance(backend, TokenCounter):
+        try:
+            return Answer({"input_tokens": await backend.count_tokens(_BRIDGE.to_chat(request))})
+        except APIError as exc:  # (as a create's: pipeline._params_of)
+            named_as_sent(request.body, exc)
+            raise
     raise APIError(
         400,
         f"Counting tokens is not supported for model '{backend.name}'.",

@@ -594,19 +594,20 @@ def input_items(value: Any) -> list[dict[str, Any]]:
 
 async def count_input_tokens(
     adapter: ResponsesAdapter, backend: Backend, request: GatewayRequest, auth: str | None
-) -> int:
-    """``POST /v1/responses/input_tokens``: asked of an OpenAI-compatible upstream, counted by
-    the local model's tokenizer for the chat form of the request; other backends cannot (400)."""
+) -> Answer:
+    """``POST /v1/responses/input_tokens``: ``{"input_tokens": n}`` asked of an
+    OpenAI-compatible upstream (with the headers of its answer to relay), counted by the local
+    model's tokenizer for the chat form of the request; other backends cannot (400)."""
     if "responses" in backend.apis and isinstance(backend, InputTokenCounter):
         answer = await resent_if_lost(lambda sent: backend.count_input_tokens(sent, auth), request)
         count = answer.body.get("input_tokens")
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
             raise APIError(502, f"Upstream for model '{backend.name}' answered no input_tokens.",
                            type="api_error", code="upstream_error")  # fmt: skip
-        return count
+        return Answer({"input_tokens": count}, answer.headers)
     if "chat" in backend.apis and isinstance(backend, TokenCounter):
         try:
-            return await backend.count_tokens(adapter.to_chat(request))
+            return Answer({"input_tokens": await backend.count_tokens(adapter.to_chat(request))})
         except APIError as exc:  # (as a create's: pipeline._params_of)
             param_as_sent(exc)
             raise

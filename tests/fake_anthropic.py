@@ -11,8 +11,10 @@ usage reports ``input_tokens`` (after the last cache read or write), ``cache_rea
 and ``cache_creation_input_tokens``. Tokens are counted as 1 per 4 characters of text.
 
 Answers are deterministic plus a serial number: ``"answer #7 to: What is 2+2?"``. A ``fake``
-body field asks for misbehaviour: ``status`` (an error with that status; 529 is
-``overloaded_error``), ``error_after`` (an ``event: error`` after N stream events),
+body field asks for misbehaviour, of ``/v1/messages/count_tokens`` too: ``status`` (an error
+with that status; 529 is ``overloaded_error``; ``fail_times``: only the first N times this exact
+body is seen; ``retry_after``: a ``retry-after`` header on it), ``headers`` (more headers on the
+answer, e.g. ``anthropic-ratelimit-*``); of ``/v1/messages`` only: ``error_after`` (an ``event: error`` after N stream events),
 ``break_after`` (cut the stream after N events), ``stop_reason`` (e.g. ``refusal``),
 ``tool_use`` (answer with a call of that tool), ``content`` (answer with this text),
 ``delta_usage`` (more fields of a stream's ``message_delta`` usage: the API's cumulative
@@ -58,6 +60,7 @@ class FakeAnthropic:
         self.bodies: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.cache: dict[bytes, float] = {}  # prefix digest -> expiry (time.monotonic)
+        self._seen: Counter[bytes] = Counter()  # (path, body) digest -> times received
         self.clock = time.monotonic
         self._serial = 0
 
@@ -66,6 +69,7 @@ class FakeAnthropic:
         self.bodies.clear()
         self.headers.clear()
         self.cache.clear()
+        self._seen.clear()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -88,15 +92,20 @@ class FakeAnthropic:
         self.bodies.append(body)
         self.headers.append(headers)
         self.stats[path] += 1
-        if path.endswith("count_tokens"):
-            return await _json(send, 200, {"input_tokens": sum(t for _, t, _ in _blocks(body))})
-        await self._message(body, send)
-
-    async def _message(self, body: dict[str, Any], send: Any) -> None:
         fake = body.get("fake") or {}
-        if fake.get("status"):
+        digest = hashlib.sha256(path.encode() + b"\n" + raw).digest()
+        self._seen[digest] += 1
+        if fake.get("status") and self._seen[digest] <= fake.get("fail_times", 10**9):
             status = int(fake["status"])
-            return await _error(send, status, "Overloaded" if status == 529 else "fake failure")
+            said = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
+            message = "Overloaded" if status == 529 else "fake failure"
+            return await _error(send, status, message, {**said, **fake.get("headers", {})})
+        if path.endswith("count_tokens"):
+            counted = {"input_tokens": sum(t for _, t, _ in _blocks(body))}
+            return await _json(send, 200, counted, fake.get("headers"))
+        await self._message(body, fake, send)
+
+    async def _message(self, body: dict[str, Any], fake: dict[str, Any], send: Any) -> None:
         problem = _invalid(body)
         if problem is None:
             problem = self._check_marks(body)
@@ -105,7 +114,7 @@ class FakeAnthropic:
         self._serial += 1
         message = self._answer(body, fake)
         if not body.get("stream"):
-            return await _json(send, 200, message)
+            return await _json(send, 200, message, fake.get("headers"))
         await _stream(send, message, fake)
 
     def _answer(self, body: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
@@ -276,18 +285,22 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"event: " + event["type"].encode() + b"\ndata: " + _encode(event) + b"\n\n"
 
 
-async def _json(send: Any, status: int, obj: Any) -> None:
+async def _json(send: Any, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+    """``obj`` with ``status``; ``headers`` replace or add to the usual ones."""
     body = _encode(obj)
+    sent = {"content-type": "application/json", "content-length": str(len(body)),
+            "request-id": "req_fake", **(headers or {})}  # fmt: skip
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"request-id", b"req_fake")]})  # fmt: skip
+                "headers": [(k.encode(), v.encode()) for k, v in sent.items()]})  # fmt: skip
     await send({"type": "http.response.body", "body": body})
 
 
-async def _error(send: Any, status: int, message: str) -> None:
+async def _error(
+    send: Any, status: int, message: str, headers: dict[str, str] | None = None
+) -> None:
     kind = _ERROR_TYPES.get(status, "api_error")
-    await _json(send, status, {"type": "error", "error": {"type": kind, "message": message}})
+    error = {"type": "error", "error": {"type": kind, "message": message}}
+    await _json(send, status, error, headers)
 
 
 def main() -> None:

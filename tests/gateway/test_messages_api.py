@@ -1432,6 +1432,31 @@ def test_count_tokens(client: anthropic.Anthropic, fake: FakeAnthropic) -> None:
         client.messages.count_tokens(model="gpt", messages=[{"role": "user", "content": "hi"}])
 
 
+def test_count_tokens_relays_the_upstreams_headers(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """An Anthropic upstream's count carries its ``request-id`` and ``anthropic-ratelimit-*``
+    headers to the client, as its message does (were: dropped), and its error its
+    ``retry-after`` too (one tenant: the rate-limit state is the client's own)."""
+    said = {"request-id": "req_count_7", "anthropic-ratelimit-requests-remaining": "41",
+            "anthropic-ratelimit-tokens-reset": "2026-12-06T01:00:00Z"}  # fmt: skip
+    messages = [{"role": "user", "content": "hi"}]
+    raw = client.messages.with_raw_response.count_tokens(
+        model="claude", messages=messages, extra_body={"fake": {"headers": said}}
+    )
+    assert raw.parse().input_tokens == 1 and fake.stats["/v1/messages/count_tokens"] == 1
+    assert {name: raw.headers.get(name) for name in said} == said
+    assert raw.parse()._request_id == "req_count_7"  # what the SDK reads as the request's id
+    limited = {"status": 429, "retry_after": 30, "headers": said}  # (not waited: > 20 s)
+    with pytest.raises(anthropic.RateLimitError) as error:
+        client.messages.count_tokens(
+            model="claude", messages=messages, extra_body={"fake": limited}
+        )
+    relayed = error.value.response.headers
+    assert {name: relayed.get(name) for name in said} == said
+    assert relayed["retry-after"] == "30" and error.value.request_id == "req_count_7"
+
+
 def test_client_key_is_forwarded_and_partitions_the_cache(gw: Gateway, fake: FakeAnthropic) -> None:
     good = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0)
     bad = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-wrong", max_retries=0)
