@@ -1441,6 +1441,11 @@ def _bearer(auth: str) -> str:
     return "Bearer " + auth[len(prefix) :] if auth.startswith(prefix) else auth
 
 
+#: Statuses whose ``Retry-After`` goes on to the client: rate limited, unavailable, and
+#: Anthropic's ``overloaded_error``.
+_SAYS_WHEN = frozenset({429, 503, 529})
+
+
 def _retry_after(value: str | None) -> float | None:
     if not value or not value.isascii():  # (float() reads other scripts' digits too)
         return None
@@ -1489,9 +1494,10 @@ async def _upstream_error(
     # the upstream's request id and rate-limit state, as on an answer (to quote to support)
     headers = relayed(response.headers, rate_limits=rate_limits)
     retry_after = response.headers.get("retry-after")
-    if status in (429, 503) and retry_after and _retry_after(retry_after) is not None:
-        # NOTE: also on a 503 (passed on as 502): a wait longer than max_retry_wait was not
-        # waited here, and without it the client's SDK retries within seconds
+    if status in _SAYS_WHEN and retry_after and _retry_after(retry_after) is not None:
+        # NOTE: also on a 503 (passed on as 502) and an Anthropic 529 (as 529, see
+        # AnthropicBackend._send): a wait longer than max_retry_wait was not waited here, and
+        # without it the client's SDK retries within a second
         headers["retry-after"] = retry_after
     if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(

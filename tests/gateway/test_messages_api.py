@@ -273,6 +273,57 @@ def test_sdk_errors_not_found_and_overloaded(
     assert fake.stats["/v1/messages"] == 3  # one try and max_retries (2) by the gateway
 
 
+def test_an_overloaded_upstreams_retry_after_reaches_the_client(
+    client: anthropic.Anthropic, fake: FakeAnthropic
+) -> None:
+    """A ``529 overloaded_error`` carries the upstream's ``retry-after`` to the client, as a
+    ``429`` does (was: dropped, so the SDK retried within a second however long the upstream
+    asked it to wait): here one longer than ``max_retry_wait``, not waited for here."""
+    overloaded = {"status": 529, "retry_after": 30, "headers": {"request-id": "req_busy"}}
+    with pytest.raises(anthropic.OverloadedError) as error:
+        ask(client, "Busy?", model="claude-plain", extra_body={"fake": overloaded})
+    assert error.value.status_code == 529
+    assert error.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+    headers = error.value.response.headers
+    assert headers["retry-after"] == "30" and headers["request-id"] == "req_busy"
+    assert "x-should-retry" not in headers  # not retried here: the client may
+    streamed = {"model": "claude-plain", "max_tokens": 8, "extra_body": {"fake": overloaded},
+                "messages": [{"role": "user", "content": "Busy?"}]}  # fmt: skip
+    with pytest.raises(anthropic.OverloadedError) as error, client.messages.stream(**streamed):
+        pass  # (refused before the stream opens, alike)
+    assert error.value.response.headers["retry-after"] == "30"
+    assert fake.stats["/v1/messages"] == 2
+
+
+def test_the_sdk_retries_an_overload_when_its_retry_after_says(
+    fake_server: ThreadedServer,
+    upstream_server: ThreadedServer,
+    tmp_path: Path,
+    fake: FakeAnthropic,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model that does not retry (``max_retries: 0``) passes the ``529`` on with its
+    ``retry-after``: the anthropic SDK waits what it says (not its own backoff, about half a
+    second) and sends the request again, which the upstream then answers."""
+    settings = yaml.safe_load(config(fake_server.url, upstream_server.url, tmp_path))
+    settings["models"]["claude-once"] = {**settings["models"]["claude-plain"], "max_retries": 0}
+    waits: list[float] = []
+    with Gateway(load_config_text(yaml.safe_dump(settings))) as gateway:
+        sdk = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-test", max_retries=2)
+        planned = sdk._calculate_retry_timeout
+
+        def noted(*args: Any, **kwargs: Any) -> float:  # the wait the SDK chose, then sleeps
+            waits.append(planned(*args, **kwargs))
+            return waits[-1]
+
+        monkeypatch.setattr(sdk, "_calculate_retry_timeout", noted)
+        once = {"status": 529, "fail_times": 1, "retry_after": 1}
+        answered = ask(sdk, "Busy now?", model="claude-once", extra_body={"fake": once})
+    assert answered.parse().content[0].text.endswith(" to: Busy now?")
+    assert waits == [1.0]  # the upstream's retry-after, as the gateway relayed it
+    assert fake.stats["/v1/messages"] == 2  # the overload, then the SDK's retry
+
+
 def test_routes_the_gateway_lacks_answer_in_anthropics_body(
     gw: Gateway, client: anthropic.Anthropic
 ) -> None:
