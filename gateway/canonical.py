@@ -280,6 +280,12 @@ class Bridge(Protocol):
     """Serves an API through a backend that speaks only Chat Completions (the local model):
     the request in chat form, the chat answer or stream rendered back into the API's."""
 
+    def check(self, request: GatewayRequest) -> None:
+        """A 400 for what the request's chat form may not carry, raised before the cache is
+        looked in (pipeline._bridge): no answer stored for it (before it was refused) is
+        served."""
+        ...
+
     def to_chat(self, request: GatewayRequest) -> GatewayRequest: ...
 
     #: ``sampling``: the backend's ``sampling_defaults`` (what it applied to a request that

@@ -12,6 +12,7 @@ __all__ = [
     "UPLOAD_ENDED",
     "APIError",
     "error_body",
+    "no_content",
     "responses_error_event",
     "shutting_down",
     "sse_error",
@@ -58,6 +59,13 @@ def error_body(
     message: str, type: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def no_content(param: str) -> APIError:
+    """The 400 for a turn with no content (``null`` or ``[]``) where one is needed, naming it
+    (``messages[0].content``), as OpenAI words it."""
+    return APIError(400, f"'{param}' must be a string or a non-empty list of content parts.",
+                    param=param, code="invalid_value")  # fmt: skip
 
 
 #: Set (True) in a request's ``scope["state"]`` when a shutdown's deadline ended its upload

@@ -41,7 +41,7 @@ from semantic._daemon import on_daemon_thread
 
 from .backend import OPENAI_SAMPLING, Answer, Meter, StreamEvent
 from .config import Config, LocalModelConfig
-from .errors import APIError
+from .errors import APIError, no_content
 from .requests import KEEPALIVE_MIN, GatewayRequest
 from .sse import DONE, QUEUED, RUNNING, encode_event, fresh_identity
 
@@ -729,8 +729,7 @@ def _check_content(message: dict[str, Any], i: int) -> None:
                        "call of a preceding message.", param=f"messages[{i}].role",
                        code="invalid_value")  # fmt: skip
     if message["role"] != "assistant" and message.get("content") in (None, []):
-        raise APIError(400, f"'messages[{i}].content' must be a string or a non-empty list of "
-                       "content parts.", param=f"messages[{i}].content", code="invalid_value")  # fmt: skip
+        raise no_content(f"messages[{i}].content")
 
 
 def _fitted(engine: Engine, request: GatewayRequest, max_tokens: int | None) -> list[int]:

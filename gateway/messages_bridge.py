@@ -127,6 +127,10 @@ class MessageTokenCounter(Protocol):
 class MessagesBridge:
     """Messages through a chat backend (see the module docstring)."""
 
+    def check(self, request: GatewayRequest) -> None:
+        """Nothing: a turn with no content was refused for every model as the request was read
+        (messages.parse_messages), in Anthropic's words."""
+
     def to_chat(self, request: GatewayRequest) -> GatewayRequest:
         body = to_chat(request.body)
         prefill = request.body["messages"][-1]["role"] == "assistant"

@@ -789,7 +789,8 @@ def _served(request: GatewayRequest, adapter: Adapter, entry: Entry) -> _Served 
 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:
-    """None when the backend speaks the request's API; else the adapter's chat bridge."""
+    """None when the backend speaks the request's API; else the adapter's chat bridge, once it
+    has checked the request (``Bridge.check``: before the cache is looked in)."""
     if request.kind in backend.apis:
         return None
     bridge = adapter.bridge
@@ -803,6 +804,7 @@ def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Brid
             param="model",
             code="unsupported_endpoint",
         )
+    bridge.check(request)
     return bridge
 
 

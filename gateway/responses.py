@@ -46,7 +46,7 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .backend import Backend
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
-from .errors import APIError, responses_error_event
+from .errors import APIError, no_content, responses_error_event
 from .messages_bridge import TokenCounter
 from .requests import decode_body, gateway_request, integral, partitioned, validated
 from .stored import ResponseStore, StoredResponse
@@ -451,9 +451,23 @@ class ResponsesAdapter:
 
     # -- Bridge: served by a backend that speaks only Chat Completions ---------------------
 
+    def check(self, request: GatewayRequest) -> None:
+        """A 400 for a message item with no content (``[]``; one without any is refused as the
+        request is read) but an assistant's, as the local model refuses a chat turn with none
+        (errors.no_content): read as ``""``, the model answered an empty turn, and the answer
+        was stored. One of the previous response's conversation names ``previous_response_id``."""
+        for i, item in enumerate(request.turns or (), start=-request.earlier):
+            if item.get("type") != "message" or item.get("role") == "assistant":
+                continue
+            if not item.get("content"):
+                if i < 0:
+                    raise _unreadable_earlier("a message with no content")
+                raise no_content(f"input[{i}].content")
+
     def to_chat(self, request: GatewayRequest) -> GatewayRequest:
         """The request in Chat Completions form (the local model's), or a 400 naming what
-        that form cannot carry."""
+        that form cannot carry (``check``'s too: a count is no create, see pipeline._bridge)."""
+        self.check(request)
         body = request.body
         if not request.turns:
             raise APIError(400, "'input' must not be empty.", param="input", code="invalid_value")

@@ -15,7 +15,7 @@ import yaml
 from gateway.config import load_config_text
 from tests.conftest import Gateway
 from tests.fake_upstream import ThreadedServer
-from tests.gateway.test_local_api import MODEL, local_config
+from tests.gateway.test_local_api import MODEL, admin_stats, local_config
 from tests.gateway.test_responses import EVENTS, distinct_types
 
 INSTRUCTIONS = "You are a concise assistant for the ACME hardware store. " * 6
@@ -117,6 +117,37 @@ def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
         assert refused.value.param == param
 
 
+def test_a_message_without_content_is_a_400_as_in_chat(gw: Gateway) -> None:
+    """A message item with ``content: []`` (but an assistant's) gets the ``400`` a chat turn
+    with none gets, naming the item as the client sent it, streamed, counted or not, before
+    the cache is looked in (was: read as ``""``, the model answered an empty turn, and the
+    answer was stored)."""
+    c = sdk(gw)
+    hi = {"role": "user", "content": "Hi"}
+    refused: list[tuple[list[dict[str, Any]], str]] = [
+        ([{"role": "user", "content": []}], "input[0].content"),
+        ([{"role": "developer", "content": []}, hi], "input[0].content"),
+        ([hi, {"role": "assistant", "content": "Hello!"}, {"type": "message", "role": "user",
+                                                            "content": []}], "input[2].content"),
+    ]  # fmt: skip
+    before = admin_stats(gw)["cache"]
+    for items, param in refused:
+        for stream in (False, True):
+            with pytest.raises(openai.BadRequestError) as error:
+                c.responses.create(model=MODEL, input=items, max_output_tokens=4, stream=stream)
+            assert (error.value.param, error.value.code) == (param, "invalid_value"), items
+            said = f"'{param}' must be a string or a non-empty list of content parts."
+            assert error.value.body["message"] == said  # type: ignore[index]
+        with pytest.raises(openai.BadRequestError) as error:
+            c.responses.input_tokens.count(model=MODEL, input=items)
+        assert (error.value.param, error.value.code) == (param, "invalid_value")
+    after = admin_stats(gw)["cache"]
+    assert (after["lookups"], after["stores"]) == (before["lookups"], before["stores"])
+    # an assistant's may be empty, as in chat (its turn is the model's: nothing to answer)
+    answered, cache = create(c, input=[hi, {"role": "assistant", "content": []}, hi])
+    assert cache == "miss" and answered.output_text
+
+
 def test_a_provider_prompt_cache_setting_is_no_refusal(gw: Gateway) -> None:
     # a client made for OpenAI and the local model alike (was: a 400, "not a request argument")
     for extra in ({"prompt_cache_retention": "24h"}, {"prompt_cache_options": {}}):
@@ -184,6 +215,11 @@ def test_an_item_the_local_model_cannot_read_is_named_as_the_client_sent_it(
             create(c, input="Thanks.", previous_response_id=made.id)
         assert refused.value.param == "previous_response_id"
         assert "an item of type 'function_call'" in refused.value.message  # (not the client's)
+        empty = c.responses.create(model="gpt", input=[{"role": "user", "content": []}])
+        with pytest.raises(openai.BadRequestError) as refused:  # (its turn: no chat turn here)
+            create(c, input="Thanks.", previous_response_id=empty.id)
+        assert refused.value.param == "previous_response_id"
+        assert refused.value.message.endswith("cannot read: a message with no content.")
     finally:
         gateway.stop()
 
