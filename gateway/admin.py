@@ -18,7 +18,7 @@ from semantic.cache import ResponseCache
 from semantic.store import StoreUnavailable
 
 from . import entries
-from .auth import AdminAccess, bearer, foreign_origin
+from .auth import AdminAccess, bearer
 from .errors import APIError
 from .runtime import Runtime
 
@@ -223,9 +223,10 @@ def _authorized(
     NOTE: see gateway.auth for the policy: with tenants and no admin key, nobody gets in.
     """
     runtime: Runtime = request.app.state.runtime
-    if foreign_origin(request.headers):  # (with or without a key)
-        return _error(APIError(403, "The admin routes do not answer a web page of another "
-                               "origin than the gateway's own.", code="cross_origin"))  # fmt: skip
+    try:
+        runtime.refuse_web_pages(request.headers, "The admin routes")  # (with or without a key)
+    except APIError as exc:
+        return _error(exc)
     token = bearer(request.headers.get("authorization"))
     if allow_query and not token:
         token = request.query_params.get("key", "")  # a browser opening /dashboard

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import os
 import re
 import urllib.parse
@@ -112,11 +113,18 @@ class ServerConfig(_Base, frozen=True):
     #: Admission by event-loop lag (gateway.admission): while the loop runs later than this
     #: (milliseconds), new API requests wait their turn in FIFO order. None: no admission.
     admission_max_lag_ms: PositiveFloat | None = 10.0
+    #: Host names (no port) a browser may name in ``Host`` on the admin routes, and on the API
+    #: of a gateway without keys: ``*`` any, ``.example.com`` that domain and its subdomains.
+    #: None: ``localhost``, ``127.0.0.1``, ``::1`` and ``host`` when ``host`` is a loopback
+    #: address, any host otherwise (gateway.auth.AllowedHosts: DNS rebinding).
+    allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         # (0 is "any free port": two of them are two ports, each the kernel's pick)
         if self.admin_port is not None and self.admin_port == self.port != 0:
             raise ValueError("admin_port must differ from port")
+        if self.allowed_hosts is not None:
+            _check_allowed_hosts(self.allowed_hosts)
 
 
 #: A tenant name: no control characters (a partition is joined to it with one, unambiguously).
@@ -664,6 +672,44 @@ def _check_spaces(key: str | None, where: str) -> None:
             f"{where} has a character a client cannot send in an HTTP header as it is "
             f"(U+{ord(key[bad]):04X} at index {bad}): a key is printable ASCII"
         )
+
+
+def _check_allowed_hosts(hosts: tuple[str, ...]) -> None:
+    """Each of ``server.allowed_hosts`` is ``*``, a host name, ``.`` and a domain, or an IP
+    address. NOTE: a port or a URL listed (``localhost:8080``, ``http://gw.example``) matches no
+    ``Host``, so every browser's request would be refused with the setting looking right; an
+    empty list refuses them all."""
+    if not hosts:
+        raise ValueError(
+            "allowed_hosts is empty: every browser's request would be refused; leave it out "
+            "for the default, or list the names the gateway is reached by ('*': any)"
+        )
+    for i, host in enumerate(hosts):
+        if problem := _host_problem(host):
+            raise ValueError(f"allowed_hosts[{i}]: {host!r} {problem}")
+
+
+#: A host name, or ``.`` and a domain (its subdomains too), in ``server.allowed_hosts``.
+_HOST_NAME = re.compile(r"\.?[a-z0-9_-]+(\.[a-z0-9_-]+)*\.?", re.IGNORECASE)
+
+
+def _host_problem(host: str) -> str | None:
+    """What is wrong with ``host`` as an entry of ``server.allowed_hosts`` (None: nothing)."""
+    if host == "*" or _HOST_NAME.fullmatch(host):
+        return None
+    with contextlib.suppress(ValueError):  # (an IPv6 address, with or without its brackets)
+        ipaddress.IPv6Address(host[1:-1] if host[:1] == "[" and host[-1:] == "]" else host)
+        return None
+    if "/" in host:
+        return "is a URL: give its host name alone (no scheme, port or path)"
+    if host.startswith("*."):
+        return f"is a wildcard: write {host[1:]!r} for that domain and its subdomains"
+    if ":" in host:
+        return "has a port: list host names alone (any port is allowed)"
+    return (
+        "is not a host name (letters, digits, '-', '_' and dots; an IP address; "
+        "'.example.com' for that domain and its subdomains; '*' for any host)"
+    )
 
 
 def _check_redis_url(url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import re
@@ -24,13 +25,14 @@ from semantic.store import TENANTS_SHOWN, DiskStore, EntryStore, TenantEntries
 from .admission import WAIT_BUCKETS, Admission
 from .anthropic import AnthropicBackend
 from .audit import Auditor
-from .auth import KeyRing, bearer, foreign_origin
+from .auth import AllowedHosts, KeyRing, bearer, foreign_origin
 from .backend import Backend
 from .config import AnthropicModelConfig, Config, ConfigError, LocalModelConfig, OpenAIModelConfig
 from .connections import Connections, StreamWatch
 from .errors import APIError
 from .history import History
 from .ledger import Ledger
+from .lograte import RateLimitedLog
 from .messages import MessagesAdapter
 from .messages_bridge import MESSAGES
 from .metrics import Metrics
@@ -78,6 +80,9 @@ class Runtime:
     auditor: Auditor | None = None
     #: Admission by event-loop lag (None: server.admission_max_lag_ms is null).
     admission: Admission | None = None
+    #: A refused ``Host`` (a name left out of server.allowed_hosts, a proxy's), logged at most
+    #: once a minute: a page that tries again and again must not fill the log.
+    refused_hosts: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
 
     @classmethod
     def build(
@@ -155,16 +160,19 @@ class Runtime:
         """End every request still waiting for a model (see ``Connections.abort_in_flight``)."""
         return self.connections.abort_in_flight()
 
+    @functools.cached_property
+    def hosts(self) -> AllowedHosts:
+        """The host names a browser may reach this gateway by (``server.allowed_hosts``)."""
+        return AllowedHosts.from_server(self.config.server)
+
     def authenticate(self, authorization: str | None, headers: Mapping[str, str]) -> str:
         """The tenant of a request; raises 401 when keys are configured and this one is not.
 
-        With no keys, a browser's request from a page of another origin is a 403: any web
-        page could otherwise spend the upstream keys through the gateway (``foreign_origin``).
+        With no keys, a browser's request for a web page other than the gateway's own is a
+        403 (``refuse_web_pages``): any page could otherwise spend the upstream keys.
         """
         if not self.keys.has_tenants:
-            if foreign_origin(headers):
-                raise APIError(403, "A gateway without keys does not answer a web page of "
-                               "another origin than its own.", code="cross_origin")  # fmt: skip
+            self.refuse_web_pages(headers, "The API routes of a gateway without keys")
             return "default"
         token = bearer(authorization)
         tenant = self.keys.tenant(token)
@@ -175,6 +183,25 @@ class Runtime:
                 code="invalid_api_key",
             )
         return tenant
+
+    def refuse_web_pages(self, headers: Mapping[str, str], routes: str) -> None:
+        """Raise the 403 for a request that a web page other than the gateway's own may
+        have sent to ``routes``, which a browser on the operator's machine reaches with no key:
+        one naming a host not in ``server.allowed_hosts`` (``host_not_allowed``: a page whose
+        name was pointed at this address, DNS rebinding), or one from a page of another origin
+        (``cross_origin``, see ``foreign_origin``).
+        """
+        host = headers.get("host")
+        if not self.hosts.allows(host):
+            shown = (host or "")[:100]  # (a header of up to max_header_bytes)
+            self.refused_hosts.warning("host", "refused a request for host %r: not in "
+                                   "server.allowed_hosts", shown)  # fmt: skip
+            raise APIError(403, f"{routes} answer no request for the host {shown!r}: it is not "
+                           "in server.allowed_hosts (list there the names this gateway is "
+                           "reached by).", code="host_not_allowed")  # fmt: skip
+        if foreign_origin(headers, self.hosts):
+            raise APIError(403, f"{routes} answer no web page of another origin than the "
+                           "gateway's own.", code="cross_origin")  # fmt: skip
 
     async def readiness(self) -> dict[str, Any]:
         # NOTE: each backend's stall is read once, and whether it is ready follows from that

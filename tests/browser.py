@@ -42,9 +42,10 @@ FLAGS = (
 
 
 class Browser:
-    """A chromium process with a fresh profile in ``directory``; closed with the context."""
+    """A chromium process with a fresh profile in ``directory``; closed with the context.
+    ``flags``: more command-line switches (``--host-resolver-rules=MAP name 127.0.0.1``)."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, flags: tuple[str, ...] = ()) -> None:
         binary = shutil.which("chromium") or shutil.which("chromium-browser")
         if binary is None:
             raise RuntimeError(
@@ -53,7 +54,7 @@ class Browser:
         self.profile = directory / "chromium-profile"
         self.profile.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [binary, *FLAGS, f"--user-data-dir={self.profile}", "about:blank"],
+            [binary, *FLAGS, *flags, f"--user-data-dir={self.profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -23,11 +23,16 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """``cachegate serve --config FILE --port PORT`` in a subprocess (``ready_timeout`` None:
-    started, not waited for)."""
+    """``cachegate serve --config FILE --host HOST --port PORT`` in a subprocess, reached on
+    127.0.0.1 (``ready_timeout`` None: started, not waited for)."""
 
     def __init__(
-        self, config: Path, *, command: str = "serve", ready_timeout: float | None = 60
+        self,
+        config: Path,
+        *,
+        command: str = "serve",
+        ready_timeout: float | None = 60,
+        host: str = "127.0.0.1",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -41,7 +46,7 @@ class ServeProcess:
                 "--config",
                 str(config),
                 "--host",
-                "127.0.0.1",
+                host,
                 "--port",
                 str(self.port),
             ],

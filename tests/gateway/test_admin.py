@@ -103,8 +103,9 @@ def test_admin_routes_answer_their_own_origin_behind_a_proxy_naming_the_default_
 ) -> None:
     """Browsers leave a scheme's default port out of ``Origin`` (and out of ``Host``), but a
     reverse proxy may pass ``Host`` with it (nginx: ``$host:$server_port``): the gateway's own
-    page was refused. A port other than the origin's own still is, and so is another host."""
-    gw = make_gateway()
+    page was refused. A port other than the origin's own still is, and so is another host.
+    (The proxy's names are listed in server.allowed_hosts: refused as rebinding otherwise.)"""
+    gw = make_gateway("server: {allowed_hosts: [gw.example, '::1']}")
     same = [
         ("https://gw.example", "gw.example:443"),
         ("http://gw.example", "gw.example:80"),

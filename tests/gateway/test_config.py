@@ -262,6 +262,23 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "server: {port: 9000, admin_port: 9000}",
             "f.yaml: server: admin_port must differ from port",
         ),
+        # (a port or a URL listed matches no Host: every browser's request refused, the setting
+        # looking right; an empty list refuses them all)
+        (
+            "server: {allowed_hosts: ['localhost:8080']}",
+            "f.yaml: server: allowed_hosts[0]: 'localhost:8080' has a port: list host names "
+            "alone (any port is allowed)",
+        ),
+        (
+            "server: {allowed_hosts: [gw.example, 'https://gw.example']}",
+            "f.yaml: server: allowed_hosts[1]: 'https://gw.example' is a URL",
+        ),
+        (
+            "server: {allowed_hosts: ['*.corp.example']}",
+            "allowed_hosts[0]: '*.corp.example' is a wildcard: write '.corp.example' for that",
+        ),
+        ("server: {allowed_hosts: ['gw example']}", "allowed_hosts[0]: 'gw example' is not a"),
+        ("server: {allowed_hosts: []}", "f.yaml: server: allowed_hosts is empty"),
         (  # that tenant would open the admin routes, which span every tenant
             "auth: {keys: [{key: k, tenant: a}]}\nadmin: {api_key: k}",
             "admin.api_key: the same key is a tenant's key in auth.keys",
