@@ -160,7 +160,7 @@ class Pipeline:
             return self._hit(request, adapter, looked, audit)
         flight: Flight | None = None
         if looked.state == "miss" and looked.save is not None and self._coalesces(request):
-            joined = await self._join(request, adapter, looked.save.key, watch, audit)
+            joined = await self._join(request, adapter, looked, watch, audit)
             if isinstance(joined, Reply):
                 return joined
             flight = joined
@@ -393,7 +393,7 @@ class Pipeline:
             if served is not None:
                 return _Looked("exact", found, key=key, generation=tightened.generation,
                                served=served)  # fmt: skip
-            found = Lookup("miss", vector=found.vector, overloaded=found.overloaded)
+            found = Lookup("miss", vector=found.vector, skipped=found.skipped)
         # the question's embedding: computed once, for lookup and store
         save = None if control.no_store else Save(key, found.vector, found.overloaded, epoch)
         return _Looked("miss", save=save, key=key, missed=found)
@@ -430,9 +430,10 @@ class Pipeline:
         return bool(config.enabled and self.cache is not None and self.cache.exact)
 
     async def _follow(
-        self, request: GatewayRequest, adapter: Adapter, key: CacheKey, watch: Watch[Any] | None
+        self, request: GatewayRequest, adapter: Adapter, looked: _Looked, watch: Watch[Any] | None
     ) -> _Looked | Flight | None:
-        """Wait for the identical request in flight, then look up what it stored (a hit).
+        """Wait for the identical request in flight, then look up what it stored (a hit): a
+        second lookup of the request ``looked`` up first (a skip it counted is not counted again).
 
         A ``Flight`` when the one in flight failed and this request leads the next try (the
         others wait for it; raises the error the failed one shares, see gateway.coalesce).
@@ -441,7 +442,8 @@ class Pipeline:
         itself. NOTE: the followers of an answer that could not be stored do not queue behind
         each other: each would get an answer none of them can share.
         """
-        assert self.cache is not None
+        assert self.cache is not None and looked.key is not None and looked.missed is not None
+        key = looked.key
         with tier("coalesce.wait"):
             followed = await self.flights.follow(key.exact, request.body, watch)
         if followed.kind != "landed":
@@ -452,7 +454,7 @@ class Pipeline:
             max_age=request.control.max_age,
             threshold=self._threshold(request),
             score_threshold=tightened.threshold,
-            again=True,
+            again=looked.missed,
             overloaded=self.overloaded(),  # (as the first lookup: see _look_up)
         )
         if found.entry is None:
@@ -486,17 +488,18 @@ class Pipeline:
         self,
         request: GatewayRequest,
         adapter: Adapter,
-        key: CacheKey,
+        looked: _Looked,
         watch: Watch[Any] | None,
         audit: _Audit,
     ) -> Reply | Flight | None:
-        """Coalesce a miss with the identical requests in flight: the answer of the one that
-        ran (a replay), or the flight this request leads (None: it calls the model alone).
-        A semantic hit found then (another request's answer, stored meanwhile: the one that
-        ran stored nothing) is sampled for the ``audit`` as any other."""
-        flights = self.flights
+        """Coalesce a miss (``looked``) with the identical requests in flight: the answer of
+        the one that ran (a replay), or the flight this request leads (None: it calls the model
+        alone). A semantic hit found then (another request's answer, stored meanwhile: the one
+        that ran stored nothing) is sampled for the ``audit`` as any other."""
+        flights, key = self.flights, looked.key
+        assert key is not None
         if flights.busy(key.exact) and (not request.stream or flights.config.streams):
-            followed = await self._follow(request, adapter, key, watch)
+            followed = await self._follow(request, adapter, looked, watch)
             if isinstance(followed, _Looked):
                 reply = self._hit(request, adapter, followed, audit)
                 reply.coalesced = True

@@ -57,6 +57,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
+#: Why a semantic lookup was skipped under overload (``Lookup.skipped``).
+SkipReason = Literal["overload"]
 
 #: Nearest neighbours checked per semantic lookup. NOTE: only the nearest, with the guard or
 #: the verifier: the next ones were measured to add more wrong hits than right ones (the guard,
@@ -155,9 +157,16 @@ class Lookup:
     score: float | None = None
     #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
     rejected: Rejection | None = None
-    #: The semantic lookup was skipped, or given up on before a candidate was served: the
-    #: embedder was overloaded (pass it to ``store``; a ``vector`` made before is still stored).
-    overloaded: bool = False
+    #: Why the semantic lookup was skipped, or given up on before a candidate was served
+    #: (None: it was not): "overload" (the embedder was overloaded, or the caller). Counted
+    #: in ``semantic_skipped`` by ``lookup``.
+    skipped: SkipReason | None = None
+
+    @property
+    def overloaded(self) -> bool:
+        """The lookup was skipped (pass it to ``store``; a ``vector`` made before is still
+        stored)."""
+        return self.skipped is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +194,9 @@ class _Counters:
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
     semantic_errors: int = 0  # semantic lookups that failed (a model or index error): misses
     replay_failures: int = 0  # entries found that could not be served back: dropped, misses
-    #: Semantic steps skipped because the embedder was overloaded: "overload" (lookups),
-    #: "overload_store" (answers stored without a vector: exact hits only).
+    #: Semantic steps skipped because the embedder was overloaded, at most once per request
+    #: and reason: "overload" (lookups that skipped the semantic tier, or a context pair not
+    #: embedded in time), "overload_store" (answers stored without a vector: exact hits only).
     skipped: Counter[str] = field(default_factory=lambda: Counter(overload=0, overload_store=0))
 
 
@@ -288,7 +298,7 @@ class ResponseCache:
         max_age: float | None = None,
         threshold: float | None = None,
         score_threshold: float | None = None,
-        again: bool = False,
+        again: Lookup | None = None,
         overloaded: bool = False,
     ) -> Lookup:
         """Find a stored answer for ``key``.
@@ -296,12 +306,13 @@ class ResponseCache:
         ``max_age`` (seconds) rejects older entries; ``threshold`` overrides the configured
         semantic similarity threshold for this lookup; ``score_threshold`` the verifier's score
         threshold (role ``decide``; auto-tighten's: the near-duplicate shortcut is off with it,
-        every candidate is scored). ``again``: a second lookup for the same
-        request (after waiting for an identical one), not counted as another lookup.
+        every candidate is scored). ``again``: the request's first lookup, when this is a
+        second one for it (after waiting for an identical one): not counted as another lookup,
+        nor is a skip of the reason that one counted (one skip of a reason per request).
         ``overloaded``: the caller is overloaded (its CPU cannot keep up): unless ``max_wait``
         is None (always wait), the semantic lookup is skipped as when the embedder is busy.
         """
-        if not again:
+        if again is None:
             self._counters.lookups += 1
         now = time.time()
         if self._settings.exact:
@@ -317,7 +328,7 @@ class ResponseCache:
             self._counters.too_long += 1  # exact hits only: see Embedder.fits
             return Lookup("miss")
         try:
-            return await self._lookup_semantic(
+            found = await self._lookup_semantic(
                 key, now, max_age, threshold, score_threshold, overloaded
             )
         except Exception:
@@ -328,6 +339,9 @@ class ResponseCache:
                 log.exception("semantic lookup failed (%d so far): answered as a miss",
                               self._counters.semantic_errors)  # fmt: skip
             return Lookup("miss")
+        if found.skipped is not None and (again is None or again.skipped != found.skipped):
+            self._counters.skipped[found.skipped] += 1
+        return found
 
     async def store(
         self,
@@ -627,8 +641,7 @@ class ResponseCache:
                 key.question, lambda vec: index.search(scope, vec, k=k), max_wait=max_wait
             )
         except EmbedderBusy:  # overloaded: a miss now beats a hit seconds later
-            self._counters.skipped["overload"] += 1
-            return Lookup("miss", overloaded=True)
+            return Lookup("miss", skipped="overload")
         limit = (self.cosine_threshold if threshold is None else threshold) - _EPSILON
         candidates = await self._servable(key, scope, vector, hits, k, limit, now, max_age)
         same = self._same_request(key, candidates)
@@ -639,8 +652,7 @@ class ResponseCache:
         try:
             found, score, rejected = await self._judged(key, vector, candidates, score_threshold)
         except EmbedderBusy:  # (the context pair's turns: see ``_same_context``)
-            self._counters.skipped["overload"] += 1
-            return Lookup("miss", vector=vector, overloaded=True)
+            return Lookup("miss", vector=vector, skipped="overload")
         if found is None:
             return Lookup("miss", vector=vector, rejected=rejected)
         hit, entry = found

@@ -355,6 +355,31 @@ async def test_an_overloaded_lookup_stores_for_exact_hits_without_embedding_agai
     await cache.close()
 
 
+async def test_a_request_counts_one_overload_skip_however_many_lookups_it_makes(
+    tmp_path: Path,
+) -> None:
+    """A request's second lookup (a coalesced follower's, ``again``: its first lookup) does
+    not count a skip of the reason its first one counted (were: one per lookup, so skips
+    outnumbered lookups); one its first lookup did not count is counted."""
+    cache = ResponseCache(DiskStore(tmp_path, max_entries=100), CacheSettings(),
+                          SemanticSettings(guard=False, max_wait=1.0))  # fmt: skip
+    await cache.start()
+    key = chat_key("t", "", "m", ask("How do I reset my password?"))
+    first = await cache.lookup(key, overloaded=True)
+    assert first.kind == "miss" and first.skipped == "overload" and first.overloaded
+    again = await cache.lookup(key, again=first, overloaded=True)
+    assert again.kind == "miss" and again.skipped == "overload"
+    stats = cache.stats()
+    assert (stats["lookups"], stats["semantic_skipped"]["overload"]) == (1, 1)  # was (1, 2)
+    other = chat_key("t", "", "m", ask("How do I renew my passport in Canada?"))
+    first = await cache.lookup(other)  # (the embedder was free)
+    assert first.kind == "miss" and first.skipped is None and not first.overloaded
+    assert (await cache.lookup(other, again=first, overloaded=True)).skipped == "overload"
+    stats = cache.stats()
+    assert (stats["lookups"], stats["semantic_skipped"]["overload"]) == (2, 2)
+    await cache.close()
+
+
 async def test_close_does_not_wait_forever_for_a_task_that_will_not_stop(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
