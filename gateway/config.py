@@ -492,7 +492,8 @@ class SemanticCacheConfig(_Base, frozen=True):
     hnsw_ef_search: PositiveInt = 32
     #: Milliseconds a request may wait for the embedder. Past it (an overloaded CPU) the
     #: request skips the semantic lookup and goes straight to the model, and its answer is
-    #: stored for exact hits only; counted in cachegate_semantic_skipped_total{reason}.
+    #: stored for exact hits only; counted in cachegate_semantic_skipped_total{reason}. The
+    #: verifier's worker has the same bound of its own (past it: a miss, "overload_verify").
     #: None: always wait. Default measured in docs/benchmarks.md (overload).
     max_wait_ms: PositiveInt | None = 100
     #: Share of semantic hits audited: served as usual, then (in the background, after the

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
 #: Why a semantic lookup was skipped under overload (``Lookup.skipped``).
-SkipReason = Literal["overload"]
+SkipReason = Literal["overload", "overload_verify"]
 
 #: Nearest neighbours checked per semantic lookup. NOTE: only the nearest, with the guard or
 #: the verifier: the next ones were measured to add more wrong hits than right ones (the guard,
@@ -131,7 +131,8 @@ class SemanticSettings:
     #: Where the vector index is saved (restarts load it); None: rebuilt from the store.
     index_path: Path | None = None
     #: Seconds a request may wait for the embedder; past it the lookup skips the semantic
-    #: tier (and the answer is stored for exact hits only). None: wait as long as it takes.
+    #: tier (and the answer is stored for exact hits only). The same bound, its own, for the
+    #: verifier's worker: past it the lookup is a miss. None: wait as long as it takes.
     max_wait: float | None = None
     #: Nearest candidates the verifier scores (role ``decide``) in one batch: 1, or 3 when
     #: earlier turns are compared (``context: verify``, see ``_CANDIDATES``).
@@ -158,8 +159,8 @@ class Lookup:
     #: On a miss: the nearest entry the guard turned down, and why (for the dashboard).
     rejected: Rejection | None = None
     #: Why the semantic lookup was skipped, or given up on before a candidate was served
-    #: (None: it was not): "overload" (the embedder was overloaded, or the caller). Counted
-    #: in ``semantic_skipped`` by ``lookup``.
+    #: (None: it was not): "overload" (the embedder was overloaded, or the caller) or
+    #: "overload_verify" (the verifier was). Counted in ``semantic_skipped`` by ``lookup``.
     skipped: SkipReason | None = None
 
     @property
@@ -194,10 +195,14 @@ class _Counters:
     too_long: int = 0  # questions longer than the embedding model reads: exact hits only
     semantic_errors: int = 0  # semantic lookups that failed (a model or index error): misses
     replay_failures: int = 0  # entries found that could not be served back: dropped, misses
-    #: Semantic steps skipped because the embedder was overloaded, at most once per request
-    #: and reason: "overload" (lookups that skipped the semantic tier, or a context pair not
-    #: embedded in time), "overload_store" (answers stored without a vector: exact hits only).
-    skipped: Counter[str] = field(default_factory=lambda: Counter(overload=0, overload_store=0))
+    #: Semantic steps skipped because the embedder or the verifier was overloaded, at most
+    #: once per request and reason: "overload" (lookups that skipped the semantic tier, or a
+    #: context pair not embedded in time), "overload_verify" (lookups whose candidate the
+    #: verifier could not start on in time: misses), "overload_store" (answers stored without
+    #: a vector: exact hits only).
+    skipped: Counter[str] = field(
+        default_factory=lambda: Counter(overload=0, overload_verify=0, overload_store=0)
+    )
 
 
 class ResponseCache:
@@ -631,8 +636,9 @@ class ResponseCache:
         scope = _index_scope(self.embedder.model_name, key.scope)
         k = self._verified_candidates if self._decides else _CANDIDATES
         from .embedder import EmbedderBusy  # (loaded with the embedder: torch is imported)
+        from .verifier import VerifierBusy
 
-        max_wait = self._semantic.max_wait if self._semantic is not None else None
+        max_wait = self._max_wait
         # the search runs in the embedder's worker, right after the encode (off the event loop)
         try:
             if overloaded and max_wait is not None:  # the caller is: as if the embedder were
@@ -653,6 +659,8 @@ class ResponseCache:
             found, score, rejected = await self._judged(key, vector, candidates, score_threshold)
         except EmbedderBusy:  # (the context pair's turns: see ``_same_context``)
             return Lookup("miss", vector=vector, skipped="overload")
+        except VerifierBusy:  # never a hit the verifier did not judge: a miss, as above
+            return Lookup("miss", vector=vector, skipped="overload_verify")
         if found is None:
             return Lookup("miss", vector=vector, rejected=rejected)
         hit, entry = found
@@ -669,7 +677,7 @@ class ResponseCache:
         score_threshold: float | None,
     ) -> _Judged:
         """The candidate that may answer: the verifier decides (role ``decide``), else the
-        guard (and the verifier as a veto). EmbedderBusy past ``max_wait``."""
+        guard (and the verifier as a veto). EmbedderBusy or VerifierBusy past ``max_wait``."""
         if self._decides:
             return await self._verified(key, vector, candidates, score_threshold)
         return await self._guarded(key, vector, candidates)
@@ -751,7 +759,9 @@ class ResponseCache:
                 score, reason = verdict.score, "ok" if verdict.accept else verdict.reason
             if reason == "ok" and self.verifier is not None:
                 assert self.score_threshold is not None
-                score = await self.verifier.verify(entry.question, key.question)
+                score = await self.verifier.verify(
+                    entry.question, key.question, max_wait=self._max_wait
+                )
                 reason = "ok" if score >= self.score_threshold else "verifier"
             if reason != "ok":
                 self._counters.rejections[reason] += 1
@@ -759,6 +769,12 @@ class ResponseCache:
                 continue
             return (hit, entry), score, rejected
         return None, None, rejected
+
+    @property
+    def _max_wait(self) -> float | None:
+        """Seconds a lookup waits for the embedder's or the verifier's worker to start on it
+        (None: as long as it takes)."""
+        return self._semantic.max_wait if self._semantic is not None else None
 
     @property
     def _verified_candidates(self) -> int:
@@ -810,9 +826,19 @@ class ResponseCache:
             else:
                 self._counters.rejections[veto] += 1
                 rejected = rejected or Rejection(entry, hit.similarity, veto, None)
-        logits = await asyncio.gather(
-            *(verifier.verify_logit(e.question, key.question) for _, e, _ in judged)
-        )
+        # NOTE: each pair waits at most ``max_wait`` for the verifier's worker (VerifierBusy:
+        # a miss); when one gives up, the others leave its queue too, unscored
+        wait = self._max_wait
+        calls = [
+            asyncio.ensure_future(verifier.verify_logit(e.question, key.question, max_wait=wait))
+            for _, e, _ in judged
+        ]
+        try:
+            logits = await asyncio.gather(*calls)
+        except Exception:
+            for call in calls:  # (done ones: a no-op)
+                call.cancel()
+            raise
         scores = [verifier.probability(j[2], z) for j, z in zip(judged, logits, strict=True)]
         best = max(zip(scores, range(len(judged)), strict=True), default=None)
         if best is None or best[0] < threshold:
@@ -855,8 +881,9 @@ class ResponseCache:
             return True
         verifier = self.verifier
         # NOTE: bounded as the question's embedding is: under overload a miss now beats a hit
-        # seconds later (EmbedderBusy: the lookup is a miss, counted as skipped "overload")
-        max_wait = self._semantic.max_wait if self._semantic is not None else None
+        # seconds later (EmbedderBusy: the lookup is a miss, counted as skipped "overload"; the
+        # verifier's pair likewise: VerifierBusy, skipped "overload_verify")
+        max_wait = self._max_wait
         va, vb = await self.embedder.embed_many([a, b], max_wait=max_wait)
         cosine = float(np.dot(va, vb))
         signals = verifier.signals(a, b, va, vb, cosine)
@@ -865,7 +892,8 @@ class ResponseCache:
         vetoed = verifier.vetoed(signals) if self._semantic and self._semantic.guard else None
         if vetoed is not None or cosine < verifier.cosine_floor - _EPSILON:
             return False
-        score = verifier.probability(signals, await verifier.verify_logit(a, b))
+        logit = await verifier.verify_logit(a, b, max_wait=max_wait)
+        score = verifier.probability(signals, logit)
         return score >= min(threshold, CONTEXT_SCORE)
 
     async def _embed_for_store(self, question: str) -> np.ndarray | None:

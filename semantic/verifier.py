@@ -57,6 +57,7 @@ import copy
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +82,7 @@ __all__ = [
     "CandidateSignals",
     "Combiner",
     "PairVerifier",
+    "VerifierBusy",
     "is_conversation",
     "pair_signals",
 ]
@@ -295,6 +297,8 @@ class PairVerifier:
     :meth:`verify` gathers concurrent calls from the event loop into one job for the verifier's
     own worker thread: one forward pass (int8: one pass per pair, in that one job).
     :meth:`verify_background` (the audit's answer pairs) waits until no such call does.
+    A live call may bound its wait for the worker (``max_wait``, as the embedder's callers
+    do): past it, :class:`VerifierBusy`.
     """
 
     #: The cross-encoder combined with the cosine and the guard's signals (None: alone).
@@ -329,6 +333,9 @@ class PairVerifier:
         self._pending: list[_Queued] = []
         self._background: list[_Queued] = []
         self._running = False
+        #: When the first live pair queued behind a busy worker joined ``_pending`` (None: none
+        #: waits so): a pair that would join a queue older than its ``max_wait`` is refused.
+        self._waiting_since: float | None = None
         #: The backend in use: the one asked for, or the next one when it could not be loaded
         #: ("onnx-int8" → "onnx" → "torch").
         self.backend = "torch"
@@ -433,14 +440,19 @@ class PairVerifier:
                 return np.concatenate([r.numpy() for r in rows]).astype(np.float32)
             return np.asarray(self._logits(self._tokenize(pairs)).numpy(), dtype=np.float32)
 
-    async def verify(self, stored: str, new: str) -> float:
+    async def verify(self, stored: str, new: str, *, max_wait: float | None = None) -> float:
         """The cross-encoder's own probability for one pair (see :meth:`verify_logit`)."""
-        return _sigmoid(await self.verify_logit(stored, new))
+        return _sigmoid(await self.verify_logit(stored, new, max_wait=max_wait))
 
-    async def verify_logit(self, stored: str, new: str) -> float:
+    async def verify_logit(self, stored: str, new: str, *, max_wait: float | None = None) -> float:
         """The cross-encoder's logit for one pair, computed off the event loop; concurrent calls
-        share one forward pass."""
-        return await self._queued(self._pending, stored, new)
+        share one forward pass.
+
+        ``max_wait`` (seconds): raise :class:`VerifierBusy` rather than wait longer for the
+        worker to start on the pair (a pass that has started is waited for). Refused at once
+        when the pairs queued behind the worker have waited longer already.
+        """
+        return await self._queued(self._pending, stored, new, max_wait)
 
     async def verify_background(self, stored: str, new: str) -> float:
         """The cross-encoder's own probability for one pair that no request waits for (the
@@ -527,14 +539,44 @@ class PairVerifier:
             lambda: (directory / name).unlink(missing_ok=True),
         )
 
-    async def _queued(self, queue: list[_Queued], stored: str, new: str) -> float:
-        """Queue a pair in ``queue`` (live or background) and wait for its logit."""
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    async def _queued(
+        self, queue: list[_Queued], stored: str, new: str, max_wait: float | None = None
+    ) -> float:
+        """Queue a pair in ``queue`` (live or background) and wait for its logit (at most
+        ``max_wait`` for the worker to start on it: see :meth:`_bound`)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[float] = loop.create_future()
+        if max_wait is not None and self._running:  # (an idle worker starts on it at once)
+            self._bound(loop, future, max_wait)
         queue.append((stored, new, future))
         if not self._running:
             self._running = True
             asyncio.get_running_loop().create_task(self._drain())
         return await future
+
+    def _bound(
+        self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[float], max_wait: float
+    ) -> None:
+        """Bound the wait of a live pair queued behind the busy worker: refused at once
+        (:class:`VerifierBusy`) when the pairs queued so have waited past ``max_wait`` already
+        (they all start together, with the next pass: it would wait longer still), else it
+        gives up after ``max_wait`` unless the worker has taken it by then.
+
+        NOTE: one timer, no await: the pair's future fails when the timer finds it still in
+        the queue it joined (the worker takes the whole queue at once, leaving a new list).
+        """
+        now = time.monotonic()
+        if self._waiting_since is None:
+            self._waiting_since = now
+        elif now - self._waiting_since > max_wait:
+            raise VerifierBusy(f"the verifier's queue is older than {max_wait:.3f} s")
+        loop.call_later(max_wait, self._expire, self._pending, future, max_wait)
+
+    def _expire(self, queue: list[_Queued], future: asyncio.Future[float], max_wait: float) -> None:
+        """A bounded pair's ``max_wait`` is over: it gives up if the worker has not taken it
+        (it is then skipped, never scored)."""
+        if queue is self._pending and not future.done():
+            future.set_exception(VerifierBusy(f"no verifier worker within {max_wait:.3f} s"))
 
     async def _drain(self) -> None:
         """Score every live pair waiting, as one batch; only when none waits, one background
@@ -544,6 +586,7 @@ class PairVerifier:
             while self._pending or self._background:
                 if self._pending:
                     jobs, self._pending = self._pending, []
+                    self._waiting_since = None
                 else:
                     jobs = [self._background.pop(0)]
                 jobs = [job for job in jobs if not job[2].done()]
@@ -594,6 +637,10 @@ class PairVerifier:
         self.vetoes: tuple[str, ...] = tuple(meta.get("vetoes", ()))
         #: Score threshold chosen at training time (used when neither YAML knob is given).
         self.default_threshold = float(meta.get("default_threshold", 0.5))
+
+
+class VerifierBusy(Exception):
+    """The verifier's worker could not start on a pair within the caller's ``max_wait``."""
 
 
 def _unread(text: str, read: int) -> str:

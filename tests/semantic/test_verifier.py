@@ -8,6 +8,7 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +29,7 @@ from semantic.verifier import (
     PROBES,
     Calibration,
     PairVerifier,
+    VerifierBusy,
     is_conversation,
 )
 from tests.conftest import Gateway
@@ -489,6 +491,98 @@ async def test_a_context_pair_the_busy_embedder_cannot_take_in_time_is_an_overlo
     await cache.close()
 
 
+def held_worker(
+    verifier: PairVerifier, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event, list[list[tuple[str, str]]]]:
+    """Hold the verifier's worker in each pass until ``release`` is set (``started``: a pass
+    began); ``batches``: the pairs of each pass."""
+    started, release = threading.Event(), threading.Event()
+    batches: list[list[tuple[str, str]]] = []
+    score = verifier._score_in_worker
+
+    def held(pairs: list[tuple[str, str]]) -> np.ndarray:
+        batches.append(list(pairs))
+        started.set()
+        assert release.wait(60)
+        return score(pairs)
+
+    monkeypatch.setattr(verifier, "_score_in_worker", held)
+    return started, release, batches
+
+
+#: A paraphrase the verifier judges (not a near duplicate served without it): a semantic hit.
+RENEW = ("How do I renew my passport in Canada?",
+         "What is the process to renew a passport in Canada?")  # fmt: skip
+
+
+def test_a_would_be_hit_the_busy_verifier_cannot_take_in_time_is_an_overload_miss(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through HTTP: with the verifier's worker held on another lookup's pair, a lookup whose
+    embedding came in time no longer queues behind it for as long as it takes: past
+    ``max_wait_ms`` it is a miss (the model answers it, never the stored answer unjudged),
+    counted as skipped "overload_verify" in /admin/stats and /metrics. The held lookup,
+    whose pair the worker had started on, is judged and served."""
+    gw = make_gateway("cache: {semantic: {max_wait_ms: 300, audit_rate: 0}}", semantic=True)
+    stored, asked = RENEW
+    answers = {ns: chat(gw, user(stored), ns) for ns in ("held", "late")}
+    assert all(a.headers["x-cache"] == "miss" for a in answers.values())
+    verifier = gw.runtime.cache.verifier
+    started, release, batches = held_worker(verifier, monkeypatch)
+    calls = upstream.stats["chat"]
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(chat, gw, user(asked), "held")
+        try:
+            assert started.wait(60)  # (the worker is on the held lookup's pair)
+            late = chat(gw, user(asked), "late")  # (before: waited for the held pass)
+        finally:
+            release.set()
+        hit = first.result(timeout=60)
+    assert late.headers["x-cache"] == "miss" and upstream.stats["chat"] == calls + 1
+    content = late.json()["choices"][0]["message"]["content"]
+    assert f" to: {asked} [" in content  # the model's answer to it, not the stored one
+    assert hit.headers["x-cache"] == "semantic"
+    assert hit.json()["choices"][0]["message"] == answers["held"].json()["choices"][0]["message"]
+    assert len(batches) == 1 == len(batches[0])  # the late pair was never scored
+    skipped = gw.http.get("/admin/stats").json()["cache"]["semantic_skipped"]
+    assert skipped == {"overload": 0, "overload_verify": 1, "overload_store": 0}
+    metrics = gw.http.get("/metrics").text
+    assert 'cachegate_semantic_skipped_total{reason="overload_verify"} 1' in metrics
+
+
+async def test_as_a_veto_a_verifier_that_cannot_take_the_pick_in_time_is_an_overload_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Role "veto": the guard's pick waits at most ``max_wait`` for the verifier too; past it
+    the lookup is a miss (not the guard's hit without the verifier's word), the question's
+    vector kept for the store, counted as skipped "overload_verify"."""
+    settings = SemanticSettings(verifier="bundled", verifier_role="veto", embedder_backend="onnx",
+                                verifier_backend="onnx-int8", max_wait=0.2)  # fmt: skip
+    cache = ResponseCache(DiskStore(tmp_path, max_entries=100), CacheSettings(), settings)
+    await cache.start()
+    stored, asked = (chat_key("t", "", "m", {"messages": user(q)})
+                     for q in ("How do I reset my password?", "How can I reset my password?"))  # fmt: skip
+    await cache.store(stored, {"choices": []}, model="m", tenant="t", namespace="")
+    verifier = cache.verifier
+    assert verifier is not None
+    started, release, batches = held_worker(verifier, monkeypatch)
+    ahead = asyncio.ensure_future(verifier.verify_logit("a", "b"))  # another lookup's pair
+    while not started.is_set():
+        await asyncio.sleep(0.01)
+    try:  # (before: waited for the held pass)
+        found = await asyncio.wait_for(cache.lookup(asked), timeout=60)
+    finally:
+        release.set()
+    await ahead
+    assert found.kind == "miss" and found.skipped == "overload_verify"
+    assert found.vector is not None and batches == [[("a", "b")]]
+    stats = cache.stats()
+    assert stats["semantic_skipped"] == {"overload": 0, "overload_verify": 1, "overload_store": 0}
+    assert stats["guard_rejections_by_reason"] == {}  # (not turned down: not judged)
+    assert (await cache.lookup(asked)).kind == "semantic"  # with the worker free: the hit
+    await cache.close()
+
+
 def test_an_answer_sent_back_as_the_sdk_got_it_is_compared_as_text(gw: Gateway) -> None:
     """The openai SDK sends a ``choices[0].message`` appended to the messages with OpenAI's
     ``"refusal": null`` and ``"annotations": []``: those fields kept every such turn in the
@@ -739,3 +833,32 @@ async def test_a_live_pair_whose_lookup_was_cancelled_is_not_scored(
     assert batches == [[kept]]  # was [[kept, gone]]
     assert logit == pytest.approx(float(verifier.logits([kept])[0]), abs=1e-4)
     assert left.cancelled()
+
+
+async def test_a_live_pair_behind_a_busy_worker_gives_up_after_max_wait_and_is_never_scored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``max_wait`` bounds a live pair's wait for the verifier's worker, as the embedder's
+    callers' (were: it waited for as long as the pass ahead took): past it VerifierBusy, and
+    the pair is not scored once the worker is free. A pair that comes once the queue is older
+    than its ``max_wait`` is refused at once; a pair without ``max_wait`` waits, and is scored."""
+    verifier = PairVerifier()
+    started, release, batches = held_worker(verifier, monkeypatch)
+    busy, late, later, patient = (("How do I reset my password?", f"How can I {x}?")
+                                  for x in ("reset it", "change it", "renew it", "reset mine"))  # fmt: skip
+    ahead = asyncio.ensure_future(verifier.verify_logit(*busy, max_wait=0.05))
+    while not started.is_set():  # (the worker is on the pass of ``busy``, held)
+        await asyncio.sleep(0.01)
+    waiting = asyncio.ensure_future(verifier.verify_logit(*patient))  # no bound: waits
+    try:
+        with pytest.raises(VerifierBusy):
+            await asyncio.wait_for(verifier.verify_logit(*late, max_wait=0.05), timeout=30)
+        refused = asyncio.ensure_future(verifier.verify_logit(*later, max_wait=0.05))
+        await asyncio.sleep(0)  # (one step: its queue is older than its max_wait already)
+        assert refused.done() and isinstance(refused.exception(), VerifierBusy)
+        assert not ahead.done() and not waiting.done()  # a pass that started is waited for
+    finally:
+        release.set()
+    logits = await asyncio.gather(ahead, waiting)
+    assert batches == [[busy], [patient]]  # the pairs that gave up were never scored
+    assert logits == pytest.approx(verifier.logits([busy, patient]).tolist(), abs=1e-4)
