@@ -82,7 +82,11 @@ def build(compiler: str) -> ctypes.CDLL | None:
             logger.warning("localmodel: compiling the native linear kernel failed: %s",
                            done.stderr.strip()[-500:])  # fmt: skip
             return None
-        lib = ctypes.CDLL(out)  # (mapped: the file may go with its directory)
+        try:
+            lib = ctypes.CDLL(out)  # (mapped: the file may go with its directory)
+        except OSError as exc:  # e.g. a temporary directory mounted noexec
+            logger.warning("localmodel: loading the native linear kernel failed: %s", exc)
+            return None
     lib.cachegate_linear_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long] * 3
     lib.cachegate_linear_f32.restype = ctypes.c_int
     lib.cachegate_linear_q8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3

@@ -82,6 +82,13 @@ def test_without_a_compiler_nothing_is_built_and_the_log_says_why(
     with caplog.at_level(logging.WARNING, logger="cachegate.localmodel"):
         assert kernel.build(str(failing)) is None
     assert "unsupported option" in caplog.text
+    # a "compiler" whose output cannot be loaded (as from a directory mounted noexec)
+    garbage = tmp_path / "garbage-cc"
+    garbage.write_text('#!/bin/sh\nwhile [ "$1" != -o ]; do shift; done\necho junk > "$2"\n')
+    garbage.chmod(0o755)
+    with caplog.at_level(logging.WARNING, logger="cachegate.localmodel"):
+        assert kernel.build(str(garbage)) is None
+    assert "loading the native linear kernel failed" in caplog.text
 
 
 def test_weights_native_without_the_kernel_fails_the_load_and_auto_falls_back(
