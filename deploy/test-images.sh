@@ -11,7 +11,8 @@
 #  2. makes the base image: debootstrap bookworm (python3 3.11, python3-venv) + podman import, and
 #     a Redis image on it (Debian's redis-server), in place of python:3.11-slim and redis:7-alpine;
 #  3. builds the Dockerfile's cpu target with the local torch wheel (build context torch-wheels);
-#  4. starts docker-compose.yml with podman-compose and checks it with deploy/check_stack.py:
+#  4. starts docker-compose.yml with podman-compose, checks that the image builds the native
+#     linear kernel, and checks the stack with deploy/check_stack.py:
 #     an answer from the worker through the gateway, a repeated question is an exact hit, SIGTERM
 #     stops both services cleanly (exit 0), the answer survives down / up (the data volume), and
 #     the redis profile's two replicas share one cache.
@@ -145,6 +146,11 @@ check_default_stack() {
   wait_healthy worker gateway
   COLD_START=$((SECONDS - start))
   echo "healthy after ${COLD_START}s"
+  # the image's gcc builds the local model's native linear kernel (localmodel/linear.c)
+  podman exec "$(container worker)" python -c "
+from localmodel import kernel
+assert kernel.library() is not None, 'the native linear kernel was not built in the image'
+print('  the native linear kernel builds in the image')" || fail "no native kernel in the image"
   local before after
   before=$(worker_requests)
   "$PY" deploy/check_stack.py ask http://127.0.0.1:8080/v1 "$WORK/answer.json"

