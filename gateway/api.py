@@ -257,13 +257,20 @@ async def healthz() -> Response[Any]:
 
 @route("/readyz", http_method=[HttpMethod.GET, HttpMethod.HEAD])
 async def readyz(request: Request[Any, Any, Any]) -> Response[Any]:
-    state = await _runtime(request).readiness()
+    runtime = _runtime(request)
+    state = await runtime.readiness()
     # "failed": a model could not load and will not be retried (restart to try again);
     # "stalled": a loaded model's engine is stuck in one step (until it ends)
     status = "ready" if state["ready"] else "failed" if state.get("failed") else "loading"
     if status == "loading" and state.get("stalled"):
         status = "stalled"
-    return _json({"status": status, **state}, 200 if state["ready"] else 503)
+    code = 200 if state["ready"] else 503
+    # NOTE: probes name any host, and read only the status; a page whose name was pointed at
+    # this address (DNS rebinding) reads the body too: the model names, a failed load's error
+    # (its path). A Host not in server.allowed_hosts gets the status alone (not logged: probes).
+    if not runtime.hosts.allows(request.headers.get("host")):
+        return _json({"status": status}, code)
+    return _json({"status": status, **state}, code)
 
 
 routes = [

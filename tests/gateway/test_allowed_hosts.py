@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from tests.browser import Browser
+from tests.conftest import wait_for
 from tests.fake_upstream import FakeUpstream
 
 CHAT = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "Hi"}]})
@@ -75,6 +76,32 @@ def test_a_rebound_page_is_refused_on_the_admin_routes_and_a_keyless_api(
     # the probes (no tenant's data, no state changed) answer any host, as they answer any origin
     for path in ("/healthz", "/readyz"):
         assert gw.http.get(path, headers=only_host).status_code == 200, path
+
+
+def test_readyz_tells_a_host_not_allowed_its_status_alone(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A probe names any host and reads the status; a rebound page read the model names and a
+    failed load's error (its path) too. An allowed host still gets the whole body."""
+    missing = tmp_path / "no-such-model"
+    gw = make_gateway(f"models: {{broken: {{backend: local, source: '{missing}'}}}}", wait=False)
+    wait_for(lambda: gw.http.get("/readyz").json()["status"] == "failed", timeout=120)
+    for headers in (page(gw, "evil.example"), {"host": "evil.example"}):
+        foreign = gw.http.get("/readyz", headers=headers)
+        assert foreign.status_code == 503
+        assert foreign.json() == {"status": "failed"}
+        assert "broken" not in foreign.text and str(missing) not in foreign.text
+    own = gw.http.get("/readyz", headers=page(gw, "localhost"))
+    assert own.status_code == 503 and own.json()["status"] == "failed"
+    assert own.json()["models"] == {"fake-model": True, "broken": False}
+    assert str(missing) in own.json()["failed"]["broken"]
+    ready = make_gateway()  # (a gateway that is ready: 200 with the status alone)
+    foreign = ready.http.get("/readyz", headers={"host": "evil.example"})
+    assert foreign.status_code == 200 and foreign.json() == {"status": "ready"}
+    assert ready.http.get("/readyz").json()["models"] == {"fake-model": True}
+    # on an address where any host is allowed (the default off loopback), the body is whole
+    anywhere = make_gateway("server: {host: 0.0.0.0}")
+    assert "models" in anywhere.http.get("/readyz", headers={"host": "gw.example"}).json()
 
 
 #: What a page sends the gateway it was loaded from (its own origin, as the browser sees it): a
