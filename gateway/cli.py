@@ -32,6 +32,7 @@ from typing import Any, NoReturn
 import msgspec
 
 from .admin_cli import add_commands
+from .auth import AllowedHosts
 from .config import (
     Config,
     ConfigError,
@@ -564,6 +565,27 @@ def _log_admin_access(config: Config) -> None:
             config.server.host,
             "" if local else ": set admin.api_key or bind to localhost",
         )
+    _log_rebinding(config)
+
+
+def _log_rebinding(config: Config) -> None:
+    """Warn at start when nothing stops a DNS-rebinding page (``gateway.auth.AllowedHosts``):
+    on an address other than loopback, ``server.allowed_hosts`` left out answers any ``Host``,
+    and without ``auth.keys`` the API (the admin routes too, without ``admin.api_key``) asks no
+    key that a page cannot send. ``*`` listed is the operator's own choice: not warned."""
+    if config.auth.keys or config.server.allowed_hosts is not None:
+        return
+    if not AllowedHosts.from_server(config.server).wildcard:  # (loopback: its own names)
+        return
+    routes = "/v1/*" if config.admin.keyed else "/v1/* and the admin routes"
+    log.warning(
+        "DNS-rebinding protection is off: on %s, server.allowed_hosts is not set (any Host is "
+        "answered) and %s ask no key, so a web page whose name is pointed at this address can "
+        "use them from a browser; list the names clients reach the gateway by, e.g. "
+        "server.allowed_hosts: [gateway.example.com, localhost]",
+        config.server.host,
+        routes,
+    )
 
 
 def _prepare(args: argparse.Namespace) -> int:

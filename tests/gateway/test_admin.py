@@ -10,6 +10,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,75 @@ def test_serve_says_who_can_open_the_admin_routes(tmp_path: Path) -> None:
         process.wait(timeout=30)
     said = " ".join(lines)
     assert "admin routes" in said and "CLOSED" in said and "admin.api_key" in said
+
+
+def _startup_lines(config: Path, host: str) -> str:
+    """What ``cachegate serve --host HOST`` logs until it says where it serves."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "serve", "--config", str(config), "--host", host,
+         "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    hung = threading.Timer(120, process.kill)  # (a start that never says where it serves)
+    hung.start()
+    try:
+        assert process.stderr is not None
+        lines: list[str] = []
+        while not lines or (" serving " not in lines[-1] and lines[-1]):  # ("": it ended)
+            lines.append(process.stderr.readline())
+    finally:
+        hung.cancel()
+        process.terminate()
+        process.wait(timeout=30)
+    return "".join(lines)
+
+
+def test_serve_on_every_interface_without_keys_says_rebinding_protection_is_off(
+    tmp_path: Path,
+) -> None:
+    """On 0.0.0.0, server.allowed_hosts left out answers any Host (gateway.auth.AllowedHosts):
+    with no keys a rebinding page can use the API and the admin routes. On 127.0.0.1 it
+    answers the gateway's own names only: nothing to say."""
+    config = tmp_path / "c.yaml"
+    model = "{backend: openai, base_url: 'http://127.0.0.1:9/v1'}"
+    config.write_text(f"data_dir: {tmp_path}\ncache: {{enabled: false}}\nmodels: {{m: {model}}}\n")
+    said = _startup_lines(config, "0.0.0.0")
+    assert " serving m on " in said  # (it got to the end of its start)
+    warned = [line for line in said.splitlines() if "DNS-rebinding protection is off" in line]
+    assert len(warned) == 1 and "WARNING" in warned[0], said
+    assert "server.allowed_hosts: [" in warned[0] and "0.0.0.0" in warned[0]
+    assert "/v1/* and the admin routes" in warned[0]
+    local = _startup_lines(config, "127.0.0.1")
+    assert " serving m on " in local and "rebinding" not in local
+
+
+@pytest.mark.parametrize(
+    ("server", "settings", "routes"),
+    [
+        ("{host: 0.0.0.0}", "", "/v1/* and the admin routes"),
+        ("{host: 0.0.0.0}", "admin: {api_key: adm}", "/v1/*"),  # (a page cannot send it)
+        ("{host: 0.0.0.0}", TENANTS, None),  # (nor a gateway key)
+        ("{host: 0.0.0.0, allowed_hosts: [gw.example]}", "", None),
+        ("{host: 0.0.0.0, allowed_hosts: ['*']}", "", None),  # (any host: the operator's choice)
+        ("{host: 127.0.0.2}", "", None),  # (loopback: its own names only)
+    ],
+)
+def test_the_rebinding_warning_names_the_routes_a_page_can_use(
+    server: str, settings: str, routes: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.cli import _log_admin_access
+
+    models = "models: {m: {backend: openai, base_url: 'http://127.0.0.1:9/v1'}}\n"
+    config = load_config_text(f"server: {server}\n{models}{settings}")
+    with caplog.at_level(logging.INFO, logger="cachegate"):
+        _log_admin_access(config)
+    warned = [r for r in caplog.records if "DNS-rebinding" in r.getMessage()]
+    if routes is None:
+        assert warned == []
+    else:
+        assert len(warned) == 1 and warned[0].levelno == logging.WARNING
+        assert f"and {routes} ask no key" in warned[0].getMessage()
 
 
 def test_debug_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
