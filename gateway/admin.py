@@ -143,7 +143,7 @@ async def list_entries(request: Request[Any, Any, Any]) -> Response[Any]:
     try:
         query = entries.parse_query(request.query_params, runtime.config.admin.show_text)
         cache = _cache(runtime)
-        page = await entries.list_entries(cache, query, runtime.config.admin.show_text)
+        page = await entries.list_entries(cache, query, runtime.texts)
     except APIError as exc:
         return _error(exc)
     except StoreUnavailable as exc:
@@ -164,7 +164,7 @@ async def show_entry(request: Request[Any, Any, Any], entry_id: FromPath[str]) -
         return _error(exc)
     except StoreUnavailable as exc:
         return _error(APIError(503, str(exc), code="cache_unavailable"))
-    body = entries.render(entry, runtime.config.admin.show_text, full=True)
+    body = entries.render(entry, runtime.texts, full=True)
     return Response(_encode(body), media_type="application/json")
 
 

@@ -1,8 +1,8 @@
 """Cache inspection for the admin API: list, show and render stored answers.
 
 Texts (questions and answers) are users' data: unless ``admin.show_text`` is on, an entry is
-rendered with each text's SHA-256 prefix and length instead (``history.describe_text``), and
-a text search is refused.
+rendered with each text's keyed digest and length instead (``gateway.texts``), and a text
+search is refused.
 
 Listing reads every live entry of the store (there is no secondary index): it keeps only
 (created, id) pairs of the matching ones, yields to the event loop every ``_BATCH`` entries,
@@ -24,7 +24,7 @@ from semantic.cache import ResponseCache
 from semantic.store import Entry
 
 from .errors import APIError
-from .history import describe_text
+from .texts import Texts
 
 __all__ = ["Query", "list_entries", "not_found", "parse_id", "parse_query", "render"]
 
@@ -76,7 +76,7 @@ def parse_query(params: Mapping[str, str], show_text: bool) -> Query:
     )
 
 
-async def list_entries(cache: ResponseCache, query: Query, show_text: bool) -> dict[str, Any]:
+async def list_entries(cache: ResponseCache, query: Query, texts: Texts) -> dict[str, Any]:
     """One page of matching entries, newest first, and how many match in all."""
     found: list[tuple[float, int]] = []
     seen = 0
@@ -91,7 +91,7 @@ async def list_entries(cache: ResponseCache, query: Query, show_text: bool) -> d
     for _, entry_id in wanted:
         stored = await cache.entry(entry_id)
         if stored is not None:
-            page.append(render(stored, show_text))
+            page.append(render(stored, texts))
     return {
         "object": "list",
         "data": page,
@@ -102,7 +102,7 @@ async def list_entries(cache: ResponseCache, query: Query, show_text: bool) -> d
     }
 
 
-def render(entry: Entry, show_text: bool, *, full: bool = False) -> dict[str, Any]:
+def render(entry: Entry, texts: Texts, *, full: bool = False) -> dict[str, Any]:
     """An entry as JSON (ids as strings: they exceed JavaScript's exact integers)."""
     response = entry.response
     answer, finish = _answer(response)
@@ -116,15 +116,15 @@ def render(entry: Entry, show_text: bool, *, full: bool = False) -> dict[str, An
         "expires": entry.expires,
         "age_s": round(time.time() - entry.created, 1),
         "hits": entry.hits,
-        "question": describe_text(entry.question, show_text),
-        "answer": describe_text(answer, show_text),
+        "question": texts.describe(entry.question),
+        "answer": texts.describe(answer),
         "finish_reason": finish,
         "usage": response.get("usage"),
     }
     if full:
         out["scope"] = entry.scope[:16]
         out["vector_model"] = entry.vector_model
-        out["response"] = response if show_text else None
+        out["response"] = response if texts.show else None
     return out
 
 

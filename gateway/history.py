@@ -17,7 +17,6 @@ edge of the bin where the running count reaches it, so it is exact to within one
 from __future__ import annotations
 
 import bisect
-import hashlib
 import math
 import time
 from collections import Counter, deque
@@ -25,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Answer", "History", "RecentHit", "describe_text"]
+__all__ = ["Answer", "History", "RecentHit"]
 
 #: The tiers an answer can come from (``x-cache``, with ``coalesced`` split out of ``exact``).
 Tier = Literal["exact", "semantic", "coalesced", "miss", "bypass", "refresh"]
@@ -59,7 +58,8 @@ class Answer:
 class RecentHit:
     """A semantic hit (``accepted``) or a guard rejection, for the dashboard's table.
 
-    ``question`` / ``stored`` are the texts, or ``describe_text`` of them when texts are hidden.
+    ``question`` / ``stored`` are the texts, or their digests when texts are hidden
+    (``gateway.texts.Texts.describe``).
     """
 
     at: float
@@ -172,13 +172,6 @@ class History:
             point.gauges = self._gauges()
         except Exception:  # a stats reader must never fail a request
             point.gauges = {}
-
-
-def describe_text(text: str, show: bool) -> str:
-    """``text`` when texts are shown, else its SHA-256 prefix and length (``sha256:1a2b… 42 chars``)."""
-    if show:
-        return text
-    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()[:12]} ({len(text)} chars)"
 
 
 def percentile(bins: list[int], q: float) -> float | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from semantic.cache import Lookup
 
 from .config import LocalModelConfig
-from .history import Answer, RecentHit, Tier, describe_text
+from .history import Answer, RecentHit, Tier
 from .ledger import Usage, usage_of
 
 if TYPE_CHECKING:
@@ -141,7 +141,6 @@ def _counted(seen: Seen, reply: Reply | None, hit: bool) -> tuple[Usage | None, 
 
 def _verdict(runtime: Runtime, seen: Seen, lookup: Lookup, question: str) -> None:
     """A semantic hit, or the guard's rejection of the nearest entry, for the dashboard."""
-    show = runtime.config.admin.show_text
     if lookup.kind == "semantic" and lookup.entry is not None:
         entry, similarity, score, reason = (
             lookup.entry,
@@ -162,8 +161,8 @@ def _verdict(runtime: Runtime, seen: Seen, lookup: Lookup, question: str) -> Non
             accepted=accepted,
             model=seen.model,
             namespace=seen.namespace,
-            question=describe_text(question, show),
-            stored=describe_text(entry.question, show),
+            question=runtime.texts.describe(question),
+            stored=runtime.texts.describe(entry.question),
             similarity=similarity,
             score=score,
             reason=reason,

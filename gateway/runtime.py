@@ -40,6 +40,7 @@ from .pipeline import Pipeline
 from .requests import unpartitioned
 from .responses import ResponsesAdapter
 from .stored import ResponseStore
+from .texts import Texts, load_salt
 from .tracing import Tracing
 from .upstream import ReplicatedBackend, UpstreamBackend
 
@@ -83,6 +84,9 @@ class Runtime:
     #: A refused ``Host`` (a name left out of server.allowed_hosts, a proxy's), logged at most
     #: once a minute: a page that tries again and again must not fill the log.
     refused_hosts: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
+    #: How the admin views show users' texts (admin.show_text; hidden: digests keyed with the
+    #: data directory's secret, read at ``start``).
+    texts: Texts = field(default_factory=lambda: Texts(show=False))
 
     @classmethod
     def build(
@@ -129,12 +133,14 @@ class Runtime:
             keys=keys,
             auditor=auditor,
             admission=admission,
+            texts=Texts(config.admin.show_text),
             **observers,
         )
 
     async def start(self) -> None:
         Path(self.config.data_dir).mkdir(parents=True, exist_ok=True)
-        if self.cache is not None:
+        if self.cache is not None:  # (texts are shown of its entries only)
+            self.texts = Texts(self.texts.show, load_salt(Path(self.config.data_dir)))
             await self.cache.start()
         for backend in self.backends.values():
             await backend.start()

@@ -278,6 +278,59 @@ def test_the_rebinding_warning_names_the_routes_a_page_can_use(
         assert f"and {routes} ask no key" in warned[0].getMessage()
 
 
+def test_hidden_texts_show_a_digest_keyed_by_the_data_dirs_secret(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """An unsalted SHA-256 prefix of a short question was found by hashing common questions.
+    The digest is keyed with a secret of the data directory: the same there (two entries,
+    a restart), another in another data directory, and the plain hash nowhere."""
+    question = "What is the capital of Peru?"
+
+    def listed(gw: Gateway) -> list[dict[str, Any]]:
+        page = gw.http.get("/admin/cache/entries")
+        assert page.status_code == 200, page.text
+        return list(page.json()["data"])
+
+    one = make_gateway(f"data_dir: '{tmp_path / 'one'}'")
+    one.chat(question)
+    one.chat(question, headers={"x-cache-namespace": "other"})  # (a second entry, same text)
+    first, second = listed(one)
+    shown = first["question"]
+    assert re.fullmatch(r"hmac:[0-9a-f]{12} \(28 chars\)", shown), shown
+    assert second["question"] == shown  # (still comparable: the same text, the same digest)
+    assert first["answer"].startswith("hmac:")  # (the answers differ: the fake numbers them)
+    bodies = [one.http.get(path).text for path in ("/admin/cache/entries",
+              f"/admin/cache/entries/{first['id']}", "/admin/stats", "/admin/history")]  # fmt: skip
+    unsalted = hashlib.sha256(question.encode()).hexdigest()[:12]
+    assert not any(unsalted in body for body in bodies)
+    secret = (tmp_path / "one" / "text-digest.key").read_text().strip()
+    assert len(secret) == 64 and not any(secret in body for body in bodies)
+    assert (tmp_path / "one" / "text-digest.key").stat().st_mode & 0o077 == 0  # (owner only)
+    two = make_gateway(f"data_dir: '{tmp_path / 'two'}'")
+    two.chat(question)
+    assert listed(two)[0]["question"] != shown
+    one.stop()
+    again = make_gateway(f"data_dir: '{tmp_path / 'one'}'")  # (a restart: the entries kept)
+    assert [e["question"] for e in listed(again)] == [shown, shown]
+
+
+def test_hidden_texts_compare_across_the_dashboards_hits_and_the_listing(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """The dashboard's recent hits and the entries listing show one text with one digest:
+    the stored question a hit matched is found in the listing by it."""
+    gw = make_gateway(semantic=True)
+    stored, asked = "How do I reset my password?", "How can I reset my password?"
+    assert gw.chat(stored).headers["x-cache"] == "miss"
+    assert gw.chat(asked).headers["x-cache"] == "semantic"
+    hit = gw.http.get("/admin/history").json()["recent_hits"][0]
+    entry = gw.http.get("/admin/cache/entries").json()["data"][0]
+    assert hit["stored_question"] == entry["question"] != hit["question"]
+    assert hit["question"].startswith("hmac:") and hit["question"].endswith(" (28 chars)")
+    for text in (stored, asked):
+        assert hashlib.sha256(text.encode()).hexdigest()[:12] not in json.dumps(hit)
+
+
 def test_debug_headers(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     first = gw.chat("what is the key?")
@@ -355,8 +408,8 @@ def test_entries_are_listed_shown_and_removed(make_gateway: Any, upstream: FakeU
     page = gw.http.get("/admin/cache/entries", params={"limit": 2}).json()
     assert page["total"] == 3 and len(page["data"]) == 2 and page["has_more"]
     newest = page["data"][0]
-    # texts hidden by default: a hash and a length
-    assert newest["question"].startswith("sha256:") and "(10 chars)" in newest["question"]
+    # texts hidden by default: a keyed digest and a length
+    assert newest["question"].startswith("hmac:") and "(10 chars)" in newest["question"]
     assert newest["kind"] == "exact" and newest["model"] == "fake-model"
     assert gw.http.get("/admin/cache/entries", params={"namespace": "ns1"}).json()["total"] == 2
     assert gw.http.get("/admin/cache/entries", params={"namespace": ""}).json()["total"] == 1
