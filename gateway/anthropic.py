@@ -22,18 +22,13 @@ from typing import Any
 import httpx
 import msgspec
 
-from .backend import Answer, Meter, StreamEvent, relayed
+from .backend import Answer, Meter, StreamEvent
 from .config import AnthropicModelConfig
 from .errors import APIError
 from .messages import MESSAGE_STOP, encode_event, error_event
 from .prompt_cache import PromptCacher, min_cacheable_tokens
 from .requests import GatewayRequest
-from .upstream import (
-    UpstreamBackend,
-    UpstreamError,
-    UpstreamStream,
-    read_object,
-)
+from .upstream import UpstreamBackend, UpstreamError, UpstreamStream
 
 __all__ = ["AnthropicBackend", "AnthropicStream"]
 
@@ -132,13 +127,12 @@ class AnthropicBackend(UpstreamBackend):
             raise
 
     async def _post(self, request: GatewayRequest, auth: str | None, path: str) -> Answer:
-        response = await self._send(request, stream=False, auth=auth, path=path)
-        body = await read_object(self.name, response, self._sent_key(auth))
-        if body.get("type") == "error":  # an error sent with status 200
-            error = body.get("error")
+        answer = await self._answer(request, auth, path)
+        if answer.body.get("type") == "error":  # an error sent with status 200
+            error = answer.body.get("error")
             detail = error.get("message") if isinstance(error, dict) else error
             raise APIError(502, f"Upstream for model '{self.name}' failed: {detail}")
-        return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
+        return answer
 
 
 class AnthropicStream(UpstreamStream):

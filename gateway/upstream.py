@@ -176,16 +176,17 @@ class UpstreamBackend:
         return True
 
     async def count_input_tokens(self, request: GatewayRequest, auth: str | None = None) -> Answer:
-        """``POST /responses/input_tokens`` upstream: the Response request's input tokens."""
-        response = await self._send(request, stream=False, auth=auth, path=_COUNT_PATH)
-        return Answer(await read_object(self.name, response, self._sent_key(auth)))
+        """``POST /responses/input_tokens`` upstream: the Response request's input tokens, with
+        the upstream's headers to relay (its ``x-request-id``, its rate-limit state), as a
+        create's."""
+        return await self._answer(request, auth, _COUNT_PATH)
 
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
     ) -> Answer:
         # (no ``meter``: an upstream's usage is only in its answer, as a stream's in its events)
-        response = await self._send(request, stream=False, auth=auth)
-        body = await read_object(self.name, response, self._sent_key(auth))
+        answer = await self._answer(request, auth)
+        body = answer.body
         # an error sent with status 200 (a Response object always has "error", null or the
         # reason it failed: that is an answer, passed on; other servers may send a null one)
         failed = body.get("error") is not None and "choices" not in body
@@ -201,7 +202,7 @@ class UpstreamBackend:
         previous = _echoed_previous(request)
         if previous is not None and body.get("object") == "response":
             body["previous_response_id"] = previous
-        return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
+        return answer
 
     async def open_stream(self, request: GatewayRequest, auth: str | None = None) -> UpstreamStream:
         response = await self._send(request, stream=True, auth=auth)
@@ -296,6 +297,15 @@ class UpstreamBackend:
         await self._client.aclose()
 
     # -- helpers ---------------------------------------------------------------------------
+
+    async def _answer(
+        self, request: GatewayRequest, auth: str | None, path: str | None = None
+    ) -> Answer:
+        """The upstream's JSON object for ``request`` (sent to ``path``, else its kind's), with
+        the headers of it to relay (``backend.relayed``): a create's, a count's."""
+        response = await self._send(request, stream=False, auth=auth, path=path)
+        body = await read_object(self.name, response, self._sent_key(auth))
+        return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
 
     def _payload(self, request: GatewayRequest, stream: bool, path: str | None = None) -> bytes:
         body = dict(request.body)

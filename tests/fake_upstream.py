@@ -43,7 +43,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    the client disconnects (an answer no buffer between here and a client holds);
                    with ``chunk_delay``, paced by it
     raw            answer exactly ``{"status", "content_type", "headers", "body"}`` (a string;
-                   an SSE body is sent as written): for malformed or odd upstream answers
+                   an SSE body is sent as written): for malformed or odd upstream answers (of
+                   ``/responses/input_tokens`` too, the one option a count takes)
 
 A chat request for a model named ``o-...`` with ``max_tokens`` is refused as OpenAI's
 reasoning models refuse it (a 400 asking for ``max_completion_tokens``), and one with
@@ -185,11 +186,7 @@ class FakeUpstream:
                 self.stats["cancelled"] += 1
                 return
         if fake.get("raw") is not None:
-            raw = fake["raw"]
-            content_type = raw.get("content_type", "application/json")
-            return await _raw(
-                send, raw.get("status", 200), raw["body"].encode(), content_type, raw.get("headers")
-            )
+            return await _as_written(fake["raw"], send)
         status = fake.get("stream_status") if body.get("stream") else None
         if fake.get("status") and attempt <= fake.get("fail_times", 10**9):
             status = fake["status"]
@@ -242,14 +239,18 @@ class FakeUpstream:
         if fake.get("drop_choices"):
             answer["choices"] = answer["choices"][: -fake["drop_choices"]]
         if not body.get("stream"):
-            return await send_json(send, 200, answer, _answer_headers(answer))
+            return await send_json(send, 200, answer, _answer_headers(answer["id"]))
         await self._stream(kind, body, fake, answer, disconnected, send)
 
     # -- the Responses API -----------------------------------------------------------------
 
     async def _count(self, body: dict[str, Any], send: Any) -> None:
         """``POST /responses/input_tokens``: a word is a token (instructions, the conversation
-        its previous_response_id continues, the input)."""
+        its previous_response_id continues, the input), with an answer's headers (its
+        ``x-request-id`` is ``req_count_<n>``, the n-th count); ``fake.raw`` as for a create."""
+        served = self.stats["input_tokens"]
+        if (body.get("fake") or {}).get("raw") is not None:
+            return await _as_written(body["fake"]["raw"], send)
         conversation = _items(body.get("input"))
         previous = body.get("previous_response_id")
         if previous is not None:
@@ -258,7 +259,7 @@ class FakeUpstream:
             conversation = [*self.responses[previous][1], *conversation]
         text = " ".join([body.get("instructions") or "", *map(_item_text, conversation)])
         count = {"object": "response.input_tokens", "input_tokens": len(text.split())}
-        return await send_json(send, 200, count)
+        return await send_json(send, 200, count, _answer_headers(f"count_{served}"))
 
     async def _respond_responses(
         self, body: dict[str, Any], fake: dict[str, Any], disconnected: asyncio.Event, send: Any
@@ -279,9 +280,9 @@ class FakeUpstream:
         if body.get("store", True):
             self.responses[response["id"]] = (response, [*conversation, *response["output"]])
         if not body.get("stream"):
-            return await send_json(send, 200, response, _answer_headers(response))
+            return await send_json(send, 200, response, _answer_headers(response["id"]))
         self.stats["streams"] += 1
-        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(response).items()]
+        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(response["id"]).items()]
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
         events = _response_events(response, fake.get("chunks", 4))
@@ -408,7 +409,7 @@ class FakeUpstream:
         self, kind: str, body: dict[str, Any], fake: dict[str, Any], answer: dict[str, Any],
         disconnected: asyncio.Event, send: Any,
     ) -> None:  # fmt: skip
-        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(answer).items()]
+        headers = [(k.encode(), v.encode()) for k, v in _answer_headers(answer["id"]).items()]
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), *headers]})  # fmt: skip
         events = list(_chunks(kind, answer, fake.get("chunks", 4)))
@@ -790,9 +791,9 @@ def _split(text: str, pieces: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-def _answer_headers(answer: dict[str, Any]) -> dict[str, str]:
-    """What OpenAI sends with an answer: its request id and rate-limit state."""
-    return {"x-request-id": f"req_{answer['id']}", "x-ratelimit-remaining-requests": "4999",
+def _answer_headers(answer_id: str) -> dict[str, str]:
+    """What OpenAI sends with an answer (of this id): its request id and rate-limit state."""
+    return {"x-request-id": f"req_{answer_id}", "x-ratelimit-remaining-requests": "4999",
             "openai-processing-ms": "7", "set-cookie": "not-for-clients=1"}  # fmt: skip
 
 
@@ -816,6 +817,13 @@ async def send_json(
     send: Any, status: int, obj: Any, headers: dict[str, str] | None = None
 ) -> None:
     await _raw(send, status, _encode(obj), "application/json", headers)
+
+
+async def _as_written(raw: dict[str, Any], send: Any) -> None:
+    """The ``fake.raw`` answer: ``{"status", "content_type", "headers", "body"}`` as written."""
+    content_type = raw.get("content_type", "application/json")
+    body = raw["body"].encode()
+    await _raw(send, raw.get("status", 200), body, content_type, raw.get("headers"))
 
 
 async def _raw(

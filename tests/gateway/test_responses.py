@@ -633,6 +633,36 @@ def test_input_tokens_are_counted_upstream_with_the_conversation_resolved(
     assert upstream.stats["input_tokens"] == 3 and upstream.stats["responses"] == 1
 
 
+def test_input_tokens_relay_the_upstreams_headers(
+    make_gateway: Callable[..., Gateway], upstream: FakeUpstream
+) -> None:
+    """An upstream's count carries its ``x-request-id`` (the SDK's ``_request_id``) and
+    ``openai-processing-ms`` to the client, as a create's answer does (were: dropped), and its
+    ``x-ratelimit-*`` by the same rule: only where that key's budget is the client's own (one
+    tenant here; not with two tenants sharing the gateway's key). Never its cookies."""
+    one = make_gateway()
+    tenants = make_gateway("auth: {keys: [{key: key-a, tenant: a}, {key: key-b, tenant: b}]}")
+    for gw, key, limits in ((one, "sk-x", {"x-ratelimit-remaining-requests": "4999"}),
+                            (tenants, "key-a", {})):  # fmt: skip
+        raw = sdk(gw, key).responses.input_tokens.with_raw_response.count(
+            model=MODEL, input="How many words are here?"
+        )
+        n = upstream.stats["input_tokens"]
+        assert raw.parse().input_tokens == 5 and raw.parse()._request_id == f"req_count_{n}"
+        assert raw.headers["x-request-id"] == f"req_count_{n}"
+        assert raw.headers["openai-processing-ms"] == "7" and "set-cookie" not in raw.headers
+        assert {k: v for k, v in raw.headers.items() if "ratelimit" in k} == limits
+    said = {"x-request-id": "req_limited", "x-ratelimit-remaining-tokens": "0", "retry-after": "1"}
+    refused = {"raw": {"status": 429, "headers": said,
+                       "body": '{"error": {"message": "Rate limit reached", "type": "tokens"}}'}}  # fmt: skip
+    with pytest.raises(openai.RateLimitError) as error:
+        sdk(one, "sk-x").responses.input_tokens.count(
+            model=MODEL, input="x", extra_body={"fake": refused}
+        )
+    assert {k: error.value.response.headers.get(k) for k in said} == said
+    assert error.value.request_id == "req_limited"
+
+
 def test_input_tokens_of_a_follow_up_the_upstream_lost_are_counted_as_a_create_sends_it(
     gw: Gateway, upstream: FakeUpstream
 ) -> None:
