@@ -77,6 +77,13 @@ class Backend(Protocol):
     #: (a local model's default_max_tokens, an upstream_model) are not served after.
     cache_salt: str
 
+    def check(self, request: GatewayRequest) -> None:
+        """A 400 for a request of an API it speaks that it refuses by what the request
+        carries (the local model: a chat turn with no content), raised before the cache is
+        looked in (pipeline._bridge), as ``Bridge.check`` for a bridged one: no answer stored
+        for it (before it was refused) is served."""
+        ...
+
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
     ) -> Answer:

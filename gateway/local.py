@@ -197,6 +197,14 @@ class LocalBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
+    def check(self, request: GatewayRequest) -> None:
+        """A 400 for a chat request whose messages the model cannot read (a turn with no
+        content, a tool call or its answer: ``_check_messages``), before the cache is looked
+        in: an answer stored for one (by an older build, another version sharing the Redis)
+        is never served."""
+        if request.kind == "chat":
+            _check_messages(request.body["messages"])
+
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
     ) -> Answer:
@@ -695,11 +703,7 @@ def _is_int(value: Any) -> bool:
 
 def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
     if request.kind == "chat":
-        for i, message in enumerate(request.body["messages"]):
-            for field in ("tool_calls", "function_call"):  # the template would drop them
-                if message.get(field):
-                    raise _unsupported(f"messages[{i}].{field}")
-            _check_content(message, i)
+        _check_messages(request.body["messages"])  # (a bridged request's, a count's)
         return engine.encode_chat(request.body["messages"], continue_final=_continues(request))
     prompt = request.body.get("prompt")
     if isinstance(prompt, str):
@@ -716,6 +720,16 @@ def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
         param="prompt",
         code="unsupported_parameter",
     )
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """A 400 for the first chat message the local model cannot read: one carrying a tool call
+    (the template would drop it), or ``_check_content``'s."""
+    for i, message in enumerate(messages):
+        for field in ("tool_calls", "function_call"):
+            if message.get(field):
+                raise _unsupported(f"messages[{i}].{field}")
+        _check_content(message, i)
 
 
 def _check_content(message: dict[str, Any], i: int) -> None:

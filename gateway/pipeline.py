@@ -792,9 +792,11 @@ def _served(request: GatewayRequest, adapter: Adapter, entry: Entry) -> _Served 
 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:
-    """None when the backend speaks the request's API; else the adapter's chat bridge, once it
-    has checked the request (``Bridge.check``: before the cache is looked in)."""
+    """None when the backend speaks the request's API, once it has checked the request
+    (``Backend.check``); else the adapter's chat bridge, once that has (``Bridge.check``):
+    either before the cache is looked in."""
     if request.kind in backend.apis:
+        backend.check(request)
         return None
     bridge = adapter.bridge
     if bridge is None or "chat" not in backend.apis:

@@ -134,6 +134,9 @@ class UpstreamBackend:
 
     # -- Backend ---------------------------------------------------------------------------
 
+    def check(self, request: GatewayRequest) -> None:
+        pass  # (the upstream judges what it can read)
+
     async def delete_response(
         self, request: GatewayRequest, response_id: str, auth: str | None = None
     ) -> bool:
@@ -587,6 +590,9 @@ class ReplicatedBackend:
         #: Response ids (``/v1/responses``) by the replica that made them, most recent last:
         #: a follow-up naming one as ``previous_response_id`` goes where it is stored.
         self._made: collections.OrderedDict[str, int] = collections.OrderedDict()
+
+    def check(self, request: GatewayRequest) -> None:
+        pass  # (its replicas judge what they can read)
 
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None

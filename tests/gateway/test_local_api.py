@@ -16,6 +16,7 @@ import openai
 import pytest
 import yaml
 
+from gateway import local
 from gateway.config import load_config_text
 from tests.conftest import Gateway, wait_for
 
@@ -449,6 +450,46 @@ def test_a_turn_without_content_or_an_orphan_tool_result_is_400(
         error = response.json()["error"]
         assert error["param"] == param and error["code"] == "invalid_value"
     assert chat(gw, [{"role": "user", "content": ""}], max_tokens=2).status_code == 200
+
+
+def test_an_answer_stored_for_a_turn_without_content_is_never_served(
+    gw: Gateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 400 for a turn without content (or an orphan tool result) comes before the cache is
+    looked in: an answer stored for one by a build that answered it (here: this gateway with
+    the check taken out; a Redis another version writes to) is not served, streamed or not,
+    and the error is the one the model gives (was: that answer, an exact hit)."""
+    older = {"role": "system", "content": "An older build answered this."}
+    tool = {"role": "tool", "tool_call_id": "c1", "content": "18 C"}
+    refused = [
+        ([older, {"role": "user", "content": None}], "messages[1].content"),
+        ([older, {"role": "user", "content": []}], "messages[1].content"),
+        ([older, tool, {"role": "user", "content": "hi"}], "messages[1].role"),
+    ]
+    with monkeypatch.context() as older_build:  # (it refused none of them: answered, stored)
+        older_build.setattr(local, "_check_content", lambda message, i: None)
+        for messages, _ in refused:
+            stored = admin_stats(gw)["cache"]["stores"] + 1
+            assert chat(gw, messages, max_tokens=2).headers["x-cache"] == "miss"
+            wait_for(lambda n=stored: admin_stats(gw)["cache"]["stores"] == n)
+            assert chat(gw, messages, max_tokens=2).headers["x-cache"] == "exact"
+    before = admin_stats(gw)["cache"]
+    for messages, param in refused:
+        said = (
+            f"'{param}' must be a string or a non-empty list of content parts."
+            if param.endswith(".content")
+            else "'messages[1]' with role 'tool' must answer a tool call of a preceding message."
+        )
+        for stream in (False, True):
+            response = chat(gw, messages, max_tokens=2, stream=stream)
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            assert (error["param"], error["code"], error["message"]) == (
+                param, "invalid_value", said
+            )  # fmt: skip
+    after = admin_stats(gw)["cache"]
+    assert (after["lookups"], after["hits"]) == (before["lookups"], before["hits"])
+    assert after["entries"] == before["entries"]  # (still stored: never served)
 
 
 def test_control_token_text_in_a_message_is_plain_text(gw: Gateway) -> None:
