@@ -34,6 +34,7 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 
 from .canonical import Bridge, GatewayRequest
 from .errors import APIError
+from .prompt_cache import marks_accepted
 from .requests import decode_body, gateway_request, integral
 from .stored import ResponseStore
 
@@ -201,8 +202,8 @@ def messages_key(
     ``tool_choice``, ``max_tokens``, ``stop_sequences``, ``top_k``, unknown ones …) and the
     ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
     question compared by meaning, the earlier turns are scope. A documented field sent as null
-    is the field left out, and an ``output_config`` left empty so is left out too (see
-    ``_keyed``).
+    is the field left out, and an ``output_config`` left empty so is left out too, and so are
+    ``cache_control`` marks the API takes (see ``_keyed``).
     """
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
@@ -444,20 +445,30 @@ _BLOCK_NULL_IS_UNSET = {
 
 def _keyed(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` as its cache key reads it: less the documented fields that are null, in it and
-    in its blocks (never inside a tool's ``input`` or ``input_schema``, where null is a value)."""
+    in its blocks (never inside a tool's ``input`` or ``input_schema``, where null is a value),
+    and less its ``cache_control`` marks (top-level, on tools, system and content blocks) when
+    the API takes them (``prompt_cache.marks_accepted``).
+
+    NOTE: a mark asks Anthropic to cache the prompt up to it, never for another answer, and
+    agents (Claude Code) move theirs every turn; but a request with marks the API refuses (a
+    fifth one, a ``1h`` after a ``5m``, one on a thinking block) keeps them, so no hit answers
+    what a miss refuses."""
+    unmark = marks_accepted(body)
     keyed = {k: v for k, v in body.items() if not (v is None and k in _NULL_IS_UNSET)}
+    if unmark:
+        keyed.pop("cache_control", None)
     if isinstance(keyed.get("output_config"), dict):  # (e.g. the SDK's {"format": None})
         config = {k: v for k, v in keyed.pop("output_config").items()
                   if not (v is None and k in _CONFIG_NULL_IS_UNSET)}  # fmt: skip
         keyed.update({"output_config": config} if config else {})  # ({}: the defaults)
     for field in ("system", "tools"):
         if isinstance(keyed.get(field), list):
-            keyed[field] = [_block_keyed(b) for b in keyed[field]]
+            keyed[field] = [_block_keyed(b, unmark) for b in keyed[field]]
     if isinstance(keyed.get("system"), list):
         keyed["system"] = _as_text(keyed["system"])
     if isinstance(keyed.get("messages"), list):
         keyed["messages"] = [
-            {**m, "content": [_block_keyed(b) for b in m["content"]]}
+            {**m, "content": [_block_keyed(b, unmark) for b in m["content"]]}
             if isinstance(m, dict) and isinstance(m.get("content"), list)
             else m
             for m in keyed["messages"]
@@ -465,13 +476,15 @@ def _keyed(body: dict[str, Any]) -> dict[str, Any]:
     return keyed
 
 
-def _block_keyed(block: Any) -> Any:
+def _block_keyed(block: Any, unmark: bool) -> Any:
     if not isinstance(block, dict):
         return block
     unset = _BLOCK_NULL_IS_UNSET.get(block.get("type"), frozenset())
     keyed = {k: v for k, v in block.items() if not (v is None and k in unset)}
+    if unmark:
+        keyed.pop("cache_control", None)
     if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
-        keyed["content"] = _as_text([_block_keyed(b) for b in block["content"]])
+        keyed["content"] = _as_text([_block_keyed(b, unmark) for b in block["content"]])
     return keyed
 
 

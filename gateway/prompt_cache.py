@@ -49,6 +49,7 @@ __all__ = [
     "PromptCacher",
     "apply_marks",
     "blocks_of",
+    "marks_accepted",
     "min_cacheable_tokens",
     "plan_marks",
 ]
@@ -211,6 +212,31 @@ def apply_marks(
     return out
 
 
+def marks_accepted(body: dict[str, Any]) -> bool:
+    """Whether the API takes the client's ``cache_control`` marks as they are: each one
+    ``{"type": "ephemeral"}`` with an optional ``ttl`` of ``5m`` or ``1h``, on a block that may
+    carry one (not a thinking block, not an empty text), at most ``MAX_BREAKPOINTS`` with a
+    top-level one, and no ``1h`` mark after a ``5m`` one (in the order tools → system →
+    messages; the top-level one on the last block). True when there is none.
+
+    >>> marks_accepted({"messages": [{"role": "user", "content": [
+    ...     {"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}]}]})
+    True
+    """
+    controls: list[Any] = []
+    for where, item in _items(body):
+        found = list(_controls(item))
+        if found and not _markable(where, item):
+            return False
+        controls += found
+    if body.get("cache_control") is not None:
+        controls.append(body["cache_control"])
+    if len(controls) > MAX_BREAKPOINTS or not all(_well_formed(c) for c in controls):
+        return False
+    ttls = [c.get("ttl", "5m") for c in controls]
+    return not ("5m" in ttls and "1h" in ttls[ttls.index("5m") :])
+
+
 class PromptCacher:
     """Per model: remembers each tenant's recent prefixes and marks its requests' blocks.
 
@@ -364,6 +390,27 @@ def _client_ttls(item: Any) -> Iterator[TTL]:
     content = item.get("content")
     for inner in content if isinstance(content, list) else ():
         yield from _client_ttls(inner)
+
+
+def _controls(item: Any) -> Iterator[Any]:
+    """The ``cache_control`` values on ``item`` and on the blocks of its ``content``, as sent
+    (a null one is no mark)."""
+    if not isinstance(item, dict):
+        return
+    if item.get("cache_control") is not None:
+        yield item["cache_control"]
+    content = item.get("content")
+    for inner in content if isinstance(content, list) else ():
+        yield from _controls(inner)
+
+
+def _well_formed(control: Any) -> bool:
+    return (
+        isinstance(control, dict)
+        and control.get("type") == "ephemeral"
+        and control.keys() <= {"type", "ttl"}
+        and control.get("ttl", "5m") in ("5m", "1h")
+    )
 
 
 def _at_or_before(worth: list[int], index: int) -> int | None:

@@ -646,8 +646,8 @@ def test_one_text_block_for_a_system_or_a_tool_result_shares_the_entry_of_its_st
 ) -> None:
     """Anthropic documents a string ``system`` or tool result ``content`` as one text block
     (the Vercel AI SDK sends a ``system`` of blocks, the anthropic SDK's examples a string),
-    and the chat bridge reads both alike: one request (was: a miss, and a second entry). A
-    block with more than its text (``cache_control``), or two blocks, stays apart."""
+    and the chat bridge reads both alike: one request (was: a miss, and a second entry), with
+    a ``cache_control`` mark on it too (it changes no answer). Two blocks stay apart."""
     call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
     tools = [{"name": "weather", "input_schema": {"type": "object"}}]
 
@@ -667,12 +667,82 @@ def test_one_text_block_for_a_system_or_a_tool_result_shares_the_entry_of_its_st
         same = ask(client, "", model=model, system=blocks, tools=tools, messages=turns([block]))
         assert same.headers["x-cache"] == "exact", model
         marked = [{**blocks[0], "cache_control": {"type": "ephemeral"}}]
-        other = ask(client, "", model=model, system=marked, tools=tools, messages=turns("12 C"))
-        assert other.headers["x-cache"] == "miss", model
+        also = ask(client, "", model=model, system=marked, tools=tools, messages=turns("12 C"))
+        assert also.headers["x-cache"] == "exact", model
         two = turns([block, {"type": "text", "text": "Sunny"}])
         both = ask(client, "", model=model, system="Be brief.", tools=tools, messages=two)
         assert both.headers["x-cache"] == "miss", model
-    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 3
+    assert fake.stats["/v1/messages"] == upstream.stats["chat"] == 2
+
+
+MARK = {"type": "ephemeral"}
+TOOLS = [{"name": "weather", "description": "Weather now", "input_schema": {"type": "object"}}]
+
+
+def conversation(marks: dict[str, Any]) -> dict[str, Any]:
+    """A two-turn conversation with tools and a system prompt; ``marks``: the ``cache_control``
+    of each marked place (``tools``, ``system``, ``earlier``, ``last``), none when absent."""
+
+    def block(text: str, where: str) -> dict[str, Any]:
+        mark = {"cache_control": marks[where]} if where in marks else {}
+        return {"type": "text", "text": text, **mark}
+
+    tools = [{**TOOLS[0], **({"cache_control": marks["tools"]} if "tools" in marks else {})}]
+    return {
+        "tools": tools,
+        "system": [block("Be brief.", "system")],
+        "messages": [
+            {"role": "user", "content": [block("Weather in Oslo?", "earlier")]},
+            {"role": "assistant", "content": "Cold."},
+            {"role": "user", "content": [block("And in Bergen?", "last")]},
+        ],
+    }
+
+
+def streamed_hit(client: anthropic.Anthropic, text: str, **params: Any) -> None:
+    """The request, streamed to ``claude-plain``, is an exact hit that answers ``text``."""
+    with client.messages.stream(model="claude-plain", max_tokens=64, **params) as stream:
+        assert stream.get_final_message().content[0].text == text
+    assert stream.response.headers["x-cache"] == "exact"
+
+
+def test_cache_control_marks_share_the_entry_of_the_unmarked_request(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """Prompt caching marks ask Anthropic to cache a prefix, never for another answer, and
+    agents (Claude Code) move theirs every turn: with them or without, wherever they are, one
+    entry, streamed or not (was: a miss each). The upstream still gets them as sent. Marks the
+    API refuses (a fifth, a ``1h`` after a ``5m``) are no hit: the upstream refuses them."""
+    hour = {**MARK, "ttl": "1h"}
+    sent = conversation({"tools": hour, "system": MARK, "last": MARK})
+    first = ask(client, "", model="claude-plain", **sent)
+    assert first.headers["x-cache"] == "miss"
+    assert fake.bodies[-1]["tools"] == sent["tools"] and fake.bodies[-1]["system"] == sent["system"]
+    assert fake.bodies[-1]["messages"] == sent["messages"]  # (the marks as the client sent them)
+    text = first.parse().content[0].text
+    for marks in ({}, {"earlier": MARK}, {"system": hour, "earlier": MARK, "last": MARK}):
+        same = ask(client, "", model="claude-plain", **conversation(marks))
+        assert (same.headers["x-cache"], same.parse().content[0].text) == ("exact", text), marks
+    automatic = ask(client, "", model="claude-plain", cache_control=MARK, **conversation({}))
+    assert automatic.headers["x-cache"] == "exact"
+    streamed_hit(client, text, **conversation({"last": MARK}))
+    assert fake.stats["/v1/messages"] == 1
+    refused = [
+        conversation({"tools": MARK, "system": MARK, "earlier": MARK, "last": MARK}),
+        conversation({"system": MARK, "last": hour}),
+    ]
+    with pytest.raises(anthropic.BadRequestError):  # (a fifth mark: the top-level one)
+        ask(client, "", model="claude-plain", cache_control=MARK, **refused[0])
+    with pytest.raises(anthropic.BadRequestError):
+        ask(client, "", model="claude-plain", **refused[1])
+    assert fake.stats["/v1/messages"] == 3  # (both reached the upstream)
+    other = conversation({"last": MARK})
+    other["messages"][-1]["content"][0]["text"] = "And in Tromso?"
+    assert ask(client, "", model="claude-plain", **other).headers["x-cache"] == "miss"
+    # the chat bridge sends no mark: one entry there too
+    assert ask(client, "", model="gpt", **conversation({})).headers["x-cache"] == "miss"
+    bridged = ask(client, "", model="gpt", **conversation({"system": MARK, "last": MARK}))
+    assert bridged.headers["x-cache"] == "exact" and upstream.stats["chat"] == 1
 
 
 def test_a_tool_results_is_error_sent_as_null_shares_the_entry_of_one_left_out(
@@ -1677,8 +1747,9 @@ def test_semantic_hits_stay_inside_the_messages_scope(
     fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
     fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
 ) -> None:  # fmt: skip
-    """A paraphrase is a semantic hit through /v1/messages, streamed or not; a different
-    system prompt, or the chat API, never gets it."""
+    """A paraphrase is a semantic hit through /v1/messages, streamed or not, with prompt
+    caching marks too (the semantic scope is keyed as the exact key); a different system
+    prompt, or the chat API, never gets it."""
     text = config(fake_server.url, upstream_server.url, tmp_path)
     text = text.replace("semantic:\n    enabled: false", "semantic:\n    enabled: true")
     gateway = Gateway(load_config_text(text))
@@ -1697,6 +1768,15 @@ def test_semantic_hits_stay_inside_the_messages_scope(
         other = ask(sdk, "How can I reset my password?", system="Sales desk.")
         assert other.headers["x-cache"] == "miss"
         assert fake.stats["/v1/messages"] == 2
+        stored = ask(sdk, "How do I change my email address?", system="Support desk.")
+        marked = [{"type": "text", "text": "Support desk.", "cache_control": MARK}]
+        variant = ask(sdk, "How can I change my email address?", system=marked)
+        assert (stored.headers["x-cache"], variant.headers["x-cache"]) == ("miss", "semantic")
+        assert variant.parse().content[0].text == stored.parse().content[0].text
+        sales = [{**marked[0], "text": "Sales desk."}]
+        other = ask(sdk, "How can I change my email address?", system=sales)
+        assert other.headers["x-cache"] == "miss"
+        assert fake.stats["/v1/messages"] == 4
     finally:
         gateway.stop()
 

@@ -13,6 +13,7 @@ from gateway.prompt_cache import (
     MAX_BREAKPOINTS,
     PromptCacher,
     blocks_of,
+    marks_accepted,
     min_cacheable_tokens,
 )
 
@@ -180,3 +181,28 @@ def test_client_marks_inside_tool_results_count_against_the_four() -> None:
     assert str(sent).count("cache_control") == MAX_BREAKPOINTS
     # the one free mark: at the end, and 5m (a 1h one must not follow the client's 5m ones)
     assert sent["messages"][-1]["content"][0]["cache_control"] == mark
+
+
+def test_marks_accepted_as_the_api_takes_them() -> None:
+    """What the response-cache key may leave out (messages._keyed): only marks the API takes;
+    any it refuses keep the request apart, so no hit answers what a miss refuses."""
+    mark, hour = {"type": "ephemeral"}, {"type": "ephemeral", "ttl": "1h"}
+
+    def body(*controls: Any, first: str = "text", top: Any = None) -> dict[str, Any]:
+        blocks: list[Any] = [{"type": first, "text": "t", "thinking": "t", "signature": "s"}]
+        blocks += [{"type": "text", "text": f"b{n}"} for n in range(len(controls) - 1)]
+        marked = [{**b, "cache_control": c} for b, c in zip(blocks, controls, strict=False)]
+        return {"messages": [{"role": "user", "content": marked}],
+                **({"cache_control": top} if top is not None else {})}  # fmt: skip
+
+    result = {"type": "tool_result", "tool_use_id": "t1",
+              "content": [{"type": "text", "text": "12 C", "cache_control": mark}]}  # fmt: skip
+    nested = {"messages": [{"role": "user", "content": [result]}], "cache_control": mark}
+    assert marks_accepted(body()) and marks_accepted(body(None))  # (none; a null one is none)
+    assert marks_accepted(body(hour, mark, mark, top=mark)) and marks_accepted(nested)
+    assert not marks_accepted(body(mark, mark, mark, mark, top=mark))  # (a fifth: top-level)
+    assert not marks_accepted(body(mark, hour))  # (1h after 5m)
+    assert not marks_accepted(body(mark, top=hour))  # (the top-level one is last)
+    assert not marks_accepted(body(mark, first="thinking"))
+    for control in ({"type": "persistent"}, {**mark, "ttl": "2h"}, {**mark, "x": 1}, "on"):
+        assert not marks_accepted(body(control)), control
