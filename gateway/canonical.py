@@ -307,9 +307,12 @@ class Adapter(Wire, Protocol):
     API (``kind``) is part of every cache scope.
     """
 
-    def key(
-        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
-    ) -> CacheKey: ...
+    def key(self, request: GatewayRequest, context_turns: int | None,
+            context: ContextMode = "exact", *, native: bool = False) -> CacheKey:  # fmt: skip
+        """The request's response-cache key. ``native``: the backend speaks the API itself (no
+        chat ``Bridge``), so a field sent as the default the API documents is the field unset
+        where the adapter knows such defaults (the Messages API's)."""
+        ...
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
         """Whether ``answer`` is complete and successful (only such answers are stored)."""

@@ -32,9 +32,10 @@ class ChoicesAdapter:
     def parse(self, raw: bytes, headers: Mapping[str, str], tenant: str) -> GatewayRequest:
         return parse_request(self.kind, raw, headers, tenant)
 
-    def key(
-        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
-    ) -> CacheKey:
+    def key(self, request: GatewayRequest, context_turns: int | None,
+            context: ContextMode = "exact", *, native: bool = False) -> CacheKey:  # fmt: skip
+        # (native changes nothing: OpenAI's defaults that every backend applies alike are in
+        # semantic.keys._DEFAULTS; temperature 1 is not the local model's nor vLLM's)
         ns = request.control.namespace
         if self.kind == "chat":
             body = request.body

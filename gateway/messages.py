@@ -111,10 +111,9 @@ class MessagesAdapter:
                            type="not_found_error")  # fmt: skip
         return dataclasses.replace(request, owner=owner)
 
-    def key(
-        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
-    ) -> CacheKey:
-        return messages_key(request, context_turns, context)
+    def key(self, request: GatewayRequest, context_turns: int | None,
+            context: ContextMode = "exact", *, native: bool = False) -> CacheKey:  # fmt: skip
+        return messages_key(request, context_turns, context, native=native)
 
     def complete(self, request: GatewayRequest, answer: dict[str, Any]) -> bool:
         return complete_message(answer)
@@ -192,7 +191,11 @@ def parse_count_tokens(raw: bytes, headers: Mapping[str, str], tenant: str) -> G
 
 
 def messages_key(
-    request: GatewayRequest, context_turns: int | None = None, context: ContextMode = "exact"
+    request: GatewayRequest,
+    context_turns: int | None = None,
+    context: ContextMode = "exact",
+    *,
+    native: bool = False,
 ) -> CacheKey:
     """The response-cache key of a Messages request.
 
@@ -203,12 +206,16 @@ def messages_key(
     ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
     question compared by meaning, the earlier turns are scope. A documented field sent as null
     is the field left out, and an ``output_config`` left empty so is left out too, and so are
-    ``cache_control`` marks the API takes (see ``_keyed``).
+    ``cache_control`` marks the API takes (see ``_keyed``). ``native``: the model speaks this
+    API itself (an Anthropic upstream, not the chat bridge), so a field sent as the default
+    Anthropic documents for it is the field left out (see ``_defaults_unset``).
     """
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
     ns = request.control.namespace
     body = _keyed(request.body)
+    if native:
+        body = _defaults_unset(body, dict(request.api_headers).get("anthropic-version"))
     return chat_key(
         request.tenant, ns, request.model, body, context_turns, context, api=api,
         non_scope=_NON_SCOPE,
@@ -441,6 +448,8 @@ _BLOCK_NULL_IS_UNSET = {
     "tool_result": frozenset({"cache_control", "is_error"}),  # (null accepted as unset)
     **dict.fromkeys(("image", "tool_use", "custom", None), frozenset({"cache_control"})),
 }
+#: The ``anthropic-version`` under which ``temperature`` defaults to 1.0 (``_defaults_unset``).
+_DEFAULT_VERSION = "2023-06-01"
 
 
 def _keyed(body: dict[str, Any]) -> dict[str, Any]:
@@ -486,6 +495,39 @@ def _block_keyed(block: Any, unmark: bool) -> Any:
     if block.get("type") == "tool_result" and isinstance(block.get("content"), list):
         keyed["content"] = _as_text([_block_keyed(b, unmark) for b in block["content"]])
     return keyed
+
+
+def _defaults_unset(body: dict[str, Any], version: str | None) -> dict[str, Any]:
+    """``body`` (``_keyed``) less the fields an Anthropic upstream reads as left unset:
+    ``tool_choice: {"type": "auto"}`` with tools (auto is the default then; not with
+    ``disable_parallel_tool_use: true``, which asks for one call at most), and ``temperature:
+    1`` under ``anthropic-version: 2023-06-01`` (documented as the default there) without a
+    ``top_p``.
+
+    NOTE: only where a miss takes both alike: ``2026-10-21`` refuses ``temperature`` at any
+    value, 1 too; recent models refuse ``temperature`` beside ``top_p``, even at the defaults;
+    a request with no ``anthropic-version`` gets the model's configured one, unknown here. And
+    only for an Anthropic upstream: the chat bridge's backends apply their own defaults (the
+    local model its generation config's temperature)."""
+    keyed = dict(body)
+    tools = keyed.get("tools")
+    if isinstance(tools, list) and tools and _is_auto(keyed.get("tool_choice")):
+        del keyed["tool_choice"]
+    temperature = keyed.get("temperature")
+    one = isinstance(temperature, int | float) and not isinstance(temperature, bool)
+    if one and temperature == 1 and version == _DEFAULT_VERSION and "top_p" not in keyed:
+        del keyed["temperature"]
+    return keyed
+
+
+def _is_auto(choice: Any) -> bool:
+    """``{"type": "auto"}``, with ``disable_parallel_tool_use`` left false at most."""
+    return (
+        isinstance(choice, dict)
+        and choice.get("type") == "auto"
+        and choice.keys() <= {"type", "disable_parallel_tool_use"}
+        and choice.get("disable_parallel_tool_use", False) is False
+    )
 
 
 def _as_text(blocks: list[Any]) -> Any:

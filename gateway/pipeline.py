@@ -154,7 +154,7 @@ class Pipeline:
         account = request.tenant  # (the ledger's: routing may key a tenant by the client's key)
         backend, request = self.route(request, auth)
         bridge = _bridge(backend, adapter, request)
-        looked = await self._look_up(request, adapter, backend.cache_salt)
+        looked = await self._look_up(request, adapter, backend.cache_salt, native=bridge is None)
         audit = functools.partial(_audit_job, backend, bridge, request, adapter, auth, account)
         if looked.hit is not None:
             return self._hit(request, adapter, looked, audit)
@@ -365,11 +365,14 @@ class Pipeline:
         """A complete answer the client got as the backend gave it (not one a bridge changed)."""
         return answer.lossless and self.storable(adapter, request, answer.body)
 
-    async def _look_up(self, request: GatewayRequest, adapter: Adapter, salt: str) -> _Looked:
+    async def _look_up(
+        self, request: GatewayRequest, adapter: Adapter, salt: str, *, native: bool
+    ) -> _Looked:
         control = request.control
         if self.cache is None or (control.no_cache and control.no_store):
             return _Looked("bypass")
-        key = salted(adapter.key(request, self._context_turns, self._context), salt)
+        key = adapter.key(request, self._context_turns, self._context, native=native)
+        key = salted(key, salt)
         epoch = self.cache.epoch  # (before the lookup: the answer is made after it)
         save = None if control.no_store else Save(key, None, epoch=epoch)
         if control.no_cache:

@@ -304,11 +304,12 @@ class ResponsesAdapter:
 
     # -- Adapter ---------------------------------------------------------------------------
 
-    def key(
-        self, request: GatewayRequest, context_turns: int | None, context: ContextMode = "exact"
-    ) -> CacheKey:
+    def key(self, request: GatewayRequest, context_turns: int | None,
+            context: ContextMode = "exact", *, native: bool = False) -> CacheKey:  # fmt: skip
         """Every output-changing field (instructions, tools, text, temperature, …) is in the
-        scope; the conversation is compared as chat turns, its last user turn by meaning."""
+        scope; the conversation is compared as chat turns, its last user turn by meaning.
+        (``native`` changes nothing: the API's defaults that every backend applies alike are
+        in ``semantic.keys._DEFAULTS`` already.)"""
         ns, turns = request.control.namespace, request.turns or ()
         fields = {
             k: v for k, v in request.body.items() if k not in ("input", "previous_response_id")

@@ -745,6 +745,70 @@ def test_cache_control_marks_share_the_entry_of_the_unmarked_request(
     assert bridged.headers["x-cache"] == "exact" and upstream.stats["chat"] == 1
 
 
+def test_temperature_one_shares_the_entry_of_none_where_anthropic_defaults_it(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """Under ``anthropic-version: 2023-06-01`` Anthropic's ``temperature`` defaults to 1.0:
+    sent as 1, streamed or not, the request of none (was: a miss). Not under ``2026-10-21``,
+    which refuses it at any value; not beside ``top_p`` (recent models refuse the two together,
+    even at their defaults); not through the chat bridge, whose backends sample unset requests
+    their own way; and never another value."""
+    old = {"anthropic-version": "2023-06-01"}
+    first = ask(client, "Weather?", model="claude-plain", extra_headers=old,
+                extra_body={"temperature": 1})  # fmt: skip
+    assert first.headers["x-cache"] == "miss" and fake.bodies[-1]["temperature"] == 1
+    text = first.parse().content[0].text
+    for extra in ({}, {"temperature": 1.0}, {"temperature": None}):
+        same = ask(client, "Weather?", model="claude-plain", extra_headers=old, extra_body=extra)
+        assert (same.headers["x-cache"], same.parse().content[0].text) == ("exact", text), extra
+    streamed_hit(
+        client, text, extra_headers=old, messages=[{"role": "user", "content": "Weather?"}]
+    )
+    assert fake.stats["/v1/messages"] == 1
+    misses: list[dict[str, Any]] = [
+        {"extra_headers": old, "extra_body": {"temperature": 0.5}},
+        {"extra_headers": old, "extra_body": {"top_p": 0.9}},
+        {"extra_headers": old, "extra_body": {"temperature": 1, "top_p": 0.9}},
+        {},  # (the SDK's own anthropic-version: 2026-10-21)
+        {"extra_body": {"temperature": 1}},
+    ]
+    for variation in misses:
+        assert ask(client, "Weather?", model="claude-plain", **variation).headers["x-cache"] == (
+            "miss"
+        ), variation
+    assert fake.stats["/v1/messages"] == 1 + len(misses)
+    assert ask(client, "Weather?", model="gpt", extra_headers=old).headers["x-cache"] == "miss"
+    one = ask(client, "Weather?", model="gpt", extra_headers=old, extra_body={"temperature": 1})
+    assert one.headers["x-cache"] == "miss" and upstream.last_body["temperature"] == 1
+
+
+def test_tool_choice_auto_shares_the_entry_of_none_when_tools_are_given(
+    client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
+) -> None:
+    """With tools, Anthropic's ``tool_choice`` defaults to ``auto``: sent so (or with
+    ``disable_parallel_tool_use: false``), streamed or not, the request of none (was: a
+    miss). ``disable_parallel_tool_use: true`` asks for one call at most, ``any`` for a call:
+    misses, as is ``auto`` through the chat bridge (an OpenAI-compatible server's default
+    may be another)."""
+    auto = {"type": "auto"}
+    first = ask(client, "Weather?", model="claude-plain", tools=TOOLS, tool_choice=auto)
+    assert first.headers["x-cache"] == "miss" and fake.bodies[-1]["tool_choice"] == auto
+    text = first.parse().content[0].text
+    for choice in (None, {"type": "auto", "disable_parallel_tool_use": False}):
+        extra = {} if choice is None else {"tool_choice": choice}
+        same = ask(client, "Weather?", model="claude-plain", tools=TOOLS, **extra)
+        assert (same.headers["x-cache"], same.parse().content[0].text) == ("exact", text), choice
+    streamed_hit(client, text, tools=TOOLS, messages=[{"role": "user", "content": "Weather?"}])
+    assert fake.stats["/v1/messages"] == 1
+    for choice in ({"type": "auto", "disable_parallel_tool_use": True}, {"type": "any"}):
+        other = ask(client, "Weather?", model="claude-plain", tools=TOOLS, tool_choice=choice)
+        assert other.headers["x-cache"] == "miss", choice
+    assert fake.stats["/v1/messages"] == 3
+    assert ask(client, "Weather?", model="gpt", tools=TOOLS).headers["x-cache"] == "miss"
+    bridged = ask(client, "Weather?", model="gpt", tools=TOOLS, tool_choice=auto)
+    assert bridged.headers["x-cache"] == "miss" and upstream.last_body["tool_choice"] == "auto"
+
+
 def test_a_tool_results_is_error_sent_as_null_shares_the_entry_of_one_left_out(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
@@ -1748,8 +1812,8 @@ def test_semantic_hits_stay_inside_the_messages_scope(
     fake: FakeAnthropic,  # (reset: its prompt cache starts empty)
 ) -> None:  # fmt: skip
     """A paraphrase is a semantic hit through /v1/messages, streamed or not, with prompt
-    caching marks too (the semantic scope is keyed as the exact key); a different system
-    prompt, or the chat API, never gets it."""
+    caching marks or a default ``temperature`` too (the semantic scope is keyed as the exact
+    key); a different system prompt or temperature, or the chat API, never gets it."""
     text = config(fake_server.url, upstream_server.url, tmp_path)
     text = text.replace("semantic:\n    enabled: false", "semantic:\n    enabled: true")
     gateway = Gateway(load_config_text(text))
@@ -1768,14 +1832,17 @@ def test_semantic_hits_stay_inside_the_messages_scope(
         other = ask(sdk, "How can I reset my password?", system="Sales desk.")
         assert other.headers["x-cache"] == "miss"
         assert fake.stats["/v1/messages"] == 2
-        stored = ask(sdk, "How do I change my email address?", system="Support desk.")
+        old = {"anthropic-version": "2023-06-01"}
+        stored = ask(sdk, "How do I change my email address?", system="Support desk.",
+                     extra_headers=old)  # fmt: skip
         marked = [{"type": "text", "text": "Support desk.", "cache_control": MARK}]
-        variant = ask(sdk, "How can I change my email address?", system=marked)
+        variant = ask(sdk, "How can I change my email address?", system=marked,
+                      extra_headers=old, extra_body={"temperature": 1})  # fmt: skip
         assert (stored.headers["x-cache"], variant.headers["x-cache"]) == ("miss", "semantic")
         assert variant.parse().content[0].text == stored.parse().content[0].text
-        sales = [{**marked[0], "text": "Sales desk."}]
-        other = ask(sdk, "How can I change my email address?", system=sales)
-        assert other.headers["x-cache"] == "miss"
+        warmer = ask(sdk, "How can I change my email address?", system=marked,
+                     extra_headers=old, extra_body={"temperature": 0.5})  # fmt: skip
+        assert warmer.headers["x-cache"] == "miss"
         assert fake.stats["/v1/messages"] == 4
     finally:
         gateway.stop()
