@@ -114,6 +114,7 @@ static const float *transposed(const float *x, long rows, long in) {
 
 static int run(const tile_fn *fns, const char *wp, long tile_bytes, const float *scale,
                const float *x, float *y, const float *bias, long rows, long in, long out) {
+  if (rows == 0) return 0; /* nothing to compute (nor a buffer to take: a new thread has none) */
   const float *xt = transposed(x, rows, in);
   if (!xt) return -1;
   for (long t = 0; t < (out + 15) / 16; ++t)

@@ -5,6 +5,8 @@ a row's result does not depend on its batch, and without a compiler the load say
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,34 @@ def test_int8_decode_rows_take_the_native_int8_tiles_with_float32_activations(li
         got = layer(prefill)
         want = nn.functional.linear(prefill, dequantised, linear.bias)
         assert torch.allclose(got, want, atol=0.1) and not torch.allclose(got, want, atol=1e-4)
+
+
+def _on_a_new_thread(work: Callable[[], torch.Tensor]) -> torch.Tensor | BaseException:
+    """``work()`` on a thread of its own (the kernel's scratch buffer is per thread, and a new
+    thread has none yet): its result, or what it raised."""
+    done: list[torch.Tensor | BaseException] = []
+
+    def run() -> None:
+        try:
+            with torch.inference_mode():
+                done.append(work())
+        except BaseException as exc:  # (handed back to the test's thread)
+            done.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return done[0]
+
+
+@pytest.mark.parametrize("kind", [NativeLinear, Int8Linear])
+def test_an_empty_batch_gives_an_empty_result_as_nn_linear_does(
+    lib: object, kind: type[nn.Module]
+) -> None:
+    torch.manual_seed(0)
+    layer = kind(nn.Linear(45, 37))
+    got = _on_a_new_thread(lambda: layer(torch.empty(0, 45)))  # no rows to multiply
+    assert isinstance(got, torch.Tensor), got  # (was a MemoryError: no scratch buffer yet)
+    assert got.shape == (0, 37)
+    got = _on_a_new_thread(lambda: layer(torch.empty(2, 0, 45)))
+    assert isinstance(got, torch.Tensor) and got.shape == (2, 0, 37), got
