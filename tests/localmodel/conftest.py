@@ -7,6 +7,7 @@ run) pays the ~20 s de-quantisation only once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +25,16 @@ from localmodel.loader import LoadedModel, load
 from tests.conftest import CACHE_DIR
 
 
+@contextlib.contextmanager
+def _test_torch_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("CACHEGATE_TEST_TORCH_THREADS", "1")))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="package", autouse=True)
 def one_torch_thread() -> Iterator[None]:
     """Run these tests on one torch thread, then restore the setting.
@@ -31,16 +42,21 @@ def one_torch_thread() -> Iterator[None]:
     On a shared 2-core runner, two OpenMP threads that keep waiting for each other made a
     forward pass ~6x slower than one thread (measured); one thread is also deterministic.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("CACHEGATE_TEST_TORCH_THREADS", "1")))
-    yield
-    torch.set_num_threads(before)
+    with _test_torch_threads():
+        yield
 
 
 @pytest.fixture(scope="session")
 def bundled() -> LoadedModel:
-    """SmolLM2-135M-Instruct on CPU in float32 (converted on first use, then < 1 s)."""
-    return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32"))
+    """SmolLM2-135M-Instruct on CPU in float32 (converted on first use, then < 1 s), loaded
+    on the tests' torch threads: ``weights: auto`` picks the native kernel on one thread.
+
+    NOTE: pytest sets this session fixture up before the package's ``one_torch_thread``, so
+    it sets the threads itself: loaded on torch's default (2 here) it got oneDNN instead,
+    and every test of the bundled model ran without the default kernel when its file ran first.
+    """
+    with _test_torch_threads():
+        return load(EngineConfig(data_dir=CACHE_DIR, device="cpu", dtype="float32"))
 
 
 @pytest.fixture(scope="session")
