@@ -232,8 +232,8 @@ class NativeLinear(nn.Module):
         with torch.no_grad():
             self.packed = nn.Parameter(kernel.pack(linear.weight.float()), requires_grad=False)
         self.bias = linear.bias  # None or [out], float32
-        # (what the kernel reads: the same storage where the bias is contiguous already)
-        self.bias_data = None if linear.bias is None else linear.bias.detach().float().contiguous()
+        self.bias_data = _kernel_bias(self.bias)
+        self.register_load_state_dict_post_hook(_derive_after_load)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -249,8 +249,23 @@ class NativeLinear(nn.Module):
         x = x if x.is_contiguous() else x.contiguous()
         return kernel.linear(lib, self.packed, x, self.out_features, self.bias_data)
 
+    def _derive(self) -> None:
+        self.bias_data = _kernel_bias(self.bias)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, native"
+
+
+def _kernel_bias(bias: torch.Tensor | None) -> torch.Tensor | None:
+    """The bias as the native kernel reads it (float32, contiguous): the same storage where it
+    is one already. NOTE: a copy of the layer (deepcopy) gets a bias of its own."""
+    return None if bias is None else bias.detach().float().contiguous()
+
+
+def _derive_after_load(module: NativeLinear | Int8Linear, incompatible_keys: Any) -> None:
+    """After ``load_state_dict``: what the kernel reads follows the loaded weight and bias (it
+    kept the old ones: the int8 tiles are a copy, a copied layer's bias data its own)."""
+    module._derive()
 
 
 class Int8Linear(_StoredLinear):
@@ -294,11 +309,16 @@ class Int8Linear(_StoredLinear):
         self.register_buffer("scale", scale)  # [out], float32
         self.register_buffer("scale16", scale.to(torch.bfloat16))  # what the kernel takes
         self.kernel = _int8_kernel_agrees(self.weight8, self.scale16)
+        self._derive()
+        self.register_load_state_dict_post_hook(_derive_after_load)
+
+    def _derive(self) -> None:
+        """What the native kernel reads, from the weight and bias (again after a load)."""
         # the native kernel's int8 tiles (a second copy of the int8 bytes) where it is built
         self.tiles8: tuple[torch.Tensor, torch.Tensor] | None = None
         if kernel.library() is not None:
-            self.tiles8 = kernel.pack_q8(q, scale)
-        self.bias_data = None if linear.bias is None else linear.bias.detach().float().contiguous()
+            self.tiles8 = kernel.pack_q8(self.weight8.detach(), self.scale)
+        self.bias_data = _kernel_bias(self.bias)
 
     @property
     def weight(self) -> torch.Tensor:

@@ -4,6 +4,7 @@ a row's result does not depend on its batch, and without a compiler the load say
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable
@@ -139,14 +140,33 @@ def _on_a_new_thread(work: Callable[[], torch.Tensor]) -> torch.Tensor | BaseExc
     return done[0]
 
 
-@pytest.mark.parametrize("kind", [NativeLinear, Int8Linear])
-def test_an_empty_batch_gives_an_empty_result_as_nn_linear_does(
-    lib: object, kind: type[nn.Module]
-) -> None:
+@pytest.fixture(params=[NativeLinear, Int8Linear])
+def make_layer(request: pytest.FixtureRequest, lib: object) -> Callable[[], nn.Module]:
+    """Makes a layer on the native kernel (float32 or int8 tiles): 45 → 37, random, a bias."""
     torch.manual_seed(0)
-    layer = kind(nn.Linear(45, 37))
+    return lambda: request.param(nn.Linear(45, 37))
+
+
+def test_an_empty_batch_gives_an_empty_result_as_nn_linear_does(
+    make_layer: Callable[[], nn.Module],
+) -> None:
+    layer = make_layer()
     got = _on_a_new_thread(lambda: layer(torch.empty(0, 45)))  # no rows to multiply
     assert isinstance(got, torch.Tensor), got  # (was a MemoryError: no scratch buffer yet)
     assert got.shape == (0, 37)
     got = _on_a_new_thread(lambda: layer(torch.empty(2, 0, 45)))
     assert isinstance(got, torch.Tensor) and got.shape == (2, 0, 37), got
+
+
+def test_a_loaded_state_dict_is_what_the_kernel_computes_with(
+    make_layer: Callable[[], nn.Module],
+) -> None:
+    source, layer = make_layer(), make_layer()
+    copied = copy.deepcopy(layer)  # (a copy's bias is its own tensor, not the layer's)
+    x = torch.randn(3, 45)  # decode rows: the native kernel, float32 or int8
+    with torch.inference_mode():
+        want = source(x)
+        assert not torch.allclose(layer(x), want, atol=1e-2)  # different weights and bias
+        for target in (layer, copied):
+            target.load_state_dict(source.state_dict())
+            assert torch.equal(target(x), want)  # (int8: was the tiles of its old weight)
