@@ -241,13 +241,14 @@ class NativeLinear(nn.Module):
         return kernel.unpack(self.packed, self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lib = kernel.library()
-        usable = x.dtype is torch.float32 and x.is_cpu and not x.requires_grad
-        if not usable or lib is None or x.shape[-1] != self.in_features:  # (F.linear says why)
-            bias = None if self.bias is None else self.bias.to(x.dtype)
+        lib, packed = kernel.library(), self.packed
+        # (tiles that model.half() or .to() cast are not float32 tiles on the CPU: F.linear)
+        usable = x.dtype is packed.dtype is torch.float32 and x.is_cpu and packed.is_cpu
+        if not usable or x.requires_grad or lib is None or x.shape[-1] != self.in_features:
+            bias = None if self.bias is None else self.bias.to(x.dtype)  # (F.linear says why)
             return F.linear(x, self.weight.to(x.dtype), bias)
         x = x if x.is_contiguous() else x.contiguous()
-        return kernel.linear(lib, self.packed, x, self.out_features, self.bias_data)
+        return kernel.linear(lib, packed, x, self.out_features, self.bias_data)
 
     def _derive(self) -> None:
         self.bias_data = _kernel_bias(self.bias)

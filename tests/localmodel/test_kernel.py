@@ -170,3 +170,17 @@ def test_a_loaded_state_dict_is_what_the_kernel_computes_with(
         for target in (layer, copied):
             target.load_state_dict(source.state_dict())
             assert torch.equal(target(x), want)  # (int8: was the tiles of its old weight)
+
+
+def test_a_layer_cast_to_another_dtype_is_not_read_as_float32_tiles(lib: object) -> None:
+    torch.manual_seed(0)
+    layer = NativeLinear(nn.Linear(45, 37))
+    x = torch.randn(3, 45)
+    for cast in (nn.Module.half, nn.Module.double):
+        cast(layer)  # (as model.half() does: the tiles are a parameter)
+        assert layer.weight.dtype != torch.float32
+        want = nn.functional.linear(x, layer.weight.float(), layer.bias.float())
+        with torch.inference_mode():
+            # float16 tiles read as float32 ran past their end; float64 ones were misread
+            assert torch.allclose(layer(x), want, atol=1e-5), cast
+        layer.float()
