@@ -17,6 +17,7 @@ from localmodel.batch import BatchCache, Piece, forward, use_batched_attention
 from localmodel.kv import KVLayout
 from localmodel.pages import PagedCache, PagePool
 from localmodel.scheduler import Scheduler
+from localmodel.weights import use_native_weights
 
 NS = "smollm2|tenant-a"
 TOL = 1e-4
@@ -89,6 +90,24 @@ def _paged(model: Any) -> Callable[[], PagedCache]:
 def test_batched_steps_equal_cold_forwards_on_two_architectures(kind: str) -> None:
     model = _tiny(kind, 512)
     _check_compositions(model, 512, _paged(model))
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_on_the_native_kernel_a_sequences_logits_are_bitwise_its_own(kind: str) -> None:
+    """``weights: auto`` on one thread (the native kernel), on a model with biases too
+    (Qwen2): the compositions above hold, and a decode step's logits are bitwise the same
+    alone or batched with another sequence's prefill chunk."""
+    model = _tiny(kind, 512)
+    assert use_native_weights(model) == 2 * 7 + 1  # q k v o gate up down per layer, lm_head
+    _check_compositions(model, 512, _paged(model))
+    make_cache = _paged(model)
+    alone, batched, other = make_cache(), make_cache(), make_cache()
+    prompt = tuple(range(3, 20))
+    forward(model, [Piece(alone, prompt)])
+    forward(model, [Piece(batched, prompt)])
+    want = forward(model, [Piece(alone, (7,))])[0]
+    got = forward(model, [Piece(batched, (7,)), Piece(other, tuple(range(30, 60)))])[0]
+    assert torch.equal(got, want)
 
 
 def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine) -> None:
