@@ -13,9 +13,10 @@ int8 with one scale per output feature (``pack_q8``, :func:`linear_q8`) serve
 against 23 and 58 ms for torch's int8 kernel on bfloat16 activations, and with float32
 activations.
 
-It is C, compiled once per process at first use by the system's C compiler (``$CC``, else
-``cc``) with ``-O3 -march=native`` into a temporary directory (~0.6 s), then loaded with
-ctypes (which lets go of the GIL during each call). Where there is no compiler, the build
+It is C, compiled once per process at first use by the system's C compiler (``$CC``, a
+command with its arguments as make reads it, else ``cc``) with ``-O3 -march=native`` into a
+temporary directory (~0.6 s), then loaded with ctypes (which lets go of the GIL during each
+call). Where there is no compiler, the build
 fails, or the result disagrees with ``torch.nn.functional.linear`` on a check at load,
 :func:`library` returns None with the reason logged, and ``weights: auto`` keeps oneDNN.
 
@@ -31,6 +32,7 @@ import ctypes
 import functools
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -61,8 +63,10 @@ def library() -> ctypes.CDLL | None:
 
 
 def build(compiler: str) -> ctypes.CDLL | None:
-    """Compile ``linear.c`` with ``compiler`` and load it; None (reason logged) on failure."""
-    if shutil.which(compiler) is None:
+    """Compile ``linear.c`` with ``compiler`` (a command, arguments too, as make reads ``$CC``:
+    ``ccache gcc``) and load it; None (reason logged) on failure."""
+    command = _command(compiler)
+    if not command or shutil.which(command[0]) is None:
         logger.info(
             "localmodel: no C compiler (%r): the native linear kernel is not built", compiler
         )
@@ -73,7 +77,7 @@ def build(compiler: str) -> ctypes.CDLL | None:
         with open(src, "wb") as file:
             file.write(source)
         try:
-            done = subprocess.run([compiler, *_FLAGS, src, "-o", out],
+            done = subprocess.run([*command, *_FLAGS, src, "-o", out],
                                   capture_output=True, text=True, timeout=120)  # fmt: skip
         except (OSError, subprocess.TimeoutExpired) as exc:
             logger.warning("localmodel: compiling the native linear kernel failed: %s", exc)
@@ -92,6 +96,15 @@ def build(compiler: str) -> ctypes.CDLL | None:
     lib.cachegate_linear_q8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
     lib.cachegate_linear_q8.restype = ctypes.c_int
     return lib
+
+
+def _command(compiler: str) -> list[str]:
+    if shutil.which(compiler):  # (a path with spaces in it, unquoted)
+        return [compiler]
+    try:
+        return shlex.split(compiler)
+    except ValueError:  # (an unclosed quote: no command)
+        return []
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import shlex
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -73,6 +74,13 @@ def test_inputs_it_does_not_take_go_through_f_linear(lib: object) -> None:
     assert wants_grad.grad is not None
 
 
+def _script(path: Path, body: str) -> str:
+    """``path``, made a shell script running ``body`` (a stand-in compiler)."""
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 @pytest.mark.parametrize(
     ("script", "logged"),
     [
@@ -85,13 +93,20 @@ def test_inputs_it_does_not_take_go_through_f_linear(lib: object) -> None:
 def test_without_a_working_compiler_nothing_is_built_and_the_log_says_why(
     caplog: pytest.LogCaptureFixture, tmp_path: Path, script: str | None, logged: str
 ) -> None:
-    compiler = tmp_path / "cc"
-    if script is not None:
-        compiler.write_text(f"#!/bin/sh\n{script}\n")
-        compiler.chmod(0o755)
+    compiler = str(tmp_path / "cc") if script is None else _script(tmp_path / "cc", script)
     with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
-        assert kernel.build(str(compiler)) is None
+        assert kernel.build(compiler) is None
     assert logged in caplog.text
+
+
+def test_a_compiler_command_with_arguments_builds_it_as_make_reads_cc(tmp_path: Path) -> None:
+    (tmp_path / "a dir").mkdir()
+    launcher = _script(tmp_path / "a dir" / "launcher", 'exec "$@"')  # as ccache: "ccache gcc"
+    built = kernel.build(f"{shlex.quote(launcher)} cc -O2")  # (the kernel's flags come after)
+    assert built is not None  # (was: "no C compiler" for the whole command)
+    assert kernel._agrees(built)
+    wrapper = _script(tmp_path / "a dir" / "cc", 'exec cc "$@"')
+    assert kernel.build(wrapper) is not None  # one path with a space in it, unquoted, still is
 
 
 def test_weights_native_without_the_kernel_fails_the_load_and_auto_falls_back(
