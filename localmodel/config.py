@@ -74,7 +74,7 @@ class EngineConfig:
             on a CPU with a float32 model, ``"native"`` where its kernel builds and torch runs
             one thread, else ``"onednn"``; otherwise as loaded. ``"native"``: cachegate's own
             kernel (``localmodel.kernel``, compiled at load by the C compiler): single-stream
-            decode ~1.5× oneDNN's, batched ~1.3×, prefill on par; single-threaded.
+            decode ~1.9× oneDNN's, batched ~1.3×, prefill on par; single-threaded.
             ``"onednn"``: prepacked for oneDNN (batched decode ~1.5× faster than MKL,
             prefill ~1.2×). Both: the same arithmetic up to summation order. ``"unpacked"``:
             always as loaded. ``"float16"`` (a float32 model on the

@@ -11,7 +11,7 @@ in their classes; the two that keep the most precision:
 ``weights: auto`` → :class:`NativeLinear` where cachegate's own kernel builds on this machine
 (``localmodel.kernel``) and torch runs one intra-op thread: each weight repacked once into
 tiles the kernel streams at close to the memory's read speed, ~1.5× oneDNN's speed on a
-single-stream decode step, ~1.3× at 8 rows, on par on prefill; a row's result is bitwise the
+single-stream decode step's products (1.9× the whole step), ~1.3× at 8 rows, on par on prefill; a row's result is bitwise the
 same alone or batched. Otherwise (no C compiler, several threads) → :class:`PackedLinear`
 (``weights: onednn``, where oneDNN is available): each weight prepacked once into oneDNN's
 blocked layout. MKL's GEMM gets slower per row on 4–16 rows; oneDNN with packed weights is
