@@ -25,7 +25,7 @@ import msgspec
 from .backend import Answer, Meter, StreamEvent
 from .config import AnthropicModelConfig
 from .errors import APIError
-from .messages import MESSAGE_STOP, encode_event, error_event
+from .messages import MESSAGE_STOP, encode_event, error_event, versioned
 from .prompt_cache import PromptCacher, min_cacheable_tokens
 from .requests import GatewayRequest
 from .upstream import UpstreamBackend, UpstreamError, UpstreamStream
@@ -50,6 +50,14 @@ class AnthropicBackend(UpstreamBackend):
             self.cacher = PromptCacher(
                 min_tokens=minimum, ttl=caching.ttl, max_tenants=caching.max_tenants
             )
+
+    def as_sent(self, request: GatewayRequest) -> GatewayRequest:
+        """A Messages request with the configured ``anthropic_version`` when it sends none: the
+        version it is answered under is in its cache key (a change of the setting misses what
+        was stored under the old one; the client's same version hits it)."""
+        if request.kind != "messages":
+            return request
+        return versioned(request, self.anthropic.anthropic_version)
 
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
@@ -105,7 +113,7 @@ class AnthropicBackend(UpstreamBackend):
         headers = {
             **self._gateway_headers(request),
             "anthropic-version": self.anthropic.anthropic_version,
-            **dict(request.api_headers),  # the client's anthropic-version and -beta
+            **dict(request.api_headers),  # the client's anthropic-version (as_sent) and -beta
         }
         if self.config.api_key:
             headers["x-api-key"] = self.config.api_key

@@ -84,6 +84,12 @@ class Backend(Protocol):
         for it (before it was refused) is served."""
         ...
 
+    def as_sent(self, request: GatewayRequest) -> GatewayRequest:
+        """``request`` with what the backend fills in where the client sent nothing and that
+        changes the answer (an Anthropic upstream: the configured ``anthropic-version``), as
+        ``Pipeline.route`` hands it on: its cache key holds what the model answers under."""
+        ...
+
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
     ) -> Answer:

@@ -205,6 +205,9 @@ class LocalBackend:
         if request.kind == "chat":
             _check_messages(request.body["messages"])
 
+    def as_sent(self, request: GatewayRequest) -> GatewayRequest:
+        return request
+
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None
     ) -> Answer:

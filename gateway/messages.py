@@ -54,6 +54,7 @@ __all__ = [
     "messages_key",
     "parse_count_tokens",
     "parse_messages",
+    "versioned",
 ]
 
 #: Client headers of the Messages API that go upstream and into the cache scope (the version
@@ -203,12 +204,14 @@ def messages_key(
     (``messages``: no answer is shared with /v1/chat/completions, whose requests differ in
     what they can ask), model, every body field but the turns (``system``, ``tools``,
     ``tool_choice``, ``max_tokens``, ``stop_sequences``, ``top_k``, unknown ones …) and the
-    ``anthropic-version`` / ``anthropic-beta`` headers; the last user turn's text is the
-    question compared by meaning, the earlier turns are scope. A documented field sent as null
-    is the field left out, and an ``output_config`` left empty so is left out too, and so are
-    ``cache_control`` marks the API takes (see ``_keyed``). ``native``: the model speaks this
-    API itself (an Anthropic upstream, not the chat bridge), so a field sent as the default
-    Anthropic documents for it is the field left out (see ``_defaults_unset``).
+    ``anthropic-version`` / ``anthropic-beta`` headers (the version an Anthropic upstream
+    answers under: one sending none carries the configured one, see ``versioned``); the last
+    user turn's text is the question compared by meaning, the earlier turns are scope. A
+    documented field sent as null is the field left out, and an ``output_config`` left empty
+    so is left out too, and so are ``cache_control`` marks the API takes (see ``_keyed``).
+    ``native``: the model speaks this API itself (an Anthropic upstream, not the chat bridge),
+    so a field sent as the default Anthropic documents for it is the field left out (see
+    ``_defaults_unset``).
     """
     # NOTE: the headers go into the API's name, not the body: no body field can collide.
     api = "messages" + "".join(f"\n{h}: {v}" for h, v in request.api_headers)
@@ -220,6 +223,16 @@ def messages_key(
         request.tenant, ns, request.model, body, context_turns, context, api=api,
         non_scope=_NON_SCOPE,
     )  # fmt: skip
+
+
+def versioned(request: GatewayRequest, version: str) -> GatewayRequest:
+    """``request`` under ``anthropic-version: version`` when it sends none (the version an
+    Anthropic upstream answers it under: its key then holds it as the client's own)."""
+    sent = dict(request.api_headers)
+    if sent.get("anthropic-version"):
+        return request
+    api_headers = _api_headers({"anthropic-version": version, **sent})
+    return dataclasses.replace(request, api_headers=api_headers)
 
 
 def client_credential(headers: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -506,9 +519,9 @@ def _defaults_unset(body: dict[str, Any], version: str | None) -> dict[str, Any]
 
     NOTE: only where a miss takes both alike: ``2026-10-21`` refuses ``temperature`` at any
     value, 1 too; recent models refuse ``temperature`` beside ``top_p``, even at the defaults;
-    a request with no ``anthropic-version`` gets the model's configured one, unknown here. And
-    only for an Anthropic upstream: the chat bridge's backends apply their own defaults (the
-    local model its generation config's temperature)."""
+    a request sent with no ``anthropic-version`` is keyed under the model's configured one
+    (``versioned``, before its key is taken). And only for an Anthropic upstream: the chat bridge's backends apply
+    their own defaults (the local model its generation config's temperature)."""
     keyed = dict(body)
     tools = keyed.get("tools")
     if isinstance(tools, list) and tools and _is_auto(keyed.get("tool_choice")):
@@ -573,8 +586,12 @@ def _request(
 ) -> GatewayRequest:
     extension = body.pop("cache", None)
     request = gateway_request("messages", body, headers, tenant, extension, stream=stream)
-    api_headers = tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h))
-    return dataclasses.replace(request, api_headers=api_headers, account=())
+    return dataclasses.replace(request, api_headers=_api_headers(headers), account=())
+
+
+def _api_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``ANTHROPIC_HEADERS`` of ``headers`` that are set, in that order (the key's)."""
+    return tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h))
 
 
 def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:

@@ -193,7 +193,9 @@ class Pipeline:
                 flight.land()
 
     def route(self, request: GatewayRequest, auth: str | None) -> tuple[Backend, GatewayRequest]:
-        """The backend of the request's model (404 when none), and the request as it sees it.
+        """The backend of the request's model (404 when none), and the request as it sees it,
+        with what the backend fills in for the client (``Backend.as_sent``): its cache key is
+        that of the request the model answers.
 
         NOTE: when the backend forwards the client's own key, the upstream checks that key; a
         cached answer is only for requests carrying the same key (a missing or wrong key never
@@ -210,7 +212,7 @@ class Pipeline:
         if backend.forwards_client_auth:
             tenant = partitioned(_client_key_tenant(auth, request.account), request.partition)
             request = dataclasses.replace(request, tenant=tenant)
-        return backend, request
+        return backend, backend.as_sent(request)
 
     def store_soon(
         self, request: GatewayRequest, save: Save, answer: dict[str, Any], flight: Flight | None

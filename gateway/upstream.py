@@ -137,6 +137,9 @@ class UpstreamBackend:
     def check(self, request: GatewayRequest) -> None:
         pass  # (the upstream judges what it can read)
 
+    def as_sent(self, request: GatewayRequest) -> GatewayRequest:
+        return request
+
     async def delete_response(
         self, request: GatewayRequest, response_id: str, auth: str | None = None
     ) -> bool:
@@ -593,6 +596,9 @@ class ReplicatedBackend:
 
     def check(self, request: GatewayRequest) -> None:
         pass  # (its replicas judge what they can read)
+
+    def as_sent(self, request: GatewayRequest) -> GatewayRequest:
+        return request
 
     async def complete(
         self, request: GatewayRequest, auth: str | None = None, meter: Meter | None = None

@@ -782,6 +782,58 @@ def test_temperature_one_shares_the_entry_of_none_where_anthropic_defaults_it(
     assert one.headers["x-cache"] == "miss" and upstream.last_body["temperature"] == 1
 
 
+def versioned_config(fake_url: str, openai_url: str, data_dir: Path, version: str) -> Any:
+    """``config`` with ``claude-plain`` configured for ``anthropic_version: version``."""
+    settings = yaml.safe_load(config(fake_url, openai_url, data_dir))
+    settings["models"]["claude-plain"]["anthropic_version"] = version
+    return load_config_text(yaml.safe_dump(settings))
+
+
+def test_a_request_without_anthropic_version_is_keyed_under_the_configured_one(
+    fake_server: ThreadedServer, upstream_server: ThreadedServer, tmp_path: Path,
+    fake: FakeAnthropic,
+) -> None:  # fmt: skip
+    """A request sending no ``anthropic-version`` goes upstream under the model's
+    ``anthropic_version``, and is keyed so: it shares the entry of one sending that version,
+    streamed or not, and a ``temperature: 1`` that version defaults (was: a miss each). Once
+    the setting changes (the gateway restarted on the same data), it misses what was stored
+    under the old one (was: served), which a request naming the old version still hits."""
+    unversioned = {"anthropic-version": anthropic.Omit()}
+    old, older = {"anthropic-version": "2023-06-01"}, {"anthropic-version": "2023-01-01"}
+    urls = fake_server.url, upstream_server.url, tmp_path
+    with Gateway(versioned_config(*urls, "2023-06-01")) as gateway:
+        sdk = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-test", max_retries=0)
+        first = ask(sdk, "Which version?", model="claude-plain", extra_headers=unversioned)
+        assert "anthropic-version" not in first.http_request.headers
+        assert first.headers["x-cache"] == "miss"
+        assert fake.headers[-1]["anthropic-version"] == "2023-06-01"
+        text = first.parse().content[0].text
+        for headers, extra in ((old, {}), (unversioned, {"temperature": 1}), (old, {})):
+            same = ask(sdk, "Which version?", model="claude-plain", extra_headers=headers,
+                       extra_body=extra)  # fmt: skip
+            assert (same.headers["x-cache"], same.parse().content[0].text) == ("exact", text)
+        streamed_hit(sdk, text, extra_headers=unversioned,
+                     messages=[{"role": "user", "content": "Which version?"}])  # fmt: skip
+        assert fake.stats["/v1/messages"] == 1
+        other = ask(sdk, "Which version?", model="claude-plain", extra_headers=older)
+        assert other.headers["x-cache"] == "miss"  # (another version: another answer)
+    with Gateway(versioned_config(*urls, "2026-10-21")) as gateway:
+        sdk = anthropic.Anthropic(base_url=gateway.url, api_key="sk-ant-test", max_retries=0)
+        fresh = ask(sdk, "Which version?", model="claude-plain", extra_headers=unversioned)
+        assert fresh.headers["x-cache"] == "miss"
+        assert fake.headers[-1]["anthropic-version"] == "2026-10-21"
+        assert fresh.parse().content[0].text != text
+        kept = ask(sdk, "Which version?", model="claude-plain", extra_headers=old)
+        assert (kept.headers["x-cache"], kept.parse().content[0].text) == ("exact", text)
+        # the SDK's own version is now the configured one: the new entry
+        sent = ask(sdk, "Which version?", model="claude-plain")
+        assert sent.http_request.headers["anthropic-version"] == "2026-10-21"
+        assert (sent.headers["x-cache"], sent.parse().content[0].text) == (
+            "exact", fresh.parse().content[0].text,
+        )  # fmt: skip
+        assert fake.stats["/v1/messages"] == 3
+
+
 def test_tool_choice_auto_shares_the_entry_of_none_when_tools_are_given(
     client: anthropic.Anthropic, fake: FakeAnthropic, upstream: FakeUpstream
 ) -> None:
