@@ -59,7 +59,7 @@ class Trickle:
     def __init__(self, port: int, path: str = "/v1/chat/completions") -> None:
         self.client = socket.create_connection(("127.0.0.1", port))
         self.client.sendall(
-            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".encode()
+            f"POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n".encode()
             + b'content-length: 100000\r\n\r\n{"model": "fake-model", '
         )
         self.sending = threading.Thread(target=self._send, daemon=True)
@@ -113,7 +113,7 @@ def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
-_POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+_POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
 
 
 def pipelined_behind_a_stream(gateway: ServeProcess, behind: bytes) -> tuple[bytes, bytes]:
@@ -183,7 +183,7 @@ def test_a_second_signal_drops_a_client_that_reads_nothing_of_its_answer(
         client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         client.connect(("127.0.0.1", gateway.port))
         client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"content-length: %d\r\n\r\n%s" % (len(question), question)
         )
         assert client.recv(12) == b"HTTP/1.1 200"  # (then it reads nothing more)

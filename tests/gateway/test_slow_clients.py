@@ -21,7 +21,7 @@ def open_stream_and_stop_reading(gw: Gateway, body: dict[str, Any]) -> socket.so
     client.connect((host, int(port)))
     payload = json.dumps(body).encode()
     client.sendall(
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
         + f"content-length: {len(payload)}\r\n\r\n".encode()
         + payload
     )
@@ -172,7 +172,7 @@ def test_a_client_that_leaves_mid_body_is_a_499_not_a_500(
     payload = b'{"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}'
     with socket.create_connection((host, int(port))) as client:
         client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json"
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
             + f"\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
             + payload[:10]
         )
