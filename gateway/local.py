@@ -198,12 +198,18 @@ class LocalBackend:
     # -- Backend ---------------------------------------------------------------------------
 
     def check(self, request: GatewayRequest) -> None:
-        """A 400 for a chat request whose messages the model cannot read (a turn with no
-        content, a tool call or its answer: ``_check_messages``), before the cache is looked
-        in: an answer stored for one (by an older build, another version sharing the Redis)
-        is never served."""
+        """A 400 for a request the model cannot serve by what it carries, before the cache is
+        looked in: an answer stored for one (by an older build, another version sharing the
+        Redis) is never served. In the order ``_prepare`` finds them: its sampling parameters
+        (``_params``), then a chat turn it cannot read (no content, a tool call or its answer:
+        ``_check_messages``) or not one completions prompt (``_prompt``). Nothing is tokenized
+        here: what needs the prompt's tokens (its length) is refused by ``_prepare``."""
+        engine = self._engine.engine if self._engine is not None else None
+        self._params(request, engine)
         if request.kind == "chat":
             _check_messages(request.body["messages"])
+        else:
+            _prompt(request.body)
 
     def as_sent(self, request: GatewayRequest) -> GatewayRequest:
         return request
@@ -372,19 +378,28 @@ class LocalBackend:
             return str(self._error)
         return "shut down" if self._closed else "not started"
 
-    def _max_output(self, engine: Engine) -> int | None:
+    def _max_output(self, engine: Engine | None) -> int | None:
         """The most output tokens a request may ask for (``max_output_tokens``); by default
-        the context window with ``context_overflow: sinks``, where nothing else bounds it."""
+        the context window with ``context_overflow: sinks``, where nothing else bounds it
+        (None while ``engine`` is: the model is loading, its window not known yet)."""
         if self.config.max_output_tokens is not None:
             return self.config.max_output_tokens
-        return engine.context_window if self.config.context_overflow == "sinks" else None
+        sinks = self.config.context_overflow == "sinks"
+        return engine.context_window if sinks and engine is not None else None
 
-    async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
+    def _params(self, request: GatewayRequest, engine: Engine | None) -> SamplingParams:
+        """The request's sampling parameters, or a 400 for them (``_sampling``) or for more
+        output tokens than the model gives one request (``_max_output``)."""
         body = request.body
         if request.top_k is not None:  # a bridged request's (not in its chat body)
             body = {**body, "top_k": request.top_k}
         params = _sampling(body, request.kind)
         _within_output_limit(params.max_tokens, self._max_output(engine), body)
+        return params
+
+    async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:
+        body = request.body
+        params = self._params(request, engine)
         namespace = (
             self.name
             if self.config.share_prefix_across_tenants
@@ -706,17 +721,20 @@ def _is_int(value: Any) -> bool:
 
 def _tokens(engine: Engine, request: GatewayRequest) -> list[int]:
     if request.kind == "chat":
-        _check_messages(request.body["messages"])  # (a bridged request's, a count's)
+        _check_messages(request.body["messages"])  # (a count's: a create's ran in check)
         return engine.encode_chat(request.body["messages"], continue_final=_continues(request))
-    prompt = request.body.get("prompt")
-    if isinstance(prompt, str):
-        return engine.encode_text(prompt)
+    prompt = _prompt(request.body)
+    return engine.encode_text(prompt) if isinstance(prompt, str) else list(prompt)
+
+
+def _prompt(body: dict[str, Any]) -> str | list[int]:
+    """A completions request's one prompt, text or token ids, or a 400 (``check`` runs it
+    before the cache is looked in, ``_tokens`` before it encodes the prompt)."""
+    prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
         prompt = prompt[0]  # one prompt in a list: ["text"] or [[token ids]]
-        if isinstance(prompt, str):
-            return engine.encode_text(prompt)
-    if isinstance(prompt, list) and all(_is_int(t) for t in prompt):
-        return list(prompt)
+    if isinstance(prompt, str) or (isinstance(prompt, list) and all(map(_is_int, prompt))):
+        return prompt
     raise APIError(
         400,
         "The local model takes one prompt per request (a string or a list of token ids).",

@@ -3,10 +3,11 @@ cache in front of it, tenant isolation, errors. Real weights (SmolLM2-135M-Instr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -490,6 +491,98 @@ def test_an_answer_stored_for_a_turn_without_content_is_never_served(
     after = admin_stats(gw)["cache"]
     assert (after["lookups"], after["hits"]) == (before["lookups"], before["hits"])
     assert after["entries"] == before["entries"]  # (still stored: never served)
+
+
+def stored_then_refused(
+    gw: Gateway,
+    older_build: Callable[[pytest.MonkeyPatch], None],
+    ask: Callable[[bool], Any],
+    refusal: type[Exception],
+    admin: dict[str, str] = ADMIN,
+) -> list[Any]:
+    """The errors (``refusal``) a request gets, streamed or not (``ask(stream)``: the SDK's raw
+    response), once an answer to it was stored by a build that answered it (``older_build``
+    takes the check out; the answer is stored, then an exact hit), with no lookup and no hit
+    in /admin/stats and the entry still stored: the refusal comes before the lookup."""
+
+    def cache() -> dict[str, Any]:
+        return dict(gw.http.get("/admin/stats", headers=admin).json()["cache"])
+
+    with pytest.MonkeyPatch.context() as older:  # (it refused none of them: answered, stored)
+        older_build(older)
+        stored = cache()["stores"] + 1
+        assert ask(False).headers["x-cache"] == "miss"
+        wait_for(lambda: cache()["stores"] == stored)
+        assert ask(False).headers["x-cache"] == "exact"
+    before, errors = cache(), []
+    for stream in (False, True):
+        with pytest.raises(refusal) as refused:
+            ask(stream)
+        errors.append(refused.value)
+    after = cache()
+    assert (after["lookups"], after["hits"]) == (before["lookups"], before["hits"])
+    assert after["entries"] == before["entries"]  # (still stored: never served)
+    return errors
+
+
+def test_an_answer_stored_for_sampling_the_model_refuses_is_never_served(gw: Gateway) -> None:
+    """A sampling parameter the local model refuses (``_sampling``) is refused before the
+    cache is looked in, with the body it had (was: after, so an answer stored for it, by a
+    build that ignored ``logit_bias`` or took any ``top_k``, was served), and before a turn it
+    cannot read, as the model checks them (was: the turn's error first)."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a", max_retries=0)
+    hi: list[Any] = [{"role": "user", "content": "Sampled by an older build?"}]
+    cases: list[tuple[Callable[[pytest.MonkeyPatch], None], dict[str, Any], str, str, str]] = [
+        (lambda older: older.delitem(local._UNSUPPORTED, "logit_bias"),
+         {"logit_bias": {"42": 5}}, "logit_bias", "unsupported_parameter",
+         "'logit_bias' is not supported by the local model."),
+        (lambda older: older.setattr(local, "_top_k", lambda top_k: None),
+         {"extra_body": {"top_k": -3}}, "top_k", "invalid_value",
+         "'top_k' must be a non-negative integer (0 or -1: no limit)."),
+    ]  # fmt: skip
+    for older_build, extra, param, code, said in cases:
+
+        def ask(stream: bool, extra: dict[str, Any] = extra) -> Any:
+            return client.chat.completions.with_raw_response.create(
+                model=MODEL, messages=hi, max_tokens=2, temperature=0, stream=stream, **extra
+            )
+
+        for error in stored_then_refused(gw, older_build, ask, openai.BadRequestError):
+            assert error.body == {"message": said, "type": "invalid_request_error",
+                                  "param": param, "code": code}  # fmt: skip
+        with pytest.raises(openai.BadRequestError) as refused:  # (and a turn with no content)
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": []}], **extra
+            )
+        assert refused.value.param == param
+
+
+def test_an_answer_stored_for_several_prompts_is_never_served(gw: Gateway) -> None:
+    """A completions request with several prompts is refused before the cache is looked in,
+    with the body it had (was: as the prompt was tokenized, after the lookup, so an answer
+    stored for it, here by a build that answered the first prompt as often as there are
+    prompts, a choice for each as a store asks, was served)."""
+    client = openai.OpenAI(base_url=f"{gw.url}/v1", api_key="key-a", max_retries=0)
+
+    def ask(stream: bool) -> Any:
+        return client.completions.with_raw_response.create(
+            model=MODEL, prompt=["Once upon", "a time"], max_tokens=2, temperature=0, stream=stream
+        )
+
+    def older_build(older: pytest.MonkeyPatch) -> None:
+        sampling = local._sampling
+        older.setattr(local, "_prompt", lambda body: body["prompt"][0])
+        older.setattr(local, "_sampling", lambda body, kind: dataclasses.replace(
+            sampling(body, kind), n=len(body["prompt"])))  # fmt: skip
+
+    for error in stored_then_refused(gw, older_build, ask, openai.BadRequestError):
+        assert error.body == {
+            "message": "The local model takes one prompt per request (a string or a list of "
+            "token ids).",
+            "type": "invalid_request_error",
+            "param": "prompt",
+            "code": "unsupported_parameter",
+        }
 
 
 def test_control_token_text_in_a_message_is_plain_text(gw: Gateway) -> None:
