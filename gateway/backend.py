@@ -79,9 +79,10 @@ class Backend(Protocol):
 
     def check(self, request: GatewayRequest) -> None:
         """A 400 for a request of an API it speaks that it refuses by what the request
-        carries (the local model: a chat turn with no content), raised before the cache is
-        looked in (pipeline._bridge), as ``Bridge.check`` for a bridged one: no answer stored
-        for it (before it was refused) is served."""
+        carries (the local model: a sampling parameter, a chat turn with no content, several
+        completions prompts), raised before the cache is looked in (pipeline._bridge), also
+        for a bridged request's chat form: no answer stored for it (before it was refused) is
+        served."""
         ...
 
     def as_sent(self, request: GatewayRequest) -> GatewayRequest:

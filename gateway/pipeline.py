@@ -798,8 +798,10 @@ def _served(request: GatewayRequest, adapter: Adapter, entry: Entry) -> _Served 
 
 def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Bridge | None:
     """None when the backend speaks the request's API, once it has checked the request
-    (``Backend.check``); else the adapter's chat bridge, once that has (``Bridge.check``):
-    either before the cache is looked in."""
+    (``Backend.check``); else the adapter's chat bridge, once that has (``Bridge.check``), the
+    request is in chat form (``to_chat``: what that form cannot carry) and the backend has
+    checked that (the local model's sampling, a tool call it cannot read): all before the
+    cache is looked in, in the order a call would find them, named as the client sent them."""
     if request.kind in backend.apis:
         backend.check(request)
         return None
@@ -815,7 +817,36 @@ def _bridge(backend: Backend, adapter: Adapter, request: GatewayRequest) -> Brid
             code="unsupported_endpoint",
         )
     bridge.check(request)
-    return bridge
+    with _params_of(request):
+        chat = bridge.to_chat(request)
+        backend.check(chat)
+    return _Checked(bridge, request, chat)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A chat bridge with the request ``_bridge`` checked in chat form: the call made for it
+    takes that form, not another made the same way (an audit's request is converted anew)."""
+
+    bridge: Bridge
+    request: GatewayRequest
+    chat: GatewayRequest
+
+    def check(self, request: GatewayRequest) -> None:
+        self.bridge.check(request)
+
+    def to_chat(self, request: GatewayRequest) -> GatewayRequest:
+        return self.chat if request is self.request else self.bridge.to_chat(request)
+
+    def from_chat(
+        self, request: GatewayRequest, answer: Answer, sampling: Mapping[str, float]
+    ) -> Answer:
+        return self.bridge.from_chat(request, answer, sampling)
+
+    def from_chat_stream(
+        self, request: GatewayRequest, stream: BackendStream, sampling: Mapping[str, float]
+    ) -> BackendStream:
+        return self.bridge.from_chat_stream(request, stream, sampling)
 
 
 #: The route of each API a backend may serve (what a 400 for another API points the client to).

@@ -12,10 +12,11 @@ import openai
 import pytest
 import yaml
 
+from gateway import responses
 from gateway.config import load_config_text
 from tests.conftest import Gateway
 from tests.fake_upstream import ThreadedServer
-from tests.gateway.test_local_api import MODEL, admin_stats, local_config
+from tests.gateway.test_local_api import MODEL, admin_stats, local_config, stored_then_refused
 from tests.gateway.test_responses import EVENTS, distinct_types
 
 INSTRUCTIONS = "You are a concise assistant for the ACME hardware store. " * 6
@@ -146,6 +147,41 @@ def test_a_message_without_content_is_a_400_as_in_chat(gw: Gateway) -> None:
     # an assistant's may be empty, as in chat (its turn is the model's: nothing to answer)
     answered, cache = create(c, input=[hi, {"role": "assistant", "content": []}, hi])
     assert cache == "miss" and answered.output_text
+
+
+def test_an_answer_stored_for_an_item_the_local_model_cannot_read_is_never_served(
+    gw: Gateway,
+) -> None:
+    """An item the chat form cannot carry (a ``function_call``) is refused before the cache is
+    looked in, with the body it had (was: as the request was turned into chat, after the
+    lookup, so an answer stored for it, by a build that read the call as the assistant's
+    text, was served, streamed or not)."""
+    c = sdk(gw)
+    call = {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"}
+    items: list[Any] = [{"role": "user", "content": "Weather in Oslo?"}, call,
+                        {"role": "user", "content": "Name one tool."}]  # fmt: skip
+    read = responses._chat_message
+
+    def older_build(older: pytest.MonkeyPatch) -> None:
+        def as_a_turn(index: int, item: dict[str, Any]) -> dict[str, Any]:
+            if item.get("type") == "message":
+                return read(index, item)
+            return {"role": "assistant", "content": f"{item['name']}({item['arguments']})"}
+
+        older.setattr(responses, "_chat_message", as_a_turn)
+
+    def ask(stream: bool) -> Any:
+        return c.responses.with_raw_response.create(
+            model=MODEL, input=items, temperature=0, max_output_tokens=64, stream=stream
+        )
+
+    for error in stored_then_refused(gw, older_build, ask, openai.BadRequestError):
+        assert error.body == {
+            "message": "'input[1]' of type 'function_call' is not supported by the local model.",
+            "type": "invalid_request_error",
+            "param": "input[1]",
+            "code": "unsupported_parameter",
+        }
 
 
 def test_a_provider_prompt_cache_setting_is_no_refusal(gw: Gateway) -> None:

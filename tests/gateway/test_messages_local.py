@@ -14,8 +14,10 @@ import openai
 import pytest
 import yaml
 
+from gateway import local
 from gateway.config import load_config_text
 from tests.conftest import Gateway
+from tests.gateway.test_local_api import stored_then_refused
 from tests.gateway.test_messages_api import EMPTY, blank_turns, invalid_request
 
 MODEL = "smollm2"
@@ -304,6 +306,26 @@ def test_the_local_models_refusals_name_the_fields_the_client_sent(
             with pytest.raises(anthropic.BadRequestError) as refused:
                 create(client, messages, stream=stream, **extra)
             assert refused.value.body == invalid_request(message)
+
+
+def test_an_answer_stored_for_a_tool_use_turn_is_never_served(
+    gw: Gateway, client: anthropic.Anthropic
+) -> None:
+    """A conversation that used a tool (``tool_use``, ``tool_result``), which the local model
+    cannot read, is refused before the cache is looked in, with the body it had (was: as the
+    prompt was tokenized, after the lookup, so an answer stored for it by a build that
+    rendered the turns anyway was served, streamed or not)."""
+    turns = [{"role": "user", "content": "Weather in Oslo, stored by an older build?"},
+             *TOOL_TURNS[1:]]  # fmt: skip
+
+    def older_build(older: pytest.MonkeyPatch) -> None:
+        older.setattr(local, "_check_messages", lambda messages: None)
+
+    def ask(stream: bool) -> Any:
+        return create(client, turns, stream=stream)
+
+    for error in stored_then_refused(gw, older_build, ask, anthropic.BadRequestError, admin={}):
+        assert error.body == invalid_request("'tool_use' is not supported by the local model.")
 
 
 def test_count_tokens_refusals_name_the_fields_the_client_sent(
