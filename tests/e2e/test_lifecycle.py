@@ -113,7 +113,9 @@ def test_a_request_whose_body_is_still_arriving_ends_at_the_deadline(
     assert "Traceback" not in log and "Application shutdown complete" in log, log
 
 
-_POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+_POST = (
+    b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+)
 
 
 def pipelined_behind_a_stream(gateway: ServeProcess, behind: bytes) -> tuple[bytes, bytes]:
