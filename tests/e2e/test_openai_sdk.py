@@ -473,15 +473,15 @@ models:
                     return True
         return False
 
-    header = b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nx-pad: " + b"a" * 100
+    header = b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: " + b"a" * 100
     assert cut(header)  # 20 s of trickle at most: it was never cut
     assert cut(b"\r\n" * 100)  # (llhttp skips blank lines before a request: nothing arrives)
-    assert cut(b"\r\n" * 100, first=b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n")
+    assert cut(b"\r\n" * 100, first=b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
     # the deadline is for the headers: a body that arrives slowly is read, and answered
     body = b'{"model": "fake-model", "messages": [{"role": "user", "content": "slow body"}]}'
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
         client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
         )
         for i in range(0, len(body), 4):
@@ -508,7 +508,7 @@ models:
   fake-model: {{backend: openai, base_url: "{upstream_server.url}/v1", api_key: sk}}
 """)
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
-        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: gw\r\nx-pad: ")
+        client.sendall(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\nx-pad: ")
         try:
             for _ in range(1024):  # 16 MB, 16 kB at a time, and the line never ends
                 client.sendall(b"a" * 16384)
@@ -543,7 +543,7 @@ models:
     answer = b""
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
         client.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n"
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
             b"transfer-encoding: chunked\r\n\r\n0\r\nx-trailer: "
         )
         with contextlib.suppress(OSError):  # (reset: closed with what was sent still unread)
@@ -575,10 +575,10 @@ models:
 """)
     body = json.dumps({"model": "fake-model", "messages": [{"role": "user", "content": "slow"}],
                        "fake": {"delay": 3}}).encode()  # fmt: skip
-    health = b"GET /healthz HTTP/1.1\r\nhost: gw\r\n\r\n"
+    health = b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", gateway.port)) as client:
         client.sendall(
-            health + b"POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\n"
+            health + b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n"
             b"content-type: application/json\r\n"
             + f"content-length: {len(body)}\r\n\r\n".encode()
             + body
