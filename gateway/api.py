@@ -194,7 +194,10 @@ async def _token_count(
         return error_response(exc, wire=wire)
     except HTTPException as exc:
         return error_response(_from_http(exc), wire=wire)
-    return _json({**shape, **counted.body}, headers=counted.headers)
+    headers = dict(counted.headers)
+    if "x-request-id" in headers:  # a provider's own, relayed: the gateway's id beside it
+        headers["x-cachegate-request-id"] = request_id(request.headers.get("x-request-id"))
+    return _json({**shape, **counted.body}, headers=headers)
 
 
 @get("/v1/models")
