@@ -194,10 +194,9 @@ async def _token_count(
         return error_response(exc, wire=wire)
     except HTTPException as exc:
         return error_response(_from_http(exc), wire=wire)
-    headers = dict(counted.headers)
-    if "x-request-id" in headers:  # a provider's own, relayed: the gateway's id beside it
-        headers["x-cachegate-request-id"] = request_id(request.headers.get("x-request-id"))
-    return _json({**shape, **counted.body}, headers=headers)
+    # (a provider's own x-request-id, relayed, keeps its place: the gateway's id beside it)
+    answer = _json({**shape, **counted.body}, headers=counted.headers)
+    return _identified(answer, request_id(request.headers.get("x-request-id")))
 
 
 @get("/v1/models")
