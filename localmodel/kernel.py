@@ -16,9 +16,9 @@ activations.
 It is C, compiled once per process at first use by the system's C compiler (``$CC``, a
 command with its arguments as make reads it, else ``cc``) with ``-O3 -march=native`` into a
 temporary directory (~0.6 s), then loaded with ctypes (which lets go of the GIL during each
-call). Where there is no compiler, the build
-fails, or the result disagrees with ``torch.nn.functional.linear`` on a check at load,
-:func:`library` returns None with the reason logged, and ``weights: auto`` keeps oneDNN.
+call). Where there is no compiler, the build fails, or the result disagrees with
+``torch.nn.functional.linear`` on a check at load, :func:`library` returns None with the
+reason logged, and ``weights: auto`` keeps oneDNN.
 
 Every output is one chain of fused multiply-adds over the inputs in order, whatever the
 number of rows, so a row's result is bitwise the same alone or in any batch. The kernel is

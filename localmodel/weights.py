@@ -11,8 +11,8 @@ in their classes; the two that keep the most precision:
 ``weights: auto`` → :class:`NativeLinear` where cachegate's own kernel builds on this machine
 (``localmodel.kernel``) and torch runs one intra-op thread: each weight repacked once into
 tiles the kernel streams at close to the memory's read speed, ~1.5× oneDNN's speed on a
-single-stream decode step's products (1.9× the whole step), ~1.3× at 8 rows, on par on prefill; a row's result is bitwise the
-same alone or batched. Otherwise (no C compiler, several threads) → :class:`PackedLinear`
+single-stream decode step's products (1.9× the whole step), ~1.3× at 8 rows, on par on
+prefill; a row's product is bitwise the same alone or batched. Otherwise (no C compiler, several threads) → :class:`PackedLinear`
 (``weights: onednn``, where oneDNN is available): each weight prepacked once into oneDNN's
 blocked layout. MKL's GEMM gets slower per row on 4–16 rows; oneDNN with packed weights is
 ~1.5× faster there (batched decode), ~1.2× at 64 rows and on par at one. Both: the same
@@ -284,8 +284,8 @@ class Int8Linear(_StoredLinear):
       and multiplied with float32 activations, the scales applied to each sum. Measured over
       the bundled model's 211 layers on this CPU: 10–11 ms at one row, 24 ms at 8, against
       23 and 58 ms for torch's kernel below (which rounds the activations to bfloat16).
-      Where it is not built: torch's weight-only int8 kernel (``aten._weight_int8pack_mm``) on bfloat16
-      activations: the int8 weight is read as it is stored. Measured over one decoder
+      Where it is not built: torch's weight-only int8 kernel
+      (``aten._weight_int8pack_mm``) on bfloat16 activations: the int8 weight is read as it is stored. Measured over one decoder
       layer of the bundled model on this CPU: 2.6× faster than float32 packed at one row,
       1.4× at 8, on par at 16. It is used only where it is checked at load to agree with
       the product it stands for (inner size a multiple of 16: on others it was seen to
