@@ -10,10 +10,12 @@ decoder-only architecture whose attention is scaled dot-product (not only Llama-
   sequence's new K/V into its pages of the engine's pool and reads back what each group
   attends to;
 * an attention function registered with ``AttentionInterface`` under :data:`ATTENTION` that,
-  given the ``batch=`` keyword, runs one SDPA call per group — all decoding sequences
-  together, over their K/V padded to the longest with a length mask, on the pool; a prompt
-  chunk alone, causal, offset by what its sequence already holds — and otherwise is plain
-  ``sdpa`` (so the single-request path and every other caller of the model are unchanged).
+  given the ``batch=`` keyword, runs one attention call per group — all decoding sequences
+  together: on float32 pages on the CPU, cachegate's kernel (``localmodel.kernel``) reading
+  each one's K/V in place in the pages, else SDPA over their K/V padded to the longest with a
+  length mask; a prompt chunk alone, SDPA, causal, offset by what its sequence already holds
+  — and otherwise is plain ``sdpa`` (so the single-request path and every other caller of the
+  model are unchanged).
 
 The step is planned once (``BatchCache.__init__``: every new token's slot, every
 group's rows), so a layer costs a fixed number of tensor ops whatever the number of sequences.
@@ -42,6 +44,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from localmodel import kernel
 from localmodel.kvquant import dequantize
 from localmodel.pages import PagedCache, PagePool
 
@@ -49,6 +52,10 @@ __all__ = ["ATTENTION", "BatchCache", "Piece", "forward", "use_batched_attention
 
 #: The attention implementation name this module registers (plain sdpa without ``batch=``).
 ATTENTION = "cachegate_batched"
+
+
+#: no rows to gather (a group attended in place)
+_NO_ROWS = torch.empty(0, dtype=torch.int64)
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,9 @@ class _Group:
     mask: torch.Tensor | None
     causal: bool
     gather: torch.Tensor  # rows of a layer's [n_kv_heads · slots, head_dim]
+    #: decoding sequences attended by cachegate's kernel, in place in the pages (no gather):
+    #: their slots [G, S] and lengths [G]
+    native: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 class BatchCache(Cache):
@@ -159,7 +169,11 @@ class BatchCache(Cache):
             cols_d = slice(first, first + len(decoding)) if contiguous else torch.tensor(
                 [self.spans[i][0] for i in decoding], device=device
             )  # fmt: skip
-            groups.append(_Group(tuple(decoding), cols_d, 1, mask, False, self._rows(slots)))
+            if self._native_decode():
+                native = (slots, torch.tensor(lengths, dtype=torch.int64))
+                groups.append(_Group(tuple(decoding), cols_d, 1, None, False, _NO_ROWS, native))
+            else:
+                groups.append(_Group(tuple(decoding), cols_d, 1, mask, False, self._rows(slots)))
         for i, ((a, b), past) in enumerate(zip(self.spans, self.pasts, strict=True)):
             if b - a > 1:
                 mask = _causal_mask(past, b - a, device)[None, None] if past else None
@@ -181,6 +195,13 @@ class BatchCache(Cache):
         self._v_buf = torch.empty_like(self._k_buf)
         return groups
 
+    def _native_decode(self) -> bool:
+        """Whether the decoding group's attention runs on cachegate's kernel: float32 pages
+        and model on the CPU, where the kernel is built."""
+        pool = self.pool
+        float32 = pool.keys.dtype is self.dtype is torch.float32 and not pool.quantized
+        return float32 and pool.device.type == "cpu" and kernel.library() is not None
+
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,
         in the order of a ``[G, H, S, D]`` tensor."""
@@ -201,6 +222,8 @@ class BatchCache(Cache):
             pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
         # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
         # by malloc, and its page faults cost more than the gather itself (measured)
+        if len(self.groups) == 1 and self.groups[0].native is not None:  # (nothing to gather)
+            return [(pool_k.view(H, N * P, D), pool_v.view(H, N * P, D))]
         k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)
         v_all = torch.index_select(pool_v.view(H * N * P, D), 0, self._gather, out=self._v_buf)
         if self.pool.quantized:
@@ -211,6 +234,9 @@ class BatchCache(Cache):
         for group, k, v in zip(
             self.groups, k_all.split(self._sizes), v_all.split(self._sizes), strict=True
         ):
+            if group.native is not None:  # (read in place: the layer's pages)
+                kv.append((pool_k.view(H, N * P, D), pool_v.view(H, N * P, D)))
+                continue
             shape = (len(group.pieces), H, -1, D)  # [G, H, S, D]
             kv.append((k.view(shape), v.view(shape)))
         if self.pool.quantized:
@@ -301,6 +327,13 @@ def _attention(
     outs = []
     for group, (k, v) in zip(batch.groups, batch.kv, strict=True):
         g = len(group.pieces)
+        if group.native is not None:  # k, v: the layer's pages [n_kv_heads, slots, d]
+            q = query[0, :, group.cols].transpose(0, 1).contiguous()  # [G, h, d]
+            scale = d**-0.5 if scaling is None else scaling
+            lib = kernel.library()
+            assert lib is not None
+            outs.append(kernel.decode_attention(lib, q, k, v, *group.native, scale))
+            continue
         q = query[0, :, group.cols].view(n_heads, g, group.n, d).transpose(0, 1)  # [G, h, n, d]
         out = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=group.mask, is_causal=group.causal, scale=scaling,

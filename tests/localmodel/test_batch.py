@@ -97,7 +97,8 @@ def test_on_the_native_kernel_a_decode_next_to_a_prefill_is_bitwise_alone(kind: 
     """``weights: auto`` on one thread (the native kernel), on a model with biases too
     (Qwen2): the compositions above hold, and a decode step's logits are bitwise the same
     alone or batched with another sequence's prefill chunk (its attention runs in a group of
-    its own; decodes of other lengths in its group sum in another order: ~1e-6 here)."""
+    its own), and with other decodes of other lengths (the kernel's attention reads each
+    sequence's own slots: no padding, no batch-wide sum)."""
     model = _tiny(kind, 512)
     assert use_native_weights(model) == 2 * 7 + 1  # q k v o gate up down per layer, lm_head
     _check_compositions(model, 512, _paged(model))
@@ -109,6 +110,27 @@ def test_on_the_native_kernel_a_decode_next_to_a_prefill_is_bitwise_alone(kind: 
     want = forward(model, [Piece(alone, (7,))])[0]
     got = forward(model, [Piece(batched, (7,)), Piece(other, tuple(range(30, 60)))])[0]
     assert torch.equal(got, want)
+    want = forward(model, [Piece(alone, (8,))])[0]  # 18 tokens; `other` holds 30
+    got = forward(model, [Piece(other, (9,)), Piece(batched, (8,))])[1]
+    assert torch.equal(got, want)
+
+
+def test_without_the_native_kernel_decodes_attend_by_sdpa_as_exactly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No C compiler (``kernel.library()`` is None): float32 decodes are gathered and padded
+    for one SDPA call, and the compositions hold as on the kernel."""
+    from localmodel import kernel
+
+    monkeypatch.setattr(kernel, "library", lambda: None)
+    model = _tiny("llama", 512)
+    make_cache = _paged(model)
+    caches = [make_cache(), make_cache()]
+    use_batched_attention(model)
+    forward(model, [Piece(caches[0], (1, 2, 3)), Piece(caches[1], (4, 5))])
+    plan = BatchCache([Piece(caches[0], (6,)), Piece(caches[1], (7,))], 2, torch.float32)
+    assert plan.groups[0].native is None and len(plan.groups[0].gather) > 0
+    _check_compositions(model, 512, make_cache)
 
 
 def test_batched_steps_equal_cold_forwards_on_the_bundled_model(engine: Engine) -> None:
@@ -128,6 +150,9 @@ def test_paged_steps_read_the_pool_in_place_and_decode_in_one_group() -> None:
     batch = BatchCache(pieces, 2, torch.float32)
     assert batch.pool is pool
     assert [(g.pieces, g.n) for g in batch.groups] == [((0, 2), 1), ((1,), 3)]
+    # the decodes attend in place in the pages (cachegate's kernel, float32): nothing gathered
+    assert batch.groups[0].native is not None and batch.groups[1].native is None
+    assert len(batch.groups[0].gather) == 0
     history = [list(c.tokens) for c in caches]
     logits = forward(model, pieces)
     for row, tokens in zip(logits, [history[0] + [1], history[1] + [4, 5, 6], history[2] + [2]],
@@ -165,6 +190,7 @@ def test_reduced_precision_pages_batch_in_place_as_each_sequence_reads_them_alon
         assert plan.pool is batched_pool  # in place, not a group per piece
         decoding = tuple(j for j, (_, t) in enumerate(fed) if len(t) == 1)
         assert not decoding or plan.groups[0].pieces == decoding
+        assert plan.groups[0].native is None  # (the kernel reads float32 pages only)
         logits = forward(model, pieces)
         for row, (i, tokens) in zip(logits, fed, strict=True):
             cache = alone[i]

@@ -199,3 +199,37 @@ def test_a_layer_cast_to_another_dtype_is_not_read_as_float32_tiles(lib: object)
             # float16 tiles read as float32 ran past their end; float64 ones were misread
             assert torch.allclose(layer(x), want, atol=1e-5), cast
         layer.float()
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 4, 20), (6, 1, 128)])
+def test_decode_attention_reads_each_sequences_own_slots_as_sdpa_computes(
+    lib: object, heads: int, kv_heads: int, dim: int
+) -> None:
+    """The batched decode step's attention (``localmodel.batch`` on float32 pages): each
+    sequence's query heads over its own scattered slots (grouped-query or not, a head size
+    not a multiple of 16), equal to SDPA over its K/V gathered; what lies past a sequence's
+    length, or in slots it does not list, is never read (NaN there changes nothing)."""
+    torch.manual_seed(heads + dim)
+    keys, values = torch.randn(kv_heads, 300, dim), torch.randn(kv_heads, 300, dim)
+    lengths = torch.tensor([1, 37, 200, 16])
+    order = torch.randperm(299)  # 254 distinct slots, scattered
+    slots = torch.full((4, 200), 299, dtype=torch.int64)  # padding: slot 299
+    for g, (start, n) in enumerate(zip([0, 1, 38, 238], lengths.tolist(), strict=True)):
+        slots[g, :n] = order[start : start + n]
+    used = slots[torch.arange(200)[None] < lengths[:, None]].unique()
+    keys[:, 299], values[:, 299] = float("nan"), float("nan")
+    unused = torch.ones(300, dtype=torch.bool)
+    unused[used] = False
+    keys[:, unused], values[:, unused] = float("nan"), float("nan")
+    q = torch.randn(4, heads, dim)
+    got = kernel.decode_attention(lib, q, keys, values, slots, lengths, dim**-0.5)
+    assert got.shape == (4, heads, dim) and not got.isnan().any()
+    for g, n in enumerate(lengths.tolist()):
+        k, v = keys[:, slots[g, :n]], values[:, slots[g, :n]]
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q[g][:, None], k, v, enable_gqa=heads != kv_heads
+        )[:, 0]
+        assert torch.allclose(got[g], want, rtol=1e-5, atol=1e-5), g
+    # a sequence's result is the same alone as next to the others
+    alone = kernel.decode_attention(lib, q[2:3], keys, values, slots[2:3], lengths[2:3], dim**-0.5)
+    assert torch.equal(alone[0], got[2])
