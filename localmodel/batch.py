@@ -11,7 +11,7 @@ decoder-only architecture whose attention is scaled dot-product (not only Llama-
   attends to;
 * an attention function registered with ``AttentionInterface`` under :data:`ATTENTION` that,
   given the ``batch=`` keyword, runs one attention call per group — all decoding sequences
-  together: on float32 pages on the CPU, cachegate's kernel (``localmodel.kernel``) reading
+  together: on float32 or half-precision pages on the CPU (a float32 model), cachegate's kernel (``localmodel.kernel``) reading
   each one's K/V in place in the pages, else SDPA over their K/V padded to the longest with a
   length mask; a prompt chunk alone, SDPA, causal, offset by what its sequence already holds
   — and otherwise is plain ``sdpa`` (so the single-request path and every other caller of the
@@ -196,11 +196,12 @@ class BatchCache(Cache):
         return groups
 
     def _native_decode(self) -> bool:
-        """Whether the decoding group's attention runs on cachegate's kernel: float32 pages
-        and model on the CPU, where the kernel is built."""
+        """Whether the decoding group's attention runs on cachegate's kernel: a float32 model
+        and float32 or half-precision pages on the CPU, where the kernel is built."""
         pool = self.pool
-        float32 = pool.keys.dtype is self.dtype is torch.float32 and not pool.quantized
-        return float32 and pool.device.type == "cpu" and kernel.library() is not None
+        pages = pool.keys.dtype in kernel.PAGE_DTYPES and not pool.quantized
+        float32 = pages and self.dtype is torch.float32 and pool.device.type == "cpu"
+        return float32 and kernel.library() is not None
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,

@@ -14,7 +14,7 @@ against 23 and 58 ms for torch's int8 kernel on bfloat16 activations, and with f
 activations.
 
 ``ops.c`` holds a batched decode step's attention (:func:`decode_attention`, used by
-``localmodel.batch`` on float32 pages): each sequence's new token over its own K/V, read in
+``localmodel.batch`` on float32, bfloat16 and float16 pages): each sequence's new token over its own K/V, read in
 place in the pages by slot, where torch needed a gather of every sequence's K/V and an SDPA
 call over them padded to the longest (measured for 8 sequences of ~100 tokens, the bundled
 model's heads: ~60 µs a layer against ~115 µs for SDPA alone; a step ~10% faster end to end).
@@ -58,6 +58,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger("cachegate.localmodel")
+
+#: The K/V page dtypes :func:`decode_attention` reads, and the kind ``ops.c`` takes for each.
+PAGE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 #: Output features per tile of a packed weight.
 TILE = 16
@@ -112,8 +115,8 @@ def build(compiler: str) -> ctypes.CDLL | None:
     lib.cachegate_linear_q8.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 3
     lib.cachegate_linear_q8.restype = ctypes.c_int
     lib.cachegate_decode_attention.argtypes = (
-        [ctypes.c_void_p] * 3 + [ctypes.c_long] + [ctypes.c_void_p] * 2 + [ctypes.c_long] * 5
-        + [ctypes.c_float, ctypes.c_void_p]
+        [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_long] + [ctypes.c_void_p] * 2
+        + [ctypes.c_long] * 5 + [ctypes.c_float, ctypes.c_void_p]
     )  # fmt: skip
     lib.cachegate_decode_attention.restype = ctypes.c_int
     return lib
@@ -196,15 +199,17 @@ def decode_attention(
 ) -> torch.Tensor:
     """One new token per sequence attending to its cached K/V, read in place from the pages.
 
-    ``q`` [G, Hq, D]; ``keys``, ``values``: one layer of the pool, [Hkv, slots, D]; ``slots``
-    [G, S] (int64), sequence ``g``'s K/V at ``slots[g, :lengths[g]]``; all float32 (int64),
-    contiguous, on the CPU. Returns [G, Hq, D]: softmax(scale · q·Kᵀ) · V per head, query head
-    ``h`` reading K/V head ``h // (Hq // Hkv)``."""
+    ``q`` [G, Hq, D] (float32); ``keys``, ``values``: one layer of the pool, [Hkv, slots, D],
+    in one of :data:`PAGE_DTYPES` (widened to float32 as they are read); ``slots`` [G, S]
+    (int64), sequence ``g``'s K/V at ``slots[g, :lengths[g]]`` (int64); all contiguous, on the
+    CPU. Returns [G, Hq, D]: softmax(scale · q·Kᵀ) · V per head, query head ``h`` reading K/V
+    head ``h // (Hq // Hkv)``."""
     G, Hq, D = q.shape
     out = torch.empty_like(q)
     failed = lib.cachegate_decode_attention(
-        q.data_ptr(), keys.data_ptr(), values.data_ptr(), keys.shape[1], slots.data_ptr(),
-        lengths.data_ptr(), G, slots.shape[1], Hq, keys.shape[0], D, scale, out.data_ptr(),
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), PAGE_DTYPES[keys.dtype], keys.shape[1],
+        slots.data_ptr(), lengths.data_ptr(), G, slots.shape[1], Hq, keys.shape[0], D, scale,
+        out.data_ptr(),
     )  # fmt: skip
     return _checked(failed, out)
 
@@ -238,21 +243,22 @@ def _agrees(lib: ctypes.CDLL) -> bool:
 
 
 def _attention_agrees(lib: ctypes.CDLL, generator: torch.Generator) -> bool:
-    keys, values = (
-        torch.randn(2, 40, 20, generator=generator),
-        torch.randn(2, 40, 20, generator=generator),
-    )
-    q = torch.randn(3, 6, 20, generator=generator)
+    """Over every page dtype, a head size the kernel specialises (64) and one it does not."""
     lengths = torch.tensor([5, 1, 17])
     slots = torch.stack([torch.randperm(40, generator=generator)[:17] for _ in range(3)])
-    got = decode_attention(lib, q, keys, values, slots, lengths, 0.3)
-    for g, n in enumerate(lengths.tolist()):
-        k, v = keys[:, slots[g, :n]], values[:, slots[g, :n]]  # [2, n, 20]
-        want = torch.nn.functional.scaled_dot_product_attention(
-            q[g][:, None], k, v, scale=0.3, enable_gqa=True
-        )[:, 0]  # [6, 20]
-        if not _close(got[g], want):
-            return False
+    for dim in (20, 64):
+        keys, values = torch.randn(2, 2, 40, dim, generator=generator)
+        q = torch.randn(3, 6, dim, generator=generator)
+        for dtype in PAGE_DTYPES:
+            k_pages, v_pages = keys.to(dtype), values.to(dtype)
+            got = decode_attention(lib, q, k_pages, v_pages, slots, lengths, 0.3)
+            for g, n in enumerate(lengths.tolist()):
+                k, v = k_pages[:, slots[g, :n]].float(), v_pages[:, slots[g, :n]].float()
+                want = torch.nn.functional.scaled_dot_product_attention(
+                    q[g][:, None], k, v, scale=0.3, enable_gqa=True
+                )[:, 0]  # [6, dim]
+                if not _close(got[g], want):
+                    return False
     return True
 
 

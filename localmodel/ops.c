@@ -1,5 +1,6 @@
-/* cachegate's attention kernel for the CPU, float32 (localmodel/kernel.py compiles and loads it
- * with linear.c).
+/* cachegate's attention kernel for the CPU (localmodel/kernel.py compiles and loads it with
+ * linear.c): float32 queries and outputs over K/V pages in float32, bfloat16 or float16 (widened
+ * to float32 in registers, as exactly as torch's .to(float32) does).
  *
  * cachegate_decode_attention: one new token per sequence attending to its own cached K/V,
  * read in place from the pages by slot. As torch ops, a decode step's attention is, in each
@@ -11,14 +12,73 @@
 
 typedef float v16 __attribute__((vector_size(64)));
 typedef float v16u __attribute__((vector_size(64), aligned(4))); /* a load at any address */
+typedef unsigned short u16x16 __attribute__((vector_size(32), aligned(2)));
+typedef unsigned int u32x16 __attribute__((vector_size(64)));
+#if defined(__FLT16_MAX__) && !defined(CACHEGATE_NO_FLOAT16) /* GCC >= 12 on x86, clang */
+typedef _Float16 h16 __attribute__((vector_size(32), aligned(2)));
+#define HAVE_FLOAT16 1
+#else
+/* IEEE half bits to float32 (exact), for compilers without _Float16. */
+static inline float half_bits(unsigned short h) {
+  unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  union { unsigned int u; float f; } r;
+  if (exp == 0x1f)
+    r.u = sign | 0x7f800000u | (man << 13); /* inf, nan */
+  else if (exp)
+    r.u = sign | ((exp + 112) << 23) | (man << 13); /* normal: rebias 15 -> 127 */
+  else {
+    r.f = (float)man * 5.9604644775390625e-8f; /* zero, subnormal: man * 2^-24 */
+    r.u |= sign;
+  }
+  return r.f;
+}
+#endif
 
-static inline __attribute__((always_inline)) float dot(const float *a, const float *b, long n) {
+/* The pages' element type (kernel.py passes it). */
+enum { F32 = 0, BF16 = 1, F16 = 2 };
+
+/* 16 consecutive elements of a page row as float32 (bfloat16: the top half of a float32). */
+static inline __attribute__((always_inline)) v16 load16(const void *p, const int kind) {
+  if (kind == BF16) return (v16)(__builtin_convertvector(*(const u16x16 *)p, u32x16) << 16);
+#ifdef HAVE_FLOAT16
+  if (kind == F16) return __builtin_convertvector(*(const h16 *)p, v16);
+#else
+  if (kind == F16) {
+    v16 r;
+    for (int l = 0; l < 16; ++l) r[l] = half_bits(((const unsigned short *)p)[l]);
+    return r;
+  }
+#endif
+  return *(const v16u *)p;
+}
+
+/* Element i of a page row as float32. */
+static inline __attribute__((always_inline)) float load1(const void *p, long i, const int kind) {
+  if (kind == BF16) {
+    union { unsigned int u; float f; } w = {(unsigned int)((const unsigned short *)p)[i] << 16};
+    return w.f;
+  }
+#ifdef HAVE_FLOAT16
+  if (kind == F16) return (float)((const _Float16 *)p)[i];
+#else
+  if (kind == F16) return half_bits(((const unsigned short *)p)[i]);
+#endif
+  return ((const float *)p)[i];
+}
+
+/* The size in bytes of an element of each kind. */
+static const long BYTES[3] = {4, 2, 2};
+
+/* q . row, the row's elements of `kind`, a key at a time (any head size). */
+static inline __attribute__((always_inline)) float dot(const float *q, const void *row, long n,
+                                                       const int kind) {
   v16 acc = {0};
   long i = 0;
-  for (; i + 16 <= n; i += 16) acc += *(const v16u *)(a + i) * *(const v16u *)(b + i);
+  for (; i + 16 <= n; i += 16)
+    acc += *(const v16u *)(q + i) * load16((const char *)row + i * BYTES[kind], kind);
   float s = 0.f;
   for (int l = 0; l < 16; ++l) s += acc[l];
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i < n; ++i) s += q[i] * load1(row, i, kind);
   return s;
 }
 
@@ -48,9 +108,10 @@ static inline __attribute__((always_inline)) v16 exp_neg(v16 x) {
   return p * (v16)bits;
 }
 
-static inline __attribute__((always_inline)) void axpy(float *restrict y, const float *restrict x,
-                                                        float a, long n) {
-  for (long i = 0; i < n; ++i) y[i] += a * x[i];
+/* y += a * row, the row's elements of `kind`. */
+static inline __attribute__((always_inline)) void axpy(float *restrict y, const void *row,
+                                                        float a, long n, const int kind) {
+  for (long i = 0; i < n; ++i) y[i] += a * load1(row, i, kind);
 }
 
 static __thread float *scores; /* one sequence's attention scores, one buffer per thread */
@@ -59,8 +120,13 @@ static __thread long scores_floats;
 /* Lane sums of 16 vectors, a[i]'s in lane rev4(i) (rev4: the 4-bit reversal), so a caller
  * that fills a[i] with key rev4(i) gets key i's sum in lane i: four rounds of pairing halves,
  * 15 adds and 30 shuffles in all, against ~20 dependent scalar instructions a key summed alone. */
+#if (defined(__clang__) || __GNUC__ >= 12) && !defined(CACHEGATE_OLD_SHUFFLE)
 #define HALVES(u, v, w) \
   (__builtin_shufflevector(u, v, W##w##LO) + __builtin_shufflevector(u, v, W##w##HI))
+#else /* GCC before 12: the same lanes through __builtin_shuffle's index vectors */
+#define HALVES(u, v, w) \
+  (__builtin_shuffle(u, v, (i16){W##w##LO}) + __builtin_shuffle(u, v, (i16){W##w##HI}))
+#endif
 #define W8LO 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
 #define W8HI 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
 #define W4LO 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
@@ -99,56 +165,67 @@ static inline __attribute__((always_inline)) float weights(float *scores, long n
 /* One query head over one sequence's n keys; D a multiple of 16 known when inlined, so q and
  * the output stay in registers: 16 keys' scores at a time (sums16), then V weighted. */
 static inline __attribute__((always_inline)) void head_fixed(
-    const int D, const float *restrict qh, const float *restrict k, const float *restrict v,
+    const int D, const int kind, const float *restrict qh, const char *k, const char *v,
     const long *slot, long n, float scale, float *restrict scores, float *restrict o) {
+  const long row = D * BYTES[kind];
   v16 qv[D / 16], ov[D / 16];
   for (int c = 0; c < D / 16; ++c) qv[c] = *(const v16u *)(qh + 16 * c), ov[c] = (v16){0};
   for (long j = 0; j < n; j += 16) {
     v16 a[16];
     for (int i = 0; i < 16; ++i) {
       long key = j + REV4[i] < n ? j + REV4[i] : n - 1; /* past n: any key (lane unused) */
-      const float *kr = k + slot[key] * D;
-      v16 acc = qv[0] * *(const v16u *)kr;
-      for (int c = 1; c < D / 16; ++c) acc += qv[c] * *(const v16u *)(kr + 16 * c);
+      const char *kr = k + slot[key] * row;
+      v16 acc = qv[0] * load16(kr, kind);
+      for (int c = 1; c < D / 16; ++c) acc += qv[c] * load16(kr + 16 * c * BYTES[kind], kind);
       a[i] = acc;
     }
     *(v16u *)(scores + j) = scale * sums16(a);
   }
   float inv = 1.f / weights(scores, n);
   for (long j = 0; j < n; ++j) {
-    const float *vr = v + slot[j] * D;
-    for (int c = 0; c < D / 16; ++c) ov[c] += scores[j] * *(const v16u *)(vr + 16 * c);
+    const char *vr = v + slot[j] * row;
+    for (int c = 0; c < D / 16; ++c) ov[c] += scores[j] * load16(vr + 16 * c * BYTES[kind], kind);
   }
   for (int c = 0; c < D / 16; ++c) *(v16u *)(o + 16 * c) = ov[c] * inv;
 }
 
-static void head_64(const float *qh, const float *k, const float *v, const long *slot, long n,
-                    float scale, float *scores, float *o) {
-  head_fixed(64, qh, k, v, slot, n, scale, scores, o);
-}
-
-static void head_128(const float *qh, const float *k, const float *v, const long *slot, long n,
-                     float scale, float *scores, float *o) {
-  head_fixed(128, qh, k, v, slot, n, scale, scores, o);
-}
-
-/* Any other head size: a key at a time. */
-static void head_any(long D, const float *qh, const float *k, const float *v, const long *slot,
-                     long n, float scale, float *scores, float *o) {
-  for (long j = 0; j < n; ++j) scores[j] = scale * dot(qh, k + slot[j] * D, D);
+/* Any head size: a key at a time. */
+static inline __attribute__((always_inline)) void head_any(
+    long D, const int kind, const float *qh, const char *k, const char *v, const long *slot,
+    long n, float scale, float *scores, float *o) {
+  const long row = D * BYTES[kind];
+  for (long j = 0; j < n; ++j) scores[j] = scale * dot(qh, k + slot[j] * row, D, kind);
   float inv = 1.f / weights(scores, n);
   for (long i = 0; i < D; ++i) o[i] = 0.f;
-  for (long j = 0; j < n; ++j) axpy(o, v + slot[j] * D, scores[j], D);
+  for (long j = 0; j < n; ++j) axpy(o, v + slot[j] * row, scores[j], D, kind);
   for (long i = 0; i < D; ++i) o[i] *= inv;
 }
 
-/* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D]; slots: [G, S],
- * sequence g's K/V at slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head
- * h / (Hq / Hkv) (grouped-query attention). 0 on success, -1 if out of memory. */
-int cachegate_decode_attention(const float *q, const float *keys, const float *values,
+/* One query head, the head size and the pages' kind dispatched to a specialised copy. */
+#define HEAD(KIND)                                                                            \
+  static void head_##KIND(long D, const float *qh, const char *k, const char *v,              \
+                          const long *slot, long n, float scale, float *scores, float *o) {    \
+    if (D == 64)                                                                              \
+      head_fixed(64, KIND, qh, k, v, slot, n, scale, scores, o);                              \
+    else if (D == 128)                                                                        \
+      head_fixed(128, KIND, qh, k, v, slot, n, scale, scores, o);                             \
+    else                                                                                      \
+      head_any(D, KIND, qh, k, v, slot, n, scale, scores, o);                                 \
+  }
+HEAD(F32) HEAD(BF16) HEAD(F16)
+typedef void (*head_fn)(long, const float *, const char *, const char *, const long *, long,
+                        float, float *, float *);
+static const head_fn HEADS[3] = {head_F32, head_BF16, head_F16};
+
+/* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
+ * `kind` (0 float32, 1 bfloat16, 2 float16); slots: [G, S], sequence g's K/V at
+ * slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head h / (Hq / Hkv)
+ * (grouped-query attention). 0 on success, -1 if out of memory or an unknown kind. */
+int cachegate_decode_attention(const float *q, const void *keys, const void *values, int kind,
                                long slots_per_head, const long *slots, const long *lengths,
                                long G, long S, long Hq, long Hkv, long D, float scale,
                                float *out) {
+  if (kind < F32 || kind > F16) return -1;
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
   if (scores_floats < padded) {
@@ -162,16 +239,9 @@ int cachegate_decode_attention(const float *q, const float *keys, const float *v
     const long *slot = slots + g * S;
     long n = lengths[g];
     for (long h = 0; h < Hq; ++h) {
-      const float *qh = q + (g * Hq + h) * D;
-      const float *k = keys + (h / group) * slots_per_head * D;
-      const float *v = values + (h / group) * slots_per_head * D;
-      float *o = out + (g * Hq + h) * D;
-      if (D == 64)
-        head_64(qh, k, v, slot, n, scale, scores, o);
-      else if (D == 128)
-        head_128(qh, k, v, slot, n, scale, scores, o);
-      else
-        head_any(D, qh, k, v, slot, n, scale, scores, o);
+      long head = (h / group) * slots_per_head * D * BYTES[kind]; /* its K/V head, bytes */
+      HEADS[kind](D, q + (g * Hq + h) * D, (const char *)keys + head,
+                  (const char *)values + head, slot, n, scale, scores, out + (g * Hq + h) * D);
     }
   }
   return 0;

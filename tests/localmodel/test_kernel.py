@@ -202,13 +202,15 @@ def test_a_layer_cast_to_another_dtype_is_not_read_as_float32_tiles(lib: object)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(9, 3, 64), (4, 4, 20), (6, 1, 128)])
+@pytest.mark.parametrize("pages", [torch.float32, torch.bfloat16, torch.float16])
 def test_decode_attention_reads_each_sequences_own_slots_as_sdpa_computes(
-    lib: object, heads: int, kv_heads: int, dim: int
+    lib: object, heads: int, kv_heads: int, dim: int, pages: torch.dtype
 ) -> None:
-    """The batched decode step's attention (``localmodel.batch`` on float32 pages): each
-    sequence's query heads over its own scattered slots (grouped-query or not, a head size
-    not a multiple of 16), equal to SDPA over its K/V gathered; what lies past a sequence's
-    length, or in slots it does not list, is never read (NaN there changes nothing)."""
+    """The batched decode step's attention (``localmodel.batch`` on float32 or half pages):
+    each sequence's query heads over its own scattered slots (grouped-query or not, a head
+    size not a multiple of 16), equal to SDPA over its K/V gathered (half pages widened to
+    float32, as the gather does); what lies past a sequence's length, or in slots it does not
+    list, is never read (NaN there changes nothing)."""
     torch.manual_seed(heads + dim)
     keys, values = torch.randn(kv_heads, 300, dim), torch.randn(kv_heads, 300, dim)
     lengths = torch.tensor([1, 37, 200, 16])
@@ -222,10 +224,11 @@ def test_decode_attention_reads_each_sequences_own_slots_as_sdpa_computes(
     unused[used] = False
     keys[:, unused], values[:, unused] = float("nan"), float("nan")
     q = torch.randn(4, heads, dim)
+    keys, values = keys.to(pages), values.to(pages)
     got = kernel.decode_attention(lib, q, keys, values, slots, lengths, dim**-0.5)
     assert got.shape == (4, heads, dim) and not got.isnan().any()
     for g, n in enumerate(lengths.tolist()):
-        k, v = keys[:, slots[g, :n]], values[:, slots[g, :n]]
+        k, v = keys[:, slots[g, :n]].float(), values[:, slots[g, :n]].float()
         want = torch.nn.functional.scaled_dot_product_attention(
             q[g][:, None], k, v, enable_gqa=heads != kv_heads
         )[:, 0]
@@ -233,3 +236,12 @@ def test_decode_attention_reads_each_sequences_own_slots_as_sdpa_computes(
     # a sequence's result is the same alone as next to the others
     alone = kernel.decode_attention(lib, q[2:3], keys, values, slots[2:3], lengths[2:3], dim**-0.5)
     assert torch.equal(alone[0], got[2])
+
+
+def test_the_portable_paths_for_older_compilers_compute_the_same() -> None:
+    """``ops.c``'s fallbacks (no ``_Float16``: float16 pages widened bit by bit; GCC before
+    12: ``__builtin_shuffle`` for the lane sums), forced on this compiler, pass the check at
+    load as the default build does."""
+    lib = kernel.build("cc -DCACHEGATE_NO_FLOAT16 -DCACHEGATE_OLD_SHUFFLE")
+    assert lib is not None
+    assert kernel._agrees(lib)
