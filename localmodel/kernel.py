@@ -203,15 +203,57 @@ def decode_attention(
     in one of :data:`PAGE_DTYPES` (widened to float32 as they are read); ``slots`` [G, S]
     (int64), sequence ``g``'s K/V at ``slots[g, :lengths[g]]`` (int64); all contiguous, on the
     CPU. Returns [G, Hq, D]: softmax(scale · q·Kᵀ) · V per head, query head ``h`` reading K/V
-    head ``h // (Hq // Hkv)``."""
+    head ``h // (Hq // Hkv)``. Arguments the kernel would read out of bounds (heads not in
+    whole groups, other dtypes or shapes, a length outside ``1…S``, a slot outside the pages)
+    raise ValueError."""
     G, Hq, D = q.shape
+    _check_attention(q, keys, values, slots, lengths)
     out = torch.empty_like(q)
     failed = lib.cachegate_decode_attention(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), PAGE_DTYPES[keys.dtype], keys.shape[1],
         slots.data_ptr(), lengths.data_ptr(), G, slots.shape[1], Hq, keys.shape[0], D, scale,
         out.data_ptr(),
     )  # fmt: skip
+    if failed == -2:  # (ops.c's own check: nothing was read)
+        raise ValueError(
+            f"localmodel: decode_attention: lengths must be 1…{slots.shape[1]} (slots' columns) "
+            f"and each slot a sequence reads one of the {keys.shape[1]} of the pages"
+        )
     return _checked(failed, out)
+
+
+def _check_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    slots: torch.Tensor,
+    lengths: torch.Tensor,
+) -> None:
+    """ValueError unless the tensors are laid out as :func:`decode_attention` says (``ops.c``
+    reads raw pointers; lengths and slot values it checks itself)."""
+    G, Hq, D = q.shape
+    problem = None
+    if keys.dim() != 3 or keys.shape[0] < 1 or Hq % keys.shape[0]:
+        problem = f"{Hq} query heads are not whole groups of the {keys.shape[0]} K/V heads"
+    elif q.dtype != torch.float32 or keys.dtype not in PAGE_DTYPES or values.dtype != keys.dtype:
+        problem = (
+            f"dtypes: q {q.dtype} must be float32, keys {keys.dtype} and values "
+            f"{values.dtype} one of PAGE_DTYPES"
+        )
+    elif slots.dtype != torch.int64 or lengths.dtype != torch.int64:
+        problem = f"slots ({slots.dtype}) and lengths ({lengths.dtype}) must be int64"
+    elif values.shape != keys.shape or keys.shape[2] != D:
+        problem = f"the pages' shape {tuple(keys.shape)} / {tuple(values.shape)}: head size {D}"
+    elif slots.dim() != 2 or slots.shape[0] != G or lengths.shape != (G,):
+        problem = f"slots {tuple(slots.shape)}, lengths {tuple(lengths.shape)}: {G} sequences"
+    elif not (q.is_contiguous() and keys.is_contiguous() and values.is_contiguous()):
+        problem = "q, keys and values must be contiguous"
+    elif not (slots.is_contiguous() and lengths.is_contiguous()):
+        problem = "slots and lengths must be contiguous"
+    elif not (q.is_cpu and keys.is_cpu and values.is_cpu and slots.is_cpu and lengths.is_cpu):
+        problem = "every tensor must be on the CPU"
+    if problem is not None:
+        raise ValueError(f"localmodel: decode_attention: {problem}")
 
 
 def _checked(failed: int, y: torch.Tensor) -> torch.Tensor:

@@ -217,15 +217,32 @@ typedef void (*head_fn)(long, const float *, const char *, const char *, const l
                         float, float *, float *);
 static const head_fn HEADS[3] = {head_F32, head_BF16, head_F16};
 
+/* Whether every read the call makes is inside its arguments: whole groups of query heads per
+ * K/V head (else head h / (Hq / Hkv) runs past the pages, or divides by zero), each sequence
+ * 1 .. S keys (its new token at least; more would read past its row of slots and write past
+ * the scores buffer), every slot it reads inside a head's slots. */
+static int valid(long slots_per_head, const long *slots, const long *lengths, long G, long S,
+                 long Hq, long Hkv, long D) {
+  if (G < 0 || S < 0 || Hq < 0 || Hkv < 1 || D < 1 || Hq % Hkv) return 0;
+  for (long g = 0; g < G; ++g) {
+    if (lengths[g] < 1 || lengths[g] > S) return 0;
+    for (long j = 0; j < lengths[g]; ++j)
+      if (slots[g * S + j] < 0 || slots[g * S + j] >= slots_per_head) return 0;
+  }
+  return 1;
+}
+
 /* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
  * `kind` (0 float32, 1 bfloat16, 2 float16); slots: [G, S], sequence g's K/V at
  * slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head h / (Hq / Hkv)
- * (grouped-query attention). 0 on success, -1 if out of memory or an unknown kind. */
+ * (grouped-query attention). 0 on success, -1 if out of memory, -2 if the arguments are not
+ * what `valid` takes (nothing read or written). */
 int cachegate_decode_attention(const float *q, const void *keys, const void *values, int kind,
                                long slots_per_head, const long *slots, const long *lengths,
                                long G, long S, long Hq, long Hkv, long D, float scale,
                                float *out) {
-  if (kind < F32 || kind > F16) return -1;
+  if (kind < F32 || kind > F16 || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D))
+    return -2;
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
   if (scores_floats < padded) {

@@ -245,3 +245,68 @@ def test_the_portable_paths_for_older_compilers_compute_the_same() -> None:
     lib = kernel.build("cc -DCACHEGATE_NO_FLOAT16 -DCACHEGATE_OLD_SHUFFLE")
     assert lib is not None
     assert kernel._agrees(lib)
+
+
+def _attention_args(
+    heads: int = 4, kv_heads: int = 2, dim: int = 16, n_slots: int = 12
+) -> dict[str, torch.Tensor]:
+    """Valid arguments of :func:`kernel.decode_attention`: 3 sequences of 5, 1 and 7 tokens
+    over ``n_slots`` slots of float32 pages."""
+    torch.manual_seed(0)
+    slots = torch.stack([torch.randperm(n_slots)[:7] for _ in range(3)])
+    return {
+        "q": torch.randn(3, heads, dim),
+        "keys": torch.randn(kv_heads, n_slots, dim),
+        "values": torch.randn(kv_heads, n_slots, dim),
+        "slots": slots,
+        "lengths": torch.tensor([5, 1, 7]),
+    }
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(3, 2), (5, 2), (1, 2)])
+def test_decode_attention_refuses_query_heads_not_a_multiple_of_the_kv_heads(
+    lib: object, heads: int, kv_heads: int
+) -> None:
+    """As SDPA does (grouped-query attention needs whole groups): 5 query heads over 2 K/V
+    heads read a third K/V head past the pages' end, 1 over 2 divided by zero (SIGFPE)."""
+    args = _attention_args(heads, kv_heads)
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.scaled_dot_product_attention(
+            args["q"][0][:, None], args["keys"], args["values"], enable_gqa=True
+        )
+    with pytest.raises(ValueError, match="query heads"):
+        kernel.decode_attention(lib, **args, scale=0.25)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"lengths": torch.tensor([5, 1, 8])}, "lengths"),  # past the 7 slots a sequence lists
+        ({"lengths": torch.tensor([5, 0, 7])}, "lengths"),  # no key: not even its new token
+        ({"lengths": torch.tensor([5, -3, 7])}, "lengths"),
+        ({"lengths": torch.tensor([5, 1])}, "lengths"),  # fewer lengths than sequences
+        ({"slots": torch.tensor([[12] * 7] * 3)}, "slot"),  # past the 12 slots of a head
+        ({"slots": torch.tensor([[-1] * 7] * 3)}, "slot"),
+        ({"slots": torch.zeros(2, 7, dtype=torch.int64)}, "slot"),  # fewer rows than sequences
+        ({"slots": torch.zeros(3, 7, dtype=torch.int32)}, "int64"),  # read as 8-byte slots
+        ({"lengths": torch.tensor([5, 1, 7], dtype=torch.int32)}, "int64"),
+        ({"values": torch.randn(2, 12, 16).half()}, "dtype"),  # half the bytes keys have
+        ({"keys": torch.randn(2, 12, 16).double()}, "dtype"),
+        ({"q": torch.randn(3, 4, 16).half()}, "float32"),
+        ({"values": torch.randn(2, 6, 16)}, "shape"),  # fewer slots than keys
+        ({"keys": torch.randn(2, 12, 8), "values": torch.randn(2, 12, 8)}, "shape"),  # D 16
+        ({"q": torch.randn(4, 3, 16).transpose(0, 1)}, "contiguous"),
+    ],
+)
+def test_decode_attention_refuses_what_it_would_read_out_of_bounds(
+    lib: object, change: dict[str, torch.Tensor], match: str
+) -> None:
+    """The kernel reads raw pointers: arguments that do not describe the pages, sequences and
+    slots it walks (which ``localmodel.batch`` never passes) get a ValueError saying what,
+    not a read past a buffer, a write past its scores buffer or a crash."""
+    args = {**_attention_args(), **change}
+    with pytest.raises(ValueError, match=match):
+        kernel.decode_attention(lib, **args, scale=0.25)
+    valid = _attention_args()
+    got = kernel.decode_attention(lib, **valid, scale=0.25)
+    assert got.shape == (3, 4, 16) and got.isfinite().all()
