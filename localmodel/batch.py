@@ -201,7 +201,7 @@ class BatchCache(Cache):
         pool = self.pool
         pages = pool.keys.dtype in kernel.PAGE_DTYPES and not pool.quantized
         float32 = pages and self.dtype is torch.float32 and pool.device.type == "cpu"
-        return float32 and kernel.library() is not None
+        return float32 and kernel.attention() is not None
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,
@@ -331,7 +331,7 @@ def _attention(
         if group.native is not None:  # k, v: the layer's pages [n_kv_heads, slots, d]
             q = query[0, :, group.cols].transpose(0, 1).contiguous()  # [G, h, d]
             scale = d**-0.5 if scaling is None else scaling
-            lib = kernel.library()
+            lib = kernel.attention()
             assert lib is not None
             outs.append(kernel.decode_attention(lib, q, k, v, *group.native, scale))
             continue

@@ -23,8 +23,8 @@ It is C, compiled once per process at first use by the system's C compiler (``$C
 command with its arguments as make reads it, else ``cc``) with ``-O3 -march=native`` into a
 temporary directory (~0.6 s), then loaded with ctypes (which lets go of the GIL during each
 call). Where there is no compiler, the build fails, or the result disagrees with
-torch (``F.linear``, SDPA) on a check at load, :func:`library` returns None with the reason
-logged, ``weights: auto`` keeps oneDNN and batched decodes keep SDPA.
+torch on a check at load, :func:`library` (``F.linear``) or :func:`attention` (SDPA) returns
+None with the reason logged: ``weights: auto`` keeps oneDNN, batched decodes keep SDPA.
 
 Every output is one chain of fused multiply-adds over the inputs in order, whatever the
 number of rows, so a row's result is bitwise the same alone or in any batch. The kernel is
@@ -71,11 +71,23 @@ _FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
 @functools.cache
 def library() -> ctypes.CDLL | None:
-    """The compiled kernel (built and checked once per process), or None where it cannot be."""
+    """The compiled kernels (built once per process, the linear ones checked), or None where
+    they cannot be."""
     compiler = os.environ.get("CC") or "cc"
     lib = build(compiler)
     if lib is not None and not _agrees(lib):
         logger.warning("localmodel: the native linear kernel disagrees with torch; not used")
+        return None
+    return lib
+
+
+@functools.cache
+def attention() -> ctypes.CDLL | None:
+    """:func:`library` where its attention kernel (:func:`decode_attention`) also agrees with
+    SDPA (checked once per process), else None: the linear kernel is used either way."""
+    lib = library()
+    if lib is not None and not _attention_agrees(lib, torch.Generator().manual_seed(0)):
+        logger.warning("localmodel: the native attention kernel disagrees with SDPA; not used")
         return None
     return lib
 
@@ -263,10 +275,9 @@ def _checked(failed: int, y: torch.Tensor) -> torch.Tensor:
 
 
 def _agrees(lib: ctypes.CDLL) -> bool:
-    """Whether the kernels compute what torch does on awkward shapes: ``F.linear`` with
-    outputs not a multiple of a tile, rows past a chunk of the transposed inputs, a bias, one
-    row, float32 and int8; SDPA over scattered slots of different lengths with
-    grouped-query heads and a head size not a multiple of 16."""
+    """Whether the linear kernels compute ``F.linear`` on awkward shapes: outputs not a
+    multiple of a tile, rows past a chunk of the transposed inputs, a bias, one row; float32
+    and int8."""
     generator = torch.Generator().manual_seed(0)
     weight = torch.randn(37, 45, generator=generator)
     q = torch.randint(-127, 128, (37, 45), generator=generator, dtype=torch.int8)
@@ -281,11 +292,13 @@ def _agrees(lib: ctypes.CDLL) -> bool:
         want8 = torch.nn.functional.linear(x, q.float() * scale[:, None], bias)
         if not (_close(got, want) and _close(got8, want8)):
             return False
-    return _attention_agrees(lib, generator)
+    return True
 
 
 def _attention_agrees(lib: ctypes.CDLL, generator: torch.Generator) -> bool:
-    """Over every page dtype, a head size the kernel specialises (64) and one it does not."""
+    """Whether the attention kernel computes SDPA over scattered slots of different lengths
+    with grouped-query heads: every page dtype, a head size it specialises (64) and one it
+    does not (20)."""
     lengths = torch.tensor([5, 1, 17])
     slots = torch.stack([torch.randperm(40, generator=generator)[:17] for _ in range(3)])
     for dim in (20, 64):

@@ -118,11 +118,12 @@ def test_on_the_native_kernel_a_decode_next_to_a_prefill_is_bitwise_alone(kind: 
 def test_without_the_native_kernel_decodes_attend_by_sdpa_as_exactly(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No C compiler (``kernel.library()`` is None): float32 decodes are gathered and padded
-    for one SDPA call, and the compositions hold as on the kernel."""
+    """No attention kernel (no C compiler, or it failed its check: ``kernel.attention()`` is
+    None): float32 decodes are gathered and padded for one SDPA call, and the compositions
+    hold as on the kernel."""
     from localmodel import kernel
 
-    monkeypatch.setattr(kernel, "library", lambda: None)
+    monkeypatch.setattr(kernel, "attention", lambda: None)
     model = _tiny("llama", 512)
     make_cache = _paged(model)
     caches = [make_cache(), make_cache()]

@@ -245,6 +245,25 @@ def test_the_portable_paths_for_older_compilers_compute_the_same() -> None:
     lib = kernel.build("cc -DCACHEGATE_NO_FLOAT16 -DCACHEGATE_OLD_SHUFFLE")
     assert lib is not None
     assert kernel._agrees(lib)
+    assert kernel._attention_agrees(lib, torch.Generator().manual_seed(3))
+
+
+def test_an_attention_kernel_that_disagrees_is_not_used_and_the_linear_one_still_is(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The two checks at load are apart: attention failing its check leaves batched decodes
+    on SDPA (``kernel.attention()`` is None, the log says why) and the linear kernel in use."""
+    monkeypatch.setattr(kernel, "_attention_agrees", lambda lib, generator: False)
+    kernel.attention.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="cachegate.localmodel"):
+            assert kernel.attention() is None
+        assert "attention kernel disagrees with SDPA" in caplog.text
+        assert kernel.library() is not None
+        with torch.inference_mode():
+            assert isinstance(NativeLinear(nn.Linear(8, 4)), NativeLinear)
+    finally:
+        kernel.attention.cache_clear()
 
 
 def _attention_args(
