@@ -11,11 +11,11 @@ decoder-only architecture whose attention is scaled dot-product (not only Llama-
   attends to;
 * an attention function registered with ``AttentionInterface`` under :data:`ATTENTION` that,
   given the ``batch=`` keyword, runs one attention call per group — all decoding sequences
-  together: on float32 or half-precision pages on the CPU (a float32 model), cachegate's kernel (``localmodel.kernel``) reading
-  each one's K/V in place in the pages, else SDPA over their K/V padded to the longest with a
-  length mask; a prompt chunk alone, SDPA, causal, offset by what its sequence already holds
-  — and otherwise is plain ``sdpa`` (so the single-request path and every other caller of the
-  model are unchanged).
+  together: for a float32 model on float32 or half-precision pages on the CPU, cachegate's
+  kernel (``localmodel.kernel``) reading each one's K/V in place in the pages, else SDPA over
+  their K/V padded to the longest with a length mask; a prompt chunk alone, SDPA, causal,
+  offset by what its sequence already holds — and otherwise is plain ``sdpa`` (so the
+  single-request path and every other caller of the model are unchanged).
 
 The step is planned once (``BatchCache.__init__``: every new token's slot, every
 group's rows), so a layer costs a fixed number of tensor ops whatever the number of sequences.
@@ -223,8 +223,9 @@ class BatchCache(Cache):
             pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
         # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
         # by malloc, and its page faults cost more than the gather itself (measured)
-        if len(self.groups) == 1 and self.groups[0].native is not None:  # (nothing to gather)
-            return [(pool_k.view(H, N * P, D), pool_v.view(H, N * P, D))]
+        pages = (pool_k.view(H, N * P, D), pool_v.view(H, N * P, D))  # (read in place)
+        if not len(self._gather):  # every group attends in place: nothing to gather
+            return [pages] * len(self.groups)
         k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)
         v_all = torch.index_select(pool_v.view(H * N * P, D), 0, self._gather, out=self._v_buf)
         if self.pool.quantized:
@@ -235,8 +236,8 @@ class BatchCache(Cache):
         for group, k, v in zip(
             self.groups, k_all.split(self._sizes), v_all.split(self._sizes), strict=True
         ):
-            if group.native is not None:  # (read in place: the layer's pages)
-                kv.append((pool_k.view(H, N * P, D), pool_v.view(H, N * P, D)))
+            if group.native is not None:
+                kv.append(pages)
                 continue
             shape = (len(group.pieces), H, -1, D)  # [G, H, S, D]
             kv.append((k.view(shape), v.view(shape)))

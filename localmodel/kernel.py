@@ -14,10 +14,11 @@ against 23 and 58 ms for torch's int8 kernel on bfloat16 activations, and with f
 activations.
 
 ``ops.c`` holds a batched decode step's attention (:func:`decode_attention`, used by
-``localmodel.batch`` on float32, bfloat16 and float16 pages): each sequence's new token over its own K/V, read in
-place in the pages by slot, where torch needed a gather of every sequence's K/V and an SDPA
-call over them padded to the longest (measured for 8 sequences of ~100 tokens, the bundled
-model's heads: ~60 µs a layer against ~115 µs for SDPA alone; a step ~10% faster end to end).
+``localmodel.batch`` on float32, bfloat16 and float16 pages): each sequence's new token over
+its own K/V, read in place in the pages by slot, where torch needed a gather of every
+sequence's K/V and an SDPA call over them padded to the longest (measured for 8 sequences of
+~100 tokens, the bundled model's heads: ~60 µs a layer against ~115 µs for SDPA alone; a step
+~10% faster end to end).
 
 It is C, compiled once per process at first use by the system's C compiler (``$CC``, a
 command with its arguments as make reads it, else ``cc``) with ``-O3 -march=native`` into a
@@ -47,7 +48,9 @@ from importlib import resources
 import torch
 
 __all__ = [
+    "PAGE_DTYPES",
     "TILE",
+    "attention",
     "decode_attention",
     "library",
     "linear",
@@ -93,8 +96,8 @@ def attention() -> ctypes.CDLL | None:
 
 
 def build(compiler: str) -> ctypes.CDLL | None:
-    """Compile ``linear.c`` and ``ops.c`` with ``compiler`` (a command, arguments too, as make reads ``$CC``:
-    ``ccache gcc``) and load it; None (reason logged) on failure."""
+    """Compile ``linear.c`` and ``ops.c`` with ``compiler`` (a command, arguments too, as make
+    reads ``$CC``: ``ccache gcc``) and load them; None (reason logged) on failure."""
     command = _command(compiler)
     if not command or shutil.which(command[0]) is None:
         logger.info(
