@@ -19,8 +19,8 @@ torch thread count and at the other of 1 and 2. Its decode tokens/s is computed 
 function as the engine's (:func:`decode_tokens_per_s`). Without llama-cpp-python this part is
 skipped, and the section says how to install it.
 
-The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``onednn``, ``auto`` (at one
-torch thread: the native kernel), ``float16``, ``bfloat16``, ``int8``) are measured side by side in the same run, taking turns round after
+The ``weights`` settings (``localmodel.weights``: ``unpacked``, ``onednn``, ``auto`` (the
+native kernel), ``float16``, ``bfloat16``, ``int8``) are measured side by side in the same run, taking turns round after
 round so that the machine's noise falls on all of them: single-stream ms/token, each against
 the weight-read floor of its own bytes, single-stream TTFT, and 8-stream decode tokens/s. And
 the quality of those that round the weights: over ``--prompts`` chat prompts the float32
@@ -29,7 +29,9 @@ one decode step at a time (teacher forcing: the path decode takes) and its argma
 are compared with a float32 forward of the same tokens.
 
 The ``kv_dtype`` settings (``float32``, ``bfloat16``, ``int8`` pages) are measured the same way
-on the one model: single-stream ms/token and 8-stream decode tokens/s, taking turns.
+on the one model: single-stream ms/token and 8-stream decode tokens/s, taking turns. So is the
+``threads`` setting: the engine at 1 and 2 torch threads (single stream, 8 streams batched and
+one at a time, each against the weight-read floor measured at that many threads).
 """
 
 from __future__ import annotations
@@ -170,6 +172,47 @@ def kv_dtypes(engine: Engine, n_tokens: int) -> dict[str, dict[str, float]]:
     single = taking_turns(engines, 1, ("ms_per_token",), n_tokens, rounds=3)
     eight = taking_turns(engines, 8, ("decode_tokens_per_s", "ttft_p99_s"), n_tokens, rounds=3)
     return {name: single[name] | eight[name] for name in KV_DTYPES}
+
+
+def threads_side_by_side(engine: Engine, n_tokens: int, rounds: int) -> dict[int, dict[str, Any]]:
+    """The same engine at 1 and 2 torch threads (``threads``: torch's ops and the native
+    kernels' calls split over them), taking turns round after round: single-stream ms/token
+    and TTFT, 8 streams batched and one at a time, and the weight-read floor at each count
+    (the read measured at that many threads). Every measure has seeds of its own (no prefix
+    hit). Empty on a 1-CPU host."""
+    counts = (1, 2)
+    if (os.cpu_count() or 1) < 2:
+        return {}
+    before = torch.get_num_threads()
+    one_at_a_time = Engine(engine.model, engine.tokenizer, replace(engine.config, max_batch=1))
+    got: dict[int, dict[str, list[Any]]] = {n: {} for n in counts}
+    try:
+        for r in range(rounds):
+            for n in counts:
+                torch.set_num_threads(n)
+                seed = 20000 + 1000 * n + 10 * r
+                for name, e, streams in (("single", engine, 1), ("batched_8", engine, 8),
+                                         ("one_at_a_time_8", one_at_a_time, 8)):  # fmt: skip
+                    got[n].setdefault(name, []).append(measure(e, streams, n_tokens, seed))
+                    seed += 1
+                got[n].setdefault("bandwidth", []).append(read_bandwidth())
+    finally:
+        torch.set_num_threads(before)
+    out: dict[int, dict[str, Any]] = {}
+    for n, runs in got.items():
+        floor = weight_floor(engine.model, median(runs["bandwidth"]))
+        batched = median([m["decode_tokens_per_s"] for m in runs["batched_8"]])
+        alone = median([m["decode_tokens_per_s"] for m in runs["one_at_a_time_8"]])
+        out[n] = {
+            "ms_per_token": median([m["ms_per_token"] for m in runs["single"]]),
+            "ttft_s": median([m["ttft_p50_s"] for m in runs["single"]]),
+            "floor": floor,
+            "decode_8": batched,
+            "decode_8_one_at_a_time": alone,
+            "ratio_8": batched / alone,
+            "ttft_p99_8_s": median([m["ttft_p99_s"] for m in runs["batched_8"]]),
+        }
+    return out
 
 
 def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, Any]:
@@ -313,6 +356,7 @@ def run(
             "step_tokens": engine.config.step_tokens, "batched": batched,
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
             "kv_dtypes": kv_dtypes(engine, n_tokens),
+            "threads_side": threads_side_by_side(engine, n_tokens, rounds=2),
             "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens),
             "llama_cpp": llama_cpp, "loadavg_end": os.getloadavg()}  # fmt: skip
 
@@ -366,7 +410,54 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         *_weights_markdown(results["weights"], results["llama_cpp"]),
         "",
         *_kv_markdown(results["kv_dtypes"]),
+        "",
+        *_threads_markdown(results.get("threads_side", {})),
     ])  # fmt: skip
+
+
+def _threads_markdown(side: dict[int, dict[str, Any]]) -> list[str]:
+    """The ``threads`` table: the same engine at 1 and 2 threads, taking turns."""
+    if not side:
+        return []
+    rows = []
+    for n, f in sorted(side.items()):
+        floor = f["floor"]
+        rows.append([
+            n, f"{f['ms_per_token']:.1f}",
+            f"{floor['floor_ms']:.1f} ({floor['bandwidth_gb_s']:.1f} GB/s)",
+            f"{100 * floor['floor_ms'] / f['ms_per_token']:.0f}%", f"{1000 * f['ttft_s']:.0f}",
+            f"{f['decode_8']:.1f}", f"{f['decode_8_one_at_a_time']:.1f}",
+            f"**{f['ratio_8']:.2f}×**", f"{1000 * f['ttft_p99_8_s']:.0f}",
+        ])  # fmt: skip
+    one, two = side[1], side[2]
+    return [
+        "### `threads` side by side (same run, taking turns)",
+        "",
+        "The same engine at 1 and 2 torch threads (torch's ops, and each call of the native "
+        "kernels split over them), 2 rounds, medians; every measure on prompts of its own (no "
+        "prefix hit). The floor is the weights' bytes over the read speed measured at that "
+        "many threads. The 8-stream ratio is batched against one at a time at the same "
+        "thread count.",
+        "",
+        table(
+            [
+                "threads",
+                "single-stream ms/token",
+                "floor ms (read)",
+                "of the floor",
+                "TTFT p50 ms, one stream",
+                "decode tokens/s, 8 streams",
+                "one at a time",
+                "ratio",
+                "TTFT p99 ms, 8 streams",
+            ],
+            rows,
+        ),
+        "",
+        f"2 threads against 1: single stream **{one['ms_per_token'] / two['ms_per_token']:.2f}×**, "
+        f"TTFT **{one['ttft_s'] / two['ttft_s']:.2f}×**, 8-stream decode "
+        f"**{two['decode_8'] / one['decode_8']:.2f}×**.",
+    ]
 
 
 def _kv_markdown(kv: dict[str, dict[str, float]]) -> list[str]:
@@ -488,7 +579,7 @@ def _weights_markdown(weights: dict[str, Any], llama: dict[str, Any]) -> list[st
         "### `weights` settings side by side (same run, taking turns)",
         "",
         "`unpacked`: the float32 weights as loaded (MKL); `onednn`: the same weights "
-        "prepacked for oneDNN; `auto` (the default), here `native` (one torch thread): the "
+        "prepacked for oneDNN; `auto` (the default), here `native`: the "
         "same weights repacked in tiles of 16 output features for cachegate's own kernel "
         "(`localmodel/linear.c`, built at load); `float16`: weights stored in float16; `bfloat16`: "
         "weights and activations in bfloat16 on oneDNN (prepacked); `int8`: weight-only int8 "

@@ -314,9 +314,9 @@ class LocalModelConfig(_Base, frozen=True, tag="local", tag_field="backend"):
     #: per-channel K and per-token V scales, dequantised inside attention).
     kv_dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = "auto"
     #: How the linear layers' weights are kept: "auto" (on a CPU with a float32 model:
-    #: "native" where the kernel builds and torch runs one thread, else "onednn"; otherwise as
-    #: loaded), "native" (cachegate's own kernel, compiled here by the C compiler at start:
-    #: single-stream decode ~1.9x oneDNN's, batched ~1.3x, prefill on par; one thread),
+    #: "native" where the kernel builds, else "onednn"; otherwise as loaded), "native"
+    #: (cachegate's own kernel, compiled here by the C compiler at start, on torch's threads:
+    #: single-stream decode ~1.9x oneDNN's, batched ~1.3x, prefill on par at one thread),
     #: "onednn" (prepacked for oneDNN: batched decode ~1.5x MKL's), "unpacked"
     #: (as loaded) or "float16" (a float32 model on the CPU: half the bytes read per decoded
     #: token, ~2x faster single-stream decode; logits move by a few hundredths, and may depend

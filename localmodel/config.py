@@ -57,7 +57,8 @@ class EngineConfig:
         default_temperature, default_top_p, default_top_k: what a request that leaves these
             unset samples with; ``None`` takes the model's recommendation (its
             ``generation_config``; the bundled model's card: 0.2 and 0.9), else OpenAI's 1, 1, 0.
-        threads: torch intra-op threads on CPU (process-wide); ``None`` keeps torch's default.
+        threads: torch intra-op threads on CPU (process-wide), which the native kernels'
+            calls are split over too; ``None`` keeps torch's default.
         max_batch: requests decoded together (continuous batching); more wait to be admitted.
             1 serves one request at a time.
         step_tokens: tokens one batched forward pass takes: one per decoding request, the
@@ -71,10 +72,11 @@ class EngineConfig:
             pages to the model's dtype at every step. Only float32 keeps a warm prefix's logits
             within 1e-4 of a cold prefill; the others' drift is measured in ``make bench``.
         weights: how the linear layers' weights are kept (``localmodel.weights``). ``"auto"``:
-            on a CPU with a float32 model, ``"native"`` where its kernel builds and torch runs
-            one thread, else ``"onednn"``; otherwise as loaded. ``"native"``: cachegate's own
-            kernel (``localmodel.kernel``, compiled at load by the C compiler): single-stream
-            decode ~1.9× oneDNN's, batched ~1.3×, prefill on par; single-threaded.
+            on a CPU with a float32 model, ``"native"`` where its kernel builds, else
+            ``"onednn"``; otherwise as loaded. ``"native"``: cachegate's own kernel
+            (``localmodel.kernel``, compiled at load by the C compiler): single-stream decode
+            ~1.9× oneDNN's, batched ~1.3×, prefill on par (one thread); each call split over
+            torch's threads.
             ``"onednn"``: prepacked for oneDNN (batched decode ~1.5× faster than MKL,
             prefill ~1.2×). Both: the same arithmetic up to summation order. ``"unpacked"``:
             always as loaded. ``"float16"`` (a float32 model on the

@@ -16,7 +16,18 @@
  * Rows go through in chunks of RMAX, each chunk's inputs transposed first (xt[i][r]) so that a
  * step reads them in order; tiles are the outer loop, so each tile comes from memory once and
  * from cache for the other chunks. Vectors are GCC's generic vector extension: AVX-512, AVX2
- * or NEON registers, as the compiler targets the CPU it runs on (-march=native). */
+ * or NEON registers, as the compiler targets the CPU it runs on (-march=native).
+ *
+ * A call runs on `threads` threads (torch's intra-op threads, passed by kernel.py): its tiles
+ * split into contiguous ranges, one an OpenMP thread, each tile computed as on one thread, so
+ * the results do not depend on the thread count. Built with -fopenmp, the library uses the
+ * OpenMP runtime torch runs on (one pool of threads for both); built without, one thread. */
+#ifdef _OPENMP
+#include <omp.h>
+#else /* (built without OpenMP: its pragmas are ignored, each call runs on one thread) */
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_num_threads(void) { return 1; }
+#endif
 #include <stdlib.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -92,6 +103,9 @@ static const tile_fn F32[RMAX + 1] = {0, f32_1, f32_2, f32_3, f32_4, f32_5, f32_
 static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6};
 #endif
 
+/* Tiles a thread takes at least: fewer are not worth a thread. */
+#define MIN_TILES 4
+
 static __thread float *scratch; /* the transposed inputs, one buffer per thread, kept */
 static __thread long scratch_floats;
 
@@ -112,27 +126,52 @@ static const float *transposed(const float *x, long rows, long in) {
   return scratch;
 }
 
+/* One call's work: its tiles, split among threads by whole tiles. */
+struct job {
+  const tile_fn *fns;
+  const char *wp;
+  long tile_bytes;
+  const float *scale, *xt, *bias;
+  float *y;
+  long rows, in, out, tiles;
+};
+
+/* Part `part` of `parts` of the tiles (contiguous ranges). */
+static void tiles_part(const struct job *j, long part, long parts) {
+  for (long t = j->tiles * part / parts; t < j->tiles * (part + 1) / parts; ++t)
+    for (long c = 0; c < j->rows; c += RMAX) {
+      long n = j->rows - c < RMAX ? j->rows - c : RMAX;
+      j->fns[n](j->wp + t * j->tile_bytes, j->scale, j->xt + c * j->in, j->y + c * j->out,
+                j->bias, j->in, j->out, t * 16);
+    }
+}
+
 static int run(const tile_fn *fns, const char *wp, long tile_bytes, const float *scale,
-               const float *x, float *y, const float *bias, long rows, long in, long out) {
+               const float *x, float *y, const float *bias, long rows, long in, long out,
+               int threads) {
   if (rows == 0) return 0; /* nothing to compute (nor a buffer to take: a new thread has none) */
   const float *xt = transposed(x, rows, in);
   if (!xt) return -1;
-  for (long t = 0; t < (out + 15) / 16; ++t)
-    for (long c = 0; c < rows; c += RMAX) {
-      long n = rows - c < RMAX ? rows - c : RMAX;
-      fns[n](wp + t * tile_bytes, scale, xt + c * in, y + c * out, bias, in, out, t * 16);
-    }
+  struct job j = {fns, wp, tile_bytes, scale, xt, bias, y, rows, in, out, (out + 15) / 16};
+  long parts = j.tiles / MIN_TILES < threads ? j.tiles / MIN_TILES : threads;
+  if (parts <= 1) {
+    tiles_part(&j, 0, 1);
+    return 0;
+  }
+#pragma omp parallel num_threads(parts)
+  tiles_part(&j, omp_get_thread_num(), omp_get_num_threads());
   return 0;
 }
 
 /* 0 on success, -1 if the scratch buffer cannot be allocated. bias may be NULL. */
 int cachegate_linear_f32(const float *wp, const float *x, float *y, const float *bias,
-                         long rows, long in, long out) {
-  return run(F32, (const char *)wp, in * 16 * (long)sizeof(float), 0, x, y, bias, rows, in, out);
+                         long rows, long in, long out, int threads) {
+  return run(F32, (const char *)wp, in * 16 * (long)sizeof(float), 0, x, y, bias, rows, in, out,
+             threads);
 }
 
 /* The same with int8 tiles and scale[] padded to whole tiles (ceil(out/16) * 16 floats). */
 int cachegate_linear_q8(const signed char *wp, const float *scale, const float *x, float *y,
-                        const float *bias, long rows, long in, long out) {
-  return run(Q8, (const char *)wp, in * 16, scale, x, y, bias, rows, in, out);
+                        const float *bias, long rows, long in, long out, int threads) {
+  return run(Q8, (const char *)wp, in * 16, scale, x, y, bias, rows, in, out, threads);
 }

@@ -110,10 +110,7 @@ _STORED = {"float16": use_half_weights, "bfloat16": use_bfloat16_weights, "int8"
 
 def _float32_weights(model: Any, weights: str) -> None:
     """``weights: auto / native / onednn`` (``unpacked``: nothing to do)."""
-    # NOTE: the native kernel runs on one thread; with more, oneDNN's threaded products win
-    native = weights == "native" or (
-        weights == "auto" and torch.get_num_threads() == 1 and can_use_native(model)
-    )
+    native = weights == "native" or (weights == "auto" and can_use_native(model))
     try:
         if native:
             logger.info(

@@ -6,8 +6,16 @@
  * read in place from the pages by slot. As torch ops, a decode step's attention is, in each
  * layer, a gather of every sequence's K and V out of the pages (padded to the longest) and an
  * SDPA call over them. Here it is one call with no copy and no padding, so a sequence's
- * result does not depend on the others in the batch. */
+ * result does not depend on the others in the batch. A call runs on `threads` threads (as
+ * linear.c's), its (sequence, query head) pairs dealt among them, each computed as on one
+ * thread. */
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#else /* (built without OpenMP: its pragmas are ignored, each call runs on one thread) */
+static inline int omp_get_thread_num(void) { return 0; }
+static inline int omp_get_num_threads(void) { return 1; }
+#endif
 #include <stdlib.h>
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -116,6 +124,17 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y, const 
 
 static __thread float *scores; /* one sequence's attention scores, one buffer per thread */
 static __thread long scores_floats;
+
+/* This thread's scores buffer with room for n floats (kept for its next call); NULL if out of
+ * memory. */
+static float *scores_for(long n) {
+  if (scores_floats < n) {
+    free(scores);
+    scores = malloc(sizeof(float) * n);
+    scores_floats = scores ? n : 0;
+  }
+  return scores;
+}
 
 /* Lane sums of 16 vectors, a[i]'s in lane rev4(i) (rev4: the 4-bit reversal), so a caller
  * that fills a[i] with key rev4(i) gets key i's sum in lane i: four rounds of pairing halves,
@@ -232,34 +251,37 @@ static int valid(long slots_per_head, const long *slots, const long *lengths, lo
   return 1;
 }
 
+/* (Sequence, query head) pairs a thread takes at least: fewer are not worth a thread. */
+#define MIN_HEADS 8
+
 /* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
  * `kind` (0 float32, 1 bfloat16, 2 float16); slots: [G, S], sequence g's K/V at
  * slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head h / (Hq / Hkv)
- * (grouped-query attention). 0 on success, -1 if out of memory, -2 if the arguments are not
- * what `valid` takes (nothing read or written). */
+ * (grouped-query attention). On up to `threads` threads. 0 on success, -1 if out of memory,
+ * -2 if the arguments are not what `valid` takes (nothing read or written). */
 int cachegate_decode_attention(const float *q, const void *keys, const void *values, int kind,
                                long slots_per_head, const long *slots, const long *lengths,
                                long G, long S, long Hq, long Hkv, long D, float scale,
-                               float *out) {
+                               float *out, int threads) {
   if (kind < F32 || kind > F16 || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D))
     return -2;
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
-  if (scores_floats < padded) {
-    free(scores);
-    scores = malloc(sizeof(float) * padded);
-    scores_floats = scores ? padded : 0;
-    if (!scores) return -1;
-  }
-  long group = Hq / Hkv;
-  for (long g = 0; g < G; ++g) {
-    const long *slot = slots + g * S;
-    long n = lengths[g];
-    for (long h = 0; h < Hq; ++h) {
-      long head = (h / group) * slots_per_head * D * BYTES[kind]; /* its K/V head, bytes */
-      HEADS[kind](D, q + (g * Hq + h) * D, (const char *)keys + head,
-                  (const char *)values + head, slot, n, scale, scores, out + (g * Hq + h) * D);
+  long items = G * Hq, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
+  if (parts < 1) parts = 1;
+  int failed = 0;
+#pragma omp parallel num_threads(parts) if (parts > 1) reduction(| : failed)
+  {
+    float *buffer = scores_for(padded);
+    long part = omp_get_thread_num(), step = omp_get_num_threads();
+    /* (sequence, query head) pairs dealt round-robin: sequences of different lengths mix */
+    for (long i = part; buffer && i < items; i += step) {
+      long g = i / Hq, h = i % Hq;
+      long head = (h / (Hq / Hkv)) * slots_per_head * D * BYTES[kind]; /* its K/V head, bytes */
+      HEADS[kind](D, q + i * D, (const char *)keys + head, (const char *)values + head,
+                  slots + g * S, lengths[g], scale, buffer, out + i * D);
     }
+    failed |= !buffer;
   }
-  return 0;
+  return failed ? -1 : 0;
 }

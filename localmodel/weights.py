@@ -9,10 +9,11 @@ step of the bundled model put 88% of it in ``aten::mm``, at ~12 GB/s. Every opti
 in their classes; the two that keep the most precision:
 
 ``weights: auto`` → :class:`NativeLinear` where cachegate's own kernel builds on this machine
-(``localmodel.kernel``) and torch runs one intra-op thread: each weight repacked once into
+(``localmodel.kernel``; each call split over torch's threads): each weight repacked once into
 tiles the kernel streams at close to the memory's read speed, ~1.5× oneDNN's speed on a
 single-stream decode step's products (1.9× the whole step), ~1.3× at 8 rows, on par on
-prefill; a row's product is bitwise the same alone or batched. Otherwise (no C compiler, several threads) → :class:`PackedLinear`
+prefill (at one thread); a row's product is bitwise the same alone or batched. Otherwise (no
+C compiler) → :class:`PackedLinear`
 (``weights: onednn``, where oneDNN is available): each weight prepacked once into oneDNN's
 blocked layout. MKL's GEMM gets slower per row on 4–16 rows; oneDNN with packed weights is
 ~1.5× faster there (batched decode), ~1.2× at 64 rows and on par at one. Both: the same
@@ -50,7 +51,7 @@ float16 copy.
 Example::
 
     if can_use_native(model):
-        use_native_weights(model)     # what the loader does for weights: auto (one thread)
+        use_native_weights(model)     # what the loader does for weights: auto
     elif can_pack(model):
         use_packed_weights(model)     # ... weights: onednn
     saved = use_half_weights(model)   # or, on a float32 model as loaded: weights: float16

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, LocalModelConfig, load_config_text
-from gateway.local import LocalBackend, available_cpus
+from gateway.local import LocalBackend
 from tests.conftest import Gateway
 
 STORY = (
@@ -232,9 +232,8 @@ def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> N
         ]
         assert answers[0] and answers[0] == answers[1]
     backends = gw.http.get("/admin/stats").json()["backends"]
-    # weights: auto: the native kernel where the engine runs one thread (all CPUs but one)
-    one_thread = max(1, available_cpus() - 1) == 1
-    assert backends["strict"]["weights"] == ("native" if one_thread else "onednn-packed")
+    # weights: auto: the native kernel (on the engine's threads: all CPUs but one)
+    assert backends["strict"]["weights"] == "native"
     assert backends["half"]["weights"] == "float16"
 
 

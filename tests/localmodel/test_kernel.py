@@ -4,12 +4,14 @@ a row's result does not depend on its batch, and without a compiler the load say
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -248,6 +250,31 @@ def test_the_portable_paths_for_older_compilers_compute_the_same() -> None:
     assert kernel._attention_agrees(lib, torch.Generator().manual_seed(3))
 
 
+def test_without_openmp_it_is_built_single_threaded_and_computes_the_same(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """A compiler without OpenMP (``-fopenmp`` refused), or an OpenMP runtime other than
+    torch's coming in with the library (two pools of threads would take the cores from each
+    other): built again without it, the log says why, and it passes the checks at load."""
+    refuses = _script(
+        tmp_path / "cc", 'case "$*" in *-fopenmp*) echo "no -fopenmp here" >&2; exit 1;; esac\n'
+        'exec cc "$@"',
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
+        lib = kernel.build(refuses)
+    assert lib is not None
+    assert "built without OpenMP" in caplog.text and "no -fopenmp here" in caplog.text
+    with _torch_threads(2):
+        assert kernel._agrees(lib)
+        assert kernel._attention_agrees(lib, torch.Generator().manual_seed(4))
+    caplog.clear()
+    seen = iter([{"/usr/lib/libgomp.so.1"}, {"/usr/lib/libgomp.so.1", "/opt/libiomp5.so"}])
+    monkeypatch.setattr(kernel, "_openmp_runtimes", lambda: next(seen))
+    with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
+        assert kernel.build("cc") is not None
+    assert "not the one torch runs on" in caplog.text
+
+
 def test_an_attention_kernel_that_disagrees_is_not_used_and_the_linear_one_still_is(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -329,3 +356,115 @@ def test_decode_attention_refuses_what_it_would_read_out_of_bounds(
     valid = _attention_args()
     got = kernel.decode_attention(lib, **valid, scale=0.25)
     assert got.shape == (3, 4, 16) and got.isfinite().all()
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _with(args: tuple[int, ...], out: int) -> tuple[int, ...]:
+    """A linear kernel's arguments after the weight: ``args`` with the output pointer in
+    second place, then torch's thread count."""
+    return (args[0], out, *args[2:], torch.get_num_threads())
+
+
+def _into_nan(call: Callable[[int], object], shape: tuple[int, ...], threads: int) -> torch.Tensor:
+    """A kernel's output written over NaN at ``threads`` threads (``call(out_ptr)`` runs it):
+    an output no thread computes stays NaN."""
+    out = torch.full(shape, float("nan"))
+    with _torch_threads(threads):
+        assert call(out.data_ptr()) == 0
+    return out
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_the_kernels_split_over_threads_compute_bitwise_what_one_thread_does(
+    lib: Any, threads: int
+) -> None:
+    """At more than one torch thread a call splits its outputs among that many threads
+    (OpenMP, torch's own pool): whole tiles of a linear layer (39 of them: not a multiple of
+    2, 3 or 4), whole (sequence, query head) pairs of the attention (8 sequences of different
+    lengths, 9 heads). Every output is computed, each by one thread in the order one thread
+    computes it, so the results are bitwise those of one thread, for float32 and int8 tiles,
+    rows past a chunk of the transposed inputs, and float32 and bfloat16 pages."""
+    torch.manual_seed(threads)
+    out, inner = 39 * 16 - 3, 96
+    packed = kernel.pack(torch.randn(out, inner))
+    packed8, scales = kernel.pack_q8(
+        torch.randint(-127, 128, (out, inner), dtype=torch.int8), torch.rand(out) / 100
+    )
+    bias = torch.randn(out)
+    for rows in (1, 7, 23):
+        x = torch.randn(rows, inner)
+        sizes = (x.data_ptr(), 0, bias.data_ptr(), rows, inner, out)
+        for call in (
+            lambda y, s=sizes: lib.cachegate_linear_f32(packed.data_ptr(), *_with(s, y)),
+            lambda y, s=sizes: lib.cachegate_linear_q8(
+                packed8.data_ptr(), scales.data_ptr(), *_with(s, y)
+            ),
+        ):
+            one = _into_nan(call, (rows, out), 1)
+            assert one.isfinite().all()
+            assert torch.equal(_into_nan(call, (rows, out), threads), one), rows
+    lengths = torch.tensor([1, 40, 7, 200, 16, 3, 99, 120])
+    slots = torch.stack([torch.randperm(300)[:200] for _ in lengths])
+    q = torch.randn(8, 9, 64)
+    for pages in (torch.float32, torch.bfloat16):
+        keys, values = torch.randn(3, 300, 64).to(pages), torch.randn(3, 300, 64).to(pages)
+        attend = lambda y, k=keys, v=values: lib.cachegate_decode_attention(  # noqa: E731
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), kernel.PAGE_DTYPES[k.dtype], 300,
+            slots.data_ptr(), lengths.data_ptr(), 8, 200, 9, 3, 64, 0.125, y,
+            torch.get_num_threads(),
+        )  # fmt: skip
+        one = _into_nan(attend, (8, 9, 64), 1)
+        assert one.isfinite().all()
+        assert torch.equal(_into_nan(attend, (8, 9, 64), threads), one)
+        with _torch_threads(threads):  # the Python entry point passes torch's thread count
+            got = kernel.decode_attention(lib, q, keys, values, slots, lengths, 0.125)
+        assert torch.equal(got, one)
+
+
+def test_the_kernels_run_on_the_openmp_runtime_torch_runs_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One pool of threads for torch's ops and the kernels: built with OpenMP here, the
+    library brought no OpenMP runtime of its own into the process (torch's wheel ships
+    libgomp, which it binds to)."""
+    before = kernel._openmp_runtimes()
+    assert any(Path(p).is_relative_to(Path(torch.__file__).parent) for p in before), before
+    with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
+        assert kernel.build("cc") is not None
+    assert "without OpenMP" not in caplog.text
+    assert kernel._openmp_runtimes() == before
+
+
+def test_kernel_calls_from_several_threads_at_once_each_get_their_own_result(lib: Any) -> None:
+    """Two engines' workers (each its own thread, each splitting its calls over 2 threads)
+    call the kernels at the same time: every result is what the call computes alone."""
+    torch.manual_seed(0)
+    layer = NativeLinear(nn.Linear(96, 613))
+    inputs = [torch.randn(5, 96) for _ in range(4)]
+    with torch.inference_mode():
+        want = [layer(x) for x in inputs]
+    failures: list[str] = []
+
+    def work(i: int) -> None:
+        torch.set_num_threads(2)
+        with torch.inference_mode():
+            for _ in range(200):
+                if not torch.equal(layer(inputs[i]), want[i]):
+                    failures.append(f"caller {i}")
+                    return
+
+    callers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert failures == []

@@ -78,14 +78,23 @@ def test_auto_on_one_thread_puts_every_linear_on_the_native_kernel_with_the_same
             assert diff.max() < 1e-3  # summation order only (measured 1e-4 over 40 tokens)
 
 
-def test_auto_on_several_threads_keeps_onednn() -> None:
+def test_auto_on_several_threads_runs_the_native_kernel_on_them(bundled: LoadedModel) -> None:
+    """At more than one torch thread ``auto`` is still the native kernel (it splits each call
+    over torch's threads), and the model computes what it does on one thread."""
+    ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         loaded = _load("auto")
+        with torch.inference_mode():
+            logits = loaded.model(input_ids=ids).logits
     finally:
         torch.set_num_threads(before)
-    assert in_use(loaded.model) == "onednn-packed"  # the native kernel runs one thread
+    assert in_use(loaded.model) == "native"
+    with torch.inference_mode():
+        want = bundled.model(input_ids=ids).logits
+    assert torch.allclose(logits, want, rtol=0, atol=1e-5)  # (the kernels' part: bitwise)
+    assert torch.equal(logits[0, -1].argmax(), want[0, -1].argmax())
 
 
 def test_a_packed_layer_computes_what_nn_linear_does() -> None:
