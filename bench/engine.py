@@ -40,10 +40,12 @@ import argparse
 import asyncio
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -56,6 +58,8 @@ from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
 from localmodel.loader import load
 from localmodel.weights import in_use
+
+_T = TypeVar("_T")
 
 PROMPT_TOKENS = 64
 #: one stream: TTFT, tokens, decode ms/token, end (seconds from the submit)
@@ -195,7 +199,7 @@ def threads_side_by_side(engine: Engine, n_tokens: int, rounds: int) -> dict[int
                                          ("one_at_a_time_8", one_at_a_time, 8)):  # fmt: skip
                     got[n].setdefault(name, []).append(measure(e, streams, n_tokens, seed))
                     seed += 1
-                got[n].setdefault("bandwidth", []).append(read_bandwidth())
+                got[n].setdefault("bandwidth", []).append(_on_a_thread(read_bandwidth))
     finally:
         torch.set_num_threads(before)
     out: dict[int, dict[str, Any]] = {}
@@ -247,9 +251,9 @@ def versus_llama_cpp(engine: Engine, n_tokens: int, rounds: int) -> dict[str, An
     counts = [threads, *(n for n in (1, 2) if n != threads and n <= (os.cpu_count() or 1))]
     n_ctx = max(256, PROMPT_TOKENS + n_tokens)
     repack = not llamacpp.repacking_crashes()
-    runners = {n: llamacpp.LlamaCpp(n, n_ctx, repack) for n in counts}
+    runners = {n: _on_a_thread(lambda n=n: llamacpp.LlamaCpp(n, n_ctx, repack)) for n in counts}
     for runner in runners.values():  # warm: the first evaluation allocates and repacks
-        runner.greedy(_prompts(1, seed=8999)[0], 4, time.perf_counter())
+        _on_a_thread(lambda r=runner: r.greedy(_prompts(1, seed=8999)[0], 4, time.perf_counter()))
     engine_8: list[dict[str, Any]] = []
     engine_1: list[dict[str, Any]] = []
     llama: dict[int, list[list[llamacpp.Timed]]] = {n: [] for n in counts}
@@ -260,7 +264,9 @@ def versus_llama_cpp(engine: Engine, n_tokens: int, rounds: int) -> dict[str, An
         engine_8.append(measure(engine, 8, n_tokens, seed=seed))
         for n, runner in runners.items():
             clock = time.perf_counter()
-            llama[n].append([runner.greedy(p, n_tokens, clock) for p in _prompts(8, seed)])
+            llama[n].append(_on_a_thread(
+                lambda r=runner, c=clock, s=seed: [r.greedy(p, n_tokens, c) for p in _prompts(8, s)]
+            ))  # fmt: skip
         engine_1.append(measure(engine, 1, n_tokens, seed=seed + 500))
     load.append(os.getloadavg()[0])
     return {
@@ -335,7 +341,7 @@ def run(
     baseline = [measure(one_at_a_time, c, n_tokens, seed=c) for c in levels if c > 1]
     llama_cpp = versus_llama_cpp(engine, n_tokens, llama_rounds)
     engines = {name: engine if name == "auto" else variant(engine, name) for name in WEIGHTS}
-    bandwidth = read_bandwidth()  # once: the floors differ by their bytes only
+    bandwidth = _on_a_thread(read_bandwidth)  # once: the floors differ by their bytes only
     floors = {name: weight_floor(engines[name].model, bandwidth)
               for name in ("unpacked", "float16", "int8")}  # fmt: skip
     # packed weights: the same bytes as their unpacked dtype's
@@ -617,7 +623,11 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="1 and 8 streams, 16 tokens")
     parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--threads", type=int, default=1,
+        help="torch CPU threads (above 1, the sections after the first two run with the main "
+        "thread's OpenMP team alive: see _on_a_thread; the threads section compares 1 and 2)",
+    )  # fmt: skip
     parser.add_argument("--prompts", type=int, default=40, help="rounded weights' quality")
     parser.add_argument("--data-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
@@ -633,6 +643,24 @@ def main(argv: list[str] | None = None) -> str:
         llama_rounds=2 if quick else 3,
     )
     return publish("engine", results, markdown(results, command("engine", argv)), not args.no_doc)
+
+
+def _on_a_thread(work: Callable[[], _T]) -> _T:
+    """``work()`` on a thread of its own, which ends with it.
+
+    NOTE: a thread that runs OpenMP regions of more than one thread (torch's ops, the native
+    kernels, llama.cpp's) keeps a team of OpenMP threads while it lives; once the process has
+    more of them than CPUs, libgomp's waiting threads stop spinning between regions and every
+    region wakes them from sleep (measured here: a 2-thread engine's products 1.5x slower after
+    llama.cpp had run on the main thread). The engine's measures run on threads of their own
+    (``AsyncEngine``), so does everything else multi-threaded here."""
+    done: list[_T] = []
+    thread = threading.Thread(target=lambda: done.append(work()))
+    thread.start()
+    thread.join()
+    if not done:
+        raise RuntimeError("bench.engine: the work on its own thread failed (see above)")
+    return done[0]
 
 
 def _covered(spans: list[tuple[float, float]]) -> float:

@@ -37,7 +37,13 @@ at any thread count. The split is an OpenMP parallel region, and the library lin
 OpenMP runtime torch has loaded (``libgomp.so.1``, the same name): one pool of threads serves
 torch's ops and these kernels. (A pool of the kernels' own was tried first: its workers,
 waiting between calls, and torch's, waiting between ops, took the cores from each other, and a
-prefill at two threads took 4× as long as at one.) Measured over the bundled model's 211
+prefill at two threads took 4× as long as at one.) NOTE: libgomp's threads spin between
+regions (so the next call of a step finds them awake) only while the process holds no more
+OpenMP threads than CPUs: every thread that has run a region of more than one thread keeps
+a team for as long as it lives. Where another long-lived thread does (llama.cpp on the main
+thread, in a benchmark), they sleep between regions and each call pays a wake-up: measured,
+a 2-thread engine's products 1.5× slower. cachegate's embedder and verifier run one thread
+each, and the engine's worker is the thread that runs the model. Measured over the bundled model's 211
 weight shapes on this project's 2-core CPU, 1 → 2 threads: 23 → 18 ms at one row, 31 → 22 ms
 at 8 rows, 56 → 31 ms at 16, 672 → 356 ms at 256 (torch's MKL at 2 threads: 47, 61, 71 and
 422 ms).
