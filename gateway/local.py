@@ -23,6 +23,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
 
+import torch
+
 from localmodel import (
     AsyncEngine,
     Completion,
@@ -35,6 +37,7 @@ from localmodel import (
     SamplingError,
     SamplingParams,
     TextDelta,
+    kernel,
 )
 from localmodel.weights import in_use as weights_in_use
 from semantic._daemon import on_daemon_thread
@@ -269,10 +272,12 @@ class LocalBackend:
             return {"loaded": False, "error": repr(self._error) if self._error else None}
         stats = self._engine.engine.stats
         cache = stats.prefix
+        weights = weights_in_use(self._engine.engine.model)
         out: dict[str, Any] = {
             "loaded": True,
             "pending": self._engine.pending,
-            "weights": weights_in_use(self._engine.engine.model),
+            "weights": weights,
+            **self._threads(weights),
             "prefix_cache": {
                 "queried_tokens": cache.queried_tokens,
                 "hit_tokens": cache.hit_tokens,
@@ -294,6 +299,15 @@ class LocalBackend:
         if stats.break_even is not None:
             out["prefix_disk_break_even"] = stats.break_even.as_dict()
         return out
+
+    def _threads(self, weights: str) -> dict[str, int | None]:
+        """``threads``: the engine's torch threads; ``kernel_threads``: what a call of the
+        native kernels runs on (1 where they were built without OpenMP), None where the model
+        does not run on them (GPU, oneDNN, half or bfloat16 weights)."""
+        threads = self.engine_config.threads or torch.get_num_threads()
+        native = weights in ("native", "int8")
+        return {"threads": threads,
+                "kernel_threads": kernel.threads_per_call(threads) if native else None}  # fmt: skip
 
     def flush_prefix_cache(self) -> int:
         """Drop every cached prefix (admin); returns the bytes freed."""

@@ -74,6 +74,7 @@ __all__ = [
     "linear_q8",
     "pack",
     "pack_q8",
+    "threads_per_call",
     "unpack",
 ]
 
@@ -110,6 +111,16 @@ def attention() -> ctypes.CDLL | None:
         logger.warning("localmodel: the native attention kernel disagrees with SDPA; not used")
         return None
     return lib
+
+
+def threads_per_call(threads: int) -> int | None:
+    """How many threads a kernel call runs on where torch runs ``threads``: ``threads`` where
+    the library is built with OpenMP, 1 where it is built without; None where it is not
+    built."""
+    lib = library()
+    if lib is None:
+        return None
+    return threads if lib.cachegate_openmp() else 1
 
 
 def build(compiler: str, openmp: bool = True) -> ctypes.CDLL | None:
@@ -187,6 +198,8 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
         + [ctypes.c_long] * 5 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     )  # fmt: skip
     lib.cachegate_decode_attention.restype = ctypes.c_int
+    lib.cachegate_openmp.argtypes = []
+    lib.cachegate_openmp.restype = ctypes.c_int
     return lib
 
 

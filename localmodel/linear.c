@@ -163,6 +163,15 @@ static int run(const tile_fn *fns, const char *wp, long tile_bytes, const float 
   return 0;
 }
 
+/* 1 when built with OpenMP (calls split over their `threads`), else 0 (one thread a call). */
+int cachegate_openmp(void) {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 /* 0 on success, -1 if the scratch buffer cannot be allocated. bias may be NULL. */
 int cachegate_linear_f32(const float *wp, const float *x, float *y, const float *bias,
                          long rows, long in, long out, int threads) {

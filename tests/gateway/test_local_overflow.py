@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, LocalModelConfig, load_config_text
-from gateway.local import LocalBackend
+from gateway.local import LocalBackend, available_cpus
 from tests.conftest import Gateway
 
 STORY = (
@@ -232,9 +232,12 @@ def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> N
         ]
         assert answers[0] and answers[0] == answers[1]
     backends = gw.http.get("/admin/stats").json()["backends"]
-    # weights: auto: the native kernel (on the engine's threads: all CPUs but one)
+    # weights: auto: the native kernel, each call on the engine's threads (all CPUs but one)
     assert backends["strict"]["weights"] == "native"
+    threads = max(1, available_cpus() - 1)
+    assert backends["strict"]["threads"] == backends["strict"]["kernel_threads"] == threads
     assert backends["half"]["weights"] == "float16"
+    assert backends["half"]["threads"] == threads and backends["half"]["kernel_threads"] is None
 
 
 @pytest.mark.parametrize(

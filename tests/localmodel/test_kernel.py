@@ -264,6 +264,10 @@ def test_without_openmp_it_is_built_single_threaded_and_computes_the_same(
         lib = kernel.build(refuses)
     assert lib is not None
     assert "built without OpenMP" in caplog.text and "no -fopenmp here" in caplog.text
+    assert lib.cachegate_openmp() == 0
+    monkeypatch.setattr(kernel, "library", lambda: lib)
+    assert kernel.threads_per_call(4) == 1  # (what /admin/stats reports as kernel_threads)
+    monkeypatch.undo()
     with _torch_threads(2):
         assert kernel._agrees(lib)
         assert kernel._attention_agrees(lib, torch.Generator().manual_seed(4))
@@ -442,6 +446,7 @@ def test_the_kernels_run_on_the_openmp_runtime_torch_runs_on(
         assert kernel.build("cc") is not None
     assert "without OpenMP" not in caplog.text
     assert kernel._openmp_runtimes() == before
+    assert kernel.threads_per_call(4) == 4
 
 
 def test_kernel_calls_from_several_threads_at_once_each_get_their_own_result(lib: Any) -> None:
