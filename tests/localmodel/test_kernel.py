@@ -438,10 +438,10 @@ def test_the_kernels_run_on_the_openmp_runtime_torch_runs_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """One pool of threads for torch's ops and the kernels: built with OpenMP here, the
-    library brought no OpenMP runtime of its own into the process (torch's wheel ships
-    libgomp, which it binds to)."""
+    library brought no OpenMP runtime of its own into the process (it binds to the
+    ``libgomp.so.1`` torch loaded: its wheel ships one)."""
     before = kernel._openmp_runtimes()
-    assert any(Path(p).is_relative_to(Path(torch.__file__).parent) for p in before), before
+    assert any(Path(p).name == "libgomp.so.1" for p in before), before
     with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
         assert kernel.build("cc") is not None
     assert "without OpenMP" not in caplog.text
