@@ -158,8 +158,14 @@ static int run(const tile_fn *fns, const char *wp, long tile_bytes, const float 
     tiles_part(&j, 0, 1);
     return 0;
   }
-#pragma omp parallel num_threads(parts)
-  tiles_part(&j, omp_get_thread_num(), omp_get_num_threads());
+  /* On the whole pool (`threads`, torch's teams' size), the tiles dealt to `parts` of them:
+   * libgomp ends the threads a smaller team leaves out, and the next larger region (torch's
+   * ops) starts new ones. */
+#pragma omp parallel num_threads(threads)
+  {
+    long team = omp_get_num_threads() < parts ? omp_get_num_threads() : parts;
+    if (omp_get_thread_num() < team) tiles_part(&j, omp_get_thread_num(), team);
+  }
   return 0;
 }
 

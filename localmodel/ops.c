@@ -270,10 +270,12 @@ int cachegate_decode_attention(const float *q, const void *keys, const void *val
   long items = G * Hq, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
   if (parts < 1) parts = 1;
   int failed = 0;
-#pragma omp parallel num_threads(parts) if (parts > 1) reduction(| : failed)
+  /* (on the whole pool, the pairs dealt to `parts` of its threads: as linear.c's run) */
+#pragma omp parallel num_threads(parts > 1 ? threads : 1) if (parts > 1) reduction(| : failed)
   {
-    float *buffer = scores_for(padded);
-    long part = omp_get_thread_num(), step = omp_get_num_threads();
+    long part = omp_get_thread_num();
+    long step = omp_get_num_threads() < parts ? omp_get_num_threads() : parts;
+    float *buffer = part < step ? scores_for(padded) : 0;
     /* (sequence, query head) pairs dealt round-robin: sequences of different lengths mix */
     for (long i = part; buffer && i < items; i += step) {
       long g = i / Hq, h = i % Hq;
@@ -281,7 +283,7 @@ int cachegate_decode_attention(const float *q, const void *keys, const void *val
       HEADS[kind](D, q + i * D, (const char *)keys + head, (const char *)values + head,
                   slots + g * S, lengths[g], scale, buffer, out + i * D);
     }
-    failed |= !buffer;
+    failed |= part < step && !buffer;
   }
   return failed ? -1 : 0;
 }

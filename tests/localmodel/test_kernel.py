@@ -473,3 +473,32 @@ def test_kernel_calls_from_several_threads_at_once_each_get_their_own_result(lib
     for caller in callers:
         caller.join()
     assert failures == []
+
+
+def _native_threads() -> set[int]:
+    """The ids of this process's threads (Linux)."""
+    return {int(tid.name) for tid in Path("/proc/self/task").iterdir()}
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="lists threads on Linux only")
+def test_small_calls_keep_the_pool_of_threads_torch_runs_on(lib: Any) -> None:
+    """A call too small for every thread (a layer of 10 tiles, 3 sequences' attention) still
+    runs on the whole pool: libgomp ends the threads a smaller team leaves out and starts new
+    ones at the next larger region (torch's ops, a large layer), so every such call would end
+    and start threads, and each ended thread's scores buffer would leak."""
+    torch.manual_seed(0)
+    big, small = NativeLinear(nn.Linear(64, 64 * 16)), NativeLinear(nn.Linear(64, 10 * 16))
+    x, args = torch.randn(2, 64), _attention_args(heads=8, kv_heads=2)
+    with _torch_threads(4), torch.inference_mode():
+
+        def step() -> None:
+            big(x)
+            small(x)
+            big(x)
+            kernel.decode_attention(lib, **args, scale=0.25)
+
+        step()
+        before = _native_threads()
+        for _ in range(20):
+            step()
+        assert _native_threads() == before
