@@ -129,8 +129,9 @@ def build(compiler: str, openmp: bool = True) -> ctypes.CDLL | None:
 
     With ``openmp`` (the default) they are built with ``-fopenmp`` first, and kept so only if
     they bound to the OpenMP runtime torch already runs on (no other one was loaded with
-    them); otherwise, or where the compiler has no OpenMP, built again without it: each call
-    then runs on the calling thread alone."""
+    them); otherwise, where the compiler has no OpenMP, or where no runtime of torch's is
+    seen (none mapped, or ``/proc/self/maps`` unreadable: not Linux), built without it: each
+    call then runs on the calling thread alone."""
     command = _command(compiler)
     if not command or shutil.which(command[0]) is None:
         logger.info(
@@ -139,7 +140,12 @@ def build(compiler: str, openmp: bool = True) -> ctypes.CDLL | None:
         return None
     if openmp:
         before = _openmp_runtimes()
-        lib, failure = _compile(command, ("-fopenmp",))
+        # (none seen: torch runs none, or they cannot be listed; either way not one to bind to)
+        lib, failure = (
+            _compile(command, ("-fopenmp",))
+            if before
+            else (None, "no OpenMP runtime of torch's seen")
+        )
         if lib is not None and not _openmp_runtimes() - before:
             return _declared(lib)
         why = failure or "its OpenMP runtime is not the one torch runs on"

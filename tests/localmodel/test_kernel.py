@@ -279,6 +279,21 @@ def test_without_openmp_it_is_built_single_threaded_and_computes_the_same(
     assert "not the one torch runs on" in caplog.text
 
 
+def test_where_torchs_openmp_runtime_is_not_seen_it_is_built_without_openmp(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Where the runtimes mapped in cannot be listed (no ``/proc/self/maps``: macOS, where
+    Homebrew's gcc links libgomp and torch runs libomp), nothing shows which runtime a
+    ``-fopenmp`` build would bind to: the library is built without OpenMP, the log says why."""
+    calls = tmp_path / "calls"
+    logged = _script(tmp_path / "cc", f'echo "$*" >> {shlex.quote(str(calls))}\nexec cc "$@"')
+    monkeypatch.setattr(kernel, "_openmp_runtimes", set)
+    with caplog.at_level(logging.INFO, logger="cachegate.localmodel"):
+        assert kernel.build(logged) is not None
+    assert "built without OpenMP" in caplog.text
+    assert "-fopenmp" not in calls.read_text().splitlines()[-1]
+
+
 def test_an_attention_kernel_that_disagrees_is_not_used_and_the_linear_one_still_is(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
