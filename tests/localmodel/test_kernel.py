@@ -516,4 +516,4 @@ def test_small_calls_keep_the_pool_of_threads_torch_runs_on(lib: Any) -> None:
         before = _native_threads()
         for _ in range(20):
             step()
-        assert _native_threads() == before
+        assert _native_threads() - before == set()  # no thread started again
