@@ -28,6 +28,7 @@
 static inline int omp_get_thread_num(void) { return 0; }
 static inline int omp_get_num_threads(void) { return 1; }
 #endif
+#include <pthread.h>
 #include <stdlib.h>
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -108,6 +109,10 @@ static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6};
 
 static __thread float *scratch; /* the transposed inputs, one buffer per thread, kept */
 static __thread long scratch_floats;
+static pthread_key_t scratch_key; /* frees a thread's buffer when it ends */
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static int scratch_keyed; /* (no key left: the buffer is kept as before) */
+static void scratch_key_create(void) { scratch_keyed = !pthread_key_create(&scratch_key, free); }
 
 /* x transposed in chunks of RMAX rows (one row: x itself); NULL if out of memory. */
 static const float *transposed(const float *x, long rows, long in) {
@@ -116,6 +121,8 @@ static const float *transposed(const float *x, long rows, long in) {
     free(scratch);
     scratch = malloc(sizeof(float) * rows * in);
     scratch_floats = scratch ? rows * in : 0;
+    pthread_once(&scratch_once, scratch_key_create);
+    if (scratch_keyed) pthread_setspecific(scratch_key, scratch);
     if (!scratch) return 0;
   }
   for (long c = 0; c < rows; c += RMAX) {

@@ -16,6 +16,7 @@
 static inline int omp_get_thread_num(void) { return 0; }
 static inline int omp_get_num_threads(void) { return 1; }
 #endif
+#include <pthread.h>
 #include <stdlib.h>
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -124,6 +125,10 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y, const 
 
 static __thread float *scores; /* one sequence's attention scores, one buffer per thread */
 static __thread long scores_floats;
+static pthread_key_t scores_key; /* frees a thread's buffer when it ends (as linear.c's) */
+static pthread_once_t scores_once = PTHREAD_ONCE_INIT;
+static int scores_keyed; /* (no key left: the buffer is kept as before) */
+static void scores_key_create(void) { scores_keyed = !pthread_key_create(&scores_key, free); }
 
 /* This thread's scores buffer with room for n floats (kept for its next call); NULL if out of
  * memory. */
@@ -132,6 +137,8 @@ static float *scores_for(long n) {
     free(scores);
     scores = malloc(sizeof(float) * n);
     scores_floats = scores ? n : 0;
+    pthread_once(&scores_once, scores_key_create);
+    if (scores_keyed) pthread_setspecific(scores_key, scores);
   }
   return scores;
 }
