@@ -655,11 +655,19 @@ def _on_a_thread(work: Callable[[], _T]) -> _T:
     llama.cpp had run on the main thread). The engine's measures run on threads of their own
     (``AsyncEngine``), so does everything else multi-threaded here."""
     done: list[_T] = []
-    thread = threading.Thread(target=lambda: done.append(work()))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as exc:  # (raised again on the caller's thread)
+            failed.append(exc)
+
+    thread = threading.Thread(target=run)
     thread.start()
     thread.join()
-    if not done:
-        raise RuntimeError("bench.engine: the work on its own thread failed (see above)")
+    if failed:
+        raise failed[0]
     return done[0]
 
 

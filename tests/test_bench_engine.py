@@ -4,11 +4,19 @@
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 import pytest
 
-from bench.engine import _kv_markdown, _llama_markdown, decode_tokens_per_s, versus_llama_cpp
+from bench.engine import (
+    _kv_markdown,
+    _llama_markdown,
+    _on_a_thread,
+    _threads_markdown,
+    decode_tokens_per_s,
+    versus_llama_cpp,
+)
 
 
 def test_one_stream_is_tokens_after_the_first_over_the_time_after_the_first() -> None:
@@ -100,3 +108,36 @@ def test_the_kv_dtype_table_compares_each_dtype_with_float32_pages() -> None:
     text = "\n".join(_kv_markdown(kv))
     assert "| `float32` | 100.0 | 1.00× | 40.0 | **1.00×** | 1500 |" in text
     assert "| `int8` | 125.0 | 0.80× | 30.0 | **0.75×** | 1500 |" in text
+
+
+def test_work_on_a_thread_of_its_own_gives_back_its_result_or_its_exception() -> None:
+    """``bench.engine._on_a_thread`` (llama.cpp's calls, the bandwidth read): the result, or the
+    work's own exception raised on the caller's thread, on a thread that has ended."""
+    seen: list[threading.Thread] = []
+
+    def work() -> int:
+        seen.append(threading.current_thread())
+        return 7
+
+    assert _on_a_thread(work) == 7
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+
+    def fails() -> int:
+        raise KeyError("the work's own")
+
+    with pytest.raises(KeyError, match="the work's own"):
+        _on_a_thread(fails)
+
+
+def test_the_threads_table_puts_each_count_beside_its_own_floor_and_baseline() -> None:
+    def figures(ms: float, floor_ms: float, decode: float, alone: float) -> dict[str, Any]:
+        return {"ms_per_token": ms, "ttft_s": 0.2, "decode_8": decode,
+                "decode_8_one_at_a_time": alone, "ratio_8": decode / alone, "ttft_p99_8_s": 1.0,
+                "floor": {"floor_ms": floor_ms, "bandwidth_gb_s": 30.0}}  # fmt: skip
+
+    text = "\n".join(_threads_markdown({1: figures(40.0, 20.0, 100.0, 25.0),
+                                        2: figures(32.0, 16.0, 150.0, 30.0)}))  # fmt: skip
+    assert "| 1 | 40.0 | 20.0 (30.0 GB/s) | 50% | 200 | 100.0 | 25.0 | **4.00×** | 1000 |" in text
+    assert "| 2 | 32.0 | 16.0 (30.0 GB/s) | 50% | 200 | 150.0 | 30.0 | **5.00×** | 1000 |" in text
+    assert "single stream **1.25×**" in text and "8-stream decode **1.50×**" in text
+    assert _threads_markdown({}) == []  # (a 1-CPU host: no section)
