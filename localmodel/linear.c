@@ -107,24 +107,36 @@ static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6};
 /* Tiles a thread takes at least: fewer are not worth a thread. */
 #define MIN_TILES 4
 
-static __thread float *scratch; /* the transposed inputs, one buffer per thread, kept */
-static __thread long scratch_floats;
-static pthread_key_t scratch_key; /* frees a thread's buffer when it ends */
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
-static int scratch_keyed; /* (no key left: the buffer is kept as before) */
-static void scratch_key_create(void) { scratch_keyed = !pthread_key_create(&scratch_key, free); }
+/* The kernels' per-thread float buffers: 0, this file's transposed inputs; 1, ops.c's
+ * attention scores. Each is kept for its thread's next call, and held under a pthread key too,
+ * whose destructor frees it when the thread ends (where no key can be created, it is kept). */
+enum { BUFFERS = 2 };
+static __thread float *buffers[BUFFERS];
+static __thread long buffer_floats[BUFFERS];
+static pthread_key_t buffer_keys[BUFFERS];
+static int buffer_keyed[BUFFERS];
+static pthread_once_t buffer_once = PTHREAD_ONCE_INIT;
+static void buffer_keys_create(void) {
+  for (int b = 0; b < BUFFERS; ++b) buffer_keyed[b] = !pthread_key_create(&buffer_keys[b], free);
+}
+
+/* This thread's buffer `b` with room for n floats; NULL if out of memory. */
+float *cachegate_thread_buffer(int b, long n) {
+  if (buffer_floats[b] < n) {
+    free(buffers[b]);
+    buffers[b] = malloc(sizeof(float) * n);
+    buffer_floats[b] = buffers[b] ? n : 0;
+    pthread_once(&buffer_once, buffer_keys_create);
+    if (buffer_keyed[b]) pthread_setspecific(buffer_keys[b], buffers[b]);
+  }
+  return buffers[b];
+}
 
 /* x transposed in chunks of RMAX rows (one row: x itself); NULL if out of memory. */
 static const float *transposed(const float *x, long rows, long in) {
   if (rows == 1) return x; /* one row: its own order is already [i][r] */
-  if (scratch_floats < rows * in) {
-    free(scratch);
-    scratch = malloc(sizeof(float) * rows * in);
-    scratch_floats = scratch ? rows * in : 0;
-    pthread_once(&scratch_once, scratch_key_create);
-    if (scratch_keyed) pthread_setspecific(scratch_key, scratch);
-    if (!scratch) return 0;
-  }
+  float *scratch = cachegate_thread_buffer(0, rows * in);
+  if (!scratch) return 0;
   for (long c = 0; c < rows; c += RMAX) {
     long n = rows - c < RMAX ? rows - c : RMAX;
     for (long i = 0; i < in; ++i)

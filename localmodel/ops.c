@@ -16,7 +16,6 @@
 static inline int omp_get_thread_num(void) { return 0; }
 static inline int omp_get_num_threads(void) { return 1; }
 #endif
-#include <pthread.h>
 #include <stdlib.h>
 
 typedef float v16 __attribute__((vector_size(64)));
@@ -123,25 +122,9 @@ static inline __attribute__((always_inline)) void axpy(float *restrict y, const 
   for (long i = 0; i < n; ++i) y[i] += a * load1(row, i, kind);
 }
 
-static __thread float *scores; /* one sequence's attention scores, one buffer per thread */
-static __thread long scores_floats;
-static pthread_key_t scores_key; /* frees a thread's buffer when it ends (as linear.c's) */
-static pthread_once_t scores_once = PTHREAD_ONCE_INIT;
-static int scores_keyed; /* (no key left: the buffer is kept as before) */
-static void scores_key_create(void) { scores_keyed = !pthread_key_create(&scores_key, free); }
-
-/* This thread's scores buffer with room for n floats (kept for its next call); NULL if out of
- * memory. */
-static float *scores_for(long n) {
-  if (scores_floats < n) {
-    free(scores);
-    scores = malloc(sizeof(float) * n);
-    scores_floats = scores ? n : 0;
-    pthread_once(&scores_once, scores_key_create);
-    if (scores_keyed) pthread_setspecific(scores_key, scores);
-  }
-  return scores;
-}
+/* This thread's buffer b with room for n floats (linear.c: kept for the thread's next call,
+ * freed when it ends); NULL if out of memory. Buffer 1 holds one sequence's attention scores. */
+float *cachegate_thread_buffer(int b, long n);
 
 /* Lane sums of 16 vectors, a[i]'s in lane rev4(i) (rev4: the 4-bit reversal), so a caller
  * that fills a[i] with key rev4(i) gets key i's sum in lane i: four rounds of pairing halves,
@@ -282,7 +265,7 @@ int cachegate_decode_attention(const float *q, const void *keys, const void *val
   {
     long part = omp_get_thread_num();
     long step = omp_get_num_threads() < parts ? omp_get_num_threads() : parts;
-    float *buffer = part < step ? scores_for(padded) : 0;
+    float *buffer = part < step ? cachegate_thread_buffer(1, padded) : 0;
     /* (sequence, query head) pairs dealt round-robin: sequences of different lengths mix */
     for (long i = part; buffer && i < items; i += step) {
       long g = i / Hq, h = i % Hq;
