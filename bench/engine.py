@@ -31,13 +31,17 @@ are compared with a float32 forward of the same tokens.
 The ``kv_dtype`` settings (``float32``, ``bfloat16``, ``int8`` pages) are measured the same way
 on the one model: single-stream ms/token and 8-stream decode tokens/s, taking turns. So is the
 ``threads`` setting: the engine at 1 and 2 torch threads (single stream, 8 streams batched and
-one at a time, each against the weight-read floor measured at that many threads).
+one at a time, each against the weight-read floor measured at that many threads). And the
+decoder layers as ``localmodel.lean`` runs them against transformers' own (single stream, each
+measure followed at once by a read of the memory's speed for its share of the floor; 8-stream
+decode).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import threading
@@ -56,6 +60,7 @@ from bench.report import command, median, percentile, publish, run_header, table
 from localmodel import AsyncEngine, Engine, Finished, SamplingParams
 from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
+from localmodel.lean import original_layers
 from localmodel.loader import load
 from localmodel.weights import in_use
 
@@ -219,6 +224,32 @@ def threads_side_by_side(engine: Engine, n_tokens: int, rounds: int) -> dict[int
     return out
 
 
+def lean_side_by_side(engine: Engine, n_tokens: int, rounds: int) -> dict[str, dict[str, Any]]:
+    """The engine's decoder layers as ``localmodel.lean`` runs them and as transformers does
+    (``original_layers``), taking turns round after round: single-stream ms/token and TTFT,
+    8-stream decode tokens/s. Each single-stream measure is followed by a read of the
+    memory's speed, so its share of the weight-read floor is taken at the same time (the
+    machine's read speed moves between minutes: 24–32 GB/s seen on one core here)."""
+    got: dict[str, dict[str, list[Any]]] = {name: {} for name in LAYERS}
+    for r in range(rounds):
+        for name in LAYERS:
+            with contextlib.ExitStack() as stack:
+                if name == "transformers":
+                    stack.enter_context(original_layers(engine.model))
+                seed = 30000 + 1000 * LAYERS.index(name) + 10 * r
+                single = measure(engine, 1, n_tokens, seed)
+                floor = weight_floor(engine.model, _on_a_thread(read_bandwidth))
+                eight = measure(engine, 8, n_tokens, seed + 1)
+            runs = got[name]
+            runs.setdefault("ms_per_token", []).append(single["ms_per_token"])
+            runs.setdefault("ttft_s", []).append(single["ttft_p50_s"])
+            runs.setdefault("floor_ms", []).append(floor["floor_ms"])
+            runs.setdefault("share", []).append(floor["floor_ms"] / single["ms_per_token"])
+            runs.setdefault("decode_8", []).append(eight["decode_tokens_per_s"])
+    return {name: {f: median(v) for f, v in runs.items()} | {"shares": runs["share"]}
+            for name, runs in got.items()}  # fmt: skip
+
+
 def hf_generate_batch(engine: Engine, streams: int, n_tokens: int) -> dict[str, Any]:
     """transformers' own continuous batching (``generate_batch``, paged attention) on the same
     prompts as :func:`measure` at ``streams`` streams; a fresh copy of the model as loaded."""
@@ -326,6 +357,8 @@ WEIGHTS = ("unpacked", "onednn", "auto", "float16", "bfloat16", "int8")
 ROUNDED = ("float16", "bfloat16", "int8")
 #: the pages' dtypes measured side by side (``float32`` is what ``auto`` means on a CPU)
 KV_DTYPES = ("float32", "bfloat16", "int8")
+#: The decoder layers side by side: as localmodel.lean runs them, as transformers does.
+LAYERS = ("lean", "transformers")
 
 
 def run(
@@ -363,6 +396,7 @@ def run(
             "one_at_a_time": baseline, "floor": floors["unpacked"], "weights": weights,
             "kv_dtypes": kv_dtypes(engine, n_tokens),
             "threads_side": threads_side_by_side(engine, n_tokens, rounds=2),
+            "lean": lean_side_by_side(engine, n_tokens, rounds=3),
             "hf_generate_batch": hf_generate_batch(engine, 8, n_tokens),
             "llama_cpp": llama_cpp, "loadavg_end": os.getloadavg()}  # fmt: skip
 
@@ -418,6 +452,8 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         *_kv_markdown(results["kv_dtypes"]),
         "",
         *_threads_markdown(results.get("threads_side", {})),
+        "",
+        *_lean_markdown(results.get("lean", {})),
     ])  # fmt: skip
 
 
@@ -464,6 +500,34 @@ def _threads_markdown(side: dict[int, dict[str, Any]]) -> list[str]:
         f"TTFT **{one['ttft_s'] / two['ttft_s']:.2f}×**, 8-stream decode "
         f"**{two['decode_8'] / one['decode_8']:.2f}×**.",
     ]
+
+
+def _lean_markdown(lean: dict[str, dict[str, Any]]) -> list[str]:
+    """The decoder-layers table: ``localmodel.lean`` against transformers' layers."""
+    if not lean:
+        return []
+    rows = [[f"`{name}`", f"{f['ms_per_token']:.1f}", f"{f['floor_ms']:.1f}",
+             f"**{100 * f['share']:.0f}%**", " / ".join(f"{100 * x:.0f}%" for x in f["shares"]),
+             f"{1000 * f['ttft_s']:.0f}", f"{f['decode_8']:.1f}"]
+            for name, f in lean.items()]  # fmt: skip
+    ours, theirs = lean["lean"], lean["transformers"]
+    return [
+        "### Decoder layers: `localmodel.lean` against transformers' (same run, taking turns)",
+        "",
+        "The same engine with its decoder layers as `localmodel.lean` runs them (the default "
+        "where they compute the same: q/k/v and gate/up as one product each, RMSNorm with its "
+        "residual add and RoPE in C) and as transformers does, 3 rounds, medians. Each "
+        "single-stream measure is followed at once by a read of the memory's speed: the "
+        "floor is the weights' bytes at that speed, the share is taken round by round.",
+        "",
+        table(["layers", "single-stream ms/token", "floor ms (read after it)", "of the floor",
+               "per round", "TTFT p50 ms, one stream", "decode tokens/s, 8 streams"], rows),
+        "",
+        f"`lean` against transformers' layers: single stream "
+        f"**{theirs['ms_per_token'] / ours['ms_per_token']:.2f}×**, TTFT "
+        f"**{theirs['ttft_s'] / ours['ttft_s']:.2f}×**, 8-stream decode "
+        f"**{ours['decode_8'] / theirs['decode_8']:.2f}×**.",
+    ]  # fmt: skip
 
 
 def _kv_markdown(kv: dict[str, dict[str, float]]) -> list[str]:

@@ -119,6 +119,14 @@ class BatchCache(Cache):
         self.dtype = dtype  # the model's: what attention reads
         self.groups = self._plan_groups()
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
+        only = self.groups[0] if len(self.groups) == 1 else None
+        #: a step of decoding pieces only, on float32 pages read in place: (slots, lengths)
+        self._decoding = (
+            only.native
+            if only is not None and len(only.pieces) == len(pieces)
+            and self.pool.keys.dtype is torch.float32 and kernel.attention() is not None
+            else None
+        )  # fmt: skip
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
@@ -128,6 +136,33 @@ class BatchCache(Cache):
         # NOTE: layers run one after another, so `kv` always holds the current layer's K/V.
         self.kv = self._write_and_gather(layer_idx, key_states[0], value_states[0])
         return key_states, value_states  # NOTE: unused; the attention reads `kv`
+
+    @property
+    def decoding(self) -> bool:
+        """Whether every piece decodes one token on float32 pages read in place (cachegate's
+        kernel), so that :meth:`decoder_layer` can run a layer."""
+        return self._decoding is not None
+
+    def decoder_layer(
+        self,
+        layer: int,
+        params: Any,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """``localmodel.lean``'s decode step: a whole Llama-shaped layer (``params``, from
+        ``kernel.layer_params``) in one kernel call (``kernel.decoder_layer``), its new K/V
+        written into the pages, past :meth:`update` and the attention function: ``x``
+        ``[G, hidden]`` in, ``[G, hidden]`` out. Only where :attr:`decoding`."""
+        lib = kernel.attention()
+        assert self._decoding is not None and lib is not None
+        slots, lengths = self._decoding
+        _, H, N, P, D = self.pool.keys.shape
+        keys = self.pool.keys[layer].view(H, N * P, D)
+        values = self.pool.values[layer].view(H, N * P, D)
+        return kernel.decoder_layer(lib, params, x, cos, sin, (keys, values),
+                                    (self._writes, slots, lengths))  # fmt: skip
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it

@@ -67,13 +67,19 @@ import torch
 __all__ = [
     "PAGE_DTYPES",
     "TILE",
+    "LayerParams",
     "attention",
     "decode_attention",
+    "decoder_layer",
+    "layer_params",
     "library",
     "linear",
     "linear_q8",
     "pack",
     "pack_q8",
+    "rms_norm",
+    "rope",
+    "silu_mul",
     "threads_per_call",
     "unpack",
 ]
@@ -86,7 +92,7 @@ PAGE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 #: Output features per tile of a packed weight.
 TILE = 16
 
-_SOURCES = ("linear.c", "ops.c")
+_SOURCES = ("linear.c", "ops.c", "layer.c")
 _FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
 
@@ -204,6 +210,17 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
         + [ctypes.c_long] * 5 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]
     )  # fmt: skip
     lib.cachegate_decode_attention.restype = ctypes.c_int
+    lib.cachegate_rms_norm.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 2 + [ctypes.c_float]
+    lib.cachegate_rms_norm.restype = None
+    pointer, size = ctypes.c_void_p, ctypes.c_long
+    lib.cachegate_rope.argtypes = [pointer, size, pointer, pointer, size, size, size]
+    lib.cachegate_rope.restype = None
+    lib.cachegate_decoder_layer.argtypes = (
+        [pointer] * 7 + [size] + [pointer] * 3 + [size, size, ctypes.c_int]
+    )
+    lib.cachegate_decoder_layer.restype = ctypes.c_int
+    lib.cachegate_silu_mul.argtypes = [pointer, pointer, size, size]
+    lib.cachegate_silu_mul.restype = None
     lib.cachegate_openmp.argtypes = []
     lib.cachegate_openmp.restype = ctypes.c_int
     return lib
@@ -275,6 +292,39 @@ def linear_q8(
     return _checked(failed, y)
 
 
+def rms_norm(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    delta: torch.Tensor | None = None,
+    h: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """RMSNorm of each row of ``x`` [rows, n] (float32, contiguous, on the CPU) scaled by
+    ``weight`` [n]: a new [rows, n]. With ``delta`` (like ``x``), the rows of ``x + delta``,
+    which are written into ``h`` (like ``x``; may be ``x`` itself) — the residual add of a
+    decoder layer and the norm after it in one call."""
+    y = torch.empty_like(x)
+    rows, n = x.shape
+    lib.cachegate_rms_norm(x.data_ptr(), None if delta is None else delta.data_ptr(),
+                           None if h is None else h.data_ptr(), weight.data_ptr(), y.data_ptr(),
+                           rows, n, eps)  # fmt: skip
+    return y
+
+
+def rope(
+    lib: ctypes.CDLL, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, d: int
+) -> None:
+    """Rotate, in place, the first ``heads`` heads of size ``d`` of each row of ``x`` [rows, …]
+    (float32, rows contiguous, on the CPU) by ``cos``, ``sin`` (the model's rotary embedding for
+    each row's position, ``rows · d`` float32, contiguous), rotate-half form."""
+    rows = x.shape[0]
+    if cos.numel() != rows * d or sin.numel() != rows * d or x.shape[1] < heads * d:
+        raise ValueError("localmodel: rope: cos, sin or the rows do not match")
+    cos, sin = cos.contiguous(), sin.contiguous()
+    lib.cachegate_rope(x.data_ptr(), x.stride(0), cos.data_ptr(), sin.data_ptr(), rows, heads, d)
+
+
 def decode_attention(
     lib: ctypes.CDLL,
     q: torch.Tensor,
@@ -307,6 +357,112 @@ def decode_attention(
             f"and each slot a sequence reads one of the {keys.shape[1]} of the pages"
         )
     return _checked(failed, out)
+
+
+class LayerParams(ctypes.Structure):
+    """``layer.c``'s ``struct cachegate_layer``: a Llama-shaped decoder layer's weights (tiles)
+    and sizes. Build with :func:`layer_params`, which keeps the tensors it points into."""
+
+    _fields_ = [
+        *[(name, ctypes.c_void_p) for name in (
+            "norm1", "norm2", "qkv", "qkv_bias", "o", "o_bias", "gate_up", "gate_up_bias",
+            "down", "down_bias")],
+        *[(name, ctypes.c_long) for name in (
+            "hidden", "heads", "kv_heads", "head_dim", "intermediate")],
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_float),
+    ]  # fmt: skip
+    tensors: tuple[torch.Tensor | None, ...]
+
+
+def layer_params(
+    norms: tuple[torch.Tensor, torch.Tensor],
+    eps: float,
+    tiles: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    biases: tuple[torch.Tensor | None, ...],
+    sizes: tuple[int, int, int, int, int],
+    scale: float,
+) -> LayerParams:
+    """A layer for :func:`decoder_layer`: the two norms' weights; the tiles (:func:`pack`) of
+    q|k|v stacked, o, gate|up stacked, down, and their biases (None: none); sizes (hidden,
+    heads, kv_heads, head_dim, intermediate). Every tensor float32, contiguous, on the CPU
+    (ValueError otherwise); the result holds them (the C side reads their memory)."""
+    hidden, heads, kv_heads, d, inter = sizes
+    qkv = (heads + 2 * kv_heads) * d
+    shapes = [(hidden,), (hidden,), ((qkv + 15) // TILE, hidden, TILE),
+              ((hidden + 15) // TILE, heads * d, TILE), ((2 * inter + 15) // TILE, hidden, TILE),
+              ((hidden + 15) // TILE, inter, TILE)]  # fmt: skip
+    outs = (qkv, hidden, 2 * inter, hidden)
+    for t, shape in zip((*norms, *tiles), shapes, strict=True):
+        if tuple(t.shape) != shape or t.dtype != torch.float32 or not t.is_contiguous():
+            raise ValueError(f"localmodel: layer_params: {tuple(t.shape)}, expected {shape}")
+    for b, n in zip(biases, outs, strict=True):
+        if b is not None and (tuple(b.shape) != (n,) or b.dtype != torch.float32
+                              or not b.is_contiguous()):  # fmt: skip
+            raise ValueError(f"localmodel: layer_params: a bias of {tuple(b.shape)}, not ({n},)")
+    ptr = [None if t is None else t.data_ptr() for t in (
+        norms[0], norms[1], tiles[0], biases[0], tiles[1], biases[1], tiles[2], biases[2],
+        tiles[3], biases[3])]  # fmt: skip
+    params = LayerParams(*ptr, hidden, heads, kv_heads, d, inter, eps, scale)
+    params.tensors = (*norms, *tiles, *biases)  # (kept alive with the struct)
+    return params
+
+
+def decoder_layer(
+    lib: ctypes.CDLL,
+    params: LayerParams,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    pages: tuple[torch.Tensor, torch.Tensor],
+    step: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+) -> torch.Tensor:
+    """A decode step of ``G`` sequences through one Llama-shaped layer in one call (``layer.c``).
+
+    ``x`` [G, hidden] (float32, contiguous): the residual stream; ``cos``, ``sin``: each
+    sequence's rotary embedding (``G · head_dim`` floats, contiguous); ``pages``: the layer's
+    float32 K and V pages, [kv_heads, slots, head_dim]; ``step``: ``writes`` [G], the slot
+    each new token's K/V go into, and ``slots`` [G, S], ``lengths`` [G] as
+    :func:`decode_attention` takes them, the new token's slot last (all int64). Returns the
+    layer's output [G, hidden]. Arguments out of bounds raise ValueError (nothing written)."""
+    keys, values = pages
+    writes, slots, lengths = step
+    G, d = x.shape[0], params.head_dim
+    ok = (
+        x.dim() == 2 and x.shape[1] == params.hidden and x.dtype == torch.float32
+        and x.is_contiguous() and cos.numel() == sin.numel() == G * d
+        and keys.dtype == values.dtype == torch.float32 and keys.is_contiguous()
+        and values.shape == keys.shape and keys.dim() == 3
+        and keys.shape[0] == params.kv_heads and keys.shape[2] == d
+        and writes.shape == (G,) and slots.dim() == 2 and slots.shape[0] == G
+        and lengths.shape == (G,)
+        and writes.dtype == slots.dtype == lengths.dtype == torch.int64
+        and writes.is_contiguous() and slots.is_contiguous() and lengths.is_contiguous()
+    )  # fmt: skip
+    if not ok:
+        raise ValueError("localmodel: decoder_layer: tensors not laid out as it takes them")
+    cos, sin = cos.contiguous(), sin.contiguous()
+    y = torch.empty_like(x)
+    failed = lib.cachegate_decoder_layer(
+        ctypes.byref(params), x.data_ptr(), y.data_ptr(), cos.data_ptr(), sin.data_ptr(),
+        keys.data_ptr(), values.data_ptr(), keys.shape[1], writes.data_ptr(), slots.data_ptr(),
+        lengths.data_ptr(), G, slots.shape[1], torch.get_num_threads(),
+    )  # fmt: skip
+    if failed == -2:
+        raise ValueError(
+            "localmodel: decoder_layer: lengths must be 1…S, each slot one of the pages', and "
+            "each write the sequence's last slot"
+        )
+    return _checked(failed, y)
+
+
+def silu_mul(lib: ctypes.CDLL, gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate) · up`` of each row of ``gate_up`` [rows, 2n] (float32, contiguous, on the
+    CPU; gate then up in each row): [rows, n]."""
+    rows, n = gate_up.shape[0], gate_up.shape[1] // 2
+    y = gate_up.new_empty((rows, n))
+    lib.cachegate_silu_mul(gate_up.data_ptr(), y.data_ptr(), rows, n)
+    return y
 
 
 def _check_attention(

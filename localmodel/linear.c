@@ -108,9 +108,9 @@ static const tile_fn Q8[RMAX + 1] = {0, q8_1, q8_2, q8_3, q8_4, q8_5, q8_6};
 #define MIN_TILES 4
 
 /* The kernels' per-thread float buffers: 0, this file's transposed inputs; 1, ops.c's
- * attention scores. Each is kept for its thread's next call, and held under a pthread key too,
+ * attention scores; 2, layer.c's decoder layer's activations. Each is kept for its thread's next call, and held under a pthread key too,
  * whose destructor frees it when the thread ends (where no key can be created, it is kept). */
-enum { BUFFERS = 2 };
+enum { BUFFERS = 3 };
 static __thread float *buffers[BUFFERS];
 static __thread long buffer_floats[BUFFERS];
 static pthread_key_t buffer_keys[BUFFERS];

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from localmodel.config import BUNDLED, EngineConfig
 from localmodel.fused import use_fused_norms
+from localmodel.lean import use_lean_layers
 from localmodel.sampling import OPENAI_DEFAULTS, SamplingDefaults
 from localmodel.weights import (
     can_pack,
@@ -154,6 +155,8 @@ def _load(config: EngineConfig) -> LoadedModel:
         _float32_weights(model, config.weights)
     if norms := use_fused_norms(model):
         logger.info("localmodel: %d RMSNorm layers as one fused op each", norms)
+    if layers := use_lean_layers(model):
+        logger.info("localmodel: %d decoder layers in fewer calls (localmodel.lean)", layers)
     logger.info(
         "localmodel: loaded %s on %s (%s) in %.2f s",
         path,

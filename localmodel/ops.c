@@ -8,7 +8,12 @@
  * SDPA call over them. Here it is one call with no copy and no padding, so a sequence's
  * result does not depend on the others in the batch. A call runs on `threads` threads (as
  * linear.c's), its (sequence, query head) pairs dealt among them, each computed as on one
- * thread. */
+ * thread.
+ *
+ * cachegate_decode_step: the same for a step of decoding sequences only (localmodel.lean, via
+ * localmodel.batch), each sequence's new K/V written into its slot of float32 pages first and
+ * its query read where the layer's projections left it: one call a layer where the write, the
+ * query's copy and the attention were ~10 tensor ops and ~70 µs of Python (measured). */
 #include <math.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -244,17 +249,10 @@ static int valid(long slots_per_head, const long *slots, const long *lengths, lo
 /* (Sequence, query head) pairs a thread takes at least: fewer are not worth a thread. */
 #define MIN_HEADS 8
 
-/* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
- * `kind` (0 float32, 1 bfloat16, 2 float16); slots: [G, S], sequence g's K/V at
- * slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head h / (Hq / Hkv)
- * (grouped-query attention). On up to `threads` threads. 0 on success, -1 if out of memory,
- * -2 if the arguments are not what `valid` takes (nothing read or written). */
-int cachegate_decode_attention(const float *q, const void *keys, const void *values, int kind,
-                               long slots_per_head, const long *slots, const long *lengths,
-                               long G, long S, long Hq, long Hkv, long D, float scale,
-                               float *out, int threads) {
-  if (kind < F32 || kind > F16 || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D))
-    return -2;
+/* The attention of cachegate_decode_attention, sequence g's query heads at q + g * q_stride. */
+static int attend(const float *q, long q_stride, const void *keys, const void *values, int kind,
+                  long slots_per_head, const long *slots, const long *lengths, long G, long S,
+                  long Hq, long Hkv, long D, float scale, float *out, int threads) {
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
   long items = G * Hq, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
@@ -270,10 +268,75 @@ int cachegate_decode_attention(const float *q, const void *keys, const void *val
     for (long i = part; buffer && i < items; i += step) {
       long g = i / Hq, h = i % Hq;
       long head = (h / (Hq / Hkv)) * slots_per_head * D * BYTES[kind]; /* its K/V head, bytes */
-      HEADS[kind](D, q + i * D, (const char *)keys + head, (const char *)values + head,
-                  slots + g * S, lengths[g], scale, buffer, out + i * D);
+      HEADS[kind](D, q + g * q_stride + h * D, (const char *)keys + head,
+                  (const char *)values + head, slots + g * S, lengths[g], scale, buffer,
+                  out + i * D);
     }
     failed |= part < step && !buffer;
   }
   return failed ? -1 : 0;
+}
+
+/* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
+ * `kind` (0 float32, 1 bfloat16, 2 float16); slots: [G, S], sequence g's K/V at
+ * slots[g][0 .. lengths[g]); out: [G, Hq, D]. Query head h reads K/V head h / (Hq / Hkv)
+ * (grouped-query attention). On up to `threads` threads. 0 on success, -1 if out of memory,
+ * -2 if the arguments are not what `valid` takes (nothing read or written). */
+int cachegate_decode_attention(const float *q, const void *keys, const void *values, int kind,
+                               long slots_per_head, const long *slots, const long *lengths,
+                               long G, long S, long Hq, long Hkv, long D, float scale,
+                               float *out, int threads) {
+  if (kind < F32 || kind > F16 || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D))
+    return -2;
+  return attend(q, Hq * D, keys, values, kind, slots_per_head, slots, lengths, G, S, Hq, Hkv, D,
+                scale, out, threads);
+}
+
+/* A decode step's attention in one layer, its new K/V written first: sequence g's row of the
+ * layer's projections is qkv + g * stride, [q (Hq heads) | k (Hkv heads) | v (Hkv heads)] of
+ * D floats each; its new token's K and V go into slot writes[g] of float32 pages keys,
+ * values ([Hkv, slots_per_head, D]), which must be slots[g][lengths[g] - 1]; then as
+ * cachegate_decode_attention, q read in place. Return values as it; -2 also if a write slot is
+ * not the sequence's last (nothing written). */
+int cachegate_decode_step(const float *qkv, long stride, float *keys, float *values,
+                          long slots_per_head, const long *writes, const long *slots,
+                          const long *lengths, long G, long S, long Hq, long Hkv, long D,
+                          float scale, float *out, int threads) {
+  if (!valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D) || stride < (Hq + 2 * Hkv) * D)
+    return -2;
+  for (long g = 0; g < G; ++g)
+    if (writes[g] != slots[g * S + lengths[g] - 1]) return -2;
+  for (long g = 0; g < G; ++g) {
+    const float *k = qkv + g * stride + Hq * D, *v = k + Hkv * D;
+    for (long h = 0; h < Hkv; ++h) {
+      float *kd = keys + (h * slots_per_head + writes[g]) * D;
+      float *vd = values + (h * slots_per_head + writes[g]) * D;
+      for (long i = 0; i < D; ++i) kd[i] = k[h * D + i], vd[i] = v[h * D + i];
+    }
+  }
+  return attend(qkv, stride, keys, values, F32, slots_per_head, slots, lengths, G, S, Hq, Hkv, D,
+                scale, out, threads);
+}
+
+/* y[r][i] = silu(gu[r][i]) * gu[r][n + i] (a gated MLP's activation: gate and up side by side in
+ * each row of gu [rows, 2n]; y [rows, n]), silu(g) = g * sigmoid(g), sigmoid from e^-|g|. */
+void cachegate_silu_mul(const float *gu, float *y, long rows, long n) {
+  for (long r = 0; r < rows; ++r) {
+    const float *g = gu + r * 2 * n, *u = g + n;
+    float *o = y + r * n;
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+      v16 gv = *(const v16u *)(g + i);
+      const i16 sign = (i16){0} + (int)0x80000000u;
+      v16 t = exp_neg((v16)((i16)gv | sign)); /* e^-|g| */
+      i16 positive = gv >= 0; /* lanes: -1 where g >= 0, else 0 */
+      v16 top = (v16)(((i16)((v16){0} + 1.f) & positive) | ((i16)t & ~positive));
+      v16 sig = top / (1.f + t);
+      *(v16u *)(o + i) = gv * sig * *(const v16u *)(u + i);
+    }
+    for (; i < n; ++i) {
+      float t = expf(-fabsf(g[i]));
+      o[i] = g[i] * ((g[i] >= 0 ? 1.f : t) / (1.f + t)) * u[i];
+    }
+  }
 }

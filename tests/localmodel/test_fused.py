@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from localmodel.fused import FusedRMSNorm, use_fused_norms
+from localmodel.lean import original_layers
 from localmodel.loader import LoadedModel
 
 
@@ -30,7 +31,8 @@ def test_the_bundled_models_norms_are_fused_with_the_same_logits(bundled: Loaded
     assert len(fused) == 30 * 2 + 1  # two a layer and the final one
     assert not any(type(m).__name__ == "LlamaRMSNorm" for m in bundled.model.modules())
     ids = bundled.tokenizer("The capital of France is", return_tensors="pt").input_ids
-    with torch.inference_mode():
+    # (transformers' layers, which call the norms: localmodel.lean's compute theirs in C)
+    with torch.inference_mode(), original_layers(bundled.model):
         got = bundled.model(input_ids=ids).logits
         for module in fused:  # the same forward through transformers' own norm
             module.forward = _as_loaded(module)  # type: ignore[method-assign]

@@ -1,0 +1,273 @@
+"""Llama-shaped decoder layers in fewer calls (``localmodel.lean``): swapped where they compute
+the same, kept where they do not, the model's logits and parameters unchanged, and the two
+small C ops (RMSNorm with its residual add, RoPE) against torch."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers.cache_utils import DynamicCache
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+from localmodel import kernel
+from localmodel.batch import Piece, forward
+from localmodel.fused import use_fused_norms
+from localmodel.lean import LeanDecoderLayer, original_layers, use_lean_layers
+from localmodel.loader import LoadedModel
+from localmodel.weights import use_native_weights
+
+LIB = kernel.library()
+pytestmark = pytest.mark.skipif(LIB is None, reason="no C compiler: the kernels are not built")
+
+
+def _llama(**overrides: Any) -> Any:
+    config = dict(
+        vocab_size=300, hidden_size=64, intermediate_size=160, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**(config | overrides))).eval()
+
+
+def _prepared(model: Any) -> Any:
+    """``model`` as the loader leaves it on a CPU: native weights, fused norms."""
+    use_native_weights(model)
+    use_fused_norms(model)
+    return model
+
+
+@torch.inference_mode()
+def _logits(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    """A prefill of all but the last 3 tokens, then 3 decode steps; every step's logits."""
+    cache = DynamicCache(config=model.config)
+    out = [model(input_ids=ids[:, :-3], cache=cache, use_cache=True).logits[0]]
+    for i in range(ids.shape[1] - 3, ids.shape[1]):
+        out.append(model(input_ids=ids[:, i : i + 1], cache=cache, use_cache=True).logits[0])
+    return torch.cat(out)
+
+
+def test_every_layer_of_a_llama_is_swapped_with_the_same_logits_and_parameters() -> None:
+    plain = _llama(attention_bias=True)  # (Qwen2-style biases on q, k, v and o)
+    model = _prepared(copy.deepcopy(plain))
+    names = [name for name, _ in model.named_parameters()]
+    keys = list(model.state_dict())
+    want = _logits(model, ids := torch.randint(0, 300, (1, 12)))
+    assert use_lean_layers(model) == 3
+    assert all(isinstance(layer, LeanDecoderLayer) for layer in model.model.layers)
+    got = _logits(model, ids)
+    assert (got - want).abs().max() < 1e-5 * want.abs().max()
+    assert (got - _logits(plain, ids)).abs().max() < 1e-4  # (and transformers' own model)
+    assert [name for name, _ in model.named_parameters()] == names
+    assert list(model.state_dict()) == keys
+    assert use_lean_layers(model) == 0  # (idempotent)
+
+
+def test_the_fused_products_read_the_projections_own_bytes_no_copy() -> None:
+    model = _prepared(_llama())
+    before = sum(p.numel() for p in model.parameters())
+    use_lean_layers(model)
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    base = layer.qkv.tiles.data_ptr()
+    step = layer.qkv.tiles[0].numel() * 4  # bytes a tile
+    assert attn.q_proj.packed.data_ptr() == base
+    assert attn.k_proj.packed.data_ptr() == base + attn.q_proj.packed.shape[0] * step
+    assert attn.v_proj.packed.data_ptr() == attn.k_proj.packed.data_ptr() + 2 * step
+    assert mlp.up_proj.packed.data_ptr() == layer.gate_up.tiles.data_ptr() + 10 * step
+    assert sum(p.numel() for p in model.parameters()) == before
+    x = torch.randn(3, 64)  # each projection alone still computes its own product
+    assert torch.allclose(attn.k_proj(x), x @ attn.k_proj.weight.T, atol=1e-5)
+
+
+def test_a_layer_that_is_not_llama_shaped_is_kept() -> None:
+    torch.manual_seed(0)
+    qwen3 = Qwen3ForCausalLM(Qwen3Config(
+        vocab_size=300, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    )).eval()  # fmt: skip  # (q and k are normed per head before RoPE: not a Llama layer)
+    assert use_lean_layers(_prepared(qwen3)) == 0
+    gelu = _prepared(_llama(hidden_act="gelu"))
+    assert use_lean_layers(gelu) == 0
+    unpacked = _llama()  # (its products on nn.Linear: nothing to fuse)
+    use_fused_norms(unpacked)
+    assert use_lean_layers(unpacked) == 0
+
+
+def test_a_layer_that_computes_otherwise_is_kept_with_its_own_tiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model = _prepared(_llama())
+    want = _logits(model, ids := torch.randint(0, 300, (1, 10)))
+    monkeypatch.setattr(kernel, "rope", lambda *args: None)  # a wrong rotation: no rotation
+    assert use_lean_layers(model) == 0
+    assert not any(isinstance(layer, LeanDecoderLayer) for layer in model.model.layers)
+    q, k = model.model.layers[0].self_attn.q_proj, model.model.layers[0].self_attn.k_proj
+    assert q.packed.untyped_storage().data_ptr() != k.packed.untyped_storage().data_ptr()
+    assert torch.equal(_logits(model, ids), want)
+
+
+def test_an_input_the_lean_path_does_not_take_runs_the_original_layer() -> None:
+    model = _prepared(_llama())
+    use_lean_layers(model)
+    layer = model.model.layers[0]
+    x = torch.randn(1, 4, 64, requires_grad=True)  # (gradients: transformers' path)
+    embeddings = model.model.rotary_emb(x, position_ids=torch.arange(4)[None])
+    got = layer(x, position_embeddings=embeddings)
+    want = layer.original(x, position_embeddings=embeddings)
+    assert got.requires_grad and torch.equal(got, want)
+
+
+def test_the_bundled_model_runs_lean_layers_with_its_logits(bundled: LoadedModel) -> None:
+    model = bundled.model
+    assert all(isinstance(layer, LeanDecoderLayer) for layer in model.model.layers)
+    ids = bundled.tokenizer("The capital of France is Paris. The capital of Italy is",
+                            return_tensors="pt").input_ids  # fmt: skip
+    got = _logits(model, ids)
+    with original_layers(model) as n:
+        assert n == 30 and not isinstance(model.model.layers[0], LeanDecoderLayer)
+        want = _logits(model, ids)
+    assert isinstance(model.model.layers[0], LeanDecoderLayer)
+    assert (got - want).abs().max() < 1e-4
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 37])
+def test_rms_norm_with_and_without_the_residual_add(rows: int) -> None:
+    generator = torch.Generator().manual_seed(rows)
+    x, delta = torch.randn(2, rows, 70, generator=generator) * 3  # (not a multiple of 16)
+    weight = torch.randn(70, generator=generator)
+    want = nn.functional.rms_norm(x, (70,), weight, 1e-5)
+    assert torch.allclose(kernel.rms_norm(LIB, x, weight, 1e-5), want, rtol=1e-5, atol=1e-6)
+    h = torch.full_like(x, float("nan"))
+    got = kernel.rms_norm(LIB, x, weight, 1e-5, delta, h)
+    assert torch.equal(h, x + delta)
+    want = nn.functional.rms_norm(x + delta, (70,), weight, 1e-5)
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    same = x.clone()  # (h may be x itself)
+    kernel.rms_norm(LIB, same, weight, 1e-5, delta, same)
+    assert torch.equal(same, x + delta)
+
+
+@pytest.mark.parametrize(("rows", "d"), [(1, 64), (6, 16), (3, 10)])
+def test_rope_rotates_q_and_k_in_place_as_transformers_does(rows: int, d: int) -> None:
+    generator = torch.Generator().manual_seed(d)
+    hq, hk = 4, 2
+    qkv = torch.randn(rows, (hq + 2 * hk) * d, generator=generator)
+    angles = torch.rand(1, rows, d // 2, generator=generator) * 6
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    q = qkv[:, : hq * d].view(1, rows, hq, d).transpose(1, 2)
+    k = qkv[:, hq * d : (hq + hk) * d].view(1, rows, hk, d).transpose(1, 2)
+    want_q, want_k = apply_rotary_pos_emb(q, k, cos, sin)
+    v = qkv[:, (hq + hk) * d :].clone()
+    kernel.rope(LIB, qkv, cos, sin, hq + hk, d)
+    assert torch.allclose(q, want_q, atol=1e-6) and torch.allclose(k, want_k, atol=1e-6)
+    assert torch.equal(qkv[:, (hq + hk) * d :], v)  # (v is not rotated)
+    with pytest.raises(ValueError, match="rope"):
+        kernel.rope(LIB, qkv, cos[..., : d // 2], sin, hq + hk, d)
+
+
+def test_eager_attention_which_transformers_does_not_register_runs_the_original_layer() -> None:
+    model = _prepared(_llama())
+    use_lean_layers(model)
+    ids = torch.randint(0, 300, (1, 9))
+    want = _logits(model, ids)
+    model.set_attn_implementation("eager")
+    got = _logits(model, ids)
+    with original_layers(model):
+        assert torch.allclose(got, _logits(model, ids), atol=0, rtol=0)
+    assert (got - want).abs().max() < 1e-4
+
+
+def _lean_tiny(kind: str) -> Any:
+    from tests.localmodel.test_batch import _tiny
+
+    model = _prepared(_tiny(kind, 512))
+    assert use_lean_layers(model) == 2
+    return model
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_lean_layers_batch_exactly_and_a_decode_step_is_one_call_bitwise_alone(kind: str) -> None:
+    """Batched steps of every composition equal cold forwards; a step of decodes only runs
+    each layer in one C call (checked bitwise against the layer's ops at the first such
+    step), so a decode alone equals, bitwise, the same decode next to a prefill chunk (which
+    runs the layer op by op)."""
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny(kind)
+    _check_compositions(model, 512, _paged(model))
+    assert [layer.one_call for layer in model.model.layers] == [True, True]
+    make_cache = _paged(model)
+    alone, batched, other = make_cache(), make_cache(), make_cache()
+    prompt = tuple(range(3, 20))
+    forward(model, [Piece(alone, prompt)])
+    forward(model, [Piece(batched, prompt)])
+    want = forward(model, [Piece(alone, (7,))])[0]  # (one call a layer)
+    got = forward(model, [Piece(batched, (7,)), Piece(other, tuple(range(30, 60)))])[0]
+    assert torch.equal(got, want)
+    want = forward(model, [Piece(alone, (8,))])[0]
+    got = forward(model, [Piece(other, (9,)), Piece(batched, (8,))])[1]  # (decodes only)
+    assert torch.equal(got, want)
+
+
+def test_a_one_call_layer_that_disagrees_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny("llama")
+    real = kernel.decoder_layer
+    monkeypatch.setattr(kernel, "decoder_layer", lambda *args: real(*args) + 1e-3)
+    _check_compositions(model, 512, _paged(model))  # (every step's logits still right)
+    assert [layer.one_call for layer in model.model.layers] == [False, False]
+
+
+@pytest.mark.parametrize(("rows", "n"), [(1, 64), (3, 70)])
+def test_silu_mul_is_torchs(rows: int, n: int) -> None:
+    generator = torch.Generator().manual_seed(n)
+    gate_up = torch.randn(rows, 2 * n, generator=generator) * 8
+    gate_up[0, :4] = torch.tensor([-200.0, 200.0, 0.0, -0.0])  # (e^-|g| underflows; zeros)
+    got = kernel.silu_mul(LIB, gate_up)
+    want = nn.functional.silu(gate_up[:, :n]) * gate_up[:, n:]
+    assert torch.allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_one_call_layer_checks_what_it_is_given() -> None:
+    model = _lean_tiny("llama")
+    layer = model.model.layers[0]
+    with pytest.raises(ValueError, match="layer_params"):  # (o's tiles for gate|up's)
+        kernel.layer_params((layer.input_layernorm.weight,) * 2, 1e-6,
+                            (layer.qkv.tiles, layer.gate_up.tiles, layer.gate_up.tiles,
+                             layer.mlp.down_proj.packed), (None,) * 4, (64, 4, 2, 16, 128), 0.25)  # fmt: skip
+    pages = torch.zeros(2, 8, 16), torch.zeros(2, 8, 16)
+    x, cos = torch.randn(1, 64), torch.ones(1, 16)
+    slots, lengths = torch.tensor([[0, 1, 2]]), torch.tensor([3])
+    with pytest.raises(ValueError, match="last slot"):  # (the new token's slot is 2, not 5)
+        kernel.decoder_layer(LIB, layer.params, x, cos, cos, pages,
+                             (torch.tensor([5]), slots, lengths))  # fmt: skip
+    assert not pages[0].any() and not pages[1].any()  # (nothing written)
+    with pytest.raises(ValueError, match="laid out"):
+        kernel.decoder_layer(LIB, layer.params, x[:, :32], cos, cos, pages,
+                             (torch.tensor([2]), slots, lengths))  # fmt: skip
+
+
+def test_loaded_weights_reach_the_fused_products_and_the_one_call_layer() -> None:
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny("qwen2")  # (biases: the fused ones are copies)
+    other = _lean_tiny("qwen2")
+    state = {name: t + 0.01 * torch.randn_like(t) for name, t in model.state_dict().items()}
+    model.load_state_dict(state)
+    layer = model.model.layers[1]
+    assert torch.equal(layer.qkv.bias[:64], state["model.layers.1.self_attn.q_proj.bias"])
+    assert layer.self_attn.q_proj.packed.data_ptr() == layer.qkv.tiles.data_ptr()
+    _check_compositions(model, 512, _paged(model))  # (against its own cold forward)
+    with original_layers(model), torch.inference_mode():
+        ids = torch.arange(5, 17)[None]
+        want = model(ids).logits
+    with torch.inference_mode():
+        assert (model(ids).logits - want).abs().max() < 1e-4
+        assert (other(ids).logits - want).abs().max() > 1e-3  # (the weights did change)
