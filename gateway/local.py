@@ -39,6 +39,7 @@ from localmodel import (
     TextDelta,
     kernel,
 )
+from localmodel.lean import layer_counts
 from localmodel.weights import in_use as weights_in_use
 from semantic._daemon import on_daemon_thread
 
@@ -278,6 +279,7 @@ class LocalBackend:
             "pending": self._engine.pending,
             "weights": weights,
             **self._threads(weights),
+            "layers": layer_counts(self._engine.engine.model),
             "prefix_cache": {
                 "queried_tokens": cache.queried_tokens,
                 "hit_tokens": cache.hit_tokens,

@@ -54,7 +54,7 @@ from localmodel.batch import BatchCache
 from localmodel.fused import FusedRMSNorm
 from localmodel.weights import NativeLinear
 
-__all__ = ["LeanDecoderLayer", "original_layers", "use_lean_layers"]
+__all__ = ["LeanDecoderLayer", "layer_counts", "original_layers", "use_lean_layers"]
 
 logger = logging.getLogger("cachegate.localmodel")
 
@@ -268,6 +268,16 @@ def use_lean_layers(model: Any) -> int:
         else:
             _unfuse(lean)
     return swapped
+
+
+def layer_counts(model: Any) -> dict[str, int]:
+    """``decoder``: the model's decoder layers; ``lean``: those that run as
+    :class:`LeanDecoderLayer`; ``one_call``: those whose decode steps run in one C call
+    (checked at their first decode step: 0 before any)."""
+    layers = getattr(getattr(model, "model", None), "layers", [])
+    lean = [layer for layer in layers if isinstance(layer, LeanDecoderLayer)]
+    return {"decoder": len(layers), "lean": len(lean),
+            "one_call": sum(1 for layer in lean if layer.one_call)}  # fmt: skip
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import pytest
 
 from bench.engine import (
     _kv_markdown,
+    _lean_markdown,
     _llama_markdown,
     _on_a_thread,
     _threads_markdown,
@@ -141,3 +142,16 @@ def test_the_threads_table_puts_each_count_beside_its_own_floor_and_baseline() -
     assert "| 2 | 32.0 | 16.0 (30.0 GB/s) | 50% | 200 | 150.0 | 30.0 | **5.00×** | 1000 |" in text
     assert "single stream **1.25×**" in text and "8-stream decode **1.50×**" in text
     assert _threads_markdown({}) == []  # (a 1-CPU host: no section)
+
+
+def test_the_layers_table_takes_each_share_of_the_floor_in_its_own_round() -> None:
+    def figures(ms: float, shares: list[float], decode: float) -> dict[str, Any]:
+        return {"ms_per_token": ms, "ttft_s": 0.2, "floor_ms": 20.0, "share": shares[1],
+                "shares": shares, "decode_8": decode}  # fmt: skip
+
+    text = "\n".join(_lean_markdown({"lean": figures(25.0, [0.9, 0.8, 0.7], 120.0),
+                                     "transformers": figures(30.0, [0.7, 0.66, 0.6], 100.0)}))  # fmt: skip
+    assert "| `lean` | 25.0 | 20.0 | **80%** | 90% / 80% / 70% | 200 | 120.0 |" in text
+    assert "| `transformers` | 30.0 | 20.0 | **66%** | 70% / 66% / 60% | 200 | 100.0 |" in text
+    assert "single stream **1.20×**" in text and "8-stream decode **1.20×**" in text
+    assert _lean_markdown({}) == []

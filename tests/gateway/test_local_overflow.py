@@ -238,6 +238,9 @@ def test_float16_weights_answer_what_the_float32_model_answers(gw: Gateway) -> N
     assert backends["strict"]["threads"] == backends["strict"]["kernel_threads"] == threads
     assert backends["half"]["weights"] == "float16"
     assert backends["half"]["threads"] == threads and backends["half"]["kernel_threads"] is None
+    # (native weights: every layer as localmodel.lean runs it, decode steps in one call each)
+    assert backends["strict"]["layers"] == {"decoder": 30, "lean": 30, "one_call": 30}
+    assert backends["half"]["layers"] == {"decoder": 30, "lean": 0, "one_call": 0}
 
 
 @pytest.mark.parametrize(
