@@ -164,6 +164,19 @@ class BatchCache(Cache):
         return kernel.decoder_layer(lib, params, x, cos, sin, (keys, values),
                                     (self._writes, slots, lengths))  # fmt: skip
 
+    def attend_int8(self, lib: Any, q: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
+        """int8 pages: the decoding group's attention in one kernel call, each sequence's K/V
+        de-quantised as the kernel reads them in place (its partly filled page's K from its
+        tail): ``q`` [G, Hq, D] → [G, Hq, D]."""
+        assert self.pool.key_scales is not None and self.pool.value_scales is not None
+        slots, lengths = self.groups[0].native or (_NO_ROWS, _NO_ROWS)
+        addresses, starts, layer_bytes = self._q8_tails
+        _, H, N, P, D = self.pool.keys.shape
+        pages = (self.pool.keys[layer].view(H, N * P, D), self.pool.values[layer].view(H, N * P, D))
+        scales = (self.pool.key_scales[layer], self.pool.value_scales[layer].view(H, N * P))
+        return kernel.decode_attention_q8(lib, q, pages, scales, (slots, lengths),
+                                          (addresses, starts, layer * layer_bytes), scale)  # fmt: skip
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it
 
@@ -223,8 +236,11 @@ class BatchCache(Cache):
             self._tails = [
                 (g, j, self.caches[i], self.pasts[i] + self.spans[i][1] - self.spans[i][0])
                 for g, group in enumerate(groups)
+                if group.native is None  # (the kernel reads those tails itself)
                 for j, i in enumerate(group.pieces)
             ]
+            if groups and groups[0].native is not None:
+                self._q8_tails = self._tail_rows(groups[0])
         # the gathered K and V of every group, one layer at a time: [rows, head_dim]
         self._k_buf = self.pool.keys.new_empty((len(self._gather), self.pool.keys.shape[-1]))
         self._v_buf = torch.empty_like(self._k_buf)
@@ -232,11 +248,28 @@ class BatchCache(Cache):
 
     def _native_decode(self) -> bool:
         """Whether the decoding group's attention runs on cachegate's kernel: a float32 model
-        and float32 or half-precision pages on the CPU, where the kernel is built."""
+        and float32, half-precision or int8 pages on the CPU, where the kernel is built."""
         pool = self.pool
-        pages = pool.keys.dtype in kernel.PAGE_DTYPES and not pool.quantized
+        pages = pool.keys.dtype in kernel.PAGE_DTYPES or pool.quantized
         float32 = pages and self.dtype is torch.float32 and pool.device.type == "cpu"
         return float32 and kernel.attention() is not None
+
+    def _tail_rows(self, group: _Group) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """int8 pages, the decoding group on the kernel: each sequence's full-precision tail
+        (the address of its ``[L, H, P, D]`` rows, 0 where none) and the position its rows
+        start at, and the bytes a layer of a tail takes (``kernel.decode_attention_q8``)."""
+        addresses, starts, layer_bytes = [], [], 0
+        for i in group.pieces:
+            stop = self.pasts[i] + 1
+            tails = self.caches[i].tails(stop)
+            if tails is None:
+                addresses.append(0)
+                starts.append(stop)
+            else:
+                addresses.append(tails[1].data_ptr())
+                starts.append(tails[0])
+                layer_bytes = tails[1][0].numel() * tails[1].element_size()
+        return torch.tensor(addresses), torch.tensor(starts), layer_bytes
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:
         """Rows of a layer's ``[H · slots, D]`` view for slots ``[G, S]``: ``[G · H · S]``,
@@ -369,7 +402,10 @@ def _attention(
             scale = d**-0.5 if scaling is None else scaling
             lib = kernel.attention()
             assert lib is not None
-            outs.append(kernel.decode_attention(lib, q, k, v, *group.native, scale))
+            if batch.pool.quantized:
+                outs.append(batch.attend_int8(lib, q, module.layer_idx, scale))
+            else:
+                outs.append(kernel.decode_attention(lib, q, k, v, *group.native, scale))
             continue
         q = query[0, :, group.cols].view(n_heads, g, group.n, d).transpose(0, 1)  # [G, h, n, d]
         out = torch.nn.functional.scaled_dot_product_attention(

@@ -20,6 +20,12 @@ sequence's K/V and an SDPA call over them padded to the longest (measured for 8 
 ~100 tokens, the bundled model's heads: ~60 µs a layer against ~115 µs for SDPA alone; a step
 ~10% faster end to end).
 
+``layer.c`` holds a decoder layer's small ops (RMSNorm with its residual add, RoPE in place;
+``ops.c`` the gated MLP's SiLU × up) and a whole Llama-shaped layer's decode step in one call
+(:func:`decoder_layer`: those ops and the kernels above, in the order ``localmodel.lean`` runs
+them op by op), which ``localmodel.lean`` uses: per call they are one C call where torch
+needed ~7 (a norm), ~14 (RoPE) and ~80 ops (a layer) of a few microseconds of dispatch each.
+
 It is C, compiled once per process at first use by the system's C compiler (``$CC``, a
 command with its arguments as make reads it, else ``cc``) with ``-O3 -march=native -fopenmp``
 into a temporary directory (~0.6 s), then loaded with ctypes (which lets go of the GIL during
@@ -70,6 +76,7 @@ __all__ = [
     "LayerParams",
     "attention",
     "decode_attention",
+    "decode_attention_q8",
     "decoder_layer",
     "layer_params",
     "library",
@@ -130,8 +137,8 @@ def threads_per_call(threads: int) -> int | None:
 
 
 def build(compiler: str, openmp: bool = True) -> ctypes.CDLL | None:
-    """Compile ``linear.c``, ``ops.c`` with ``compiler`` (a command, arguments too, as make
-    reads ``$CC``: ``ccache gcc``) and load them; None (reason logged) on failure.
+    """Compile ``linear.c``, ``ops.c``, ``layer.c`` with ``compiler`` (a command, arguments
+    too, as make reads ``$CC``: ``ccache gcc``) and load them; None (reason logged) on failure.
 
     With ``openmp`` (the default) they are built with ``-fopenmp`` first, and kept so only if
     they bound to the OpenMP runtime torch already runs on (no other one was loaded with
@@ -219,6 +226,11 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
         [pointer] * 7 + [size] + [pointer] * 3 + [size, size, ctypes.c_int]
     )
     lib.cachegate_decoder_layer.restype = ctypes.c_int
+    lib.cachegate_decode_attention_q8.argtypes = (
+        [pointer] * 5 + [size, size] + [pointer] * 4 + [size] * 6
+        + [ctypes.c_float, pointer, ctypes.c_int]
+    )  # fmt: skip
+    lib.cachegate_decode_attention_q8.restype = ctypes.c_int
     lib.cachegate_silu_mul.argtypes = [pointer, pointer, size, size]
     lib.cachegate_silu_mul.restype = None
     lib.cachegate_openmp.argtypes = []
@@ -351,12 +363,11 @@ def decode_attention(
         slots.data_ptr(), lengths.data_ptr(), G, slots.shape[1], Hq, keys.shape[0], D, scale,
         out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
-    if failed == -2:  # (ops.c's own check: nothing was read)
-        raise ValueError(
-            f"localmodel: decode_attention: lengths must be 1…{slots.shape[1]} (slots' columns) "
-            f"and each slot a sequence reads one of the {keys.shape[1]} of the pages"
-        )
-    return _checked(failed, out)
+    why = (
+        f"lengths must be 1…{slots.shape[1]} (slots' columns) and each slot a sequence reads one "
+        f"of the {keys.shape[1]} of the pages"
+    )
+    return _checked(failed, out, f"decode_attention: {why}")
 
 
 class LayerParams(ctypes.Structure):
@@ -448,12 +459,8 @@ def decoder_layer(
         keys.data_ptr(), values.data_ptr(), keys.shape[1], writes.data_ptr(), slots.data_ptr(),
         lengths.data_ptr(), G, slots.shape[1], torch.get_num_threads(),
     )  # fmt: skip
-    if failed == -2:
-        raise ValueError(
-            "localmodel: decoder_layer: lengths must be 1…S, each slot one of the pages', and "
-            "each write the sequence's last slot"
-        )
-    return _checked(failed, y)
+    why = "lengths must be 1…S, each slot one of the pages', each write the sequence's last slot"
+    return _checked(failed, y, f"decoder_layer: {why}")
 
 
 def silu_mul(lib: ctypes.CDLL, gate_up: torch.Tensor) -> torch.Tensor:
@@ -463,6 +470,57 @@ def silu_mul(lib: ctypes.CDLL, gate_up: torch.Tensor) -> torch.Tensor:
     y = gate_up.new_empty((rows, n))
     lib.cachegate_silu_mul(gate_up.data_ptr(), y.data_ptr(), rows, n)
     return y
+
+
+def decode_attention_q8(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,
+    pages: tuple[torch.Tensor, torch.Tensor],
+    scales: tuple[torch.Tensor, torch.Tensor],
+    step: tuple[torch.Tensor, torch.Tensor],
+    tails: tuple[torch.Tensor, torch.Tensor, int],
+    scale: float,
+) -> torch.Tensor:
+    """:func:`decode_attention` over int8 pages (``kv_dtype: int8``), de-quantised as they
+    are read, each product as ``localmodel.kvquant.dequantize`` computes it.
+
+    ``pages``: one layer's int8 K and V, [Hkv, slots, D]; ``scales``: K's per page and
+    channel [Hkv, slots / P, D] and V's per token [Hkv, slots] (float16; P the page size);
+    ``step``: ``slots`` [G, S] and ``lengths`` [G] as :func:`decode_attention` takes them;
+    ``tails``: per sequence the address of its full-precision tail (float32 [L, Hkv, P, D],
+    0: none) and the position its rows start at (int64 [G] each), and the byte offset of
+    this layer's rows in a tail: positions from that start on are read from there. Arguments
+    out of bounds raise ValueError."""
+    keys, values = pages
+    k_scales, v_scales = scales
+    slots, lengths = step
+    addresses, starts, offset = tails
+    G, Hq, D = q.shape
+    H, n_slots, _ = keys.shape
+    ok = (
+        keys.dtype == values.dtype == torch.int8 and values.shape == keys.shape
+        and k_scales.dtype == v_scales.dtype == torch.float16 and k_scales.dim() == 3
+        and k_scales.shape[0] == H and k_scales.shape[2] == D and k_scales.shape[1] > 0
+        and n_slots % k_scales.shape[1] == 0 and tuple(v_scales.shape) == (H, n_slots)
+        and addresses.shape == starts.shape == (G,)
+        and addresses.dtype == starts.dtype == torch.int64
+        and all(t.is_contiguous() for t in (keys, values, k_scales, v_scales, addresses, starts))
+        and q.dtype == torch.float32 and q.is_contiguous() and Hq % H == 0
+        and slots.dtype == lengths.dtype == torch.int64 and slots.dim() == 2
+        and slots.shape[0] == G and lengths.shape == (G,)
+        and slots.is_contiguous() and lengths.is_contiguous()
+    )  # fmt: skip
+    if not ok:
+        raise ValueError("localmodel: decode_attention_q8: tensors not laid out as it takes them")
+    out = torch.empty_like(q)
+    failed = lib.cachegate_decode_attention_q8(
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), k_scales.data_ptr(), v_scales.data_ptr(),
+        n_slots // k_scales.shape[1], n_slots, slots.data_ptr(), lengths.data_ptr(),
+        addresses.data_ptr(), starts.data_ptr(), offset, G, slots.shape[1], Hq, H, D, scale,
+        out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    why = "lengths must be 1…S, each slot one of the pages', each tail at most a page"
+    return _checked(failed, out, f"decode_attention_q8: {why}")
 
 
 def _check_attention(
@@ -499,7 +557,11 @@ def _check_attention(
         raise ValueError(f"localmodel: decode_attention: {problem}")
 
 
-def _checked(failed: int, y: torch.Tensor) -> torch.Tensor:
+def _checked(failed: int, y: torch.Tensor, invalid: str = "") -> torch.Tensor:
+    """``y``, or the error a kernel's return value says: -1 out of memory, -2 arguments
+    out of bounds (``invalid`` says which; ops.c's own check: nothing was read or written)."""
+    if failed == -2:
+        raise ValueError(f"localmodel: {invalid}")
     if failed:
         raise MemoryError("localmodel: a native kernel could not allocate its buffer")
     return y
@@ -545,6 +607,40 @@ def _attention_agrees(lib: ctypes.CDLL, generator: torch.Generator) -> bool:
                 )[:, 0]  # [6, dim]
                 if not _close(got[g], want):
                     return False
+        if not _int8_attention_agrees(lib, generator, q, slots, lengths):
+            return False
+    return True
+
+
+def _int8_attention_agrees(
+    lib: ctypes.CDLL,
+    generator: torch.Generator,
+    q: torch.Tensor,
+    slots: torch.Tensor,
+    lengths: torch.Tensor,
+) -> bool:
+    """:func:`decode_attention_q8` against SDPA over the same K/V de-quantised: pages of 4
+    slots, two sequences reading their last positions from a tail, one with none."""
+    G, _, dim = q.shape
+    keys, values = torch.randint(-127, 128, (2, 2, 40, dim), generator=generator, dtype=torch.int8)
+    k_scales = (torch.rand(2, 10, dim, generator=generator) / 50).half()  # per page, channel
+    v_scales = (torch.rand(2, 40, generator=generator) / 50).half()  # per token
+    tails = torch.randn(G, 1, 2, 4, dim, generator=generator)  # one layer's, each sequence's
+    starts = lengths - torch.tensor([1, 0, 1])  # (sequence 1 has no tail)
+    addresses = torch.tensor([tails[0].data_ptr(), 0, tails[2].data_ptr()])
+    got = decode_attention_q8(lib, q, (keys, values), (k_scales, v_scales), (slots, lengths),
+                              (addresses, starts, 0), 0.3)  # fmt: skip
+    for g, n in enumerate(lengths.tolist()):
+        s = slots[g, :n]
+        k = keys[:, s].float() * k_scales[:, s // 4].float()  # [2, n, dim]
+        if addresses[g]:
+            k[:, int(starts[g]) :] = tails[g, 0, :, : n - int(starts[g])]
+        v = values[:, s].float() * v_scales[:, s, None].float()
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q[g][:, None], k, v, scale=0.3, enable_gqa=True
+        )[:, 0]
+        if not _close(got[g], want):
+            return False
     return True
 
 

@@ -309,8 +309,8 @@ def _shaped(layer: nn.Module) -> bool:
     if getattr(attn, "sliding_window", None) is not None:
         return False
     norms = (children["input_layernorm"], children["post_attention_layernorm"])
-    if not all(isinstance(n, FusedRMSNorm) for n in norms):
-        return False
+    if not all(isinstance(n, FusedRMSNorm) for n in norms) or norms[0].eps != norms[1].eps:
+        return False  # (the C layer takes one eps)
     projections = [getattr(attn, n) for n in sorted(_ATTENTION_PARTS)]
     projections += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
     if not all(type(p) is NativeLinear and p.packed.dtype is torch.float32 for p in projections):

@@ -10,10 +10,15 @@
  * linear.c's), its (sequence, query head) pairs dealt among them, each computed as on one
  * thread.
  *
- * cachegate_decode_step: the same for a step of decoding sequences only (localmodel.lean, via
- * localmodel.batch), each sequence's new K/V written into its slot of float32 pages first and
- * its query read where the layer's projections left it: one call a layer where the write, the
- * query's copy and the attention were ~10 tensor ops and ~70 µs of Python (measured). */
+ * cachegate_decode_attention_q8: the same over int8 pages, de-quantised as they are read.
+ *
+ * cachegate_decode_step: cachegate_decode_attention for a step of decoding sequences only
+ * (localmodel.lean, via localmodel.batch), each sequence's new K/V written into its slot of
+ * float32 pages first and its query read where the layer's projections left it: one call a
+ * layer where the write, the query's copy and the attention were ~10 tensor ops and ~70 µs of
+ * Python (measured).
+ *
+ * cachegate_silu_mul: a gated MLP's activation (localmodel.lean). */
 #include <math.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -249,10 +254,10 @@ static int valid(long slots_per_head, const long *slots, const long *lengths, lo
 /* (Sequence, query head) pairs a thread takes at least: fewer are not worth a thread. */
 #define MIN_HEADS 8
 
-/* The attention of cachegate_decode_attention, sequence g's query heads at q + g * q_stride. */
-static int attend(const float *q, long q_stride, const void *keys, const void *values, int kind,
-                  long slots_per_head, const long *slots, const long *lengths, long G, long S,
-                  long Hq, long Hkv, long D, float scale, float *out, int threads) {
+/* fn(ctx, g, h, scores) for every (sequence g, query head h) pair of G sequences of up to S keys,
+ * on up to `threads` threads, each with a scores buffer of its own. 0, or -1 if out of memory. */
+typedef void (*pair_fn)(const void *ctx, long g, long h, float *scores);
+static int over_pairs(long G, long Hq, long S, int threads, pair_fn fn, const void *ctx) {
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
   long items = G * Hq, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
@@ -265,16 +270,39 @@ static int attend(const float *q, long q_stride, const void *keys, const void *v
     long step = omp_get_num_threads() < parts ? omp_get_num_threads() : parts;
     float *buffer = part < step ? cachegate_thread_buffer(1, padded) : 0;
     /* (sequence, query head) pairs dealt round-robin: sequences of different lengths mix */
-    for (long i = part; buffer && i < items; i += step) {
-      long g = i / Hq, h = i % Hq;
-      long head = (h / (Hq / Hkv)) * slots_per_head * D * BYTES[kind]; /* its K/V head, bytes */
-      HEADS[kind](D, q + g * q_stride + h * D, (const char *)keys + head,
-                  (const char *)values + head, slots + g * S, lengths[g], scale, buffer,
-                  out + i * D);
-    }
+    for (long i = part; buffer && i < items; i += step) fn(ctx, i / Hq, i % Hq, buffer);
     failed |= part < step && !buffer;
   }
   return failed ? -1 : 0;
+}
+
+/* A call of cachegate_decode_attention (sequence g's query heads at q + g * q_stride). */
+struct attention {
+  const float *q;
+  long q_stride;
+  const void *keys, *values;
+  int kind;
+  long slots_per_head;
+  const long *slots, *lengths;
+  long S, Hq, Hkv, D;
+  float scale;
+  float *out;
+};
+
+static void attend_pair(const void *ctx, long g, long h, float *scores) {
+  const struct attention *a = ctx;
+  long head = (h / (a->Hq / a->Hkv)) * a->slots_per_head * a->D * BYTES[a->kind]; /* bytes */
+  HEADS[a->kind](a->D, a->q + g * a->q_stride + h * a->D, (const char *)a->keys + head,
+                 (const char *)a->values + head, a->slots + g * a->S, a->lengths[g], a->scale,
+                 scores, a->out + (g * a->Hq + h) * a->D);
+}
+
+static int attend(const float *q, long q_stride, const void *keys, const void *values, int kind,
+                  long slots_per_head, const long *slots, const long *lengths, long G, long S,
+                  long Hq, long Hkv, long D, float scale, float *out, int threads) {
+  struct attention a = {q, q_stride, keys, values, kind, slots_per_head, slots, lengths,
+                        S, Hq, Hkv, D, scale, out};
+  return over_pairs(G, Hq, S, threads, attend_pair, &a);
 }
 
 /* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
@@ -339,4 +367,92 @@ void cachegate_silu_mul(const float *gu, float *y, long rows, long n) {
       o[i] = g[i] * ((g[i] >= 0 ? 1.f : t) / (1.f + t)) * u[i];
     }
   }
+}
+
+/* 16 int8 elements as float32 (GCC's generic widening: attention reads few of them). */
+typedef signed char q16 __attribute__((vector_size(16), aligned(1)));
+static inline __attribute__((always_inline)) v16 widen8(const signed char *p) {
+  return __builtin_convertvector(__builtin_convertvector(*(const q16 *)p, i16), v16);
+}
+
+/* One query head over one sequence's n keys in int8 pages: K = q8 * its page's per-channel
+ * scale (float16, ks + page * D), V = q8 * its token's scale (float16, vs[slot]), each
+ * product as torch's dequantisation computes it (float32(q8) * float32(scale)); keys from
+ * tail_start on are the sequence's full-precision tail rows (float32, tail + (j - tail_start) * D),
+ * as the request's partly filled last page keeps them. */
+static void head_q8(long D, const float *qh, const signed char *k, const signed char *v,
+                    const void *ks, const void *vs, long P, const long *slot, long n,
+                    const float *tail, long tail_start, float scale, float *scores, float *o) {
+  for (long j = 0; j < n; ++j) {
+    if (j >= tail_start) {
+      scores[j] = scale * dot(qh, tail + (j - tail_start) * D, D, F32);
+      continue;
+    }
+    const signed char *kr = k + slot[j] * D;
+    const char *sr = (const char *)ks + (slot[j] / P) * D * 2;
+    v16 acc = {0};
+    long i = 0;
+    for (; i + 16 <= D; i += 16)
+      acc += *(const v16u *)(qh + i) * (widen8(kr + i) * load16(sr + 2 * i, F16));
+    float s = 0.f;
+    for (int l = 0; l < 16; ++l) s += acc[l];
+    for (; i < D; ++i) s += qh[i] * ((float)kr[i] * load1(sr, i, F16));
+    scores[j] = scale * s;
+  }
+  float inv = 1.f / weights(scores, n);
+  for (long i = 0; i < D; ++i) o[i] = 0.f;
+  for (long j = 0; j < n; ++j) {
+    const signed char *vr = v + slot[j] * D;
+    float sv = load1(vs, slot[j], F16), p = scores[j];
+    for (long i = 0; i < D; ++i) o[i] += p * ((float)vr[i] * sv);
+  }
+  for (long i = 0; i < D; ++i) o[i] *= inv;
+}
+
+/* A call of cachegate_decode_attention_q8. */
+struct attention_q8 {
+  const float *q;
+  const signed char *keys, *values;
+  const void *key_scales, *value_scales;
+  long P, slots_per_head;
+  const long *slots, *lengths, *tails, *tail_starts;
+  long tail_offset, S, Hq, Hkv, D;
+  float scale;
+  float *out;
+};
+
+static void attend_pair_q8(const void *ctx, long g, long h, float *scores) {
+  const struct attention_q8 *a = ctx;
+  long hk = h / (a->Hq / a->Hkv), n = a->slots_per_head, D = a->D;
+  const float *tail = a->tails[g] ? (const float *)(a->tails[g] + a->tail_offset) + hk * a->P * D
+                                  : 0;
+  head_q8(D, a->q + (g * a->Hq + h) * D, a->keys + hk * n * D, a->values + hk * n * D,
+          (const char *)a->key_scales + hk * (n / a->P) * D * 2,
+          (const char *)a->value_scales + hk * n * 2, a->P, a->slots + g * a->S, a->lengths[g],
+          tail, tail ? a->tail_starts[g] : a->lengths[g], a->scale, scores,
+          a->out + (g * a->Hq + h) * D);
+}
+
+/* cachegate_decode_attention over int8 pages (kv_dtype: int8), dequantised as they are read:
+ * keys, values int8 [Hkv, slots_per_head, D]; key_scales float16 [Hkv, slots_per_head / P, D]
+ * (per page and channel), value_scales float16 [Hkv, slots_per_head] (per token); P the page
+ * size. Sequence g's keys from tail_starts[g] on (at most P of them, the new token's last)
+ * are float32 rows at address tails[g] + tail_offset, [Hkv, P, D] (its full-precision tail);
+ * tails[g] == 0: none. Return values as cachegate_decode_attention. */
+int cachegate_decode_attention_q8(const float *q, const signed char *keys,
+                                  const signed char *values, const void *key_scales,
+                                  const void *value_scales, long P, long slots_per_head,
+                                  const long *slots, const long *lengths, const long *tails,
+                                  const long *tail_starts, long tail_offset, long G, long S,
+                                  long Hq, long Hkv, long D, float scale, float *out,
+                                  int threads) {
+  if (P < 1 || slots_per_head % P || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D))
+    return -2;
+  for (long g = 0; g < G; ++g) {
+    long start = tails[g] ? tail_starts[g] : lengths[g];
+    if (start < 0 || start > lengths[g] || lengths[g] - start > P) return -2;
+  }
+  struct attention_q8 a = {q, keys, values, key_scales, value_scales, P, slots_per_head, slots,
+                          lengths, tails, tail_starts, tail_offset, S, Hq, Hkv, D, scale, out};
+  return over_pairs(G, Hq, S, threads, attend_pair_q8, &a);
 }

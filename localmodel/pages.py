@@ -658,6 +658,15 @@ class PagedCache(DynamicCache):
         self._write_all(keys, values)
         self.tokens = list(tokens)
 
+    def tails(self, stop: int) -> tuple[int, torch.Tensor] | None:
+        """:meth:`tail` of every layer at once: ``(start, the tail [L, n_kv_heads, P,
+        head_dim])``, of which positions ``start…stop-1`` are rows ``0…stop-start-1``; None
+        when ``stop`` ends on a page boundary or the pool is not int8."""
+        r = stop % self.pool.page_size
+        if self._tail is None or not r:
+            return None
+        return stop - r, self._tail
+
     def tail(self, layer: int, stop: int) -> tuple[int, torch.Tensor] | None:
         """int8 pools: K of positions ``start…stop-1`` of a partly filled last page, kept in
         full precision in the tail (``(start, [n_kv_heads, stop - start, head_dim])``) rather

@@ -536,3 +536,28 @@ def test_a_thread_that_ends_gives_back_its_kernel_buffers(lib: Any) -> None:
     for _ in range(16):
         assert isinstance(_on_a_new_thread(lambda: layer(x)), torch.Tensor)
     assert _resident_bytes() - before < 16 * 2**20
+
+
+def test_int8_attention_reads_a_tail_of_at_most_a_page_ending_at_the_new_token() -> None:
+    lib = kernel.attention()
+    assert lib is not None
+    q = torch.randn(1, 2, 16)
+    keys = torch.randint(-127, 128, (1, 8, 16), dtype=torch.int8)
+    values = torch.randint(-127, 128, (1, 8, 16), dtype=torch.int8)
+    scales = torch.full((1, 2, 16), 0.01, dtype=torch.float16), torch.full((1, 8), 0.02).half()
+    step = torch.arange(8)[None], torch.tensor([8])  # pages of 4 slots
+    tail = torch.randn(1, 1, 4, 16)  # [L, H, P, D]: positions 5…7 in its first 3 rows
+    address = torch.tensor([tail.data_ptr()])
+    got = kernel.decode_attention_q8(
+        lib, q, (keys, values), scales, step, (address, torch.tensor([5]), 0), 0.25
+    )
+    k = keys[0].float() * scales[0][0, 0].float()  # (float16 0.01)
+    k[5:] = tail[0, 0, :3]
+    v = values[0].float() * scales[1][0, :, None].float()
+    want = torch.nn.functional.scaled_dot_product_attention(q[0][:, None], k[None], v[None],
+                                                            scale=0.25)[:, 0]  # fmt: skip
+    assert torch.allclose(got[0], want, atol=1e-5)
+    with pytest.raises(ValueError, match="tail at most a page"):  # 6 positions from the tail
+        kernel.decode_attention_q8(
+            lib, q, (keys, values), scales, step, (address, torch.tensor([2]), 0), 0.25
+        )
