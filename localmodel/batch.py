@@ -120,11 +120,13 @@ class BatchCache(Cache):
         self.groups = self._plan_groups()
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
         only = self.groups[0] if len(self.groups) == 1 else None
-        #: a step of decoding pieces only, on float32 pages read in place: (slots, lengths)
+        #: a step of decoding pieces only, on float32 or bfloat16 pages read in place:
+        #: (slots, lengths)
         self._decoding = (
             only.native
             if only is not None and len(only.pieces) == len(pieces)
-            and self.pool.keys.dtype is torch.float32 and kernel.attention() is not None
+            and self.pool.keys.dtype in kernel.STEP_PAGE_DTYPES
+            and kernel.attention() is not None
             else None
         )  # fmt: skip
 
@@ -139,8 +141,8 @@ class BatchCache(Cache):
 
     @property
     def decoding(self) -> bool:
-        """Whether every piece decodes one token on float32 pages read in place (cachegate's
-        kernel), so that :meth:`decoder_layer` can run a layer."""
+        """Whether every piece decodes one token on pages :meth:`decoder_layer` writes
+        (``kernel.STEP_PAGE_DTYPES``) read in place by cachegate's kernel."""
         return self._decoding is not None
 
     def decoder_layer(

@@ -72,6 +72,7 @@ import torch
 
 __all__ = [
     "PAGE_DTYPES",
+    "STEP_PAGE_DTYPES",
     "TILE",
     "LayerParams",
     "attention",
@@ -95,6 +96,9 @@ logger = logging.getLogger("cachegate.localmodel")
 
 #: The K/V page dtypes :func:`decode_attention` reads, and the kind ``ops.c`` takes for each.
 PAGE_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+#: The page dtypes :func:`decoder_layer` writes (float16 pages: the layer's ops, one by one).
+STEP_PAGE_DTYPES = (torch.float32, torch.bfloat16)
 
 #: Output features per tile of a packed weight.
 TILE = 16
@@ -223,7 +227,7 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.cachegate_rope.argtypes = [pointer, size, pointer, pointer, size, size, size]
     lib.cachegate_rope.restype = None
     lib.cachegate_decoder_layer.argtypes = (
-        [pointer] * 7 + [size] + [pointer] * 3 + [size, size, ctypes.c_int]
+        [pointer] * 7 + [ctypes.c_int, size] + [pointer] * 3 + [size, size, ctypes.c_int]
     )
     lib.cachegate_decoder_layer.restype = ctypes.c_int
     lib.cachegate_decode_attention_q8.argtypes = (
@@ -432,7 +436,8 @@ def decoder_layer(
 
     ``x`` [G, hidden] (float32, contiguous): the residual stream; ``cos``, ``sin``: each
     sequence's rotary embedding (``G · head_dim`` floats, contiguous); ``pages``: the layer's
-    float32 K and V pages, [kv_heads, slots, head_dim]; ``step``: ``writes`` [G], the slot
+    K and V pages, [kv_heads, slots, head_dim], in one of :data:`STEP_PAGE_DTYPES` (the new
+    K/V rounded to bfloat16 as torch rounds); ``step``: ``writes`` [G], the slot
     each new token's K/V go into, and ``slots`` [G, S], ``lengths`` [G] as
     :func:`decode_attention` takes them, the new token's slot last (all int64). Returns the
     layer's output [G, hidden]. Arguments out of bounds raise ValueError (nothing written)."""
@@ -442,7 +447,8 @@ def decoder_layer(
     ok = (
         x.dim() == 2 and x.shape[1] == params.hidden and x.dtype == torch.float32
         and x.is_contiguous() and cos.numel() == sin.numel() == G * d
-        and keys.dtype == values.dtype == torch.float32 and keys.is_contiguous()
+        and keys.dtype == values.dtype and keys.dtype in STEP_PAGE_DTYPES
+        and keys.is_contiguous() and values.is_contiguous()
         and values.shape == keys.shape and keys.dim() == 3
         and keys.shape[0] == params.kv_heads and keys.shape[2] == d
         and writes.shape == (G,) and slots.dim() == 2 and slots.shape[0] == G
@@ -456,7 +462,8 @@ def decoder_layer(
     y = torch.empty_like(x)
     failed = lib.cachegate_decoder_layer(
         ctypes.byref(params), x.data_ptr(), y.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-        keys.data_ptr(), values.data_ptr(), keys.shape[1], writes.data_ptr(), slots.data_ptr(),
+        keys.data_ptr(), values.data_ptr(), PAGE_DTYPES[keys.dtype], keys.shape[1],
+        writes.data_ptr(), slots.data_ptr(),
         lengths.data_ptr(), G, slots.shape[1], torch.get_num_threads(),
     )  # fmt: skip
     why = "lengths must be 1…S, each slot one of the pages', each write the sequence's last slot"

@@ -59,7 +59,7 @@ void cachegate_rope(float *x, long stride, const float *cos, const float *sin, l
 /* The kernels this file composes (linear.c, ops.c). */
 int cachegate_linear_f32(const float *wp, const float *x, float *y, const float *bias,
                          long rows, long in, long out, int threads);
-int cachegate_decode_step(const float *qkv, long stride, float *keys, float *values,
+int cachegate_decode_step(const float *qkv, long stride, void *keys, void *values, int kind,
                           long slots_per_head, const long *writes, const long *slots,
                           const long *lengths, long G, long S, long Hq, long Hkv, long D,
                           float scale, float *out, int threads);
@@ -75,7 +75,8 @@ struct cachegate_layer {
   float eps, scale;
 };
 
-/* A decode step of G sequences (one new token each) through layer `l`, on float32 pages:
+/* A decode step of G sequences (one new token each) through layer `l`, on float32 or bfloat16
+ * pages (`kind`, as cachegate_decode_step takes it):
  * x [G, hidden] the residual stream in, y [G, hidden] out; cos, sin [G, head_dim] each
  * sequence's rotary embedding; keys, values, writes, slots, lengths, S as
  * cachegate_decode_step takes them. The same ops, in the same order, as lean.py's forward:
@@ -83,8 +84,8 @@ struct cachegate_layer {
  * down, residual add. 0 on success, -1 out of memory, -2 arguments out of bounds (see
  * cachegate_decode_step: then nothing was written). */
 int cachegate_decoder_layer(const struct cachegate_layer *l, const float *x, float *y,
-                            const float *cos, const float *sin, float *keys, float *values,
-                            long slots_per_head, const long *writes, const long *slots,
+                            const float *cos, const float *sin, void *keys, void *values,
+                            int kind, long slots_per_head, const long *writes, const long *slots,
                             const long *lengths, long G, long S, int threads) {
   const long H = l->hidden, D = l->head_dim, I = l->intermediate;
   const long Q = l->heads * D, KV = l->kv_heads * D, QKV = Q + 2 * KV;
@@ -98,8 +99,8 @@ int cachegate_decoder_layer(const struct cachegate_layer *l, const float *x, flo
   int failed = cachegate_linear_f32(l->qkv, normed, qkv, l->qkv_bias, G, H, QKV, threads);
   if (failed) return failed;
   cachegate_rope(qkv, QKV, cos, sin, G, l->heads + l->kv_heads, D);
-  failed = cachegate_decode_step(qkv, QKV, keys, values, slots_per_head, writes, slots, lengths,
-                                 G, S, l->heads, l->kv_heads, D, l->scale, att, threads);
+  failed = cachegate_decode_step(qkv, QKV, keys, values, kind, slots_per_head, writes, slots,
+                                 lengths, G, S, l->heads, l->kv_heads, D, l->scale, att, threads);
   if (failed) return failed;
   failed = cachegate_linear_f32(l->o, att, o, l->o_bias, G, Q, H, threads);
   if (failed) return failed;

@@ -14,7 +14,7 @@
  *
  * cachegate_decode_step: cachegate_decode_attention for a step of decoding sequences only
  * (localmodel.lean, via localmodel.batch), each sequence's new K/V written into its slot of
- * float32 pages first and its query read where the layer's projections left it: one call a
+ * float32 or bfloat16 pages first and its query read where the layer's projections left it: one call a
  * layer where the write, the query's copy and the attention were ~10 tensor ops and ~70 µs of
  * Python (measured).
  *
@@ -320,30 +320,47 @@ int cachegate_decode_attention(const float *q, const void *keys, const void *val
                 scale, out, threads);
 }
 
+/* float32 to bfloat16 bits, rounding to nearest even as torch's .to(torch.bfloat16) does (NaN:
+ * its quiet NaN). */
+static inline unsigned short bfloat16_bits(float f) {
+  union { float f; unsigned int u; } w = {f};
+  if (f != f) return 0x7fc0;
+  return (unsigned short)((w.u + 0x7fffu + ((w.u >> 16) & 1u)) >> 16);
+}
+
 /* A decode step's attention in one layer, its new K/V written first: sequence g's row of the
  * layer's projections is qkv + g * stride, [q (Hq heads) | k (Hkv heads) | v (Hkv heads)] of
- * D floats each; its new token's K and V go into slot writes[g] of float32 pages keys,
- * values ([Hkv, slots_per_head, D]), which must be slots[g][lengths[g] - 1]; then as
- * cachegate_decode_attention, q read in place. Return values as it; -2 also if a write slot is
- * not the sequence's last (nothing written). */
-int cachegate_decode_step(const float *qkv, long stride, float *keys, float *values,
+ * D floats each; its new token's K and V go into slot writes[g] of the pages keys, values
+ * ([Hkv, slots_per_head, D], float32 or bfloat16: `kind`, rounded as torch rounds), which must
+ * be slots[g][lengths[g] - 1]; then as cachegate_decode_attention, q read in place. Return
+ * values as it; -2 also if a write slot is not the sequence's last, or `kind` is float16
+ * (nothing written). */
+int cachegate_decode_step(const float *qkv, long stride, void *keys, void *values, int kind,
                           long slots_per_head, const long *writes, const long *slots,
                           const long *lengths, long G, long S, long Hq, long Hkv, long D,
                           float scale, float *out, int threads) {
   if (!valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D) || stride < (Hq + 2 * Hkv) * D)
     return -2;
+  if (kind != F32 && kind != BF16) return -2;
   for (long g = 0; g < G; ++g)
     if (writes[g] != slots[g * S + lengths[g] - 1]) return -2;
   for (long g = 0; g < G; ++g) {
     const float *k = qkv + g * stride + Hq * D, *v = k + Hkv * D;
     for (long h = 0; h < Hkv; ++h) {
-      float *kd = keys + (h * slots_per_head + writes[g]) * D;
-      float *vd = values + (h * slots_per_head + writes[g]) * D;
-      for (long i = 0; i < D; ++i) kd[i] = k[h * D + i], vd[i] = v[h * D + i];
+      long at = (h * slots_per_head + writes[g]) * D;
+      if (kind == F32) {
+        for (long i = 0; i < D; ++i)
+          ((float *)keys)[at + i] = k[h * D + i], ((float *)values)[at + i] = v[h * D + i];
+      } else {
+        for (long i = 0; i < D; ++i) {
+          ((unsigned short *)keys)[at + i] = bfloat16_bits(k[h * D + i]);
+          ((unsigned short *)values)[at + i] = bfloat16_bits(v[h * D + i]);
+        }
+      }
     }
   }
-  return attend(qkv, stride, keys, values, F32, slots_per_head, slots, lengths, G, S, Hq, Hkv, D,
-                scale, out, threads);
+  return attend(qkv, stride, keys, values, kind, slots_per_head, slots, lengths, G, S, Hq, Hkv,
+                D, scale, out, threads);
 }
 
 /* y[r][i] = silu(gu[r][i]) * gu[r][n + i] (a gated MLP's activation: gate and up side by side in
