@@ -381,7 +381,7 @@ class LayerParams(ctypes.Structure):
     _fields_ = [
         *[(name, ctypes.c_void_p) for name in (
             "norm1", "norm2", "qkv", "qkv_bias", "o", "o_bias", "gate_up", "gate_up_bias",
-            "down", "down_bias")],
+            "down", "down_bias", "qkv_scale", "o_scale", "gate_up_scale", "down_scale")],
         *[(name, ctypes.c_long) for name in (
             "hidden", "heads", "kv_heads", "head_dim", "intermediate")],
         ("eps", ctypes.c_float),
@@ -397,29 +397,34 @@ def layer_params(
     biases: tuple[torch.Tensor | None, ...],
     sizes: tuple[int, int, int, int, int],
     scale: float,
+    scales: tuple[torch.Tensor, ...] | None = None,
 ) -> LayerParams:
-    """A layer for :func:`decoder_layer`: the two norms' weights; the tiles (:func:`pack`) of
-    q|k|v stacked, o, gate|up stacked, down, and their biases (None: none); sizes (hidden,
-    heads, kv_heads, head_dim, intermediate). Every tensor float32, contiguous, on the CPU
-    (ValueError otherwise); the result holds them (the C side reads their memory)."""
+    """A layer for :func:`decoder_layer`: the two norms' weights; the tiles (:func:`pack`, or
+    :func:`pack_q8` with their ``scales``) of q|k|v stacked, o, gate|up stacked, down, and
+    their biases (None: none); sizes (hidden, heads, kv_heads, head_dim, intermediate). Every
+    tensor contiguous on the CPU, float32 but int8 tiles (ValueError otherwise); the result
+    holds them (the C side reads their memory)."""
     hidden, heads, kv_heads, d, inter = sizes
     qkv = (heads + 2 * kv_heads) * d
-    shapes = [(hidden,), (hidden,), ((qkv + 15) // TILE, hidden, TILE),
-              ((hidden + 15) // TILE, heads * d, TILE), ((2 * inter + 15) // TILE, hidden, TILE),
-              ((hidden + 15) // TILE, inter, TILE)]  # fmt: skip
     outs = (qkv, hidden, 2 * inter, hidden)
-    for t, shape in zip((*norms, *tiles), shapes, strict=True):
-        if tuple(t.shape) != shape or t.dtype != torch.float32 or not t.is_contiguous():
-            raise ValueError(f"localmodel: layer_params: {tuple(t.shape)}, expected {shape}")
+    ins = (hidden, heads * d, hidden, inter)
+    dtype = torch.float32 if scales is None else torch.int8
+    want = [((hidden,), torch.float32)] * 2 + [
+        (((n + TILE - 1) // TILE, k, TILE), dtype) for n, k in zip(outs, ins, strict=True)
+    ]
+    want += [(((n + TILE - 1) // TILE * TILE,), torch.float32) for n in outs if scales is not None]
+    for t, (shape, kind) in zip((*norms, *tiles, *(scales or ())), want, strict=True):
+        if tuple(t.shape) != shape or t.dtype != kind or not t.is_contiguous():
+            raise ValueError(f"localmodel: layer_params: {tuple(t.shape)} {t.dtype}, not {shape}")
     for b, n in zip(biases, outs, strict=True):
         if b is not None and (tuple(b.shape) != (n,) or b.dtype != torch.float32
                               or not b.is_contiguous()):  # fmt: skip
             raise ValueError(f"localmodel: layer_params: a bias of {tuple(b.shape)}, not ({n},)")
     ptr = [None if t is None else t.data_ptr() for t in (
         norms[0], norms[1], tiles[0], biases[0], tiles[1], biases[1], tiles[2], biases[2],
-        tiles[3], biases[3])]  # fmt: skip
+        tiles[3], biases[3], *(scales or (None,) * 4))]  # fmt: skip
     params = LayerParams(*ptr, hidden, heads, kv_heads, d, inter, eps, scale)
-    params.tensors = (*norms, *tiles, *biases)  # (kept alive with the struct)
+    params.tensors = (*norms, *tiles, *biases, *(scales or ()))  # (kept alive with the struct)
     return params
 
 

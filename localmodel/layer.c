@@ -66,14 +66,33 @@ int cachegate_decode_step(const float *qkv, long stride, void *keys, void *value
 void cachegate_silu_mul(const float *gu, float *y, long rows, long n);
 float *cachegate_thread_buffer(int b, long n);
 
+int cachegate_linear_q8(const signed char *wp, const float *scale, const float *x, float *y,
+                        const float *bias, long rows, long in, long out, int threads);
+
 /* One Llama-shaped decoder layer as localmodel/lean.py holds it: the weights in tiles
- * (linear.c's layout; q|k|v and gate|up each stacked into one weight), biases or NULL. */
+ * (linear.c's layout; q|k|v and gate|up each stacked into one weight), biases or NULL; the
+ * tiles float32, or int8 with their scales (the *_scale pointers; NULL for float32). */
 struct cachegate_layer {
   const float *norm1, *norm2;
-  const float *qkv, *qkv_bias, *o, *o_bias, *gate_up, *gate_up_bias, *down, *down_bias;
+  const void *qkv;
+  const float *qkv_bias;
+  const void *o;
+  const float *o_bias;
+  const void *gate_up;
+  const float *gate_up_bias;
+  const void *down;
+  const float *down_bias;
+  const float *qkv_scale, *o_scale, *gate_up_scale, *down_scale;
   long hidden, heads, kv_heads, head_dim, intermediate;
   float eps, scale;
 };
+
+/* y = x w^T + bias on linear.c's kernel for the tiles' kind (int8 where `scale` is given). */
+static int product(const void *w, const float *scale, const float *x, float *y,
+                   const float *bias, long rows, long in, long out, int threads) {
+  if (scale) return cachegate_linear_q8(w, scale, x, y, bias, rows, in, out, threads);
+  return cachegate_linear_f32(w, x, y, bias, rows, in, out, threads);
+}
 
 /* A decode step of G sequences (one new token each) through layer `l`, on float32 or bfloat16
  * pages (`kind`, as cachegate_decode_step takes it):
@@ -96,19 +115,20 @@ int cachegate_decoder_layer(const struct cachegate_layer *l, const float *x, flo
   float *normed = buf, *qkv = normed + G * H, *att = qkv + G * QKV, *o = att + G * Q;
   float *gu = o + G * H, *act = gu + G * 2 * I;
   cachegate_rms_norm(x, 0, 0, l->norm1, normed, G, H, l->eps);
-  int failed = cachegate_linear_f32(l->qkv, normed, qkv, l->qkv_bias, G, H, QKV, threads);
+  int failed = product(l->qkv, l->qkv_scale, normed, qkv, l->qkv_bias, G, H, QKV, threads);
   if (failed) return failed;
   cachegate_rope(qkv, QKV, cos, sin, G, l->heads + l->kv_heads, D);
   failed = cachegate_decode_step(qkv, QKV, keys, values, kind, slots_per_head, writes, slots,
                                  lengths, G, S, l->heads, l->kv_heads, D, l->scale, att, threads);
   if (failed) return failed;
-  failed = cachegate_linear_f32(l->o, att, o, l->o_bias, G, Q, H, threads);
+  failed = product(l->o, l->o_scale, att, o, l->o_bias, G, Q, H, threads);
   if (failed) return failed;
   cachegate_rms_norm(x, o, y, l->norm2, normed, G, H, l->eps); /* y = x + o */
-  failed = cachegate_linear_f32(l->gate_up, normed, gu, l->gate_up_bias, G, H, 2 * I, threads);
+  failed = product(l->gate_up, l->gate_up_scale, normed, gu, l->gate_up_bias, G, H, 2 * I,
+                   threads);
   if (failed) return failed;
   cachegate_silu_mul(gu, act, G, I);
-  failed = cachegate_linear_f32(l->down, act, o, l->down_bias, G, I, H, threads);
+  failed = product(l->down, l->down_scale, act, o, l->down_bias, G, I, H, threads);
   if (failed) return failed;
   for (long i = 0; i < G * H; ++i) y[i] += o[i];
   return 0;

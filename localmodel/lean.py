@@ -29,8 +29,10 @@ parameters and ``state_dict`` are as before; ``load_state_dict`` re-fuses). The 
 paged and batched paths are unchanged.
 
 The swap is by checking, as ``localmodel.fused`` does: a layer is replaced only if it has
-exactly those parts (no q/k norms, no sliding window, SiLU, float32 ``NativeLinear``
-projections with whole tiles) and, on random input at a prefill then a decode step, its output
+exactly those parts (no q/k norms, no sliding window, SiLU, projections with whole tiles, all
+``NativeLinear`` (float32) or all ``Int8Linear`` on cachegate's int8 kernel: ``weights: int8``,
+whose stacked products are int8 tiles with their scales up to ``INT8_KERNEL_ROWS`` rows, each
+projection's own product above, and whose decode steps run in one call up to that many rows) and, on random input at a prefill then a decode step, its output
 equals the original layer's to float32 rounding (max |Δ| ≤ 1e-5 of the largest output). Any
 input the lean path does not take (not float32 on the CPU, gradients, eager attention) runs
 the original layer's forward.
@@ -52,7 +54,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from localmodel import kernel
 from localmodel.batch import BatchCache
 from localmodel.fused import FusedRMSNorm
-from localmodel.weights import NativeLinear
+from localmodel.weights import INT8_KERNEL_ROWS, Int8Linear, NativeLinear
 
 __all__ = ["LeanDecoderLayer", "layer_counts", "original_layers", "use_lean_layers"]
 
@@ -102,11 +104,15 @@ class LeanDecoderLayer(nn.Module):
         self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
         self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj)
         norms = (self.input_layernorm, self.post_attention_layernorm)
+        o, down = attn.o_proj, mlp.down_proj
+        int8 = isinstance(o, Int8Linear)
+        self.int8 = int8
         self.params = kernel.layer_params(
             norms=(norms[0].weight, norms[1].weight), eps=norms[0].eps,
-            tiles=(self.qkv.tiles, attn.o_proj.packed, self.gate_up.tiles, mlp.down_proj.packed),
-            biases=(self.qkv.bias, attn.o_proj.bias_data, self.gate_up.bias,
-                    mlp.down_proj.bias_data),
+            tiles=(self.qkv.tiles, o.tiles8[0] if int8 else o.packed, self.gate_up.tiles,
+                   down.tiles8[0] if int8 else down.packed),
+            biases=(self.qkv.bias, o.bias_data, self.gate_up.bias, down.bias_data),
+            scales=_scales(self.qkv, o, self.gate_up, down) if int8 else None,
             sizes=(norms[0].weight.shape[0], self.q_size // self.head_dim,
                    self.kv_size // self.head_dim, self.head_dim, self.intermediate),
             scale=attn.scaling,
@@ -143,6 +149,7 @@ class LeanDecoderLayer(nn.Module):
         *lead, hidden = x.shape  # [batch, n, hidden]
         x = x.reshape(-1, hidden).contiguous()
         decoding = isinstance(cache, BatchCache) and cache.decoding
+        decoding = decoding and (not self.int8 or x.shape[0] <= INT8_KERNEL_ROWS)
         if decoding and self.one_call:
             return cache.decoder_layer(self.layer_idx, self.params, x, *position_embeddings).view(
                 *lead, hidden
@@ -209,32 +216,65 @@ def _same_step(
     return same
 
 
+def _scales(
+    qkv: _Fused, o: Int8Linear, gate_up: _Fused, down: Int8Linear
+) -> tuple[torch.Tensor, ...]:
+    """An int8 layer's four products' scales, as ``kernel.layer_params`` takes them."""
+    assert qkv.scales is not None and gate_up.scales is not None
+    assert o.tiles8 is not None and down.tiles8 is not None
+    return qkv.scales, o.tiles8[1], gate_up.scales, down.tiles8[1]
+
+
 def _fuse_after_load(layer: LeanDecoderLayer, incompatible_keys: Any) -> None:
     """After ``load_state_dict``: the fused tiles and biases, and what the C layer reads,
     follow the loaded weights (the biases are copies; a projection's tiles may be new)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    for p in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj,
+              mlp.down_proj):  # fmt: skip
+        p._derive()  # (int8: its tiles from the loaded weight, before they are stacked)
     layer._fuse()
 
 
 class _Fused:
     """Stacked projections as one product: their tiles, one after the other (a view of each
-    projection's ``packed`` is what that projection keeps), and their biases."""
+    projection's share is what that projection keeps), and their biases. int8 projections
+    (``Int8Linear``): their int8 tiles and scales; above :data:`INT8_KERNEL_ROWS` rows each
+    projection computes its own product (its widened bfloat16 one), as it would alone."""
 
-    def __init__(self, tiles: torch.Tensor, out: int, bias: torch.Tensor | None) -> None:
-        self.tiles, self.out, self.bias = tiles, out, bias
+    def __init__(
+        self,
+        tiles: torch.Tensor,
+        out: int,
+        bias: torch.Tensor | None,
+        scales: torch.Tensor | None = None,
+        parts: tuple[nn.Module, ...] = (),
+    ) -> None:
+        self.tiles, self.out, self.bias, self.scales, self.parts = tiles, out, bias, scales, parts
 
     def __call__(self, lib: Any, x: torch.Tensor) -> torch.Tensor:
-        return kernel.linear(lib, self.tiles, x, self.out, self.bias)
+        if self.scales is None:
+            return kernel.linear(lib, self.tiles, x, self.out, self.bias)
+        if x.shape[0] <= INT8_KERNEL_ROWS:
+            return kernel.linear_q8(lib, self.tiles, self.scales, x, self.out, self.bias)
+        return torch.cat([part(x) for part in self.parts], dim=-1)
 
 
-def _fuse(*parts: NativeLinear) -> _Fused:
-    """One product for ``parts`` (same inputs, each a whole number of tiles): their tiles
-    copied once into one tensor, each part's ``packed`` then a view of its share."""
-    tiles = torch.cat([p.packed.data for p in parts])  # [Σ tiles, in, 16]
-    start = 0
-    for p in parts:
-        n = p.packed.shape[0]
-        p.packed = nn.Parameter(tiles[start : start + n], requires_grad=False)
-        p._derive()
+def _fuse(*parts: Any) -> _Fused:
+    """One product for ``parts`` (``NativeLinear``s, or ``Int8Linear``s: same inputs, each a
+    whole number of tiles): their tiles (and int8 scales) copied once into one tensor, each
+    part's then a view of its share."""
+    int8 = isinstance(parts[0], Int8Linear)
+    own: list[torch.Tensor] = [p.tiles8[0] if int8 else p.packed.data for p in parts]
+    tiles = torch.cat(own)  # [Σ tiles, in, 16]
+    scales = torch.cat([p.tiles8[1] for p in parts]) if int8 else None  # [Σ tiles · 16]
+    start, T = 0, kernel.TILE
+    for p, t in zip(parts, own, strict=True):
+        n = int(t.shape[0])
+        if scales is not None:
+            p.tiles8 = (tiles[start : start + n], scales[start * T : (start + n) * T])
+        else:
+            p.packed = nn.Parameter(tiles[start : start + n], requires_grad=False)
+            p._derive()
         start += n
     biases = [p.bias_data for p in parts]
     if all(b is None for b in biases):
@@ -242,7 +282,8 @@ def _fuse(*parts: NativeLinear) -> _Fused:
     else:
         bias = torch.cat([torch.zeros(p.out_features) if b is None else b
                           for p, b in zip(parts, biases, strict=True)])  # fmt: skip
-    return _Fused(tiles, sum(p.out_features for p in parts), bias)
+    out = sum(p.out_features for p in parts)
+    return _Fused(tiles, out, bias, scales, parts if int8 else ())
 
 
 def use_lean_layers(model: Any) -> int:
@@ -297,7 +338,8 @@ def original_layers(model: Any) -> Iterator[int]:
 
 
 def _shaped(layer: nn.Module) -> bool:
-    """Whether ``layer`` has exactly a Llama-shaped layer's parts, on the native kernel."""
+    """Whether ``layer`` has exactly a Llama-shaped layer's parts, on the native kernel
+    (float32 tiles, or int8 ones)."""
     children: dict[str, Any] = dict(layer.named_children())
     if set(children) != _LAYER_PARTS:
         return False
@@ -313,7 +355,9 @@ def _shaped(layer: nn.Module) -> bool:
         return False  # (the C layer takes one eps)
     projections = [getattr(attn, n) for n in sorted(_ATTENTION_PARTS)]
     projections += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-    if not all(type(p) is NativeLinear and p.packed.dtype is torch.float32 for p in projections):
+    native = all(type(p) is NativeLinear and p.packed.dtype is torch.float32 for p in projections)
+    int8 = all(type(p) is Int8Linear and p.tiles8 is not None for p in projections)
+    if not (native or int8):
         return False
     d = getattr(attn, "head_dim", 0)
     whole = all(p.out_features % kernel.TILE == 0 for p in projections)

@@ -294,3 +294,38 @@ def test_half_pages_decode_in_one_call_where_it_rounds_as_torch(dtype: torch.dty
         assert torch.equal(got, want)
     one_call = dtype is torch.bfloat16
     assert [layer.one_call for layer in model.model.layers] == [one_call or None] * 2
+
+
+def test_int8_weights_run_lean_decode_steps_in_one_call_with_their_products() -> None:
+    """``weights: int8``: q|k|v and gate|up stacked as int8 tiles with their scales; up to
+    16 rows (decode steps) the stacked product on cachegate's int8 kernel, and a step of
+    decodes in one C call; above (prefill chunks) each projection's own product. Step by
+    step (the int8 layer's path depends on a pass's rows), the logits are those of the same
+    model with transformers' layers."""
+    from localmodel.batch import use_batched_attention
+    from localmodel.weights import Int8Linear, use_int8_weights
+    from tests.localmodel.test_batch import _STEPS, _paged, _tiny
+
+    model = _tiny("qwen2", 512)
+    use_int8_weights(model)
+    use_fused_norms(model)
+    reference = copy.deepcopy(model)  # (its layers as transformers runs them)
+    assert use_lean_layers(model) == 2
+    q = model.model.layers[0].self_attn.q_proj
+    assert isinstance(q, Int8Linear) and q.tiles8 is not None
+    assert q.tiles8[0].data_ptr() == model.model.layers[0].qkv.tiles.data_ptr()  # (a view)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 512, (n,), generator=gen).tolist() for n in (1, 9, 40, 23, 30)]
+    runs = []
+    for m in (model, reference):
+        use_batched_attention(m)
+        make_cache = _paged(m)
+        caches = [make_cache() for _ in prompts]
+        logits = []
+        for step in _STEPS:  # (whole prefills, chunks past 16 rows, decodes alone)
+            fed = [(i, t if isinstance(t, list) else prompts[i][t]) for i, t in step]
+            logits.append(forward(m, [Piece(caches[i], tuple(t)) for i, t in fed]))
+        runs.append(logits)
+    for got, want in zip(*runs, strict=True):
+        assert (got - want).abs().max() < 1e-4
+    assert [layer.one_call for layer in model.model.layers] == [True, True]
