@@ -445,16 +445,20 @@ def decoder_layer(
     K/V rounded to bfloat16 as torch rounds); ``step``: ``writes`` [G], the slot
     each new token's K/V go into, and ``slots`` [G, S], ``lengths`` [G] as
     :func:`decode_attention` takes them, the new token's slot last (all int64). Returns the
-    layer's output [G, hidden]. Arguments out of bounds raise ValueError (nothing written)."""
+    layer's output [G, hidden]. Arguments out of bounds or not laid out so (another dtype,
+    not contiguous, not on the CPU) raise ValueError (nothing written)."""
     keys, values = pages
     writes, slots, lengths = step
     G, d = x.shape[0], params.head_dim
     ok = (
         x.dim() == 2 and x.shape[1] == params.hidden and x.dtype == torch.float32
         and x.is_contiguous() and cos.numel() == sin.numel() == G * d
+        and cos.dtype == sin.dtype == torch.float32  # (else read as float32 past their end)
         and keys.dtype == values.dtype and keys.dtype in STEP_PAGE_DTYPES
-        and keys.is_contiguous() and values.is_contiguous()
+        and keys.is_contiguous()
+        and values.is_contiguous()  # (an expanded or strided view: written past its memory)
         and values.shape == keys.shape and keys.dim() == 3
+        and all(t.is_cpu for t in (x, cos, sin, keys, values, *step))
         and keys.shape[0] == params.kv_heads and keys.shape[2] == d
         and writes.shape == (G,) and slots.dim() == 2 and slots.shape[0] == G
         and lengths.shape == (G,)

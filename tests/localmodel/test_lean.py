@@ -254,6 +254,22 @@ def test_the_one_call_layer_checks_what_it_is_given() -> None:
                              (torch.tensor([2]), slots, lengths))  # fmt: skip
 
 
+@pytest.mark.parametrize("bad", ["strided values", "float64 cos"])
+def test_the_one_call_layer_refuses_tensors_it_would_read_or_write_past(bad: str) -> None:
+    """Shapes right but not the memory the C side walks: V pages a strided view (its writes
+    would land in another head's rows, or past an expanded tensor's memory), cos and sin in
+    another dtype (read as float32: past a half-precision tensor's end)."""
+    layer = _lean_tiny("llama").model.layers[0]
+    keys, room = torch.zeros(2, 8, 16), torch.zeros(2, 8, 32)
+    values = room[..., :16] if bad == "strided values" else torch.zeros(2, 8, 16)
+    x, cos = torch.randn(1, 64), torch.ones(1, 16, dtype=torch.float64)
+    cos = cos if bad == "float64 cos" else cos.float()
+    step = torch.tensor([2]), torch.tensor([[0, 1, 2]]), torch.tensor([3])
+    with pytest.raises(ValueError, match="laid out"):
+        kernel.decoder_layer(LIB, layer.params, x, cos, cos, (keys, values), step)
+    assert not keys.any() and not values.any() and not room.any()  # (nothing written)
+
+
 def test_loaded_weights_reach_the_fused_products_and_the_one_call_layer() -> None:
     from tests.localmodel.test_batch import _check_compositions, _paged
 
