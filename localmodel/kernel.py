@@ -518,9 +518,11 @@ def decode_attention_q8(
         and k_scales.dtype == v_scales.dtype == torch.float16 and k_scales.dim() == 3
         and k_scales.shape[0] == H and k_scales.shape[2] == D and k_scales.shape[1] > 0
         and n_slots % k_scales.shape[1] == 0 and tuple(v_scales.shape) == (H, n_slots)
+        and keys.shape[2] == D  # (rows of another size: read past the pages' end)
         and addresses.shape == starts.shape == (G,)
         and addresses.dtype == starts.dtype == torch.int64
         and all(t.is_contiguous() for t in (keys, values, k_scales, v_scales, addresses, starts))
+        and all(t.is_cpu for t in (q, keys, values, k_scales, v_scales, *step, *tails[:2]))
         and q.dtype == torch.float32 and q.is_contiguous() and Hq % H == 0
         and slots.dtype == lengths.dtype == torch.int64 and slots.dim() == 2
         and slots.shape[0] == G and lengths.shape == (G,)

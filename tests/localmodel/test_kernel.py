@@ -561,3 +561,18 @@ def test_int8_attention_reads_a_tail_of_at_most_a_page_ending_at_the_new_token()
         kernel.decode_attention_q8(
             lib, q, (keys, values), scales, step, (address, torch.tensor([2]), 0), 0.25
         )
+
+
+def test_int8_attention_refuses_pages_whose_head_size_is_not_the_querys() -> None:
+    """q's head size 16, the pages' rows 32 (with K scales of 16 channels): the kernel steps
+    through the pages by q's 16 (reading each key from the wrong bytes; pages of rows shorter
+    than q's heads: past their end), so it is refused before any read."""
+    lib = kernel.attention()
+    assert lib is not None
+    q = torch.randn(1, 2, 16)
+    keys = values = torch.ones(1, 8, 32, dtype=torch.int8)
+    scales = torch.full((1, 2, 16), 0.01, dtype=torch.float16), torch.full((1, 8), 0.02).half()
+    step = torch.arange(8)[None], torch.tensor([8])
+    none = torch.zeros(1, dtype=torch.int64), torch.tensor([8]), 0
+    with pytest.raises(ValueError, match="laid out"):
+        kernel.decode_attention_q8(lib, q, (keys, values), scales, step, none, 0.25)
