@@ -176,7 +176,9 @@ class LeanDecoderLayer(nn.Module):
         rows, d, attn = x.shape[0], self.head_dim, self.self_attn
         normed = kernel.rms_norm(lib, x, self.input_layernorm.weight, self.input_layernorm.eps)
         qkv = self.qkv(lib, normed)  # [rows, q + 2 kv]
-        cos, sin = position_embeddings  # [batch, n, d]
+        # [batch, n, d]; NOTE: [1, n, d] for every row of a batch where the model was given no
+        # position_ids (transformers' apply_rotary_pos_emb broadcasts it; the C RoPE cannot)
+        cos, sin = (t.expand(*lead, d) for t in position_embeddings)
         kernel.rope(lib, qkv, cos, sin, (self.q_size + self.kv_size) // d, d)
         shape = (*lead, -1, d)
         q_end, k_end = self.q_size, self.q_size + self.kv_size

@@ -225,6 +225,19 @@ def test_a_one_call_layer_that_disagrees_is_not_used(monkeypatch: pytest.MonkeyP
     assert [layer.one_call for layer in model.model.layers] == [False, False]
 
 
+def test_a_batch_of_prompts_without_position_ids_runs_lean_as_transformers_runs_it() -> None:
+    """No position_ids: transformers makes one row of positions, [1, n], and one rotary
+    embedding for every prompt of the batch (its RoPE broadcasts it)."""
+    model = _prepared(_llama())
+    use_lean_layers(model)
+    ids = torch.randint(0, 300, (2, 7))
+    with torch.inference_mode():
+        got = model(ids).logits
+        with original_layers(model):
+            want = model(ids).logits
+    assert (got - want).abs().max() < 1e-5 * want.abs().max()
+
+
 @pytest.mark.parametrize(("rows", "n"), [(1, 64), (3, 70)])
 def test_silu_mul_is_torchs(rows: int, n: int) -> None:
     generator = torch.Generator().manual_seed(n)
