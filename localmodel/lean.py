@@ -103,20 +103,40 @@ class LeanDecoderLayer(nn.Module):
         attn, mlp = self.self_attn, self.mlp
         self.qkv = _fuse(attn.q_proj, attn.k_proj, attn.v_proj)
         self.gate_up = _fuse(mlp.gate_proj, mlp.up_proj)
+        attn.o_proj._derive(), mlp.down_proj._derive()  # (a cast leaves their bias_data behind)
         norms = (self.input_layernorm, self.post_attention_layernorm)
         o, down = attn.o_proj, mlp.down_proj
         int8 = isinstance(o, Int8Linear)
         self.int8 = int8
-        self.params = kernel.layer_params(
-            norms=(norms[0].weight, norms[1].weight), eps=norms[0].eps,
-            tiles=(self.qkv.tiles, o.tiles8[0] if int8 else o.packed, self.gate_up.tiles,
-                   down.tiles8[0] if int8 else down.packed),
-            biases=(self.qkv.bias, o.bias_data, self.gate_up.bias, down.bias_data),
-            scales=_scales(self.qkv, o, self.gate_up, down) if int8 else None,
-            sizes=(norms[0].weight.shape[0], self.q_size // self.head_dim,
-                   self.kv_size // self.head_dim, self.head_dim, self.intermediate),
-            scale=attn.scaling,
-        )  # fmt: skip
+        tiles = (self.qkv.tiles, o.tiles8[0] if int8 else o.packed, self.gate_up.tiles,
+                 down.tiles8[0] if int8 else down.packed)  # fmt: skip
+        kind = torch.int8 if int8 else torch.float32
+        #: what the C layer reads; None where a cast left weights that are not float32 (or
+        #: int8 tiles) on the CPU (the lean path is then not taken)
+        self.params: kernel.LayerParams | None = None
+        weight = norms[0].weight
+        if all(t.dtype is kind and t.is_cpu for t in tiles) and weight.dtype is torch.float32:
+            self.params = kernel.layer_params(
+                norms=(weight, norms[1].weight), eps=norms[0].eps, tiles=tiles,
+                biases=(self.qkv.bias, o.bias_data, self.gate_up.bias, down.bias_data),
+                scales=_scales(self.qkv, o, self.gate_up, down) if int8 else None,
+                sizes=(weight.shape[0], self.q_size // self.head_dim,
+                       self.kv_size // self.head_dim, self.head_dim, self.intermediate),
+                scale=attn.scaling,
+            )  # fmt: skip
+        self._fused_at = self._addresses()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> LeanDecoderLayer:
+        """``.to()``, ``.half()``, ``.float()``, ``share_memory()``…: torch gives a converted
+        parameter new memory (its ``.data``) and frees the old, which the fused tiles and the
+        C layer's addresses would still point into: they follow, as after ``load_state_dict``."""
+        super()._apply(fn, recurse)
+        if self._addresses() != self._fused_at:
+            self._fuse()
+        return self
+
+    def _addresses(self) -> tuple[int, ...]:
+        return tuple(p.data_ptr() for p in self.parameters())
 
     def forward(
         self,
@@ -139,6 +159,7 @@ class LeanDecoderLayer(nn.Module):
             and not x.requires_grad
             and position_embeddings is not None
             and "past_key_values" not in kwargs  # (the deprecated name: the original renames it)
+            and self.params is not None
         )
         if lib is None or interface is None or not lean:
             return self.original(

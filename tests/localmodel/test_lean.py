@@ -238,6 +238,31 @@ def test_a_batch_of_prompts_without_position_ids_runs_lean_as_transformers_runs_
     assert (got - want).abs().max() < 1e-5 * want.abs().max()
 
 
+def test_a_cast_and_back_leaves_the_fused_products_and_the_one_call_layer_on_the_weights() -> None:
+    """``.half()`` then ``.float()`` gives every parameter new memory and frees the old: the
+    fused tiles and the addresses the C layer reads follow (they pointed into freed memory and
+    stale tiles), and the lean layers compute what transformers' compute on the weights."""
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny("llama")
+    model.half()
+    model.float()
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    assert layer.params.norm1 == layer.input_layernorm.weight.data_ptr()
+    assert layer.params.o == attn.o_proj.packed.data_ptr()
+    assert layer.params.down == mlp.down_proj.packed.data_ptr()
+    assert layer.params.qkv == attn.q_proj.packed.data_ptr() == layer.qkv.tiles.data_ptr()
+    ids = torch.arange(5, 17)[None]
+    with torch.inference_mode():
+        got = model(ids).logits
+        with original_layers(model):
+            want = model(ids).logits
+    assert (got - want).abs().max() < 1e-5 * want.abs().max()
+    _check_compositions(model, 512, _paged(model))  # (decode steps in one call among them)
+    assert [layer.one_call for layer in model.model.layers] == [True, True]
+
+
 @pytest.mark.parametrize(("rows", "n"), [(1, 64), (3, 70)])
 def test_silu_mul_is_torchs(rows: int, n: int) -> None:
     generator = torch.Generator().manual_seed(n)
