@@ -138,6 +138,19 @@ class LeanDecoderLayer(nn.Module):
     def _addresses(self) -> tuple[int, ...]:
         return tuple(p.data_ptr() for p in self.parameters())
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy (``copy.deepcopy``, pickle) without the fused tiles and the C layer's
+        addresses (ctypes refuses to copy a structure of pointers, and they are this layer's
+        memory): the copy fuses its own (:meth:`__setstate__`)."""
+        state = self.__dict__.copy()
+        for name in ("qkv", "gate_up", "params", "_fused_at"):
+            del state[name]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._fuse()
+
     def forward(
         self,
         hidden_states: torch.Tensor,

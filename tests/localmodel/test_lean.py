@@ -263,6 +263,25 @@ def test_a_cast_and_back_leaves_the_fused_products_and_the_one_call_layer_on_the
     assert [layer.one_call for layer in model.model.layers] == [True, True]
 
 
+def test_a_copied_model_fuses_its_own_tensors_and_reads_them_in_one_call() -> None:
+    """``copy.deepcopy`` of a lean model (ctypes refuses to copy LayerParams' pointers): the
+    copy's fused products and C layer read the copy's tensors, and it computes the same."""
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny("qwen2")
+    copied = copy.deepcopy(model)
+    layer = copied.model.layers[0]
+    assert layer.params.o == layer.self_attn.o_proj.packed.data_ptr()
+    assert layer.params.o != model.model.layers[0].params.o
+    assert layer.self_attn.q_proj.packed.data_ptr() == layer.qkv.tiles.data_ptr()
+    assert layer.original.self_attn is layer.self_attn
+    ids = torch.arange(5, 17)[None]
+    with torch.inference_mode():
+        assert torch.equal(copied(ids).logits, model(ids).logits)
+    _check_compositions(copied, 512, _paged(copied))
+    assert [layer.one_call for layer in copied.model.layers] == [True, True]
+
+
 @pytest.mark.parametrize(("rows", "n"), [(1, 64), (3, 70)])
 def test_silu_mul_is_torchs(rows: int, n: int) -> None:
     generator = torch.Generator().manual_seed(n)
