@@ -297,11 +297,14 @@ class _Fused:
 
 def _fuse(*parts: Any) -> _Fused:
     """One product for ``parts`` (``NativeLinear``s, or ``Int8Linear``s: same inputs, each a
-    whole number of tiles): their tiles (and int8 scales) copied once into one tensor, each
-    part's then a view of its share."""
+    whole number of tiles): their tiles (and int8 scales) copied once into one tensor (float32
+    tiles: unless they lie one after the other in one already), each part's then a view of
+    its share."""
     int8 = isinstance(parts[0], Int8Linear)
     own: list[torch.Tensor] = [p.tiles8[0] if int8 else p.packed.data for p in parts]
-    tiles = torch.cat(own)  # [Σ tiles, in, 16]
+    tiles = None if int8 else _stacked(parts)
+    if tiles is None:
+        tiles = torch.cat(own)  # [Σ tiles, in, 16]
     scales = torch.cat([p.tiles8[1] for p in parts]) if int8 else None  # [Σ tiles · 16]
     start, T = 0, kernel.TILE
     for p, t in zip(parts, own, strict=True):
@@ -320,6 +323,23 @@ def _fuse(*parts: Any) -> _Fused:
                           for p, b in zip(parts, biases, strict=True)])  # fmt: skip
     out = sum(p.out_features for p in parts)
     return _Fused(tiles, out, bias, scales, parts if int8 else ())
+
+
+def _stacked(parts: tuple[NativeLinear, ...]) -> torch.Tensor | None:
+    """The tiles of ``parts`` as one tensor where they are views one after the other of one
+    storage (a fused layer's, after ``share_memory()`` or an in-place load): the same
+    memory, so that a shared or loaded storage stays the one every projection reads."""
+    first = parts[0].packed.data
+    storage, at = first.untyped_storage().data_ptr(), first.storage_offset()
+    for p in parts:
+        t = p.packed.data
+        if (t.untyped_storage().data_ptr() != storage or t.storage_offset() != at
+                or not t.is_contiguous() or t.dtype != first.dtype
+                or t.shape[1:] != first.shape[1:]):  # fmt: skip
+            return None
+        at += t.numel()
+    n = sum(p.packed.shape[0] for p in parts)
+    return first.as_strided((n, *first.shape[1:]), first.stride(), first.storage_offset())
 
 
 def use_lean_layers(model: Any) -> int:

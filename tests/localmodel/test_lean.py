@@ -263,6 +263,23 @@ def test_a_cast_and_back_leaves_the_fused_products_and_the_one_call_layer_on_the
     assert [layer.one_call for layer in model.model.layers] == [True, True]
 
 
+def test_shared_memory_stays_what_every_projection_and_the_one_call_layer_read() -> None:
+    """``share_memory()`` moves each storage into shared memory (new addresses): the C layer
+    follows, and q|k|v, gate|up stay views of their one (shared) storage, not copies."""
+    from tests.localmodel.test_batch import _check_compositions, _paged
+
+    model = _lean_tiny("llama")
+    model.share_memory()
+    layer = model.model.layers[0]
+    attn, mlp = layer.self_attn, layer.mlp
+    assert all(p.is_shared() for p in model.parameters())
+    assert layer.qkv.tiles.data_ptr() == attn.q_proj.packed.data_ptr() == layer.params.qkv
+    assert layer.gate_up.tiles.data_ptr() == mlp.gate_proj.packed.data_ptr()
+    assert layer.params.norm1 == layer.input_layernorm.weight.data_ptr()
+    _check_compositions(model, 512, _paged(model))
+    assert [layer.one_call for layer in model.model.layers] == [True, True]
+
+
 def test_a_copied_model_fuses_its_own_tensors_and_reads_them_in_one_call() -> None:
     """``copy.deepcopy`` of a lean model (ctypes refuses to copy LayerParams' pointers): the
     copy's fused products and C layer read the copy's tensors, and it computes the same."""
