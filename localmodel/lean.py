@@ -23,7 +23,9 @@ side): single-stream decode 1.25× transformers' layers, 8-stream decode 1.20×.
 Fusing the products needs no copy of a weight: ``pack`` lays a weight out in tiles of 16 output
 features (``[tiles, in, 16]``), so the q, k and v tiles one after the other are the tiles of
 the three stacked, and each projection's ``packed`` becomes a view into them (the model's
-parameters and ``state_dict`` are as before; ``load_state_dict`` re-fuses). The cache
+parameters and ``state_dict`` are as before; ``load_state_dict``, a cast (``.to()``,
+``.half()``, ``.float()``) or ``share_memory()`` that moves a parameter, and a copy re-fuse,
+so the raw addresses the C layer reads always are the parameters'). The cache
 (``cache.update``) and the attention function (``config._attn_implementation``, e.g.
 ``localmodel.batch``'s batched one) are called as transformers calls them elsewhere, so the
 paged and batched paths are unchanged.
