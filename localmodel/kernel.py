@@ -104,6 +104,8 @@ STEP_PAGE_DTYPES = (torch.float32, torch.bfloat16)
 TILE = 16
 
 _SOURCES = ("linear.c", "ops.c", "layer.c")
+#: what the sources include, copied beside them
+_HEADERS = ("vec.h",)
 _FLAGS = ("-O3", "-march=native", "-shared", "-fPIC")
 
 
@@ -179,11 +181,11 @@ def _compile(command: list[str], flags: tuple[str, ...]) -> tuple[ctypes.CDLL | 
     """The sources compiled by ``command`` with :data:`_FLAGS` and ``flags``, loaded; or None
     and why not."""
     with tempfile.TemporaryDirectory(prefix="cachegate-kernel-") as workdir:
-        sources, out = [], os.path.join(workdir, "kernels.so")
-        for name in _SOURCES:
-            sources.append(os.path.join(workdir, name))
-            with open(sources[-1], "wb") as file:
+        out = os.path.join(workdir, "kernels.so")
+        for name in _SOURCES + _HEADERS:
+            with open(os.path.join(workdir, name), "wb") as file:
                 file.write(resources.files("localmodel").joinpath(name).read_bytes())
+        sources = [os.path.join(workdir, name) for name in _SOURCES]
         try:
             done = subprocess.run([*command, *_FLAGS, *flags, *sources, "-o", out],
                                   capture_output=True, text=True, timeout=120)  # fmt: skip

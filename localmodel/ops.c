@@ -28,8 +28,8 @@ static inline int omp_get_num_threads(void) { return 1; }
 #endif
 #include <stdlib.h>
 
-typedef float v16 __attribute__((vector_size(64)));
-typedef float v16u __attribute__((vector_size(64), aligned(4))); /* a load at any address */
+#include "vec.h"
+
 typedef unsigned short u16x16 __attribute__((vector_size(32), aligned(2)));
 typedef unsigned int u32x16 __attribute__((vector_size(64)));
 #if defined(__FLT16_MAX__) && !defined(CACHEGATE_NO_FLOAT16) /* GCC >= 12 on x86, clang */
@@ -100,7 +100,6 @@ static inline __attribute__((always_inline)) float dot(const float *q, const voi
   return s;
 }
 
-typedef int i16 __attribute__((vector_size(64)));
 
 /* e^x for x <= 0, 16 lanes: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial of
  * degree 7 (relative error < 1e-8 before rounding), times 2^n built in the exponent bits.
@@ -386,42 +385,64 @@ void cachegate_silu_mul(const float *gu, float *y, long rows, long n) {
   }
 }
 
-/* 16 int8 elements as float32 (GCC's generic widening: attention reads few of them). */
-typedef signed char q16 __attribute__((vector_size(16), aligned(1)));
-static inline __attribute__((always_inline)) v16 widen8(const signed char *p) {
-  return __builtin_convertvector(__builtin_convertvector(*(const q16 *)p, i16), v16);
+/* Key j of a sequence in int8 pages, dotted with the query (qv: D / 16 vectors): K = q8 * its
+ * page's per-channel scale (float16), as torch's dequantisation computes it; from tail_start
+ * on, the sequence's full-precision tail rows. */
+static inline __attribute__((always_inline)) v16 key_q8(
+    const v16 *qv, long C, const signed char *k, const void *ks, long P, const long *slot,
+    long j, const float *tail, long tail_start) {
+  v16 acc = {0};
+  if (j >= tail_start) {
+    const float *kr = tail + (j - tail_start) * C * 16;
+    for (long c = 0; c < C; ++c) acc += qv[c] * *(const v16u *)(kr + 16 * c);
+    return acc;
+  }
+  const signed char *kr = k + slot[j] * C * 16;
+  const char *sr = (const char *)ks + (slot[j] / P) * C * 16 * 2;
+  for (long c = 0; c < C; ++c) acc += qv[c] * (widen(kr + 16 * c) * load16(sr + 32 * c, F16));
+  return acc;
 }
 
-/* One query head over one sequence's n keys in int8 pages: K = q8 * its page's per-channel
- * scale (float16, ks + page * D), V = q8 * its token's scale (float16, vs[slot]), each
- * product as torch's dequantisation computes it (float32(q8) * float32(scale)); keys from
- * tail_start on are the sequence's full-precision tail rows (float32, tail + (j - tail_start) * D),
- * as the request's partly filled last page keeps them. */
+/* One query head over one sequence's n keys in int8 pages: K as key_q8 reads it, V = q8 * its
+ * token's scale (float16, vs[slot]); keys from tail_start on are the sequence's full-precision
+ * tail rows (float32, tail + (j - tail_start) * D), as its partly filled last page keeps them.
+ * Head sizes that are a multiple of 16 (up to 256), 16 keys' scores at a time (sums16); any
+ * other, a key and a channel at a time. */
 static void head_q8(long D, const float *qh, const signed char *k, const signed char *v,
                     const void *ks, const void *vs, long P, const long *slot, long n,
                     const float *tail, long tail_start, float scale, float *scores, float *o) {
-  for (long j = 0; j < n; ++j) {
-    if (j >= tail_start) {
-      scores[j] = scale * dot(qh, tail + (j - tail_start) * D, D, F32);
-      continue;
+  if (D % 16 || D > 256) {
+    for (long j = 0; j < n; ++j) {
+      float s = 0.f;
+      if (j >= tail_start) {
+        for (long i = 0; i < D; ++i) s += qh[i] * tail[(j - tail_start) * D + i];
+      } else {
+        const signed char *kr = k + slot[j] * D;
+        const char *sr = (const char *)ks + (slot[j] / P) * D * 2;
+        for (long i = 0; i < D; ++i) s += qh[i] * ((float)kr[i] * load1(sr, i, F16));
+      }
+      scores[j] = scale * s;
     }
-    const signed char *kr = k + slot[j] * D;
-    const char *sr = (const char *)ks + (slot[j] / P) * D * 2;
-    v16 acc = {0};
-    long i = 0;
-    for (; i + 16 <= D; i += 16)
-      acc += *(const v16u *)(qh + i) * (widen8(kr + i) * load16(sr + 2 * i, F16));
-    float s = 0.f;
-    for (int l = 0; l < 16; ++l) s += acc[l];
-    for (; i < D; ++i) s += qh[i] * ((float)kr[i] * load1(sr, i, F16));
-    scores[j] = scale * s;
+  } else {
+    long C = D / 16;
+    v16 qv[16];
+    for (long c = 0; c < C; ++c) qv[c] = *(const v16u *)(qh + 16 * c);
+    for (long j = 0; j < n; j += 16) {
+      v16 a[16];
+      for (int i = 0; i < 16; ++i) /* past n: any key (lane unused) */
+        a[i] = key_q8(qv, C, k, ks, P, slot, j + REV4[i] < n ? j + REV4[i] : n - 1, tail,
+                      tail_start);
+      *(v16u *)(scores + j) = scale * sums16(a);
+    }
   }
   float inv = 1.f / weights(scores, n);
   for (long i = 0; i < D; ++i) o[i] = 0.f;
   for (long j = 0; j < n; ++j) {
     const signed char *vr = v + slot[j] * D;
-    float sv = load1(vs, slot[j], F16), p = scores[j];
-    for (long i = 0; i < D; ++i) o[i] += p * ((float)vr[i] * sv);
+    float w = scores[j] * load1(vs, slot[j], F16);
+    long i = 0;
+    for (; i + 16 <= D; i += 16) *(v16u *)(o + i) += w * widen(vr + i);
+    for (; i < D; ++i) o[i] += w * (float)vr[i];
   }
   for (long i = 0; i < D; ++i) o[i] *= inv;
 }
