@@ -18,7 +18,8 @@ attended in place. The one call is checked at the layer's first such step agains
 above, bitwise (the same kernels in the same order give the same bits; a layer where they
 do not keeps the ops), so a sequence's logits are the same whether its step runs in one call
 or next to a prefill chunk op by op. Measured by ``bench/engine.py`` (decoder layers side by
-side): single-stream decode 1.25× transformers' layers, 8-stream decode 1.20×.
+side, two runs): single-stream decode 1.25–1.36× transformers' layers, 8-stream decode
+1.15–1.21×.
 
 Fusing the products needs no copy of a weight: ``pack`` lays a weight out in tiles of 16 output
 features (``[tiles, in, 16]``), so the q, k and v tiles one after the other are the tiles of
