@@ -457,6 +457,7 @@ def _unfuse(lean: Any) -> None:
     """Give each projection of a layer that is not swapped its own tiles back (not views)."""
     attn, mlp = lean.self_attn, lean.mlp
     for p in (attn.q_proj, attn.k_proj, attn.v_proj, mlp.gate_proj, mlp.up_proj):
-        p.packed = nn.Parameter(p.packed.data.clone(), requires_grad=False)
+        if not isinstance(p, Int8Linear):  # (int8: _derive packs its tiles afresh)
+            p.packed = nn.Parameter(p.packed.data.clone(), requires_grad=False)
         p._derive()
     logger.info("localmodel: decoder layer %d kept as transformers runs it", lean.layer_idx)

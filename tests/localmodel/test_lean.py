@@ -419,3 +419,24 @@ def test_int8_weights_run_lean_decode_steps_in_one_call_with_their_products() ->
     for got, want in zip(*runs, strict=True):
         assert (got - want).abs().max() < 1e-4
     assert [layer.one_call for layer in model.model.layers] == [True, True]
+
+
+def test_an_int8_layer_that_computes_otherwise_is_kept_with_its_own_tiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from localmodel.weights import use_int8_weights
+    from tests.localmodel.test_batch import _tiny
+
+    model = _tiny("llama", 512)
+    use_int8_weights(model)
+    use_fused_norms(model)
+    ids = torch.randint(0, 512, (1, 10))
+    with torch.inference_mode():
+        want = model(ids).logits
+    monkeypatch.setattr(kernel, "rope", lambda *args: None)  # a wrong rotation: no rotation
+    assert use_lean_layers(model) == 0
+    q, k = model.model.layers[0].self_attn.q_proj, model.model.layers[0].self_attn.k_proj
+    assert q.tiles8 is not None and k.tiles8 is not None
+    assert q.tiles8[0].untyped_storage().data_ptr() != k.tiles8[0].untyped_storage().data_ptr()
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, want)
