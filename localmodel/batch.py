@@ -160,10 +160,7 @@ class BatchCache(Cache):
         lib = kernel.attention()
         assert self._decoding is not None and lib is not None
         slots, lengths = self._decoding
-        _, H, N, P, D = self.pool.keys.shape
-        keys = self.pool.keys[layer].view(H, N * P, D)
-        values = self.pool.values[layer].view(H, N * P, D)
-        return kernel.decoder_layer(lib, params, x, cos, sin, (keys, values),
+        return kernel.decoder_layer(lib, params, x, cos, sin, self._pages_of(layer),
                                     (self._writes, slots, lengths))  # fmt: skip
 
     def attend_int8(self, lib: Any, q: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
@@ -173,10 +170,9 @@ class BatchCache(Cache):
         assert self.pool.key_scales is not None and self.pool.value_scales is not None
         slots, lengths = self.groups[0].native or (_NO_ROWS, _NO_ROWS)
         addresses, starts, layer_bytes = self._q8_tails
-        _, H, N, P, D = self.pool.keys.shape
-        pages = (self.pool.keys[layer].view(H, N * P, D), self.pool.values[layer].view(H, N * P, D))
+        _, H, N, P, _ = self.pool.keys.shape
         scales = (self.pool.key_scales[layer], self.pool.value_scales[layer].view(H, N * P))
-        return kernel.decode_attention_q8(lib, q, pages, scales, (slots, lengths),
+        return kernel.decode_attention_q8(lib, q, self._pages_of(layer), scales, (slots, lengths),
                                           (addresses, starts, layer * layer_bytes), scale)  # fmt: skip
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -248,6 +244,11 @@ class BatchCache(Cache):
         self._v_buf = torch.empty_like(self._k_buf)
         return groups
 
+    def _pages_of(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's K and V pages as ``[H, slots, D]`` views (what the kernels read)."""
+        _, H, N, P, D = self.pool.keys.shape
+        return self.pool.keys[layer].view(H, N * P, D), self.pool.values[layer].view(H, N * P, D)
+
     def _native_decode(self) -> bool:
         """Whether the decoding group's attention runs on cachegate's kernel: a float32 model
         and float32, half-precision or int8 pages on the CPU, where the kernel is built."""
@@ -286,14 +287,14 @@ class BatchCache(Cache):
         """Write this layer's new K/V (``[H, total, D]``) into the pool; read every group's."""
         _, H, N, P, D = self.pool.keys.shape
         pool_k, pool_v = self.pool.keys[layer], self.pool.values[layer]  # [H, N, P, D]
+        pages = self._pages_of(layer)  # (read in place)
         if self.pool.quantized:
             self._write_int8(layer, keys, values)
         else:
-            pool_k.view(H, N * P, D).index_copy_(1, self._writes, keys.to(pool_k.dtype))
-            pool_v.view(H, N * P, D).index_copy_(1, self._writes, values.to(pool_v.dtype))
+            pages[0].index_copy_(1, self._writes, keys.to(pool_k.dtype))
+            pages[1].index_copy_(1, self._writes, values.to(pool_v.dtype))
         # NOTE: into buffers made once a step: a fresh ~MB tensor per layer was mapped afresh
         # by malloc, and its page faults cost more than the gather itself (measured)
-        pages = (pool_k.view(H, N * P, D), pool_v.view(H, N * P, D))  # (read in place)
         if not len(self._gather):  # every group attends in place: nothing to gather
             return [pages] * len(self.groups)
         k_all = torch.index_select(pool_k.view(H * N * P, D), 0, self._gather, out=self._k_buf)

@@ -672,10 +672,11 @@ class PagedCache(DynamicCache):
         full precision in the tail (``(start, [n_kv_heads, stop - start, head_dim])``) rather
         than in the page; None when ``stop`` ends on a page boundary. ``stop`` is the length
         once this step's tokens are written (:meth:`write_keys` put them there)."""
-        r = stop % self.pool.page_size
-        if self._tail is None or not r:
+        tails = self.tails(stop)
+        if tails is None:
             return None
-        return stop - r, self._tail[layer, :, :r]
+        start, rows = tails
+        return start, rows[layer, :, : stop - start]
 
     # ── helpers ──────────────────────────────────────────────────────────────────────
 
