@@ -57,7 +57,7 @@ from bench import llamacpp
 from bench.kv import Drift, _questions, teacher_forced
 from bench.prefix import CACHE_DIR, load_engine
 from bench.report import command, median, percentile, publish, run_header, table
-from localmodel import AsyncEngine, Engine, Finished, SamplingParams
+from localmodel import AsyncEngine, Engine, Finished, SamplingParams, TextDelta
 from localmodel.forward import decode_one_token, prefill
 from localmodel.kv import RequestCache
 from localmodel.lean import original_layers
@@ -79,15 +79,21 @@ def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[
         for i, p in enumerate(_prompts(concurrency, seed))
     ]
 
+    gaps: list[float] = []  # between a stream's consecutive pieces of text (its steps)
+
     async def one(local: AsyncEngine, request: Any, started: float) -> _Stream:
-        first = 0.0
+        first = last = 0.0
         async for event in local.stream(request):
-            first = first or time.perf_counter() - started
+            now = time.perf_counter() - started
+            first = first or now
+            if isinstance(event, TextDelta):
+                if last:
+                    gaps.append(now - last)
+                last = now
             if isinstance(event, Finished):
                 c = event.completion
                 per_token = c.decode_s / max(c.usage.completion_tokens - 1, 1)
-                end = time.perf_counter() - started
-                return first, c.usage.completion_tokens, per_token, end
+                return first, c.usage.completion_tokens, per_token, now
         raise AssertionError("no Finished event")
 
     async def run() -> tuple[list[_Stream], float]:
@@ -100,6 +106,8 @@ def measure(engine: Engine, concurrency: int, n_tokens: int, seed: int) -> dict[
     ttfts = [r[0] for r in results]
     tokens = sum(r[1] for r in results)
     return {
+        "itl_p50_s": median(gaps),
+        "itl_p99_s": percentile(gaps, 99),
         "concurrency": concurrency,
         "max_batch": engine.config.max_batch,
         "tokens": tokens,
@@ -447,6 +455,8 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
                "decode tokens/s batched", "decode tokens/s one at a time", "decode ratio",
                "TTFT p50 / p99 ms batched", "TTFT p50 / p99 ms one at a time"], rows),
         "",
+        *_itl_markdown(results),
+        "",
         f"Single stream: {single['ms_per_token']:.1f} ms/token; weight-read floor "
         f"{floor['floor_ms']:.1f} ms ({floor['weight_bytes'] / 1e6:.0f} MB of weights at "
         f"{floor['bandwidth_gb_s']:.1f} GB/s, read right after it): **{100 * share:.0f}% of the "
@@ -464,6 +474,31 @@ def markdown(results: dict[str, Any], cmd: str) -> str:
         "",
         *_lean_markdown(results.get("lean", {})),
     ])  # fmt: skip
+
+
+def _itl_markdown(results: dict[str, Any]) -> list[str]:
+    """Inter-token latency, and the decode throughput it gives when every stream decodes."""
+    base = {r["concurrency"]: r for r in results["one_at_a_time"]}
+    single = results["batched"][0]["itl_p50_s"]
+    rows = []
+    for r in results["batched"]:
+        b, c, itl = base.get(r["concurrency"]), r["concurrency"], r["itl_p50_s"]
+        rows.append([
+            c, f"{1000 * itl:.1f} / {1000 * r['itl_p99_s']:.1f}",
+            f"{1000 * b['itl_p50_s']:.1f} / {1000 * b['itl_p99_s']:.1f}" if b else "—",
+            f"{c / itl:.1f}", f"**{c * single / itl:.2f}×**",
+        ])  # fmt: skip
+    return [
+        "Inter-token latency (ITL: the time between a stream's consecutive tokens as its client "
+        "receives them) and what it gives at steady state, every stream decoding: streams / ITL "
+        "p50, against one stream alone (1 / its ITL p50). The decode ratio above also counts, "
+        "inside its window, the steps where the prompts of streams that came later are "
+        "prefilled (256 tokens a step), which a short generation does not amortise; this one "
+        "does not.",
+        "",
+        table(["streams", "ITL p50 / p99 ms batched", "ITL p50 / p99 ms one at a time",
+               "steady decode tokens/s batched", "ratio to one stream"], rows),
+    ]  # fmt: skip
 
 
 def _threads_markdown(side: dict[int, dict[str, Any]]) -> list[str]:

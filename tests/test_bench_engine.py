@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from bench.engine import (
+    _itl_markdown,
     _kv_markdown,
     _lean_markdown,
     _llama_markdown,
@@ -155,3 +156,15 @@ def test_the_layers_table_takes_each_share_of_the_floor_in_its_own_round() -> No
     assert "| `transformers` | 30.0 | 20.0 | **66%** | 70% / 66% / 60% | 200 | 100.0 |" in text
     assert "single stream **1.20×**" in text and "8-stream decode **1.20×**" in text
     assert _lean_markdown({}) == []
+
+
+def test_the_itl_table_gives_streams_over_itl_against_one_stream_alone() -> None:
+    def row(c: int, p50: float, p99: float) -> dict[str, Any]:
+        return {"concurrency": c, "itl_p50_s": p50, "itl_p99_s": p99}
+
+    results = {"batched": [row(1, 0.028, 0.031), row(8, 0.040, 0.610)],
+               "one_at_a_time": [row(8, 0.029, 0.033)]}  # fmt: skip
+    text = "\n".join(_itl_markdown(results))
+    # 8 streams at 40 ms a step against one alone at 28 ms: 200 tokens/s, 8 * 28 / 40 = 5.6x
+    assert "| 8 | 40.0 / 610.0 | 29.0 / 33.0 | 200.0 | **5.60×** |" in text
+    assert "| 1 | 28.0 / 31.0 | — | 35.7 | **1.00×** |" in text
