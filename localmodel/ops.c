@@ -406,11 +406,13 @@ static inline __attribute__((always_inline)) v16 key_q8(
 /* One query head over one sequence's n keys in int8 pages: K as key_q8 reads it, V = q8 * its
  * token's scale (float16, vs[slot]); keys from tail_start on are the sequence's full-precision
  * tail rows (float32, tail + (j - tail_start) * D), as its partly filled last page keeps them.
- * Head sizes that are a multiple of 16 (up to 256), 16 keys' scores at a time (sums16); any
- * other, a key and a channel at a time. */
-static void head_q8(long D, const float *qh, const signed char *k, const signed char *v,
-                    const void *ks, const void *vs, long P, const long *slot, long n,
-                    const float *tail, long tail_start, float scale, float *scores, float *o) {
+ * Head sizes that are a multiple of 16 (up to 256), 16 keys' scores at a time (sums16) and the
+ * output in registers; any other, a key and a channel at a time. Inlined with D known (64,
+ * 128: head_q8), so the vector loops are unrolled; the same operations in the same order. */
+static inline __attribute__((always_inline)) void head_q8_d(
+    const long D, const float *qh, const signed char *k, const signed char *v, const void *ks,
+    const void *vs, long P, const long *slot, long n, const float *tail, long tail_start,
+    float scale, float *scores, float *o) {
   if (D % 16 || D > 256) {
     for (long j = 0; j < n; ++j) {
       float s = 0.f;
@@ -423,28 +425,46 @@ static void head_q8(long D, const float *qh, const signed char *k, const signed 
       }
       scores[j] = scale * s;
     }
-  } else {
-    long C = D / 16;
-    v16 qv[16];
-    for (long c = 0; c < C; ++c) qv[c] = *(const v16u *)(qh + 16 * c);
-    for (long j = 0; j < n; j += 16) {
-      v16 a[16];
-      for (int i = 0; i < 16; ++i) /* past n: any key (lane unused) */
-        a[i] = key_q8(qv, C, k, ks, P, slot, j + REV4[i] < n ? j + REV4[i] : n - 1, tail,
-                      tail_start);
-      *(v16u *)(scores + j) = scale * sums16(a);
+    float inv = 1.f / weights(scores, n);
+    for (long i = 0; i < D; ++i) o[i] = 0.f;
+    for (long j = 0; j < n; ++j) {
+      const signed char *vr = v + slot[j] * D;
+      float w = scores[j] * load1(vs, slot[j], F16);
+      long i = 0;
+      for (; i + 16 <= D; i += 16) *(v16u *)(o + i) += w * widen(vr + i);
+      for (; i < D; ++i) o[i] += w * (float)vr[i];
     }
+    for (long i = 0; i < D; ++i) o[i] *= inv;
+    return;
+  }
+  long C = D / 16;
+  v16 qv[16], ov[16];
+  for (long c = 0; c < C; ++c) qv[c] = *(const v16u *)(qh + 16 * c), ov[c] = (v16){0};
+  for (long j = 0; j < n; j += 16) {
+    v16 a[16];
+    for (int i = 0; i < 16; ++i) /* past n: any key (lane unused) */
+      a[i] = key_q8(qv, C, k, ks, P, slot, j + REV4[i] < n ? j + REV4[i] : n - 1, tail,
+                    tail_start);
+    *(v16u *)(scores + j) = scale * sums16(a);
   }
   float inv = 1.f / weights(scores, n);
-  for (long i = 0; i < D; ++i) o[i] = 0.f;
   for (long j = 0; j < n; ++j) {
     const signed char *vr = v + slot[j] * D;
     float w = scores[j] * load1(vs, slot[j], F16);
-    long i = 0;
-    for (; i + 16 <= D; i += 16) *(v16u *)(o + i) += w * widen(vr + i);
-    for (; i < D; ++i) o[i] += w * (float)vr[i];
+    for (long c = 0; c < C; ++c) ov[c] += w * widen(vr + 16 * c);
   }
-  for (long i = 0; i < D; ++i) o[i] *= inv;
+  for (long c = 0; c < C; ++c) *(v16u *)(o + 16 * c) = ov[c] * inv;
+}
+
+static void head_q8(long D, const float *qh, const signed char *k, const signed char *v,
+                    const void *ks, const void *vs, long P, const long *slot, long n,
+                    const float *tail, long tail_start, float scale, float *scores, float *o) {
+  if (D == 64)
+    head_q8_d(64, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
+  else if (D == 128)
+    head_q8_d(128, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
+  else
+    head_q8_d(D, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
 }
 
 /* A call of cachegate_decode_attention_q8. */
