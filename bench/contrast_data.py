@@ -20,6 +20,11 @@ The split is by family **and** domain: a row is held out when its family or its 
 held-out lists below (fixed before any training), so held-out wording and topics are never seen
 in training. Files: ``contrast_train.jsonl``, ``contrast_heldout.jsonl``, ``multiturn_train.jsonl``,
 ``multiturn_heldout.jsonl`` (committed; regenerate only to add data, never after tuning).
+
+Added on 2026-12-06: 137 more **training** families (bench/contrast_more.py: new domains, new
+word pairs, audiences, time windows, tiers, parties), written to ``contrast_more_train.jsonl``
+and ``multiturn_more_train.jsonl`` with a seed of their own (13), so the four files above come
+out byte for byte as they were (tests/test_contrast_data.py).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 
 DATA = Path(__file__).resolve().parent / "data"
 SEED = 12
+MORE_SEED = 13  # the families added later (bench/contrast_more.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -910,7 +916,7 @@ REPLIES = ("Here is what I know about {}.", "Sure, a short overview on {}.",
 
 
 def generate(seed: int = SEED, per_family: int = 60) -> dict[str, list[dict[str, Any]]]:
-    """All four files' rows, by file stem."""
+    """The first four files' rows, by file stem (frozen: unchanged by the families added later)."""
     rng = random.Random(seed)
     out: dict[str, list[dict[str, Any]]] = {
         k: []
@@ -922,7 +928,31 @@ def generate(seed: int = SEED, per_family: int = 60) -> dict[str, list[dict[str,
             for row in _contrast_rows(rng, fam):
                 out[f"contrast_{split}"].append(row)
         for _ in range(per_family // 3):
-            out[f"multiturn_{split}"].extend(_multiturn_rows(rng, fam))
+            out[f"multiturn_{split}"].extend(_multiturn_rows(rng, fam, FAMILIES))
+    return out
+
+
+def generate_more(seed: int = MORE_SEED, per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
+    """The added training families' rows (bench/contrast_more.py): ``contrast_more_train`` and
+    ``multiturn_more_train``. Training only: none of these families or domains is held out
+    (checked), and their conversations' irrelevant earlier exchanges come from training
+    families only (the first files' may quote a held-out family there)."""
+    from bench import contrast_more  # (it imports Family from here)
+
+    clash = {k for k, v in contrast_more.LEXICONS.items() if LEXICONS.get(k, v) != v}
+    if clash:
+        raise ValueError(f"bench/contrast_more.py redefines lexicons {sorted(clash)}")
+    LEXICONS.update(contrast_more.LEXICONS)  # (new names only: the first files' draws are kept)
+    rng = random.Random(seed)
+    training = [f for f in FAMILIES if not held_out(f)] + contrast_more.FAMILIES
+    out: dict[str, list[dict[str, Any]]] = {"contrast_more_train": [], "multiturn_more_train": []}
+    for fam in contrast_more.FAMILIES:
+        if held_out(fam):
+            raise ValueError(f"family {fam.name}: an added family may not be held out")
+        for _ in range(per_family):
+            out["contrast_more_train"].extend(_contrast_rows(rng, fam))
+        for _ in range(per_family // 3 if _slots(fam) else 0):  # (a swap needs a slot)
+            out["multiturn_more_train"].extend(_multiturn_rows(rng, fam, training))
     return out
 
 
@@ -932,7 +962,7 @@ def held_out(fam: Family) -> bool:
 
 def main() -> None:
     DATA.mkdir(exist_ok=True)
-    for stem, rows in generate().items():
+    for stem, rows in (generate() | generate_more()).items():
         with (DATA / f"{stem}.jsonl").open("w") as f:
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True) + "\n")
@@ -1028,7 +1058,13 @@ def _contrast_rows(rng: random.Random, fam: Family) -> list[dict[str, Any]]:
 
 
 def _conversation(
-    rng: random.Random, fam: Family, values: dict[str, int], follow: str, *, padding: str = ""
+    rng: random.Random,
+    fam: Family,
+    values: dict[str, int],
+    follow: str,
+    *,
+    padding: str = "",
+    pool: list[Family] | None = None,
 ) -> list[dict[str, str]]:
     first = _render(rng, fam, rng.randrange(len(fam.phrasings)), values, False)
     topic = first.rstrip("?:.").lower()
@@ -1039,14 +1075,15 @@ def _conversation(
         hello, reply = rng.choice(SMALL_TALK)
         turns[:0] = [{"role": "user", "content": hello}, {"role": "assistant", "content": reply}]
     elif padding == "irrelevant":
-        other = rng.choice([f for f in FAMILIES if f.domain != fam.domain])
+        other = rng.choice([f for f in pool or FAMILIES if f.domain != fam.domain])
         q = _render(rng, other, 0, _fill(rng, other), False)
         turns[:0] = [{"role": "user", "content": q},
                      {"role": "assistant", "content": rng.choice(REPLIES).format(q.lower())}]  # fmt: skip
     return turns
 
 
-def _multiturn_rows(rng: random.Random, fam: Family) -> list[dict[str, Any]]:
+def _multiturn_rows(rng: random.Random, fam: Family, pool: list[Family]) -> list[dict[str, Any]]:
+    """``pool``: the families an irrelevant earlier exchange is drawn from."""
     values = _fill(rng, fam)
     follows, flipped = rng.choice(FOLLOW_UPS)
     stored = _conversation(rng, fam, values, rng.choice(follows))
@@ -1068,7 +1105,7 @@ def _multiturn_rows(rng: random.Random, fam: Family) -> list[dict[str, Any]]:
         row(
             "irrelevant_earlier",
             True,
-            _conversation(rng, fam, values, rng.choice(follows), padding="irrelevant"),
+            _conversation(rng, fam, values, rng.choice(follows), padding="irrelevant", pool=pool),
         ),
         row(
             "context_swap",

@@ -104,9 +104,11 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
     return compared_text(messages[-1]["content"], messages[:-1], None)
 
 
-def load_pairs(split: str) -> list[Pair]:
+def load_pairs(split: str, more: bool = True) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
+    ``more``: in "train", also the families added on 2026-12-06 (``*_more_train.jsonl``,
+    bench/contrast_more.py).
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
@@ -118,7 +120,8 @@ def load_pairs(split: str) -> list[Pair]:
             kind = "duplicate" if same[i] else "not_duplicate"
             rows.append((a[i], b[i], bool(same[i]), "qqp", kind, str(group[i])))
     for name in ("contrast", "multiturn"):
-        for row in _rows(DATA / f"{name}_{split}.jsonl"):
+        files = [f"{name}_{split}"] + ([f"{name}_more_train"] if split == "train" and more else [])
+        for row in (row for stem in files for row in _rows(DATA / f"{stem}.jsonl")):
             ta, tb = row["a"], row["b"]
             if name == "multiturn":
                 ta, tb = conversation_text(ta), conversation_text(tb)
@@ -176,6 +179,11 @@ def main(argv: list[str] | None = None) -> None:
         "run that --max-minutes stopped, independent of the machine's speed",
     )
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--no-more-families",
+        action="store_true",
+        help="leave out the families added on 2026-12-06 (the data of the weights before them)",
+    )
     p.add_argument("--qqp-pairs", type=int, default=7000, help="Quora training pairs sampled")
     p.add_argument("--multiturn-pairs", type=int, default=2500, help="conversation pairs sampled")
     p.add_argument("--contrast-pairs", type=int, default=100000, help="contrast pairs sampled")
@@ -198,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
-    pairs = load_pairs("train")
+    pairs = load_pairs("train", more=not args.no_more_families)
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)

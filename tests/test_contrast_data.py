@@ -1,0 +1,44 @@
+"""bench/contrast_data.py: the committed evaluation and training files are what it writes, and
+the families added later (bench/contrast_more.py) are training data only."""
+
+from __future__ import annotations
+
+import json
+
+from bench import contrast_data, contrast_more
+
+
+def test_the_committed_files_are_what_the_generator_writes() -> None:
+    # the held-out files above all: adding families must not change a row of them
+    written = contrast_data.generate() | contrast_data.generate_more()
+    assert set(written) == {"contrast_train", "contrast_heldout", "multiturn_train",
+                            "multiturn_heldout", "contrast_more_train", "multiturn_more_train"}  # fmt: skip
+    for stem, rows in written.items():
+        lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
+        assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
+
+
+def test_the_added_families_are_new_training_families() -> None:
+    first = {f.name for f in contrast_data.FAMILIES}
+    names = [f.name for f in contrast_more.FAMILIES]
+    assert len(names) == len(set(names)) and not first & set(names)
+    assert not any(contrast_data.held_out(f) for f in contrast_more.FAMILIES)
+    assert not {f.domain for f in contrast_more.FAMILIES} & set(contrast_data.HELDOUT_DOMAINS)
+
+
+def test_the_added_conversations_never_quote_a_held_out_family() -> None:
+    # an irrelevant earlier exchange is another family's question: from training families only
+    def opening(phrasing: str) -> str:  # (up to its first slot or polarity)
+        return phrasing.split("{")[0].split("[")[0].strip()
+
+    families = contrast_data.FAMILIES + contrast_more.FAMILIES
+    training = [p for f in families if not contrast_data.held_out(f) for p in f.phrasings]
+    held = [p for f in families if contrast_data.held_out(f) for p in f.phrasings]
+    # the held-out phrasings' openings that no training phrasing starts with
+    openings = {o for o in map(opening, held) if len(o) > 8}
+    openings = {o for o in openings if not any(t.startswith(o) for t in training)}
+    assert len(openings) > 20
+    rows = contrast_data.generate_more()["multiturn_more_train"]
+    earlier = [r["b"][0]["content"] for r in rows if r["kind"] == "irrelevant_earlier"]
+    assert earlier
+    assert not [q for q in earlier if any(q.startswith(o) for o in openings)]
