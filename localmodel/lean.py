@@ -177,7 +177,7 @@ class LeanDecoderLayer(nn.Module):
             and "past_key_values" not in kwargs  # (the deprecated name: the original renames it)
             and self.params is not None
         )
-        if lib is None or interface is None or not lean:
+        if lib is None or not lean:
             return self.original(
                 x, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
                 use_cache=use_cache, position_embeddings=position_embeddings, **kwargs,
@@ -248,7 +248,7 @@ def _same_step(
     """Whether the whole layer in one C call gives ``want`` (this step's output, op by op)
     bitwise: it computes the same ops in the same order (and writes the same K/V again)."""
     got = cache.decoder_layer(layer.layer_idx, layer.params, x, *position_embeddings)
-    same = got is not None and torch.equal(got, want)
+    same = torch.equal(got, want)
     if not same:
         logger.warning("localmodel: decoder layer %d: the one-call decode step disagrees with "
                        "its ops; not used", layer.layer_idx)  # fmt: skip
