@@ -253,13 +253,16 @@ static int valid(long slots_per_head, const long *slots, const long *lengths, lo
 /* (Sequence, query head) pairs a thread takes at least: fewer are not worth a thread. */
 #define MIN_HEADS 8
 
-/* fn(ctx, g, h, scores) for every (sequence g, query head h) pair of G sequences of up to S keys,
- * on up to `threads` threads, each with a scores buffer of its own. 0, or -1 if out of memory. */
+/* fn(ctx, g, h, scores) for every (sequence g, head h < H) pair of G sequences of up to S keys,
+ * on up to `threads` threads, each with a scores buffer of its own (`rows` rows of S, each
+ * padded to whole vectors: a pair may compute several query heads). 0, or -1 if out of
+ * memory. */
 typedef void (*pair_fn)(const void *ctx, long g, long h, float *scores);
-static int over_pairs(long G, long Hq, long S, int threads, pair_fn fn, const void *ctx) {
+static int over_pairs(long G, long H, long S, long rows, int threads, pair_fn fn,
+                      const void *ctx) {
   if (G == 0) return 0;
   long padded = (S + 15) / 16 * 16; /* whole vectors for exp_neg */
-  long items = G * Hq, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
+  long items = G * H, parts = items / MIN_HEADS < threads ? items / MIN_HEADS : threads;
   if (parts < 1) parts = 1;
   int failed = 0;
   /* (on the whole pool, the pairs dealt to `parts` of its threads: as linear.c's run) */
@@ -267,9 +270,9 @@ static int over_pairs(long G, long Hq, long S, int threads, pair_fn fn, const vo
   {
     long part = omp_get_thread_num();
     long step = omp_get_num_threads() < parts ? omp_get_num_threads() : parts;
-    float *buffer = part < step ? cachegate_thread_buffer(1, padded) : 0;
-    /* (sequence, query head) pairs dealt round-robin: sequences of different lengths mix */
-    for (long i = part; buffer && i < items; i += step) fn(ctx, i / Hq, i % Hq, buffer);
+    float *buffer = part < step ? cachegate_thread_buffer(1, rows * padded) : 0;
+    /* (sequence, head) pairs dealt round-robin: sequences of different lengths mix */
+    for (long i = part; buffer && i < items; i += step) fn(ctx, i / H, i % H, buffer);
     failed |= part < step && !buffer;
   }
   return failed ? -1 : 0;
@@ -301,7 +304,7 @@ static int attend(const float *q, long q_stride, const void *keys, const void *v
                   long Hq, long Hkv, long D, float scale, float *out, int threads) {
   struct attention a = {q, q_stride, keys, values, kind, slots_per_head, slots, lengths,
                         S, Hq, Hkv, D, scale, out};
-  return over_pairs(G, Hq, S, threads, attend_pair, &a);
+  return over_pairs(G, Hq, S, 1, threads, attend_pair, &a);
 }
 
 /* q: [G, Hq, D]; keys, values: one layer of the pool, [Hkv, slots_per_head, D], elements of
@@ -385,86 +388,107 @@ void cachegate_silu_mul(const float *gu, float *y, long rows, long n) {
   }
 }
 
-/* Key j of a sequence in int8 pages, dotted with the query (qv: D / 16 vectors): K = q8 * its
+/* Key j of a sequence in int8 pages as attention reads it, into kr (C vectors): K = q8 * its
  * page's per-channel scale (float16), as torch's dequantisation computes it; from tail_start
  * on, the sequence's full-precision tail rows. */
-static inline __attribute__((always_inline)) v16 key_q8(
-    const v16 *qv, long C, const signed char *k, const void *ks, long P, const long *slot,
-    long j, const float *tail, long tail_start) {
-  v16 acc = {0};
+static inline __attribute__((always_inline)) void key_q8(
+    v16 *kr, long C, const signed char *k, const void *ks, long P, const long *slot, long j,
+    const float *tail, long tail_start) {
   if (j >= tail_start) {
-    const float *kr = tail + (j - tail_start) * C * 16;
-    for (long c = 0; c < C; ++c) acc += qv[c] * *(const v16u *)(kr + 16 * c);
-    return acc;
-  }
-  const signed char *kr = k + slot[j] * C * 16;
-  const char *sr = (const char *)ks + (slot[j] / P) * C * 16 * 2;
-  for (long c = 0; c < C; ++c) acc += qv[c] * (widen(kr + 16 * c) * load16(sr + 32 * c, F16));
-  return acc;
-}
-
-/* One query head over one sequence's n keys in int8 pages: K as key_q8 reads it, V = q8 * its
- * token's scale (float16, vs[slot]); keys from tail_start on are the sequence's full-precision
- * tail rows (float32, tail + (j - tail_start) * D), as its partly filled last page keeps them.
- * Head sizes that are a multiple of 16 (up to 256), 16 keys' scores at a time (sums16) and the
- * output in registers; any other, a key and a channel at a time. Inlined with D known (64,
- * 128: head_q8), so the vector loops are unrolled; the same operations in the same order. */
-static inline __attribute__((always_inline)) void head_q8_d(
-    const long D, const float *qh, const signed char *k, const signed char *v, const void *ks,
-    const void *vs, long P, const long *slot, long n, const float *tail, long tail_start,
-    float scale, float *scores, float *o) {
-  if (D % 16 || D > 256) {
-    for (long j = 0; j < n; ++j) {
-      float s = 0.f;
-      if (j >= tail_start) {
-        for (long i = 0; i < D; ++i) s += qh[i] * tail[(j - tail_start) * D + i];
-      } else {
-        const signed char *kr = k + slot[j] * D;
-        const char *sr = (const char *)ks + (slot[j] / P) * D * 2;
-        for (long i = 0; i < D; ++i) s += qh[i] * ((float)kr[i] * load1(sr, i, F16));
-      }
-      scores[j] = scale * s;
-    }
-    float inv = 1.f / weights(scores, n);
-    for (long i = 0; i < D; ++i) o[i] = 0.f;
-    for (long j = 0; j < n; ++j) {
-      const signed char *vr = v + slot[j] * D;
-      float w = scores[j] * load1(vs, slot[j], F16);
-      long i = 0;
-      for (; i + 16 <= D; i += 16) *(v16u *)(o + i) += w * widen(vr + i);
-      for (; i < D; ++i) o[i] += w * (float)vr[i];
-    }
-    for (long i = 0; i < D; ++i) o[i] *= inv;
+    const float *t = tail + (j - tail_start) * C * 16;
+    for (long c = 0; c < C; ++c) kr[c] = *(const v16u *)(t + 16 * c);
     return;
   }
-  long C = D / 16;
-  v16 qv[16], ov[16];
-  for (long c = 0; c < C; ++c) qv[c] = *(const v16u *)(qh + 16 * c), ov[c] = (v16){0};
-  for (long j = 0; j < n; j += 16) {
-    v16 a[16];
-    for (int i = 0; i < 16; ++i) /* past n: any key (lane unused) */
-      a[i] = key_q8(qv, C, k, ks, P, slot, j + REV4[i] < n ? j + REV4[i] : n - 1, tail,
-                    tail_start);
-    *(v16u *)(scores + j) = scale * sums16(a);
+  const signed char *q8 = k + slot[j] * C * 16;
+  const char *sr = (const char *)ks + (slot[j] / P) * C * 16 * 2;
+  for (long c = 0; c < C; ++c) kr[c] = widen(q8 + 16 * c) * load16(sr + 32 * c, F16);
+}
+
+/* One query head over n keys in int8 pages, any head size: a key and a channel at a time. */
+static void head_q8_any(long D, const float *qh, const signed char *k, const signed char *v,
+                        const void *ks, const void *vs, long P, const long *slot, long n,
+                        const float *tail, long tail_start, float scale, float *scores,
+                        float *o) {
+  for (long j = 0; j < n; ++j) {
+    float s = 0.f;
+    if (j >= tail_start) {
+      for (long i = 0; i < D; ++i) s += qh[i] * tail[(j - tail_start) * D + i];
+    } else {
+      const signed char *kr = k + slot[j] * D;
+      const char *sr = (const char *)ks + (slot[j] / P) * D * 2;
+      for (long i = 0; i < D; ++i) s += qh[i] * ((float)kr[i] * load1(sr, i, F16));
+    }
+    scores[j] = scale * s;
   }
   float inv = 1.f / weights(scores, n);
+  for (long i = 0; i < D; ++i) o[i] = 0.f;
   for (long j = 0; j < n; ++j) {
     const signed char *vr = v + slot[j] * D;
     float w = scores[j] * load1(vs, slot[j], F16);
-    for (long c = 0; c < C; ++c) ov[c] += w * widen(vr + 16 * c);
+    long i = 0;
+    for (; i + 16 <= D; i += 16) *(v16u *)(o + i) += w * widen(vr + i);
+    for (; i < D; ++i) o[i] += w * (float)vr[i];
   }
-  for (long c = 0; c < C; ++c) *(v16u *)(o + 16 * c) = ov[c] * inv;
+  for (long i = 0; i < D; ++i) o[i] *= inv;
 }
 
-static void head_q8(long D, const float *qh, const signed char *k, const signed char *v,
-                    const void *ks, const void *vs, long P, const long *slot, long n,
-                    const float *tail, long tail_start, float scale, float *scores, float *o) {
+/* The R query heads of one K/V head (qh, o: R rows of D) over one sequence's n keys in int8
+ * pages: K as key_q8 reads it, V = q8 * its token's scale (float16, vs[slot]); keys from
+ * tail_start on are the sequence's full-precision tail rows (float32, tail + (j - tail_start)
+ * * D), as its partly filled last page keeps them. Each block of 16 keys is de-quantised
+ * once for all R heads; each head's scores (16 at a time, sums16; scores: R rows `padded`
+ * apart), weights and output (in registers) are computed as they would be alone, in the same
+ * order. Head sizes that are a multiple of 16 up to 256, inlined with D known (64, 128:
+ * group_q8) so the vector loops unroll; any other, head_q8_any, a head at a time. */
+static inline __attribute__((always_inline)) void group_q8_d(
+    const long D, long R, const float *qh, const signed char *k, const signed char *v,
+    const void *ks, const void *vs, long P, const long *slot, long n, const float *tail,
+    long tail_start, float scale, float *scores, long padded, float *o) {
+  if (D % 16 || D > 256) {
+    for (long r = 0; r < R; ++r)
+      head_q8_any(D, qh + r * D, k, v, ks, vs, P, slot, n, tail, tail_start, scale,
+                  scores + r * padded, o + r * D);
+    return;
+  }
+  const long C = D / 16;
+  v16 kb[16][16];
+  for (long j = 0; j < n; j += 16) {
+    for (int i = 0; i < 16; ++i) /* past n: any key (lane unused) */
+      key_q8(kb[i], C, k, ks, P, slot, j + REV4[i] < n ? j + REV4[i] : n - 1, tail, tail_start);
+    for (long r = 0; r < R; ++r) {
+      v16 qv[16], a[16];
+      for (long c = 0; c < C; ++c) qv[c] = *(const v16u *)(qh + r * D + 16 * c);
+      for (int i = 0; i < 16; ++i) {
+        v16 acc = {0};
+        for (long c = 0; c < C; ++c) acc += qv[c] * kb[i][c];
+        a[i] = acc;
+      }
+      *(v16u *)(scores + r * padded + j) = scale * sums16(a);
+    }
+  }
+  for (long r = 0; r < R; ++r) {
+    float *sr = scores + r * padded, inv = 1.f / weights(sr, n);
+    v16 ov[16];
+    for (long c = 0; c < C; ++c) ov[c] = (v16){0};
+    for (long j = 0; j < n; ++j) {
+      const signed char *vr = v + slot[j] * D;
+      float w = sr[j] * load1(vs, slot[j], F16);
+      for (long c = 0; c < C; ++c) ov[c] += w * widen(vr + 16 * c);
+    }
+    for (long c = 0; c < C; ++c) *(v16u *)(o + r * D + 16 * c) = ov[c] * inv;
+  }
+}
+
+static void group_q8(long D, long R, const float *qh, const signed char *k, const signed char *v,
+                     const void *ks, const void *vs, long P, const long *slot, long n,
+                     const float *tail, long tail_start, float scale, float *scores,
+                     long padded, float *o) {
   if (D == 64)
-    head_q8_d(64, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
+    group_q8_d(64, R, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, padded, o);
   else if (D == 128)
-    head_q8_d(128, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
+    group_q8_d(128, R, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, padded, o);
   else
-    head_q8_d(D, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, o);
+    group_q8_d(D, R, qh, k, v, ks, vs, P, slot, n, tail, tail_start, scale, scores, padded, o);
 }
 
 /* A call of cachegate_decode_attention_q8. */
@@ -479,16 +503,17 @@ struct attention_q8 {
   float *out;
 };
 
-static void attend_pair_q8(const void *ctx, long g, long h, float *scores) {
+/* Sequence g's query heads of K/V head hk (grouped-query attention: heads hk * R .. + R). */
+static void attend_pair_q8(const void *ctx, long g, long hk, float *scores) {
   const struct attention_q8 *a = ctx;
-  long hk = h / (a->Hq / a->Hkv), n = a->slots_per_head, D = a->D;
+  long R = a->Hq / a->Hkv, n = a->slots_per_head, D = a->D, first = g * a->Hq + hk * R;
   const float *tail = a->tails[g] ? (const float *)(a->tails[g] + a->tail_offset) + hk * a->P * D
                                   : 0;
-  head_q8(D, a->q + (g * a->Hq + h) * D, a->keys + hk * n * D, a->values + hk * n * D,
-          (const char *)a->key_scales + hk * (n / a->P) * D * 2,
-          (const char *)a->value_scales + hk * n * 2, a->P, a->slots + g * a->S, a->lengths[g],
-          tail, tail ? a->tail_starts[g] : a->lengths[g], a->scale, scores,
-          a->out + (g * a->Hq + h) * D);
+  group_q8(D, R, a->q + first * D, a->keys + hk * n * D, a->values + hk * n * D,
+           (const char *)a->key_scales + hk * (n / a->P) * D * 2,
+           (const char *)a->value_scales + hk * n * 2, a->P, a->slots + g * a->S, a->lengths[g],
+           tail, tail ? a->tail_starts[g] : a->lengths[g], a->scale, scores,
+           (a->S + 15) / 16 * 16, a->out + first * D);
 }
 
 /* cachegate_decode_attention over int8 pages (kv_dtype: int8), dequantised as they are read:
@@ -512,5 +537,5 @@ int cachegate_decode_attention_q8(const float *q, const signed char *keys,
   }
   struct attention_q8 a = {q, keys, values, key_scales, value_scales, P, slots_per_head, slots,
                           lengths, tails, tail_starts, tail_offset, S, Hq, Hkv, D, scale, out};
-  return over_pairs(G, Hq, S, threads, attend_pair_q8, &a);
+  return over_pairs(G, Hkv, S, Hq / Hkv, threads, attend_pair_q8, &a);
 }

@@ -576,3 +576,16 @@ def test_int8_attention_refuses_pages_whose_head_size_is_not_the_querys() -> Non
     none = torch.zeros(1, dtype=torch.int64), torch.tensor([8]), 0
     with pytest.raises(ValueError, match="laid out"):
         kernel.decode_attention_q8(lib, q, (keys, values), scales, step, none, 0.25)
+
+
+@pytest.mark.parametrize("dim", [64, 24])  # (24: the head size not a whole number of vectors)
+def test_int8_attention_gives_each_query_head_of_a_group_its_own_scores(dim: int) -> None:
+    """Three query heads per K/V head (each block of keys de-quantised once for the group):
+    every head against SDPA over the de-quantised K/V (the load check's comparison), sequences
+    of different lengths, two of them reading their last positions from a tail."""
+    lib = kernel.attention()
+    assert lib is not None
+    gen = torch.Generator().manual_seed(dim)
+    q = torch.randn(3, 6, dim, generator=gen)  # [G, Hq, D] over 2 K/V heads
+    slots = torch.stack([torch.randperm(40, generator=gen) for _ in range(3)])
+    assert kernel._int8_attention_agrees(lib, gen, q, slots, torch.tensor([40, 17, 1]))
