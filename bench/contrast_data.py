@@ -1064,7 +1064,7 @@ def _conversation(
     follow: str,
     *,
     padding: str = "",
-    pool: list[Family] | None = None,
+    pool: list[Family] = FAMILIES,
 ) -> list[dict[str, str]]:
     first = _render(rng, fam, rng.randrange(len(fam.phrasings)), values, False)
     topic = first.rstrip("?:.").lower()
@@ -1075,7 +1075,7 @@ def _conversation(
         hello, reply = rng.choice(SMALL_TALK)
         turns[:0] = [{"role": "user", "content": hello}, {"role": "assistant", "content": reply}]
     elif padding == "irrelevant":
-        other = rng.choice([f for f in pool or FAMILIES if f.domain != fam.domain])
+        other = rng.choice([f for f in pool if f.domain != fam.domain])
         q = _render(rng, other, 0, _fill(rng, other), False)
         turns[:0] = [{"role": "user", "content": q},
                      {"role": "assistant", "content": rng.choice(REPLIES).format(q.lower())}]  # fmt: skip

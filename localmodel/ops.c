@@ -250,7 +250,7 @@ static int valid(long slots_per_head, const long *slots, const long *lengths, lo
   return 1;
 }
 
-/* (Sequence, query head) pairs a thread takes at least: fewer are not worth a thread. */
+/* (Sequence, head) pairs a thread takes at least: fewer are not worth a thread. */
 #define MIN_HEADS 8
 
 /* fn(ctx, g, h, scores) for every (sequence g, head h < H) pair of G sequences of up to S keys,
