@@ -25,6 +25,12 @@ Added on 2026-12-06: 137 more **training** families (bench/contrast_more.py: new
 word pairs, audiences, time windows, tiers, parties), written to ``contrast_more_train.jsonl``
 and ``multiturn_more_train.jsonl`` with a seed of their own (13), so the four files above come
 out byte for byte as they were (tests/test_contrast_data.py).
+
+Added on 2026-12-06, later: a second, **fresh held-out** set (bench/contrast_fresh.py), written
+for one decision about a verifier trained on the families above after the first held-out files
+had been looked at. Its domains are in no other family, and its lexicons share no word with the
+training lexicons (checked), so it measures wording nothing here has seen: ``contrast_fresh.jsonl``
+and ``multiturn_fresh.jsonl`` (seed 14). Never trained or calibrated on.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Any
 DATA = Path(__file__).resolve().parent / "data"
 SEED = 12
 MORE_SEED = 13  # the families added later (bench/contrast_more.py)
+FRESH_SEED = 14  # the fresh held-out families (bench/contrast_fresh.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -884,6 +891,9 @@ FAMILIES = [
 HELDOUT_DOMAINS = ("health", "legal", "pets")
 HELDOUT_FAMILIES = ("wire_fee", "flight", "migrate", "dark_mode", "plan_users", "rates",
                     "offer", "translate", "bake", "match", "bill", "rent", "tyres")  # fmt: skip
+#: The fresh held-out set's domains (bench/contrast_fresh.py), in no other family.
+FRESH_DOMAINS = ("lodging", "postal", "clothing", "homerepair", "outdoors", "parenting", "media",
+                 "arts", "charity", "science")  # fmt: skip
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -956,13 +966,43 @@ def generate_more(seed: int = MORE_SEED, per_family: int = 24) -> dict[str, list
     return out
 
 
+def generate_fresh(seed: int = FRESH_SEED, per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
+    """The fresh held-out families' rows (bench/contrast_fresh.py): ``contrast_fresh`` and
+    ``multiturn_fresh``, checked to be held out and to share no lexicon or word with training;
+    their conversations' irrelevant earlier exchanges come from fresh families too."""
+    from bench import contrast_fresh, contrast_more
+
+    fresh = contrast_fresh.LEXICONS
+    training = {k: v for k, v in (LEXICONS | contrast_more.LEXICONS).items() if k not in fresh}
+    words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
+    for name, (_, values, _) in fresh.items():
+        if LEXICONS.get(name, fresh[name]) != fresh[name] or name in contrast_more.LEXICONS:
+            raise ValueError(f"fresh lexicon {name} redefines a training lexicon")
+        if any(w.lower() in words for v in values for w in v):
+            raise ValueError(f"fresh lexicon {name} repeats a training lexicon's words")
+    LEXICONS.update(contrast_fresh.LEXICONS)
+    for fam in contrast_fresh.FAMILIES:
+        if fam.domain not in FRESH_DOMAINS or not set(map(_lexicon, _slots(fam))) <= set(
+            contrast_fresh.LEXICONS
+        ):
+            raise ValueError(f"family {fam.name}: not a fresh domain, or a training lexicon")
+    rng = random.Random(seed)
+    out: dict[str, list[dict[str, Any]]] = {"contrast_fresh": [], "multiturn_fresh": []}
+    for fam in contrast_fresh.FAMILIES:
+        for _ in range(per_family):
+            out["contrast_fresh"].extend(_contrast_rows(rng, fam))
+        for _ in range(per_family // 3 if _slots(fam) else 0):
+            out["multiturn_fresh"].extend(_multiturn_rows(rng, fam, contrast_fresh.FAMILIES))
+    return out
+
+
 def held_out(fam: Family) -> bool:
-    return fam.domain in HELDOUT_DOMAINS or fam.name in HELDOUT_FAMILIES
+    return fam.domain in HELDOUT_DOMAINS + FRESH_DOMAINS or fam.name in HELDOUT_FAMILIES
 
 
 def main() -> None:
     DATA.mkdir(exist_ok=True)
-    for stem, rows in (generate() | generate_more()).items():
+    for stem, rows in (generate() | generate_more() | generate_fresh()).items():
         with (DATA / f"{stem}.jsonl").open("w") as f:
             for row in rows:
                 f.write(json.dumps(row, sort_keys=True) + "\n")

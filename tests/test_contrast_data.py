@@ -1,18 +1,24 @@
-"""bench/contrast_data.py: the committed evaluation and training files are what it writes, and
-the families added later (bench/contrast_more.py) are training data only."""
+"""bench/contrast_data.py: the committed evaluation and training files are what it writes, the
+families added later (bench/contrast_more.py) are training data only, and the fresh held-out
+families (bench/contrast_fresh.py) share no domain, lexicon or word with training."""
 
 from __future__ import annotations
 
 import json
 
-from bench import contrast_data, contrast_more
+import pytest
+
+from bench import contrast_data, contrast_fresh, contrast_more, train_verifier
 
 
 def test_the_committed_files_are_what_the_generator_writes() -> None:
     # the held-out files above all: adding families must not change a row of them
-    written = contrast_data.generate() | contrast_data.generate_more()
+    written = (
+        contrast_data.generate() | contrast_data.generate_more() | contrast_data.generate_fresh()
+    )
     assert set(written) == {"contrast_train", "contrast_heldout", "multiturn_train",
-                            "multiturn_heldout", "contrast_more_train", "multiturn_more_train"}  # fmt: skip
+                            "multiturn_heldout", "contrast_more_train", "multiturn_more_train",
+                            "contrast_fresh", "multiturn_fresh"}  # fmt: skip
     for stem, rows in written.items():
         lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
         assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
@@ -42,3 +48,26 @@ def test_the_added_conversations_never_quote_a_held_out_family() -> None:
     earlier = [r["b"][0]["content"] for r in rows if r["kind"] == "irrelevant_earlier"]
     assert earlier
     assert not [q for q in earlier if any(q.startswith(o) for o in openings)]
+
+
+def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> None:
+    assert all(contrast_data.held_out(f) for f in contrast_fresh.FAMILIES)
+    trained = {f.domain for f in contrast_data.FAMILIES + contrast_more.FAMILIES}
+    assert not trained & {f.domain for f in contrast_fresh.FAMILIES}
+    rows = contrast_data.generate_fresh()
+    assert {r["same"] for r in rows["contrast_fresh"]} == {True, False}
+    assert {r["same"] for r in rows["multiturn_fresh"]} == {True, False}
+    # nothing the verifier trains or calibrates on is a fresh row
+    fresh = {r["a"] for r in rows["contrast_fresh"]} | {r["b"] for r in rows["contrast_fresh"]}
+    seen = {t for p in train_verifier.load_pairs("train", more=True) for t in (p.a, p.b)}
+    assert fresh and not fresh & seen
+
+
+def test_a_fresh_lexicon_that_repeats_a_training_word_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    used = contrast_data.LEXICONS["act_open"][1][0][0]  # a training verb ("open")
+    bad = ("antonym", [("unbolt", used), ("bolt",)], True)
+    monkeypatch.setattr(contrast_fresh, "LEXICONS", {**contrast_fresh.LEXICONS, "act_bolt_z": bad})
+    with pytest.raises(ValueError, match="words"):
+        contrast_data.generate_fresh()
