@@ -241,7 +241,8 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "### Verifier vs guard, held-out parts (`python -m bench.verifier_eval`)",
             "",
-            f"Command: `python -m bench.verifier_eval --qqp {args.qqp} --limit {args.limit}"
+            f"Command: `python -m bench.verifier_eval --qqp {args.qqp}"
+            f"{f' --limit {args.limit}' if args.limit is not None else ''}"
             f"{f' --compare {args.compare}' if args.compare else ''}`; backend `{r['backend']}`; "
             "data: bench/data/*_heldout.jsonl, the fresh held-out set (bench/data/*_fresh.jsonl) "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "

@@ -650,7 +650,7 @@ def test_a_context_turn_the_verifier_does_not_read_must_be_the_same(
     assert other.headers["x-cache"] == "miss"  # was "semantic" (0.98)
     # the question reworded under the same turns still hits: what the verifier does not read
     # is the same
-    again = convo("I want to cook for my baby.", "Can you suggest a recipe for dinner?")
+    again = convo("I want to cook for my baby.", "Could you suggest a dinner recipe?")
     assert chat(gw, again, "u").headers["x-cache"] == "semantic"
     assert upstream.stats["chat"] == 2
     reasons = gw.http.get("/admin/stats").json()["cache"]["guard_rejections_by_reason"]
