@@ -30,7 +30,9 @@ Added on 2026-12-06, later: a second, **fresh held-out** set (bench/contrast_fre
 for one decision about a verifier trained on the families above after the first held-out files
 had been looked at. Its domains are in no other family, and its lexicons share no word with the
 training lexicons (checked), so it measures wording nothing here has seen: ``contrast_fresh.jsonl``
-and ``multiturn_fresh.jsonl`` (seed 14). Never trained or calibrated on.
+and ``multiturn_fresh.jsonl`` (seed 14). Never trained or calibrated on. A third set, written
+the same way in nine more domains for a later decision (bench/contrast_fresh2.py, seed 15):
+``contrast_fresh2.jsonl`` and ``multiturn_fresh2.jsonl``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ DATA = Path(__file__).resolve().parent / "data"
 SEED = 12
 MORE_SEED = 13  # the families added later (bench/contrast_more.py)
 FRESH_SEED = 14  # the fresh held-out families (bench/contrast_fresh.py)
+FRESH2_SEED = 15  # the third held-out set's (bench/contrast_fresh2.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -894,6 +897,9 @@ HELDOUT_FAMILIES = ("wire_fee", "flight", "migrate", "dark_mode", "plan_users", 
 #: The fresh held-out set's domains (bench/contrast_fresh.py), in no other family.
 FRESH_DOMAINS = ("lodging", "postal", "clothing", "homerepair", "outdoors", "parenting", "media",
                  "arts", "charity", "science")  # fmt: skip
+#: The third held-out set's domains (bench/contrast_fresh2.py), in no other family.
+FRESH2_DOMAINS = ("farming", "beauty", "accessories", "moving", "genealogy", "aviation",
+                  "collectibles", "funerals", "beekeeping")  # fmt: skip
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -966,38 +972,53 @@ def generate_more(seed: int = MORE_SEED, per_family: int = 24) -> dict[str, list
     return out
 
 
-def generate_fresh(seed: int = FRESH_SEED, per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
-    """The fresh held-out families' rows (bench/contrast_fresh.py): ``contrast_fresh`` and
-    ``multiturn_fresh``, checked to be held out and to share no lexicon or word with training;
-    their conversations' irrelevant earlier exchanges come from fresh families too."""
-    from bench import contrast_fresh, contrast_more
+def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
+    """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh`` (bench/contrast_fresh.py,
+    seed 14) and ``contrast_fresh2``/``multiturn_fresh2`` (bench/contrast_fresh2.py, seed 15),
+    each checked to be in its own domains and to share no lexicon or word with training; their
+    conversations' irrelevant earlier exchanges come from their own families."""
+    from bench import contrast_fresh, contrast_fresh2
 
-    fresh = contrast_fresh.LEXICONS
-    training = {k: v for k, v in (LEXICONS | contrast_more.LEXICONS).items() if k not in fresh}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for module, domains, stem, seed in (
+        (contrast_fresh, FRESH_DOMAINS, "fresh", FRESH_SEED),
+        (contrast_fresh2, FRESH2_DOMAINS, "fresh2", FRESH2_SEED),
+    ):
+        _check_fresh(module.LEXICONS, module.FAMILIES, domains)
+        rng = random.Random(seed)
+        contrast = out[f"contrast_{stem}"] = []
+        multiturn = out[f"multiturn_{stem}"] = []
+        for fam in module.FAMILIES:
+            for _ in range(per_family):
+                contrast.extend(_contrast_rows(rng, fam))
+            for _ in range(per_family // 3 if _slots(fam) else 0):
+                multiturn.extend(_multiturn_rows(rng, fam, module.FAMILIES))
+    return out
+
+
+def _check_fresh(fresh: dict[str, Any], families: list[Family], domains: tuple[str, ...]) -> None:
+    """A fresh held-out set's lexicons are new and share no word with the training lexicons
+    (contrast_data's first ones and bench/contrast_more.py's); its families use only them, in
+    its own domains. Adds its lexicons to LEXICONS."""
+    from bench import contrast_fresh, contrast_fresh2, contrast_more
+
+    held = set(contrast_fresh.LEXICONS) | set(contrast_fresh2.LEXICONS)
+    training = {k: v for k, v in (LEXICONS | contrast_more.LEXICONS).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
     for name, (_, values, _) in fresh.items():
         if LEXICONS.get(name, fresh[name]) != fresh[name] or name in contrast_more.LEXICONS:
             raise ValueError(f"fresh lexicon {name} redefines a training lexicon")
         if any(w.lower() in words for v in values for w in v):
             raise ValueError(f"fresh lexicon {name} repeats a training lexicon's words")
-    LEXICONS.update(contrast_fresh.LEXICONS)
-    for fam in contrast_fresh.FAMILIES:
-        if fam.domain not in FRESH_DOMAINS or not set(map(_lexicon, _slots(fam))) <= set(
-            contrast_fresh.LEXICONS
-        ):
+    LEXICONS.update(fresh)
+    for fam in families:
+        if fam.domain not in domains or not set(map(_lexicon, _slots(fam))) <= set(fresh):
             raise ValueError(f"family {fam.name}: not a fresh domain, or a training lexicon")
-    rng = random.Random(seed)
-    out: dict[str, list[dict[str, Any]]] = {"contrast_fresh": [], "multiturn_fresh": []}
-    for fam in contrast_fresh.FAMILIES:
-        for _ in range(per_family):
-            out["contrast_fresh"].extend(_contrast_rows(rng, fam))
-        for _ in range(per_family // 3 if _slots(fam) else 0):
-            out["multiturn_fresh"].extend(_multiturn_rows(rng, fam, contrast_fresh.FAMILIES))
-    return out
 
 
 def held_out(fam: Family) -> bool:
-    return fam.domain in HELDOUT_DOMAINS + FRESH_DOMAINS or fam.name in HELDOUT_FAMILIES
+    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS
+    return fam.domain in held or fam.name in HELDOUT_FAMILIES
 
 
 def main() -> None:

@@ -14,7 +14,9 @@ bench/train_verifier.py for the splits):
 * **multiturn**: bench/data/multiturn_heldout.jsonl;
 * **fresh**, **fresh_multiturn**: bench/data/contrast_fresh.jsonl and multiturn_fresh.jsonl, a
   second held-out set written later in domains, and with words, that no other family has
-  (bench/contrast_fresh.py): wording nothing here was trained, calibrated or tuned on.
+  (bench/contrast_fresh.py): wording nothing here was trained, calibrated or tuned on;
+* **fresh2**, **fresh2_multiturn**: a third such set, written later again in nine more domains
+  (bench/contrast_fresh2.py: contrast_fresh2.jsonl, multiturn_fresh2.jsonl).
 
 A pair is (stored request, new request). Three decisions, side by side:
 
@@ -54,7 +56,8 @@ from semantic.guard import DEFAULT_THRESHOLD, Guard
 from semantic.keys import context_question
 from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
-SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn")
+SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn", "fresh2",
+        "fresh2_multiturn")  # fmt: skip
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
@@ -73,7 +76,8 @@ def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {
         "quora": [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
     }
-    for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh")):
+    for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh"),
+                       ("fresh2", "contrast_fresh2")):  # fmt: skip
         out[name] = [
             _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
         ]
@@ -82,7 +86,8 @@ def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
         for r in _rows(DATA / "adversarial_pairs.jsonl")
         if adversarial_held(r["a"])
     ]
-    for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh")):
+    for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh"),
+                       ("fresh2_multiturn", "multiturn_fresh2")):  # fmt: skip
         out[name] = [
             {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
              "qa": r["a"][-1]["content"], "qb": r["b"][-1]["content"], "same": r["same"],
@@ -227,7 +232,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
                          f"{m['should_hit_rate']:.1%}", f"{m['precision']:.3f}",
                          f"{s['should_hit']}/{s['must_not_hit']}"])  # fmt: skip
     kinds = []
-    for name in ("contrast", "multiturn", "adversarial", "fresh", "fresh_multiturn"):
+    for name in SETS[1:]:
         for kind, k in r[name]["by_kind"].items():
             should = k["old_guard"]["should"]
             rate = "should_hit_rate" if should else "wrong_hit_rate"
@@ -244,7 +249,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             f"Command: `python -m bench.verifier_eval --qqp {args.qqp}"
             f"{f' --limit {args.limit}' if args.limit is not None else ''}"
             f"{f' --compare {args.compare}' if args.compare else ''}`; backend `{r['backend']}`; "
-            "data: bench/data/*_heldout.jsonl, the fresh held-out set (bench/data/*_fresh.jsonl) "
+            "data: bench/data/*_heldout.jsonl, the fresh held-out sets (bench/data/*_fresh*.jsonl) "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
             "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "
             f"cosine floor {r['cosine_floor']}, score threshold {r['score_threshold']}, vetoes "

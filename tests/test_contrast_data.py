@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from bench import contrast_data, contrast_fresh, contrast_more, train_verifier
+from bench import contrast_data, contrast_fresh, contrast_fresh2, contrast_more, train_verifier
 
 
 def test_the_committed_files_are_what_the_generator_writes() -> None:
@@ -18,7 +18,8 @@ def test_the_committed_files_are_what_the_generator_writes() -> None:
     )
     assert set(written) == {"contrast_train", "contrast_heldout", "multiturn_train",
                             "multiturn_heldout", "contrast_more_train", "multiturn_more_train",
-                            "contrast_fresh", "multiturn_fresh"}  # fmt: skip
+                            "contrast_fresh", "multiturn_fresh", "contrast_fresh2",
+                            "multiturn_fresh2"}  # fmt: skip
     for stem, rows in written.items():
         lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
         assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
@@ -51,16 +52,20 @@ def test_the_added_conversations_never_quote_a_held_out_family() -> None:
 
 
 def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> None:
-    assert all(contrast_data.held_out(f) for f in contrast_fresh.FAMILIES)
     trained = {f.domain for f in contrast_data.FAMILIES + contrast_more.FAMILIES}
-    assert not trained & {f.domain for f in contrast_fresh.FAMILIES}
     rows = contrast_data.generate_fresh()
-    assert {r["same"] for r in rows["contrast_fresh"]} == {True, False}
-    assert {r["same"] for r in rows["multiturn_fresh"]} == {True, False}
-    # nothing the verifier trains or calibrates on is a fresh row
-    fresh = {r["a"] for r in rows["contrast_fresh"]} | {r["b"] for r in rows["contrast_fresh"]}
     seen = {t for p in train_verifier.load_pairs("train", more=True) for t in (p.a, p.b)}
-    assert fresh and not fresh & seen
+    domains: list[set[str]] = []
+    for module, stem in ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2")):
+        assert all(contrast_data.held_out(f) for f in module.FAMILIES)
+        domains.append({f.domain for f in module.FAMILIES})
+        assert not trained & domains[-1]
+        assert {r["same"] for r in rows[f"contrast_{stem}"]} == {True, False}
+        assert {r["same"] for r in rows[f"multiturn_{stem}"]} == {True, False}
+        # nothing the verifier trains or calibrates on is a fresh row
+        fresh = {r[k] for r in rows[f"contrast_{stem}"] for k in ("a", "b")}
+        assert fresh and not fresh & seen
+    assert not domains[0] & domains[1]
 
 
 def test_a_fresh_lexicon_that_repeats_a_training_word_is_refused(
