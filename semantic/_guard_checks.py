@@ -16,6 +16,7 @@ looks at the *surface* of both questions for one kind of difference that changes
                       the list below, and WordNet's adjective/verb/adverb antonyms in
                       antonyms_wordnet.txt, made by bench/wordnet_antonyms.py)
 ``entity_mismatch``   each side names something (capitalised word, acronym) the other lacks
+                      (accents folded: "Cancún" and "Cancun" are one name)
 ``question_type``     they ask for different kinds of answer: who / when / where / how many …
 ``order_swap``        same words, different order, not around a symmetric "and / or / vs"
 ====================  =====================================================================
@@ -27,6 +28,7 @@ returns the failed checks plus soft signals that the learned verifier weighs.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -54,6 +56,17 @@ _TURNS = " || "
 #: What ends a sentence or a turn label (found between two words).
 _SENTENCE_END = re.compile(r"[.?!:|]")
 _TOKEN = re.compile(r"[$€£¥%°]|\d+(?:[.,]\d+)*(?:[a-z]+)?|[a-z]+(?:'[a-z]+)?|\w+", re.IGNORECASE)
+#: Accented Latin letters and their base letter ("ú" -> "u", "Ç" -> "C"): _TOKEN's ``[a-z]``
+#: split an accented word in two ("Cancún" -> "Canc", "ún"), so a name spelt with and without
+#: its accents read as two names (an entity mismatch). Only letters that decompose into an ASCII
+#: letter and combining marks; other scripts' marks are left alone.
+_FOLD = {
+    c: d[0]
+    for c in map(chr, range(0xC0, 0x250))
+    for d in [unicodedata.normalize("NFD", c)]
+    if len(d) > 1 and d[0].isascii() and all(unicodedata.combining(m) for m in d[1:])
+}
+_FOLD_TABLE = str.maketrans(_FOLD)
 
 STOPWORDS = frozenset(
     _words(
@@ -263,6 +276,7 @@ def analyze(text: str) -> TextInfo:
     """Parse one question. Cached by text (an LRU of 8k texts: a few MB for questions; the
     cache only parses texts its embedder reads whole, at most a few kB each)."""
     text = text.replace("\u2019", "'").replace("°C", " celsius").replace("°F", " fahrenheit")
+    text = text if text.isascii() else text.translate(_FOLD_TABLE)
     found = list(_TOKEN.finditer(text))
     raw = [m.group() for m in found]
     # A compared conversation (semantic.keys.compared_text: "question || role: turn | ...")

@@ -223,3 +223,16 @@ def test_check_latency(guard: Guard, embedder: Embedder) -> None:
         guard.check(text, vec, texts[0], stored)
     per_check = (time.perf_counter() - start) / len(texts)
     assert per_check < 0.005  # the budget is 5 ms; typically ~0.1 ms
+
+
+def test_a_name_with_and_without_its_accents_is_one_name() -> None:
+    # "[a-z]" split "Cancún" into "Canc" + "ún": the two spellings read as two places
+    accented = analyze("Are hotels in Cancún cheaper over Easter?")
+    plain = analyze("Do room rates in Cancun go down over Easter?")
+    assert accented.entities == plain.entities == {"cancun", "easter"}
+    assert "entity_mismatch" not in compare(accented, plain).failed
+    other = analyze("Do room rates in Mérida go down over Easter?")
+    assert other.entities == {"merida", "easter"}
+    assert "entity_mismatch" in compare(accented, other).failed
+    # only Latin letters that decompose to an ASCII letter are folded
+    assert analyze("Is Łódź far from Kraków?").entities == {"łodz", "krakow"}

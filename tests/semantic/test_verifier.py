@@ -335,6 +335,20 @@ def test_a_paraphrase_hits_and_a_trap_does_not(gw: Gateway, upstream: FakeUpstre
     assert stats["guard_rejections_by_reason"].get("verifier", 0) >= 1
 
 
+def test_a_place_spelt_without_its_accents_hits_and_another_place_does_not(
+    gw: Gateway, upstream: FakeUpstream
+) -> None:
+    # the hard checks read "Cancún" as two words once ("Canc", "ún"): another place than "Cancun"
+    stored = chat(gw, user("Are hotels in Cancún cheaper during the Easter holidays?"), "a")
+    assert stored.headers["x-cache"] == "miss"
+    plain = chat(gw, user("Are hotels in Cancun cheaper during the Easter holidays?"), "a")
+    assert plain.headers["x-cache"] == "semantic"
+    assert plain.json()["choices"][0]["message"] == stored.json()["choices"][0]["message"]
+    other = chat(gw, user("Are hotels in Mérida cheaper during the Easter holidays?"), "a")
+    assert other.headers["x-cache"] == "miss"
+    assert upstream.stats["chat"] == 2
+
+
 def test_a_reworded_history_hits_and_a_context_swap_does_not(gw: Gateway) -> None:
     def convo(first: str, reply: str) -> list[dict[str, str]]:
         return [
