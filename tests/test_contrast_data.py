@@ -54,7 +54,7 @@ def test_the_added_conversations_never_quote_a_held_out_family() -> None:
 def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> None:
     trained = {f.domain for f in contrast_data.FAMILIES + contrast_more.FAMILIES}
     rows = contrast_data.generate_fresh()
-    seen = {t for p in train_verifier.load_pairs("train", more=True) for t in (p.a, p.b)}
+    seen = _training_questions()
     domains: list[set[str]] = []
     for module, stem in ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2")):
         assert all(contrast_data.held_out(f) for f in module.FAMILIES)
@@ -62,7 +62,7 @@ def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> No
         assert not trained & domains[-1]
         assert {r["same"] for r in rows[f"contrast_{stem}"]} == {True, False}
         assert {r["same"] for r in rows[f"multiturn_{stem}"]} == {True, False}
-        # nothing the verifier trains or calibrates on is a fresh row
+        # no question the verifier trains or calibrates on (Quora aside) is a fresh row
         fresh = {r[k] for r in rows[f"contrast_{stem}"] for k in ("a", "b")}
         assert fresh and not fresh & seen
     assert not domains[0] & domains[1]
@@ -76,3 +76,17 @@ def test_a_fresh_lexicon_that_repeats_a_training_word_is_refused(
     monkeypatch.setattr(contrast_fresh, "LEXICONS", {**contrast_fresh.LEXICONS, "act_bolt_z": bad})
     with pytest.raises(ValueError, match="words"):
         contrast_data.generate_fresh()
+
+
+def _training_questions() -> set[str]:
+    """Every question of the contrast, multi-turn and adversarial files the verifier trains and
+    calibrates on (bench.train_verifier.load_pairs, less Quora: its data is outside the repo)."""
+    out: set[str] = set()
+    for stem in ("contrast_train", "contrast_more_train", "adversarial_pairs"):
+        out |= {
+            r[k] for r in train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl") for k in "ab"
+        }
+    for stem in ("multiturn_train", "multiturn_more_train"):
+        rows = train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
+        out |= {m["content"] for r in rows for k in "ab" for m in r[k] if m["role"] == "user"}
+    return out
