@@ -52,8 +52,10 @@ FRESH2_SEED = 15  # the third held-out set's (bench/contrast_fresh2.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
-#: kind -> (trap kind, values, antonym pairs?)
-LEXICONS: dict[str, tuple[str, list[tuple[str, ...]], bool]] = {
+#: One lexicon: (trap kind, values, each a tuple of synonyms, antonym pair?)
+Lexicon = tuple[str, list[tuple[str, ...]], bool]
+#: name -> its lexicon
+LEXICONS: dict[str, Lexicon] = {
     "city": (
         "entity",
         [
@@ -955,10 +957,7 @@ def generate_more(seed: int = MORE_SEED, per_family: int = 24) -> dict[str, list
     families only (the first files' may quote a held-out family there)."""
     from bench import contrast_more  # (it imports Family from here)
 
-    clash = {k for k, v in contrast_more.LEXICONS.items() if LEXICONS.get(k, v) != v}
-    if clash:
-        raise ValueError(f"bench/contrast_more.py redefines lexicons {sorted(clash)}")
-    LEXICONS.update(contrast_more.LEXICONS)  # (new names only: the first files' draws are kept)
+    _add_lexicons(contrast_more.LEXICONS, "bench/contrast_more.py")  # (new names only)
     rng = random.Random(seed)
     training = [f for f in FAMILIES if not held_out(f)] + contrast_more.FAMILIES
     out: dict[str, list[dict[str, Any]]] = {"contrast_more_train": [], "multiturn_more_train": []}
@@ -996,7 +995,9 @@ def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _check_fresh(fresh: dict[str, Any], families: list[Family], domains: tuple[str, ...]) -> None:
+def _check_fresh(
+    fresh: dict[str, Lexicon], families: list[Family], domains: tuple[str, ...]
+) -> None:
     """A fresh held-out set's lexicons are new and share no word with the training lexicons
     (contrast_data's first ones and bench/contrast_more.py's); its families use only them, in
     its own domains. Adds its lexicons to LEXICONS."""
@@ -1006,14 +1007,23 @@ def _check_fresh(fresh: dict[str, Any], families: list[Family], domains: tuple[s
     training = {k: v for k, v in (LEXICONS | contrast_more.LEXICONS).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
     for name, (_, values, _) in fresh.items():
-        if LEXICONS.get(name, fresh[name]) != fresh[name] or name in contrast_more.LEXICONS:
+        if name in contrast_more.LEXICONS:  # (LEXICONS has them only after generate_more)
             raise ValueError(f"fresh lexicon {name} redefines a training lexicon")
         if any(w.lower() in words for v in values for w in v):
             raise ValueError(f"fresh lexicon {name} repeats a training lexicon's words")
-    LEXICONS.update(fresh)
+    _add_lexicons(fresh, "a fresh held-out set")
     for fam in families:
         if fam.domain not in domains or not set(map(_lexicon, _slots(fam))) <= set(fresh):
             raise ValueError(f"family {fam.name}: not a fresh domain, or a training lexicon")
+
+
+def _add_lexicons(new: dict[str, Lexicon], origin: str) -> None:
+    """Add ``new`` to LEXICONS, refusing a name LEXICONS already has with other values (so the
+    files written before it are drawn from the lexicons they were drawn from)."""
+    clash = {k for k, v in new.items() if LEXICONS.get(k, v) != v}
+    if clash:
+        raise ValueError(f"{origin} redefines lexicons {sorted(clash)}")
+    LEXICONS.update(new)
 
 
 def held_out(fam: Family) -> bool:

@@ -17,9 +17,7 @@ Lexicon and family names end with the letter of the part they come from (``_a``,
 from __future__ import annotations
 
 from bench.contrast_data import Family as F
-
-#: name -> (trap kind, values, each a tuple of synonyms, antonym pair?): contrast_data.LEXICONS'
-Lexicon = tuple[str, list[tuple[str, ...]], bool]
+from bench.contrast_data import Lexicon
 
 # ==== software, devices, gaming, photography, networking (names end with _a) ==========
 
