@@ -33,6 +33,12 @@ training lexicons (checked), so it measures wording nothing here has seen: ``con
 and ``multiturn_fresh.jsonl`` (seed 14). Never trained or calibrated on. A third set, written
 the same way in nine more domains for a later decision (bench/contrast_fresh2.py, seed 15):
 ``contrast_fresh2.jsonl`` and ``multiturn_fresh2.jsonl``.
+
+Added on 2026-12-06, last: a third round of **training** families (bench/contrast_more2.py,
+seed 17: ``contrast_more2_train.jsonl``, ``multiturn_more2_train.jsonl``), with four phrasings
+each, and a fourth held-out set written beside it for the decision about it
+(bench/contrast_fresh3.py, seed 16: ``contrast_fresh3.jsonl``, ``multiturn_fresh3.jsonl``).
+Every held-out set's lexicons share no value with any training lexicon, this round's included.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ SEED = 12
 MORE_SEED = 13  # the families added later (bench/contrast_more.py)
 FRESH_SEED = 14  # the fresh held-out families (bench/contrast_fresh.py)
 FRESH2_SEED = 15  # the third held-out set's (bench/contrast_fresh2.py)
+FRESH3_SEED = 16  # the fourth held-out set's (bench/contrast_fresh3.py)
+MORE2_SEED = 17  # the third round of training families (bench/contrast_more2.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -902,6 +910,9 @@ FRESH_DOMAINS = ("lodging", "postal", "clothing", "homerepair", "outdoors", "par
 #: The third held-out set's domains (bench/contrast_fresh2.py), in no other family.
 FRESH2_DOMAINS = ("farming", "beauty", "accessories", "moving", "genealogy", "aviation",
                   "collectibles", "funerals", "beekeeping")  # fmt: skip
+#: The fourth held-out set's domains (bench/contrast_fresh3.py), in no other family.
+FRESH3_DOMAINS = ("boating", "woodworking", "libraries", "recycling", "weddings", "cycling",
+                  "aquariums", "boardgames", "knitting")  # fmt: skip
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -950,38 +961,45 @@ def generate(seed: int = SEED, per_family: int = 60) -> dict[str, list[dict[str,
     return out
 
 
-def generate_more(seed: int = MORE_SEED, per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
-    """The added training families' rows (bench/contrast_more.py): ``contrast_more_train`` and
-    ``multiturn_more_train``. Training only: none of these families or domains is held out
-    (checked), and their conversations' irrelevant earlier exchanges come from training
+def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
+    """The added training families' rows: ``contrast_more_train``/``multiturn_more_train``
+    (bench/contrast_more.py, seed 13) and ``contrast_more2_train``/``multiturn_more2_train``
+    (bench/contrast_more2.py, seed 17). Training only: none of these families or domains is held
+    out (checked), and their conversations' irrelevant earlier exchanges come from training
     families only (the first files' may quote a held-out family there)."""
-    from bench import contrast_more  # (it imports Family from here)
+    from bench import contrast_more, contrast_more2  # (they import Family from here)
 
-    _add_lexicons(contrast_more.LEXICONS, "bench/contrast_more.py")  # (new names only)
-    rng = random.Random(seed)
-    training = [f for f in FAMILIES if not held_out(f)] + contrast_more.FAMILIES
-    out: dict[str, list[dict[str, Any]]] = {"contrast_more_train": [], "multiturn_more_train": []}
-    for fam in contrast_more.FAMILIES:
-        if held_out(fam):
-            raise ValueError(f"family {fam.name}: an added family may not be held out")
-        for _ in range(per_family):
-            out["contrast_more_train"].extend(_contrast_rows(rng, fam))
-        for _ in range(per_family // 3 if _slots(fam) else 0):  # (a swap needs a slot)
-            out["multiturn_more_train"].extend(_multiturn_rows(rng, fam, training))
+    training = [f for f in FAMILIES if not held_out(f)]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for module, stem, seed in ((contrast_more, "more", MORE_SEED),
+                               (contrast_more2, "more2", MORE2_SEED)):  # fmt: skip
+        _add_lexicons(module.LEXICONS, f"bench/{module.__name__.split('.')[-1]}.py")
+        rng = random.Random(seed)
+        training += module.FAMILIES  # (a round's pool: the rounds up to it, itself included)
+        contrast = out[f"contrast_{stem}_train"] = []
+        multiturn = out[f"multiturn_{stem}_train"] = []
+        for fam in module.FAMILIES:
+            if held_out(fam):
+                raise ValueError(f"family {fam.name}: an added family may not be held out")
+            for _ in range(per_family):
+                contrast.extend(_contrast_rows(rng, fam))
+            for _ in range(per_family // 3 if _slots(fam) else 0):  # (a swap needs a slot)
+                multiturn.extend(_multiturn_rows(rng, fam, list(training)))
     return out
 
 
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh`` (bench/contrast_fresh.py,
-    seed 14) and ``contrast_fresh2``/``multiturn_fresh2`` (bench/contrast_fresh2.py, seed 15),
-    each checked to be in its own domains and to share no lexicon or word with training; their
+    seed 14), ``contrast_fresh2``/``multiturn_fresh2`` (bench/contrast_fresh2.py, seed 15) and
+    ``contrast_fresh3``/``multiturn_fresh3`` (bench/contrast_fresh3.py, seed 16), each checked to be in its own domains and to share no lexicon or word with training; their
     conversations' irrelevant earlier exchanges come from their own families."""
-    from bench import contrast_fresh, contrast_fresh2
+    from bench import contrast_fresh, contrast_fresh2, contrast_fresh3
 
     out: dict[str, list[dict[str, Any]]] = {}
     for module, domains, stem, seed in (
         (contrast_fresh, FRESH_DOMAINS, "fresh", FRESH_SEED),
         (contrast_fresh2, FRESH2_DOMAINS, "fresh2", FRESH2_SEED),
+        (contrast_fresh3, FRESH3_DOMAINS, "fresh3", FRESH3_SEED),
     ):
         _check_fresh(module.LEXICONS, module.FAMILIES, domains)
         rng = random.Random(seed)
@@ -1001,13 +1019,22 @@ def _check_fresh(
     """A fresh held-out set's lexicons are new and share no word with the training lexicons
     (contrast_data's first ones and bench/contrast_more.py's); its families use only them, in
     its own domains. Adds its lexicons to LEXICONS."""
-    from bench import contrast_fresh, contrast_fresh2, contrast_more
+    from bench import (
+        contrast_fresh,
+        contrast_fresh2,
+        contrast_fresh3,
+        contrast_more,
+        contrast_more2,
+    )
 
-    held = set(contrast_fresh.LEXICONS) | set(contrast_fresh2.LEXICONS)
-    training = {k: v for k, v in (LEXICONS | contrast_more.LEXICONS).items() if k not in held}
+    added = contrast_more.LEXICONS | contrast_more2.LEXICONS
+    held = (
+        set(contrast_fresh.LEXICONS) | set(contrast_fresh2.LEXICONS) | set(contrast_fresh3.LEXICONS)
+    )
+    training = {k: v for k, v in (LEXICONS | added).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
     for name, (_, values, _) in fresh.items():
-        if name in contrast_more.LEXICONS:  # (LEXICONS has them only after generate_more)
+        if name in added:  # (LEXICONS has them only after generate_more)
             raise ValueError(f"fresh lexicon {name} redefines a training lexicon")
         if any(w.lower() in words for v in values for w in v):
             raise ValueError(f"fresh lexicon {name} repeats a training lexicon's words")
@@ -1027,7 +1054,7 @@ def _add_lexicons(new: dict[str, Lexicon], origin: str) -> None:
 
 
 def held_out(fam: Family) -> bool:
-    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS
+    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS + FRESH3_DOMAINS
     return fam.domain in held or fam.name in HELDOUT_FAMILIES
 
 

@@ -4,13 +4,13 @@
     python -m bench.train_verifier --qqp-pairs 60 --multiturn-pairs 60 --contrast-pairs 120 \
         --epochs 1 --out /tmp/v                   # a smoke run (~2 min)
     python -m bench.train_verifier --calibrate-only --out DIR   # re-measure DIR/meta.json (~3 min)
-    python -m bench.train_verifier --no-more-families --epochs 4 --out DIR  # the weights before
+    python -m bench.train_verifier --families first --epochs 4 --out DIR  # the weights before those
 
 The shipped weights (2026-12-06): the first training families and the 137 of
 bench/contrast_more.py (``*_more_train.jsonl``; calibration families drawn from them too);
 on a quiet machine 22 504 training pairs, 45 008 sequences cached in 236 s, 3 epochs (2 112
 steps of 32) in 7.7 min (147 pairs/s), final loss 0.305. They replaced the weights of
-2026-12-02 (below; ``--no-more-families --epochs 4``) by a rule written before either was run
+2026-12-02 (below; ``--families first --epochs 4``) by a rule written before either was run
 on a second, fresh held-out set (bench/contrast_fresh.py); figures and the rule:
 docs/benchmarks.md, "Verifier vs guard".
 
@@ -40,7 +40,8 @@ Training data (never any held-out part):
 * the Quora dev pairs' training half (bench/semantic_pairs.py's grouped split);
 * bench/data/contrast_train.jsonl and multiturn_train.jsonl (bench/contrast_data.py, seed 12;
   conversations rendered by :func:`semantic.keys.compared_text`), and contrast_more_train.jsonl
-  and multiturn_more_train.jsonl (bench/contrast_more.py, seed 13) unless ``--no-more-families``;
+  and multiturn_more_train.jsonl (bench/contrast_more.py, seed 13) with ``--families more`` (the
+  default) or ``more2`` (which adds bench/contrast_more2.py's ``*_more2_train.jsonl``, seed 17);
 * the training half of bench/data/adversarial_pairs.jsonl (:func:`adversarial_held`).
 
 About one eighth of every (source, kind) is kept out as the **calibration** set, whole families
@@ -115,11 +116,15 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
     return compared_text(messages[-1]["content"], messages[:-1], None)
 
 
-def load_pairs(split: str, more: bool = False) -> list[Pair]:
+#: ``--families``: the rounds of added training families each choice trains on.
+FAMILY_ROUNDS = {"first": (), "more": ("more",), "more2": ("more", "more2")}
+
+
+def load_pairs(split: str, rounds: tuple[str, ...] = ()) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
-    ``more``: in "train", also the families added on 2026-12-06 (``*_more_train.jsonl``,
-    bench/contrast_more.py).
+    ``rounds``: in "train", also these rounds of added families (``*_{round}_train.jsonl``:
+    "more" is bench/contrast_more.py, "more2" bench/contrast_more2.py).
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
@@ -131,7 +136,8 @@ def load_pairs(split: str, more: bool = False) -> list[Pair]:
             kind = "duplicate" if same[i] else "not_duplicate"
             rows.append((a[i], b[i], bool(same[i]), "qqp", kind, str(group[i])))
     for name in ("contrast", "multiturn"):
-        files = [f"{name}_{split}"] + ([f"{name}_more_train"] if split == "train" and more else [])
+        added = rounds if split == "train" else ()
+        files = [f"{name}_{split}"] + [f"{name}_{r}_train" for r in added]
         for row in (row for stem in files for row in _rows(DATA / f"{stem}.jsonl")):
             ta, tb = row["a"], row["b"]
             if name == "multiturn":
@@ -191,10 +197,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument(
-        "--no-more-families",
-        action="store_true",
-        help="leave out the 137 families added on 2026-12-06 (bench/contrast_more.py), as the "
-        "weights before them (with --epochs 4); pass it with --calibrate-only for those too",
+        "--families",
+        default="more",
+        choices=list(FAMILY_ROUNDS),
+        help="training families: first = the first ones only (the weights of 2026-12-02, with "
+        "--epochs 4); more = also the 137 of bench/contrast_more.py; more2 = also the third "
+        "round, bench/contrast_more2.py. Pass the same with --calibrate-only",
     )
     p.add_argument("--qqp-pairs", type=int, default=7000, help="Quora training pairs sampled")
     p.add_argument("--multiturn-pairs", type=int, default=2500, help="conversation pairs sampled")
@@ -218,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
-    pairs = load_pairs("train", more=not args.no_more_families)
+    pairs = load_pairs("train", FAMILY_ROUNDS[args.families])
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)

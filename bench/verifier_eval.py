@@ -16,7 +16,9 @@ bench/train_verifier.py for the splits):
   second held-out set written later in domains, and with words, that no other family has
   (bench/contrast_fresh.py): wording nothing here was trained, calibrated or tuned on;
 * **fresh2**, **fresh2_multiturn**: a third such set, written later again in nine more domains
-  (bench/contrast_fresh2.py: contrast_fresh2.jsonl, multiturn_fresh2.jsonl).
+  (bench/contrast_fresh2.py: contrast_fresh2.jsonl, multiturn_fresh2.jsonl);
+* **fresh3**, **fresh3_multiturn**: a fourth, written beside the third round of training families
+  in nine more domains (bench/contrast_fresh3.py: contrast_fresh3.jsonl, multiturn_fresh3.jsonl).
 
 A pair is (stored request, new request). Three decisions, side by side:
 
@@ -57,7 +59,7 @@ from semantic.keys import context_question
 from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn", "fresh2",
-        "fresh2_multiturn")  # fmt: skip
+        "fresh2_multiturn", "fresh3", "fresh3_multiturn")  # fmt: skip
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
@@ -67,42 +69,47 @@ LABELS = {"old_guard": "guard alone", "guard_veto": "guard + veto",
           "verifier": "verifier decides (default)", "compare": "verifier decides"}  # fmt: skip
 
 
-def load_sets(n_qqp: int) -> dict[str, list[dict[str, Any]]]:
-    """Each held-out set as rows: a/b (compared texts), qa/qb (last user turns), same, kind,
-    history (the earlier turns are identical)."""
-    a, b, same, _, held = semantic_pairs.read_qqp()
-    rows = [i for i in np.flatnonzero(held)]
-    pick = sorted(random.Random(SEED).sample(rows, min(n_qqp, len(rows))))
-    out: dict[str, list[dict[str, Any]]] = {
-        "quora": [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
-    }
+def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[str, Any]]]:
+    """The held-out sets named in ``only``, each as rows: a/b (compared texts), qa/qb (last user
+    turns), same, kind, history (the earlier turns are identical)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    if "quora" in only:
+        a, b, same, _, held = semantic_pairs.read_qqp()
+        rows = [i for i in np.flatnonzero(held)]
+        pick = sorted(random.Random(SEED).sample(rows, min(n_qqp, len(rows))))
+        out["quora"] = [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
     for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh"),
-                       ("fresh2", "contrast_fresh2")):  # fmt: skip
-        out[name] = [
-            _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
+                       ("fresh2", "contrast_fresh2"), ("fresh3", "contrast_fresh3")):  # fmt: skip
+        if name in only:
+            out[name] = [
+                _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
+            ]
+    if "adversarial" in only:
+        out["adversarial"] = [
+            _pair(r["a"], r["b"], r["same"], r["kind"])
+            for r in _rows(DATA / "adversarial_pairs.jsonl")
+            if adversarial_held(r["a"])
         ]
-    out["adversarial"] = [
-        _pair(r["a"], r["b"], r["same"], r["kind"])
-        for r in _rows(DATA / "adversarial_pairs.jsonl")
-        if adversarial_held(r["a"])
-    ]
     for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh"),
-                       ("fresh2_multiturn", "multiturn_fresh2")):  # fmt: skip
-        out[name] = [
-            {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
-             "qa": r["a"][-1]["content"], "qb": r["b"][-1]["content"], "same": r["same"],
-             "kind": r["kind"], "history": r["a"][:-1] == r["b"][:-1]}
-            for r in _rows(DATA / f"{stem}.jsonl")
-        ]  # fmt: skip
-    return out
+                       ("fresh2_multiturn", "multiturn_fresh2"),
+                       ("fresh3_multiturn", "multiturn_fresh3")):  # fmt: skip
+        if name in only:
+            out[name] = [
+                {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
+                 "qa": r["a"][-1]["content"], "qb": r["b"][-1]["content"], "same": r["same"],
+                 "kind": r["kind"], "history": r["a"][:-1] == r["b"][:-1]}
+                for r in _rows(DATA / f"{stem}.jsonl")
+            ]  # fmt: skip
+    return {name: out[name] for name in SETS if name in out}
 
 
 def evaluate(
     verifier: PairVerifier, n_qqp: int, limit: int | None = None,
-    compare: PairVerifier | None = None,
+    compare: PairVerifier | None = None, only: tuple[str, ...] = SETS,
 ) -> dict[str, Any]:  # fmt: skip
+    """``only``: the sets measured (default all)."""
     embedder, guard = Embedder(), Guard()
-    sets = load_sets(n_qqp)
+    sets = load_sets(n_qqp, only)
     if limit is not None:  # a seeded sample of each set (a shorter run on a busy machine)
         sets = {k: random.Random(SEED).sample(v, min(limit, len(v))) for k, v in sets.items()}
     decisions = DECISIONS + (("compare",) if compare is not None else ())
@@ -211,11 +218,19 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--compare", choices=BACKENDS, default=None, help="a second backend beside")
     p.add_argument("--qqp", type=int, default=3000, help="Quora held-out pairs sampled")
     p.add_argument("--limit", type=int, default=None, help="a seeded sample of N rows per set")
+    p.add_argument(
+        "--sets",
+        type=lambda v: tuple(v.split(",")),
+        default=SETS,
+        help=f"comma-separated sets to measure (default all: {','.join(SETS)})",
+    )
     p.add_argument("--no-doc", action="store_true")
     args = p.parse_args(argv)
+    if unknown := set(args.sets) - set(SETS):
+        p.error(f"unknown sets {sorted(unknown)}")
     verifier = PairVerifier(args.verifier, backend=args.backend)
     compare = args.compare and PairVerifier(args.verifier, backend=args.compare)
-    result = evaluate(verifier, args.qqp, args.limit, compare or None)
+    result = evaluate(verifier, args.qqp, args.limit, compare or None, args.sets)
     return publish("verifier_eval", result, markdown(result, args), write_doc=not args.no_doc)
 
 
@@ -223,8 +238,9 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
     decisions = r["decisions"]
     labels = {**LABELS, "verifier": f"verifier decides (default; `{r['backend']}`)",
               "compare": f"verifier decides (`{r['compare']}`)"}  # fmt: skip
+    sets = [name for name in SETS if name in r]
     rows = []
-    for name in SETS:
+    for name in sets:
         s = r[name]
         for label in decisions:
             m = s[label]
@@ -232,7 +248,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
                          f"{m['should_hit_rate']:.1%}", f"{m['precision']:.3f}",
                          f"{s['should_hit']}/{s['must_not_hit']}"])  # fmt: skip
     kinds = []
-    for name in SETS[1:]:
+    for name in (name for name in sets if name != "quora"):
         for kind, k in r[name]["by_kind"].items():
             should = k["old_guard"]["should"]
             rate = "should_hit_rate" if should else "wrong_hit_rate"
@@ -240,7 +256,7 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
                           *(f"{k[label][rate]:.1%}" for label in decisions)])  # fmt: skip
     points = [[name, rate, f"{m['wrong_hit_rate']:.1%}", f"{m['should_hit_rate']:.1%}",
                f"{m['precision']:.3f}"]
-              for name in SETS for rate, m in r[name]["operating_points"].items()]  # fmt: skip
+              for name in sets for rate, m in r[name]["operating_points"].items()]  # fmt: skip
     lat = r["latency_ms"]
     return "\n".join(
         [
@@ -248,7 +264,9 @@ def markdown(r: dict[str, Any], args: argparse.Namespace) -> str:
             "",
             f"Command: `python -m bench.verifier_eval --qqp {args.qqp}"
             f"{f' --limit {args.limit}' if args.limit is not None else ''}"
-            f"{f' --compare {args.compare}' if args.compare else ''}`; backend `{r['backend']}`; "
+            f"{f' --compare {args.compare}' if args.compare else ''}"
+            f"{' --sets ' + ','.join(args.sets) if args.sets != SETS else ''}`; "
+            f"backend `{r['backend']}`; "
             "data: bench/data/*_heldout.jsonl, the fresh held-out sets (bench/data/*_fresh*.jsonl) "
             "and the adversarial held-out half (bench/contrast_data.py, seed 12), a seed-12 sample of "
             "the Quora held-out half. Verifier: semantic/verifier/ (bench/train_verifier.py, seed 12); "

@@ -40,6 +40,19 @@ def test_verifier_eval_times_60_calls_with_fewer_pairs() -> None:
     assert verifier.calls == [1] * 60 + [3] * 60
 
 
+def test_verifier_eval_sets_reads_only_the_sets_named() -> None:
+    # `--sets fresh3,fresh3_multiturn`: the named sets and no other (Quora's data is not read)
+    from bench.verifier_eval import SETS, load_sets, main
+
+    sets = load_sets(100, ("fresh3_multiturn", "fresh3"))
+    assert list(sets) == ["fresh3", "fresh3_multiturn"]  # (in SETS' order)
+    for rows in sets.values():
+        assert {r["same"] for r in rows} == {True, False}
+    assert "fresh3" in SETS
+    with pytest.raises(SystemExit):
+        main(["--sets", "fresh3,nope", "--no-doc"])
+
+
 def test_make_bench_runs_every_benchmark_with_a_docs_section() -> None:
     import re
     from pathlib import Path

@@ -1,6 +1,6 @@
 """bench/contrast_data.py: the committed evaluation and training files are what it writes, the
-families added later (bench/contrast_more.py) are training data only, and the fresh held-out
-families (bench/contrast_fresh.py) share no domain, lexicon or word with training."""
+families added later (bench/contrast_more.py, contrast_more2.py) are training data only, and the
+fresh held-out families (bench/contrast_fresh*.py) share no domain, lexicon or word with training."""
 
 from __future__ import annotations
 
@@ -8,7 +8,19 @@ import json
 
 import pytest
 
-from bench import contrast_data, contrast_fresh, contrast_fresh2, contrast_more, train_verifier
+from bench import (
+    contrast_data,
+    contrast_fresh,
+    contrast_fresh2,
+    contrast_fresh3,
+    contrast_more,
+    contrast_more2,
+    train_verifier,
+)
+
+#: The added training rounds' families, and the held-out sets' modules.
+ADDED = contrast_more.FAMILIES + contrast_more2.FAMILIES
+FRESH = ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2"), (contrast_fresh3, "fresh3"))
 
 
 def test_the_committed_files_are_what_the_generator_writes() -> None:
@@ -18,8 +30,9 @@ def test_the_committed_files_are_what_the_generator_writes() -> None:
     )
     assert set(written) == {"contrast_train", "contrast_heldout", "multiturn_train",
                             "multiturn_heldout", "contrast_more_train", "multiturn_more_train",
+                            "contrast_more2_train", "multiturn_more2_train",
                             "contrast_fresh", "multiturn_fresh", "contrast_fresh2",
-                            "multiturn_fresh2"}  # fmt: skip
+                            "multiturn_fresh2", "contrast_fresh3", "multiturn_fresh3"}  # fmt: skip
     for stem, rows in written.items():
         lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
         assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
@@ -27,10 +40,10 @@ def test_the_committed_files_are_what_the_generator_writes() -> None:
 
 def test_the_added_families_are_new_training_families() -> None:
     first = {f.name for f in contrast_data.FAMILIES}
-    names = [f.name for f in contrast_more.FAMILIES]
+    names = [f.name for f in ADDED]
     assert len(names) == len(set(names)) and not first & set(names)
-    assert not any(contrast_data.held_out(f) for f in contrast_more.FAMILIES)
-    assert not {f.domain for f in contrast_more.FAMILIES} & set(contrast_data.HELDOUT_DOMAINS)
+    assert not any(contrast_data.held_out(f) for f in ADDED)
+    assert not {f.domain for f in ADDED} & set(contrast_data.HELDOUT_DOMAINS)
 
 
 def test_the_added_conversations_never_quote_a_held_out_family() -> None:
@@ -38,25 +51,26 @@ def test_the_added_conversations_never_quote_a_held_out_family() -> None:
     def opening(phrasing: str) -> str:  # (up to its first slot or polarity)
         return phrasing.split("{")[0].split("[")[0].strip()
 
-    families = contrast_data.FAMILIES + contrast_more.FAMILIES
+    families = contrast_data.FAMILIES + ADDED
     training = [p for f in families if not contrast_data.held_out(f) for p in f.phrasings]
     held = [p for f in families if contrast_data.held_out(f) for p in f.phrasings]
     # the held-out phrasings' openings that no training phrasing starts with
     openings = {o for o in map(opening, held) if len(o) > 8}
     openings = {o for o in openings if not any(t.startswith(o) for t in training)}
     assert len(openings) > 20
-    rows = contrast_data.generate_more()["multiturn_more_train"]
+    written = contrast_data.generate_more()
+    rows = written["multiturn_more_train"] + written["multiturn_more2_train"]
     earlier = [r["b"][0]["content"] for r in rows if r["kind"] == "irrelevant_earlier"]
     assert earlier
     assert not [q for q in earlier if any(q.startswith(o) for o in openings)]
 
 
 def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> None:
-    trained = {f.domain for f in contrast_data.FAMILIES + contrast_more.FAMILIES}
+    trained = {f.domain for f in contrast_data.FAMILIES + ADDED}
     rows = contrast_data.generate_fresh()
     seen = _training_questions()
     domains: list[set[str]] = []
-    for module, stem in ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2")):
+    for module, stem in FRESH:
         assert all(contrast_data.held_out(f) for f in module.FAMILIES)
         domains.append({f.domain for f in module.FAMILIES})
         assert not trained & domains[-1]
@@ -65,7 +79,7 @@ def test_the_fresh_families_are_held_out_and_share_no_word_with_training() -> No
         # no question the verifier trains or calibrates on (Quora aside) is a fresh row
         fresh = {r[k] for r in rows[f"contrast_{stem}"] for k in ("a", "b")}
         assert fresh and not fresh & seen
-    assert not domains[0] & domains[1]
+    assert sum(map(len, domains)) == len(set().union(*domains))  # (no domain in two sets)
 
 
 def test_a_fresh_lexicon_that_repeats_a_training_word_is_refused(
@@ -82,11 +96,16 @@ def _training_questions() -> set[str]:
     """Every question of the contrast, multi-turn and adversarial files the verifier trains and
     calibrates on (bench.train_verifier.load_pairs, less Quora: its data is outside the repo)."""
     out: set[str] = set()
-    for stem in ("contrast_train", "contrast_more_train", "adversarial_pairs"):
+    for stem in (
+        "contrast_train",
+        "contrast_more_train",
+        "contrast_more2_train",
+        "adversarial_pairs",
+    ):
         out |= {
             r[k] for r in train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl") for k in "ab"
         }
-    for stem in ("multiturn_train", "multiturn_more_train"):
+    for stem in ("multiturn_train", "multiturn_more_train", "multiturn_more2_train"):
         rows = train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
         out |= {m["content"] for r in rows for k in "ab" for m in r[k] if m["role"] == "user"}
     return out
