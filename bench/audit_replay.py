@@ -15,7 +15,10 @@ gateway passes on but does not key on): it answers each question with its pair's
 reworded on every call (three templates in turn, so an audit's fresh answer is never the
 stored wording): one answer for both questions of a ``same`` pair, two of a different one.
 Truth of a served semantic hit: its pair's label. The audit's verdicts are summed over the
-namespaces (its estimate is per namespace) and the Wilson interval taken over the sums.
+namespaces (its estimate is per namespace) and the estimate taken over the sums, as the gateway
+takes it (``semantic.audit.estimate_rate``): with the controls on (the default; the request of a
+judged audit asked again and its two answers compared), net of the judge's false alarms, and
+also the judged share alone with its Wilson interval (the estimate without controls).
 
 Two answer models, each a scenario of its own (a fresh gateway):
 
@@ -114,7 +117,7 @@ def gateway(oracle_url: str, rate: float) -> Iterator[str]:
 
 
 def scenario(answers: str, rate: float) -> dict[str, Any]:
-    from semantic.audit import wilson
+    from semantic.audit import estimate_rate, wilson
     from tests.fake_upstream import ThreadedServer
 
     pairs = labelled_pairs()
@@ -138,26 +141,37 @@ def scenario(answers: str, rate: float) -> dict[str, Any]:
                 time.sleep(0.2)
     finally:
         upstream.stop()
-    counts = {
-        k: sum(e[k] for e in audit["estimates"]) for k in ("audits", "wrong", "errors", "dropped")
-    }
+    keys = ("audits", "wrong", "errors", "dropped", "controls", "control_wrong", "control_errors")
+    counts = {k: sum(e[k] for e in audit["estimates"]) for k in keys}
     low, high = wilson(counts["wrong"], counts["audits"])
+    net, net_low, net_high = estimate_rate(
+        counts["wrong"], counts["audits"], counts["control_wrong"], counts["controls"]
+    )
     true_rate = wrong / hits if hits else 0.0
     return {"answers": answers, "rate": rate, "pairs": len(pairs), "semantic_hits": hits,
             "wrong_hits": wrong, "true_rate": true_rate, "audits": counts["audits"],
             "audit_wrong": counts["wrong"], "errors": counts["errors"],
             "dropped": counts["dropped"],
             "estimate": counts["wrong"] / counts["audits"] if counts["audits"] else 0.0,
-            "interval95": [low, high], "within": low <= true_rate <= high}  # fmt: skip
+            "interval95": [low, high], "within": low <= true_rate <= high,
+            "controls": counts["controls"], "control_wrong": counts["control_wrong"],
+            "control_errors": counts["control_errors"], "net_estimate": net,
+            "net_interval95": [net_low, net_high],
+            "net_within": net_low <= true_rate <= net_high}  # fmt: skip
 
 
 def section(runs: list[dict[str, Any]], rate: float, cmd: str, machine: str) -> str:
     """The docs section of a run (also rebuilt from bench/results/audit_replay.json)."""
+
+    def estimate(rate: float, interval: list[float], within: bool) -> list[str]:
+        return [f"{rate:.1%}", f"[{interval[0]:.1%}, {interval[1]:.1%}]",
+                "**yes**" if within else "**no**"]  # fmt: skip
+
     rows = [[r["answers"], r["pairs"], r["semantic_hits"], r["wrong_hits"],
              f"{r['true_rate']:.1%}", f"{r['audits']} ({r['dropped']} dropped, {r['errors']} errors)",
-             r["audit_wrong"], f"{r['estimate']:.1%}",
-             f"[{r['interval95'][0]:.1%}, {r['interval95'][1]:.1%}]",
-             "**yes**" if r["within"] else "**no**"] for r in runs]  # fmt: skip
+             r["audit_wrong"], f"{r['control_wrong']} of {r['controls']}",
+             *estimate(r["net_estimate"], r["net_interval95"], r["net_within"]),
+             *estimate(r["estimate"], r["interval95"], r["within"])] for r in runs]  # fmt: skip
     return "\n\n".join([
         "## Live audit vs the truth (`bench/audit_replay.py`)",
         f"`{cmd}`, {machine}. The held-out labelled pairs "
@@ -167,10 +181,15 @@ def section(runs: list[dict[str, Any]], rate: float, cmd: str, machine: str) -> 
         "answers with the pair's answer (one for a `same` pair, two otherwise), reworded on "
         "every call. `numbers`: two answers differ in a number; `words`: in one word (a plan "
         "name). True rate: semantic hits of pairs labelled different, over all semantic hits. "
-        "The audit's verdicts summed over the namespaces, Wilson 95% interval. Target (issue "
-        "12): the true rate inside the interval.",
+        "The audit's verdicts summed over the namespaces. Controls: a judged audit's request "
+        "asked again, its two answers compared (a wrong one is the judge's false alarm). The "
+        "estimate (the default, `audit_controls: true`): net of the controls' false alarms, "
+        "Newcombe 95% interval; judged share: wrong audits over judged ones, Wilson 95% interval "
+        "(the estimate without controls). Target (issue 12): the true rate inside the interval.",
         table(["answers", "pairs", "semantic hits", "wrong hits", "true rate",
-               "audits", "judged wrong", "estimate", "95% interval", "true rate inside"], rows),
+               "audits", "judged wrong", "controls judged wrong", "estimate",
+               "95% interval", "true rate inside", "judged share", "its 95% interval",
+               "inside"], rows),
     ])  # fmt: skip
 
 

@@ -198,16 +198,20 @@ def _audit(audit: dict[str, Any] | None) -> None:
     """The semantic audit's estimates (``cache.audit``), when it runs."""
     if not audit:
         return
+    controls = audit.get("controls", False)
     print(f"semantic audit: {100 * audit['rate']:g}% of semantic hits re-asked, answers "
-          f"compared by {audit['comparison']}, {audit['running']} running")  # fmt: skip
+          f"compared by {audit['comparison']}, "
+          f"{'net of controls' if controls else 'no controls'}, {audit['running']} running")  # fmt: skip
     rows = [
         [a["tenant"], a["model"], a["namespace"] or '""', a["audits"], a["wrong"],
+         *([f"{a['control_wrong']} of {a['controls']}"] if controls else []),
          f"{100 * a['false_hit_rate']:.2f}%" if a["audits"] else "-",
          "{:.2f}% - {:.2f}%".format(*(100 * v for v in a["interval95"])) if a["audits"] else "-",
          a["errors"], a["dropped"]]
         for a in audit["estimates"]
     ]  # fmt: skip
-    head = ["TENANT", "MODEL", "NAMESPACE", "AUDITED", "WRONG", "WRONG-HIT RATE", "95% INTERVAL",
+    head = ["TENANT", "MODEL", "NAMESPACE", "AUDITED", "WRONG",
+            *(["CONTROLS WRONG"] if controls else []), "WRONG-HIT RATE", "95% INTERVAL",
             "ERRORS", "DROPPED"]  # fmt: skip
     if tighten := audit.get("auto_tighten"):
         print(f"auto-tighten: above {100 * tighten['bound']:g}% wrong, "

@@ -14,9 +14,13 @@ the background:
     judge    the fresh answer against the served one (semantic.audit.Audit.judge), on the
              verifier's or the embedder's background path: queued apart from the live
              lookups' pairs and texts and scored alone, only while none of theirs waits
-    count    ``cachegate_semantic_audits_total{model,verdict}``, the estimate per tenant,
-             model and namespace (/admin/stats ``cache.audit``), and the call's cost in the
-             usage ledger (``audit_*`` fields: spending, never savings)
+    control  with ``cache.semantic.audit_controls`` (the default), a judged audit's request
+             asked once more and its two fresh answers judged against each other: the
+             judge's false-alarm rate, which the estimate is net of (semantic.audit)
+    count    ``cachegate_semantic_audits_total{model,verdict}`` and
+             ``cachegate_semantic_audit_controls_total{model,verdict}``, the estimate per
+             tenant, model and namespace (/admin/stats ``cache.audit``), and the calls' cost in
+             the usage ledger (``audit_*`` fields: spending, never savings)
 
 With ``cache.semantic.auto_tighten`` on, every judged verdict also feeds a
 :class:`semantic.audit.Tightening`: a scope (tenant, model, namespace: :func:`audit_scope`)
@@ -45,7 +49,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from semantic.audit import VERDICTS, Audit, AuditScope, Tightened, Tightening, Verdict
+from semantic.audit import CONTROLS, VERDICTS, Audit, AuditScope, Tightened, Tightening, Verdict
 
 from .canonical import Adapter, Answer, GatewayRequest
 from .ledger import Ledger, usage_of
@@ -91,6 +95,7 @@ class Auditor:
         max_concurrency: int = 2,
         tightening: Tightening | None = None,
         models: Iterable[str] = (),
+        controls: bool = True,
     ) -> None:
         # NOTE: every model's series from the start, at 0: one that first appears at 1 loses
         # that increment to rate() and increase(), and wrong / (ok + wrong) has no value
@@ -98,10 +103,13 @@ class Auditor:
         for model in models:
             for verdict in VERDICTS:
                 metrics.semantic_audits.labels(model, verdict)
+            for verdict in CONTROLS if controls else ():
+                metrics.semantic_audit_controls.labels(model, verdict)
             if tightening is not None:
                 metrics.semantic_tightenings.labels(model)
         self.audit = audit
         self.tightening = tightening
+        self.controls = controls
         self._cache = cache
         self._metrics = metrics
         self._ledger = ledger
@@ -157,6 +165,7 @@ class Auditor:
             "running": len(self._tasks),
             "max_concurrency": self._max,
             "comparison": "verifier" if self._cache.verifier is not None else "embedding",
+            "controls": self.controls,
             "estimates": estimates,
         }
         if (tightening := self.tightening) is not None:
@@ -169,29 +178,44 @@ class Auditor:
     # -- helpers ---------------------------------------------------------------------------
 
     async def _run(self, job: AuditJob) -> None:
+        fresh = await self._ask(job)
+        if fresh is None:
+            self._count(job, "error")
+            return
+        verdict = await self._judge(job, job.adapter.text(job.served), fresh)
+        self._count(job, verdict)
+        if self.controls and verdict != "error":
+            # NOTE: the same request again: its two answers can only differ as rewordings (or
+            # as a model that answers differently from call to call), which is what the judge
+            # mistakes for a wrong hit; the estimate is net of it (semantic.audit)
+            again = await self._ask(job)
+            control = "error" if again is None else await self._judge(job, fresh, again)
+            self.audit.record_control(audit_scope(job.request), control)
+            self._metrics.semantic_audit_controls.labels(job.request.model, control).inc()
+
+    async def _ask(self, job: AuditJob) -> str | None:
+        """The model's answer to the audited request now (None: the call failed, or its answer
+        cannot be compared), its cost booked in the ledger."""
         request = job.request
         try:
             answer = await job.ask()
         except Exception as exc:  # an APIError (5xx, timeout, ...) or a broken backend
             log.warning("semantic audit of %s: the model call failed: %s", request.model, exc)
-            self._count(job, "error")
-            return
+            return None
         usage = answer.body.get("usage")
         self._ledger.record_audit(job.account, request.model, usage_of(usage))
         if not (answer.lossless and job.adapter.complete(request, answer.body)):
-            self._count(job, "error")  # e.g. a content filter: nothing to compare with
-            return
+            return None  # e.g. a content filter: nothing to compare with
+        return job.adapter.text(answer.body)
+
+    async def _judge(self, job: AuditJob, first: str, second: str) -> Verdict:
         try:
-            verdict = await self.audit.judge(
-                job.adapter.text(job.served),
-                job.adapter.text(answer.body),
-                verifier=self._cache.verifier,
-                embedder=self._cache.embedder,
+            return await self.audit.judge(
+                first, second, verifier=self._cache.verifier, embedder=self._cache.embedder
             )
         except Exception:
-            log.exception("semantic audit of %s: judging the answers failed", request.model)
-            verdict = "error"
-        self._count(job, verdict)
+            log.exception("semantic audit of %s: judging the answers failed", job.request.model)
+            return "error"
 
     def _count(self, job: AuditJob, verdict: Verdict) -> None:
         scope = audit_scope(job.request)

@@ -504,6 +504,11 @@ class SemanticCacheConfig(_Base, frozen=True):
     audit_rate: Fraction = 0.01
     #: Audits running at once; a hit sampled while they all run is counted "dropped".
     audit_max_concurrency: PositiveInt = 2
+    #: Controls: a judged audit asks its request once more and compares the two fresh answers,
+    #: which can differ only in wording: the share judged different is the comparison's own
+    #: false-alarm rate, and the estimate is net of it ((wrong - control) / (1 - control)).
+    #: Without them the estimate over-counts. Each control is a second billed model call.
+    audit_controls: bool = True
     #: Raise a (tenant, model, namespace)'s verifier score threshold one calibrated step when
     #: its audits show more wrong hits than max_wrong_rate: the Wilson 95% upper bound of a
     #: window of judged audits exceeds it (windows of the fewest audits that can clear it: 73 at

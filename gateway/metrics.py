@@ -66,21 +66,31 @@ class Metrics:
             "client_stuck.",
             ["route", "model", "code"],
         )
+        self._audit_counters(counter)
+        self.coalesced = counter(
+            "cachegate_coalesced_requests",
+            "Misses answered with the answer of an identical request that was in flight.",
+            ["model"],
+        )
+
+    def _audit_counters(self, counter: Callable[..., Counter]) -> None:
+        """The semantic audit's counters (gateway/audit.py)."""
         self.semantic_audits = counter(
             "cachegate_semantic_audits",
             "Audited semantic hits by verdict: ok, wrong (the fresh answer differs from the "
             "served one), error (the audit's model call failed), dropped (too many running).",
             ["model", "verdict"],
         )
+        self.semantic_audit_controls = counter(
+            "cachegate_semantic_audit_controls",
+            "Audit controls by verdict (an audited request asked twice, its two answers "
+            "compared): ok, wrong (the judge's false alarm), error (the second call failed).",
+            ["model", "verdict"],
+        )
         self.semantic_tightenings = counter(
             "cachegate_semantic_tightenings",
             "Steps auto-tighten took: a (tenant, model, namespace) whose audits showed more wrong "
             "hits than cache.semantic.max_wrong_rate got a stricter verifier threshold.",
-            ["model"],
-        )
-        self.coalesced = counter(
-            "cachegate_coalesced_requests",
-            "Misses answered with the answer of an identical request that was in flight.",
             ["model"],
         )
 

@@ -318,7 +318,7 @@ def _auditor(
     return Auditor(
         audit, cache, metrics, ledger,
         max_concurrency=semantic.audit_max_concurrency, tightening=tightening,
-        models=config.models,
+        models=config.models, controls=semantic.audit_controls,
     )  # fmt: skip
 
 

@@ -2,14 +2,16 @@
 
 A sampled share (``audit_rate``) of semantic hits is, after being served as usual, also sent to
 its model in the background; the fresh answer is compared with the served one and the verdict
-counted per :class:`AuditScope` (tenant, model, namespace). The wrong share with a Wilson 95%
-interval is the live estimate of the false-hit rate:
+counted per :class:`AuditScope` (tenant, model, namespace). The wrong share, net of the judge's
+own false alarms where controls measure them (below), with its 95% interval is the live
+estimate of the false-hit rate:
 
     >>> audit, scope = Audit(rate=0.01, seed=1), AuditScope("acme", "gpt-4o", "")
     >>> if audit.sample():                       # this hit is audited
     ...     verdict = await audit.judge(served_text, fresh_text, verifier=v, embedder=e)
     ...     audit.record(scope, verdict)         # "ok" | "wrong"
-    >>> audit.estimate(scope)                    # Estimate(audits=..., wrong=..., low=..., high=...)
+    >>> audit.record_control(scope, "ok")        # the request asked twice: answers agree
+    >>> audit.estimate(scope)                    # Estimate(audits=..., wrong=..., rate=..., ...)
 
 The comparison (:meth:`Audit.judge`), in order:
 
@@ -29,6 +31,16 @@ error, not theirs, which is why the estimate is an alarm, not a label for any si
 
 Audits that could not be judged are counted apart, never in the estimate: ``error`` (the model
 call failed or timed out) and ``dropped`` (too many audits already running: shed, not queued).
+
+Controls (``cache.semantic.audit_controls``, on by default): a judged audit asks its request of
+the model a second time and judges the two fresh answers against each other. They answer one
+question, so a ``wrong`` control is the judge's false alarm (rewording, or a model that answers
+differently from call to call), the error that made the plain estimate over-count. With controls
+the estimate is net of it: if a share ``w`` of audits and ``c`` of controls are judged wrong,
+the false-hit rate is ``(w - c) / (1 - c)`` (the judge is taken to catch every wrong hit: a
+judge that misses some makes this under-count, as the plain share then does too), with
+Newcombe's interval of the difference ``w - c`` from the two Wilson intervals, scaled alike
+(:func:`estimate_rate`). Controls cost a second model call per judged audit.
 
 Auto-tighten (:class:`Tightening`, ``cache.semantic.auto_tighten``, off by default): the judged
 audits of each scope (tenant, model, namespace) are read in windows of :func:`window_size` ``(bound)`` audits,
@@ -62,6 +74,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "CONTROLS",
     "MAX_SCOPES",
     "VERDICTS",
     "Audit",
@@ -71,6 +84,7 @@ __all__ = [
     "Tightening",
     "Verdict",
     "answer_difference",
+    "estimate_rate",
     "wilson",
     "window_size",
 ]
@@ -78,6 +92,10 @@ __all__ = [
 #: ``ok``/``wrong``: judged; ``error``: the audit's model call failed; ``dropped``: shed under load.
 Verdict = Literal["ok", "wrong", "error", "dropped"]
 VERDICTS: tuple[Verdict, ...] = ("ok", "wrong", "error", "dropped")
+#: A control's verdicts (the two fresh answers of one request compared): ``error``, its second
+#: model call failed.
+CONTROLS: tuple[Verdict, ...] = ("ok", "wrong", "error")
+_CONTROL_KEYS = tuple(f"control_{v}" for v in CONTROLS)
 #: Hard checks that make two answers different whatever the verifier says.
 _ANSWER_CHECKS = ("number_mismatch", "unit_mismatch", "date_mismatch")
 _Z95 = 1.959964
@@ -112,15 +130,25 @@ class AuditScope:
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
-    """Judged audits, how many were wrong, and the Wilson 95% interval of the wrong share."""
+    """Judged audits, how many were wrong, judged controls and how many of them were wrong,
+    and the false-hit rate with its 95% interval (:func:`estimate_rate`)."""
 
     audits: int
     wrong: int
     low: float
     high: float
+    controls: int = 0
+    control_wrong: int = 0
+    rate: float = 0.0
+
+    @classmethod
+    def of(cls, audits: int, wrong: int, controls: int = 0, control_wrong: int = 0) -> Estimate:
+        rate, low, high = estimate_rate(wrong, audits, control_wrong, controls)
+        return cls(audits, wrong, low, high, controls, control_wrong, rate)
 
     @property
-    def rate(self) -> float:
+    def judged_rate(self) -> float:
+        """The share of audits judged wrong (the estimate without controls)."""
         return self.wrong / self.audits if self.audits else 0.0
 
 
@@ -132,6 +160,30 @@ def wilson(wrong: int, n: int, z: float = _Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def estimate_rate(
+    wrong: int, n: int, control_wrong: int = 0, controls: int = 0, z: float = _Z95
+) -> tuple[float, float, float]:
+    """The false-hit rate and its 95% interval from ``wrong`` of ``n`` audits, net of the
+    judge's false alarms measured by ``control_wrong`` of ``controls`` (see the module
+    docstring). No controls: the wrong share and its Wilson interval. Every control wrong:
+    the judge tells nothing, the interval is [0, 1]."""
+    p = wrong / n if n else 0.0
+    if n == 0 or controls == 0:
+        return (p, *wilson(wrong, n, z))
+    c = control_wrong / controls
+    if c >= 1.0:
+        return p, 0.0, 1.0
+    (l1, u1), (l2, u2) = wilson(wrong, n, z), wilson(control_wrong, controls, z)
+    d = p - c
+    low = d - math.sqrt((p - l1) ** 2 + (u2 - c) ** 2)  # Newcombe's hybrid score interval
+    high = d + math.sqrt((u1 - p) ** 2 + (c - l2) ** 2)
+
+    def clip(x: float) -> float:
+        return min(1.0, max(0.0, x / (1.0 - c)))
+
+    return clip(d), clip(low), clip(high)
 
 
 def answer_difference(served: str, fresh: str) -> str | None:
@@ -164,7 +216,7 @@ class Audit:
         self.same_similarity = same_similarity
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
-        self._counts: OrderedDict[AuditScope, dict[Verdict, int]] = OrderedDict()
+        self._counts: OrderedDict[AuditScope, dict[str, int]] = OrderedDict()
 
     def sample(self) -> bool:
         """Whether to audit this hit."""
@@ -199,18 +251,24 @@ class Audit:
         return "ok"
 
     def record(self, scope: AuditScope, verdict: Verdict) -> None:
-        with self._lock:
-            counts = self._counts.setdefault(scope, dict.fromkeys(VERDICTS, 0))
-            counts[verdict] += 1
-            self._counts.move_to_end(scope)
-            if len(self._counts) > MAX_SCOPES:
-                self._counts.popitem(last=False)
+        self._add(scope, verdict)
+
+    def record_control(self, scope: AuditScope, verdict: Verdict) -> None:
+        """Count a control's verdict (the two fresh answers of one audited request)."""
+        self._add(scope, f"control_{verdict}")
 
     def estimate(self, scope: AuditScope) -> Estimate:
         with self._lock:
-            counts = dict(self._counts.get(scope) or dict.fromkeys(VERDICTS, 0))
-        judged = counts["ok"] + counts["wrong"]
-        return Estimate(judged, counts["wrong"], *wilson(counts["wrong"], judged))
+            counts = dict(self._counts.get(scope) or _zero())
+        return _estimate(counts)
+
+    def _add(self, scope: AuditScope, key: str) -> None:
+        with self._lock:
+            counts = self._counts.setdefault(scope, _zero())
+            counts[key] += 1
+            self._counts.move_to_end(scope)
+            if len(self._counts) > MAX_SCOPES:
+                self._counts.popitem(last=False)
 
     def stats(self, also: Iterable[AuditScope] = ()) -> list[dict[str, Any]]:
         """Per scope (tenant, model, namespace): the verdicts, the estimate and its interval
@@ -219,17 +277,28 @@ class Audit:
         with self._lock:
             held = {key: dict(counts) for key, counts in self._counts.items()}
         for scope in also:
-            held.setdefault(scope, dict.fromkeys(VERDICTS, 0))
+            held.setdefault(scope, _zero())
         out = []
         for scope, counts in sorted(held.items()):
-            judged = counts["ok"] + counts["wrong"]
-            e = Estimate(judged, counts["wrong"], *wilson(counts["wrong"], judged))
+            e = _estimate(counts)
             out.append({"tenant": scope.tenant, "model": scope.model,
                         "namespace": scope.namespace, "audits": e.audits,
                         "wrong": e.wrong, "errors": counts["error"], "dropped": counts["dropped"],
+                        "controls": e.controls, "control_wrong": e.control_wrong,
+                        "control_errors": counts["control_error"],
+                        "judged_wrong_rate": round(e.judged_rate, 6),
                         "false_hit_rate": round(e.rate, 6),
                         "interval95": [round(e.low, 4), round(e.high, 4)]})  # fmt: skip
         return out
+
+
+def _zero() -> dict[str, int]:
+    return dict.fromkeys(VERDICTS + _CONTROL_KEYS, 0)
+
+
+def _estimate(counts: dict[str, int]) -> Estimate:
+    return Estimate.of(counts["ok"] + counts["wrong"], counts["wrong"],
+                       counts["control_ok"] + counts["control_wrong"], counts["control_wrong"])  # fmt: skip
 
 
 def window_size(bound: float, z: float = _Z95) -> int:

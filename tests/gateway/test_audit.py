@@ -42,10 +42,13 @@ WAIT = 120.0  # seconds: CI is a loaded 2-core machine
 
 
 def config_text(upstream_url: str, data_dir: Path, **semantic: Any) -> str:
+    """A gateway that audits every semantic hit. NOTE: controls off unless asked for: each
+    audit is then one model call (the controls' second call is tested on its own)."""
     url = f"{upstream_url}/v1"
+    semantic = {"enabled": True, "audit_rate": 1.0, "audit_controls": False, **semantic}
     return yaml.safe_dump({
         "data_dir": str(data_dir),
-        "cache": {"semantic": {"enabled": True, "audit_rate": 1.0, **semantic}},
+        "cache": {"semantic": semantic},
         "models": {
             # NOTE: no retries, so an upstream failure is the audit's, not hidden by a retry
             "fake-model": {"backend": "openai", "base_url": url, "api_key": "sk-gateway",
@@ -163,6 +166,68 @@ def test_a_semantic_hit_is_audited_once_and_the_audit_answer_is_not_stored(
     assert account["audit_output_tokens"] >= len(fake["content"].split())
 
 
+@pytest.fixture(scope="module")
+def controlled(
+    upstream_server: ThreadedServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """A gateway with the default audit controls (every judged audit asked a second time)."""
+    data_dir = tmp_path_factory.mktemp("controls")
+    config = yaml.safe_load(config_text(upstream_server.url, data_dir))
+    del config["cache"]["semantic"]["audit_controls"]  # (the default: on)
+    with Gateway(load_config_text(yaml.safe_dump(config))) as gateway:
+        yield gateway
+
+
+def controls_total(gw: Gateway, verdict: str, model: str = "fake-model") -> float:
+    return counter(
+        gw, f'cachegate_semantic_audit_controls_total{{model="{model}",verdict="{verdict}"}}'
+    )
+
+
+def test_a_control_asks_the_audited_request_again_and_the_estimate_is_net_of_it(
+    controlled: Gateway, upstream: FakeUpstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gw = controlled
+    assert gw.http.get("/admin/stats").json()["cache"]["audit"]["controls"] is True
+    assert controls_total(gw, "wrong") == 0.0  # (exported at 0 from the start)
+    # the model answers the audited request as it answered the stored one, twice
+    steady = {"content": "Open the login page and click 'Forgot password'."}
+    served_then_hit(gw, "ctl-steady", steady)
+    row = wait_for(lambda: (r := estimate(gw, "ctl-steady")) and r["controls"] and r,
+                   "the control")  # fmt: skip
+    assert (row["audits"], row["wrong"], row["controls"], row["control_wrong"]) == (1, 0, 1, 0)
+    assert upstream.stats["chat"] == 3  # the miss, the audit, its control
+    assert upstream.last_body["messages"][0]["content"] == PARAPHRASE
+    assert controls_total(gw, "ok") == 1.0
+    # a wrong hit: the audit's answer differs from the served one, the control's does not
+    wrong = {"contents": ["The basic plan costs 10 dollars a month.",
+                          "The basic plan costs 25 dollars a month."]}  # fmt: skip
+    served_then_hit(gw, "ctl-wrong", wrong)
+    # (the control's call is the third of this list: the first answer again, 10 against 25)
+    row = wait_for(lambda: (r := estimate(gw, "ctl-wrong")) and r["controls"] and r,
+                   "the control")  # fmt: skip
+    assert (row["audits"], row["wrong"], row["controls"], row["control_wrong"]) == (1, 1, 1, 1)
+    assert row["judged_wrong_rate"] == 1.0
+    assert row["interval95"] == [0.0, 1.0]  # every control wrong: the judge tells nothing
+    assert controls_total(gw, "wrong") == 1.0
+    # a control whose call fails leaves the estimate as judged, and is counted
+    failing = {"contents": ["Reset it from your profile page.",
+                            "Reset it from your profile page.", {"status": 503}]}  # fmt: skip
+    served_then_hit(gw, "ctl-fail", failing)
+    row = wait_for(lambda: (r := estimate(gw, "ctl-fail")) and r["control_errors"] and r,
+                   "the failed control")  # fmt: skip
+    assert (row["audits"], row["wrong"], row["controls"]) == (1, 0, 0)
+    assert controls_total(gw, "error") == 1.0
+    # both calls of every audit are in the ledger (the failed one had no usage to book)
+    account = gw.http.get("/admin/stats").json()["ledger"]["default"]["fake-model"]
+    assert account["audit_calls"] == 5
+    # the operator's view: `cachegate stats` shows the controls beside the estimate
+    capsys.readouterr()
+    assert main(["stats", "--url", gw.url]) == 0
+    out = capsys.readouterr().out
+    assert "net of controls" in out and "CONTROLS WRONG" in out and "1 of 1" in out
+
+
 def test_every_verdicts_series_is_exported_at_zero_before_its_first_audit(
     gw: Gateway, tight: Gateway
 ) -> None:
@@ -174,6 +239,7 @@ def test_every_verdicts_series_is_exported_at_zero_before_its_first_audit(
         series = f'cachegate_semantic_audits_total{{model="impatient-model",verdict="{verdict}"}}'
         assert series in text, series
     assert "cachegate_semantic_tightenings_total{" not in text  # auto-tighten is off
+    assert "cachegate_semantic_audit_controls_total{" not in text  # controls are off here
     series = 'cachegate_semantic_tightenings_total{model="open-model"} 0.0'
     assert series in tight.http.get("/metrics").text
 

@@ -68,12 +68,16 @@ def test_dashboard_in_a_browser(make_gateway: Any, upstream: FakeUpstream, tmp_p
         assert "semantic" in legend and "miss" in legend
         ledger = page.evaluate("document.getElementById('ledger').innerText")
         assert "fake-model" in ledger and "default" in ledger
-        assert "2 ($0.0" in ledger  # the two audits' calls, on a line of their own
+        assert (
+            "4 ($0.0" in ledger
+        )  # the two audits' calls and their controls', on a line of their own
         cards = page.evaluate("document.getElementById('cards').innerText")
         assert "hit rate" in cards and "%" in cards
-        # the audit panel: the fake upstream's fresh answers carry another serial number
+        # the audit panel: the fake upstream's fresh answers carry another serial number, its
+        # controls' answers too (every control wrong: the judge can tell nothing, [0, 1])
         audit = page.evaluate("document.querySelector('#audit table tr:nth-child(2)').innerText")
-        assert audit.split("\t")[:6] == ["default", "fake-model", '""', "2", "2", "100.00 %"]
+        assert audit.split("\t")[:8] == ["default", "fake-model", '""', "2", "2", "2 of 2",
+                                          "100.00 %", "0.00 % – 100.00 %"]  # fmt: skip
         # the filter: one namespace's answers only (its two misses)
         page.evaluate(FILTER % "ns:travel:eu")
         page.wait_for("!document.getElementById('legend-tiers').innerText.includes('semantic')")

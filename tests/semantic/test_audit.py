@@ -17,6 +17,7 @@ from semantic.audit import (
     Tightened,
     Tightening,
     answer_difference,
+    estimate_rate,
     wilson,
     window_size,
 )
@@ -79,6 +80,51 @@ def test_the_interval_holds_the_truth_about_95_percent_of_the_time() -> None:
         est = audit.estimate(SCOPE)
         covered += est.low <= sum(labels) / len(labels) <= est.high
     assert covered >= 360
+
+
+def test_controls_take_the_judges_false_alarms_out_of_the_estimate() -> None:
+    """A judge that calls 6% of right hits wrong: the plain share over-counts a 4% rate, and
+    its interval misses it in most workloads; net of controls (the same request asked twice,
+    judged by the same judge), the interval holds it about as often as nominal."""
+    plain = net = 0
+    for run in range(300):
+        rng = random.Random(run)
+        audit = Audit(rate=1.0)
+        for _ in range(800):
+            wrong_hit = rng.random() < 0.04
+            alarm = rng.random() < 0.06  # the judge's false alarm on a right answer
+            audit.record(SCOPE, "wrong" if wrong_hit or alarm else "ok")
+            audit.record_control(SCOPE, "wrong" if rng.random() < 0.06 else "ok")
+        est = audit.estimate(SCOPE)
+        low, high = wilson(est.wrong, est.audits)
+        plain += low <= 0.04 <= high
+        net += est.low <= 0.04 <= est.high
+        assert est.low <= est.rate <= est.high
+    assert plain < 150 and net >= 270
+
+
+def test_the_estimate_net_of_controls() -> None:
+    # no controls: the judged share and its Wilson interval, as before controls existed
+    assert estimate_rate(43, 371) == (43 / 371, *wilson(43, 371))
+    rate, low, high = estimate_rate(43, 371, 12, 371)
+    c = 12 / 371
+    assert rate == pytest.approx((43 / 371 - c) / (1 - c))
+    assert low < rate < high and high - low > wilson(43, 371)[1] - wilson(43, 371)[0]
+    assert estimate_rate(43, 371, 20, 371)[0] < rate  # more false alarms: a lower estimate
+    assert estimate_rate(3, 100, 9, 100)[:2] == (0.0, 0.0)  # fewer wrong than alarms: 0
+    assert estimate_rate(5, 10, 4, 4) == (0.5, 0.0, 1.0)  # every control wrong: no telling
+    assert estimate_rate(0, 0, 3, 9) == (0.0, 0.0, 1.0)  # nothing audited: nothing known
+    audit = Audit(rate=1.0)
+    for verdict in ("wrong", "ok", "ok", "ok"):
+        audit.record(SCOPE, verdict)  # type: ignore[arg-type]
+    for verdict in ("ok", "ok", "wrong", "error"):
+        audit.record_control(SCOPE, verdict)  # type: ignore[arg-type]
+    est = audit.estimate(SCOPE)
+    assert (est.audits, est.wrong, est.controls, est.control_wrong) == (4, 1, 3, 1)
+    assert est.rate == estimate_rate(1, 4, 1, 3)[0] and est.judged_rate == 0.25
+    row = audit.stats()[0]
+    assert (row["controls"], row["control_wrong"], row["control_errors"]) == (3, 1, 1)
+    assert row["judged_wrong_rate"] == 0.25 and row["false_hit_rate"] == round(est.rate, 6)
 
 
 def test_only_judged_audits_enter_the_estimate() -> None:
