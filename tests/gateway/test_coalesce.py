@@ -610,7 +610,8 @@ def test_a_follower_served_a_semantic_hit_is_audited_as_any_semantic_hit(
     """The first request's answer could not be stored (``content_filter``); meanwhile a
     paraphrase's was, and the request waiting for the first one is served it by similarity:
     a semantic hit like any other, sampled for the audit (were: never audited)."""
-    gw = make_gateway("cache: {semantic: {audit_rate: 1.0}}", semantic=True)
+    # (no controls: the audit is one call, the third of ``contents``)
+    gw = make_gateway("cache: {semantic: {audit_rate: 1.0, audit_controls: false}}", semantic=True)
     fake = {"contents": [{"delay": 6.0, "finish_reason": "content_filter"}, "stored", "audit"]}
 
     async def paraphrase(http: httpx.AsyncClient) -> httpx.Response:
