@@ -525,8 +525,7 @@ def held_worker(
 
 
 #: A paraphrase the verifier judges (not a near duplicate served without it): a semantic hit.
-RENEW = ("How do I renew my passport in Canada?",
-         "What is the process to renew a passport in Canada?")  # fmt: skip
+RENEW = ("How do I renew my passport in Canada?", "Steps to renew my passport in Canada?")
 
 
 def test_a_would_be_hit_the_busy_verifier_cannot_take_in_time_is_an_overload_miss(
