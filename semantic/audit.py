@@ -21,13 +21,14 @@ The comparison (:meth:`Audit.judge`), in order:
 2. with the verifier on, its score of the pair (``same_score``, 0.5);
 3. with it off, the cosine of the two answers' embeddings (``same_similarity``, 0.8).
 
-Answers to one question differ in wording from call to call, so "wrong" over-counts: the
-estimate errs on the safe side. A hand-written development set of 16 answer pairs (8 the same
+Answers to one question differ in wording from call to call, so "wrong" over-counts (the
+controls below measure by how much). A hand-written development set of 16 answer pairs (8 the same
 answer reworded, 8 different answers; the scores alone, without the hard checks) gave: verifier
 at 0.5, 5 of 8 same kept and 6 of 8 different caught (it missed "send money to Bob" vs "request
 money from Bob", and "cancel" vs "upgrade"); cosine at 0.8, 6 of 8 and 6 of 8 (it missed "open"
-vs "closed on Sundays", and the Bob pair). Rough instruments: the interval covers the sampling
-error, not theirs, which is why the estimate is an alarm, not a label for any single hit.
+vs "closed on Sundays", and the Bob pair). Rough instruments: without controls the interval
+covers the sampling error, not theirs; with them, their false alarms too (not the wrong answers
+they miss). The estimate is an alarm, not a label for any single hit.
 
 Audits that could not be judged are counted apart, never in the estimate: ``error`` (the model
 call failed or timed out) and ``dropped`` (too many audits already running: shed, not queued).
