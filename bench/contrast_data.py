@@ -989,10 +989,12 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
 
 
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
-    """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh`` (bench/contrast_fresh.py,
-    seed 14), ``contrast_fresh2``/``multiturn_fresh2`` (bench/contrast_fresh2.py, seed 15) and
-    ``contrast_fresh3``/``multiturn_fresh3`` (bench/contrast_fresh3.py, seed 16), each checked to be in its own domains and to share no lexicon or word with training; their
-    conversations' irrelevant earlier exchanges come from their own families."""
+    """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh``
+    (bench/contrast_fresh.py, seed 14), ``contrast_fresh2``/``multiturn_fresh2``
+    (bench/contrast_fresh2.py, seed 15) and ``contrast_fresh3``/``multiturn_fresh3``
+    (bench/contrast_fresh3.py, seed 16), each checked to be in its own domains and to share no
+    lexicon or word with training; their conversations' irrelevant earlier exchanges come from
+    their own families."""
     from bench import contrast_fresh, contrast_fresh2, contrast_fresh3
 
     out: dict[str, list[dict[str, Any]]] = {}

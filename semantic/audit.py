@@ -22,8 +22,8 @@ The comparison (:meth:`Audit.judge`), in order:
 3. with it off, the cosine of the two answers' embeddings (``same_similarity``, 0.8).
 
 Answers to one question differ in wording from call to call, so "wrong" over-counts (the
-controls below measure by how much). A hand-written development set of 16 answer pairs (8 the same
-answer reworded, 8 different answers; the scores alone, without the hard checks) gave: verifier
+controls below measure by how much). A hand-written development set of 16 answer pairs (8 the
+same answer reworded, 8 different answers; the scores alone, without the hard checks) gave: verifier
 at 0.5, 5 of 8 same kept and 6 of 8 different caught (it missed "send money to Bob" vs "request
 money from Bob", and "cancel" vs "upgrade"); cosine at 0.8, 6 of 8 and 6 of 8 (it missed "open"
 vs "closed on Sundays", and the Bob pair). Rough instruments: without controls the interval
@@ -298,8 +298,11 @@ def _zero() -> dict[str, int]:
 
 
 def _estimate(counts: dict[str, int]) -> Estimate:
-    return Estimate.of(counts["ok"] + counts["wrong"], counts["wrong"],
-                       counts["control_ok"] + counts["control_wrong"], counts["control_wrong"])  # fmt: skip
+    judged, controls = (
+        counts["ok"] + counts["wrong"],
+        counts["control_ok"] + counts["control_wrong"],
+    )
+    return Estimate.of(judged, counts["wrong"], controls, counts["control_wrong"])
 
 
 def window_size(bound: float, z: float = _Z95) -> int:
