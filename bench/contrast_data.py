@@ -974,17 +974,11 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
     for module, stem, seed in ((contrast_more, "more", MORE_SEED),
                                (contrast_more2, "more2", MORE2_SEED)):  # fmt: skip
         _add_lexicons(module.LEXICONS, f"bench/{module.__name__.split('.')[-1]}.py")
-        rng = random.Random(seed)
+        if held := [f.name for f in module.FAMILIES if held_out(f)]:
+            raise ValueError(f"families {held}: an added family may not be held out")
         training += module.FAMILIES  # (a round's pool: the rounds up to it, itself included)
-        contrast = out[f"contrast_{stem}_train"] = []
-        multiturn = out[f"multiturn_{stem}_train"] = []
-        for fam in module.FAMILIES:
-            if held_out(fam):
-                raise ValueError(f"family {fam.name}: an added family may not be held out")
-            for _ in range(per_family):
-                contrast.extend(_contrast_rows(rng, fam))
-            for _ in range(per_family // 3 if _slots(fam) else 0):  # (a swap needs a slot)
-                multiturn.extend(_multiturn_rows(rng, fam, list(training)))
+        rows = _family_rows(random.Random(seed), module.FAMILIES, per_family, list(training))
+        out[f"contrast_{stem}_train"], out[f"multiturn_{stem}_train"] = rows
     return out
 
 
@@ -1004,15 +998,26 @@ def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
         (contrast_fresh3, FRESH3_DOMAINS, "fresh3", FRESH3_SEED),
     ):
         _check_fresh(module.LEXICONS, module.FAMILIES, domains)
-        rng = random.Random(seed)
-        contrast = out[f"contrast_{stem}"] = []
-        multiturn = out[f"multiturn_{stem}"] = []
-        for fam in module.FAMILIES:
-            for _ in range(per_family):
-                contrast.extend(_contrast_rows(rng, fam))
-            for _ in range(per_family // 3 if _slots(fam) else 0):
-                multiturn.extend(_multiturn_rows(rng, fam, module.FAMILIES))
+        rows = _family_rows(random.Random(seed), module.FAMILIES, per_family, module.FAMILIES)
+        out[f"contrast_{stem}"], out[f"multiturn_{stem}"] = rows
     return out
+
+
+def _family_rows(
+    rng: random.Random, families: list[Family], per_family: int, pool: list[Family]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The contrast and multi-turn rows of a set of families added after the first ones, drawn
+    from ``rng`` family by family: ``per_family`` contrast draws, a third as many conversations
+    (none for a family without a slot: a swap needs one); ``pool``: the families an irrelevant
+    earlier exchange is drawn from."""
+    contrast: list[dict[str, Any]] = []
+    multiturn: list[dict[str, Any]] = []
+    for fam in families:
+        for _ in range(per_family):
+            contrast.extend(_contrast_rows(rng, fam))
+        for _ in range(per_family // 3 if _slots(fam) else 0):
+            multiturn.extend(_multiturn_rows(rng, fam, pool))
+    return contrast, multiturn
 
 
 def _check_fresh(

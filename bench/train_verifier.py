@@ -139,8 +139,8 @@ def load_pairs(split: str, rounds: tuple[str, ...] = ()) -> list[Pair]:
         for i in np.flatnonzero(~held):
             kind = "duplicate" if same[i] else "not_duplicate"
             rows.append((a[i], b[i], bool(same[i]), "qqp", kind, str(group[i])))
+    added = rounds if split == "train" else ()
     for name in ("contrast", "multiturn"):
-        added = rounds if split == "train" else ()
         files = [f"{name}_{split}"] + [f"{name}_{r}_train" for r in added]
         for row in (row for stem in files for row in _rows(DATA / f"{stem}.jsonl")):
             ta, tb = row["a"], row["b"]
