@@ -298,10 +298,8 @@ def _zero() -> dict[str, int]:
 
 
 def _estimate(counts: dict[str, int]) -> Estimate:
-    judged, controls = (
-        counts["ok"] + counts["wrong"],
-        counts["control_ok"] + counts["control_wrong"],
-    )
+    judged = counts["ok"] + counts["wrong"]
+    controls = counts["control_ok"] + counts["control_wrong"]
     return Estimate.of(judged, counts["wrong"], controls, counts["control_wrong"])
 
 
