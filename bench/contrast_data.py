@@ -38,6 +38,9 @@ Added on 2026-12-06, last: a third round of **training** families (bench/contras
 seed 17: ``contrast_more2_train.jsonl``, ``multiturn_more2_train.jsonl``), with four phrasings
 each, and a fourth held-out set written beside it for the decision about it
 (bench/contrast_fresh3.py, seed 16: ``contrast_fresh3.jsonl``, ``multiturn_fresh3.jsonl``).
+A fifth held-out set was written later on 2026-12-06 for the decision about the written triplets
+(bench/data/written_train.jsonl, bench/train_verifier.py ``--written``): bench/contrast_fresh4.py,
+seed 18, ``contrast_fresh4.jsonl`` and ``multiturn_fresh4.jsonl``.
 Every held-out set's lexicons share no value with any training lexicon, this round's included.
 """
 
@@ -57,6 +60,7 @@ FRESH_SEED = 14  # the fresh held-out families (bench/contrast_fresh.py)
 FRESH2_SEED = 15  # the third held-out set's (bench/contrast_fresh2.py)
 FRESH3_SEED = 16  # the fourth held-out set's (bench/contrast_fresh3.py)
 MORE2_SEED = 17  # the third round of training families (bench/contrast_more2.py)
+FRESH4_SEED = 18  # the fifth held-out set's (bench/contrast_fresh4.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -913,6 +917,9 @@ FRESH2_DOMAINS = ("farming", "beauty", "accessories", "moving", "genealogy", "av
 #: The fourth held-out set's domains (bench/contrast_fresh3.py), in no other family.
 FRESH3_DOMAINS = ("boating", "woodworking", "libraries", "recycling", "weddings", "cycling",
                   "aquariums", "boardgames", "knitting")  # fmt: skip
+#: The fifth held-out set's domains (bench/contrast_fresh4.py), in no other family.
+FRESH4_DOMAINS = ("astronomy", "pottery", "fishing", "chess", "motorcycles", "tattoos", "skiing",
+                  "languages", "perfume")  # fmt: skip
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -985,17 +992,19 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh``
     (bench/contrast_fresh.py, seed 14), ``contrast_fresh2``/``multiturn_fresh2``
-    (bench/contrast_fresh2.py, seed 15) and ``contrast_fresh3``/``multiturn_fresh3``
-    (bench/contrast_fresh3.py, seed 16), each checked to be in its own domains and to share no
+    (bench/contrast_fresh2.py, seed 15), ``contrast_fresh3``/``multiturn_fresh3``
+    (bench/contrast_fresh3.py, seed 16) and ``contrast_fresh4``/``multiturn_fresh4``
+    (bench/contrast_fresh4.py, seed 18), each checked to be in its own domains and to share no
     lexicon or word with training; their conversations' irrelevant earlier exchanges come from
     their own families."""
-    from bench import contrast_fresh, contrast_fresh2, contrast_fresh3
+    from bench import contrast_fresh, contrast_fresh2, contrast_fresh3, contrast_fresh4
 
     out: dict[str, list[dict[str, Any]]] = {}
     for module, domains, stem, seed in (
         (contrast_fresh, FRESH_DOMAINS, "fresh", FRESH_SEED),
         (contrast_fresh2, FRESH2_DOMAINS, "fresh2", FRESH2_SEED),
         (contrast_fresh3, FRESH3_DOMAINS, "fresh3", FRESH3_SEED),
+        (contrast_fresh4, FRESH4_DOMAINS, "fresh4", FRESH4_SEED),
     ):
         _check_fresh(module.LEXICONS, module.FAMILIES, domains)
         rows = _family_rows(random.Random(seed), module.FAMILIES, per_family, module.FAMILIES)
@@ -1030,13 +1039,14 @@ def _check_fresh(
         contrast_fresh,
         contrast_fresh2,
         contrast_fresh3,
+        contrast_fresh4,
         contrast_more,
         contrast_more2,
     )
 
     added = contrast_more.LEXICONS | contrast_more2.LEXICONS
-    held = (
-        set(contrast_fresh.LEXICONS) | set(contrast_fresh2.LEXICONS) | set(contrast_fresh3.LEXICONS)
+    held = set().union(
+        *(m.LEXICONS for m in (contrast_fresh, contrast_fresh2, contrast_fresh3, contrast_fresh4))
     )
     training = {k: v for k, v in (LEXICONS | added).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
@@ -1061,7 +1071,7 @@ def _add_lexicons(new: dict[str, Lexicon], origin: str) -> None:
 
 
 def held_out(fam: Family) -> bool:
-    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS + FRESH3_DOMAINS
+    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS + FRESH3_DOMAINS + FRESH4_DOMAINS
     return fam.domain in held or fam.name in HELDOUT_FAMILIES
 
 

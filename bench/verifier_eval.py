@@ -18,7 +18,9 @@ bench/train_verifier.py for the splits):
 * **fresh2**, **fresh2_multiturn**: a third such set, written later again in nine more domains
   (bench/contrast_fresh2.py: contrast_fresh2.jsonl, multiturn_fresh2.jsonl);
 * **fresh3**, **fresh3_multiturn**: a fourth, written beside the third round of training families
-  in nine more domains (bench/contrast_fresh3.py: contrast_fresh3.jsonl, multiturn_fresh3.jsonl).
+  in nine more domains (bench/contrast_fresh3.py: contrast_fresh3.jsonl, multiturn_fresh3.jsonl);
+* **fresh4**, **fresh4_multiturn**: a fifth, written beside the written triplets in nine more
+  domains (bench/contrast_fresh4.py: contrast_fresh4.jsonl, multiturn_fresh4.jsonl).
 
 A pair is (stored request, new request). Three decisions, side by side:
 
@@ -59,7 +61,7 @@ from semantic.keys import context_question
 from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn", "fresh2",
-        "fresh2_multiturn", "fresh3", "fresh3_multiturn")  # fmt: skip
+        "fresh2_multiturn", "fresh3", "fresh3_multiturn", "fresh4", "fresh4_multiturn")  # fmt: skip
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
@@ -79,7 +81,8 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
         pick = sorted(random.Random(SEED).sample(rows, min(n_qqp, len(rows))))
         out["quora"] = [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
     for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh"),
-                       ("fresh2", "contrast_fresh2"), ("fresh3", "contrast_fresh3")):  # fmt: skip
+                       ("fresh2", "contrast_fresh2"), ("fresh3", "contrast_fresh3"),
+                       ("fresh4", "contrast_fresh4")):  # fmt: skip
         if name in only:
             out[name] = [
                 _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
@@ -92,7 +95,8 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
         ]
     for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh"),
                        ("fresh2_multiturn", "multiturn_fresh2"),
-                       ("fresh3_multiturn", "multiturn_fresh3")):  # fmt: skip
+                       ("fresh3_multiturn", "multiturn_fresh3"),
+                       ("fresh4_multiturn", "multiturn_fresh4")):  # fmt: skip
         if name in only:
             out[name] = [
                 {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
