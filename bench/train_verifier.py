@@ -45,7 +45,15 @@ Training data (never any held-out part):
   conversations rendered by :func:`semantic.keys.compared_text`), and contrast_more_train.jsonl
   and multiturn_more_train.jsonl (bench/contrast_more.py, seed 13) with ``--families more`` (the
   default) or ``more2`` (which adds bench/contrast_more2.py's ``*_more2_train.jsonl``, seed 17);
-* the training half of bench/data/adversarial_pairs.jsonl (:func:`adversarial_held`).
+* the training half of bench/data/adversarial_pairs.jsonl (:func:`adversarial_held`);
+* with ``--written on``: bench/data/written_train.jsonl, 1,106 triplets written by hand on
+  2026-12-06 (five people from one brief, 50 topics in 25 training domains: software to
+  music; none of the held-out sets' domains, and no distinctive held-out lexicon value, a
+  name, a number with its unit or a phrase, in any of them: 144 triplets that had one were
+  dropped): a question, a paraphrase worded anew (other structure, few shared words, world
+  knowledge such as "century ride" = "100-mile ride", negated equivalents such as "won't
+  harm" = "safe for") and a trap that keeps the paraphrase's wording but changes one detail
+  (eleven kinds, from negation to unit and intent); see :func:`written_rows`.
 
 About one eighth of every (source, kind) is kept out as the **calibration** set, whole families
 at a time (Quora group, contrast or multi-turn family, adversarial stored question; see
@@ -105,7 +113,7 @@ class Pair:
     a: str  # the stored request's compared text
     b: str  # the new request's
     same: bool
-    source: str  # qqp | contrast | multiturn | adversarial
+    source: str  # qqp | contrast | multiturn | adversarial | written
     kind: str
     calibration: bool  # kept out of training
 
@@ -124,11 +132,12 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
 FAMILY_ROUNDS = {"first": (), "more": ("more",), "more2": ("more", "more2")}
 
 
-def load_pairs(split: str, rounds: tuple[str, ...] = ()) -> list[Pair]:
+def load_pairs(split: str, rounds: tuple[str, ...] = (), written: bool = False) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
     ``rounds``: in "train", also these rounds of added families (``*_{round}_train.jsonl``:
-    "more" is bench/contrast_more.py, "more2" bench/contrast_more2.py).
+    "more" is bench/contrast_more.py, "more2" bench/contrast_more2.py). ``written``: in
+    "train", also the written triplets (:func:`written_rows`).
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
@@ -150,8 +159,23 @@ def load_pairs(split: str, rounds: tuple[str, ...] = ()) -> list[Pair]:
     for row in _rows(DATA / "adversarial_pairs.jsonl"):
         if adversarial_held(row["a"]) == (split == "heldout"):
             rows.append((row["a"], row["b"], row["same"], "adversarial", row["kind"], row["a"]))
+    if written and split == "train":
+        rows += written_rows(_rows(DATA / "written_train.jsonl"))
     cal = calibration_groups([(r[3], r[4], r[5]) for r in rows]) if split == "train" else set()
     return [Pair(ta, tb, s, src, kind, (src, g) in cal) for ta, tb, s, src, kind, g in rows]
+
+
+def written_rows(triplets: list[dict[str, str]]) -> list[tuple[str, str, bool, str, str, str]]:
+    """The pairs of the written triplets (bench/data/written_train.jsonl: a question, a
+    paraphrase worded anew, and a trap that keeps the paraphrase's wording but changes one
+    detail): (q, para) equivalent, (q, trap) and (para, trap) not, as (a, b, same, source, kind,
+    group) rows; a triplet is one family (``id``), so all three are trained or calibrated on."""
+    rows = []
+    for t in triplets:
+        rows += [(t["q"], t["para"], True, "written", "paraphrase", t["id"]),
+                 (t["q"], t["trap"], False, "written", t["kind"], t["id"]),
+                 (t["para"], t["trap"], False, "written", t["kind"], t["id"])]  # fmt: skip
+    return rows
 
 
 def calibration_groups(
@@ -211,6 +235,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--qqp-pairs", type=int, default=7000, help="Quora training pairs sampled")
     p.add_argument("--multiturn-pairs", type=int, default=2500, help="conversation pairs sampled")
     p.add_argument("--contrast-pairs", type=int, default=100000, help="contrast pairs sampled")
+    p.add_argument(
+        "--written",
+        default="off",
+        choices=["on", "off"],
+        help="on: also train and calibrate on the written triplets (bench/data/written_train.jsonl)"
+        ". Pass the same with --calibrate-only",
+    )
     p.add_argument("--adversarial-weight", type=float, default=2.0, help="loss weight")
     p.add_argument("--head-lr-scale", type=float, default=10.0, help="head lr = lr * this")
     p.add_argument(
@@ -230,7 +261,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
-    pairs = load_pairs("train", FAMILY_ROUNDS[args.families])
+    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], args.written == "on")
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)
@@ -504,10 +535,10 @@ def score_pairs(
 
 
 def _sample(train: list[Pair], args: argparse.Namespace) -> list[Pair]:
-    """The training pairs used: all contrast and adversarial ones, a seeded sample of the rest
+    """The training pairs used: all contrast, adversarial and written ones, a seeded sample of the rest
     (this CPU trains ~6 pairs/s; Quora's noisy labels teach little about traps)."""
     rng = random.Random(SEED)
-    keep = [x for x in train if x.source == "adversarial"]
+    keep = [x for x in train if x.source in ("adversarial", "written")]
     for source, n in (("qqp", args.qqp_pairs), ("multiturn", args.multiturn_pairs),
                       ("contrast", args.contrast_pairs)):  # fmt: skip
         rows = [x for x in train if x.source == source]

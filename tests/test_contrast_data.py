@@ -5,6 +5,7 @@ fresh held-out families (bench/contrast_fresh*.py) share no domain, lexicon or w
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -108,7 +109,39 @@ def _training_questions() -> set[str]:
         out |= {
             r[k] for r in train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl") for k in "ab"
         }
+    written = train_verifier._rows(contrast_data.DATA / "written_train.jsonl")
+    out |= {t[k] for t in written for k in ("q", "para", "trap")}
     for stem in ("multiturn_train", "multiturn_more_train", "multiturn_more2_train"):
         rows = train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
         out |= {m["content"] for r in rows for k in "ab" for m in r[k] if m["role"] == "user"}
     return out
+
+
+def test_the_written_triplets_are_whole_and_name_no_held_out_value() -> None:
+    """bench/data/written_train.jsonl (``train_verifier --written on``): each triplet a
+    question, its paraphrase and a trap, three different texts, a known kind of trap; none
+    names a distinctive value of a held-out lexicon (a name, a number with its unit, words
+    that go together: not a lone everyday word like "get"), so the held-out sets stay unseen."""
+    triplets = train_verifier._rows(contrast_data.DATA / "written_train.jsonl")
+    assert len(triplets) > 1000
+    assert (
+        len({t["id"] for t in triplets}) == len({t["q"].lower() for t in triplets}) == len(triplets)
+    )
+    kinds = {"negation", "antonym", "entity", "quantity", "time", "audience", "tier",
+             "direction", "unit", "intent", "condition"}  # fmt: skip
+    assert {t["kind"] for t in triplets} == kinds
+    assert all(len({t["q"], t["para"], t["trap"]}) == 3 for t in triplets)
+    held = {w for module, _ in FRESH for _, values, _ in module.LEXICONS.values()
+            for v in values for w in v
+            if (" " in w or re.search(r"[A-Z0-9]", w)) and not w.isdigit()}  # fmt: skip
+    text = "\n".join(t[k] for t in triplets for k in ("q", "para", "trap"))
+    assert not {w for w in held if not w.islower() and re.search(rf"\b{re.escape(w)}\b", text)}
+    assert not {w for w in held if w.islower() and w in text.lower()}
+    # each triplet is a family of three pairs: one to serve, two to refuse
+    rows = train_verifier.written_rows(triplets[:2])
+    assert [(r[2], r[4], r[5]) for r in rows[:3]] == [
+        (True, "paraphrase", triplets[0]["id"]),
+        (False, triplets[0]["kind"], triplets[0]["id"]),
+        (False, triplets[0]["kind"], triplets[0]["id"]),
+    ]
+    assert {r[3] for r in rows} == {"written"} and len(rows) == 6
