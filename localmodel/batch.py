@@ -101,7 +101,8 @@ class BatchCache(Cache):
     one group: one SDPA call over their K/V padded to the longest, with a length mask.
     int8 pages (``kv_dtype: int8``) differ in two places, as ``PagedCache`` itself does: V is
     quantised per token in one go, but each piece's K goes through its own cache (the
-    full-precision tail of its partly filled last page, or a page quantised as it fills), and
+    full-precision tail of its partly filled last page, or a page quantised as it fills; in a
+    step of decodes only, ``kernel.decoder_layer`` writes both the same way, bitwise), and
     after the gather (dequantised with scales gathered alongside) each piece's tail is copied
     over its last page's rows.
     """
@@ -120,13 +121,19 @@ class BatchCache(Cache):
         self.groups = self._plan_groups()
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []  # per group, the current layer
         only = self.groups[0] if len(self.groups) == 1 else None
-        #: a step of decoding pieces only, on float32 or bfloat16 pages read in place:
+        #: a step of decoding pieces only, on float32, bfloat16 or int8 pages read in place:
         #: (slots, lengths)
         self._decoding = (
             only.native
             if only is not None and len(only.pieces) == len(pieces)
-            and self.pool.keys.dtype in kernel.STEP_PAGE_DTYPES
+            and (self.pool.keys.dtype in kernel.STEP_PAGE_DTYPES or self.pool.quantized)
             and kernel.attention() is not None
+            else None
+        )  # fmt: skip
+        #: int8 pages, such a step: each sequence's tail, where its new K goes
+        self._q8_bases = (
+            torch.tensor([self.caches[i].tail_address() for i in only.pieces])
+            if self._decoding is not None and self.pool.quantized and only is not None
             else None
         )  # fmt: skip
 
@@ -160,20 +167,32 @@ class BatchCache(Cache):
         lib = kernel.attention()
         assert self._decoding is not None and lib is not None
         slots, lengths = self._decoding
+        q8 = None
+        if self._q8_bases is not None:  # int8 pages: K/V quantised as PagedCache writes them
+            q8 = kernel.q8_pages(self._q8_scales(layer), self._q8_bases, self._q8_layer(layer))
+            for cache, past in zip(self.caches, self.pasts, strict=True):
+                cache.keys_written(past, 1)
         return kernel.decoder_layer(lib, params, x, cos, sin, self._pages_of(layer),
-                                    (self._writes, slots, lengths))  # fmt: skip
+                                    (self._writes, slots, lengths), q8)  # fmt: skip
 
     def attend_int8(self, lib: Any, q: torch.Tensor, layer: int, scale: float) -> torch.Tensor:
         """int8 pages: the decoding group's attention in one kernel call, each sequence's K/V
         de-quantised as the kernel reads them in place (its partly filled page's K from its
         tail): ``q`` [G, Hq, D] → [G, Hq, D]."""
-        assert self.pool.key_scales is not None and self.pool.value_scales is not None
         slots, lengths = self.groups[0].native or (_NO_ROWS, _NO_ROWS)
-        addresses, starts, layer_bytes = self._q8_tails
+        return kernel.decode_attention_q8(lib, q, self._pages_of(layer), self._q8_scales(layer),
+                                          (slots, lengths), self._q8_layer(layer), scale)  # fmt: skip
+
+    def _q8_scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """int8 pages: one layer's K scales ``[H, pages, D]`` and V scales ``[H, slots]``."""
+        assert self.pool.key_scales is not None and self.pool.value_scales is not None
         _, H, N, P, _ = self.pool.keys.shape
-        scales = (self.pool.key_scales[layer], self.pool.value_scales[layer].view(H, N * P))
-        return kernel.decode_attention_q8(lib, q, self._pages_of(layer), scales, (slots, lengths),
-                                          (addresses, starts, layer * layer_bytes), scale)  # fmt: skip
+        return self.pool.key_scales[layer], self.pool.value_scales[layer].view(H, N * P)
+
+    def _q8_layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """int8 pages: the decoding group's tails as the kernel reads them in ``layer``."""
+        addresses, starts, layer_bytes = self._q8_tails
+        return addresses, starts, layer * layer_bytes
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it
@@ -260,8 +279,10 @@ class BatchCache(Cache):
     def _tail_rows(self, group: _Group) -> tuple[torch.Tensor, torch.Tensor, int]:
         """int8 pages, the decoding group on the kernel: each sequence's full-precision tail
         (the address of its ``[L, H, P, D]`` rows, 0 where none) and the position its rows
-        start at, and the bytes a layer of a tail takes (``kernel.decode_attention_q8``)."""
-        addresses, starts, layer_bytes = [], [], 0
+        start at, and the bytes a layer of a tail takes (``kernel.decode_attention_q8``; also
+        where none has a tail: a step on the C layer writes every tail)."""
+        _, H, _, P, D = self.pool.keys.shape
+        addresses, starts, layer_bytes = [], [], H * P * D * self.pool.layout.dtype.itemsize
         for i in group.pieces:
             stop = self.pasts[i] + 1
             tails = self.caches[i].tails(stop)
@@ -271,7 +292,7 @@ class BatchCache(Cache):
             else:
                 addresses.append(tails[1].data_ptr())
                 starts.append(tails[0])
-                layer_bytes = tails[1][0].numel() * tails[1].element_size()
+                assert layer_bytes == tails[1][0].numel() * tails[1].element_size()
         return torch.tensor(addresses), torch.tensor(starts), layer_bytes
 
     def _rows(self, slots: torch.Tensor) -> torch.Tensor:

@@ -75,6 +75,7 @@ __all__ = [
     "STEP_PAGE_DTYPES",
     "TILE",
     "LayerParams",
+    "Q8Pages",
     "attention",
     "decode_attention",
     "decode_attention_q8",
@@ -85,6 +86,7 @@ __all__ = [
     "linear_q8",
     "pack",
     "pack_q8",
+    "q8_pages",
     "rms_norm",
     "rope",
     "silu_mul",
@@ -229,7 +231,7 @@ def _declared(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.cachegate_rope.argtypes = [pointer, size, pointer, pointer, size, size, size]
     lib.cachegate_rope.restype = None
     lib.cachegate_decoder_layer.argtypes = (
-        [pointer] * 7 + [ctypes.c_int, size] + [pointer] * 3 + [size, size, ctypes.c_int]
+        [pointer] * 7 + [ctypes.c_int, size] + [pointer] * 3 + [size, size, ctypes.c_int, pointer]
     )
     lib.cachegate_decoder_layer.restype = ctypes.c_int
     lib.cachegate_decode_attention_q8.argtypes = (
@@ -430,6 +432,51 @@ def layer_params(
     return params
 
 
+class Q8Pages(ctypes.Structure):
+    """``layer.c``'s ``struct cachegate_q8_pages``: what a decode step on int8 pages takes
+    beyond the pages (:func:`decoder_layer`'s ``q8``). Build with :func:`q8_pages`."""
+
+    _fields_ = [
+        ("key_scales", ctypes.c_void_p),
+        ("value_scales", ctypes.c_void_p),
+        ("page_size", ctypes.c_long),
+        ("bases", ctypes.c_void_p),
+        ("tails", ctypes.c_void_p),
+        ("tail_starts", ctypes.c_void_p),
+        ("tail_offset", ctypes.c_long),
+    ]
+    tensors: tuple[torch.Tensor, ...]
+
+
+def q8_pages(
+    scales: tuple[torch.Tensor, torch.Tensor],
+    bases: torch.Tensor,
+    tails: tuple[torch.Tensor, torch.Tensor, int],
+) -> Q8Pages:
+    """:func:`decoder_layer`'s ``q8``: ``scales`` as :func:`decode_attention_q8` takes them;
+    ``bases``: each sequence's full-precision tail's address (float32 [L, Hkv, P, D], never
+    0: its new K goes into row ``write % P``, and a page it fills is quantised from there);
+    ``tails`` as :func:`decode_attention_q8` takes them (0 for a sequence whose new token
+    fills its page). ValueError unless laid out so; the result holds the tensors."""
+    k_scales, v_scales = scales
+    addresses, starts, offset = tails
+    G = bases.shape[0] if bases.dim() == 1 else -1
+    ok = (
+        k_scales.dtype == v_scales.dtype == torch.float16 and k_scales.dim() == 3
+        and v_scales.dim() == 2 and k_scales.shape[1] > 0
+        and v_scales.shape[1] % k_scales.shape[1] == 0
+        and all(t.is_contiguous() and t.is_cpu for t in (k_scales, v_scales, bases, *tails[:2]))
+        and bases.dtype == addresses.dtype == starts.dtype == torch.int64
+        and addresses.shape == starts.shape == (G,) and offset >= 0
+    )  # fmt: skip
+    if not ok:
+        raise ValueError("localmodel: q8_pages: tensors not laid out as it takes them")
+    q8 = Q8Pages(k_scales.data_ptr(), v_scales.data_ptr(), v_scales.shape[1] // k_scales.shape[1],
+                 bases.data_ptr(), addresses.data_ptr(), starts.data_ptr(), offset)  # fmt: skip
+    q8.tensors = (k_scales, v_scales, bases, addresses, starts)
+    return q8
+
+
 def decoder_layer(
     lib: ctypes.CDLL,
     params: LayerParams,
@@ -438,6 +485,7 @@ def decoder_layer(
     sin: torch.Tensor,
     pages: tuple[torch.Tensor, torch.Tensor],
     step: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    q8: Q8Pages | None = None,
 ) -> torch.Tensor:
     """A decode step of ``G`` sequences through one Llama-shaped layer in one call (``layer.c``).
 
@@ -446,9 +494,11 @@ def decoder_layer(
     K and V pages, [kv_heads, slots, head_dim], in one of :data:`STEP_PAGE_DTYPES` (the new
     K/V rounded to bfloat16 as torch rounds); ``step``: ``writes`` [G], the slot
     each new token's K/V go into, and ``slots`` [G, S], ``lengths`` [G] as
-    :func:`decode_attention` takes them, the new token's slot last (all int64). Returns the
-    layer's output [G, hidden]. Arguments out of bounds or not laid out so (another dtype,
-    not contiguous, not on the CPU) raise ValueError (nothing written)."""
+    :func:`decode_attention` takes them, the new token's slot last (all int64); int8 pages
+    with ``q8`` (:func:`q8_pages`: the new K/V quantised as ``PagedCache`` does it, bitwise,
+    and read as :func:`decode_attention_q8` reads them). Returns the layer's output
+    [G, hidden]. Arguments out of bounds or not laid out so (another dtype, not contiguous,
+    not on the CPU) raise ValueError (nothing written)."""
     keys, values = pages
     writes, slots, lengths = step
     G, d = x.shape[0], params.head_dim
@@ -456,7 +506,10 @@ def decoder_layer(
         x.dim() == 2 and x.shape[1] == params.hidden and x.dtype == torch.float32
         and x.is_contiguous() and cos.numel() == sin.numel() == G * d
         and cos.dtype == sin.dtype == torch.float32  # (else read as float32 past their end)
-        and keys.dtype == values.dtype and keys.dtype in STEP_PAGE_DTYPES
+        and keys.dtype == values.dtype
+        and (keys.dtype in STEP_PAGE_DTYPES if q8 is None else keys.dtype == torch.int8)
+        and (q8 is None or (q8.tensors[1].shape == keys.shape[:2] and q8.tensors[2].shape == (G,)
+                            and q8.tensors[0].shape[::2] == (keys.shape[0], d)))
         and keys.is_contiguous()
         and values.is_contiguous()  # (an expanded or strided view: written past its memory)
         and values.shape == keys.shape and keys.dim() == 3
@@ -473,11 +526,12 @@ def decoder_layer(
     y = torch.empty_like(x)
     failed = lib.cachegate_decoder_layer(
         ctypes.byref(params), x.data_ptr(), y.data_ptr(), cos.data_ptr(), sin.data_ptr(),
-        keys.data_ptr(), values.data_ptr(), PAGE_DTYPES[keys.dtype], keys.shape[1],
-        writes.data_ptr(), slots.data_ptr(),
-        lengths.data_ptr(), G, slots.shape[1], torch.get_num_threads(),
+        keys.data_ptr(), values.data_ptr(), PAGE_DTYPES.get(keys.dtype, -1), keys.shape[1],
+        writes.data_ptr(), slots.data_ptr(), lengths.data_ptr(), G, slots.shape[1],
+        torch.get_num_threads(), None if q8 is None else ctypes.byref(q8),
     )  # fmt: skip
     why = "lengths must be 1…S, each slot one of the pages', each write the sequence's last slot"
+    why += "" if q8 is None else ", each tail its sequence's"
     return _checked(failed, y, f"decoder_layer: {why}")
 
 

@@ -68,6 +68,21 @@ float *cachegate_thread_buffer(int b, long n);
 
 int cachegate_linear_q8(const signed char *wp, const float *scale, const float *x, float *y,
                         const float *bias, long rows, long in, long out, int threads);
+int cachegate_decode_step_q8(const float *qkv, long stride, signed char *keys,
+                             signed char *values, void *key_scales, void *value_scales, long P,
+                             long slots_per_head, const long *writes, const long *bases,
+                             const long *slots, const long *lengths, const long *tails,
+                             const long *tail_starts, long tail_offset, long G, long S, long Hq,
+                             long Hkv, long D, float scale, float *out, int threads);
+
+/* int8 pages (kv_dtype: int8): what cachegate_decode_step_q8 takes beyond the float pages'
+ * arguments (its scales, page size, each sequence's tail and its attention's view of it). */
+struct cachegate_q8_pages {
+  void *key_scales, *value_scales;
+  long page_size;
+  const long *bases, *tails, *tail_starts;
+  long tail_offset;
+};
 
 /* One Llama-shaped decoder layer as localmodel/lean.py holds it: the weights in tiles
  * (linear.c's layout; q|k|v and gate|up each stacked into one weight), biases or NULL; the
@@ -95,7 +110,8 @@ static int product(const void *w, const float *scale, const float *x, float *y,
 }
 
 /* A decode step of G sequences (one new token each) through layer `l`, on float32 or bfloat16
- * pages (`kind`, as cachegate_decode_step takes it):
+ * pages (`kind`, as cachegate_decode_step takes it), or int8 pages where `q8` is given (then
+ * `kind` is unused and the step's K/V go through cachegate_decode_step_q8):
  * x [G, hidden] the residual stream in, y [G, hidden] out; cos, sin [G, head_dim] each
  * sequence's rotary embedding; keys, values, writes, slots, lengths, S as
  * cachegate_decode_step takes them. The same ops, in the same order, as lean.py's forward:
@@ -105,7 +121,8 @@ static int product(const void *w, const float *scale, const float *x, float *y,
 int cachegate_decoder_layer(const struct cachegate_layer *l, const float *x, float *y,
                             const float *cos, const float *sin, void *keys, void *values,
                             int kind, long slots_per_head, const long *writes, const long *slots,
-                            const long *lengths, long G, long S, int threads) {
+                            const long *lengths, long G, long S, int threads,
+                            const struct cachegate_q8_pages *q8) {
   const long H = l->hidden, D = l->head_dim, I = l->intermediate;
   const long Q = l->heads * D, KV = l->kv_heads * D, QKV = Q + 2 * KV;
   /* activations: normed [G, H], qkv [G, QKV], attention [G, Q], o [G, H], gate|up [G, 2I],
@@ -118,8 +135,15 @@ int cachegate_decoder_layer(const struct cachegate_layer *l, const float *x, flo
   int failed = product(l->qkv, l->qkv_scale, normed, qkv, l->qkv_bias, G, H, QKV, threads);
   if (failed) return failed;
   cachegate_rope(qkv, QKV, cos, sin, G, l->heads + l->kv_heads, D);
-  failed = cachegate_decode_step(qkv, QKV, keys, values, kind, slots_per_head, writes, slots,
-                                 lengths, G, S, l->heads, l->kv_heads, D, l->scale, att, threads);
+  if (q8)
+    failed = cachegate_decode_step_q8(qkv, QKV, keys, values, q8->key_scales, q8->value_scales,
+                                      q8->page_size, slots_per_head, writes, q8->bases, slots,
+                                      lengths, q8->tails, q8->tail_starts, q8->tail_offset, G, S,
+                                      l->heads, l->kv_heads, D, l->scale, att, threads);
+  else
+    failed = cachegate_decode_step(qkv, QKV, keys, values, kind, slots_per_head, writes, slots,
+                                   lengths, G, S, l->heads, l->kv_heads, D, l->scale, att,
+                                   threads);
   if (failed) return failed;
   failed = product(l->o, l->o_scale, att, o, l->o_bias, G, Q, H, threads);
   if (failed) return failed;

@@ -11,7 +11,7 @@ gather and call ~2.3 ms, the norms ~2 ms. A :class:`LeanDecoderLayer` runs the s
     attention function, as transformers calls them → o → residual add + norm (C) → gate|up,
     one product → SiLU × up (C) → down → residual add
 
-and, in a step where every sequence decodes one token on float32 or bfloat16 pages (``BatchCache``'s
+and, in a step where every sequence decodes one token on float32, bfloat16 or int8 pages (``BatchCache``'s
 ``decoding``: the scheduler's common step), as **one C call** (``kernel.decoder_layer``,
 ``layer.c``) that runs those very kernels in that order, the new K/V written into the pages and
 attended in place. The one call is checked at the layer's first such step against the ops

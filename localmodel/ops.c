@@ -494,6 +494,7 @@ static void group_q8(long D, long R, const float *qh, const signed char *k, cons
 /* A call of cachegate_decode_attention_q8. */
 struct attention_q8 {
   const float *q;
+  long q_stride; /* sequence g's query heads at q + g * q_stride */
   const signed char *keys, *values;
   const void *key_scales, *value_scales;
   long P, slots_per_head;
@@ -509,7 +510,7 @@ static void attend_pair_q8(const void *ctx, long g, long hk, float *scores) {
   long R = a->Hq / a->Hkv, n = a->slots_per_head, D = a->D, first = g * a->Hq + hk * R;
   const float *tail = a->tails[g] ? (const float *)(a->tails[g] + a->tail_offset) + hk * a->P * D
                                   : 0;
-  group_q8(D, R, a->q + first * D, a->keys + hk * n * D, a->values + hk * n * D,
+  group_q8(D, R, a->q + g * a->q_stride + hk * R * D, a->keys + hk * n * D, a->values + hk * n * D,
            (const char *)a->key_scales + hk * (n / a->P) * D * 2,
            (const char *)a->value_scales + hk * n * 2, a->P, a->slots + g * a->S, a->lengths[g],
            tail, tail ? a->tail_starts[g] : a->lengths[g], a->scale, scores,
@@ -535,7 +536,113 @@ int cachegate_decode_attention_q8(const float *q, const signed char *keys,
     long start = tails[g] ? tail_starts[g] : lengths[g];
     if (start < 0 || start > lengths[g] || lengths[g] - start > P) return -2;
   }
-  struct attention_q8 a = {q, keys, values, key_scales, value_scales, P, slots_per_head, slots,
-                          lengths, tails, tail_starts, tail_offset, S, Hq, Hkv, D, scale, out};
+  struct attention_q8 a = {q, Hq * D, keys, values, key_scales, value_scales, P, slots_per_head,
+                          slots, lengths, tails, tail_starts, tail_offset, S, Hq, Hkv, D, scale,
+                          out};
+  return over_pairs(G, Hkv, S, Hq / Hkv, threads, attend_pair_q8, &a);
+}
+
+/* float32 -> IEEE half bits, rounded to nearest even as torch's .to(float16), for f >= 2^-14
+ * (a normal half: what kvquant._scales gives), inf or NaN. */
+static inline unsigned short half_of(float f) {
+  union { float f; unsigned int u; } w = {f};
+  unsigned int sign = (w.u >> 16) & 0x8000u, a = w.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);   /* NaN */
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  /* 65520 and up: inf */
+  a -= 0x38000000u;                                                /* exponent 127 -> 15 */
+  return (unsigned short)(sign | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
+}
+
+/* IEEE half bits -> float32 (exact) for normal halves, inf and NaN (what half_of gives). */
+static inline float float_of(unsigned short h) {
+  union { unsigned int u; float f; } r;
+  unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
+  r.u = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+  return r.f;
+}
+
+/* The largest |x[i * step]| of n, NaN if any is (as torch's abs().amax()). */
+static inline float absmax(const float *x, long n, long step) {
+  float m = 0.f;
+  for (long i = 0; i < n; ++i) {
+    float a = fabsf(x[i * step]);
+    if (a != a || a > m) m = a;
+    if (m != m) break;
+  }
+  return m;
+}
+
+/* kvquant._scales: absmax / 127, at least 2^-14, as float16 bits. */
+static inline unsigned short scale_of(float m) {
+  float s = m / 127.f;
+  return half_of(s < 6.103515625e-05f ? 6.103515625e-05f : s); /* (NaN stays NaN) */
+}
+
+/* kvquant._round: x / scale rounded half to even, clamped to +-127. */
+static inline signed char q8_of(float x, float s) {
+  float r = __builtin_rintf(x / s);
+  return (signed char)(r > 127.f ? 127.f : r < -127.f ? -127.f : r);
+}
+
+/* A decode step's new K/V into int8 pages, as PagedPool.write_int8_values and
+ * PagedCache.write_keys write them (bitwise): sequence g's V (qkv + g * stride past its q and
+ * k) quantised per token and K/V head into slot writes[g], its scale beside; its K into row
+ * writes[g] % P of its full-precision tail (float32 [Hkv, P, D] at bases[g] + tail_offset);
+ * and when that row is its page's last, the page's K quantised per channel from the tail, its
+ * scales into key_scales (float16 [Hkv, slots_per_head / P, D]). */
+static void write_q8(const float *qkv, long stride, signed char *keys, signed char *values,
+                     unsigned short *key_scales, unsigned short *value_scales, long P,
+                     long slots_per_head, const long *writes, const long *bases,
+                     long tail_offset, long G, long Hq, long Hkv, long D) {
+  for (long g = 0; g < G; ++g) {
+    const float *k = qkv + g * stride + Hq * D, *v = k + Hkv * D;
+    long slot = writes[g], r = slot % P, page = slot / P;
+    float *tail = (float *)(bases[g] + tail_offset);
+    for (long h = 0; h < Hkv; ++h) {
+      const float *vh = v + h * D, *kh = k + h * D;
+      float *th = tail + h * P * D;
+      long at = h * slots_per_head + slot;
+      unsigned short bits = scale_of(absmax(vh, D, 1));
+      float s = float_of(bits);
+      value_scales[at] = bits;
+      for (long i = 0; i < D; ++i) values[at * D + i] = q8_of(vh[i], s), th[r * D + i] = kh[i];
+      if (r < P - 1) continue;
+      signed char *kp = keys + (h * slots_per_head + page * P) * D;
+      unsigned short *ks = key_scales + (h * (slots_per_head / P) + page) * D;
+      for (long i = 0; i < D; ++i) {
+        ks[i] = scale_of(absmax(th + i, P, D));
+        float c = float_of(ks[i]);
+        for (long j = 0; j < P; ++j) kp[j * D + i] = q8_of(th[j * D + i], c);
+      }
+    }
+  }
+}
+
+/* cachegate_decode_step over int8 pages (kv_dtype: int8): each sequence's new K/V written as
+ * write_q8 writes them (bases[g]: the address of its tail, [L, Hkv, P, D] float32, never 0),
+ * then cachegate_decode_attention_q8 with the query read in place (tails, tail_starts as it
+ * takes them: 0 for a sequence whose new token filled its page, else its tail, starting at
+ * its page's first position). Return values as it; -2 also if a write slot is not the
+ * sequence's last, or the tails disagree with the writes (nothing written). */
+int cachegate_decode_step_q8(const float *qkv, long stride, signed char *keys,
+                             signed char *values, void *key_scales, void *value_scales, long P,
+                             long slots_per_head, const long *writes, const long *bases,
+                             const long *slots, const long *lengths, const long *tails,
+                             const long *tail_starts, long tail_offset, long G, long S, long Hq,
+                             long Hkv, long D, float scale, float *out, int threads) {
+  if (P < 1 || slots_per_head % P || !valid(slots_per_head, slots, lengths, G, S, Hq, Hkv, D) ||
+      stride < (Hq + 2 * Hkv) * D)
+    return -2;
+  for (long g = 0; g < G; ++g) {
+    long last = lengths[g] - 1, r = last % P;
+    if (writes[g] != slots[g * S + last] || writes[g] % P != r || !bases[g]) return -2;
+    if (r == P - 1 ? tails[g] != 0 : tails[g] != bases[g] || tail_starts[g] != last - r)
+      return -2;
+  }
+  write_q8(qkv, stride, keys, values, key_scales, value_scales, P, slots_per_head, writes, bases,
+           tail_offset, G, Hq, Hkv, D);
+  struct attention_q8 a = {qkv, stride, keys, values, key_scales, value_scales, P,
+                          slots_per_head, slots, lengths, tails, tail_starts, tail_offset, S, Hq,
+                          Hkv, D, scale, out};
   return over_pairs(G, Hkv, S, Hq / Hkv, threads, attend_pair_q8, &a);
 }

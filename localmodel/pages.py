@@ -751,7 +751,7 @@ class PagedCache(DynamicCache):
         P, n = self.pool.page_size, keys.shape[1]
         tail = self._tail[layer]  # [H, P, D]
         r = start % P  # tokens the tail holds
-        self._sealed = (start + n) % P == 0  # NOTE: no partly filled page is left, or new ones
+        self.keys_written(start, n)
         if r + n < P:
             tail[:, r : r + n].copy_(keys)
             return
@@ -768,6 +768,18 @@ class PagedCache(DynamicCache):
         rest = r + n - full * P
         if rest:
             tail[:, :rest].copy_(block[:, full * P :])
+
+    def keys_written(self, start: int, n: int) -> None:
+        """int8 pools: K of positions ``start…start+n-1`` went in as :meth:`write_keys` puts
+        them (by it, or by ``kernel.decoder_layer`` into :meth:`tail_address`'s tail)."""
+        self._sealed = (start + n) % self.pool.page_size == 0  # NOTE: no partly filled page
+        # is left (or new ones)
+
+    def tail_address(self) -> int:
+        """int8 pools: the address of the full-precision tail, float32 ``[L, n_kv_heads,
+        page_size, head_dim]`` (:meth:`write_keys`' rows; ``kernel.q8_pages``)."""
+        assert self._tail is not None
+        return self._tail.data_ptr()
 
     def _seal(self) -> None:
         """int8 pools: quantise the tail's tokens into the partly filled last page (per

@@ -386,6 +386,55 @@ def test_half_pages_decode_in_one_call_where_it_rounds_as_torch(dtype: torch.dty
     assert [layer.one_call for layer in model.model.layers] == [one_call or None] * 2
 
 
+def test_int8_pages_decode_in_one_call_writing_what_the_ops_write() -> None:
+    """int8 pages (``kv_dtype: int8``): the one C call quantises the new V per token and puts
+    the new K in its sequence's tail, quantising a page per channel when it fills, bitwise as
+    ``PagedCache`` does it; so a decode alone (one call a layer) equals, bitwise, the same
+    decode next to a prefill chunk (op by op), step after step across page boundaries, and
+    both sequences' pages, scales and tails read back the same."""
+    from localmodel.batch import use_batched_attention
+    from localmodel.kv import KVLayout
+    from localmodel.pages import PagedCache, PagePool
+
+    model = _lean_tiny("llama")
+    use_batched_attention(model)
+    pool = PagePool(KVLayout.of(model), n_pages=100, page_size=4, dtype=torch.int8)
+    alone, batched, other = (PagedCache(pool, 64) for _ in range(3))
+    for cache in (alone, batched):
+        forward(model, [Piece(cache, tuple(range(3, 20)))])  # (17 tokens: a page part filled)
+    for token in range(7, 17):  # (pages fill at the 3rd, 7th and 11th step)
+        want = forward(model, [Piece(alone, (token,))])[0]
+        got = forward(model, [Piece(batched, (token,)), Piece(other, (token + 30,) * 5)])[0]
+        assert torch.equal(got, want)
+        for a, b in zip(pool.gather(alone.table, 0, alone.length),
+                        pool.gather(batched.table, 0, batched.length), strict=True):  # fmt: skip
+            assert torch.equal(a, b)
+        r = alone.length % 4
+        assert torch.equal(alone._tail[:, :, :r], batched._tail[:, :, :r])
+    assert [layer.one_call for layer in model.model.layers] == [True, True]
+
+
+def test_the_one_call_layer_on_int8_pages_refuses_a_tail_that_is_not_its_sequences() -> None:
+    """int8 pages: a sequence whose new token does not fill its page attends to its tail, so
+    the tail given for attention must be the one written, starting at its page's first
+    position; a token that fills it must have none (its K is in the page by then)."""
+    layer = _lean_tiny("llama").model.layers[0]
+    keys, values = torch.zeros(2, 8, 16, dtype=torch.int8), torch.zeros(2, 8, 16, dtype=torch.int8)
+    scales = torch.zeros(2, 2, 16, dtype=torch.float16), torch.zeros(2, 8, dtype=torch.float16)
+    tail = torch.zeros(1, 2, 4, 16)  # [L, H, P, D]
+    x, cos = torch.randn(1, 64), torch.ones(1, 16)
+    step = torch.tensor([2]), torch.tensor([[0, 1, 2]]), torch.tensor([3])  # (position 2 of 4)
+    base = torch.tensor([tail.data_ptr()])
+    for addresses, starts in (([0], [0]), ([tail.data_ptr()], [1]), ([tail.data_ptr() + 64], [0])):
+        q8 = kernel.q8_pages(scales, base, (torch.tensor(addresses), torch.tensor(starts), 0))
+        with pytest.raises(ValueError, match="each tail its sequence's"):
+            kernel.decoder_layer(LIB, layer.params, x, cos, cos, (keys, values), step, q8)
+    assert not keys.any() and not values.any() and not tail.any()  # (nothing written)
+    q8 = kernel.q8_pages(scales, base, (base, torch.tensor([0]), 0))
+    kernel.decoder_layer(LIB, layer.params, x, cos, cos, (keys, values), step, q8)
+    assert values[:, 2].any() and tail[0, :, 2].any() and not keys.any()  # (V in, K in the tail)
+
+
 def test_int8_weights_run_lean_decode_steps_in_one_call_with_their_products() -> None:
     """``weights: int8``: q|k|v and gate|up stacked as int8 tiles with their scales; up to
     16 rows (decode steps) the stacked product on cachegate's int8 kernel, and a step of
