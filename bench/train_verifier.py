@@ -4,18 +4,20 @@
     python -m bench.train_verifier --qqp-pairs 60 --multiturn-pairs 60 --contrast-pairs 120 \
         --epochs 1 --out /tmp/v                   # a smoke run (~2 min)
     python -m bench.train_verifier --calibrate-only --out DIR   # re-measure DIR/meta.json (~3 min)
-    python -m bench.train_verifier --families first --epochs 4 --out DIR  # the weights before those
+    python -m bench.train_verifier --families first --epochs 4 --written off --out DIR  # 2026-12-02
 
-The shipped weights (2026-12-06, the last of that day): the first training families, the 137 of
-bench/contrast_more.py and the 180 of bench/contrast_more2.py (``--families more2``, the
-default; calibration families drawn from them too): 31 936 training pairs, 63 872 sequences
-cached in 448 s, 3 epochs (2 994 steps of 32) in 21.0 min (76 pairs/s, other work alongside),
-final loss 0.270. They replaced the weights trained without the third round (``--families
-more``: 22 504 pairs, 45 008 sequences cached in 236 s, 2 112 steps in 7.7 min on a quiet
-machine, final loss 0.305) by a rule written before a fourth held-out set
-(bench/contrast_fresh3.py) existed; those had replaced the weights of 2026-12-02 (below;
-``--families first --epochs 4``) by the same kind of rule on a second one
-(bench/contrast_fresh.py). Figures and rules: docs/benchmarks.md, "Verifier vs guard".
+The shipped weights (trained 2026-12-06, late): the defaults, ``--families more2 --written on``:
+the first training families, the 137 of bench/contrast_more.py, the 180 of
+bench/contrast_more2.py and the 1,106 written triplets (calibration families drawn from all of
+them): 34 828 training pairs, 69 656 sequences cached in 635 s, 3 epochs (3 267 steps of 32)
+in 12.1 min (144 pairs/s, a held-out evaluation alongside), final loss 0.290. They replaced
+the weights trained without the triplets (``--written off``: 31 936 pairs, 63 872 sequences
+cached in 448 s, 2 994 steps in 21.0 min, final loss 0.270) by a rule written before a fifth
+held-out set (bench/contrast_fresh4.py) existed; those had replaced the weights trained
+without the third round (``--families more``) by the same kind of rule on a fourth
+(bench/contrast_fresh3.py), and those the weights of 2026-12-02 (below; ``--families first
+--epochs 4 --written off``) on a second (bench/contrast_fresh.py). Figures and rules:
+docs/benchmarks.md, "Verifier vs guard".
 
 Initialised from the bundled all-MiniLM-L6-v2 (the embedder's own weights); the embeddings and
 the lower ``6 - --train-layers`` layers stay frozen, the top layers (2 by default), the pooler and
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--contrast-pairs", type=int, default=100000, help="contrast pairs sampled")
     p.add_argument(
         "--written",
-        default="off",
+        default="on",
         choices=["on", "off"],
         help="on: also train and calibrate on the written triplets (bench/data/written_train.jsonl)"
         ". Pass the same with --calibrate-only",

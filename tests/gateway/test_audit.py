@@ -767,6 +767,9 @@ def test_a_tightened_scope_whose_estimate_was_dropped_still_shows_in_the_stats(
         assert row is not None, "the tightened scope vanished from /admin/stats"
         assert (row["audits"], row["wrong"]) == (0, 0)  # its estimate was dropped
         assert row["tightened"]["steps"] == steps >= 1
-        # still in force: another paraphrase misses too
-        again = ask(gw, "How could I reset my password?", "victim", fees)
-        assert again.headers["x-cache"] == "miss"
+        # still in force: another paraphrase, one that scores below PARAPHRASE against both
+        # entries the victim holds now (STORED, and PARAPHRASE's own fresh answer), misses
+        # there too, and hits in the scope that was never tightened
+        other = "How should I reset my password?"
+        assert ask(gw, other, "victim", fees).headers["x-cache"] == "miss"
+        assert ask(gw, other, "other", calm).headers["x-cache"] == "semantic"
