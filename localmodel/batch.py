@@ -170,8 +170,6 @@ class BatchCache(Cache):
         q8 = None
         if self._q8_bases is not None:  # int8 pages: K/V quantised as PagedCache writes them
             q8 = kernel.q8_pages(self._q8_scales(layer), self._q8_bases, self._q8_layer(layer))
-            for cache, past in zip(self.caches, self.pasts, strict=True):
-                cache.keys_written(past, 1)
         return kernel.decoder_layer(lib, params, x, cos, sin, self._pages_of(layer),
                                     (self._writes, slots, lengths), q8)  # fmt: skip
 
@@ -198,8 +196,12 @@ class BatchCache(Cache):
         return 0  # NOTE: position_ids are always given, so nothing derives positions from it
 
     def advance(self) -> None:
-        """After the forward pass: the caches now hold their pieces' tokens."""
-        for cache, (a, b) in zip(self.caches, self.spans, strict=True):
+        """After the forward pass: the caches now hold their pieces' tokens (int8 pages, a
+        step of decodes: their K went in as ``write_keys`` puts it, by it or by the one C call
+        a layer, which says so here once, not in every layer)."""
+        for cache, past, (a, b) in zip(self.caches, self.pasts, self.spans, strict=True):
+            if self._q8_bases is not None:
+                cache.keys_written(past, b - a)
             cache.advance(b - a)
 
     # ── helpers ──────────────────────────────────────────────────────────────────────

@@ -35,8 +35,10 @@ typedef unsigned int u32x16 __attribute__((vector_size(64)));
 #if defined(__FLT16_MAX__) && !defined(CACHEGATE_NO_FLOAT16) /* GCC >= 12 on x86, clang */
 typedef _Float16 h16 __attribute__((vector_size(32), aligned(2)));
 #define HAVE_FLOAT16 1
-#else
-/* IEEE half bits to float32 (exact), for compilers without _Float16. */
+#endif
+
+/* IEEE half bits to float32 (exact): the pages' reads for compilers without _Float16, and the
+ * int8 scales write_q8 rounds (any compiler). */
 static inline float half_bits(unsigned short h) {
   unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
   union { unsigned int u; float f; } r;
@@ -50,7 +52,6 @@ static inline float half_bits(unsigned short h) {
   }
   return r.f;
 }
-#endif
 
 /* The pages' element type (kernel.py passes it). */
 enum { F32 = 0, BF16 = 1, F16 = 2 };
@@ -553,14 +554,6 @@ static inline unsigned short half_of(float f) {
   return (unsigned short)(sign | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13));
 }
 
-/* IEEE half bits -> float32 (exact) for normal halves, inf and NaN (what half_of gives). */
-static inline float float_of(unsigned short h) {
-  union { unsigned int u; float f; } r;
-  unsigned int sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu;
-  r.u = exp == 0x1f ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
-  return r.f;
-}
-
 /* The largest |x[i * step]| of n, NaN if any is (as torch's abs().amax()). */
 static inline float absmax(const float *x, long n, long step) {
   float m = 0.f;
@@ -603,7 +596,7 @@ static void write_q8(const float *qkv, long stride, signed char *keys, signed ch
       float *th = tail + h * P * D;
       long at = h * slots_per_head + slot;
       unsigned short bits = scale_of(absmax(vh, D, 1));
-      float s = float_of(bits);
+      float s = half_bits(bits);
       value_scales[at] = bits;
       for (long i = 0; i < D; ++i) values[at * D + i] = q8_of(vh[i], s), th[r * D + i] = kh[i];
       if (r < P - 1) continue;
@@ -611,7 +604,7 @@ static void write_q8(const float *qkv, long stride, signed char *keys, signed ch
       unsigned short *ks = key_scales + (h * (slots_per_head / P) + page) * D;
       for (long i = 0; i < D; ++i) {
         ks[i] = scale_of(absmax(th + i, P, D));
-        float c = float_of(ks[i]);
+        float c = half_bits(ks[i]);
         for (long j = 0; j < P; ++j) kp[j * D + i] = q8_of(th[j * D + i], c);
       }
     }

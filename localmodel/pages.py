@@ -772,8 +772,8 @@ class PagedCache(DynamicCache):
     def keys_written(self, start: int, n: int) -> None:
         """int8 pools: K of positions ``start…start+n-1`` went in as :meth:`write_keys` puts
         them (by it, or by ``kernel.decoder_layer`` into :meth:`tail_address`'s tail)."""
-        self._sealed = (start + n) % self.pool.page_size == 0  # NOTE: no partly filled page
-        # is left (or new ones)
+        # NOTE: sealed when no partly filled page is left (or new ones)
+        self._sealed = (start + n) % self.pool.page_size == 0
 
     def tail_address(self) -> int:
         """int8 pools: the address of the full-precision tail, float32 ``[L, n_kv_heads,
