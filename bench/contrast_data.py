@@ -41,6 +41,9 @@ each, and a fourth held-out set written beside it for the decision about it
 A fifth held-out set was written later on 2026-12-06 for the decision about the written triplets
 (bench/data/written_train.jsonl, bench/train_verifier.py ``--written``): bench/contrast_fresh4.py,
 seed 18, ``contrast_fresh4.jsonl`` and ``multiturn_fresh4.jsonl``.
+A sixth held-out set was written on 2026-12-07 for the decision about the second round of written
+triplets and their conversations (bench/train_verifier.py ``--written-turns``):
+bench/contrast_fresh5.py, seed 19, ``contrast_fresh5.jsonl`` and ``multiturn_fresh5.jsonl``.
 Every held-out set's lexicons share no value with any training lexicon, this round's included.
 """
 
@@ -61,6 +64,7 @@ FRESH2_SEED = 15  # the third held-out set's (bench/contrast_fresh2.py)
 FRESH3_SEED = 16  # the fourth held-out set's (bench/contrast_fresh3.py)
 MORE2_SEED = 17  # the third round of training families (bench/contrast_more2.py)
 FRESH4_SEED = 18  # the fifth held-out set's (bench/contrast_fresh4.py)
+FRESH5_SEED = 19  # the sixth held-out set's (bench/contrast_fresh5.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -920,6 +924,9 @@ FRESH3_DOMAINS = ("boating", "woodworking", "libraries", "recycling", "weddings"
 #: The fifth held-out set's domains (bench/contrast_fresh4.py), in no other family.
 FRESH4_DOMAINS = ("astronomy", "pottery", "fishing", "chess", "motorcycles", "tattoos", "skiing",
                   "languages", "perfume")  # fmt: skip
+#: The sixth held-out set's domains (bench/contrast_fresh5.py), in no other family.
+FRESH5_DOMAINS = ("scuba", "golf", "sewing", "birding", "dance", "archery", "equestrian", "surfing",
+                  "calligraphy")  # fmt: skip
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -993,11 +1000,18 @@ def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh``
     (bench/contrast_fresh.py, seed 14), ``contrast_fresh2``/``multiturn_fresh2``
     (bench/contrast_fresh2.py, seed 15), ``contrast_fresh3``/``multiturn_fresh3``
-    (bench/contrast_fresh3.py, seed 16) and ``contrast_fresh4``/``multiturn_fresh4``
-    (bench/contrast_fresh4.py, seed 18), each checked to be in its own domains and to share no
+    (bench/contrast_fresh3.py, seed 16), ``contrast_fresh4``/``multiturn_fresh4``
+    (bench/contrast_fresh4.py, seed 18) and ``contrast_fresh5``/``multiturn_fresh5``
+    (bench/contrast_fresh5.py, seed 19), each checked to be in its own domains and to share no
     lexicon or word with training; their conversations' irrelevant earlier exchanges come from
     their own families."""
-    from bench import contrast_fresh, contrast_fresh2, contrast_fresh3, contrast_fresh4
+    from bench import (
+        contrast_fresh,
+        contrast_fresh2,
+        contrast_fresh3,
+        contrast_fresh4,
+        contrast_fresh5,
+    )
 
     out: dict[str, list[dict[str, Any]]] = {}
     for module, domains, stem, seed in (
@@ -1005,6 +1019,7 @@ def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
         (contrast_fresh2, FRESH2_DOMAINS, "fresh2", FRESH2_SEED),
         (contrast_fresh3, FRESH3_DOMAINS, "fresh3", FRESH3_SEED),
         (contrast_fresh4, FRESH4_DOMAINS, "fresh4", FRESH4_SEED),
+        (contrast_fresh5, FRESH5_DOMAINS, "fresh5", FRESH5_SEED),
     ):
         _check_fresh(module.LEXICONS, module.FAMILIES, domains)
         rows = _family_rows(random.Random(seed), module.FAMILIES, per_family, module.FAMILIES)
@@ -1040,13 +1055,23 @@ def _check_fresh(
         contrast_fresh2,
         contrast_fresh3,
         contrast_fresh4,
+        contrast_fresh5,
         contrast_more,
         contrast_more2,
     )
 
     added = contrast_more.LEXICONS | contrast_more2.LEXICONS
     held = set().union(
-        *(m.LEXICONS for m in (contrast_fresh, contrast_fresh2, contrast_fresh3, contrast_fresh4))
+        *(
+            m.LEXICONS
+            for m in (
+                contrast_fresh,
+                contrast_fresh2,
+                contrast_fresh3,
+                contrast_fresh4,
+                contrast_fresh5,
+            )
+        )
     )
     training = {k: v for k, v in (LEXICONS | added).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
@@ -1071,7 +1096,14 @@ def _add_lexicons(new: dict[str, Lexicon], origin: str) -> None:
 
 
 def held_out(fam: Family) -> bool:
-    held = HELDOUT_DOMAINS + FRESH_DOMAINS + FRESH2_DOMAINS + FRESH3_DOMAINS + FRESH4_DOMAINS
+    held = (
+        HELDOUT_DOMAINS
+        + FRESH_DOMAINS
+        + FRESH2_DOMAINS
+        + FRESH3_DOMAINS
+        + FRESH4_DOMAINS
+        + FRESH5_DOMAINS
+    )
     return fam.domain in held or fam.name in HELDOUT_FAMILIES
 
 

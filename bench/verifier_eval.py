@@ -20,7 +20,9 @@ bench/train_verifier.py for the splits):
 * **fresh3**, **fresh3_multiturn**: a fourth, written beside the third round of training families
   in nine more domains (bench/contrast_fresh3.py: contrast_fresh3.jsonl, multiturn_fresh3.jsonl);
 * **fresh4**, **fresh4_multiturn**: a fifth, written beside the written triplets in nine more
-  domains (bench/contrast_fresh4.py: contrast_fresh4.jsonl, multiturn_fresh4.jsonl).
+  domains (bench/contrast_fresh4.py: contrast_fresh4.jsonl, multiturn_fresh4.jsonl);
+* **fresh5**, **fresh5_multiturn**: a sixth, written beside the second round of written triplets
+  in nine more domains (bench/contrast_fresh5.py: contrast_fresh5.jsonl, multiturn_fresh5.jsonl).
 
 A pair is (stored request, new request). Three decisions, side by side:
 
@@ -61,7 +63,8 @@ from semantic.keys import context_question
 from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
 SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn", "fresh2",
-        "fresh2_multiturn", "fresh3", "fresh3_multiturn", "fresh4", "fresh4_multiturn")  # fmt: skip
+        "fresh2_multiturn", "fresh3", "fresh3_multiturn", "fresh4", "fresh4_multiturn", "fresh5",
+        "fresh5_multiturn")  # fmt: skip
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
@@ -82,7 +85,7 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
         out["quora"] = [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
     for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh"),
                        ("fresh2", "contrast_fresh2"), ("fresh3", "contrast_fresh3"),
-                       ("fresh4", "contrast_fresh4")):  # fmt: skip
+                       ("fresh4", "contrast_fresh4"), ("fresh5", "contrast_fresh5")):  # fmt: skip
         if name in only:
             out[name] = [
                 _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
@@ -96,7 +99,8 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
     for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh"),
                        ("fresh2_multiturn", "multiturn_fresh2"),
                        ("fresh3_multiturn", "multiturn_fresh3"),
-                       ("fresh4_multiturn", "multiturn_fresh4")):  # fmt: skip
+                       ("fresh4_multiturn", "multiturn_fresh4"),
+                       ("fresh5_multiturn", "multiturn_fresh5")):  # fmt: skip
         if name in only:
             out[name] = [
                 {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),

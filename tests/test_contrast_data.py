@@ -15,6 +15,7 @@ from bench import (
     contrast_fresh2,
     contrast_fresh3,
     contrast_fresh4,
+    contrast_fresh5,
     contrast_more,
     contrast_more2,
     train_verifier,
@@ -23,7 +24,7 @@ from bench import (
 #: The added training rounds' families, and the held-out sets' modules.
 ADDED = contrast_more.FAMILIES + contrast_more2.FAMILIES
 FRESH = ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2"), (contrast_fresh3, "fresh3"),
-         (contrast_fresh4, "fresh4"))  # fmt: skip
+         (contrast_fresh4, "fresh4"), (contrast_fresh5, "fresh5"))  # fmt: skip
 
 
 def test_the_committed_files_are_what_the_generator_writes() -> None:
@@ -36,7 +37,8 @@ def test_the_committed_files_are_what_the_generator_writes() -> None:
                             "contrast_more2_train", "multiturn_more2_train",
                             "contrast_fresh", "multiturn_fresh", "contrast_fresh2",
                             "multiturn_fresh2", "contrast_fresh3", "multiturn_fresh3",
-                            "contrast_fresh4", "multiturn_fresh4"}  # fmt: skip
+                            "contrast_fresh4", "multiturn_fresh4", "contrast_fresh5",
+                            "multiturn_fresh5"}  # fmt: skip
     for stem, rows in written.items():
         lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
         assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
