@@ -131,3 +131,13 @@ def test_verifier_cost_does_not_count_a_gateway_error_as_a_wrong_hit(
     )
     assert result["ok"]["wrong_hits"] == 1 and result["ok"]["errors"] == 0
     assert result["broken"]["wrong_hits"] == 0 and result["broken"]["errors"] == 1
+
+
+def test_verifier_eval_measures_named_sets_without_quora() -> None:
+    # `--sets fresh5 --limit 20`: the rows and the latency come from fresh5 (no Quora to time on)
+    from bench.verifier_eval import evaluate
+    from semantic.verifier import PairVerifier
+
+    result = evaluate(PairVerifier(None), 0, 20, None, ("fresh5",))
+    assert result["fresh5"]["pairs"] == 20 and "quora" not in result
+    assert set(result["latency_ms"]) == {"embed", "verify_1", "verify_3"}
