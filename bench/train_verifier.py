@@ -100,6 +100,7 @@ from typing import Any
 import numpy as np
 
 from bench import semantic_pairs
+from bench.contrast_data import FOLLOW_UPS, REPLIES
 from semantic._guard_checks import HARD_CHECKS
 from semantic.keys import compared_text
 from semantic.verifier import INT8, PROBES, CandidateSignals, is_conversation, pair_signals
@@ -134,12 +135,15 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
 FAMILY_ROUNDS = {"first": (), "more": ("more",), "more2": ("more", "more2")}
 
 
-def load_pairs(split: str, rounds: tuple[str, ...] = (), written: bool = False) -> list[Pair]:
+def load_pairs(
+    split: str, rounds: tuple[str, ...] = (), written: bool = False, turns: bool = False
+) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
     ``rounds``: in "train", also these rounds of added families (``*_{round}_train.jsonl``:
     "more" is bench/contrast_more.py, "more2" bench/contrast_more2.py). ``written``: in
-    "train", also the written triplets (:func:`written_rows`).
+    "train", also the written triplets (:func:`written_rows`); ``turns``: their conversations
+    too (:func:`written_conversations`).
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
@@ -162,7 +166,8 @@ def load_pairs(split: str, rounds: tuple[str, ...] = (), written: bool = False) 
         if adversarial_held(row["a"]) == (split == "heldout"):
             rows.append((row["a"], row["b"], row["same"], "adversarial", row["kind"], row["a"]))
     if written and split == "train":
-        rows += written_rows(_rows(DATA / "written_train.jsonl"))
+        triplets = _rows(DATA / "written_train.jsonl")
+        rows += written_rows(triplets) + (written_conversations(triplets) if turns else [])
     cal = calibration_groups([(r[3], r[4], r[5]) for r in rows]) if split == "train" else set()
     return [Pair(ta, tb, s, src, kind, (src, g) in cal) for ta, tb, s, src, kind, g in rows]
 
@@ -178,6 +183,43 @@ def written_rows(triplets: list[dict[str, str]]) -> list[tuple[str, str, bool, s
                  (t["q"], t["trap"], False, "written", t["kind"], t["id"]),
                  (t["para"], t["trap"], False, "written", t["kind"], t["id"])]  # fmt: skip
     return rows
+
+
+def written_conversations(
+    triplets: list[dict[str, str]],
+) -> list[tuple[str, str, bool, str, str, str]]:
+    """Conversation pairs from the written triplets, rendered as the cache compares them
+    (:func:`conversation_text`), in the multi-turn sets' format (bench/contrast_data.py: an
+    earlier question, a reply that restates it, a follow-up): the stored conversation asks
+    ``q`` then a follow-up; ``reworded_history`` asks ``para`` and a rewording of the
+    follow-up (equivalent); ``intent_flip`` asks ``q`` and the follow-up's opposite, and a swap
+    asks the trap and the stored follow-up (not equivalent: ``context_swap`` where the trap
+    changed a thing or the parties, ``detail_swap`` otherwise; none for ``intent`` traps,
+    where an earlier question that asks another thing can leave a follow-up's answer alone).
+    The multi-turn families' earlier turns are slot-filled templates; these are written anew.
+    Seeded per triplet; rows grouped by its ``id`` with :func:`written_rows`' own."""
+    rows = []
+    for t in triplets:
+        rng = random.Random(f"{SEED}:turns:{t['id']}")
+        follows, flipped = rng.choice(FOLLOW_UPS)
+        follow = rng.choice(follows)
+        stored = _talk(rng, t["q"], follow)
+        rows += [(stored, _talk(rng, t["para"], rng.choice(follows)), True, "written",
+                  "reworded_history", t["id"]),
+                 (stored, _talk(rng, t["q"], rng.choice(flipped)), False, "written", "intent_flip",
+                  t["id"])]  # fmt: skip
+        if t["kind"] != "intent":
+            swap = "context_swap" if t["kind"] in ("entity", "direction") else "detail_swap"
+            rows.append((stored, _talk(rng, t["trap"], follow), False, "written", swap, t["id"]))
+    return rows
+
+
+def _talk(rng: random.Random, first: str, follow: str) -> str:
+    """A conversation as the multi-turn sets have it: ``first``, a reply, then ``follow``."""
+    reply = rng.choice(REPLIES).format(first.rstrip("?:.").lower())
+    return conversation_text([{"role": "user", "content": first},
+                              {"role": "assistant", "content": reply},
+                              {"role": "user", "content": follow}])  # fmt: skip
 
 
 def calibration_groups(
@@ -244,6 +286,13 @@ def main(argv: list[str] | None = None) -> None:
         help="on: also train and calibrate on the written triplets (bench/data/written_train.jsonl)"
         ". Pass the same with --calibrate-only",
     )
+    p.add_argument(
+        "--written-turns",
+        default="off",
+        choices=["on", "off"],
+        help="on (with --written on): also the written triplets' conversations "
+        "(written_conversations). Pass the same with --calibrate-only",
+    )
     p.add_argument("--adversarial-weight", type=float, default=2.0, help="loss weight")
     p.add_argument("--head-lr-scale", type=float, default=10.0, help="head lr = lr * this")
     p.add_argument(
@@ -263,7 +312,8 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
-    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], args.written == "on")
+    written = args.written == "on"
+    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], written, args.written_turns == "on")
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)

@@ -147,3 +147,28 @@ def test_the_written_triplets_are_whole_and_name_no_held_out_value() -> None:
         (False, triplets[0]["kind"], triplets[0]["id"]),
     ]
     assert {r[3] for r in rows} == {"written"} and len(rows) == 6
+
+
+def test_the_written_conversations_ask_the_triplets_as_earlier_turns() -> None:
+    """``train_verifier --written-turns on``: each triplet also gives conversations in the
+    multi-turn format: the paraphrase as a reworded history is equivalent; the follow-up's
+    opposite and the trap as the earlier question are not (no swap for an intent trap)."""
+    base = {"q": "Which apps can't be removed?", "para": "What programs are stuck on my PC?",
+            "trap": "Which apps can be removed?", "kind": "negation", "topic": "software"}  # fmt: skip
+    triplets = [{**base, "id": "t:1"}, {**base, "id": "t:2", "kind": "intent"}]
+    rows = train_verifier.written_conversations(triplets)
+    assert rows == train_verifier.written_conversations(triplets)  # seeded per triplet
+    assert [(r[2], r[4], r[5]) for r in rows] == [
+        (True, "reworded_history", "t:1"),
+        (False, "intent_flip", "t:1"),
+        (False, "detail_swap", "t:1"),
+        (True, "reworded_history", "t:2"),
+        (False, "intent_flip", "t:2"),
+    ]
+    stored, reworded, flipped, swapped = (rows[0][0], rows[0][1], rows[1][1], rows[2][1])
+    assert all(row[0] == stored and row[3] == "written" for row in rows[:3])
+    follow_up, history = stored.split(" || ")
+    assert history.endswith("user: " + base["q"]) and reworded.endswith("user: " + base["para"])
+    assert swapped.startswith(follow_up + " || ") and swapped.endswith("user: " + base["trap"])
+    opposite = next(flip for follows, flip in contrast_data.FOLLOW_UPS if follow_up in follows)
+    assert flipped.split(" || ")[0] in opposite and flipped.endswith("user: " + base["q"])
