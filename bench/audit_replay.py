@@ -12,8 +12,13 @@ set's held-out half), each in a namespace of its own (``x-cache-namespace``), sh
 not), through ``cachegate serve`` at the shipped semantic defaults with ``audit_rate``. The
 upstream is an oracle (this file; the pair travels in the request's ``user`` field, which the
 gateway passes on but does not key on): it answers each question with its pair's answer,
-reworded on every call (three templates in turn, so an audit's fresh answer is never the
-stored wording): one answer for both questions of a ``same`` pair, two of a different one.
+reworded on every call (one of three templates drawn at random, never the one of the call before,
+so an audit's fresh answer is never the stored wording): one answer for both questions of a
+``same`` pair, two of a different one. The draw keeps the audit's two answers (served, fresh)
+and its control's (fresh, fresh again) alike in how they differ, as a model's samples are; the
+templates in a fixed turn (before 2026-12-07) gave audits one pair of templates and controls
+another, which the judge told apart at different rates (words: 30.5% against 18.3% of 600 same
+pairs judged different), and the estimate over-counted by that much.
 Truth of a served semantic hit: its pair's label. The audit's verdicts are summed over the
 namespaces (its estimate is per namespace) and the estimate taken over the sums, as the gateway
 takes it (``semantic.audit.estimate_rate``): with the controls on (the default; the request of a
@@ -34,9 +39,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import random
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,7 +84,18 @@ class Oracle:
             self.intent.setdefault(
                 (f"p{i}", r["b"]), (2 * i, r["a"]) if r["same"] else (2 * i + 1, r["b"])
             )
-        self.calls: dict[int, int] = {}
+        #: answer number -> the template of its last call
+        self.last: dict[int, int] = {}
+        self._rng = random.Random(SEED)
+        self._lock = threading.Lock()
+        self._calls = itertools.count()
+
+    def wording(self, n: int) -> int:
+        """The template of answer ``n``'s next call: at random, never its last call's."""
+        with self._lock:  # NOTE: the upstream serves from several threads
+            k = self._rng.choice([t for t in range(len(TEMPLATES)) if t != self.last.get(n)])
+            self.last[n] = k
+        return k
 
     def value(self, n: int) -> str:
         if self.answers == "numbers":
@@ -91,10 +109,10 @@ class Oracle:
             return
         request = json.loads(await read_body(receive))
         n, restated = self.intent[(request["user"], request["messages"][-1]["content"])]
-        k = self.calls[n] = self.calls.get(n, -1) + 1
-        text = TEMPLATES[k % len(TEMPLATES)].format(q=restated, v=self.value(n))
+        k, call = self.wording(n), next(self._calls)
+        text = TEMPLATES[k].format(q=restated, v=self.value(n))
         await send_json(send, 200, {
-            "id": f"chatcmpl-{n}-{k}", "object": "chat.completion", "created": 0,
+            "id": f"chatcmpl-{n}-{call}", "object": "chat.completion", "created": 0,
             "model": "oracle", "choices": [{"index": 0, "finish_reason": "stop",
             "message": {"role": "assistant", "content": text}}],
             "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}})  # fmt: skip

@@ -141,3 +141,21 @@ def test_verifier_eval_measures_named_sets_without_quora() -> None:
     result = evaluate(PairVerifier(None), 0, 20, None, ("fresh5",))
     assert result["fresh5"]["pairs"] == 20 and "quora" not in result
     assert set(result["latency_ms"]) == {"embed", "verify_1", "verify_3"}
+
+
+def test_audit_replay_oracle_rewords_alike_for_audits_and_controls() -> None:
+    # an answer's calls: stored, the audit's fresh one, the control's; never the same wording
+    # twice in a row, and (stored, audit) differ the way (audit, control) do, as a model's
+    # samples would: with the templates in a fixed turn the two pairs were always different ones
+    from collections import Counter
+
+    from bench.audit_replay import TEMPLATES, Oracle
+
+    oracle = Oracle([{"a": "q?", "b": "p?", "same": True}], "words")
+    calls = [[oracle.wording(n) for _ in range(3)] for n in range(3000)]
+    assert all(c[0] != c[1] != c[2] for c in calls)
+    audits = Counter(frozenset(c[:2]) for c in calls)
+    controls = Counter(frozenset(c[1:]) for c in calls)
+    assert len(audits) == len(controls) == len(TEMPLATES)  # every pair of templates, both
+    for pair in audits:
+        assert abs(audits[pair] - controls[pair]) < 150  # ~1000 each
