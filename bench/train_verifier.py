@@ -19,6 +19,15 @@ without the third round (``--families more``) by the same kind of rule on a four
 --epochs 4 --written off``) on a second (bench/contrast_fresh.py). Figures and rules:
 docs/benchmarks.md, "Verifier vs guard".
 
+Tried and not shipped (2026-12-07, stop 47): ``--written both --written-turns on``, a second round
+of 1,090 written triplets (bench/data/written2_train.jsonl, 25 more training topics, fitness to
+smart homes) and conversations made from every triplet (:func:`written_conversations`): 43 256
+training pairs, 86 512 sequences cached in 468 s, 4 056 steps in 17.2 min (126 pairs/s), final
+loss 0.305. On a sixth held-out set written for the decision (bench/contrast_fresh5.py) it
+served 18.9% of the paraphrases at 2.6% wrong against the shipped 18.5% at 2.4%, short of the
+rule's improvement clause (2 points more served or 0.5 point fewer wrong); its conversations
+17.2% at 0.6% against 13.2% at 0.7% (docs/benchmarks.md, "Verifier vs guard").
+
 Initialised from the bundled all-MiniLM-L6-v2 (the embedder's own weights); the embeddings and
 the lower ``6 - --train-layers`` layers stay frozen, the top layers (2 by default), the pooler and
 a one-logit head are trained with binary cross-entropy on (stored, new) text pairs, each epoch in
@@ -131,19 +140,23 @@ def conversation_text(messages: list[dict[str, str]]) -> str:
     return compared_text(messages[-1]["content"], messages[:-1], None)
 
 
+#: ``--written``: the files of written triplets each choice trains on (bench/data/).
+WRITTEN = {"off": (), "on": ("written_train",), "both": ("written_train", "written2_train")}
+
 #: ``--families``: the rounds of added training families each choice trains on.
 FAMILY_ROUNDS = {"first": (), "more": ("more",), "more2": ("more", "more2")}
 
 
 def load_pairs(
-    split: str, rounds: tuple[str, ...] = (), written: bool = False, turns: bool = False
+    split: str, rounds: tuple[str, ...] = (), written: str = "off", turns: bool = False
 ) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
     ``rounds``: in "train", also these rounds of added families (``*_{round}_train.jsonl``:
     "more" is bench/contrast_more.py, "more2" bench/contrast_more2.py). ``written``: in
-    "train", also the written triplets (:func:`written_rows`); ``turns``: their conversations
-    too (:func:`written_conversations`).
+    "train", also the written triplets (:func:`written_rows`): "on" the first round, "both" the
+    second round too (:data:`WRITTEN`); ``turns``: their conversations too
+    (:func:`written_conversations`).
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
@@ -165,8 +178,8 @@ def load_pairs(
     for row in _rows(DATA / "adversarial_pairs.jsonl"):
         if adversarial_held(row["a"]) == (split == "heldout"):
             rows.append((row["a"], row["b"], row["same"], "adversarial", row["kind"], row["a"]))
-    if written and split == "train":
-        triplets = _rows(DATA / "written_train.jsonl")
+    if split == "train":
+        triplets = [t for stem in WRITTEN[written] for t in _rows(DATA / f"{stem}.jsonl")]
         rows += written_rows(triplets) + (written_conversations(triplets) if turns else [])
     cal = calibration_groups([(r[3], r[4], r[5]) for r in rows]) if split == "train" else set()
     return [Pair(ta, tb, s, src, kind, (src, g) in cal) for ta, tb, s, src, kind, g in rows]
@@ -282,16 +295,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--written",
         default="on",
-        choices=["on", "off"],
-        help="on: also train and calibrate on the written triplets (bench/data/written_train.jsonl)"
-        ". Pass the same with --calibrate-only",
+        choices=list(WRITTEN),
+        help="on: also train and calibrate on the written triplets (bench/data/written_train.jsonl"
+        "); both: and on their second round (written2_train.jsonl, 2026-12-07: not shipped). "
+        "Pass the same with --calibrate-only",
     )
     p.add_argument(
         "--written-turns",
         default="off",
         choices=["on", "off"],
-        help="on (with --written on): also the written triplets' conversations "
-        "(written_conversations). Pass the same with --calibrate-only",
+        help="on (with --written on or both): also the written triplets' conversations "
+        "(written_conversations; 2026-12-07: not shipped). Pass the same with --calibrate-only",
     )
     p.add_argument("--adversarial-weight", type=float, default=2.0, help="loss weight")
     p.add_argument("--head-lr-scale", type=float, default=10.0, help="head lr = lr * this")
@@ -312,8 +326,10 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(SEED)
     torch.set_num_threads(args.threads)
-    written = args.written == "on"
-    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], written, args.written_turns == "on")
+    if args.written_turns == "on" and args.written == "off":
+        p.error("--written-turns on needs --written on or both")
+    turns = args.written_turns == "on"
+    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], args.written, turns)
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)

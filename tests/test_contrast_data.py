@@ -111,8 +111,9 @@ def _training_questions() -> set[str]:
         out |= {
             r[k] for r in train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl") for k in "ab"
         }
-    written = train_verifier._rows(contrast_data.DATA / "written_train.jsonl")
-    out |= {t[k] for t in written for k in ("q", "para", "trap")}
+    for stem in train_verifier.WRITTEN["both"]:
+        written = train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
+        out |= {t[k] for t in written for k in ("q", "para", "trap")}
     for stem in ("multiturn_train", "multiturn_more_train", "multiturn_more2_train"):
         rows = train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
         out |= {m["content"] for r in rows for k in "ab" for m in r[k] if m["role"] == "user"}
@@ -120,12 +121,15 @@ def _training_questions() -> set[str]:
 
 
 def test_the_written_triplets_are_whole_and_name_no_held_out_value() -> None:
-    """bench/data/written_train.jsonl (``train_verifier --written on``): each triplet a
-    question, its paraphrase and a trap, three different texts, a known kind of trap; none
-    names a distinctive value of a held-out lexicon (a name, a number with its unit, words
-    that go together: not a lone everyday word like "get"), so the held-out sets stay unseen."""
-    triplets = train_verifier._rows(contrast_data.DATA / "written_train.jsonl")
-    assert len(triplets) > 1000
+    """bench/data/written_train.jsonl and written2_train.jsonl (``train_verifier --written on``,
+    ``both``): each triplet a question, its paraphrase and a trap, three different texts, a
+    known kind of trap; none names a distinctive value of a held-out lexicon (a name, a number
+    with its unit, words that go together: not a lone everyday word like "get"), so the
+    held-out sets stay unseen."""
+    first, second = (train_verifier._rows(contrast_data.DATA / f"{stem}.jsonl")
+                     for stem in train_verifier.WRITTEN["both"])  # fmt: skip
+    assert len(first) > 1000 and len(second) > 1000
+    triplets = first + second
     assert (
         len({t["id"] for t in triplets}) == len({t["q"].lower() for t in triplets}) == len(triplets)
     )
