@@ -49,6 +49,7 @@ Every held-out set's lexicons share no value with any training lexicon, this rou
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 import re
@@ -927,6 +928,16 @@ FRESH4_DOMAINS = ("astronomy", "pottery", "fishing", "chess", "motorcycles", "ta
 #: The sixth held-out set's domains (bench/contrast_fresh5.py), in no other family.
 FRESH5_DOMAINS = ("scuba", "golf", "sewing", "birding", "dance", "archery", "equestrian", "surfing",
                   "calligraphy")  # fmt: skip
+#: The fresh held-out sets in the order they were written: (stem, the module under bench/ that
+#: holds their families, domains, seed). :func:`generate_fresh` writes ``contrast_{stem}`` and
+#: ``multiturn_{stem}`` from each; :func:`held_out` and :func:`_check_fresh` read them all.
+FRESH_SETS: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
+    ("fresh", "contrast_fresh", FRESH_DOMAINS, FRESH_SEED),
+    ("fresh2", "contrast_fresh2", FRESH2_DOMAINS, FRESH2_SEED),
+    ("fresh3", "contrast_fresh3", FRESH3_DOMAINS, FRESH3_SEED),
+    ("fresh4", "contrast_fresh4", FRESH4_DOMAINS, FRESH4_SEED),
+    ("fresh5", "contrast_fresh5", FRESH5_DOMAINS, FRESH5_SEED),
+)
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
 FOLLOW_UPS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
@@ -997,34 +1008,21 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
 
 
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
-    """The fresh held-out sets' rows: ``contrast_fresh``/``multiturn_fresh``
-    (bench/contrast_fresh.py, seed 14), ``contrast_fresh2``/``multiturn_fresh2``
-    (bench/contrast_fresh2.py, seed 15), ``contrast_fresh3``/``multiturn_fresh3``
-    (bench/contrast_fresh3.py, seed 16), ``contrast_fresh4``/``multiturn_fresh4``
-    (bench/contrast_fresh4.py, seed 18) and ``contrast_fresh5``/``multiturn_fresh5``
-    (bench/contrast_fresh5.py, seed 19), each checked to be in its own domains and to share no
-    lexicon or word with training; their conversations' irrelevant earlier exchanges come from
-    their own families."""
-    from bench import (
-        contrast_fresh,
-        contrast_fresh2,
-        contrast_fresh3,
-        contrast_fresh4,
-        contrast_fresh5,
-    )
-
+    """The fresh held-out sets' rows: ``contrast_{stem}``/``multiturn_{stem}`` of each of
+    :data:`FRESH_SETS` (bench/contrast_fresh.py to contrast_fresh5.py, each with its own seed),
+    each checked to be in its own domains and to share no lexicon or word with training; their
+    conversations' irrelevant earlier exchanges come from their own families."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for module, domains, stem, seed in (
-        (contrast_fresh, FRESH_DOMAINS, "fresh", FRESH_SEED),
-        (contrast_fresh2, FRESH2_DOMAINS, "fresh2", FRESH2_SEED),
-        (contrast_fresh3, FRESH3_DOMAINS, "fresh3", FRESH3_SEED),
-        (contrast_fresh4, FRESH4_DOMAINS, "fresh4", FRESH4_SEED),
-        (contrast_fresh5, FRESH5_DOMAINS, "fresh5", FRESH5_SEED),
-    ):
+    for (stem, _, domains, seed), module in zip(FRESH_SETS, _fresh_modules(), strict=True):
         _check_fresh(module.LEXICONS, module.FAMILIES, domains)
         rows = _family_rows(random.Random(seed), module.FAMILIES, per_family, module.FAMILIES)
         out[f"contrast_{stem}"], out[f"multiturn_{stem}"] = rows
     return out
+
+
+def _fresh_modules() -> list[Any]:
+    """The modules of :data:`FRESH_SETS`' families (imported when asked: they import this one)."""
+    return [importlib.import_module(f"bench.{module}") for _, module, _, _ in FRESH_SETS]
 
 
 def _family_rows(
@@ -1050,29 +1048,10 @@ def _check_fresh(
     """A fresh held-out set's lexicons are new and share no word with the training lexicons
     (contrast_data's first ones and bench/contrast_more.py's); its families use only them, in
     its own domains. Adds its lexicons to LEXICONS."""
-    from bench import (
-        contrast_fresh,
-        contrast_fresh2,
-        contrast_fresh3,
-        contrast_fresh4,
-        contrast_fresh5,
-        contrast_more,
-        contrast_more2,
-    )
+    from bench import contrast_more, contrast_more2
 
     added = contrast_more.LEXICONS | contrast_more2.LEXICONS
-    held = set().union(
-        *(
-            m.LEXICONS
-            for m in (
-                contrast_fresh,
-                contrast_fresh2,
-                contrast_fresh3,
-                contrast_fresh4,
-                contrast_fresh5,
-            )
-        )
-    )
+    held = set().union(*(m.LEXICONS for m in _fresh_modules()))
     training = {k: v for k, v in (LEXICONS | added).items() if k not in held}
     words = {w.lower() for _, values, _ in training.values() for v in values for w in v}
     for name, (_, values, _) in fresh.items():
@@ -1096,14 +1075,7 @@ def _add_lexicons(new: dict[str, Lexicon], origin: str) -> None:
 
 
 def held_out(fam: Family) -> bool:
-    held = (
-        HELDOUT_DOMAINS
-        + FRESH_DOMAINS
-        + FRESH2_DOMAINS
-        + FRESH3_DOMAINS
-        + FRESH4_DOMAINS
-        + FRESH5_DOMAINS
-    )
+    held = HELDOUT_DOMAINS + tuple(d for _, _, domains, _ in FRESH_SETS for d in domains)
     return fam.domain in held or fam.name in HELDOUT_FAMILIES
 
 
@@ -1204,6 +1176,15 @@ def _contrast_rows(rng: random.Random, fam: Family) -> list[dict[str, Any]]:
     return rows
 
 
+def exchange(rng: random.Random, first: str, follow: str) -> list[dict[str, str]]:
+    """The multi-turn sets' turns: ``first``, a reply that restates it (one of :data:`REPLIES`),
+    then ``follow``."""
+    topic = first.rstrip("?:.").lower()
+    return [{"role": "user", "content": first},
+            {"role": "assistant", "content": rng.choice(REPLIES).format(topic)},
+            {"role": "user", "content": follow}]  # fmt: skip
+
+
 def _conversation(
     rng: random.Random,
     fam: Family,
@@ -1213,11 +1194,9 @@ def _conversation(
     padding: str = "",
     pool: list[Family] = FAMILIES,
 ) -> list[dict[str, str]]:
-    first = _render(rng, fam, rng.randrange(len(fam.phrasings)), values, False)
-    topic = first.rstrip("?:.").lower()
-    turns = [{"role": "user", "content": first},
-             {"role": "assistant", "content": rng.choice(REPLIES).format(topic)},
-             {"role": "user", "content": follow}]  # fmt: skip
+    turns = exchange(
+        rng, _render(rng, fam, rng.randrange(len(fam.phrasings)), values, False), follow
+    )
     if padding == "small_talk":
         hello, reply = rng.choice(SMALL_TALK)
         turns[:0] = [{"role": "user", "content": hello}, {"role": "assistant", "content": reply}]

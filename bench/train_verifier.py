@@ -109,7 +109,7 @@ from typing import Any
 import numpy as np
 
 from bench import semantic_pairs
-from bench.contrast_data import FOLLOW_UPS, REPLIES
+from bench.contrast_data import FOLLOW_UPS, exchange
 from semantic._guard_checks import HARD_CHECKS
 from semantic.keys import compared_text
 from semantic.verifier import INT8, PROBES, CandidateSignals, is_conversation, pair_signals
@@ -228,11 +228,8 @@ def written_conversations(
 
 
 def _talk(rng: random.Random, first: str, follow: str) -> str:
-    """A conversation as the multi-turn sets have it: ``first``, a reply, then ``follow``."""
-    reply = rng.choice(REPLIES).format(first.rstrip("?:.").lower())
-    return conversation_text([{"role": "user", "content": first},
-                              {"role": "assistant", "content": reply},
-                              {"role": "user", "content": follow}])  # fmt: skip
+    """:func:`contrast_data.exchange` as the cache compares it."""
+    return conversation_text(exchange(rng, first, follow))
 
 
 def calibration_groups(

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from bench import semantic_pairs
+from bench.contrast_data import FRESH_SETS
 from bench.report import machine, percentile, publish, table
 from bench.train_verifier import DATA, SEED, _rows, adversarial_held, conversation_text
 from semantic.embedder import Embedder
@@ -62,9 +63,10 @@ from semantic.guard import DEFAULT_THRESHOLD, Guard
 from semantic.keys import context_question
 from semantic.verifier import BACKENDS, CONTEXT_SCORE, PairVerifier
 
-SETS = ("quora", "contrast", "adversarial", "multiturn", "fresh", "fresh_multiturn", "fresh2",
-        "fresh2_multiturn", "fresh3", "fresh3_multiturn", "fresh4", "fresh4_multiturn", "fresh5",
-        "fresh5_multiturn")  # fmt: skip
+#: The fresh held-out sets' stems (contrast_data.FRESH_SETS): "fresh", "fresh2", ...
+FRESH = tuple(stem for stem, *_ in FRESH_SETS)
+SETS = ("quora", "contrast", "adversarial", "multiturn",
+        *(name for stem in FRESH for name in (stem, f"{stem}_multiturn")))  # fmt: skip
 RATES = (0.005, 0.01, 0.02, 0.05)
 #: The decisions compared: the guard alone (verifier: off), the guard with the verifier's veto
 #: (role "veto"), the combined verifier (role "decide", the default).
@@ -83,9 +85,7 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
         rows = [i for i in np.flatnonzero(held)]
         pick = sorted(random.Random(SEED).sample(rows, min(n_qqp, len(rows))))
         out["quora"] = [_pair(a[i], b[i], bool(same[i]), "qqp") for i in pick]
-    for name, stem in (("contrast", "contrast_heldout"), ("fresh", "contrast_fresh"),
-                       ("fresh2", "contrast_fresh2"), ("fresh3", "contrast_fresh3"),
-                       ("fresh4", "contrast_fresh4"), ("fresh5", "contrast_fresh5")):  # fmt: skip
+    for name, stem in (("contrast", "contrast_heldout"), *((f, f"contrast_{f}") for f in FRESH)):
         if name in only:
             out[name] = [
                 _pair(r["a"], r["b"], r["same"], r["kind"]) for r in _rows(DATA / f"{stem}.jsonl")
@@ -96,11 +96,8 @@ def load_sets(n_qqp: int, only: tuple[str, ...] = SETS) -> dict[str, list[dict[s
             for r in _rows(DATA / "adversarial_pairs.jsonl")
             if adversarial_held(r["a"])
         ]
-    for name, stem in (("multiturn", "multiturn_heldout"), ("fresh_multiturn", "multiturn_fresh"),
-                       ("fresh2_multiturn", "multiturn_fresh2"),
-                       ("fresh3_multiturn", "multiturn_fresh3"),
-                       ("fresh4_multiturn", "multiturn_fresh4"),
-                       ("fresh5_multiturn", "multiturn_fresh5")):  # fmt: skip
+    for name, stem in (("multiturn", "multiturn_heldout"),
+                       *((f"{f}_multiturn", f"multiturn_{f}") for f in FRESH)):  # fmt: skip
         if name in only:
             out[name] = [
                 {"a": conversation_text(r["a"]), "b": conversation_text(r["b"]),
