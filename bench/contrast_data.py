@@ -44,6 +44,8 @@ seed 18, ``contrast_fresh4.jsonl`` and ``multiturn_fresh4.jsonl``.
 A sixth held-out set was written on 2026-12-07 for the decision about the second round of written
 triplets and their conversations (bench/train_verifier.py ``--written-turns``):
 bench/contrast_fresh5.py, seed 19, ``contrast_fresh5.jsonl`` and ``multiturn_fresh5.jsonl``.
+A seventh, later on 2026-12-07, for the decision about conversations made from the first round
+alone: bench/contrast_fresh6.py, seed 20, ``contrast_fresh6.jsonl`` and ``multiturn_fresh6.jsonl``.
 Every held-out set's lexicons share no value with any training lexicon, this round's included.
 """
 
@@ -66,6 +68,7 @@ FRESH3_SEED = 16  # the fourth held-out set's (bench/contrast_fresh3.py)
 MORE2_SEED = 17  # the third round of training families (bench/contrast_more2.py)
 FRESH4_SEED = 18  # the fifth held-out set's (bench/contrast_fresh4.py)
 FRESH5_SEED = 19  # the sixth held-out set's (bench/contrast_fresh5.py)
+FRESH6_SEED = 20  # the seventh held-out set's (bench/contrast_fresh6.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -928,6 +931,9 @@ FRESH4_DOMAINS = ("astronomy", "pottery", "fishing", "chess", "motorcycles", "ta
 #: The sixth held-out set's domains (bench/contrast_fresh5.py), in no other family.
 FRESH5_DOMAINS = ("scuba", "golf", "sewing", "birding", "dance", "archery", "equestrian", "surfing",
                   "calligraphy")  # fmt: skip
+#: The seventh held-out set's domains (bench/contrast_fresh6.py), in no other family.
+FRESH6_DOMAINS = ("climbing", "tennis", "homebrewing", "origami", "skateboarding", "rowing",
+                  "fencing", "cheesemaking", "hamradio")  # fmt: skip
 #: The fresh held-out sets in the order they were written: (stem, the module under bench/ that
 #: holds their families, domains, seed). :func:`generate_fresh` writes ``contrast_{stem}`` and
 #: ``multiturn_{stem}`` from each; :func:`held_out` and :func:`_check_fresh` read them all.
@@ -937,6 +943,7 @@ FRESH_SETS: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
     ("fresh3", "contrast_fresh3", FRESH3_DOMAINS, FRESH3_SEED),
     ("fresh4", "contrast_fresh4", FRESH4_DOMAINS, FRESH4_SEED),
     ("fresh5", "contrast_fresh5", FRESH5_DOMAINS, FRESH5_SEED),
+    ("fresh6", "contrast_fresh6", FRESH6_DOMAINS, FRESH6_SEED),
 )
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
@@ -1009,7 +1016,7 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
 
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     """The fresh held-out sets' rows: ``contrast_{stem}``/``multiturn_{stem}`` of each of
-    :data:`FRESH_SETS` (bench/contrast_fresh.py to contrast_fresh5.py, each with its own seed),
+    :data:`FRESH_SETS` (bench/contrast_fresh.py to contrast_fresh6.py, each with its own seed),
     each checked to be in its own domains and to share no lexicon or word with training; their
     conversations' irrelevant earlier exchanges come from their own families."""
     out: dict[str, list[dict[str, Any]]] = {}

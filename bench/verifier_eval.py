@@ -22,7 +22,9 @@ bench/train_verifier.py for the splits):
 * **fresh4**, **fresh4_multiturn**: a fifth, written beside the written triplets in nine more
   domains (bench/contrast_fresh4.py: contrast_fresh4.jsonl, multiturn_fresh4.jsonl);
 * **fresh5**, **fresh5_multiturn**: a sixth, written beside the second round of written triplets
-  in nine more domains (bench/contrast_fresh5.py: contrast_fresh5.jsonl, multiturn_fresh5.jsonl).
+  in nine more domains (bench/contrast_fresh5.py: contrast_fresh5.jsonl, multiturn_fresh5.jsonl);
+* **fresh6**, **fresh6_multiturn**: a seventh, written for the decision about conversations made
+  from the first round alone, in nine more domains (bench/contrast_fresh6.py).
 
 A pair is (stored request, new request). Three decisions, side by side:
 
