@@ -153,7 +153,11 @@ FAMILY_ROUNDS = {"first": (), "more": ("more",), "more2": ("more", "more2")}
 
 
 def load_pairs(
-    split: str, rounds: tuple[str, ...] = (), written: str = "off", turns: bool = False
+    split: str,
+    rounds: tuple[str, ...] = (),
+    written: str = "off",
+    turns: bool = False,
+    calibrate_by: str = "family",
 ) -> list[Pair]:
     """``split``: "train" (training + calibration parts) or "heldout" (contrast/multi-turn/
     adversarial held-out parts; Quora's held-out half is read by semantic_pairs itself).
@@ -165,8 +169,13 @@ def load_pairs(
 
     In "train", the calibration pairs are chosen by :func:`calibration_groups`: whole families
     (Quora group, contrast/multi-turn family, adversarial stored question), stratified so that
-    every (source, kind) has about an eighth of its pairs kept out."""
+    every (source, kind) has about an eighth of its pairs kept out. ``calibrate_by="domain"``:
+    the contrast, multi-turn and written pairs are kept out by whole domains instead (a
+    written triplet's topic is its domain; :func:`calibration_domains`), so that no family
+    calibrated on shares a domain with one trained on, as on the held-out sets; Quora and the
+    adversarial pairs as before."""
     rows: list[tuple[str, str, bool, str, str, str]] = []  # a, b, same, source, kind, group
+    domain_of: dict[tuple[str, str], str] = {}  # (source, group) -> its domain
     if split == "train":
         a, b, same, group, held = semantic_pairs.read_qqp()
         for i in np.flatnonzero(~held):
@@ -180,13 +189,24 @@ def load_pairs(
             if name == "multiturn":
                 ta, tb = conversation_text(ta), conversation_text(tb)
             rows.append((ta, tb, row["same"], name, row["kind"], row["family"]))
+            domain_of[(name, row["family"])] = row["domain"]
     for row in _rows(DATA / "adversarial_pairs.jsonl"):
         if adversarial_held(row["a"]) == (split == "heldout"):
             rows.append((row["a"], row["b"], row["same"], "adversarial", row["kind"], row["a"]))
     if split == "train":
         triplets = [t for stem in WRITTEN[written] for t in _rows(DATA / f"{stem}.jsonl")]
         rows += written_rows(triplets) + (written_conversations(triplets) if turns else [])
-    cal = calibration_groups([(r[3], r[4], r[5]) for r in rows]) if split == "train" else set()
+        domain_of |= {("written", t["id"]): t["topic"] for t in triplets}
+    cal: set[tuple[str, str]] = set()
+    if split == "train" and calibrate_by == "family":
+        cal = calibration_groups([(r[3], r[4], r[5]) for r in rows])
+    elif split == "train":
+        by_domain = [r for r in rows if (r[3], r[5]) in domain_of]
+        cal = calibration_groups(
+            [(r[3], r[4], r[5]) for r in rows if (r[3], r[5]) not in domain_of]
+        )
+        held = calibration_domains([domain_of[(r[3], r[5])] for r in by_domain])
+        cal |= {sg for sg, domain in domain_of.items() if domain in held}
     return [Pair(ta, tb, s, src, kind, (src, g) in cal) for ta, tb, s, src, kind, g in rows]
 
 
@@ -266,6 +286,22 @@ def calibration_groups(
     return chosen
 
 
+def calibration_domains(domains: list[str], share: float = 1 / 8) -> set[str]:
+    """The domains kept out for calibration, from the domain of each pair: whole domains in a
+    fixed hash order (seeded with SEED) until at least ``share`` of the pairs are kept out."""
+    count: dict[str, int] = {}
+    for domain in domains:
+        count[domain] = count.get(domain, 0) + 1
+    chosen: set[str] = set()
+    kept = 0
+    for domain in sorted(count, key=lambda d: _order("domain", d)):
+        if kept >= share * len(domains):
+            break
+        chosen.add(domain)
+        kept += count[domain]
+    return chosen
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "semantic" / "verifier")
@@ -319,6 +355,14 @@ def main(argv: list[str] | None = None) -> None:
         "traps = contrast, adversarial and multi-turn; all = also Quora",
     )
     p.add_argument(
+        "--calibrate-by",
+        default="family",
+        choices=["family", "domain"],
+        help="how contrast, multi-turn and written pairs are kept out for calibration: whole "
+        "families (stratified by kind), or whole domains, as the held-out sets are "
+        "(calibration_domains; 2026-12-07: not decided). Pass the same with --calibrate-only",
+    )
+    p.add_argument(
         "--calibrate-only",
         action="store_true",
         help="re-measure meta.json for the weights already in --out",
@@ -331,7 +375,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.written_turns == "on" and args.written == "off":
         p.error("--written-turns on needs --written on or both")
     turns = args.written_turns == "on"
-    pairs = load_pairs("train", FAMILY_ROUNDS[args.families], args.written, turns)
+    pairs = load_pairs(
+        "train", FAMILY_ROUNDS[args.families], args.written, turns, args.calibrate_by
+    )
     train = _sample([x for x in pairs if not x.calibration], args)
     calib = [x for x in pairs if x.calibration]
     print(f"training pairs {len(train)}, calibration pairs {len(calib)}", flush=True)

@@ -171,6 +171,42 @@ def test_the_calibration_split_covers_every_kind_and_keeps_families_whole() -> N
     assert ("adversarial", "f3") not in cal  # families are per source
 
 
+def test_a_domain_calibration_split_keeps_whole_domains_out() -> None:
+    # train_verifier --calibrate-by domain: the contrast pairs of a domain are all trained on
+    # or all calibrated on, about an eighth kept out; Quora and adversarial split as before
+    from bench import contrast_data
+    from bench.train_verifier import FAMILY_ROUNDS, _rows, calibration_domains, load_pairs
+
+    assert calibration_domains(["a"] * 5 + ["b"] * 5 + ["c"] * 30) == calibration_domains(
+        ["c"] * 30 + ["b"] * 5 + ["a"] * 5
+    )
+    by_family = load_pairs("train", FAMILY_ROUNDS["more2"], "on")
+    by_domain = load_pairs("train", FAMILY_ROUNDS["more2"], "on", calibrate_by="domain")
+    assert [(x.a, x.b, x.source) for x in by_family] == [(x.a, x.b, x.source) for x in by_domain]
+    domain = {
+        (r["a"], r["b"]): r["domain"]
+        for stem in ("contrast_train", "contrast_more_train", "contrast_more2_train")
+        for r in _rows(contrast_data.DATA / f"{stem}.jsonl")
+    }
+    split: dict[str, set[bool]] = {}
+    for x in (x for x in by_domain if x.source == "contrast"):
+        split.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
+    assert all(len(flags) == 1 for flags in split.values())
+    kept = [d for d, flags in split.items() if flags == {True}]
+    assert 0 < len(kept) < len(split) / 3
+    contrast = [x for x in by_domain if x.source == "contrast"]
+    assert sum(x.calibration for x in contrast) >= len(contrast) / 10
+    # by families, a domain is split between training and calibration
+    mixed = {}
+    for x in (x for x in by_family if x.source == "contrast"):
+        mixed.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
+    assert any(len(flags) == 2 for flags in mixed.values())
+    for source in ("qqp", "adversarial"):
+        assert [x.calibration for x in by_family if x.source == source] == [
+            x.calibration for x in by_domain if x.source == source
+        ]
+
+
 def test_config_paths(tmp_path: Path) -> None:
     (tmp_path / "mine").mkdir()
     mine = {"verifier": "mine", "verifier_role": "decide", "max_wrong_rate": 0.02}
