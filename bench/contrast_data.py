@@ -46,6 +46,9 @@ triplets and their conversations (bench/train_verifier.py ``--written-turns``):
 bench/contrast_fresh5.py, seed 19, ``contrast_fresh5.jsonl`` and ``multiturn_fresh5.jsonl``.
 A seventh, later on 2026-12-07, for the decision about conversations made from the first round
 alone: bench/contrast_fresh6.py, seed 20, ``contrast_fresh6.jsonl`` and ``multiturn_fresh6.jsonl``.
+An eighth, later still (2026-12-07, stop 49), for the decision about a calibration split by whole
+domains (bench/train_verifier.py ``--calibrate-by domain``): bench/contrast_fresh7.py, seed 21,
+``contrast_fresh7.jsonl`` and ``multiturn_fresh7.jsonl``.
 Every held-out set's lexicons share no value with any training lexicon, this round's included.
 """
 
@@ -69,6 +72,7 @@ MORE2_SEED = 17  # the third round of training families (bench/contrast_more2.py
 FRESH4_SEED = 18  # the fifth held-out set's (bench/contrast_fresh4.py)
 FRESH5_SEED = 19  # the sixth held-out set's (bench/contrast_fresh5.py)
 FRESH6_SEED = 20  # the seventh held-out set's (bench/contrast_fresh6.py)
+FRESH7_SEED = 21  # the eighth held-out set's (bench/contrast_fresh7.py)
 
 # ---- lexicons: each value is a tuple of synonyms; "pairs" lexicons flip within a pair ---------
 
@@ -934,6 +938,9 @@ FRESH5_DOMAINS = ("scuba", "golf", "sewing", "birding", "dance", "archery", "equ
 #: The seventh held-out set's domains (bench/contrast_fresh6.py), in no other family.
 FRESH6_DOMAINS = ("climbing", "tennis", "homebrewing", "origami", "skateboarding", "rowing",
                   "fencing", "cheesemaking", "hamradio")  # fmt: skip
+#: The eighth held-out set's domains (bench/contrast_fresh7.py), in no other family.
+FRESH7_DOMAINS = ("bonsai", "leathercraft", "soapmaking", "curling", "cricket", "volleyball",
+                  "falconry", "stagemagic", "foraging")  # fmt: skip
 #: The fresh held-out sets in the order they were written: (stem, the module under bench/ that
 #: holds their families, domains, seed). :func:`generate_fresh` writes ``contrast_{stem}`` and
 #: ``multiturn_{stem}`` from each; :func:`held_out` and :func:`_check_fresh` read them all.
@@ -944,6 +951,7 @@ FRESH_SETS: tuple[tuple[str, str, tuple[str, ...], int], ...] = (
     ("fresh4", "contrast_fresh4", FRESH4_DOMAINS, FRESH4_SEED),
     ("fresh5", "contrast_fresh5", FRESH5_DOMAINS, FRESH5_SEED),
     ("fresh6", "contrast_fresh6", FRESH6_DOMAINS, FRESH6_SEED),
+    ("fresh7", "contrast_fresh7", FRESH7_DOMAINS, FRESH7_SEED),
 )
 
 #: Follow-ups for the multi-turn set: phrasings; the intent flip of each (its pair).
@@ -1016,7 +1024,7 @@ def generate_more(per_family: int = 24) -> dict[str, list[dict[str, Any]]]:
 
 def generate_fresh(per_family: int = 40) -> dict[str, list[dict[str, Any]]]:
     """The fresh held-out sets' rows: ``contrast_{stem}``/``multiturn_{stem}`` of each of
-    :data:`FRESH_SETS` (bench/contrast_fresh.py to contrast_fresh6.py, each with its own seed),
+    :data:`FRESH_SETS` (bench/contrast_fresh.py to contrast_fresh7.py, each with its own seed),
     each checked to be in its own domains and to share no lexicon or word with training; their
     conversations' irrelevant earlier exchanges come from their own families."""
     out: dict[str, list[dict[str, Any]]] = {}

@@ -51,6 +51,7 @@ NOT_LISTED = {
     "contrast_fresh4": "held-out families that bench/contrast_data.py writes pairs from",
     "contrast_fresh5": "held-out families that bench/contrast_data.py writes pairs from",
     "contrast_fresh6": "held-out families that bench/contrast_data.py writes pairs from",
+    "contrast_fresh7": "held-out families that bench/contrast_data.py writes pairs from",
     "contrast_more2": "training families that bench/contrast_data.py writes pairs from",
     "wordnet_antonyms": "writes semantic/antonyms_wordnet.txt",
     "llamacpp": "bench.engine's llama.cpp side, not a benchmark of its own",

@@ -24,7 +24,9 @@ bench/train_verifier.py for the splits):
 * **fresh5**, **fresh5_multiturn**: a sixth, written beside the second round of written triplets
   in nine more domains (bench/contrast_fresh5.py: contrast_fresh5.jsonl, multiturn_fresh5.jsonl);
 * **fresh6**, **fresh6_multiturn**: a seventh, written for the decision about conversations made
-  from the first round alone, in nine more domains (bench/contrast_fresh6.py).
+  from the first round alone, in nine more domains (bench/contrast_fresh6.py);
+* **fresh7**, **fresh7_multiturn**: an eighth, written for the decision about a calibration split
+  by whole domains, in nine more domains (bench/contrast_fresh7.py).
 
 A pair is (stored request, new request). Three decisions, side by side:
 

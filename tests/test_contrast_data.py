@@ -17,6 +17,7 @@ from bench import (
     contrast_fresh4,
     contrast_fresh5,
     contrast_fresh6,
+    contrast_fresh7,
     contrast_more,
     contrast_more2,
     train_verifier,
@@ -26,7 +27,7 @@ from bench import (
 ADDED = contrast_more.FAMILIES + contrast_more2.FAMILIES
 FRESH = ((contrast_fresh, "fresh"), (contrast_fresh2, "fresh2"), (contrast_fresh3, "fresh3"),
          (contrast_fresh4, "fresh4"), (contrast_fresh5, "fresh5"),
-         (contrast_fresh6, "fresh6"))  # fmt: skip
+         (contrast_fresh6, "fresh6"), (contrast_fresh7, "fresh7"))  # fmt: skip
 
 
 def test_the_committed_files_are_what_the_generator_writes() -> None:
@@ -40,7 +41,8 @@ def test_the_committed_files_are_what_the_generator_writes() -> None:
                             "contrast_fresh", "multiturn_fresh", "contrast_fresh2",
                             "multiturn_fresh2", "contrast_fresh3", "multiturn_fresh3",
                             "contrast_fresh4", "multiturn_fresh4", "contrast_fresh5",
-                            "multiturn_fresh5", "contrast_fresh6", "multiturn_fresh6"}  # fmt: skip
+                            "multiturn_fresh5", "contrast_fresh6", "multiturn_fresh6",
+                            "contrast_fresh7", "multiturn_fresh7"}  # fmt: skip
     for stem, rows in written.items():
         lines = (contrast_data.DATA / f"{stem}.jsonl").read_text().splitlines()
         assert lines == [json.dumps(row, sort_keys=True) for row in rows], stem
