@@ -269,12 +269,13 @@ def decode_body(raw: bytes) -> dict[str, Any]:
             "We could not parse the JSON body of your request. The request body must be valid JSON.",
             code="invalid_json",
         ) from None
-    if not isinstance(body, dict):
-        raise APIError(400, "The request body must be a JSON object.", code="invalid_type")
+    # NOTE: depth first, so that a top-level array nested too deeply is told so, as an object is
     if _nesting(body) > MAX_NESTING:  # cache keys and checks walk the body recursively
         raise APIError(
             400, f"The request body nests deeper than {MAX_NESTING} levels.", code="invalid_json"
         )
+    if not isinstance(body, dict):
+        raise APIError(400, "The request body must be a JSON object.", code="invalid_type")
     return body
 
 

@@ -718,12 +718,16 @@ def test_malformed_json_and_bad_headers(make_gateway: Any, upstream: FakeUpstrea
         "/v1/chat/completions", content=b'{"model": ', headers={"content-type": "application/json"}
     )
     assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
-    assert gw.http.post("/v1/chat/completions", content=b"[1, 2]").status_code == 400
+    response = gw.http.post("/v1/chat/completions", content=b"[1, 2]")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_type"
     for depth in (65, 600, 100_000):  # a 1 KB body 600 deep was a 500 with a 3,000-line trace
         nested = b'{"model": "fake-model", "messages": [], "x": ' + b"[" * depth + b"]" * depth
         response = gw.http.post("/v1/chat/completions", content=nested + b"}")
         assert response.status_code == 400, depth
         assert response.json()["error"]["code"] == "invalid_json"
+    # a top-level array nested too deeply is told its depth, as an object is (not its type)
+    response = gw.http.post("/v1/chat/completions", content=b"[" * 100 + b"]" * 100)
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
     assert (
         gw.chat("x", headers={"x-cache-threshold": "high"}).json()["error"]["param"]
         == "x-cache-threshold"
