@@ -528,14 +528,16 @@ def _resident_bytes() -> int:
 def test_a_thread_that_ends_gives_back_its_kernel_buffers(lib: Any) -> None:
     """Each thread keeps its buffers (the transposed inputs, the attention's scores) for its
     next call; when it ends (an engine's worker, one of the OpenMP threads) they are freed:
-    16 threads, each with a 4 MB scratch buffer, leave the memory as it was (leaked: +64 MB)."""
+    64 threads, each with a 4 MB scratch buffer, leave the memory as it was (leaked: +256 MB;
+    the bound leaves room for what the test process's other threads allocate meanwhile: 22 MB
+    was seen once in a run beside other work)."""
     torch.manual_seed(0)
     layer, x = NativeLinear(nn.Linear(4096, 64)), torch.randn(256, 4096)
     _on_a_new_thread(lambda: layer(x))  # (the allocator's first use of such a buffer)
     before = _resident_bytes()
-    for _ in range(16):
+    for _ in range(64):
         assert isinstance(_on_a_new_thread(lambda: layer(x)), torch.Tensor)
-    assert _resident_bytes() - before < 16 * 2**20
+    assert _resident_bytes() - before < 64 * 2**20
 
 
 def test_int8_attention_reads_a_tail_of_at_most_a_page_ending_at_the_new_token() -> None:

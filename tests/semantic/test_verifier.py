@@ -171,11 +171,24 @@ def test_the_calibration_split_covers_every_kind_and_keeps_families_whole() -> N
     assert ("adversarial", "f3") not in cal  # families are per source
 
 
-def test_a_domain_calibration_split_keeps_whole_domains_out() -> None:
+def test_a_domain_calibration_split_keeps_whole_domains_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # train_verifier --calibrate-by domain: the contrast pairs of a domain are all trained on
     # or all calibrated on, about an eighth kept out; Quora and adversarial split as before
+    import gzip
+
     from bench import contrast_data
     from bench.train_verifier import FAMILY_ROUNDS, _rows, calibration_domains, load_pairs
+
+    # Quora pairs of our own (the dev split lives outside the repository, in ../shared/data)
+    qqp = tmp_path / "qqp.jsonl.gz"
+    with gzip.open(qqp, "wt") as f:
+        for i in range(400):
+            row = {"a": f"How do I learn skill {i}?", "b": f"Best way to learn skill {i % 97}?",
+                   "duplicate": int(i % 3 == 0)}  # fmt: skip
+            f.write(json.dumps(row) + "\n")
+    monkeypatch.setenv("CACHEGATE_QQP", str(qqp))
 
     assert calibration_domains(["a"] * 5 + ["b"] * 5 + ["c"] * 30) == calibration_domains(
         ["c"] * 30 + ["b"] * 5 + ["a"] * 5
@@ -202,9 +215,9 @@ def test_a_domain_calibration_split_keeps_whole_domains_out() -> None:
         mixed.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
     assert any(len(flags) == 2 for flags in mixed.values())
     for source in ("qqp", "adversarial"):
-        assert [x.calibration for x in by_family if x.source == source] == [
-            x.calibration for x in by_domain if x.source == source
-        ]
+        flags = [x.calibration for x in by_family if x.source == source]
+        assert flags == [x.calibration for x in by_domain if x.source == source]
+        assert 0 < sum(flags) < len(flags)  # (some kept out, in both modes alike)
 
 
 def test_config_paths(tmp_path: Path) -> None:
