@@ -103,6 +103,11 @@ _ORDINALS = {
         _words("first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth")
     )
 }
+#: Number words a spelled-out number is built from ("twenty-five", "a hundred and twenty"):
+#: below twenty, the tens, and the multipliers; "half", "twice", "once", "dozen" stand alone.
+_SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if isinstance(v, int) and v < 20}
+_TENS = {w: int(v) for w, v in _NUMBER_WORDS.items() if v in (20, 30, 40, 50, 60, 70, 80, 90)}
+_SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
 
 _UNITS = {
     **dict.fromkeys(_words("km kms kilometer kilometers kilometre kilometres"), "km"),
@@ -306,6 +311,7 @@ def analyze(text: str) -> TextInfo:
     units: set[str] = set()
     dates: set[str] = set()
     entities: set[str] = set()
+    spelled = _spelled_numbers(flat)
     for i, (orig, tok) in enumerate(zip(raw, flat, strict=True)):
         prev_is_number = i > 0 and (flat[i - 1][:1].isdigit() or flat[i - 1] in _NUMBER_WORDS)
         if tok[:1].isdigit():
@@ -313,6 +319,9 @@ def analyze(text: str) -> TextInfo:
             m = re.fullmatch(r"[\d.,]+([a-z]+)", tok)  # "5km", "10gb"
             if m and m.group(1) in _UNITS:
                 units.add(_UNITS[m.group(1)])
+        elif i in spelled:
+            if spelled[i] is not None:  # (None: a later word of a number already counted)
+                numbers.add(str(spelled[i]))
         elif tok in _NUMBER_WORDS:
             numbers.add(_number(str(_NUMBER_WORDS[tok])))
         elif tok in _ORDINALS:
@@ -408,6 +417,49 @@ def _stem(tok: str) -> str:
                 return tok
             return tok[: len(tok) - len(suffix)] + repl
     return tok
+
+
+def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, int | None]:
+    """Spelled-out numbers of more than one word, read whole: token index of the first word ->
+    its value, of each later word -> None. "twenty-five" is 25 (as "25" is), not 20 and 5; "a
+    hundred and twenty" 120; "twenty-first" 21. Words that do not build one number stay apart
+    ("five six": 5 and 6)."""
+    out: dict[int, int | None] = {}
+    i = 0
+    while i < len(flat):
+        total, current, last, j = 0, None, "", i
+        while j < len(flat):
+            w = flat[j]
+            if w in _SMALL and (current is None or last in ("tens", "hundred")):
+                if last == "tens" and _SMALL[w] >= 10:
+                    break
+                current, last = (current or 0) + _SMALL[w], "small"
+            elif w in _TENS and (current is None or last == "hundred"):
+                current, last = (current or 0) + _TENS[w], "tens"
+            elif w in _ORDINALS and last == "tens" and _ORDINALS[w] < 10:  # "twenty-first"
+                current, last, j = (current or 0) + _ORDINALS[w], "ordinal", j + 1
+                break
+            elif w == "hundred" and last in ("", "small"):
+                current, last = (current or 1) * 100, "hundred"
+            elif w in _SCALES and last in ("", "small", "tens", "hundred"):
+                total, current, last = total + (current or 1) * _SCALES[w], None, "hundred"
+            elif (
+                w == "and"
+                and last == "hundred"
+                and j + 1 < len(flat)
+                and (flat[j + 1] in _SMALL or flat[j + 1] in _TENS)
+            ):
+                pass
+            else:
+                break
+            j += 1
+        if j - i > 1 and flat[j - 1] != "and":
+            out[i] = total + (current or 0)
+            out.update(dict.fromkeys(range(i + 1, j)))
+            i = j
+        else:
+            i += 1
+    return out
 
 
 def _number(tok: str) -> str:
