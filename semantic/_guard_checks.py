@@ -335,9 +335,9 @@ def analyze(text: str) -> TextInfo:
         if title_case:
             pass
         elif i not in starts and orig[:1].isupper() and tok not in STOPWORDS and tok not in _DATES:
-            entities.add(stems[i])
+            entities.add(_name(tokens[i], stems[i]))
         elif orig.isupper() and len(orig) > 1 and tok not in STOPWORDS:
-            entities.add(stems[i])  # acronyms, also sentence-initial
+            entities.add(_name(tokens[i], stems[i]))  # acronyms, also sentence-initial
     negations = sum(t in _NEGATIONS or (t.endswith("nt") and t[:-2] in _NT_BASES) for t in flat)
     return TextInfo(
         tokens=tokens,
@@ -417,6 +417,14 @@ def _stem(tok: str) -> str:
                 return tok
             return tok[: len(tok) - len(suffix)] + repl
     return tok
+
+
+def _name(token: str, stem: str) -> str:
+    """A name's entity stem, its possessive's the same: "Harris's" is Harris (its stem without
+    the apostrophe, "harriss", kept its double s where "Harris" loses its s)."""
+    if token.endswith("'s"):
+        return _stem(token[:-2].replace("'", ""))
+    return stem
 
 
 def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, int | None]:
