@@ -107,7 +107,7 @@ _ORDINALS = {
 #: below twenty, the tens, and the multipliers; "half", "twice", "once", "dozen" stand alone.
 _SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if isinstance(v, int) and v < 20}
 _TENS = {w: int(v) for w, v in _NUMBER_WORDS.items() if v in (20, 30, 40, 50, 60, 70, 80, 90)}
-_SCALES = {"thousand": 1000, "million": 10**6, "billion": 10**9}
+_SCALES = {w: int(_NUMBER_WORDS[w]) for w in ("thousand", "million", "billion")}
 
 _UNITS = {
     **dict.fromkeys(_words("km kms kilometer kilometers kilometre kilometres"), "km"),
@@ -461,7 +461,7 @@ def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, int | None]:
             else:
                 break
             j += 1
-        if j - i > 1 and flat[j - 1] != "and":
+        if j - i > 1:  # (a run never ends on "and": it is taken only before a number word)
             out[i] = total + (current or 0)
             out.update(dict.fromkeys(range(i + 1, j)))
             i = j

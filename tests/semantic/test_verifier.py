@@ -201,19 +201,22 @@ def test_a_domain_calibration_split_keeps_whole_domains_out(
         for stem in ("contrast_train", "contrast_more_train", "contrast_more2_train")
         for r in _rows(contrast_data.DATA / f"{stem}.jsonl")
     }
-    split: dict[str, set[bool]] = {}
-    for x in (x for x in by_domain if x.source == "contrast"):
-        split.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
+
+    def by_domain_flags(pairs: list[Any]) -> dict[str, set[bool]]:
+        """Each domain's contrast pairs' calibration flags."""
+        flags: dict[str, set[bool]] = {}
+        for x in (x for x in pairs if x.source == "contrast"):
+            flags.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
+        return flags
+
+    split = by_domain_flags(by_domain)
     assert all(len(flags) == 1 for flags in split.values())
     kept = [d for d, flags in split.items() if flags == {True}]
     assert 0 < len(kept) < len(split) / 3
     contrast = [x for x in by_domain if x.source == "contrast"]
     assert sum(x.calibration for x in contrast) >= len(contrast) / 10
     # by families, a domain is split between training and calibration
-    mixed = {}
-    for x in (x for x in by_family if x.source == "contrast"):
-        mixed.setdefault(domain[(x.a, x.b)], set()).add(x.calibration)
-    assert any(len(flags) == 2 for flags in mixed.values())
+    assert any(len(flags) == 2 for flags in by_domain_flags(by_family).values())
     for source in ("qqp", "adversarial"):
         flags = [x.calibration for x in by_family if x.source == source]
         assert flags == [x.calibration for x in by_domain if x.source == source]
