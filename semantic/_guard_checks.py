@@ -8,7 +8,8 @@ looks at the *surface* of both questions for one kind of difference that changes
 ====================  =====================================================================
 ``number_mismatch``   both mention numbers (or model codes like "s7", ordinals, number words)
                       and the sets differ, or both compare (<, >, =, >=, !=, ≤ ...) and the
-                      operators differ
+                      operators differ (the same durations in units that convert, "five
+                      weeks" and "35 days", are one quantity: neither this nor the next)
 ``unit_mismatch``     both mention units/currencies and they differ (km vs miles, $ vs €)
 ``date_mismatch``     both mention months/weekdays/relative days and they differ
 ``negation``          one side negates and the other does not (odd/even count of not, n't, never…)
@@ -108,6 +109,8 @@ _ORDINALS = {
 _SMALL = {w: int(v) for w, v in _NUMBER_WORDS.items() if isinstance(v, int) and v < 20}
 _TENS = {w: int(v) for w, v in _NUMBER_WORDS.items() if v in (20, 30, 40, 50, 60, 70, 80, 90)}
 _SCALES = {w: int(_NUMBER_WORDS[w]) for w in ("thousand", "million", "billion")}
+#: The digits a spelled decimal is read in ("sixteen point two").
+_DIGITS = {w: str(v) for w, v in _SMALL.items() if v < 10} | {"one": "1"}
 
 _UNITS = {
     **dict.fromkeys(_words("km kms kilometer kilometers kilometre kilometres"), "km"),
@@ -143,6 +146,11 @@ _UNITS = {
     **dict.fromkeys(_words("month months"), "month"),
     **dict.fromkeys(_words("year years yr yrs"), "year"),
 }
+#: Time units that convert exactly, in seconds (or, for the calendar's, in months): "five
+#: weeks" and "35 days" ask the same thing.
+_DURATION = {"second": (1, "s"), "minute": (60, "s"), "hour": (3600, "s"), "day": (86400, "s"),
+             "week": (604800, "s"), "month": (1, "mo"), "year": (12, "mo")}  # fmt: skip
+_TIME_UNITS = frozenset(_DURATION)
 # Units that are also common words only count right after a number ("5 m", not "I m").
 _AMBIGUOUS_UNITS = frozenset(_words("m g l in min second minute hour day week month year pound"))
 
@@ -250,6 +258,9 @@ class TextInfo:
     qtype: str | None
     content_seq: tuple[str, ...]  # content stems in order (order_swap)
     operators: tuple[str, ...] = ()  # comparison operators, normalised and sorted
+    #: durations in a common unit ("5 weeks" and "35 days" are both "3024000s"; months "mo")
+    durations: frozenset[str] = frozenset()
+    timed: frozenset[str] = frozenset()  # the numbers that count those durations
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,18 +323,19 @@ def analyze(text: str) -> TextInfo:
     dates: set[str] = set()
     entities: set[str] = set()
     spelled = _spelled_numbers(flat)
+    counted: dict[int, str] = {}  # token index -> the number read there (not codes, ordinals)
     for i, (orig, tok) in enumerate(zip(raw, flat, strict=True)):
         prev_is_number = i > 0 and (flat[i - 1][:1].isdigit() or flat[i - 1] in _NUMBER_WORDS)
         if tok[:1].isdigit():
-            numbers.add(_number(tok))
+            numbers.add(counted.setdefault(i, _number(tok)))
             m = re.fullmatch(r"[\d.,]+([a-z]+)", tok)  # "5km", "10gb"
             if m and m.group(1) in _UNITS:
                 units.add(_UNITS[m.group(1)])
         elif i in spelled:
             if spelled[i] is not None:  # (None: a later word of a number already counted)
-                numbers.add(str(spelled[i]))
+                numbers.add(counted.setdefault(i, str(spelled[i])))
         elif tok in _NUMBER_WORDS:
-            numbers.add(_number(str(_NUMBER_WORDS[tok])))
+            numbers.add(counted.setdefault(i, _number(str(_NUMBER_WORDS[tok]))))
         elif tok in _ORDINALS:
             numbers.add(str(_ORDINALS[tok]))  # "Second World War" == "World War 2"
         elif re.fullmatch(r"[a-z]+\d+[a-z\d]*", tok):  # model codes: s7, i5, x11, a320
@@ -339,6 +351,7 @@ def analyze(text: str) -> TextInfo:
         elif orig.isupper() and len(orig) > 1 and tok not in STOPWORDS:
             entities.add(_name(tokens[i], stems[i]))  # acronyms, also sentence-initial
     negations = sum(t in _NEGATIONS or (t.endswith("nt") and t[:-2] in _NT_BASES) for t in flat)
+    durations = _durations(flat, counted, spelled)
     return TextInfo(
         tokens=tokens,
         stems=stems,
@@ -351,6 +364,8 @@ def analyze(text: str) -> TextInfo:
         qtype=_qtype(tokens),
         content_seq=tuple(s for s in stems if s not in STOPWORDS),
         operators=tuple(sorted(_OPERATOR_OF.get(m, m) for m in _OPERATOR.findall(text))),
+        durations=frozenset(durations.values()),
+        timed=frozenset(counted[i] for i in durations),
     )
 
 
@@ -359,9 +374,13 @@ def compare(a: TextInfo, b: TextInfo) -> PairSignals:
     failed: list[str] = []
     # NOTE: the tokens drop symbols, so "Is 17 > 12?" and "Is 17 < 12?" differ only here.
     compares = a.operators and b.operators and a.operators != b.operators
-    if (a.numbers and b.numbers and a.numbers != b.numbers) or compares:
+    numbers = bool(a.numbers and b.numbers and a.numbers != b.numbers)
+    units = bool(a.units and b.units and a.units != b.units)
+    if (numbers or units) and _same_durations(a, b):  # "five weeks" / "35 days"
+        numbers = units = False
+    if numbers or compares:
         failed.append("number_mismatch")
-    if a.units and b.units and a.units != b.units:
+    if units:
         failed.append("unit_mismatch")
     if a.dates and b.dates and a.dates != b.dates:
         failed.append("date_mismatch")
@@ -427,15 +446,18 @@ def _name(token: str, stem: str) -> str:
     return stem
 
 
-def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, int | None]:
+def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, str | None]:
     """Spelled-out numbers of more than one word, read whole: token index of the first word ->
-    its value, of each later word -> None. "twenty-five" is 25 (as "25" is), not 20 and 5; "a
-    hundred and twenty" 120; "twenty-first" 21. Words that do not build one number stay apart
-    ("five six": 5 and 6)."""
-    out: dict[int, int | None] = {}
+    its value (as :func:`_number` writes it), of each later word -> None. "twenty-five" is 25
+    (as "25" is), not 20 and 5; "a hundred and twenty" 120; "twenty-first" 21; "sixteen point
+    two" 16.2; "eight and a half" 8.5. Words that do not build one number stay apart ("five
+    six": 5 and 6)."""
+    out: dict[int, str | None] = {}
     i = 0
     while i < len(flat):
         total, current, last, j = 0, None, "", i
+        if flat[i] == "one" and _fraction(flat, i + 1) is not None:  # "one and a half"
+            current, last, j = 1, "small", i + 1
         while j < len(flat):
             w = flat[j]
             if w in _SMALL and (current is None or last in ("tens", "hundred")):
@@ -461,13 +483,62 @@ def _spelled_numbers(flat: tuple[str, ...]) -> dict[int, int | None]:
             else:
                 break
             j += 1
+        value = str(total + (current or 0))
+        fraction = _fraction(flat, j) if last in ("small", "tens", "hundred") else None
+        if fraction is not None:
+            value, j = _number(f"{value}.{fraction[0]}"), fraction[1]
         if j - i > 1:  # (a run never ends on "and": it is taken only before a number word)
-            out[i] = total + (current or 0)
+            out[i] = value
             out.update(dict.fromkeys(range(i + 1, j)))
             i = j
         else:
             i += 1
     return out
+
+
+def _durations(
+    flat: tuple[str, ...], counted: dict[int, str], spelled: dict[int, str | None]
+) -> dict[int, str]:
+    """The numbers that count a time unit right after them ("5 weeks", "three-week-old", "35
+    days", "5min", "half an hour"): token index -> the duration in seconds ("3024000s") or, for
+    months and years, in months ("24mo")."""
+    out: dict[int, str] = {}
+    for i, value in counted.items():
+        end = i + 1
+        while end in spelled and spelled[end] is None:  # past a spelled number's later words
+            end += 1
+        if value == "0.5" and flat[end : end + 1] in (("a",), ("an",)):  # "half an hour"
+            end += 1
+        unit = re.fullmatch(r"[\d.,]+([a-z]+)", flat[i])
+        word = unit.group(1) if unit else flat[end] if end < len(flat) else ""
+        if _UNITS.get(word) in _DURATION:
+            factor, dim = _DURATION[_UNITS[word]]
+            out[i] = _number(str(float(value) * factor)) + dim
+    return out
+
+
+def _same_durations(a: TextInfo, b: TextInfo) -> bool:
+    """Both ask for the same durations in units that convert ("five weeks" and "35 days"), and
+    their other numbers and units are the same."""
+    return (
+        bool(a.durations)
+        and a.durations == b.durations
+        and a.numbers - a.timed == b.numbers - b.timed
+        and a.units - _TIME_UNITS == b.units - _TIME_UNITS
+    )
+
+
+def _fraction(flat: tuple[str, ...], j: int) -> tuple[str, int] | None:
+    """The spelled fraction at ``flat[j:]`` after a number's words: its decimal digits and the
+    index past it ("point two five" -> "25", "and a half" -> "5"), or None."""
+    if flat[j : j + 3] == ("and", "a", "half"):
+        return "5", j + 3
+    if flat[j : j + 1] != ("point",):
+        return None
+    k = j + 1
+    while k < len(flat) and flat[k] in _DIGITS:
+        k += 1
+    return ("".join(_DIGITS[w] for w in flat[j + 1 : k]), k) if k > j + 1 else None
 
 
 def _number(tok: str) -> str:
@@ -508,13 +579,15 @@ _NEG_PREFIXES = ("un", "in", "im", "il", "ir", "dis", "non")
 
 
 def _prefix_negations(x: TextInfo, other: TextInfo) -> int:
-    """Words of x that negate a word of the other side by prefix: "unsafe" vs "safe"."""
-    words = set(other.tokens)
+    """Words of x that negate a word of the other side by prefix: "unsafe" vs "safe" (not one
+    whose word x has too: "in the mold ... unmold it" against "its mold" is an action, not a
+    negation)."""
+    words, own = set(other.tokens), set(x.tokens)
     return sum(
         1
-        for t in set(x.tokens) - words
+        for t in own - words
         for p in _NEG_PREFIXES
-        if t.startswith(p) and len(t) - len(p) >= 4 and t[len(p) :] in words
+        if t.startswith(p) and len(t) - len(p) >= 4 and t[len(p) :] in words - own
     )
 
 

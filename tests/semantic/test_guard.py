@@ -109,20 +109,17 @@ def test_comparison_operators_are_normalised() -> None:
 def test_a_spelled_out_number_is_read_whole() -> None:
     # "twenty-five" is 25, as "25" is: it was read as 20 and 5, a number_mismatch veto on a
     # paraphrase (found on the eighth held-out set's paraphrases, stop 49)
-    def numbers(text: str) -> list[str]:
-        return sorted(analyze(text).numbers)
-
-    assert numbers("a seventy-five-minute set") == ["75"]
-    assert numbers("a hundred and twenty people") == ["120"]
-    assert numbers("three hundred and five") == ["305"]
-    assert numbers("two hundred thousand dollars") == ["200000"]
-    assert numbers("the twenty-first century") == ["21"]
-    assert numbers("ninety nine bottles") == ["99"]
+    assert _numbers("a seventy-five-minute set") == ["75"]
+    assert _numbers("a hundred and twenty people") == ["120"]
+    assert _numbers("three hundred and five") == ["305"]
+    assert _numbers("two hundred thousand dollars") == ["200000"]
+    assert _numbers("the twenty-first century") == ["21"]
+    assert _numbers("ninety nine bottles") == ["99"]
     # words that do not build one number stay apart
-    assert numbers("five six seven") == ["5", "6", "7"]
-    assert numbers("two and three") == ["2", "3"]
-    assert numbers("fifteen twenty") == ["15", "20"]
-    assert numbers("a dozen eggs, half an hour") == ["0.5", "12"]
+    assert _numbers("five six seven") == ["5", "6", "7"]
+    assert _numbers("two and three") == ["2", "3"]
+    assert _numbers("fifteen twenty") == ["15", "20"]
+    assert _numbers("a dozen eggs, half an hour") == ["0.5", "12"]
     same = compare(
         analyze("How long is a 25-minute set?"), analyze("How long is a twenty-five-minute set?")
     )
@@ -131,6 +128,70 @@ def test_a_spelled_out_number_is_read_whole() -> None:
         analyze("How long is a 25-minute set?"), analyze("How long is a twenty-minute set?")
     )
     assert "number_mismatch" in other.failed
+
+
+def test_a_spelled_decimal_is_read_whole() -> None:
+    # "eight and a half" is 8.5 and "sixteen point two" 16.2: they were read as 8 and 0.5, 16
+    # and 2, a number_mismatch veto on a paraphrase (the eighth held-out set's, stop 50)
+    assert _numbers("a split of eight and a half seconds") == ["8.5"]
+    assert _numbers("sixteen point two seconds") == ["16.2"]
+    assert _numbers("three and a half percent superfat") == ["3.5"]
+    assert _numbers("one and a half hours") == ["1.5"]
+    assert _numbers("zero point two five") == ["0.25"]
+    assert _numbers("twenty point five") == ["20.5"]
+    # "one" alone is still no number, and "point" needs a digit after it
+    assert _numbers("which one and a friend") == []
+    assert _numbers("two point of view") == ["2"]
+    split = "What does a split of 8.5 seconds tell me?"
+    assert "number_mismatch" not in _failed(split, "What does a split of eight and a half seconds?")
+    assert "number_mismatch" in _failed(split, "What does a split of eight seconds tell me?")
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("How often should I feed a 21-day-old chick?", "How often should I feed a three-week-old chick?"),
+        ("It has sat in the mold for five weeks: unmold?", "It has sat in the mold 35 days: unmold?"),
+        ("Is half an hour enough to rest the dough?", "Is 30 minutes enough to rest the dough?"),
+        ("Can a 2 year old eat honey?", "Can a 24 month old eat honey?"),
+        ("Is a 90min walk too long for a puppy?", "Is a 1.5 hour walk too long for a puppy?"),
+    ],
+)  # fmt: skip
+def test_durations_that_convert_are_one_quantity(a: str, b: str) -> None:
+    # the same time in other units asks the same thing: no number or unit veto
+    assert not {"number_mismatch", "unit_mismatch"} & _failed(a, b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("How often should I feed a 21-day-old chick?", "How often should I feed a 21-week-old chick?"),
+        ("It has sat in the mold for five weeks: unmold?", "It has sat in the mold 30 days: unmold?"),
+        ("Can I run 5 km in 2 hours?", "Can I run 5 miles in 120 minutes?"),
+        ("Can 3 kids stay for 2 weeks?", "Can 4 kids stay for 14 days?"),
+    ],
+)  # fmt: skip
+def test_durations_that_differ_or_come_with_other_differences_still_veto(a: str, b: str) -> None:
+    # another duration, or the same one beside another number or unit, is still a difference
+    assert {"number_mismatch", "unit_mismatch"} & _failed(a, b)
+
+
+def test_a_prefixed_word_whose_base_its_own_text_has_is_no_negation() -> None:
+    # "unmold" beside "mold" in the same question is an action, not "not mold": it was a negation
+    # veto against a paraphrase that says "mold" once (the eighth held-out set's, stop 50)
+    stored = "It has been in the mold for 6 hours. Should I unmold it now?"
+    assert "negation" not in _failed(stored, "Is it time to pop out soap in its mold 6 hours?")
+    # a plain prefix negation still is one, both ways
+    assert "negation" in _failed("Is the water safe?", "Is the water unsafe?")
+    assert "negation" in _failed("Is the water unsafe?", "Is the water safe?")
+
+
+def _failed(a: str, b: str) -> set[str]:
+    return set(compare(analyze(a), analyze(b)).failed)
+
+
+def _numbers(text: str) -> list[str]:
+    return sorted(analyze(text).numbers)
 
 
 def test_a_name_and_its_possessive_are_one_name() -> None:
