@@ -240,7 +240,9 @@ _QTYPES = {
     "what date": "time", "why": "reason",
 }  # fmt: skip
 # Words that make "X w Y" differ from "Y w X" (the checks treat and/or/vs/between as symmetric).
-_ASYMMETRIC = frozenset(_words("to from than into against over under before after beat beats"))
+_ASYMMETRIC = frozenset(
+    _words("to from than into against over under before after beat beats instead")
+)  # ("X instead of Y": the argument after "instead of")
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +294,7 @@ def analyze(text: str) -> TextInfo:
     """Parse one question. Cached by text (an LRU of 8k texts: a few MB for questions; the
     cache only parses texts its embedder reads whole, at most a few kB each)."""
     text = text.replace("\u2019", "'").replace("°C", " celsius").replace("°F", " fahrenheit")
+    text = text.replace("->", " to ").replace("\u2192", " to ")  # "skip -> vice-skip"
     text = text if text.isascii() else text.translate(_FOLD_TABLE)
     found = list(_TOKEN.finditer(text))
     raw = [m.group() for m in found]

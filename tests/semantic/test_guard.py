@@ -186,6 +186,21 @@ def test_a_prefixed_word_whose_base_its_own_text_has_is_no_negation() -> None:
     assert "negation" in _failed("Is the water unsafe?", "Is the water safe?")
 
 
+def test_a_swap_around_instead_of_or_an_arrow_is_an_order_swap() -> None:
+    # "X instead of Y" / "Y instead of X" and "A -> B" / "B -> A" turn the question around
+    # (served context swaps of the eighth held-out set's conversations, stop 50)
+    butter = "I want to use mango butter instead of babassu oil in my soap: what changes?"
+    swapped = "I want to use babassu oil instead of mango butter in my soap: what changes?"
+    assert "order_swap" in _failed(butter, swapped)
+    roles = "Changing roles, vice-skip -> skip: what do I need to learn?"
+    assert "order_swap" in _failed(
+        roles, "Changing roles, skip -> vice-skip: what do I need to learn?"
+    )
+    # the same direction in other words is not
+    assert "order_swap" not in _failed(roles, "Changing roles, vice-skip to skip: what do I learn?")
+    assert "order_swap" not in _failed(butter, "Can I use mango butter in place of babassu oil?")
+
+
 def _failed(a: str, b: str) -> set[str]:
     return set(compare(analyze(a), analyze(b)).failed)
 
