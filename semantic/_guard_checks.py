@@ -151,6 +151,8 @@ _UNITS = {
 _DURATION = {"second": (1, "s"), "minute": (60, "s"), "hour": (3600, "s"), "day": (86400, "s"),
              "week": (604800, "s"), "month": (1, "mo"), "year": (12, "mo")}  # fmt: skip
 _TIME_UNITS = frozenset(_DURATION)
+#: A number with its unit written on ("5km", "90min"): the unit.
+_NUMBER_UNIT = re.compile(r"[\d.,]+([a-z]+)")
 # Units that are also common words only count right after a number ("5 m", not "I m").
 _AMBIGUOUS_UNITS = frozenset(_words("m g l in min second minute hour day week month year pound"))
 
@@ -331,7 +333,7 @@ def analyze(text: str) -> TextInfo:
         prev_is_number = i > 0 and (flat[i - 1][:1].isdigit() or flat[i - 1] in _NUMBER_WORDS)
         if tok[:1].isdigit():
             numbers.add(counted.setdefault(i, _number(tok)))
-            m = re.fullmatch(r"[\d.,]+([a-z]+)", tok)  # "5km", "10gb"
+            m = _NUMBER_UNIT.fullmatch(tok)  # "5km", "10gb"
             if m and m.group(1) in _UNITS:
                 units.add(_UNITS[m.group(1)])
         elif i in spelled:
@@ -512,7 +514,7 @@ def _durations(
             end += 1
         if value == "0.5" and flat[end : end + 1] in (("a",), ("an",)):  # "half an hour"
             end += 1
-        unit = re.fullmatch(r"[\d.,]+([a-z]+)", flat[i])
+        unit = _NUMBER_UNIT.fullmatch(flat[i])
         word = unit.group(1) if unit else flat[end] if end < len(flat) else ""
         if _UNITS.get(word) in _DURATION:
             factor, dim = _DURATION[_UNITS[word]]
@@ -586,11 +588,12 @@ def _prefix_negations(x: TextInfo, other: TextInfo) -> int:
     whose word x has too: "in the mold ... unmold it" against "its mold" is an action, not a
     negation)."""
     words, own = set(other.tokens), set(x.tokens)
+    bare = words - own  # the other side's words that x lacks
     return sum(
         1
         for t in own - words
         for p in _NEG_PREFIXES
-        if t.startswith(p) and len(t) - len(p) >= 4 and t[len(p) :] in words - own
+        if t.startswith(p) and len(t) - len(p) >= 4 and t[len(p) :] in bare
     )
 
 
