@@ -598,18 +598,24 @@ def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:
     _require(body, "model")
     _require(body, "messages")
     _typed(body, "model", str)
-    if not count:
-        _integer(body, "max_tokens", 1)
+    # (count_tokens takes none; one that is sent is checked as here, not read raw later)
+    _integer(body, "max_tokens", 1, optional=count)
     _check_list(body, "messages", _check_message)
     if not body["messages"]:
         raise _invalid("messages: at least one message is required")
     _check_not_empty(body["messages"])
+    _check_tool_results(body["messages"])
     system = body.get("system")
     if system is not None and not isinstance(system, str):
         if not isinstance(system, list):
             raise _invalid("system: Input should be a valid string or a list of text blocks")
         for i, block in enumerate(system):
             _check_block(block, f"system.{i}", allowed=("text",))
+        # NOTE: an empty block was answered with an empty system prompt in place of the
+        # model's own (where ``""`` and ``[]`` keep it) and the answer stored: refused as
+        # Anthropic refuses an empty text block in a turn
+        if any(block["text"] == "" for block in system):
+            raise _invalid("system: text content blocks must be non-empty")
     for name, high in (("temperature", 1.0), ("top_p", 1.0)):
         _number(body, name, 0.0, high)
     _integer(body, "top_k", 0, optional=True)
@@ -671,6 +677,28 @@ def _check_not_empty(messages: list[dict[str, Any]]) -> None:
     for message in messages:
         _check_texts(message["content"])
     _check_prefill(messages[-1])
+
+
+def _check_tool_results(messages: list[dict[str, Any]]) -> None:
+    """Anthropic refuses a ``tool_result`` whose ``tool_use_id`` no ``tool_use`` block of the
+    message just before it holds, in its words. NOTE: checked here for every backend (the chat
+    bridge refused it in the chat form's words, a ``tool`` message the client never sent)."""
+    for i, message in enumerate(messages):
+        if isinstance(message["content"], str):
+            continue
+        before = messages[i - 1]["content"] if i else []
+        called = (
+            {block["id"] for block in before if block["type"] == "tool_use"}
+            if isinstance(before, list) and messages[i - 1]["role"] == "assistant"
+            else set()
+        )
+        for j, block in enumerate(message["content"]):
+            if block["type"] == "tool_result" and block["tool_use_id"] not in called:
+                raise _invalid(
+                    f"messages.{i}.content.{j}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block['tool_use_id']}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
 
 
 def _check_texts(content: str | list[dict[str, Any]]) -> None:

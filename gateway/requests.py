@@ -78,6 +78,13 @@ _Penalty = Annotated[float, msgspec.Meta(ge=-2.0, le=2.0)]
 _N = Annotated[int, msgspec.Meta(ge=1, le=128)]
 _MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
 _Stop = str | Annotated[list[str], msgspec.Meta(max_length=4)]
+#: OpenAI's seeds are 64-bit integers.
+Seed = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+#: OpenAI's ``metadata``: up to 16 string values, keys of up to 64 characters, values of 512.
+Metadata = Annotated[
+    dict[Annotated[str, msgspec.Meta(max_length=64)], Annotated[str, msgspec.Meta(max_length=512)]],
+    msgspec.Meta(max_length=16),
+]
 #: The integer fields of each API's requests. JSON has one number type: ``3.0`` is the integer
 #: 3 to JSON Schema (what OpenAI's validator follows) and to vLLM, and the cache keys hash them
 #: the same; ``3.5`` stays a 400.
@@ -115,7 +122,7 @@ class _Sampling(msgspec.Struct):
     n: _N | None = None
     max_tokens: _MaxTokens | None = None
     stop: _Stop | None = None
-    seed: int | None = None
+    seed: Seed | None = None
     presence_penalty: _Penalty | None = None
     frequency_penalty: _Penalty | None = None
     user: str | None = None
@@ -131,6 +138,14 @@ class _ChatBody(_Sampling):
     response_format: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    # NOTE: fields that never change the answer, typed as OpenAI types them: a wrong one was
+    # answered by the local model, where OpenAI refuses it (found by a review)
+    metadata: Metadata | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class _CompletionBody(_Sampling):
@@ -357,7 +372,9 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     for directive in directives:
         if directive.startswith("max-age="):
             max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
-    namespace = _namespace(_one_header(headers, "x-cache-namespace") or "", "x-cache-namespace")
+    namespace = check_namespace(
+        _one_header(headers, "x-cache-namespace") or "", "x-cache-namespace"
+    )
     threshold = _number(_one_header(headers, "x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
     ttl = _ttl(_one_header(headers, "x-cache-ttl"), "x-cache-ttl")
 
@@ -383,7 +400,7 @@ def _extension(extension: Any, control: CacheControl) -> CacheControl:
         elif name == "namespace":
             if not isinstance(value, str):
                 raise APIError(400, "'cache.namespace' must be a string.", param="cache.namespace")
-            namespace = _namespace(value, "cache.namespace")
+            namespace = check_namespace(value, "cache.namespace")
         elif name in ("threshold", "ttl", "max-age"):
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise APIError(400, f"'cache.{key}' must be a number.", param=f"cache.{key}")
@@ -405,7 +422,7 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9._:\-]*")
 _PARTITION = re.compile(r"[A-Za-z0-9._:\-]{1,64}")
 
 
-def _namespace(value: str, param: str) -> str:
+def check_namespace(value: str, param: str) -> str:
     if len(value) > 128 or not _NAMESPACE.fullmatch(value):
         raise APIError(
             400,
@@ -543,6 +560,7 @@ def _explain(exc: msgspec.ValidationError) -> tuple[str | None, str]:
     match = re.search(r" - at `\$\.?(.*)`$", message)
     if not match:
         return None, f"Invalid request: {message}"
-    param = match.group(1) or None
+    # (msgspec names a dict's value ``[...]``, without its key: the dict is named instead)
+    param = match.group(1).replace("[...]", "") or None
     what = message[: match.start()]
     return param, f"Invalid value for '{param}': {what[:1].lower()}{what[1:]}."

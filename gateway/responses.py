@@ -48,7 +48,15 @@ from .backend import Backend
 from .canonical import Answer, BackendStream, GatewayRequest, StreamEvent
 from .errors import APIError, no_content, responses_error_event
 from .messages_bridge import TokenCounter
-from .requests import decode_body, gateway_request, integral, partitioned, validated
+from .requests import (
+    Metadata,
+    Seed,
+    decode_body,
+    gateway_request,
+    integral,
+    partitioned,
+    validated,
+)
 from .stored import ResponseStore, StoredResponse
 
 __all__ = [
@@ -139,9 +147,18 @@ class _Body(msgspec.Struct):
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=2.0)] | None = None
     top_p: Annotated[float, msgspec.Meta(ge=0.0, le=1.0)] | None = None
     store: bool | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     previous_response_id: str | None = None
     stream: bool | None = None
+    # NOTE: typed as OpenAI types them (a wrong one was answered, and echoed in the Response)
+    seed: Seed | None = None
+    user: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    service_tier: str | None = None
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    parallel_tool_calls: bool | None = None
+    background: bool | None = None
 
 
 class ResponsesAdapter:

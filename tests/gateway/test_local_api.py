@@ -874,6 +874,9 @@ def test_the_ledger_counts_prefix_cached_tokens_per_tenant(gw: Gateway) -> None:
     assert row["prefix_cached_tokens"] - before >= cached and row["model_calls"] >= 2
 
 
+HI = [{"role": "user", "content": "hi"}]
+
+
 @pytest.mark.parametrize(
     ("route", "body", "param"),
     [
@@ -895,6 +898,22 @@ def test_the_ledger_counts_prefix_cached_tokens_per_tenant(gw: Gateway) -> None:
         ),
         ("/v1/responses", {"input": "hi", "seed": "abc"}, "seed"),
         ("/v1/responses", {"input": "hi", "seed": 1.5}, "seed"),
+        # fields that change no answer, wrongly typed: were answered (and echoed by Responses)
+        ("/v1/chat/completions", {"messages": HI, "metadata": "x"}, "metadata"),
+        ("/v1/chat/completions", {"messages": HI, "metadata": {"k": 5}}, "metadata"),
+        ("/v1/chat/completions", {"messages": HI, "store": "yes"}, "store"),
+        ("/v1/chat/completions", {"messages": HI, "service_tier": 5}, "service_tier"),
+        ("/v1/chat/completions", {"messages": HI, "prompt_cache_key": 5}, "prompt_cache_key"),
+        ("/v1/chat/completions", {"messages": HI, "seed": 10**30}, "seed"),
+        ("/v1/responses", {"input": "hi", "user": 5}, "user"),
+        ("/v1/responses", {"input": "hi", "truncation": "sometimes"}, "truncation"),
+        ("/v1/responses", {"input": "hi", "parallel_tool_calls": "x"}, "parallel_tool_calls"),
+        ("/v1/responses", {"input": "hi", "background": "x"}, "background"),
+        (
+            "/v1/responses",
+            {"input": "hi", "metadata": {str(i): "v" for i in range(17)}},
+            "metadata",
+        ),
         ("/v1/responses", {"input": []}, "input"),
     ],
 )

@@ -238,14 +238,47 @@ def test_validation_errors_use_anthropics_body(gw: Gateway, fake: FakeAnthropic)
         ({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": "yes"}]}]},
          "messages.0.content.0.is_error: Input should be a valid boolean"),  # (was accepted)
+        # (was answered with an empty system prompt in place of the model's own, and stored)
+        ({"model": "claude", "max_tokens": 5, "system": [{"type": "text", "text": ""}],
+          "messages": [{"role": "user", "content": "x"}]},
+         "system: text content blocks must be non-empty"),
+        # (the chat bridge refused it as "'messages[0]' with role 'tool' …")
+        ({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12 C"}]}]},
+         ORPHAN.format(0, "toolu_1")),
+        ({"model": "claude", "max_tokens": 5, "messages": [
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": [CALL]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+            {"role": "assistant", "content": "Anything else?"},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]}]},
+         ORPHAN.format(4, "toolu_1")),  # (a call two turns back is not the previous message)
     ]  # fmt: skip
     for body, message in cases:
-        response = gw.http.post("/v1/messages", json=body)
-        assert response.status_code == 400
-        assert response.json() == invalid_request(message)
+        counted = ("/v1/messages/count_tokens",) if "max_tokens" in body else ()  # (takes none)
+        for path in ("/v1/messages", *counted):
+            response = gw.http.post(path, json=body)
+            assert response.status_code == 400
+            assert response.json() == invalid_request(message)
+    # count_tokens takes no max_tokens; one sent is checked (was Python's int() error, or 200)
+    for bad in ("x", "10", 5.5, True):
+        body = {
+            "model": "claude",
+            "max_tokens": bad,
+            "messages": [{"role": "user", "content": "x"}],
+        }
+        response = gw.http.post("/v1/messages/count_tokens", json=body)
+        assert response.json() == invalid_request("max_tokens: Input should be a valid integer")
     response = gw.http.post("/v1/messages", content=b"{nope")
     assert response.status_code == 400 and response.json()["type"] == "error"
-    assert fake.stats["/v1/messages"] == 0
+    assert fake.stats["/v1/messages"] == fake.stats["/v1/messages/count_tokens"] == 0
+
+
+#: Anthropic's refusal of a tool result that answers no call of the message before it.
+ORPHAN = ("messages.{}.content.0: unexpected `tool_use_id` found in `tool_result` blocks: {}. "
+          "Each `tool_result` block must have a corresponding `tool_use` block in the previous "
+          "message.")  # fmt: skip
+CALL = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
 
 
 def test_integral_floats_are_integers(gw: Gateway, fake: FakeAnthropic) -> None:
