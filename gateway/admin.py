@@ -20,6 +20,7 @@ from semantic.store import StoreUnavailable
 from . import entries
 from .auth import AdminAccess, bearer
 from .errors import APIError
+from .requests import check_namespace
 from .runtime import Runtime
 
 __all__ = ["admin_routes"]
@@ -60,8 +61,17 @@ async def flush(request: Request[Any, Any, Any]) -> Response[Any]:
     for name in ("prefix", "answers"):
         if not isinstance(body.get(name, False), bool):
             return _error(APIError(400, f"'{name}' must be true or false.", param=name))
+    # NOTE: each was a 200 that flushed nothing (an operator's typo looked like an empty cache)
+    if body.get("answers") is False and not body.get("prefix"):
+        message = "Nothing to flush: 'answers' is false and 'prefix' is not true."
+        return _error(APIError(400, message, param="answers"))
     # "" is the default namespace (requests without one); only a missing or null one means all.
     namespace = body.get("namespace")
+    try:
+        if namespace is not None:  # (a name no request can use holds nothing)
+            check_namespace(namespace, "namespace")  # (a string: ``_object``)
+    except APIError as exc:
+        return _error(exc)
     flushed = abandoned = 0
     if body.get("answers", True) and runtime.cache is not None:
         # (answers already sent are stored, then dropped; a write still stuck after the

@@ -236,22 +236,35 @@ def _healthcheck(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_model_sources(config: Config) -> None:
-    """A ``ConfigError`` for a local model's ``source`` path that names no directory.
+def _check_model_sources(config: Config, *, semantic: bool = True) -> None:
+    """A ``ConfigError`` for a local model's ``source`` path, or the semantic tier's
+    ``verifier`` or ``embedding_model`` path, that names no directory.
 
     NOTE: the config resolves a path (absolute, ``./``, ``../``) to an absolute one and
     leaves a hub id as it is. Loaded as a hub id, a missing directory failed in the background
-    with Hugging Face's "Repo id must be in the form 'repo_name' ..." in /readyz. Checked when
-    the models are to be loaded, not by ``config check``: a deployment's config names paths
-    inside its image.
+    with Hugging Face's "Repo id must be in the form 'repo_name' ..." in /readyz; a misspelt
+    verifier or embedder directory left the gateway serving exact hits only, its one sign an
+    error in the log and ``/admin/stats``. Checked when the models are to be loaded, not by
+    ``config check``: a deployment's config names paths inside its image. ``semantic``: the
+    semantic tier is to be loaded too (not by a worker, which has no response cache).
     """
-    for name, model in config.models.items():
-        path = Path(model.source) if isinstance(model, LocalModelConfig) else None
-        if path is not None and path.is_absolute() and not path.is_dir():
+    paths: list[tuple[str, str, str]] = []
+    tier = config.cache.semantic
+    if semantic and config.cache.enabled and tier.enabled:
+        paths.append(("cache.semantic.verifier", tier.verifier, "`off`"))
+        paths.append(("cache.semantic.embedding_model", tier.embedding_model,
+                      "a sentence-transformers model id already in the local cache"))  # fmt: skip
+    paths += [
+        (f"models.{name}.source", model.source, "a Hugging Face hub id already in the local cache")
+        for name, model in config.models.items()
+        if isinstance(model, LocalModelConfig)
+    ]
+    for key, value, other in paths:
+        path = Path(value)
+        if path.is_absolute() and not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             raise ConfigError(
-                f"models.{name}.source: {path} {what} (give a model directory, a Hugging Face "
-                "hub id already in the local cache, or `bundled`)"
+                f"{key}: {path} {what} (give a model directory, {other}, or `bundled`)"
             )
 
 
@@ -259,7 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         config = _with_overrides(_load(args.config), args)
         _check_ports(config)
-        _check_model_sources(config)
+        _check_model_sources(config, semantic=not args.worker)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1079,6 +1079,8 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
         # (~ is the home directory, as in a shell: it made a directory named "~" beside the file)
         return str((base / Path(checked(path, key)).expanduser()).resolve())
 
+    if not config.data_dir.strip():  # (was the config file's own directory)
+        raise ConfigError(f"{source}: data_dir is empty (is its ${{VAR}} set?)")
     data_dir = resolve(config.data_dir, "data_dir")
     models: dict[str, ModelConfig] = {}
     for name, model in config.models.items():

@@ -112,6 +112,9 @@ class Runtime:
                 semantic_settings(config),
             )
             _cache_metrics(metrics, cache)
+            if config.cache.coalesce.enabled:
+                for name in backends:  # (at 0 from the start: increase() counts the first one)
+                    metrics.coalesced.labels(name)
         metrics.labelled_gauges("cachegate_backend", "Model backend", "model",
                                 lambda: _backend_stats(backends), _BACKEND_COUNTERS)  # fmt: skip
         connections = Connections(config.server.stream_idle_timeout)

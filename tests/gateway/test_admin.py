@@ -99,6 +99,25 @@ def test_admin_routes_refuse_a_web_page_of_another_origin(
     assert gw.http.post("/admin/cache/flush", json={}).json()["flushed"] == 1
 
 
+def test_a_flush_that_would_drop_nothing_is_refused(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """``{"answers": false}`` without ``"prefix": true``, and a namespace no request can name,
+    were a 200 ``flushed: 0``: an operator's typo read as an empty cache (found by a review)."""
+    gw = make_gateway()
+    gw.chat("What is the capital of Chile?")
+    for body, param in (({"answers": False}, "answers"),
+                        ({"answers": False, "prefix": False}, "answers"),
+                        ({"namespace": "bad ns!"}, "namespace"),
+                        ({"namespace": "x" * 129}, "namespace")):  # fmt: skip
+        refused = gw.http.post("/admin/cache/flush", json=body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == param, body
+    assert gw.chat("What is the capital of Chile?").headers["x-cache"] == "exact"  # not flushed
+    flushed = gw.http.post("/admin/cache/flush", json={"namespace": "a-b_c.d:e"}).json()
+    assert flushed["flushed"] == 0 and flushed["namespace"] == "a-b_c.d:e"
+    assert gw.http.post("/admin/cache/flush", json={"namespace": ""}).json()["flushed"] == 1
+
+
 def test_admin_routes_answer_their_own_origin_behind_a_proxy_naming_the_default_port(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:

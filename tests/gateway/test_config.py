@@ -915,6 +915,36 @@ def test_cli_serve_names_a_local_model_source_that_does_not_exist(tmp_path: Path
         )
 
 
+def test_cli_serve_names_a_semantic_model_directory_that_does_not_exist(tmp_path: Path) -> None:
+    # A misspelt verifier or embedder directory started the gateway with exact hits only: an
+    # error in the log and /admin/stats, /readyz 200 (found by a review). A worker, which has
+    # no response cache, loads neither: it starts past them (and stops at its model's source)
+    config = tmp_path / "c.yaml"
+    missing = tmp_path / "nope"
+    model = f"models: {{m: {{backend: local, source: '{tmp_path / 'no-model'}'}}}}\n"
+    for key in ("verifier", "embedding_model"):
+        semantic = f"cache: {{semantic: {{{key}: ./nope}}}}\n"
+        config.write_text(f"data_dir: {tmp_path / 'data'}\n{semantic}{model}")
+        for command, named in (("serve", f"cache.semantic.{key}"), ("worker", "models.m.source")):
+            result = run_cli(command, "--config", str(config), "--port", "0")
+            assert result.returncode == 1
+            assert result.stderr.startswith(f"error: {named}: "), result.stderr
+        assert str(missing) in run_cli("serve", "--config", str(config), "--port", "0").stderr
+        config.write_text(f"data_dir: {tmp_path / 'data'}\ncache: {{semantic: {{enabled: false, "
+                          f"{key}: ./nope}}}}\n{model}")  # fmt: skip
+        result = run_cli("serve", "--config", str(config), "--port", "0")  # (not loaded)
+        assert result.stderr.startswith("error: models.m.source: "), result.stderr
+
+
+def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
+    # `data_dir: "${DATA_DIR:-}"` with the variable unset was the config file's own directory
+    config = tmp_path / "c.yaml"
+    config.write_text('data_dir: "${CACHEGATE_TEST_UNSET_DIR:-}"\n')
+    result = run_cli("config", "check", str(config))
+    assert result.returncode == 1
+    assert result.stderr == f"error: {config}: data_dir is empty (is its ${{VAR}} set?)\n"
+
+
 def test_cli_refuses_an_empty_host(tmp_path: Path) -> None:
     # `cachegate serve --host "$HOST"` with HOST unset fell back to server.host silently,
     # unlike an empty --config

@@ -108,6 +108,9 @@ def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpst
     assert 'cachegate_semantic_skipped_total{reason="overload"}' in metrics
     assert "cachegate_cache_semantic_skipped" not in metrics  # (not twice under two names)
     assert sample(metrics, "cachegate_cache_entries") == 1
+    # every model's series from the start, at 0 (appearing at 1, its first went uncounted)
+    models = re.findall(r'cachegate_coalesced_requests_total\{model="([^"]+)"\} 0\.0', metrics)
+    assert sorted(models) == sorted(gw.http.get("/admin/stats").json()["models"])
     page = gw.http.get("/dashboard")
     assert page.headers["content-type"] == "text/html; charset=utf-8"
 
