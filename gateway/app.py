@@ -98,6 +98,9 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
         error = APIError(status, str(exc.detail))
     response = error_response(error, wire=_wire(request))
     response.headers["x-request-id"] = rid  # (the id its log line has)
+    allow = (exc.headers or {}).get("allow") if status == 405 else None
+    if allow:  # (RFC 9110 asks a 405 to say which methods the route takes: it said none)
+        response.headers["allow"] = allow
     return response
 
 

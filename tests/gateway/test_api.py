@@ -795,6 +795,10 @@ def test_unknown_route_and_method(make_gateway: Any, upstream: FakeUpstream) -> 
     assert gw.http.get("/v2/nothing").json()["error"]["code"] == "not_found"
     response = gw.http.get("/v1/chat/completions")
     assert response.status_code == 405 and "error" in response.json()
+    # the methods the route takes (RFC 9110; a 405 said none)
+    assert response.headers["allow"].split(", ") == ["POST", "OPTIONS"]
+    assert gw.http.options("/v1/chat/completions").status_code < 300  # (so it is taken)
+    assert "GET" in gw.http.post("/v1/models").headers["allow"].split(", ")
 
 
 def test_upstream_5xx_is_retried_then_succeeds(make_gateway: Any, upstream: FakeUpstream) -> None:
