@@ -203,7 +203,8 @@ async def _ask(
         if len(asked) < len(inputs):  # its input[k] is the client's input[asked[k]]
             _renumber(exc, asked)
         raise
-    vectors = _vectors(request.model, answer.body, len(asked))
+    base64 = body.get("encoding_format") == "base64"
+    vectors = _vectors(request.model, answer.body, len(asked), base64)
     model = answer.body.get("model") or request.model
     spent = _split(usage_of(answer.body.get("usage")).input_tokens, [inputs[i] for i in asked])
     for i, vector, tokens in zip(asked, vectors, spent, strict=True):
@@ -258,16 +259,31 @@ _INPUT_INDEX = re.compile(r"(input\[)(\d+)\]")
 _encode = msgspec.json.Encoder(order="sorted").encode
 
 
-def _vectors(model: str, response: dict[str, Any], expected: int) -> list[Any]:
-    """The embeddings of an upstream answer in input order; 502 unless exactly one per input."""
+def _vectors(model: str, response: dict[str, Any], expected: int, base64: bool) -> list[Any]:
+    """The embeddings of an upstream answer in input order; 502 unless exactly one per input,
+    each in the encoding asked for (``base64``: a string; else a list of numbers).
+
+    NOTE: a string answered for floats (or numbers for base64) was stored and served as the
+    client's embedding."""
     data = response.get("data")
     vectors: dict[int, Any] = {}
+    wrong = 0
     if isinstance(data, list) and len(data) == expected:
         for item in data:
             if isinstance(item, dict) and isinstance(item.get("index"), int):
                 vector = item.get("embedding")
-                if isinstance(vector, list | str) and vector:
+                if _encoded(vector) if base64 else _floats(vector):
                     vectors.setdefault(item["index"], vector)
+                else:
+                    wrong += 1
+    if wrong:
+        encoding = "a base64 string" if base64 else "a list of numbers"
+        raise APIError(
+            502,
+            f"Upstream for model '{model}' answered {wrong} of {expected} embeddings as other "
+            f"than {encoding}.",
+            code="upstream_error",
+        )
     if sorted(vectors) != list(range(expected)):
         got = len(data) if isinstance(data, list) else 0
         raise APIError(
@@ -277,3 +293,17 @@ def _vectors(model: str, response: dict[str, Any], expected: int) -> list[Any]:
             code="upstream_error",
         )
     return [vectors[i] for i in range(expected)]
+
+
+def _encoded(vector: Any) -> bool:
+    """A non-empty string (base64's)."""
+    return isinstance(vector, str) and bool(vector)
+
+
+def _floats(vector: Any) -> bool:
+    """A non-empty list of numbers (not booleans)."""
+    return (
+        isinstance(vector, list)
+        and bool(vector)
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in vector)
+    )

@@ -550,13 +550,18 @@ async def read_object(
         raise _broken(name, exc) from None
     finally:
         await response.aclose()
+    # (coded as the other answers that are no answers are: they said code null, api_error)
     try:
         body = _decode(_hide(raw, secret))
     except msgspec.DecodeError:
-        raise APIError(502, f"Upstream for model '{name}' sent invalid JSON.") from None
+        raise _not_an_answer(f"Upstream for model '{name}' sent invalid JSON.") from None
     if not isinstance(body, dict):
-        raise APIError(502, f"Upstream for model '{name}' sent an unexpected body.")
+        raise _not_an_answer(f"Upstream for model '{name}' sent an unexpected body.")
     return body
+
+
+def _not_an_answer(message: str) -> APIError:
+    return APIError(502, message, code="upstream_error", type="upstream_error")
 
 
 class ReplicatedBackend:
@@ -1476,7 +1481,8 @@ def _retry_after(value: str | None) -> float | None:
     except ValueError:
         pass
     else:
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
+        # (a negative one is no delay-seconds, RFC 9110: ignored, was read as 0, no backoff)
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -268,6 +268,17 @@ def test_bad_inputs_and_upstream_failures_are_clear_and_cache_nothing(
     assert short.status_code == 502 and "1 embeddings for 2 inputs" in short.text
     ok = embed(gw, ["a", "b"], extra_body={"fake": {"drop_choices": 0}})
     assert ok.headers["x-cache-inputs"] == "0/2"  # nothing of the failures was stored
+    # an embedding in another encoding than the one asked for (was stored, and served)
+    for fmt, said, expected in ((None, '"notalist"', "a list of numbers"),
+                                (None, "[0.1, true]", "a list of numbers"),
+                                ("base64", "[0.1, 0.2]", "a base64 string")):  # fmt: skip
+        answer = f'{{"object": "list", "data": [{{"index": 0, "embedding": {said}}}]}}'
+        body = {"model": "fake-model", "input": f"c {said}", "encoding_format": fmt}
+        fake = {"raw": {"status": 200, "content_type": "application/json", "body": answer}}
+        wrong = http.post("/v1/embeddings", json={**body, "fake": fake})
+        message = wrong.json()["error"]["message"]
+        assert wrong.status_code == 502 and f"1 of 1 embeddings as other than {expected}" in message
+        assert http.post("/v1/embeddings", json=body).headers["x-cache-inputs"] == "0/1"
 
 
 def test_a_local_model_does_not_serve_embeddings(tmp_path: Any) -> None:

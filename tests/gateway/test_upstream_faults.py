@@ -117,14 +117,28 @@ def test_error_fields_of_the_wrong_type_are_made_strings_or_null(make_gateway: A
     }
 
 
+@pytest.mark.parametrize("said", ["nan", "-1"])  # (-1 was read as 0: no backoff, passed on)
 def test_retry_after_that_is_not_a_number_is_not_passed_on(
-    make_gateway: Any, upstream: Any
+    make_gateway: Any, upstream: Any, said: str
 ) -> None:
     gw = make_gateway()
-    response = gw.chat("limited", fake={"status": 429, "retry_after": "nan"})
+    response = gw.chat(f"limited {said}", fake={"status": 429, "retry_after": said})
     assert response.status_code == 429
     assert "retry-after" not in response.headers
     assert upstream.stats["chat"] == 3  # retried with the configured backoff instead
+
+
+@pytest.mark.parametrize("body", ['{"id": "x", "choices": [', "<html>busy</html>", "[1, 2]"])
+def test_an_answer_that_is_no_json_object_is_coded_upstream_error(
+    make_gateway: Any, body: str
+) -> None:
+    """As the other answers that are no answers are (it said ``code: null``, ``api_error``)."""
+    gw = make_gateway()
+    response = gw.chat(f"no json {body}", fake=raw(body))
+    assert response.status_code == 502
+    error = response.json()["error"]
+    assert (error["code"], error["type"]) == ("upstream_error", "upstream_error")
+    assert gw.chat(f"no json {body}").headers["x-cache"] == "miss"  # nothing stored
 
 
 def test_answer_without_its_message_is_served_but_not_cached(make_gateway: Any) -> None:
