@@ -92,9 +92,13 @@ class UpstreamBackend:
         base_url: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         on_retry: Any = None,
+        judges_timeouts: bool = True,
     ) -> None:
         self.name = name
         self.config = config
+        #: A timed-out answer is judged here (``_slow_not_hung``); a replica's is judged by
+        #: its ``ReplicatedBackend`` (``_down``), which may send the request elsewhere.
+        self._judges_timeouts = judges_timeouts
         self._forward_client_auth = forward_client_auth
         self.forwards_client_auth = forward_client_auth and not config.api_key
         #: The upstream's rate-limit headers reach the client (see ``backend.relayed``): the
@@ -309,9 +313,23 @@ class UpstreamBackend:
     ) -> Answer:
         """The upstream's JSON object for ``request`` (sent to ``path``, else its kind's), with
         the headers of it to relay (``backend.relayed``): a create's, a count's."""
-        response = await self._send(request, stream=False, auth=auth, path=path)
-        body = await read_object(self.name, response, self._sent_key(auth))
+        try:
+            response = await self._send(request, stream=False, auth=auth, path=path)
+            body = await read_object(self.name, response, self._sent_key(auth))
+        except UpstreamError as exc:
+            if self._judges_timeouts and exc.code == "upstream_timeout":
+                await self._slow_not_hung(exc)
+            raise
         return Answer(body, relayed(response.headers, rate_limits=self.relays_rate_limits))
+
+    async def _slow_not_hung(self, exc: UpstreamError) -> None:
+        """A timed-out answer of an upstream that answers ``GET /models`` (``answers``) is a
+        generation longer than ``timeout.read``, which may still run there: its 504 says
+        ``x-should-retry: false`` (``final``), as a replica's does (``ReplicatedBackend._down``).
+        NOTE: with one ``base_url`` it said nothing, and each of the OpenAI SDKs' two retries
+        ran (and billed) the generation once more, the client waiting a read timeout for each."""
+        if exc.upstream_code != _ENGINE_STALLED and await self.answers():
+            exc.final()
 
     def _payload(self, request: GatewayRequest, stream: bool, path: str | None = None) -> bytes:
         body = dict(request.body)
@@ -510,7 +528,7 @@ class UpstreamBackend:
         # 508: the request came back to a gateway it had passed; another try loops again.
         retryable = response.status_code == 429 or response.status_code >= 500
         retryable = retryable and response.status_code != 508 and not told
-        wait = _retry_after(response.headers.get("retry-after"))
+        wait = _told_wait(response.headers)
         if retryable and not last and (wait is None or wait <= self.config.max_retry_wait):
             await response.aclose()
             await self._backoff(attempt, wait, f"HTTP {response.status_code}")
@@ -592,7 +610,9 @@ class ReplicatedBackend:
         self._hold = min(config.timeout.read / _KEEPALIVE_SHARE, _HOLD_MAX)
         single_attempt = msgspec.structs.replace(config, max_retries=0)
         self._replicas = [
-            UpstreamBackend(name, single_attempt, base_url=url, **client_options)
+            UpstreamBackend(
+                name, single_attempt, base_url=url, judges_timeouts=False, **client_options
+            )
             for url in config.replicas
         ]
         #: Response ids (``/v1/responses``) by the replica that made them, most recent last:
@@ -1473,6 +1493,24 @@ def _bearer(auth: str) -> str:
 _SAYS_WHEN = frozenset({429, 503, 529})
 
 
+def _told_wait(headers: httpx.Headers) -> float | None:
+    """The seconds an error asks to wait: OpenAI's ``retry-after-ms``, which its SDKs read
+    first (it was ignored: a 429 asking for 60 s was retried at once), else ``Retry-After``."""
+    ms = _retry_after_ms(headers.get("retry-after-ms"))
+    return ms if ms is not None else _retry_after(headers.get("retry-after"))
+
+
+def _retry_after_ms(value: str | None) -> float | None:
+    """``retry-after-ms`` in seconds; None unless a finite, non-negative number."""
+    if not value or not value.isascii():
+        return None
+    try:
+        ms = float(value)
+    except ValueError:
+        return None
+    return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
+
+
 def _retry_after(value: str | None) -> float | None:
     if not value or not value.isascii():  # (float() reads other scripts' digits too)
         return None
@@ -1527,6 +1565,9 @@ async def _upstream_error(
         # AnthropicBackend._send): a wait longer than max_retry_wait was not waited here, and
         # without it the client's SDK retries within a second
         headers["retry-after"] = retry_after
+    retry_after_ms = response.headers.get("retry-after-ms")
+    if status in _SAYS_WHEN and _retry_after_ms(retry_after_ms) is not None:
+        headers["retry-after-ms"] = str(retry_after_ms)  # (the SDKs read it first)
     if status >= 500 or status < 400:  # < 400: a redirect or other answer that is not one
         return UpstreamError(
             502,

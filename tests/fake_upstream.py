@@ -15,7 +15,8 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
     chunk_delay    seconds between generated stream events (as a real server, the usage chunk
                    and ``[DONE]`` follow the last one at once)
     status         answer with this HTTP error status (``fail_times``: only the first N times
-                   this exact body is seen; ``retry_after``: a Retry-After header)
+                   this exact body is seen; ``retry_after``: a Retry-After header,
+                   ``retry_after_ms``: a retry-after-ms one)
     stream_status  answer a streaming request with this HTTP error status, a plain one as usual
                    (as OpenAI refuses to stream some models to an unverified organization)
     break_after    cut the connection after this many stream events (no [DONE])
@@ -193,6 +194,8 @@ class FakeUpstream:
         if status:
             self.stats["errors"] += 1
             headers = {"retry-after": str(fake["retry_after"])} if "retry_after" in fake else {}
+            if "retry_after_ms" in fake:  # (OpenAI's, which its SDKs read first)
+                headers["retry-after-ms"] = str(fake["retry_after_ms"])
             headers["x-request-id"] = f"req_failed_{status}"
             message = {"message": f"fake failure {status}", "type": "server_error"}
             return await send_json(send, status, {"error": message}, headers)

@@ -836,6 +836,12 @@ def test_upstream_429_honours_retry_after(make_gateway: Any, upstream: FakeUpstr
     assert response.status_code == 429
     assert response.headers["retry-after"] == "30"
     assert response.json()["error"]["message"] == "fake failure 429"
+    # so is OpenAI's retry-after-ms, read first as its SDKs do (was retried at once, twice)
+    calls = upstream.stats["chat"]
+    fake = {"status": 429, "retry_after_ms": 30000, "retry_after": 0}
+    response = gw.chat("limited3", fake=fake)
+    assert response.status_code == 429 and upstream.stats["chat"] == calls + 1
+    assert response.headers["retry-after-ms"] == "30000"
 
 
 def test_upstream_4xx_passes_through(make_gateway: Any, upstream: FakeUpstream) -> None:

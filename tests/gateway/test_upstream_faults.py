@@ -1015,3 +1015,35 @@ def _holds(value: Any, key: str) -> bool:
         key in i if isinstance(i, str) else isinstance(i, bytes) and key.encode() in i
         for i in items
     )
+
+
+def test_a_generation_longer_than_the_read_timeout_is_not_sent_again_by_the_sdk(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """One ``base_url`` that answers ``GET /models`` but not a generation within
+    ``timeout.read``: slow, not hung, the generation may still run there. Its 504 says
+    ``x-should-retry: false``, as a replica's does (it said nothing, and each of the openai
+    SDK's two retries ran the generation once more: three runs, three read timeouts)."""
+    from tests.gateway.test_router import a_novel
+
+    gw = make_gateway(model_yaml="{timeout: {read: 0.5}}")
+    timed_out = a_novel(gw.url)
+    assert timed_out.status_code == 504 and timed_out.code == "upstream_timeout"
+    assert timed_out.response.headers.get("x-should-retry") == "false"
+    assert upstream.stats["chat"] == 1
+
+
+def test_a_hung_upstreams_timeout_may_be_retried(make_gateway: Any) -> None:
+    """One that answers neither (it accepts connections, never a byte): hung, perhaps for a
+    moment, so its 504 leaves the client's retries be."""
+    import socket
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(16)  # (connections wait in its backlog, never accepted nor answered)
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}/v1"
+        gw = make_gateway(model_yaml=f"{{base_url: '{url}', timeout: {{read: 0.3, connect: 0.3}}}}")
+        response = gw.chat("anyone there?")
+        assert response.status_code == 504
+        assert response.json()["error"]["code"] == "upstream_timeout"
+        assert "x-should-retry" not in response.headers
