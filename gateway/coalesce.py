@@ -27,6 +27,7 @@ another that differs in it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -48,7 +49,9 @@ class Flight:
     requests that sent the same, see :meth:`shared`).
     """
 
-    __slots__ = ("_event", "_flights", "body", "error", "exact", "failed", "retry", "since")
+    __slots__ = (
+        "_event", "_flights", "_on_land", "body", "error", "exact", "failed", "retry", "since"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -57,8 +60,10 @@ class Flight:
         body: Mapping[str, Any],
         *,
         retry: bool = False,
+        on_land: Callable[[str], None] | None = None,
     ) -> None:
         self._flights = flights
+        self._on_land = on_land  # (told of a landing with an answer: Flights.landed_since)
         self._event = asyncio.Event()
         self.exact = exact
         self.body = body
@@ -72,6 +77,8 @@ class Flight:
         followers, to look it up."""
         if self._flights.get(self.exact) is self:
             del self._flights[self.exact]
+        if not self._event.is_set() and not self.failed and self._on_land is not None:
+            self._on_land(self.exact)
         self._event.set()
 
     def fail(self, error: BaseException | None) -> None:
@@ -115,6 +122,10 @@ class Flights:
     def __init__(self, config: CoalesceConfig) -> None:
         self.config = config
         self._flights: dict[str, Flight] = {}
+        #: Flights landed with an answer, counted; the count at each key's last landing (the
+        #: most recent ``_LANDED_MAX`` keys: a lookup takes milliseconds, not thousands of them)
+        self._landings = 0
+        self._landed: collections.OrderedDict[str, int] = collections.OrderedDict()
 
     def __len__(self) -> int:
         return len(self._flights)
@@ -123,12 +134,33 @@ class Flights:
         """Whether a live flight for ``exact`` is in progress."""
         return self._live(exact) is not None
 
+    def mark(self) -> int:
+        """Where the landings stand now: take it before a lookup, for :meth:`landed_since`."""
+        return self._landings
+
+    def landed_since(self, exact: str, mark: int) -> bool:
+        """Whether a flight of ``exact`` landed with an answer after ``mark``.
+
+        NOTE: an identical request whose lookup began before the answer was stored and ended
+        after its flight landed saw neither: it led a second model call (found by a review:
+        eight identical requests at once made two calls in five bursts of eight)."""
+        return self._landed.get(exact, 0) > mark
+
+    def _landed_now(self, exact: str) -> None:
+        self._landings += 1
+        self._landed[exact] = self._landings
+        self._landed.move_to_end(exact)
+        if len(self._landed) > _LANDED_MAX:
+            self._landed.popitem(last=False)
+
     def lead(self, exact: str, body: Mapping[str, Any], *, retry: bool = False) -> Flight | None:
         """Register a flight for ``exact`` (``body``: its leader's request); None when a live
         one is in progress already."""
         if self._live(exact) is not None:
             return None
-        flight = self._flights[exact] = Flight(self._flights, exact, body, retry=retry)
+        flight = self._flights[exact] = Flight(
+            self._flights, exact, body, retry=retry, on_land=self._landed_now
+        )
         return flight
 
     async def follow(
@@ -175,6 +207,8 @@ class Flights:
         return flight
 
 
+#: The keys whose last landing ``Flights`` remembers.
+_LANDED_MAX = 4096
 #: 4xx statuses that say nothing about the request itself: another try may be answered.
 _TRANSIENT = frozenset({408, 409, 425, 429})
 

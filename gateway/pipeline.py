@@ -108,6 +108,7 @@ class _Looked:
     missed: Lookup | None = None  # the miss (with any guard rejection), for the dashboard
     generation: int = 0  # of the tightened threshold the lookup ran under (AuditJob)
     served: _Served | None = None  # the hit, made ready to serve
+    landings: int = 0  # ``Flights.mark`` before the lookup (see ``_join``)
 
 
 class Pipeline:
@@ -380,6 +381,7 @@ class Pipeline:
         if control.no_cache:
             return _Looked("refresh", save=save, key=key)
         await self.written(key.scope)
+        landings = self.flights.mark()
         # NOTE: threshold and generation read together, before the lookup: the hit's audit
         # must count in the window of the threshold it was served under, not of a later one
         tightened = self._tightened(request)
@@ -401,7 +403,7 @@ class Pipeline:
             found = Lookup("miss", vector=found.vector, skipped=found.skipped)
         # the question's embedding: computed once, for lookup and store
         save = None if control.no_store else Save(key, found.vector, found.overloaded, epoch)
-        return _Looked("miss", save=save, key=key, missed=found)
+        return _Looked("miss", save=save, key=key, missed=found, landings=landings)
 
     async def _servable(
         self, request: GatewayRequest, adapter: Adapter, entry: Entry
@@ -453,6 +455,15 @@ class Pipeline:
             followed = await self.flights.follow(key.exact, request.body, watch)
         if followed.kind != "landed":
             return followed.flight  # (late: None)
+        return await self._look_again(request, adapter, looked)
+
+    async def _look_again(
+        self, request: GatewayRequest, adapter: Adapter, looked: _Looked
+    ) -> _Looked | None:
+        """The lookup of a request that missed (``looked``), again, once the identical request
+        in flight has landed: a hit, or None (it stored nothing servable)."""
+        assert self.cache is not None and looked.key is not None and looked.missed is not None
+        key = looked.key
         tightened = self._tightened(request)  # (with its generation: see _look_up)
         found = await self.cache.lookup(
             key,
@@ -503,15 +514,18 @@ class Pipeline:
         that ran stored nothing) is sampled for the ``audit`` as any other."""
         flights, key = self.flights, looked.key
         assert key is not None
+        followed: _Looked | Flight | None = None
         if flights.busy(key.exact) and (not request.stream or flights.config.streams):
             followed = await self._follow(request, adapter, looked, watch)
-            if isinstance(followed, _Looked):
-                reply = self._hit(request, adapter, followed, audit)
-                reply.coalesced = True
-                reply.headers["x-cache-coalesced"] = "true"
-                return reply
-            if followed is not None:
-                return followed
+        elif flights.landed_since(key.exact, looked.landings):  # (while this one looked up)
+            followed = await self._look_again(request, adapter, looked)
+        if isinstance(followed, _Looked):
+            reply = self._hit(request, adapter, followed, audit)
+            reply.coalesced = True
+            reply.headers["x-cache-coalesced"] = "true"
+            return reply
+        if followed is not None:
+            return followed
         return flights.lead(key.exact, request.body)
 
     def _threshold(self, request: GatewayRequest) -> float | None:

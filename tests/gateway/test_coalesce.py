@@ -107,6 +107,41 @@ def test_identical_misses_in_flight_make_one_upstream_call(
     assert upstream.stats["chat"] == 5
 
 
+def test_an_identical_request_whose_lookup_outlasts_the_others_flight_makes_no_call(
+    make_gateway: Any, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two identical requests at once; the second's lookup (its embedding, say) lasts until
+    the first has called the model, stored its answer and landed its flight: it saw neither
+    the answer nor a flight, and called the model again (a review: eight at once made two
+    calls in five bursts of eight, against a fast upstream). Now it looks again: a hit."""
+    gw = make_gateway()
+    cache = gw.runtime.pipeline.cache
+    assert cache is not None
+    lookup = cache.lookup
+    began: list[asyncio.Event] = []
+
+    async def slow_second(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("again") is None:  # (a first lookup: the two requests')
+            began.append(asyncio.Event())
+            if len(began) == 1:  # the first waits until the second has begun its own
+                await asyncio.wait_for(began[0].wait(), 5)
+            else:
+                began[0].set()
+                found = await lookup(*args, **kwargs)  # (a miss: nothing stored yet)
+                await asyncio.sleep(0.5)  # ... meanwhile the first's flight lands
+                return found
+        return await lookup(*args, **kwargs)
+
+    monkeypatch.setattr(cache, "lookup", slow_second)
+    replies = asyncio.run(ask(gw, 2, {}))
+    assert upstream.stats["chat"] == 1
+    assert sorted(r.headers["x-cache"] for r in replies) == ["exact", "miss"]
+    second = next(r for r in replies if r.headers["x-cache"] == "exact")
+    assert second.headers["x-cache-coalesced"] == "true"
+    assert len({r.parse().choices[0].message.content for r in replies}) == 1
+    assert not len(gw.runtime.pipeline.flights)
+
+
 def test_a_failed_first_request_hands_the_call_to_one_of_the_others(
     make_gateway: Any, upstream: FakeUpstream
 ) -> None:
