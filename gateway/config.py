@@ -523,6 +523,22 @@ class SemanticCacheConfig(_Base, frozen=True):
             raise ValueError(
                 'context_pair: false needs context: verify (with "exact" no context pair is judged)'
             )
+        # NOTE: a setting that would not be read is refused (it was accepted and ignored)
+        if self.verifier == "off" and (
+            self.max_wrong_rate is not None or self.verifier_threshold is not None
+        ):
+            raise ValueError(
+                "max_wrong_rate and verifier_threshold need the verifier (verifier: off)"
+            )
+        if (
+            self.max_wrong_rate is not None
+            and self.verifier_threshold is not None
+            and not self.auto_tighten
+        ):
+            raise ValueError(
+                "set verifier_threshold or max_wrong_rate, not both: with a threshold, "
+                "max_wrong_rate is read only as auto_tighten's target"
+            )
         if self.verifier == "off" or self.verifier_role == "decide":
             return
         if self.max_wrong_rate is not None:

@@ -20,6 +20,7 @@ from gateway.config import (
     ConfigError,
     LocalModelConfig,
     OpenAIModelConfig,
+    SemanticCacheConfig,
     default_config,
     dump_config,
     load_config,
@@ -824,6 +825,22 @@ def test_unquoted_verifier_off_is_off() -> None:
     """YAML reads a bare `off` as false; the verifier switch takes it as "off"."""
     config = load_config_text("cache:\n  semantic:\n    verifier: off\n")
     assert config.cache.semantic.verifier == "off"
+
+
+def test_a_semantic_setting_that_would_not_be_read_is_refused() -> None:
+    # each was accepted and ignored (a review): the threshold won over max_wrong_rate; with the
+    # verifier off neither is read
+    def semantic(settings: str) -> SemanticCacheConfig:
+        return load_config_text(f"cache: {{semantic: {{{settings}}}}}\n").cache.semantic
+
+    with pytest.raises(ConfigError, match="set verifier_threshold or max_wrong_rate, not both"):
+        semantic("max_wrong_rate: 0.01, verifier_threshold: 0.3")
+    for setting in ("max_wrong_rate: 0.01", "verifier_threshold: 0.9"):
+        with pytest.raises(ConfigError, match=r"need the verifier \(verifier: off\)"):
+            semantic(f"verifier: off, {setting}")
+    # with auto_tighten, max_wrong_rate is its target and a threshold where it starts
+    both = semantic("max_wrong_rate: 0.01, verifier_threshold: 0.9, auto_tighten: true")
+    assert (both.max_wrong_rate, both.verifier_threshold) == (0.01, 0.9)
 
 
 def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Path) -> None:
