@@ -186,6 +186,43 @@ def test_a_prefixed_word_whose_base_its_own_text_has_is_no_negation() -> None:
     assert "negation" in _failed("Is the water unsafe?", "Is the water safe?")
 
 
+@pytest.mark.parametrize(
+    ("a", "b", "check"),
+    [
+        ("We offer plan 2 and plan 4. What does plan 2 cost per month?",
+         "We offer plan 2 and plan 4. What does plan 4 cost per month?", "number_mismatch"),
+        ("I have a 2 TB drive and a 4 TB drive. How many photos fit on the 2 TB drive?",
+         "I have a 2 TB drive and a 4 TB drive. How many photos fit on the 4 TB drive?",
+         "number_mismatch"),
+        ("Room 101 and room 102 are free. How big is room 101?",
+         "Room 101 and room 102 are free. How big is room 102?", "number_mismatch"),
+        ("Compare Paris and Rome: what is the population of Paris?",
+         "Compare Paris and Rome: what is the population of Rome?", "entity_mismatch"),
+    ],
+)  # fmt: skip
+def test_the_same_values_named_and_another_asked_about_veto(a: str, b: str, check: str) -> None:
+    # both name the same two values, each asks about another: the sets are equal, and the
+    # near-duplicate rail served the pair (a new-user review's traps, stop 51)
+    assert check in _failed(a, b) and check in _failed(b, a)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("Compare Paris and Rome: which is bigger, Paris or Rome?",
+         "Which is bigger, Paris or Rome?"),  # (each named as often as the other, both sides)
+        ("We offer plan 2 and plan 4. What does plan 2 cost per month?",
+         "We have plans 2 and 4; how much is plan 2 a month?"),
+        ("Is 5 a prime number? Why is 5 prime?", "Why is 5 a prime number?"),  # (one value)
+        # (a conversation's turns repeat values as they go: read on single questions only)
+        ("How much? || user: A 5-1 offense or a 6-2? | assistant: The 5-1 offense: more.",
+         "And the price? || user: A 5-1 offense or a 6-2?"),
+    ],
+)  # fmt: skip
+def test_the_same_value_asked_about_is_no_difference(a: str, b: str) -> None:
+    assert not {"number_mismatch", "entity_mismatch"} & _failed(a, b)
+
+
 def test_a_swap_around_instead_of_or_an_arrow_is_an_order_swap() -> None:
     # "X instead of Y" / "Y instead of X" and "A -> B" / "B -> A" turn the question around
     # (served context swaps of the eighth held-out set's conversations, stop 50)
