@@ -179,9 +179,20 @@ def _ledger(ledger: dict[str, Any], priced: list[str] | None) -> None:
 
 
 def _usd(value: float) -> str:
-    """``$0.0012``; a loss is ``-$0.0012`` (not ``$-0.0012``)."""
+    """``$0.0012``; a loss is ``-$0.0012`` (not ``$-0.0012``); an amount under half a
+    hundredth of a cent ``<$0.0001`` (``$0.0000`` read as free)."""
     text = f"${abs(value):.4f}"
+    if value and text == "$0.0000":
+        text = "<$0.0001"
     return f"-{text}" if value < 0 and text != "$0.0000" else text
+
+
+def _rate(estimate: dict[str, Any]) -> str:
+    """An audit scope's estimated wrong-hit rate; ``unknown`` when every control was judged
+    wrong (the comparison tells nothing: the rate was shown as a figure, often 100%)."""
+    if estimate.get("controls") and estimate["control_wrong"] == estimate["controls"]:
+        return "unknown"
+    return f"{100 * estimate['false_hit_rate']:.2f}%" if estimate["audits"] else "-"
 
 
 def _admission(door: dict[str, Any] | None) -> None:
@@ -205,7 +216,7 @@ def _audit(audit: dict[str, Any] | None) -> None:
     rows = [
         [a["tenant"], a["model"], a["namespace"] or '""', a["audits"], a["wrong"],
          *([f"{a['control_wrong']} of {a['controls']}"] if controls else []),
-         f"{100 * a['false_hit_rate']:.2f}%" if a["audits"] else "-",
+         _rate(a),
          "{:.2f}% - {:.2f}%".format(*(100 * v for v in a["interval95"])) if a["audits"] else "-",
          a["errors"], a["dropped"]]
         for a in audit["estimates"]
