@@ -559,3 +559,32 @@ def _proxy(route: Callable[[str], str | None]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_the_filter_lists_the_kept_historys_names_only(
+    make_gateway: Any, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """After the followed gateway restarted, the filter still listed the old process's models
+    and namespaces (options were only ever added; a review). It lists the kept history's, and
+    the one chosen, which stays chosen."""
+    gw = make_gateway()
+    assert gw.chat("hello").status_code == 200
+    options = "[...document.getElementById('filter').options].map(o => o.value)"
+    with Browser(tmp_path) as browser:
+        page = browser.open(f"{gw.url}/dashboard")
+        page.wait_for(f"{options}.includes('model:fake-model')")
+
+        def after(choose: str, model: str, namespaces: str) -> Any:
+            # (one script: the page's own refresh cannot run between its steps)
+            return page.evaluate(f"""(() => {{
+              const select = document.getElementById('filter');
+              select.value = {choose!r};
+              updateFilter([{{by_model: {{{model!r}: 1}}, by_namespace: {namespaces}}}]);
+              return [{options}, select.value]; }})()""")
+
+        assert after("", "old-model", "{sales: 1}") == [["", "model:old-model", "ns:sales"], ""]
+        # a restart: the old names go, but the one chosen stays (and stays chosen)
+        chosen = after("ns:sales", "new-model", "{}")
+        assert chosen == [["", "model:new-model", "ns:sales"], "ns:sales"]
+        assert after("", "new-model", "{}") == [["", "model:new-model"], ""]
+        assert page.errors == []
