@@ -327,6 +327,7 @@ async def serve(
     except Exception as exc:  # litestar's own: e.g. 413 for an oversized body; a failure
         error = _api_error(exc, route, seen.request_id)
         _record(runtime, route, seen.model, "bypass", error.status, seen.started)
+        seen.upstream_status = getattr(exc, "upstream_status", None)
         observe(runtime, seen.now(error.status), None)
         return _identified(error_response(error, wire=wire), seen.request_id)
     return _send(runtime, reply, wire, seen)
@@ -344,6 +345,7 @@ class _Seeing:
         self.started = time.perf_counter()
         self.tenant = self.model = self.namespace = self.upstream_id = ""
         self.trace: RequestTrace | None = None
+        self.upstream_status: int | None = None
 
     def known(self, runtime: Runtime, parsed: GatewayRequest) -> None:
         self.tenant, self.namespace = parsed.tenant, parsed.control.namespace
@@ -356,7 +358,7 @@ class _Seeing:
     def now(self, status: int, ttft: float | None = None) -> Seen:
         latency = time.perf_counter() - self.started
         return Seen(self.route, self.request_id, self.tenant, self.model, self.namespace, status,
-                    latency, ttft, self.trace, self.upstream_id)  # fmt: skip
+                    latency, ttft, self.trace, self.upstream_id, self.upstream_status)  # fmt: skip
 
 
 def _identified(response: Response[Any], rid: str) -> Response[Any]:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .config import CoalesceConfig
-from .errors import APIError
+from .errors import TRANSIENT_4XX, APIError
 
 __all__ = ["Flight", "Flights", "Followed"]
 
@@ -209,8 +209,6 @@ class Flights:
 
 #: The keys whose last landing ``Flights`` remembers.
 _LANDED_MAX = 4096
-#: 4xx statuses that say nothing about the request itself: another try may be answered.
-_TRANSIENT = frozenset({408, 409, 425, 429})
 
 
 def _shared(error: BaseException | None, *, retried: bool) -> APIError | None:
@@ -231,7 +229,7 @@ def _shared(error: BaseException | None, *, retried: bool) -> APIError | None:
 
 def _about_request(error: APIError) -> bool:
     """A 4xx about the request itself (not one that another try may get answered)."""
-    return 400 <= error.status < 500 and error.status not in _TRANSIENT
+    return 400 <= error.status < 500 and error.status not in TRANSIENT_4XX
 
 
 def _copy(error: APIError) -> APIError:

@@ -9,6 +9,7 @@ import msgspec
 __all__ = [
     "NO_RETRY",
     "SHUTTING_DOWN_CODE",
+    "TRANSIENT_4XX",
     "UPLOAD_ENDED",
     "APIError",
     "error_body",
@@ -18,6 +19,8 @@ __all__ = [
     "sse_error",
 ]
 
+#: 4xx statuses that say nothing about the request itself: another try may be answered.
+TRANSIENT_4XX = frozenset({408, 409, 425, 429})
 #: Sent with errors a client must not retry (the OpenAI SDKs obey it over the status code).
 NO_RETRY = {"x-should-retry": "false"}
 #: The ``code`` of the 503 a shutdown's deadline gives the requests still open.

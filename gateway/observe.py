@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from semantic.cache import Lookup
 
 from .config import LocalModelConfig
+from .errors import TRANSIENT_4XX
 from .history import Answer, RecentHit, Tier
 from .ledger import Usage, usage_of
 
@@ -51,6 +52,7 @@ class Seen:
     ttft: float | None = None  # streams: seconds to the first event
     trace: RequestTrace | None = None  # its OpenTelemetry span, when tracing is on
     upstream_id: str = ""  # the provider's x-request-id of a fresh upstream answer
+    upstream_status: int | None = None  # the status of the upstream's own error, if it sent one
 
 
 def request_id(incoming: str | None) -> str:
@@ -79,7 +81,10 @@ def _observe(runtime: Runtime, seen: Seen, reply: Reply | None) -> None:
     # in its errors: as a "bypass" it lowered the dashboard's hit rate for clients' mistakes.
     # (One whose model ran all the same has a reply, without a body or stream: it is booked.)
     answered = reply is not None and (reply.body is not None or reply.stream is not None)
-    refused = not answered and 400 <= seen.status < 500
+    # (an upstream's rate limit or other passing 4xx is its failure, not the client's mistake:
+    # a "bypass", as /metrics counts it; it was in no tier)
+    failed_upstream = seen.upstream_status in TRANSIENT_4XX
+    refused = not answered and 400 <= seen.status < 500 and not failed_upstream
     counted_tier = None if refused else tier
     runtime.history.record(
         Answer(counted_tier, seen.model, seen.namespace, seen.latency, seen.ttft, seen.status)

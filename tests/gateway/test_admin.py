@@ -696,20 +696,22 @@ def test_history_counts_tiers_and_latency(make_gateway: Any, upstream: FakeUpstr
     # "bypass" it lowered the dashboard's hit rate (hits / answers of every tier)
     assert gw.chat("x", model="missing").status_code == 404
     assert gw.chat("x", temperature="hot").status_code == 400
+    # an upstream's rate limit is its failure, a bypass as /metrics counts it (was in no tier)
+    assert gw.chat("limited", fake={"status": 429, "retry_after": 30}).status_code == 429
     history = gw.http.get("/admin/history").json()
     tiers: dict[str, int] = {}
     for point in history["points"]:
         for tier, n in point["tiers"].items():
             tiers[tier] = tiers.get(tier, 0) + n
-    assert tiers == {"miss": 1, "exact": 2, "bypass": 1}
+    assert tiers == {"miss": 1, "exact": 2, "bypass": 2}
     # (summed over the points: the requests may straddle a point's boundary)
     points = history["points"]
     by_model: dict[str, int] = {}
     for point in points:
         for tier, n in point["by_model"].get("fake-model", {}).items():
             by_model[tier] = by_model.get(tier, 0) + n
-    assert by_model == {"miss": 1, "exact": 2, "bypass": 1}
-    assert sum(p["errors"] for p in points) == 2
+    assert by_model == {"miss": 1, "exact": 2, "bypass": 2}
+    assert sum(p["errors"] for p in points) == 3
     hits = [p["latency"]["hit"] for p in points if "hit" in p["latency"]]
     assert sum(h["count"] for h in hits) == 2 and all(h["p50"] > 0 for h in hits)
     assert sum(p["latency"]["ttft"]["count"] for p in points if "ttft" in p["latency"]) == 1
