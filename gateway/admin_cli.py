@@ -138,8 +138,9 @@ def _stats(client: httpx.Client, args: argparse.Namespace) -> None:
         print("response cache: off")
     else:
         rate = f"{100 * served / lookups:.1f}%" if lookups else "-"
+        # (of lookups since start: the dashboard's card is of the kept history's answers)
         print(f"response cache: {cache.get('entries', 0)} answers, {lookups} lookups, hit rate "
-              f"{rate} (exact {hits.get('exact', 0)}, semantic {hits.get('semantic', 0)}), "
+              f"{rate} of lookups (exact {hits.get('exact', 0)}, semantic {hits.get('semantic', 0)}), "
               f"guard rejections {cache.get('guard_rejections', 0)}, "
               f"semantic tier {cache.get('semantic')}")  # fmt: skip
     _audit(cache.get("audit"))

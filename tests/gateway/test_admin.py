@@ -505,7 +505,7 @@ def test_cli_against_a_running_gateway(
     url = ["--url", gw.url, "--key", "adm"]
     assert main(["stats", *url]) == 0
     out = capsys.readouterr().out
-    assert "hit rate 50.0%" in out and "fake-model" in out and "CALLS SAVED" in out
+    assert "hit rate 50.0% of lookups" in out and "fake-model" in out and "CALLS SAVED" in out
     assert main(["cache", "ls", *url]) == 0
     out = capsys.readouterr().out
     assert "How tall is Mont Blanc?" in out and "1 of 1 matching" in out
