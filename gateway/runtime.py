@@ -10,7 +10,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,10 +111,7 @@ class Runtime:
                 _cache_settings(config),
                 semantic_settings(config),
             )
-            _cache_metrics(metrics, cache)
-            if config.cache.coalesce.enabled:
-                for name in backends:  # (at 0 from the start: increase() counts the first one)
-                    metrics.coalesced.labels(name)
+            _cache_metrics(metrics, cache, backends if config.cache.coalesce.enabled else ())
         metrics.labelled_gauges("cachegate_backend", "Model backend", "model",
                                 lambda: _backend_stats(backends), _BACKEND_COUNTERS)  # fmt: skip
         connections = Connections(config.server.stream_idle_timeout)
@@ -457,7 +454,12 @@ def semantic_settings(config: Config) -> SemanticSettings | None:
     )
 
 
-def _cache_metrics(metrics: Metrics, cache: ResponseCache) -> None:
+def _cache_metrics(metrics: Metrics, cache: ResponseCache, coalescing: Iterable[str]) -> None:
+    """The response cache's series; ``coalescing``: the models whose coalesced requests are
+    counted, each at 0 from the start (one that appears at 1 loses it to increase())."""
+    for model in coalescing:
+        metrics.coalesced.labels(model)
+
     def flat() -> dict[str, float]:  # (semantic_skipped: the labelled series below)
         return _flat({k: v for k, v in cache.stats().items() if k != "semantic_skipped"})
 

@@ -108,26 +108,11 @@ class UpstreamBackend:
         #: (the model name is in every key already; the upstream model it stands for is not)
         self.cache_salt = _salt(config)
         self._on_retry = on_retry
-        t = config.timeout
         base = httpx.URL(base_url or config.urls[0])
         #: A base URL's query (``?api-version=...``, a signed ``?sig=``) goes on every request:
         #: httpx would put the request's path after it, and every request missed its route.
         self._query = base.query
-        self._client = httpx.AsyncClient(
-            base_url=str(base.copy_with(query=None)).rstrip("/") + "/",
-            timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
-            transport=_Admission(
-                transport or HTTP11Transport(max_idle=config.max_connections),
-                limit=config.max_connections,
-                timeout=t.pool,
-            ),
-            mounts=None if transport else _proxy_mounts(config.max_connections, t.pool),
-            # One client serves every tenant: a cookie an upstream sets for one request (a
-            # load balancer's, a bot-check's) must not ride along on everyone else's.
-            cookies=http.cookiejar.CookieJar(
-                http.cookiejar.DefaultCookiePolicy(allowed_domains=[])
-            ),
-        )
+        self._client = _client(config, base, transport)
         self._urls: dict[str, httpx.URL] = {}
         self._timeouts = self._client.timeout.as_dict()
         #: The upstream's ``context_window``, when last asked, how many answers gave none
@@ -576,6 +561,26 @@ async def read_object(
     if not isinstance(body, dict):
         raise _not_an_answer(f"Upstream for model '{name}' sent an unexpected body.")
     return body
+
+
+def _client(
+    config: OpenAIModelConfig, base: httpx.URL, transport: httpx.AsyncBaseTransport | None
+) -> httpx.AsyncClient:
+    """The HTTP client of one upstream ``base`` URL (its query left off: see ``_query``)."""
+    t = config.timeout
+    return httpx.AsyncClient(
+        base_url=str(base.copy_with(query=None)).rstrip("/") + "/",
+        timeout=httpx.Timeout(connect=t.connect, read=t.read, write=t.write, pool=t.pool),
+        transport=_Admission(
+            transport or HTTP11Transport(max_idle=config.max_connections),
+            limit=config.max_connections,
+            timeout=t.pool,
+        ),
+        mounts=None if transport else _proxy_mounts(config.max_connections, t.pool),
+        # One client serves every tenant: a cookie an upstream sets for one request (a
+        # load balancer's, a bot-check's) must not ride along on everyone else's.
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
 
 
 def _not_an_answer(message: str) -> APIError:
