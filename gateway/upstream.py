@@ -1507,30 +1507,31 @@ def _told_wait(headers: httpx.Headers) -> float | None:
 
 def _retry_after_ms(value: str | None) -> float | None:
     """``retry-after-ms`` in seconds; None unless a finite, non-negative number."""
-    if not value or not value.isascii():
-        return None
-    try:
-        ms = float(value)
-    except ValueError:
-        return None
-    return ms / 1000 if math.isfinite(ms) and ms >= 0 else None
+    ms = _amount(value)
+    return None if ms is None else ms / 1000
 
 
 def _retry_after(value: str | None) -> float | None:
-    if not value or not value.isascii():  # (float() reads other scripts' digits too)
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        # (a negative one is no delay-seconds, RFC 9110: ignored, was read as 0, no backoff)
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
+    seconds = _amount(value)
+    if seconds is not None or not value or not value.isascii():
+        return seconds
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - time.time(), 0.0)
+
+
+def _amount(value: str | None) -> float | None:
+    """A header's finite, non-negative number; None otherwise. NOTE: a negative one is no
+    delay-seconds (RFC 9110): ``Retry-After: -1`` was read as 0, and retried with no backoff."""
+    if not value or not value.isascii():  # (float() reads other scripts' digits too)
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _error_said(raw: bytes, error: Any, reason: str) -> tuple[str, dict[str, Any]]:

@@ -309,7 +309,8 @@ def analyze(text: str) -> TextInfo:
     # nothing about a name. (Single questions keep the rules below unchanged: they were
     # fitted on them.)
     starts = {0}
-    if _TURNS in text:  # a sentence end or turn label between a word and the one before it
+    conversation = _TURNS in text
+    if conversation:  # a sentence end or turn label between a word and the one before it
         ends = [0] + [m.end() for m in found[:-1]]
         starts |= {
             i for i, (m, end) in enumerate(zip(found, ends, strict=True))
@@ -377,8 +378,8 @@ def analyze(text: str) -> TextInfo:
         timed=frozenset(counted[i] for i in durations),
         # (a single question's: in a conversation's text its turns repeat values as they go,
         # and a reworded history repeats them otherwise)
-        number_focus=frozenset() if _TURNS in text else _dwelt_on(numbers),
-        entity_focus=frozenset() if _TURNS in text else _dwelt_on(entities),
+        number_focus=frozenset() if conversation else _dwelt_on(numbers),
+        entity_focus=frozenset() if conversation else _dwelt_on(entities),
     )
 
 
