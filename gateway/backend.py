@@ -126,6 +126,13 @@ class Backend(Protocol):
 
     def flush_prefix_cache(self) -> int: ...  # bytes of prefix KV dropped (admin flush)
 
+    def hidden(self, answer: dict[str, Any], auth: str | None) -> dict[str, Any]:
+        """A streamed ``answer`` as assembled for the cache, with the key the request went
+        upstream with (``auth``: see ``complete``) replaced by ``***``, as in every event and
+        every non-streamed answer: a key split over several events was in none of them whole,
+        and the stored answer served it whole to each later hit."""
+        ...
+
     def sampling_defaults(self) -> dict[str, float]:
         """``temperature`` and ``top_p`` of a request that sets neither, as a Responses object
         echoes them: the local model's own; OpenAI's 1.0 for an upstream, whose are not

@@ -315,6 +315,9 @@ class LocalBackend:
         """Drop every cached prefix (admin); returns the bytes freed."""
         return self._engine.engine.flush_prefix_cache() if self._engine is not None else 0
 
+    def hidden(self, answer: dict[str, Any], auth: str | None) -> dict[str, Any]:
+        return answer  # (it was sent no key)
+
     def sampling_defaults(self) -> dict[str, float]:
         """The model's own (its generation_config or model card, under the YAML's)."""
         if self._engine is None:

@@ -171,9 +171,9 @@ class Pipeline:
             if request.stream:
                 with tier("model", **{"gen_ai.request.model": request.model, "stream": True}):
                     stream = await _open(backend, bridge, request, auth, watch)
-                # the relay owns the flight from here: it lands it when it ends or is closed
-                relay = _Relay(self, request, adapter, stream, looked.save, flight, bridge is None)
-                flight = None
+                relay = _Relay(self, request, adapter, stream, looked.save, flight, bridge is None,
+                               hide=functools.partial(backend.hidden, auth=auth))  # fmt: skip
+                flight = None  # the relay owns it from here: lands it when it ends or is closed
                 headers = _keyed(stream.headers, looked.key)
                 return Reply(looked.state, headers, stream=relay, outcome=relay.outcome, **seen)
             with tier("model", **{"gen_ai.request.model": request.model}):
@@ -571,8 +571,11 @@ class _Relay:
         save: Save | None,
         flight: Flight | None,
         native: bool,
+        hide: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self._native = native  # the backend spoke the API itself (no chat bridge)
+        #: the complete answer as kept (stored, delivered): the backend's key hidden in it
+        self._hide = hide
         self._pipeline = pipeline
         self._request = request
         self._adapter = adapter
@@ -685,6 +688,8 @@ class _Relay:
             result = fold.result()
         if result is None:
             return
+        if self._hide is not None:  # (a key split over events was in none of them whole)
+            result = self._hide(result)
         if self._save is not None and self._pipeline.storable(self._adapter, self._request, result):
             self._pipeline.store_soon(self._request, self._save, result, self._flight)
             self._flight = None  # it lands once the answer is stored

@@ -285,6 +285,14 @@ class UpstreamBackend:
     def flush_prefix_cache(self) -> int:
         return 0  # the upstream's own prompt cache is not ours to flush
 
+    def hidden(self, answer: dict[str, Any], auth: str | None) -> dict[str, Any]:
+        forms = _quoted(self._sent_key(auth))
+        if not forms:
+            return answer
+        raw = _encode(answer)
+        masked = _hidden(raw, forms)
+        return answer if masked == raw else _decode(masked)
+
     def sampling_defaults(self) -> dict[str, float]:
         return dict(OPENAI_SAMPLING)
 
@@ -704,6 +712,9 @@ class ReplicatedBackend:
 
     def flush_prefix_cache(self) -> int:
         return 0
+
+    def hidden(self, answer: dict[str, Any], auth: str | None) -> dict[str, Any]:
+        return self._replicas[0].hidden(answer, auth)  # (they share the model's api_key)
 
     def sampling_defaults(self) -> dict[str, float]:
         return self._replicas[0].sampling_defaults()

@@ -625,6 +625,32 @@ def test_the_gateways_key_quoted_outside_an_error_status_reaches_nobody_either(
     assert again.status_code == 502 and "Bad key ***" in again.text
 
 
+def test_a_key_split_over_stream_events_is_hidden_in_the_answer_kept(
+    make_gateway: Any,
+) -> None:
+    """The key quoted in a streamed answer, its pieces in several events (as a token stream
+    splits it): no event held it whole, so none was masked, and the answer assembled from them
+    was stored with it whole and served to every later hit of the tenant, JSON or streamed."""
+    gw = make_gateway(model_yaml="api_key: sk-shared-by-all-tenants")
+    said = "upstream said: sk-shared-by-all-tenants, twice: sk-shared-by-all-tenants"
+    fake = {"content": said, "chunks": 7}
+    for path, field in (("chat/completions", "messages"), ("completions", "prompt")):
+        asked: Any = [{"role": "user", "content": "quote"}] if field == "messages" else "quote"
+        body = {"model": "fake-model", field: asked, "fake": fake}
+        streamed = gw.http.post(f"/v1/{path}", json={**body, "stream": True})
+        assert streamed.headers["x-cache"] == "miss" and "[DONE]" in streamed.text
+        chunks = [json.loads(line[6:]) for line in streamed.text.splitlines()
+                  if line.startswith("data: {")]  # fmt: skip
+        pieces = [c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text")
+                  or "" for c in chunks if c.get("choices")]  # fmt: skip
+        assert "".join(pieces) == said, pieces  # (split: its client got the pieces as they came)
+        for stream in (False, True):
+            hit = gw.http.post(f"/v1/{path}", json={**body, "stream": stream})
+            assert hit.headers["x-cache"] == "exact", (path, stream)
+            assert "sk-shared" not in hit.text, (path, stream, hit.text)
+            assert "***" in hit.text, (path, stream, hit.text)
+
+
 def test_a_forwarded_client_key_quoted_by_the_upstream_stays_out_of_traces(
     make_gateway: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
