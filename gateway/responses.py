@@ -1024,10 +1024,13 @@ def _applied(body: dict[str, Any], name: str, sampling: Mapping[str, float]) -> 
 
 
 def _usage(chat: dict[str, Any]) -> dict[str, Any]:
-    cached = (chat.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    details = chat.get("prompt_tokens_details") or {}
+    # NOTE: both required by the SDK's ``InputTokensDetails`` (without ``cache_write_tokens``
+    # its field read None); nothing here is written to a provider's prompt cache at a premium
+    read, written = details.get("cached_tokens", 0), details.get("cache_write_tokens", 0)
     return {
         "input_tokens": chat.get("prompt_tokens", 0),
-        "input_tokens_details": {"cached_tokens": cached},
+        "input_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
         "output_tokens": chat.get("completion_tokens", 0),
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": chat.get("total_tokens", 0),

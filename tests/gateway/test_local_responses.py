@@ -53,6 +53,8 @@ def test_turn_after_turn_reuses_the_prefix_kv(gw: Gateway) -> None:
     assert second.usage is not None and second.usage.input_tokens > first.usage.input_tokens
     # the instructions and the whole first turn came from the prefix KV cache
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    # (both of the SDK's required fields: cache_write_tokens read None when left out)
+    assert second.usage.input_tokens_details.cache_write_tokens == 0
     assert c.responses.retrieve(second.id).output_text == second.output_text
 
 
@@ -98,6 +100,8 @@ def test_streaming_from_the_local_model_then_a_replay(gw: Gateway) -> None:
         replayed = list(raw.parse())
     assert distinct_types(replayed) == EVENTS
     assert replayed[-1].response.output_text == text
+    usage = replayed[-1].response.usage
+    assert usage is not None and usage.input_tokens_details.cache_write_tokens == 0
 
 
 def test_what_the_local_model_cannot_do_is_a_400(gw: Gateway) -> None:
