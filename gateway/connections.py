@@ -182,7 +182,10 @@ class Connections:
         finally:
             self.streams.discard(watch)
             error = outcome.error if outcome is not None else None
-            if error is None and not ended:
+            # NOTE: not a client that left once its answer's last event was sent, while the
+            # relay read the end of the upstream's body (a worker's): its answer was whole
+            finished = outcome is not None and outcome.finished
+            if error is None and not ended and not finished:
                 error = "client_stuck" if watch.stuck else "client_disconnected"
             if error is not None:
                 on_error(error)

@@ -14,6 +14,7 @@ A request can ask for misbehaviour in a ``fake`` body field (what the SDK sends 
                    seconds of that wait (as OpenRouter does while a model thinks)
     chunk_delay    seconds between generated stream events (as a real server, the usage chunk
                    and ``[DONE]`` follow the last one at once)
+    done_delay     seconds between ``[DONE]`` and the body's end (a server still cleaning up)
     status         answer with this HTTP error status (``fail_times``: only the first N times
                    this exact body is seen; ``retry_after``: a Retry-After header,
                    ``retry_after_ms``: a retry-after-ms one)
@@ -450,7 +451,13 @@ class FakeUpstream:
         if disconnected.is_set():
             self.stats["streams_cancelled"] += 1
             return
-        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        lingers = bool(fake.get("done_delay"))
+        await send(
+            {"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": lingers}
+        )
+        if lingers:
+            await asyncio.sleep(fake["done_delay"])
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         self.stats["streams_completed"] += 1
 
 

@@ -93,6 +93,30 @@ def test_streams_that_end_badly_are_counted(make_gateway: Any, upstream: FakeUps
     assert len(series) == 2, series
 
 
+def test_a_client_that_leaves_after_done_got_its_whole_stream(
+    make_gateway: Any, upstream: FakeUpstream
+) -> None:
+    """A client that closes its connection once it has read ``[DONE]`` (as many do) while the
+    gateway still reads the end of the upstream's body (a worker cleaning up): its answer was
+    whole and stored, and was counted as a ``client_disconnected`` stream, logged 499."""
+    gw = make_gateway()
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "whole"}],
+            "stream": True, "fake": {"done_delay": 0.5}}  # fmt: skip
+    for _ in range(3):
+        with (
+            httpx.Client(base_url=gw.url, timeout=10) as http,
+            http.stream(
+                "POST", ROUTE, json=body, headers={"cache-control": "no-cache"}
+            ) as response,
+        ):
+            assert next(line for line in response.iter_lines() if "[DONE]" in line)
+    time.sleep(1.0)  # (each gateway-side drain is over)
+    metrics = gw.http.get("/metrics").text
+    assert "cachegate_stream_errors_total{" not in metrics
+    assert sample(metrics, "cachegate_requests_total", route=ROUTE, status="200") == 3
+    assert gw.http.post(ROUTE, json={**body, "stream": False}).headers["x-cache"] == "exact"
+
+
 def test_monotonic_statistics_are_counters(make_gateway: Any, upstream: FakeUpstream) -> None:
     gw = make_gateway()
     gw.chat("one")
