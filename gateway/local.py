@@ -413,7 +413,16 @@ class LocalBackend:
         if request.top_k is not None:  # a bridged request's (not in its chat body)
             body = {**body, "top_k": request.top_k}
         params = _sampling(body, request.kind)
-        _within_output_limit(params.max_tokens, self._max_output(engine), body)
+        bound = self._max_output(engine)
+        _within_output_limit(params.max_tokens, bound, body)
+        if (
+            params.max_tokens is None
+            and bound is not None
+            and bound < self.config.default_max_tokens
+        ):
+            # the window's bound with sinks (the config holds a set one above the default):
+            # past it, a request that set no max_tokens got what one asking for it could not
+            params = dataclasses.replace(params, max_tokens=bound)
         return params
 
     async def _prepare(self, engine: Engine, request: GatewayRequest) -> GenerationRequest:

@@ -39,6 +39,7 @@ def gw(bundled_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
         "cache": {"semantic": {"enabled": False}},
         "models": {
             "sinks": {**model, "context_overflow": "sinks"},  # bound: the window
+            "sinks-default": {**model, "context_overflow": "sinks", "default_max_tokens": 256},
             "capped": {**model, "max_output_tokens": 8},  # (error mode, bound set)
             "strict": model,  # error mode: the window bounds prompt + max_tokens, as before
         },
@@ -115,3 +116,14 @@ def test_a_default_above_the_bound_is_a_config_error() -> None:
         load_config_text(
             "models: {m: {backend: local, max_output_tokens: 8, default_max_tokens: 9}}"
         )
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/completions", "/v1/responses"])
+def test_a_default_above_the_windows_bound_is_held_to_it(gw: Gateway, route: str) -> None:
+    """With sinks and no ``max_output_tokens`` the bound is the window, but a request that set
+    no ``max_tokens`` got ``default_max_tokens`` (256 here) past it, while asking for 65 was a
+    400: it gets the bound."""
+    answer = _post(gw, route, "sinks-default", temperature=0).json()
+    usage = answer["usage"]
+    produced = usage.get("completion_tokens", usage.get("output_tokens"))
+    assert 0 < produced <= WINDOW, answer
