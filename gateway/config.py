@@ -254,6 +254,12 @@ class OpenAIModelConfig(_Base, frozen=True, tag="openai", tag_field="backend"):
         if bool(self.base_url) == bool(self.replicas):
             raise ValueError("set either base_url or replicas (a list of base URLs)")
         _check_urls(self.urls)
+        chooses = msgspec.structs.replace(self.routing, down_for=RoutingConfig().down_for)
+        if self.base_url and chooses != RoutingConfig():  # (down_for: a held delete's 503 too)
+            raise ValueError(
+                "routing is for replicas (one base_url reads only routing.down_for): there is "
+                "no replica to choose"
+            )
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -397,7 +403,7 @@ class AnthropicModelConfig(OpenAIModelConfig, frozen=True, tag="anthropic", tag_
 
     base_url: str | None = "https://api.anthropic.com"
     #: ``anthropic-version`` sent when the client sends none.
-    anthropic_version: str = "2023-06-01"
+    anthropic_version: Annotated[str, msgspec.Meta(min_length=1)] = "2023-06-01"
     prompt_caching: PromptCachingConfig = PromptCachingConfig()
 
     def __post_init__(self) -> None:
@@ -539,6 +545,12 @@ class SemanticCacheConfig(_Base, frozen=True):
                 "set verifier_threshold or max_wrong_rate, not both: with a threshold, "
                 "max_wrong_rate is read only as auto_tighten's target"
             )
+        if self.guard_min_score is not None and (not self.guard or self._verifier_decides):
+            raise ValueError(
+                "guard_min_score is the guard's own (guard: true with verifier: off or "
+                "verifier_role: veto); with the verifier deciding, set verifier_threshold "
+                "or max_wrong_rate"
+            )
         if self.verifier == "off" or self.verifier_role == "decide":
             return
         if self.max_wrong_rate is not None:
@@ -546,8 +558,12 @@ class SemanticCacheConfig(_Base, frozen=True):
         if self.context == "verify":
             raise ValueError('context "verify" needs verifier_role: decide')
 
+    @property
+    def _verifier_decides(self) -> bool:
+        return self.verifier != "off" and self.verifier_role == "decide"
+
     def _check_auto_tighten(self) -> None:
-        if self.verifier == "off" or self.verifier_role != "decide":
+        if not self._verifier_decides:
             raise ValueError("auto_tighten needs the verifier deciding (verifier_role: decide)")
         if not self.max_wrong_rate:
             raise ValueError("auto_tighten needs max_wrong_rate (above 0): the rate it keeps to")
@@ -608,7 +624,7 @@ class TracingConfig(_Base, frozen=True):
     #: OTLP/HTTP traces endpoint; None: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, or
     #: $OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces, or http://localhost:4318/v1/traces.
     endpoint: str | None = None
-    service_name: str = "cachegate"
+    service_name: Annotated[str, msgspec.Meta(min_length=1)] = "cachegate"
     #: Share of requests traced (head sampling by trace id).
     sample_rate: Fraction = 1.0
 
@@ -1087,6 +1103,8 @@ def _fields(t: Any) -> tuple[Any, ...]:
 
 def _resolve_paths(config: Config, base: Path, source: str) -> Config:
     def checked(path: str, key: str) -> str:
+        if not path.strip():  # (was the config file's own directory: "${VAR:-}" left unset)
+            raise ConfigError(f"{source}: {key} is empty (is its ${{VAR}} set?)")
         if "\x00" in path:  # (os.path raises a ValueError on it)
             raise ConfigError(f"{source}: {key}: a path cannot hold a NUL character")
         return path
@@ -1095,8 +1113,6 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
         # (~ is the home directory, as in a shell: it made a directory named "~" beside the file)
         return str((base / Path(checked(path, key)).expanduser()).resolve())
 
-    if not config.data_dir.strip():  # (was the config file's own directory)
-        raise ConfigError(f"{source}: data_dir is empty (is its ${{VAR}} set?)")
     data_dir = resolve(config.data_dir, "data_dir")
     models: dict[str, ModelConfig] = {}
     for name, model in config.models.items():
@@ -1105,7 +1121,7 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
             if model.source.startswith((".", "/", "~")) or (base / model.source).exists():
                 source_dir = resolve(model.source, f"models.{name}.source")
                 model = msgspec.structs.replace(model, source=source_dir)
-        if isinstance(model, LocalModelConfig) and model.prefix_disk_dir:
+        if isinstance(model, LocalModelConfig) and model.prefix_disk_dir is not None:
             disk_dir = resolve(model.prefix_disk_dir, f"models.{name}.prefix_disk_dir")
             model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model

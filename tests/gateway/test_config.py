@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -841,6 +842,35 @@ def test_a_semantic_setting_that_would_not_be_read_is_refused() -> None:
     # with auto_tighten, max_wrong_rate is its target and a threshold where it starts
     both = semantic("max_wrong_rate: 0.01, verifier_threshold: 0.9, auto_tighten: true")
     assert (both.max_wrong_rate, both.verifier_threshold) == (0.01, 0.9)
+    # the guard's MLP is not run while the verifier decides (the default), nor without the
+    # guard: guard_min_score: 1.0 still served a paraphrase (a review)
+    for settings in ("guard_min_score: 0.9", "verifier: off, guard: false, guard_min_score: 0.9"):
+        with pytest.raises(ConfigError, match="guard_min_score is the guard's own"):
+            semantic(settings)
+    for settings in ("verifier: off", "verifier_role: veto"):
+        assert semantic(f"{settings}, guard_min_score: 0.9").guard_min_score == 0.9
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "error"),
+    [  # each was accepted, and did what a user would not expect (a review)
+        ("tracing: {service_name: ''}", "tracing.service_name: expected `str` of length >= 1"),
+        (  # every request sending no anthropic-version was refused upstream
+            "models: {c: {backend: anthropic, anthropic_version: ''}}",
+            "models.c.anthropic_version: expected `str` of length >= 1",
+        ),
+        (  # (as backend: anthropic refuses it)
+            "models: {m: {backend: openai, base_url: 'http://x/v1', routing: {policy: round_robin}}}",
+            "models.m: routing is for replicas",
+        ),
+    ],
+)
+def test_a_setting_that_cannot_work_is_refused(yaml_text: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(error)):
+        load_config_text(yaml_text)
+    # (routing.down_for is read with one base_url: a held response's delete, its Retry-After)
+    one = "models: {m: {backend: openai, base_url: 'http://x/v1', routing: {down_for: 3}}}"
+    assert load_config_text(one).models["m"].routing.down_for == 3  # type: ignore[union-attr]
 
 
 def test_cli_prepare_exports_the_embedder_and_fails_when_it_cannot(tmp_path: Path) -> None:
@@ -960,6 +990,31 @@ def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
     result = run_cli("config", "check", str(config))
     assert result.returncode == 1
     assert result.stderr == f"error: {config}: data_dir is empty (is its ${{VAR}} set?)\n"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "cache.semantic.verifier",
+        "cache.semantic.embedding_model",
+        "cache.semantic.embedder_export_dir",
+        "models.m.prefix_disk_dir",
+    ],
+)
+def test_an_empty_path_is_refused_naming_its_key(tmp_path: Path, key: str) -> None:
+    # as data_dir: the config file's own directory (an export written beside it, a verifier
+    # that failed to load there, serving exact hits only; the disk tier quietly off)
+    *parents, leaf = key.split(".")
+    tree: dict[str, Any] = {leaf: "${CACHEGATE_TEST_UNSET_DIR:-}"}
+    for parent in reversed(parents):
+        tree = {parent: tree}
+    if parents[0] == "models":
+        tree["models"]["m"]["backend"] = "local"
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(tree))
+    result = run_cli("config", "check", str(config))
+    assert result.returncode == 1
+    assert result.stderr == f"error: {config}: {key} is empty (is its ${{VAR}} set?)\n"
 
 
 def test_cli_refuses_an_empty_host(tmp_path: Path) -> None:
