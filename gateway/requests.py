@@ -371,7 +371,10 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     max_age = None
     for directive in directives:
         if directive.startswith("max-age="):
-            max_age = _number(directive[8:], "cache-control: max-age", 0.0, None, allow_zero=True)
+            value = directive[8:]
+            if len(value) > 1 and value[0] == value[-1] == '"':  # (RFC 9111 5.2: accepted too)
+                value = value[1:-1]
+            max_age = _number(value, "cache-control: max-age", 0.0, None, allow_zero=True)
     namespace = check_namespace(
         _one_header(headers, "x-cache-namespace") or "", "x-cache-namespace"
     )

@@ -92,6 +92,8 @@ def test_cache_controls_from_headers_and_body() -> None:
     assert control == CacheControl(
         no_cache=True, namespace="team-a", threshold=0.8, ttl=60.0, max_age=30.0
     )
+    # RFC 9111's quoted form of the argument (was a 400)
+    assert parse_cache_control({"cache-control": 'max-age="0"'}).max_age == 0.0
     body = parse_cache_control(
         {}, {"no-store": True, "no_cache": False, "namespace": "n", "threshold": 0, "ttl": 5}
     )
