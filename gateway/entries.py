@@ -24,6 +24,7 @@ from semantic.cache import ResponseCache
 from semantic.store import Entry
 
 from .errors import APIError
+from .requests import unpartitioned
 from .texts import Texts
 
 __all__ = ["Query", "list_entries", "not_found", "parse_id", "parse_query", "render"]
@@ -47,7 +48,8 @@ class Query:
         return (
             (self.namespace is None or entry.namespace == self.namespace)
             and (self.model is None or entry.model == self.model)
-            and (self.tenant is None or entry.tenant == self.tenant)
+            # a tenant's: its own and those of its front gateway's partitions (tenant\x1fp)
+            and (self.tenant is None or self.tenant in (entry.tenant, unpartitioned(entry.tenant)))
             and (self.kind is None or _kind(entry) == self.kind)
             and (self.text is None or self.text in entry.question.lower())
         )

@@ -640,6 +640,17 @@ def test_cli_tables_show_a_front_gateways_partition_as_an_escape(
         assert "default\\x1fabc123" in out and "\x1f" not in out
         head, row = out.splitlines()[-2:] if command == ["stats"] else out.splitlines()[:2]
         assert head.index("MODEL") == row.index("fake-model")  # the columns line up
+    # the tenant's filter finds its partitions' answers (it found none: an exact name only)
+    gw.chat("hello")  # (the tenant's own)
+    listed = gw.http.get(
+        "/admin/cache/entries?tenant=default", headers={"authorization": "Bearer adm"}
+    )
+    assert sorted(e["tenant"] for e in listed.json()["data"]) == ["default", "default\x1fabc123"]
+    exact = gw.http.get(
+        "/admin/cache/entries", params={"tenant": "default\x1fabc123"},
+        headers={"authorization": "Bearer adm"},
+    )  # fmt: skip
+    assert [e["tenant"] for e in exact.json()["data"]] == ["default\x1fabc123"]
 
 
 def test_cli_passes_on_a_403_that_is_not_about_the_key(
