@@ -34,6 +34,8 @@ __all__ = ["AnthropicBackend", "AnthropicStream"]
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.encode
+#: Where a Messages request's input tokens are counted upstream.
+_COUNT_PATH = "v1/messages/count_tokens"
 
 
 class AnthropicBackend(UpstreamBackend):
@@ -84,7 +86,7 @@ class AnthropicBackend(UpstreamBackend):
     ) -> Answer:
         """``POST /v1/messages/count_tokens`` upstream: the prompt's input tokens, with the
         upstream's headers to relay (its ``request-id``, its rate-limit state), as a message's."""
-        answer = await self._post(request, auth, "v1/messages/count_tokens")
+        answer = await self._post(request, auth, _COUNT_PATH)
         count = answer.body.get("input_tokens")
         if not isinstance(count, int):
             raise APIError(502, f"Upstream for model '{self.name}' sent an unexpected body.")
@@ -105,7 +107,8 @@ class AnthropicBackend(UpstreamBackend):
             body["stream"] = True
         # NOTE: the marks change only what is sent: the cache key was taken from the client's
         # body, so a request with and without them is the same request.
-        if self.cacher is not None and "max_tokens" in body:  # not for count_tokens
+        # (not a count: it writes no prompt cache; one may carry max_tokens, as a create)
+        if self.cacher is not None and path != _COUNT_PATH:
             body = self.cacher.prepare(request.tenant, body, now=time.monotonic())
         return _encode(body)
 

@@ -35,7 +35,7 @@ from semantic.keys import CacheKey, ContextMode, chat_key
 from .canonical import Bridge, GatewayRequest
 from .errors import APIError
 from .prompt_cache import marks_accepted
-from .requests import decode_body, gateway_request, integral
+from .requests import decode_body, gateway_request, integral, list_header, one_header
 from .stored import ResponseStore
 
 __all__ = [
@@ -590,8 +590,16 @@ def _request(
 
 
 def _api_headers(headers: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """``ANTHROPIC_HEADERS`` of ``headers`` that are set, in that order (the key's)."""
-    return tuple((h, headers[h]) for h in ANTHROPIC_HEADERS if headers.get(h))
+    """``ANTHROPIC_HEADERS`` of ``headers`` that are set, in that order (the key's).
+
+    NOTE: ``anthropic-beta`` is a list: its lines are joined, as HTTP combines them (the
+    first alone went upstream and into the key: a hit made under two betas answered one);
+    ``anthropic-version`` takes one value (given twice: a 400).
+    """
+    betas = (b.strip() for b in list_header(headers, "anthropic-beta").split(","))
+    found = {"anthropic-version": one_header(headers, "anthropic-version"),
+             "anthropic-beta": ",".join(b for b in betas if b)}  # fmt: skip
+    return tuple((h, value) for h in ANTHROPIC_HEADERS if (value := found[h]))
 
 
 def _check_messages_body(body: dict[str, Any], *, count: bool) -> None:

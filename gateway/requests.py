@@ -175,7 +175,7 @@ def unpartitioned(name: str) -> str:
 def request_tenant(tenant: str, headers: Mapping[str, str]) -> str:
     """The tenant a request's caches use: the authenticated one, with the front gateway's
     partition (``x-cachegate-partition``) when it sent one."""
-    return partitioned(tenant, _partition(_one_header(headers, PARTITION_HEADER)))
+    return partitioned(tenant, _partition(one_header(headers, PARTITION_HEADER)))
 
 
 def tenant_partition(tenant: str, secret: str | None = None) -> str:
@@ -247,7 +247,7 @@ def gateway_request(
     The request's cache controls, the tenant (with the front gateway's partition), hops and
     the client's account headers come from ``headers`` the same way for every API.
     """
-    partition = _partition(_one_header(headers, PARTITION_HEADER))
+    partition = _partition(one_header(headers, PARTITION_HEADER))
     return GatewayRequest(
         kind=kind,
         model=body["model"],
@@ -365,7 +365,7 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
     >>> parse_cache_control({"cache-control": "no-store", "x-cache-ttl": "60"})
     CacheControl(no_cache=False, no_store=True, namespace='', threshold=None, ttl=60.0, max_age=None)
     """
-    directives = {d.strip().lower() for d in _list_header(headers, "cache-control").split(",")}
+    directives = {d.strip().lower() for d in list_header(headers, "cache-control").split(",")}
     no_cache = "no-cache" in directives
     no_store = "no-store" in directives
     max_age = None
@@ -375,11 +375,9 @@ def parse_cache_control(headers: Mapping[str, str], extension: Any = None) -> Ca
             if len(value) > 1 and value[0] == value[-1] == '"':  # (RFC 9111 5.2: accepted too)
                 value = value[1:-1]
             max_age = _number(value, "cache-control: max-age", 0.0, None, allow_zero=True)
-    namespace = check_namespace(
-        _one_header(headers, "x-cache-namespace") or "", "x-cache-namespace"
-    )
-    threshold = _number(_one_header(headers, "x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
-    ttl = _ttl(_one_header(headers, "x-cache-ttl"), "x-cache-ttl")
+    namespace = check_namespace(one_header(headers, "x-cache-namespace") or "", "x-cache-namespace")
+    threshold = _number(one_header(headers, "x-cache-threshold"), "x-cache-threshold", 0.0, 1.0)
+    ttl = _ttl(one_header(headers, "x-cache-ttl"), "x-cache-ttl")
 
     control = CacheControl(no_cache, no_store, namespace, threshold, ttl, max_age)
     if extension is not None:
@@ -435,14 +433,14 @@ def check_namespace(value: str, param: str) -> str:
     return value
 
 
-def _list_header(headers: Mapping[str, str], name: str) -> str:
+def list_header(headers: Mapping[str, str], name: str) -> str:
     """A list header's value: its lines joined, as HTTP says they combine (a proxy may add a
     ``cache-control`` line of its own; ``get`` reads only the first line)."""
     getall = getattr(headers, "getall", None)  # (a multidict: the request's headers)
     return ", ".join(getall(name, ())) if getall is not None else headers.get(name, "")
 
 
-def _one_header(headers: Mapping[str, str], name: str) -> str | None:
+def one_header(headers: Mapping[str, str], name: str) -> str | None:
     """A header that takes one value: a 400 when it comes on several lines (``get`` read the
     first alone, so a proxy's line added after the client's was silently ignored)."""
     getall = getattr(headers, "getall", None)  # (a multidict: the request's headers)

@@ -442,6 +442,27 @@ def test_unknown_fields_and_headers_go_upstream_untouched(
     assert fake.headers[-1]["x-api-key"] == "sk-ant-test"
 
 
+def test_anthropic_beta_on_several_lines_is_one_list(gw: Gateway, fake: FakeAnthropic) -> None:
+    """Lines of a list header combine (RFC 9110 5.3): the first alone went upstream and into
+    the key, so a request naming only that beta hit an answer made under both."""
+    body = {"model": "claude", "max_tokens": 10, "messages": [{"role": "user", "content": "b"}]}
+    sent = [("x-api-key", "sk-ant-test"), ("anthropic-version", "2023-06-01")]
+
+    def post(*betas: str) -> httpx.Response:
+        lines = sent + [("anthropic-beta", beta) for beta in betas]
+        return gw.http.post("/v1/messages", json=body, headers=lines)
+
+    assert post("beta-one", "beta-two").headers["x-cache"] == "miss"
+    assert fake.headers[-1]["anthropic-beta"] == "beta-one,beta-two"
+    assert post("beta-one, beta-two").headers["x-cache"] == "exact"  # (the same list)
+    assert post("beta-one").headers["x-cache"] == "miss"
+    assert fake.headers[-1]["anthropic-beta"] == "beta-one"
+    twice = gw.http.post("/v1/messages", json=body,
+                         headers=[*sent, ("anthropic-version", "2023-06-01")])  # fmt: skip
+    assert twice.status_code == 400 and twice.json()["type"] == "error"
+    assert "anthropic-version" in twice.json()["error"]["message"]
+
+
 def test_output_changing_fields_and_headers_are_in_the_scope(
     client: anthropic.Anthropic, fake: FakeAnthropic
 ) -> None:
@@ -1698,6 +1719,12 @@ def test_count_tokens(client: anthropic.Anthropic, fake: FakeAnthropic) -> None:
         model="claude", system=SYSTEM, messages=[{"role": "user", "content": "hi"}])  # fmt: skip
     assert counted.input_tokens == len(SYSTEM) // 4 + 1 + 1
     assert fake.stats["/v1/messages/count_tokens"] == 1
+    # a count writes no prompt cache: no marks, though it carries max_tokens as a create does
+    # (it got them, and the cacher's history took it for a request that wrote them)
+    client.messages.count_tokens(model="claude", system=SYSTEM, messages=[
+        {"role": "user", "content": "hi"}], extra_body={"max_tokens": 5})  # fmt: skip
+    assert fake.stats["/v1/messages/count_tokens"] == 2
+    assert "cache_control" not in str(fake.bodies[-1])
     with pytest.raises(anthropic.BadRequestError):
         client.messages.count_tokens(model="gpt", messages=[{"role": "user", "content": "hi"}])
 
