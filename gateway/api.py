@@ -214,9 +214,34 @@ async def list_models(request: Request[Any, Any, Any]) -> Response[Any]:
     data = list(await asyncio.gather(*(b.describe() for b in runtime.backends.values())))
     if not anthropic:
         return _json({"object": "list", "data": data})
-    models = [_anthropic_model(d) for d in data]
+    try:
+        models, more = _anthropic_page([_anthropic_model(d) for d in data], request.query_params)
+    except APIError as exc:
+        return error_response(exc, wire=MESSAGES)
     first, last = (models[0]["id"], models[-1]["id"]) if models else (None, None)
-    return _json({"data": models, "has_more": False, "first_id": first, "last_id": last})
+    return _json({"data": models, "has_more": more, "first_id": first, "last_id": last})
+
+
+def _anthropic_page(
+    models: list[dict[str, Any]], params: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """One page of Anthropic's model list (``limit``: 1-1000, default 20; ``after_id`` /
+    ``before_id``: the models after / before that one), and whether more follow it in its
+    direction. NOTE: all were given whatever was asked (the SDK's ``limit=1`` got every one)."""
+    raw = params.get("limit", "20")
+    if not (raw.isdigit() and 1 <= int(raw) <= 1000):
+        raise APIError(400, f"limit: Input should be an integer from 1 to 1000, got {raw!r}",
+                       param="limit")  # fmt: skip
+    limit, ids = int(raw), [m["id"] for m in models]
+    for name in ("after_id", "before_id"):
+        if (cursor := params.get(name)) is not None and cursor not in ids:
+            raise APIError(400, f"{name}: no model `{cursor}` in the list", param=name)
+    if (before := params.get("before_id")) is not None:
+        end = ids.index(before)
+        return models[max(end - limit, 0) : end], end > limit
+    after = params.get("after_id")
+    start = ids.index(after) + 1 if after is not None else 0
+    return models[start : start + limit], start + limit < len(models)
 
 
 @get("/v1/models/{model_id:path}")

@@ -2020,6 +2020,17 @@ def test_the_anthropic_sdk_lists_and_retrieves_the_models(
         assert sorted(ids) == ["claude", "claude-client-key", "claude-plain", "gpt"]
         assert all(m.type == "model" and m.display_name == m.id for m in page.data)
         assert page.first_id == ids[0] and page.last_id == ids[-1] and not page.has_more
+        # pages (limit, after_id, before_id: the SDK's `limit=1` got every model, no more)
+        one = client.models.list(limit=1)
+        assert [m.id for m in one.data] == ids[:1] and one.has_more
+        assert [m.id for m in client.models.list(limit=1)] == ids  # (the SDK pages on)
+        assert [m.id for m in client.models.list(after_id=ids[1]).data] == ids[2:]
+        back = client.models.list(before_id=ids[3], limit=2)
+        assert [m.id for m in back.data] == ids[1:3] and back.has_more
+        for bad in ({"limit": 0}, {"limit": 1001}, {"after_id": "no-such-model"}):
+            with pytest.raises(anthropic.BadRequestError) as wrong:
+                client.models.list(**bad)  # type: ignore[arg-type]
+            assert wrong.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
         model = client.models.retrieve("gpt")
         assert model.id == "gpt" and model.created_at.year == 1970  # (an upstream's: unknown)
         with pytest.raises(anthropic.NotFoundError) as missing:
