@@ -194,6 +194,9 @@ class Price(_Base, frozen=True):
     cached_input: PerMillion | None = None
     #: Input tokens written into a provider's prompt cache (Anthropic); None: input.
     cache_write: PerMillion | None = None
+    #: Those written for an hour (Anthropic's ``ephemeral_1h_input_tokens``: billed 2x input
+    #: where a 5-minute write is 1.25x); None: cache_write.
+    cache_write_1h: PerMillion | None = None
     output: PerMillion = 0.0
 
 
@@ -778,8 +781,10 @@ def _check_price(model: str, price: Price) -> None:
     premiums are differences of these prices, exported as counters that must not fall."""
     if price.cached_input is not None and price.cached_input > price.input:
         raise ValueError(f"prices.{model}.cached_input is above its input price")
-    if price.cache_write is not None and price.cache_write < price.input:
-        raise ValueError(f"prices.{model}.cache_write is below its input price")
+    for name in ("cache_write", "cache_write_1h"):
+        written = getattr(price, name)
+        if written is not None and written < price.input:
+            raise ValueError(f"prices.{model}.{name} is below its input price")
 
 
 def default_config() -> Config:

@@ -76,6 +76,7 @@ class Usage:
     output_tokens: int = 0
     cached_tokens: int = 0  # read from a prompt cache (provider's, or the local prefix cache)
     cache_write_tokens: int = 0  # written into a provider's prompt cache (Anthropic)
+    cache_write_1h_tokens: int = 0  # of those, written for an hour (priced cache_write_1h)
 
 
 def usage_of(usage: Any) -> Usage:
@@ -87,8 +88,12 @@ def usage_of(usage: Any) -> Usage:
             _int(usage.get("cache_read_input_tokens")),
             _int(usage.get("cache_creation_input_tokens")),
         )
+        # NOTE: Anthropic splits the writes by their TTL; an hour's costs more (2x input, not
+        # 1.25x), and all were priced as 5 minutes' (a cost report 37% low on 1h writes)
+        split = usage.get("cache_creation")
+        hour = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, dict) else 0
         return Usage(_int(usage.get("input_tokens")) + read + write,
-                     _int(usage.get("output_tokens")), read, write)  # fmt: skip
+                     _int(usage.get("output_tokens")), read, write, min(hour, write))  # fmt: skip
     details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
     cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else 0
     prompt = _int(usage.get("prompt_tokens", usage.get("input_tokens")))
@@ -112,7 +117,9 @@ def partial_usage(reported: Any, counted: Any, streamed_chars: int) -> Usage:
     output = max(a.output_tokens, b.output_tokens, _estimated_tokens(streamed_chars))
     return Usage(max(a.input_tokens, b.input_tokens), output,
                  max(a.cached_tokens, b.cached_tokens),
-                 max(a.cache_write_tokens, b.cache_write_tokens))  # fmt: skip
+                 max(a.cache_write_tokens, b.cache_write_tokens),
+                 min(max(a.cache_write_1h_tokens, b.cache_write_1h_tokens),
+                     max(a.cache_write_tokens, b.cache_write_tokens)))  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -276,7 +283,6 @@ class Ledger:
 
     def _charge(self, account: _Account, usage: Usage, price: Price, source: Source) -> None:
         cached_price = price.input if price.cached_input is None else price.cached_input
-        write_price = price.input if price.cache_write is None else price.cache_write
         account.model_calls += 1
         account.input_tokens += usage.input_tokens
         account.output_tokens += usage.output_tokens
@@ -296,7 +302,7 @@ class Ledger:
             _read_writes(account, usage.cached_tokens)
         if usage.cache_write_tokens:
             account.cache_write_tokens += usage.cache_write_tokens
-            account.write_premium_usd += _usd(usage.cache_write_tokens, write_price - price.input)
+            account.write_premium_usd += _written(usage, price, above=price.input)
             account.writes.append([self._clock(), float(usage.cache_write_tokens)])
 
     def _expire_writes(self) -> None:
@@ -330,13 +336,24 @@ def _read_writes(account: _Account, tokens: int) -> None:
 def _cost(usage: Usage, price: Price) -> float:
     """What one model call cost: plain, cached and cache-written input, and output."""
     cached_price = price.input if price.cached_input is None else price.cached_input
-    write_price = price.input if price.cache_write is None else price.cache_write
     plain = max(usage.input_tokens - usage.cached_tokens - usage.cache_write_tokens, 0)
     return (
         _usd(plain, price.input)
         + _usd(usage.cached_tokens, cached_price)
-        + _usd(usage.cache_write_tokens, write_price)
+        + _written(usage, price)
         + _usd(usage.output_tokens, price.output)
+    )
+
+
+def _written(usage: Usage, price: Price, above: float = 0.0) -> float:
+    """What one call's cache writes cost (``above``: less that price a token, the premium
+    over it): those for an hour at ``cache_write_1h`` (None: ``cache_write``), the others at
+    ``cache_write`` (None: ``input``)."""
+    write_price = price.input if price.cache_write is None else price.cache_write
+    hour_price = write_price if price.cache_write_1h is None else price.cache_write_1h
+    hour = usage.cache_write_1h_tokens
+    return _usd(usage.cache_write_tokens - hour, write_price - above) + _usd(
+        hour, hour_price - above
     )
 
 

@@ -307,6 +307,10 @@ cache: {redis: {key_prefix: "${CG_VALUE}"}}
             "models: {m: {backend: local}}\nprices: {m: {input: 1, cache_write: 0.5}}",
             "prices.m.cache_write is below its input price",
         ),
+        (
+            "models: {m: {backend: local}}\nprices: {m: {input: 1, cache_write_1h: 0.5}}",
+            "prices.m.cache_write_1h is below its input price",
+        ),
         (  # .inf (or 1e308 times a token count) made the ledger's sums NaN
             "models: {m: {backend: local}}\nprices: {m: {input: .inf, output: 10}}",
             # (msgspec's own path, prices[...].input, did not say which model's)

@@ -46,6 +46,28 @@ def test_anthropic_cache_writes_read_and_unread() -> None:
     assert b["saved_usd"] == pytest.approx(-premium)  # a write nobody read only cost money
 
 
+def test_an_hours_cache_writes_are_priced_as_an_hours() -> None:
+    """Anthropic bills a write kept for an hour at 2x input, one for 5 minutes at 1.25x; every
+    write was priced at ``cache_write`` (a review's cost report: spend 37% low, premium 4x)."""
+    usage = usage_of({"input_tokens": 10, "output_tokens": 6, "cache_creation_input_tokens": 1500,
+                      "cache_creation": {"ephemeral_5m_input_tokens": 100,
+                                         "ephemeral_1h_input_tokens": 1400}})  # fmt: skip
+    assert usage == Usage(1510, 6, 0, 1500, 1400)
+    priced = Price(input=3.0, cached_input=0.3, cache_write=3.75, cache_write_1h=6.0, output=15.0)
+    ledger = Ledger({"claude": priced, "plain": Price(input=3.0, cache_write=3.75, output=15.0)})
+    ledger.record("t", "claude", usage, source="upstream", hit=False)
+    row = ledger.stats()["t"]["claude"]
+    spent = (10 * 3.0 + 100 * 3.75 + 1400 * 6.0 + 6 * 15.0) / 1e6
+    assert row["spent_usd"] == pytest.approx(spent, abs=1e-6)
+    assert row["write_premium_usd"] == pytest.approx((100 * 0.75 + 1400 * 3.0) / 1e6, abs=1e-6)
+    saved = ledger.record("t", "claude", usage, source="upstream", hit=True)  # what it cost
+    assert saved["usd_saved"] == pytest.approx(spent)
+    # without cache_write_1h, an hour's writes are priced as cache_write, as before
+    ledger.record("t", "plain", usage, source="upstream", hit=False)
+    plain = ledger.stats()["t"]["plain"]
+    assert plain["spent_usd"] == pytest.approx((10 * 3 + 1500 * 3.75 + 90) / 1e6, abs=1e-6)
+
+
 def test_hits_and_local_prefix_tokens() -> None:
     ledger = Ledger({"m": Price(input=1.0, output=2.0)})
     saved = ledger.record("t", "m", Usage(100, 10), source="upstream", hit=True)
