@@ -232,9 +232,9 @@ class Ledger:
         out: dict[str, dict[str, dict[str, float]]] = {}
         for (tenant, model), a in sorted(self._accounts.items()):
             row: dict[str, float] = {
-                k: (round(v, 6) if isinstance(v, float) else v) for k, v in _fields(a).items()
+                k: (round(v, _DIGITS) if isinstance(v, float) else v) for k, v in _fields(a).items()
             }
-            row["saved_usd"] = round(_saved(a), 6)
+            row["saved_usd"] = round(_saved(a), _DIGITS)
             out.setdefault(tenant, {})[model] = row
         return out
 
@@ -369,6 +369,11 @@ def _saved(a: _Account) -> float:
 
 def _fields(a: _Account) -> dict[str, Any]:
     return {k: getattr(a, k) for k in a.__slots__ if k != "writes"}
+
+
+#: Decimal places of a USD figure in the stats: a picodollar (6, a microdollar, showed the 4e-07
+#: USD four embedding tokens saved as 0, and `cachegate stats` as $0.0000: free).
+_DIGITS = 12
 
 
 def _usd(tokens: int, per_million: float) -> float:

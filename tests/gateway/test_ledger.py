@@ -68,6 +68,14 @@ def test_an_hours_cache_writes_are_priced_as_an_hours() -> None:
     assert plain["spent_usd"] == pytest.approx((10 * 3 + 1500 * 3.75 + 90) / 1e6, abs=1e-6)
 
 
+def test_a_tiny_amount_is_not_rounded_to_nothing() -> None:
+    ledger = Ledger({"emb": Price(input=0.10)})
+    ledger.record("t", "emb", Usage(4, 0), source="upstream", hit=True)
+    ledger.record("t", "emb", Usage(7, 0), source="upstream", hit=False)
+    row = ledger.stats()["t"]["emb"]
+    assert row["saved_usd"] == pytest.approx(4e-7) and row["spent_usd"] == pytest.approx(7e-7)
+
+
 def test_hits_and_local_prefix_tokens() -> None:
     ledger = Ledger({"m": Price(input=1.0, output=2.0)})
     saved = ledger.record("t", "m", Usage(100, 10), source="upstream", hit=True)
