@@ -228,7 +228,9 @@ def _split(tokens: int, inputs: list[str | list[int]]) -> list[int]:
     if not any(sizes):  # (one character each: equal shares)
         sizes = [1] * len(inputs)
     rest, total = tokens - base * len(inputs), sum(sizes)
-    reached = [rest * upto // total for upto in itertools.accumulate(sizes)]  # (rounded once)
+    # (running totals rounded to the nearest, once: floored, the leftover went to the last
+    # inputs whatever their length: 3 tokens for "alpha beta" and "gamma" were 1 and 2)
+    reached = [(2 * rest * upto + total) // (2 * total) for upto in itertools.accumulate(sizes)]
     return [base + b - a for a, b in zip([0, *reached], reached, strict=False)]
 
 

@@ -305,3 +305,6 @@ def test_a_batchs_usage_is_shared_among_its_inputs_by_length() -> None:
     shares = _split(101, ["x" * n for n in (3, 7, 11, 13)])
     assert sum(shares) == 101 and shares == sorted(shares)
     assert _split(5, [[1, 2, 3, 4], [5]]) == [4, 1]  # token ids: their count
+    # the leftover goes to the longer input (floored running totals gave it to the last)
+    assert _split(3, ["alpha beta", "gamma"]) == [2, 1]
+    assert _split(3, ["gamma", "alpha beta"]) == [1, 2]
