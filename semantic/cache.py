@@ -489,6 +489,9 @@ class ResponseCache:
     def stats(self) -> dict[str, Any]:
         c = self._counters
         out: dict[str, Any] = {
+            # 0 while the store cannot be used (Redis down: answered without it; /readyz
+            # "degraded" said so, and nothing an alert on /metrics could read)
+            "available": int(self.available),
             "entries": len(self._store),
             "lookups": c.lookups,
             "hits": {"exact": c.hits["exact"], "semantic": c.hits["semantic"]},

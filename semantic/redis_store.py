@@ -1130,6 +1130,7 @@ class RedisStore:
             try:
                 if await self._redis_answers():
                     self._down_until = 0.0
+                    log.warning("response cache: Redis answers again; answering with it")
                     return
             except Exception:  # NOTE: a recheck that stopped would leave the cache off for good
                 log.exception("response cache: trying Redis again failed")

@@ -217,6 +217,7 @@ def test_a_hung_redis_is_marked_down_once_and_skipped_until_it_answers(
             thread.start()
         for thread in clients:
             thread.join()
+        assert available(gateway) == 0  # (what an alert reads; /readyz says "degraded")
     finally:
         redis_server.process.send_signal(signal.SIGCONT)
     downs = gateway.log.read_text().count("Redis unavailable")
@@ -224,6 +225,15 @@ def test_a_hung_redis_is_marked_down_once_and_skipped_until_it_answers(
     assert eventually(  # and the cache is back on its own
         lambda: ask(gateway, "What is the speed of light?").headers["x-cache"] == "exact"
     )
+    assert available(gateway) == 1  # and says so, once, in the log too (it said nothing)
+    assert gateway.log.read_text().count("Redis answers again; answering with it") == 1
+
+
+def available(replica: ServeProcess) -> float:
+    """The ``cachegate_cache_available`` gauge of ``replica``'s /metrics."""
+    metrics = httpx.get(f"{replica.url}/metrics", timeout=10).text
+    line = next(x for x in metrics.splitlines() if x.startswith("cachegate_cache_available "))
+    return float(line.split()[1])
 
 
 def test_an_answer_asked_for_before_a_flush_is_not_stored_after_it(
