@@ -3,7 +3,8 @@
 Each replica keeps its own prefix KV cache, so a prompt is cheapest on the replica that served
 its prefix last. The router remembers, per replica, an approximate prefix tree of the prompts it
 sent there (prompt text as UTF-8 bytes, as SGLang's router does with characters) and sends a
-request to the replica holding the longest prefix of it — unless that match is too short
+request to the replica holding the longest prefix of it (a remembered prompt followed by the
+model's own turns counts them as held: the replica made them) — unless that match is too short
 (``min_match`` of the prompt) or that replica is too busy (``max_imbalance`` more requests in
 flight than the least-loaded one), in which case the least-loaded replica gets it.
 
@@ -154,10 +155,11 @@ class PrefixRouter:
                 if i in candidates:
                     return Route(i, 0, "round_robin")
         if self.policy == "prefix":
+            prompt = bytes(tokens[:-1])
             matches: list[tuple[int, int]] = []
             for i in candidates:
                 found: Match = self._trees.match(RadixKey(self._tree(i, tenant), tokens))
-                matches.append((found.n_cached, i))
+                matches.append((_with_answers(prompt, found.n_cached), i))
             matched, best = max(matches, key=lambda m: (m[0], -self._in_flight[m[1]]))
             prompt_bytes = len(tokens) - 1
             good_match = matched > 0 and matched >= self._min_match * prompt_bytes
@@ -170,6 +172,30 @@ class PrefixRouter:
             if i in idle:
                 return Route(i, 0, "least_loaded")
         return Route(idle[0], 0, "least_loaded")
+
+
+#: How ``prompt_text`` begins a turn the model made (chat's assistant message; Responses'
+#: assistant message, function call and reasoning items).
+_MODEL_TURNS = tuple(f"{role}\x1f".encode() for role in ("assistant", "function_call", "reasoning"))
+
+
+def _with_answers(prompt: bytes, matched: int) -> int:
+    """``matched`` bytes of ``prompt`` a replica was sent, and the model's own turns that
+    follow them: what it made answering them, which its prefix cache holds as well.
+
+    NOTE: only prompts are remembered, so the second turn of a conversation (its first prompt,
+    the answer, a new question) matched only the first prompt: under ``min_match`` whenever
+    the answer was the longer, and the conversation went to whichever replica was idle (3 in 6
+    of a review's chats, each losing its prefix KV there).
+    """
+    if not matched or prompt[matched - 1] != 0x1E:  # (a match that ends inside a turn)
+        return matched
+    while prompt.startswith(_MODEL_TURNS, matched):
+        end = prompt.find(b"\x1e", matched)
+        if end < 0:
+            break
+        matched = end + 1
+    return matched
 
 
 def prompt_text(body: dict[str, Any], kind: str = "chat") -> str:

@@ -93,6 +93,34 @@ def test_same_prefix_goes_to_the_same_replica() -> None:
         assert route.matched >= len(SYSTEM_A)
 
 
+def test_a_conversations_next_turn_stays_where_its_answer_was_made() -> None:
+    """Turn 2 is turn 1's prompt, the answer the replica made (its prefix cache holds it too)
+    and a new question: only the prompt was remembered, so a long answer put the match under
+    ``min_match`` and turn 2 went to the other, idle replica. Chat and Responses turns."""
+    for turns in (
+        [{"role": "assistant", "content": "Hello! " * 20}],
+        [{"type": "reasoning", "summary": []},
+         {"type": "function_call", "name": "f", "arguments": '{"q": "' + "x" * 80 + '"}'},
+         {"type": "function_call_output", "output": "done"}],
+    ):  # fmt: skip
+        router = PrefixRouter(["r0", "r1"], min_match=0.5)
+        kind = "chat" if turns[0].get("role") else "responses"
+        field = "messages" if kind == "chat" else "input"
+        first = [{"role": "user", "content": "Hi"}]
+        one = router.choose(prompt_text({field: first}, kind))
+        router.release(one.replica)
+        then = [*first, *turns, {"role": "user", "content": "More?"}]
+        two = router.choose(prompt_text({field: then}, kind))
+        router.release(two.replica)
+        assert (two.replica, two.reason) == (one.replica, "prefix"), kind
+    # a turn the replica did not make after the match (the client's own) is no such credit
+    router = PrefixRouter(["r0", "r1"], min_match=0.5)
+    one = router.choose(prompt_text({"messages": [{"role": "user", "content": "Hi"}]}))
+    router.release(one.replica)
+    other = [{"role": "user", "content": "Hi"}, {"role": "user", "content": "y" * 200}]
+    assert router.choose(prompt_text({"messages": other})).reason == "least_loaded"
+
+
 def test_short_matches_and_busy_replicas_fall_back_to_least_loaded() -> None:
     router = PrefixRouter(["r0", "r1"], min_match=0.9, max_imbalance=1)
     a = router.choose(SYSTEM_A + "user\x1fq1\x1e")
