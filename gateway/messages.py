@@ -501,7 +501,8 @@ def _keyed(body: dict[str, Any]) -> dict[str, Any]:
 def _block_keyed(block: Any, unmark: bool) -> Any:
     if not isinstance(block, dict):
         return block
-    unset = _BLOCK_NULL_IS_UNSET.get(block.get("type"), frozenset())
+    kind = block.get("type")  # (any JSON: a tool's is not checked here, its upstream judges it)
+    unset = _BLOCK_NULL_IS_UNSET.get(kind, frozenset()) if isinstance(kind, str) else frozenset()
     keyed = {k: v for k, v in block.items() if not (v is None and k in unset)}
     if unmark:
         keyed.pop("cache_control", None)
