@@ -194,6 +194,8 @@ class UpstreamBackend:
         member = _ANSWERS.get(request.kind)  # (a Response object: passed on as it came)
         if member and not isinstance(body.get(member), list) and body.get("object") != "response":
             raise _no_answer(self.name, body, member)
+        if member == "choices" and (unread := _unreadable(request.kind, body["choices"])):
+            raise _failure(502, "upstream_error", f"Upstream for model '{self.name}' {unread}.")
         previous = _echoed_previous(request)
         if previous is not None and body.get("object") == "response":
             body["previous_response_id"] = previous
@@ -1438,6 +1440,20 @@ def _no_answer(name: str, body: dict[str, Any], member: str) -> UpstreamError:
     return _failure(
         502, "upstream_error", f"Upstream for model '{name}' answered without {member}: {detail}"
     )
+
+
+def _unreadable(kind: str, choices: list[Any]) -> str | None:
+    """Why a chat/completions answer's ``choices`` hold no answer a client can read (None:
+    they do). NOTE: ``[]``, ``[null]``, a message that is a string were passed on as a 200:
+    the SDK's ``choices[0].message.content`` failed on them, saying nothing of the upstream.
+    (A choice that leaves its message out is passed on, and not stored: the SDK reads it.)"""
+    if not choices:
+        return "answered with no choices"
+    field, typed = ("message", dict) if kind == "chat" else ("text", str)
+    for i, choice in enumerate(choices):
+        if not isinstance(choice, dict) or not isinstance(choice.get(field), typed | None):
+            return f"answered a choice that is no choice, or its {field} of another type (choices[{i}])"
+    return None
 
 
 def _error_event(name: str, what: str, *, sequence: int | None = None) -> StreamEvent:

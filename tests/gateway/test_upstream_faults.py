@@ -625,6 +625,30 @@ def test_the_gateways_key_quoted_outside_an_error_status_reaches_nobody_either(
     assert again.status_code == 502 and "Bad key ***" in again.text
 
 
+@pytest.mark.parametrize(
+    ("route", "choices"),
+    [
+        ("chat/completions", []),
+        ("chat/completions", [None]),
+        ("chat/completions", [{"index": 0, "message": "oops", "finish_reason": "stop"}]),
+        ("completions", [{"index": 0, "text": 7, "finish_reason": "stop"}]),
+    ],
+)
+def test_choices_no_client_can_read_are_a_502(
+    make_gateway: Any, route: str, choices: list[Any]
+) -> None:
+    """Passed on as a 200 (a fuzzer's): the SDK's ``choices[0].message.content`` then failed
+    on them, saying nothing of the upstream. Never stored either way."""
+    gw = make_gateway()
+    asked = {"messages": [{"role": "user", "content": "x"}]} if "chat" in route else {"prompt": "x"}
+    body = {"model": "fake-model", **asked, "fake": raw(json.dumps({"choices": choices}))}
+    for _ in range(2):
+        response = gw.http.post(f"/v1/{route}", json=body)
+        assert response.status_code == 502, response.text
+        assert response.json()["error"]["code"] == "upstream_error"
+        assert "choice" in response.json()["error"]["message"]
+
+
 def test_a_key_split_over_stream_events_is_hidden_in_the_answer_kept(
     make_gateway: Any,
 ) -> None:
