@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 LookupKind = Literal["exact", "semantic", "miss"]
 #: Why a semantic lookup was skipped under overload (``Lookup.skipped``).
-SkipReason = Literal["overload", "overload_verify"]
+SkipReason = Literal["overload", "overload_verify", "loading"]
 
 #: Nearest neighbours checked per semantic lookup. NOTE: only the nearest, with the guard or
 #: the verifier: the next ones were measured to add more wrong hits than right ones (the guard,
@@ -160,14 +160,15 @@ class Lookup:
     rejected: Rejection | None = None
     #: Why the semantic lookup was skipped, or given up on before a candidate was served
     #: (None: it was not): "overload" (the embedder was overloaded, or the caller) or
-    #: "overload_verify" (the verifier was). Counted in ``semantic_skipped`` by ``lookup``.
+    #: "overload_verify" (the verifier was), "loading" (the semantic tier still loads).
+    #: Counted in ``semantic_skipped`` by ``lookup``.
     skipped: SkipReason | None = None
 
     @property
     def overloaded(self) -> bool:
-        """The lookup was skipped (pass it to ``store``; a ``vector`` made before is still
-        stored)."""
-        return self.skipped is not None
+        """The lookup was skipped for overload (pass it to ``store``; a ``vector`` made before
+        is still stored). Not one skipped while the tier loaded: its store waits for it."""
+        return self.skipped is not None and self.skipped != "loading"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +200,10 @@ class _Counters:
     #: once per request and reason: "overload" (lookups that skipped the semantic tier, or a
     #: context pair not embedded in time), "overload_verify" (lookups whose candidate the
     #: verifier could not start on in time: misses), "overload_store" (answers stored without
-    #: a vector: exact hits only).
+    #: a vector: exact hits only), "loading" (lookups while the semantic tier still loaded:
+    #: exact only; their answers are stored once it has).
     skipped: Counter[str] = field(
-        default_factory=lambda: Counter(overload=0, overload_verify=0, overload_store=0)
+        default_factory=lambda: Counter(overload=0, overload_verify=0, overload_store=0, loading=0)
     )
 
 
@@ -262,6 +264,10 @@ class ResponseCache:
         True again if the semantic tier failed to start: exact hits still work (see ``stats``).
         """
         return self._ready.is_set()
+
+    async def loaded(self) -> None:
+        """Wait until ``ready`` (a lookup does not wait: it skips the semantic step)."""
+        await self._ready.wait()
 
     @property
     def loading(self) -> bool:
@@ -326,6 +332,13 @@ class ResponseCache:
                 await self._store.record_hit(entry.id)
                 self._counters.hits["exact"] += 1
                 return Lookup("exact", entry, 1.0, now - entry.created)
+        if key.semantic and self._semantic_loading():
+            # NOTE: not waited for: a miss waited for the whole load (6-10 s after a start,
+            # a shutdown's whole deadline), though the model would have answered in one; its
+            # answer's store (off the request's path) still waits, to store its vector
+            if again is None:
+                self._counters.skipped["loading"] += 1
+            return Lookup("miss", skipped="loading")
         if not (key.semantic and await self._semantic_ready()):
             return Lookup("miss")
         assert self.embedder is not None
@@ -373,7 +386,8 @@ class ResponseCache:
         """
         now = time.time()
         ttl = self._ttl(ttl)
-        semantic = key.semantic and await self._semantic_ready()  # waits while it loads
+        # (waits while it loads: off the request's path, see gateway.pipeline.store_soon)
+        semantic = key.semantic and await self._semantic_ready()
         semantic = semantic and self.embedder is not None and self.embedder.fits(key.question)
         if semantic and vector is None:
             vector = None if overloaded else await self._embed_for_store(key.question)
@@ -936,6 +950,10 @@ class ResponseCache:
             and vector_model == self.embedder.model_name
             and len(vector or b"") == 4 * self.index.dim
         )
+
+    def _semantic_loading(self) -> bool:
+        """The semantic parts are still loading (the embedder, the verifier, the index)."""
+        return self._semantic is not None and self._failed is None and not self._ready.is_set()
 
     async def _semantic_ready(self) -> bool:
         """Wait for the semantic parts if they are still loading; False when off or broken."""

@@ -3,6 +3,7 @@ TTL, eviction, restart persistence, streamed replay. Real embedding model, real 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -477,6 +478,45 @@ def test_semantic_failure_degrades_to_exact_hits(
         assert ask(gateway, "How do I reset my password?", ns="deg").headers["x-cache"] == "exact"
         assert ask(gateway, "How can I reset my password?", ns="deg").headers["x-cache"] == "miss"
     finally:
+        gateway.stop()
+
+
+def test_a_request_while_the_semantic_tier_loads_does_not_wait_for_it(
+    upstream_server: ThreadedServer,
+    upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A miss waited for the whole load (6-10 s after a start; a shutdown's whole deadline
+    while its model would have answered in one): it skips the semantic step instead
+    (``semantic_skipped{reason="loading"}``), and its answer is stored once the tier is up."""
+    from semantic.cache import ResponseCache
+
+    loaded = threading.Event()
+    load = ResponseCache._load_semantic
+
+    async def held(self: ResponseCache) -> None:
+        await asyncio.to_thread(loaded.wait, 60)
+        await load(self)
+
+    monkeypatch.setattr(ResponseCache, "_load_semantic", held)
+    gateway = Gateway(load_config_text(config_text(upstream_server.url, tmp_path)), wait=False)
+    try:
+        wait_for(lambda: gateway.http.get("/healthz").status_code == 200)
+        first = ask(gateway, "How do I reset my password?", ns="load")  # (old: waited 60 s)
+        assert first.status_code == 200 and first.headers["x-cache"] == "miss"
+        assert gateway.http.get("/readyz").status_code == 503  # (still loading)
+        skipped = gateway.http.get("/admin/stats").json()["cache"]["semantic_skipped"]
+        assert skipped["loading"] == 1 and skipped["overload_store"] == 0
+        loaded.set()
+        wait_for(lambda: gateway.http.get("/readyz").status_code == 200, timeout=60)
+        wait_for(lambda: gateway.http.get("/admin/stats").json()["cache"]["stores"] == 1)
+        again = ask(gateway, "How do I reset my password?", ns="load")
+        assert again.headers["x-cache"] == "exact"
+        reworded = ask(gateway, "How can I reset my password?", ns="load")  # (its vector too)
+        assert reworded.headers["x-cache"] == "semantic"
+    finally:
+        loaded.set()
         gateway.stop()
 
 

@@ -31,6 +31,7 @@ async def test_vectors_of_another_embedding_model_are_never_compared(tmp_path: P
     store = DiskStore(tmp_path, max_entries=100)
     cache = ResponseCache(store, CacheSettings(), SemanticSettings(guard=False))
     await cache.start()
+    await cache.loaded()  # (a lookup does not wait for the load)
     assert await cache.lookup(chat_key("t", "", "m", ask("warm up"))) is not None
     assert cache.embedder is not None
     stored = chat_key("t", "", "m", ask("How do I reset my password?"))
@@ -76,6 +77,7 @@ async def test_vectors_of_another_size_leave_the_semantic_tier_running(tmp_path:
                           vector_model="small-model"))  # fmt: skip
     cache = ResponseCache(store, CacheSettings(), SemanticSettings())
     await cache.start()
+    await cache.loaded()  # (a lookup does not wait for the load)
     paraphrase = chat_key("t", "", "m", ask("How can I reset my password?"))
     assert (await cache.lookup(paraphrase)).kind == "miss"
     assert cache.stats()["semantic"] == "ready"  # was: failed: ValueError(... 384 floats ...)
@@ -331,6 +333,7 @@ async def test_an_overloaded_lookup_stores_for_exact_hits_without_embedding_agai
         DiskStore(tmp_path, max_entries=100), CacheSettings(), SemanticSettings(guard=False)
     )
     await cache.start()
+    await cache.loaded()  # (a lookup does not wait for the load)
     assert await cache.lookup(chat_key("t", "", "m", ask("warm up"))) is not None
     assert cache.embedder is not None
     embedded: list[str] = []
@@ -364,6 +367,7 @@ async def test_a_request_counts_one_overload_skip_however_many_lookups_it_makes(
     cache = ResponseCache(DiskStore(tmp_path, max_entries=100), CacheSettings(),
                           SemanticSettings(guard=False, max_wait=1.0))  # fmt: skip
     await cache.start()
+    await cache.loaded()  # (a lookup does not wait for the load)
     key = chat_key("t", "", "m", ask("How do I reset my password?"))
     first = await cache.lookup(key, overloaded=True)
     assert first.kind == "miss" and first.skipped == "overload" and first.overloaded

@@ -615,7 +615,7 @@ def test_a_would_be_hit_the_busy_verifier_cannot_take_in_time_is_an_overload_mis
     assert hit.json()["choices"][0]["message"] == answers["held"].json()["choices"][0]["message"]
     assert len(batches) == 1 == len(batches[0])  # the late pair was never scored
     skipped = gw.http.get("/admin/stats").json()["cache"]["semantic_skipped"]
-    assert skipped == {"overload": 0, "overload_verify": 1, "overload_store": 0}
+    assert skipped == {"overload": 0, "overload_verify": 1, "overload_store": 0, "loading": 0}
     metrics = gw.http.get("/metrics").text
     assert 'cachegate_semantic_skipped_total{reason="overload_verify"} 1' in metrics
 
@@ -647,7 +647,12 @@ async def test_as_a_veto_a_verifier_that_cannot_take_the_pick_in_time_is_an_over
     assert found.kind == "miss" and found.skipped == "overload_verify"
     assert found.vector is not None and batches == [[("a", "b")]]
     stats = cache.stats()
-    assert stats["semantic_skipped"] == {"overload": 0, "overload_verify": 1, "overload_store": 0}
+    assert stats["semantic_skipped"] == {
+        "overload": 0,
+        "overload_verify": 1,
+        "overload_store": 0,
+        "loading": 0,
+    }
     assert stats["guard_rejections_by_reason"] == {}  # (not turned down: not judged)
     assert (await cache.lookup(asked)).kind == "semantic"  # with the worker free: the hit
     await cache.close()
