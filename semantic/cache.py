@@ -325,7 +325,7 @@ class ResponseCache:
         """
         if again is None:
             self._counters.lookups += 1
-        now = time.time()
+        now, max_age = time.time(), self._oldest(max_age)
         if self._settings.exact:
             entry = await self._store.get(entry_id(key.exact))
             if entry is not None and entry.exact == key.exact and _fresh(entry, now, max_age):
@@ -449,6 +449,14 @@ class ResponseCache:
             entries, evicted = entries[: exc.stored], exc.removed
         self._stored(entries, evicted)
         return len(entries)
+
+    def _oldest(self, max_age: float | None) -> float | None:
+        """The oldest answer a lookup may serve: ``max_age`` (the request's), and never one
+        older than the configured ``ttl``. NOTE: an answer's expiry is set when it is stored:
+        after a restart with a lower ``ttl``, those stored under the higher one were served
+        until their own expiry (an hour-old answer under ``ttl: 5``)."""
+        ttl = self._settings.ttl
+        return ttl if max_age is None else max_age if ttl is None else min(max_age, ttl)
 
     def _ttl(self, ttl: float | None) -> float | None:
         """The TTL of an answer a request asked to keep ``ttl`` seconds (None: it did not say):

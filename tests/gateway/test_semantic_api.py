@@ -341,6 +341,26 @@ def test_restart_restores_entries_and_rebuilds_a_corrupt_index(
         third.stop()
 
 
+def test_a_ttl_lowered_across_a_restart_holds_for_answers_stored_before(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """An answer's expiry was fixed when it was stored: restarted with a lower ``cache.ttl``,
+    the answers stored under the higher one were served, exact and semantic, until their
+    own expiry (an operator review: 21 s old under ``ttl: 5``)."""
+    first = Gateway(load_config_text(config_text(upstream_server.url, tmp_path)))
+    ask(first, "How do I renew my passport?", ns="ttl")
+    first.stop()
+    second = Gateway(load_config_text(config_text(upstream_server.url, tmp_path, ttl=1)))
+    try:
+        time.sleep(1.2)
+        for question in ("How do I renew my passport?", "How can I renew my passport?"):
+            asked = ask(second, question, ns="ttl", headers={"cache-control": "no-store"})
+            assert asked.headers["x-cache"] == "miss", question
+        assert upstream.stats["chat"] == 3
+    finally:
+        second.stop()
+
+
 def test_answers_flushed_while_the_index_is_rebuilt_stay_out_of_it(
     upstream_server: ThreadedServer,
     upstream: FakeUpstream,
