@@ -570,6 +570,7 @@ class DiskStore:
     def _restore_meta(self) -> None:
         now = time.time()
         found: list[tuple[float, int, _Meta]] = []
+        unreadable = 0
         for key in self._cache.iterkeys():
             raw = self._cache.get(key)
             if not isinstance(key, int) or raw is None:
@@ -578,6 +579,7 @@ class DiskStore:
                 entry = self._decoder.decode(raw)
             except msgspec.DecodeError:
                 self._cache.delete(key)  # written by an incompatible version: drop it
+                unreadable += 1
                 continue
             if entry.expired(now):
                 self._cache.delete(key)
@@ -586,6 +588,9 @@ class DiskStore:
             tenant = self._tenant_of(entry.tenant)
             meta = _Meta(entry.expires, entry.namespace, entry.hits, used, tenant)
             found.append((used, key, meta))
+        if unreadable:  # (dropped with no word: a damaged store looked like a smaller one)
+            log.warning("response cache: %d stored answers could not be read (damaged, or "
+                        "written by an incompatible version): dropped", unreadable)  # fmt: skip
         # Least recently used first, so they are still evicted first after a restart.
         found.sort(key=lambda t: t[0])
         # NOTE: max_entries (or max_entries_per_tenant) may have been lowered since: the excess

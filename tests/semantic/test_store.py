@@ -36,6 +36,22 @@ async def test_put_get_and_restart(tmp_path: Path) -> None:
     await reopened.close()
 
 
+async def test_an_unreadable_record_is_dropped_at_start_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A damaged record (or one of an incompatible version) was dropped without a word: the
+    store only looked smaller (an operator review truncated one)."""
+    store = DiskStore(tmp_path, max_entries=10)
+    for n in range(3):
+        await store.put(entry(n))
+    store._cache.set(entry(1).id, b"\x93 not a record")  # (written as the store writes)
+    await store.close()
+    reopened = DiskStore(tmp_path, max_entries=10)
+    assert len(reopened) == 2 and await reopened.get(entry(1).id) is None
+    assert "1 stored answers could not be read" in caplog.text
+    await reopened.close()
+
+
 async def test_lru_eviction_reports_evicted_ids(tmp_path: Path) -> None:
     store = DiskStore(tmp_path, max_entries=3)
     entries = [entry(i) for i in range(3)]
