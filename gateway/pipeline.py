@@ -59,7 +59,7 @@ from .coalesce import Flight, Flights
 from .config import CoalesceConfig
 from .connections import ClientDisconnected
 from .errors import APIError
-from .ledger import Usage, partial_usage, usage_of
+from .ledger import MAX_TOKENS, Usage, partial_usage, usage_of
 from .lograte import RateLimitedLog
 from .messages_bridge import named_as_sent
 from .requests import partitioned
@@ -780,8 +780,9 @@ def _replayable(adapter: Adapter, request: GatewayRequest, answer: dict[str, Any
 
 
 def _check_saved(saved: object) -> None:
-    """Raises for an adapter's saved tokens that a hit could not book: not a count."""
-    if not isinstance(saved, int) or saved < 0:
+    """Raises for an adapter's saved tokens that a hit could not book: not a count (past
+    ``MAX_TOKENS``: a hostile upstream's 10**30 went into a /metrics counter for good)."""
+    if not isinstance(saved, int) or not 0 <= saved <= MAX_TOKENS:
         raise ValueError(f"saved tokens {saved!r}")
 
 

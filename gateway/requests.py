@@ -465,7 +465,7 @@ def _hops(value: str | None) -> int:
     if value is None:
         return 0
     try:
-        hops = int(value)
+        hops = int(value) if "_" not in value else -1  # (Python's 1_000: no header's number)
     except ValueError:  # also more than 4300 digits
         hops = -1
     if hops < 0:
@@ -528,8 +528,8 @@ def _number(
     if value is None:
         return None
     try:
-        if isinstance(value, bool):
-            raise ValueError
+        if isinstance(value, bool) or (isinstance(value, str) and "_" in value):
+            raise ValueError  # (Python's 1_000 is no number a header or JSON writes)
         number = float(value)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past float's range
         raise APIError(400, f"'{param}' must be a number.", param=param) from None

@@ -114,6 +114,7 @@ def test_cache_controls_from_headers_and_body() -> None:
         ({"x-cache-threshold": "nan"}, None),
         ({"x-cache-ttl": "0"}, None),
         ({"x-cache-ttl": "inf"}, None),
+        ({"x-cache-ttl": "1_000"}, None),  # (Python's number syntax: was 1000)
         ({}, {"ttl": 1e16}),
         ({"cache-control": "max-age=-1"}, None),
         ({"x-cache-namespace": "x" * 129}, None),

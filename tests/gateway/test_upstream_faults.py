@@ -649,6 +649,22 @@ def test_choices_no_client_can_read_are_a_502(
         assert "choice" in response.json()["error"]["message"]
 
 
+def test_an_answer_counting_absurd_tokens_is_not_kept_to_be_counted_again(
+    make_gateway: Any,
+) -> None:
+    """A usage of 1e30 completion tokens (a hostile or broken upstream) was stored, and each
+    hit on it added 1e+30 to cachegate_saved_completion_tokens_total for good."""
+    gw = make_gateway()
+    answer = {"id": "x", "object": "chat.completion", "created": 1, "model": "m",
+              "choices": [{"index": 0, "finish_reason": "stop",
+                           "message": {"role": "assistant", "content": "hi"}}],
+              "usage": {"prompt_tokens": 1, "completion_tokens": 1e30, "total_tokens": 1e30}}  # fmt: skip
+    for _ in range(2):
+        response = gw.chat("absurd", fake=raw(json.dumps(answer)))
+        assert response.status_code == 200 and response.headers["x-cache"] == "miss"
+    assert "e+30" not in gw.http.get("/metrics").text
+
+
 def test_a_key_split_over_stream_events_is_hidden_in_the_answer_kept(
     make_gateway: Any,
 ) -> None:
