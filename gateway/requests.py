@@ -353,6 +353,8 @@ def _check_embedding(body: dict[str, Any]) -> None:
         )
     if "stream" in body and body["stream"] not in (None, False):
         raise APIError(400, "Embeddings cannot be streamed.", param="stream", code="invalid_value")
+    if not isinstance(body.get("user", ""), str | None):  # (as chat types it: was a hit)
+        raise APIError(400, "'user' must be a string.", param="user", code="invalid_type")
 
 
 def _is_token(value: Any) -> bool:

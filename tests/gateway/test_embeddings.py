@@ -254,6 +254,7 @@ def test_bad_inputs_and_upstream_failures_are_clear_and_cache_nothing(
         ({"model": "fake-model", "input": "x", "encoding_format": "int8"}, "encoding_format"),
         ({"model": "fake-model", "input": "x", "dimensions": 0}, "dimensions"),
         ({"model": "fake-model", "input": ["x"] * 2049}, "input"),
+        ({"model": "fake-model", "input": "x", "user": {"a": [1]}}, "user"),  # (was a hit)
     ):
         response = http.post("/v1/embeddings", json=body)
         assert response.status_code == 400, body
