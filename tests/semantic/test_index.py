@@ -164,6 +164,26 @@ def test_save_load_roundtrip(tmp_path: Path, threshold: int) -> None:
     assert loaded.search("scope-0", vecs[3], 1)[0].id == 1000
 
 
+def test_a_save_that_fails_leaves_no_part_file_and_the_index_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the half-written ``.tmp`` stayed beside the index (a review's tmpfs)."""
+    index = VectorIndex(DIM, background=False)
+    index.add(1, "s", unit(np.random.default_rng(7), 1)[0])
+    path = tmp_path / "index.npz"
+    index.save(path)
+    before = path.read_bytes()
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full)
+    with pytest.raises(OSError, match="No space left"):
+        index.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.npz"]
+    assert path.read_bytes() == before
+
+
 def test_load_missing_or_corrupt_raises(tmp_path: Path) -> None:
     with pytest.raises(IndexFileError):
         VectorIndex.load(tmp_path / "missing.npz")
