@@ -837,7 +837,9 @@ class ReplicatedBackend:
         504, and each retry ran the generation again on the replica still running it.
         """
         if not exc.replica_unhealthy:
-            return False
+            # NOTE: an answer cut off (a killed worker) was no sign: the next request was
+            # sent there first, refused, and only then failed over and marked it down
+            return exc.broke_off and not await self._replicas[replica].answers()
         if exc.code != "upstream_timeout" or exc.upstream_code == _ENGINE_STALLED:
             return True
         if not await self._replicas[replica].answers():
@@ -1840,7 +1842,9 @@ def _unreachable(name: str, exc: Exception, *, final: bool = False) -> UpstreamE
 
 
 def _broken(name: str, exc: Exception) -> UpstreamError:
-    return _failure(502, "upstream_error", f"Upstream for model '{name}' broke off: {exc!r}")
+    error = _failure(502, "upstream_error", f"Upstream for model '{name}' broke off: {exc!r}")
+    error.broke_off = True
+    return error
 
 
 def _failure(status: int, code: str, message: str) -> UpstreamError:
@@ -1902,6 +1906,7 @@ class UpstreamError(APIError):
         self.unreachable = unreachable
         self.upstream_status = upstream_status
         self.upstream_code = upstream_code
+        self.broke_off = False  # the connection broke mid-answer (``_broken``)
 
     def final(self) -> None:
         """Tell clients not to retry: this gateway already did (the OpenAI SDKs obey

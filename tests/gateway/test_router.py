@@ -349,6 +349,52 @@ def test_replica_answering_503_is_avoided_and_its_requests_fail_over(
         broken.stop()
 
 
+class Dying(Replica):
+    """A worker killed mid-answer: a stream's first event, then its connection cut; asked
+    ``GET /models`` then (``dead``), it answers 503 (a process gone refuses it; a fake can't)."""
+
+    dead = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            await send_json(send, 503 if self.dead else 200, {"id": "fake-model"})
+            return
+        await super().__call__(scope, receive, send)
+
+    async def answer(self, send: Any) -> None:
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": 0, "delta": {"content": "Hel"}, "finish_reason": None}]}  # fmt: skip
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"data: " + msgspec.json.encode(chunk)
+                    + b"\n\n", "more_body": True})  # fmt: skip
+        raise RuntimeError("killed")  # (the server closes the connection mid-answer)
+
+
+def test_a_replica_that_dies_mid_stream_is_avoided_at_once(
+    upstream_server: ThreadedServer, upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A stream cut off (a killed worker) marked nothing: the next request went to the dead
+    replica first, was refused, and only then failed over. A replica whose stream broke but
+    that still answers ``GET /models`` is not marked down."""
+    dying = Dying()
+    server = ThreadedServer(dying).start()
+    gw = replicated(tmp_path, [f"{server.url}/v1", f"{upstream_server.url}/v1"],
+                    "routing: {policy: round_robin}")  # fmt: skip
+    try:
+        for dead in (False, True):
+            dying.dead = dead
+            while True:  # (round robin: until the dying replica took one)
+                calls = dying.calls
+                assert gw.chat(f"cut {dead} {calls}", stream=True).status_code == 200
+                if dying.calls > calls:
+                    break
+            assert routing_stats(gw)["replicas"][0]["down"] is dead, dead
+    finally:
+        gw.stop()
+        server.stop()
+
+
 class ShuttingDown(Replica):
     """A cachegate worker at its shutdown deadline: a 503 ``shutting_down`` body, or a stream
     whose first event is that error."""
