@@ -229,9 +229,11 @@ def _anthropic_page(
     ``before_id``: the models after / before that one), and whether more follow it in its
     direction. NOTE: all were given whatever was asked (the SDK's ``limit=1`` got every one)."""
     raw = params.get("limit", "20")
-    if not (raw.isdigit() and 1 <= int(raw) <= 1000):
+    if not (re.fullmatch(r"[0-9]{1,4}", raw) and 1 <= int(raw) <= 1000):  # (not isdigit: "²")
         raise APIError(400, f"limit: Input should be an integer from 1 to 1000, got {raw!r}",
                        param="limit")  # fmt: skip
+    if "after_id" in params and "before_id" in params:
+        raise APIError(400, "Give after_id or before_id, not both.", param="before_id")
     limit, ids = int(raw), [m["id"] for m in models]
     for name in ("after_id", "before_id"):
         if (cursor := params.get(name)) is not None and cursor not in ids:

@@ -2033,7 +2033,8 @@ def test_the_anthropic_sdk_lists_and_retrieves_the_models(
         assert [m.id for m in client.models.list(after_id=ids[1]).data] == ids[2:]
         back = client.models.list(before_id=ids[3], limit=2)
         assert [m.id for m in back.data] == ids[1:3] and back.has_more
-        for bad in ({"limit": 0}, {"limit": 1001}, {"after_id": "no-such-model"}):
+        for bad in ({"limit": 0}, {"limit": 1001}, {"limit": "²"}, {"after_id": "no-such-model"},
+                    {"after_id": ids[0], "before_id": ids[2]}):  # fmt: skip
             with pytest.raises(anthropic.BadRequestError) as wrong:
                 client.models.list(**bad)  # type: ignore[arg-type]
             assert wrong.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
