@@ -147,6 +147,16 @@ class PrefixRouter:
         mine = self._tree(replica, "")
         return [t for t in held if t.startswith(mine)]
 
+    def _ended(self, replica: int, tenant: str, tokens: tuple[int, ...], matched: int) -> bool:
+        """Whether a prompt sent to ``replica`` ended where its match of ``tokens`` does (its
+        sentinel 0 follows there): what follows in ``tokens`` may be what it answered. NOTE:
+        a match that is only the start of a longer prompt sent there (a shared opening) is
+        no sign of its answer: the replica that answered was passed over for it."""
+        if not matched:
+            return False
+        ended = RadixKey(self._tree(replica, tenant), (*tokens[:matched], 0, 0))
+        return self._trees.match(ended).n_cached == matched + 1
+
     def _pick(self, tokens: tuple[int, ...], candidates: list[int], tenant: str) -> Route:
         least = min(self._in_flight[i] for i in candidates)
         if self.policy == "round_robin":
@@ -159,7 +169,10 @@ class PrefixRouter:
             matches: list[tuple[int, int]] = []
             for i in candidates:
                 found: Match = self._trees.match(RadixKey(self._tree(i, tenant), tokens))
-                matches.append((_with_answers(prompt, found.n_cached), i))
+                matched = found.n_cached
+                if self._ended(i, tenant, tokens, matched):  # its own answers follow it
+                    matched = _with_answers(prompt, matched)
+                matches.append((matched, i))
             matched, best = max(matches, key=lambda m: (m[0], -self._in_flight[m[1]]))
             prompt_bytes = len(tokens) - 1
             good_match = matched > 0 and matched >= self._min_match * prompt_bytes

@@ -113,6 +113,18 @@ def test_a_conversations_next_turn_stays_where_its_answer_was_made() -> None:
         two = router.choose(prompt_text({field: then}, kind))
         router.release(two.replica)
         assert (two.replica, two.reason) == (one.replica, "prefix"), kind
+    # nor is a match that is only the start of a longer prompt sent to the other replica (a
+    # shared opening): the answer is the one made where that opening ended (a review's)
+    router = PrefixRouter(["r0", "r1"], min_match=0.5, max_imbalance=0)
+    x = router.choose(prompt_text({"messages": [{"role": "user", "content": "Hi"},
+                                                {"role": "user", "content": "there"}]}))  # fmt: skip
+    y = router.choose(prompt_text({"messages": [{"role": "user", "content": "Hi"}]}))  # (x busy)
+    router.release(x.replica)
+    router.release(y.replica)
+    assert x.replica != y.replica
+    then = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello! " * 20},
+            {"role": "user", "content": "More?"}]  # fmt: skip
+    assert router.choose(prompt_text({"messages": then})).replica == y.replica
     # a turn the replica did not make after the match (the client's own) is no such credit
     router = PrefixRouter(["r0", "r1"], min_match=0.5)
     one = router.choose(prompt_text({"messages": [{"role": "user", "content": "Hi"}]}))
