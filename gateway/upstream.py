@@ -633,6 +633,7 @@ class ReplicatedBackend:
         #: Response ids (``/v1/responses``) by the replica that made them, most recent last:
         #: a follow-up naming one as ``previous_response_id`` goes where it is stored.
         self._made: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._probes: set[asyncio.Task[None]] = set()  # (see _probe_soon)
 
     def check(self, request: GatewayRequest) -> None:
         pass  # (its replicas judge what they can read)
@@ -722,6 +723,8 @@ class ReplicatedBackend:
         return self._replicas[0].sampling_defaults()
 
     async def close(self) -> None:
+        for probe in list(self._probes):
+            probe.cancel()
         await asyncio.gather(*(r.close() for r in self._replicas))
 
     async def _routed(self, request: GatewayRequest, call: Any, *, stream: bool) -> Any:
@@ -837,9 +840,9 @@ class ReplicatedBackend:
         504, and each retry ran the generation again on the replica still running it.
         """
         if not exc.replica_unhealthy:
-            # NOTE: an answer cut off (a killed worker) was no sign: the next request was
-            # sent there first, refused, and only then failed over and marked it down
-            return exc.broke_off and not await self._replicas[replica].answers()
+            if exc.broke_off:
+                self._probe_soon(replica)
+            return False
         if exc.code != "upstream_timeout" or exc.upstream_code == _ENGINE_STALLED:
             return True
         if not await self._replicas[replica].answers():
@@ -847,6 +850,27 @@ class ReplicatedBackend:
         exc.retryable = False
         exc.final()
         return False
+
+    def _probe_soon(self, replica: int) -> None:
+        """Mark ``replica`` down if it no longer answers ``GET /models/{model}``, in the
+        background: its answer broke off (a killed worker?).
+
+        NOTE: such a break was no sign at all: the next request went to the dead replica first,
+        was refused, and only then failed over and marked it down. Asked before the error was
+        raised, the probe held the client's error up to ``timeout.connect`` where a gone
+        host's packets are dropped, not refused.
+        """
+
+        async def probe() -> None:
+            try:
+                if not await self._replicas[replica].answers():
+                    self.router.mark_down(replica, self.config.routing.down_for)
+            except Exception:  # (closed while it asked: a probe is no one's error)
+                log.debug("model %s: probing replica %d failed", self.name, replica, exc_info=True)
+
+        task = asyncio.get_running_loop().create_task(probe())
+        self._probes.add(task)
+        task.add_done_callback(self._probes.discard)
 
     async def _broken(self, replica: int, exc: UpstreamError) -> None:
         """A stream from ``replica`` failed after its first event: a replica that stopped
