@@ -159,7 +159,7 @@ class Connections:
         the code of how it ended if not normally; closed whatever happens."""
         assert reply.stream is not None
         stream, outcome = reply.stream, reply.outcome
-        first, ended = True, False
+        first, ended, delivered = True, False, False
         loop = asyncio.get_running_loop()
         watch.task = asyncio.current_task()
         self.streams.add(watch)
@@ -173,6 +173,8 @@ class Connections:
                         watch.since = loop.time()
                         yield piece
                         watch.since = None
+                        # (the client took the answer's last event: what follows is cleanup)
+                        delivered = outcome is not None and outcome.finished
             except APIError as exc:  # the shutdown deadline passed while it streamed
                 assert outcome is not None
                 if not outcome.finished:  # (else only cleanup after the end was cut short)
@@ -182,10 +184,10 @@ class Connections:
         finally:
             self.streams.discard(watch)
             error = outcome.error if outcome is not None else None
-            # NOTE: not a client that left once its answer's last event was sent, while the
-            # relay read the end of the upstream's body (a worker's): its answer was whole
-            finished = outcome is not None and outcome.finished
-            if error is None and not ended and not finished:
+            # NOTE: not a client that left once it had taken its answer's last event, while
+            # the relay read the end of the upstream's body (a worker's): its answer was whole
+            # (one stuck in that last event's write is still client_stuck)
+            if error is None and not ended and not delivered:
                 error = "client_stuck" if watch.stuck else "client_disconnected"
             if error is not None:
                 on_error(error)
