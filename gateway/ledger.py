@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 #: made with the 1-hour TTL and read after 5 minutes is counted as unread: an over-estimate of
 #: waste, never an under-estimate of cost.
 WRITE_TTL = 300.0
+#: How long an Anthropic ``ttl: 1h`` cache write is kept.
+_HOUR = 3600.0
 
 #: The largest token count believed: above it a reported count is not one (0), as a string or
 #: a negative number is. NOTE: a bigger one (a broken upstream's 10**400) would be summed into
@@ -146,8 +148,11 @@ class _Account:
     audit_output_tokens: int = 0
     audit_usd: float = 0.0  # what they cost: spent on top of spent_usd
     ended_early: int = 0  # model calls whose stream ended before the answer (partial_usage)
-    #: [written at, tokens not yet read] of recent cache writes, oldest first.
+    #: [written at, tokens not yet read] of recent cache writes, oldest first: those kept 5
+    #: minutes, and those kept an hour (Anthropic's ``ttl: 1h``: they expire, and are priced,
+    #: as an hour's).
     writes: deque[list[float]] = field(default_factory=deque)
+    writes_1h: deque[list[float]] = field(default_factory=deque)
 
 
 #: Accounts kept before a new partition (``x-cachegate-partition``) of a tenant is booked to
@@ -297,40 +302,50 @@ class Ledger:
         # NOTE: only this account: a read consumes this account's writes alone, and the
         # others' expire before anything shows them (``stats``); expiring every account here
         # cost each request O(accounts), and a tenant key makes up to ``max_accounts`` of them
-        self._expire(account, price, self._clock() - self._write_ttl)
+        now = self._clock()
+        self._expire(account, price, now)
         if usage.cached_tokens:
             _read_writes(account, usage.cached_tokens)
         if usage.cache_write_tokens:
             account.cache_write_tokens += usage.cache_write_tokens
             account.write_premium_usd += _written(usage, price, above=price.input)
-            account.writes.append([self._clock(), float(usage.cache_write_tokens)])
+            hour = usage.cache_write_1h_tokens
+            for writes, tokens in ((account.writes, usage.cache_write_tokens - hour),
+                                   (account.writes_1h, hour)):  # fmt: skip
+                if tokens:
+                    writes.append([now, float(tokens)])
 
     def _expire_writes(self) -> None:
-        """Writes older than ``write_ttl`` with tokens left unread become waste."""
-        cutoff = self._clock() - self._write_ttl
+        """Writes older than their TTL with tokens left unread become waste."""
+        now = self._clock()
         for (_tenant, model), account in self._accounts.items():
-            self._expire(account, self._prices.get(model, Price()), cutoff)
+            self._expire(account, self._prices.get(model, Price()), now)
 
-    @staticmethod
-    def _expire(account: _Account, price: Price, cutoff: float) -> None:
-        """One account's writes made before ``cutoff`` with tokens left unread become waste."""
-        premium = (price.input if price.cache_write is None else price.cache_write) - price.input
-        while account.writes and account.writes[0][0] < cutoff:
-            _, left = account.writes.popleft()
-            account.unread_write_tokens += int(left)
-            account.unread_write_usd += _usd(int(left), premium)
+    def _expire(self, account: _Account, price: Price, now: float) -> None:
+        """One account's writes past their TTL (``write_ttl``; an hour's, an hour) with
+        tokens left unread become waste, at their own premium."""
+        write = price.input if price.cache_write is None else price.cache_write
+        hour = write if price.cache_write_1h is None else price.cache_write_1h
+        for writes, ttl, premium in ((account.writes, self._write_ttl, write - price.input),
+                                     (account.writes_1h, _HOUR, hour - price.input)):  # fmt: skip
+            while writes and writes[0][0] < now - ttl:
+                _, left = writes.popleft()
+                account.unread_write_tokens += int(left)
+                account.unread_write_usd += _usd(int(left), premium)
 
 
 def _read_writes(account: _Account, tokens: int) -> None:
-    """A cache read consumes the oldest live writes of this tenant and model."""
+    """A cache read consumes the oldest live writes of this tenant and model, 5 minutes' or
+    an hour's."""
     left = float(tokens)
-    while left > 0 and account.writes:
-        write = account.writes[0]
+    while left > 0 and (account.writes or account.writes_1h):
+        oldest = min((w for w in (account.writes, account.writes_1h) if w), key=lambda w: w[0][0])
+        write = oldest[0]
         taken = min(write[1], left)
         write[1] -= taken
         left -= taken
         if write[1] <= 0:
-            account.writes.popleft()
+            oldest.popleft()
 
 
 def _cost(usage: Usage, price: Price) -> float:
@@ -368,7 +383,7 @@ def _saved(a: _Account) -> float:
 
 
 def _fields(a: _Account) -> dict[str, Any]:
-    return {k: getattr(a, k) for k in a.__slots__ if k != "writes"}
+    return {k: getattr(a, k) for k in a.__slots__ if k not in ("writes", "writes_1h")}
 
 
 #: Decimal places of a USD figure in the stats: a picodollar (6, a microdollar, showed the 4e-07

@@ -62,6 +62,22 @@ def test_an_hours_cache_writes_are_priced_as_an_hours() -> None:
     assert row["write_premium_usd"] == pytest.approx((100 * 0.75 + 1400 * 3.0) / 1e6, abs=1e-6)
     saved = ledger.record("t", "claude", usage, source="upstream", hit=True)  # what it cost
     assert saved["usd_saved"] == pytest.approx(spent)
+    # an hour's writes are waste only after an hour, at their own premium (they expired at 5
+    # minutes, at cache_write's: a review)
+    now = [1000.0]
+    timed = Ledger({"claude": priced}, write_ttl=300, clock=lambda: now[0])
+    timed.record("a", "claude", usage, source="upstream", hit=False)
+    timed.record("b", "claude", usage, source="upstream", hit=False)
+    now[0] += 600
+    read = {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 1400}
+    timed.record("a", "claude", usage_of(read), source="upstream", hit=False)
+    a, b = timed.stats()["a"]["claude"], timed.stats()["b"]["claude"]
+    assert a["unread_write_tokens"] == b["unread_write_tokens"] == 100  # (the 5 minutes')
+    now[0] += 3001
+    a, b = timed.stats()["a"]["claude"], timed.stats()["b"]["claude"]
+    assert a["unread_write_tokens"] == 100  # (its hour's were read)
+    assert b["unread_write_tokens"] == 1500
+    assert b["unread_write_usd"] == pytest.approx((100 * 0.75 + 1400 * 3.0) / 1e6, abs=1e-9)
     # without cache_write_1h, an hour's writes are priced as cache_write, as before
     ledger.record("t", "plain", usage, source="upstream", hit=False)
     plain = ledger.stats()["t"]["plain"]
