@@ -1126,7 +1126,8 @@ def _resolve_paths(config: Config, base: Path, source: str) -> Config:
             if model.source.startswith((".", "/", "~")) or (base / model.source).exists():
                 source_dir = resolve(model.source, f"models.{name}.source")
                 model = msgspec.structs.replace(model, source=source_dir)
-        if isinstance(model, LocalModelConfig) and model.prefix_disk_dir is not None:
+        # ("" is null: no disk tier; "${PREFIX_DISK_DIR:-}" is how a template turns it off)
+        if isinstance(model, LocalModelConfig) and model.prefix_disk_dir:
             disk_dir = resolve(model.prefix_disk_dir, f"models.{name}.prefix_disk_dir")
             model = msgspec.structs.replace(model, prefix_disk_dir=disk_dir)
         models[name] = model

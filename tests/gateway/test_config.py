@@ -1002,7 +1002,6 @@ def test_an_empty_data_dir_is_refused(tmp_path: Path) -> None:
         "cache.semantic.verifier",
         "cache.semantic.embedding_model",
         "cache.semantic.embedder_export_dir",
-        "models.m.prefix_disk_dir",
     ],
 )
 def test_an_empty_path_is_refused_naming_its_key(tmp_path: Path, key: str) -> None:
@@ -1012,13 +1011,17 @@ def test_an_empty_path_is_refused_naming_its_key(tmp_path: Path, key: str) -> No
     tree: dict[str, Any] = {leaf: "${CACHEGATE_TEST_UNSET_DIR:-}"}
     for parent in reversed(parents):
         tree = {parent: tree}
-    if parents[0] == "models":
-        tree["models"]["m"]["backend"] = "local"
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(tree))
     result = run_cli("config", "check", str(config))
     assert result.returncode == 1
     assert result.stderr == f"error: {config}: {key} is empty (is its ${{VAR}} set?)\n"
+
+
+def test_an_empty_prefix_disk_dir_is_no_disk_tier() -> None:
+    # (how a template turns it off: an environment variable cannot give null)
+    text = 'models: {m: {backend: local, prefix_disk_dir: "${CACHEGATE_TEST_UNSET_DIR:-}"}}'
+    assert load_config_text(text).models["m"].prefix_disk_dir == ""  # type: ignore[union-attr]
 
 
 def test_cli_refuses_an_empty_host(tmp_path: Path) -> None:
