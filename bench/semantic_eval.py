@@ -620,8 +620,7 @@ class Evaluation:
             shipped_semantic(data_dir),
         )
         await cache.start()
-        while not cache.ready:
-            await asyncio.sleep(0.1)
+        await cache.loaded()
         if cache.index is None:
             raise RuntimeError(f"the semantic tier did not start: {cache.stats()}")
 

@@ -145,8 +145,7 @@ def fill(
             SemanticSettings(hnsw_threshold=hnsw_threshold, index_path=store_dir / INDEX_FILE),
         )
         await cache.start()
-        while not cache.ready:
-            await asyncio.sleep(0.1)
+        await cache.loaded()
         if cache.index is None:
             raise RuntimeError(f"the semantic tier did not start: {cache.stats()}")
         started = time.perf_counter()
@@ -257,8 +256,7 @@ async def micro_batching(
         SemanticSettings(index_path=store_dir / INDEX_FILE),
     )
     await cache.start()
-    while not cache.ready:
-        await asyncio.sleep(0.1)
+    await cache.loaded()
     for t in texts[:64]:  # warm all three (these texts are not measured)
         await embedder.embed(t)
         await padded.embed(t)

@@ -53,11 +53,9 @@ Source = Literal["local", "upstream"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds an Anthropic cache write stays readable (its default 5-minute TTL). NOTE: a write
-#: made with the 1-hour TTL and read after 5 minutes is counted as unread: an over-estimate of
-#: waste, never an under-estimate of cost.
+#: Seconds an Anthropic cache write stays readable (its default 5-minute TTL); one made with
+#: the 1-hour TTL (``cache_creation.ephemeral_1h_input_tokens``) stays ``_HOUR``.
 WRITE_TTL = 300.0
-#: How long an Anthropic ``ttl: 1h`` cache write is kept.
 _HOUR = 3600.0
 
 #: The largest token count believed: above it a reported count is not one (0), as a string or
@@ -324,8 +322,7 @@ class Ledger:
     def _expire(self, account: _Account, price: Price, now: float) -> None:
         """One account's writes past their TTL (``write_ttl``; an hour's, an hour) with
         tokens left unread become waste, at their own premium."""
-        write = price.input if price.cache_write is None else price.cache_write
-        hour = write if price.cache_write_1h is None else price.cache_write_1h
+        write, hour = _write_prices(price)
         for writes, ttl, premium in ((account.writes, self._write_ttl, write - price.input),
                                      (account.writes_1h, _HOUR, hour - price.input)):  # fmt: skip
             while writes and writes[0][0] < now - ttl:
@@ -364,12 +361,18 @@ def _written(usage: Usage, price: Price, above: float = 0.0) -> float:
     """What one call's cache writes cost (``above``: less that price a token, the premium
     over it): those for an hour at ``cache_write_1h`` (None: ``cache_write``), the others at
     ``cache_write`` (None: ``input``)."""
-    write_price = price.input if price.cache_write is None else price.cache_write
-    hour_price = write_price if price.cache_write_1h is None else price.cache_write_1h
+    write_price, hour_price = _write_prices(price)
     hour = usage.cache_write_1h_tokens
     return _usd(usage.cache_write_tokens - hour, write_price - above) + _usd(
         hour, hour_price - above
     )
+
+
+def _write_prices(price: Price) -> tuple[float, float]:
+    """A cache write's price a token: one kept 5 minutes (``cache_write``, None: ``input``),
+    one kept an hour (``cache_write_1h``, None: ``cache_write``'s)."""
+    write = price.input if price.cache_write is None else price.cache_write
+    return write, write if price.cache_write_1h is None else price.cache_write_1h
 
 
 def _saved(a: _Account) -> float:
